@@ -1,0 +1,1 @@
+"""Spark and Kafka adapters for the pure operators: source → serde → time → operator → sink."""

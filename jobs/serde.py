@@ -1,0 +1,193 @@
+"""Avro serde for Kafka values: Confluent framing and Avro single-object encoding.
+
+Same call shape as confluent-kafka's serializers: ``serializer(obj, ctx) -> bytes`` and
+``deserializer(data, ctx) -> dict``. Writers choose one framing:
+
+* ``confluent``: magic byte 0 + 4-byte big-endian schema id from a Schema Registry;
+* ``single_object`` (the embedded default, no registry): 0xC3 0x01 + the 8-byte little-endian
+  CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form; the schema itself
+  comes from ``schemas/``.
+
+Readers accept both and resolve writer → reader schema as the Avro spec says, so a record
+written with a compatible older or newer schema decodes. Anything else raises
+:class:`~operators.errors.DecodeError` with the reason (the job dead-letters it).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from operators.errors import DecodeError, SchemaError
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = b"\x00"
+FRAMINGS = ("single_object", "confluent")
+
+
+def _fingerprint(parsed: dict | str) -> bytes:
+    """CRC-64-AVRO of the Parsing Canonical Form, as the 8 little-endian bytes the spec puts on the wire."""
+    value = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16)
+    return value.to_bytes(8, "little")
+
+
+@dataclass(frozen=True)
+class StoredSchema:
+    name: str
+    parsed: Any
+    text: str
+    fingerprint: bytes
+
+
+class SchemaStore:
+    """Every ``.avsc`` under a directory (recursively, so ``schemas/versions/`` holds older
+    writer versions), addressable by name (file stem) and by fingerprint."""
+
+    def __init__(self, directory: Path = SCHEMA_DIR):
+        self.directory = Path(directory)
+        self._by_name: dict[str, StoredSchema] = {}
+        self._by_fp: dict[bytes, StoredSchema] = {}
+        if not self.directory.is_dir():
+            raise SchemaError(f"schema directory {self.directory} does not exist")
+        for path in sorted(self.directory.rglob("*.avsc")):
+            self.add(path.stem, path.read_text())
+
+    def add(self, name: str, text: str) -> StoredSchema:
+        try:
+            parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
+        except Exception as exc:  # fastavro raises several types; all mean "bad schema file"
+            raise SchemaError(f"schema {name!r} does not parse: {exc}") from exc
+        stored = StoredSchema(name, parsed, text, _fingerprint(parsed))
+        self._by_name[name] = stored
+        self._by_fp[stored.fingerprint] = stored
+        return stored
+
+    def get(self, name: str) -> StoredSchema:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = ", ".join(sorted(self._by_name))
+            raise SchemaError(f"unknown schema {name!r}; known schemas: {known} (files in {self.directory})") from None
+
+    def by_fingerprint(self, fp: bytes) -> StoredSchema | None:
+        return self._by_fp.get(fp)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+
+_default_store: SchemaStore | None = None
+
+
+def default_store() -> SchemaStore:
+    global _default_store
+    if _default_store is None:
+        _default_store = SchemaStore()
+    return _default_store
+
+
+def registry_client(url: str, config: dict[str, str] | None = None):
+    """confluent-kafka's Schema Registry client (``mock://…`` gives its in-memory mock)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    conf = {"url": url, **(config or {})}
+    return SchemaRegistryClient.new_client(conf) if url.startswith("mock://") else SchemaRegistryClient(conf)
+
+
+class AvroSerializer:
+    """Encode dicts with one writer schema in one framing; validates the record first."""
+
+    def __init__(self, schema: str, *, framing: str = "single_object", store: SchemaStore | None = None,
+                 registry: Any = None, subject: str | None = None, validate: bool = True):
+        if framing not in FRAMINGS:
+            raise SchemaError(f"Invalid framing {framing!r}. Valid choices are: {', '.join(FRAMINGS)}.")
+        self.store = store or default_store()
+        self.schema = self.store.get(schema)
+        self.framing = framing
+        self.validate = validate
+        if framing == "confluent":
+            if registry is None:
+                raise SchemaError("framing 'confluent' needs a Schema Registry: set schema_registry.url")
+            from confluent_kafka.schema_registry import Schema
+
+            self.schema_id = registry.register_schema(subject or f"{schema}-value", Schema(self.schema.text, "AVRO"))
+            self._header = CONFLUENT_MAGIC + struct.pack(">I", self.schema_id)
+        else:
+            self._header = SINGLE_OBJECT_MAGIC + self.schema.fingerprint
+
+    def __call__(self, obj: dict, ctx: Any = None) -> bytes:
+        if self.validate:
+            try:
+                fastavro.validation.validate(obj, self.schema.parsed, raise_errors=True)
+            except Exception as exc:
+                raise SchemaError(f"record does not match schema {self.schema.name!r}: {exc}") from exc
+        out = io.BytesIO()
+        out.write(self._header)
+        fastavro.schemaless_writer(out, self.schema.parsed, obj)
+        return out.getvalue()
+
+
+class AvroDeserializer:
+    """Decode either framing into a dict shaped by the reader schema."""
+
+    def __init__(self, schema: str, *, store: SchemaStore | None = None, registry: Any = None):
+        self.store = store or default_store()
+        self.reader = self.store.get(schema)
+        self.registry = registry
+        self._by_id: dict[int, StoredSchema] = {}
+
+    def writer_schema(self, data: bytes) -> tuple[StoredSchema, int]:
+        """The writer schema named by the header and the header's length."""
+        if data[:2] == SINGLE_OBJECT_MAGIC:
+            if len(data) < 10:
+                raise DecodeError("truncated single-object header (needs 10 bytes)")
+            found = self.store.by_fingerprint(bytes(data[2:10]))
+            if found is None:
+                raise DecodeError(f"unknown schema fingerprint {bytes(data[2:10]).hex()} (not in {self.store.directory})")
+            return found, 10
+        if data[:1] == CONFLUENT_MAGIC:
+            if len(data) < 5:
+                raise DecodeError("truncated Confluent header (needs 5 bytes)")
+            schema_id = struct.unpack(">I", data[1:5])[0]
+            return self._registry_schema(schema_id), 5
+        raise DecodeError(f"not Avro: unknown magic byte 0x{data[:1].hex() or 'empty'}")
+
+    def _registry_schema(self, schema_id: int) -> StoredSchema:
+        cached = self._by_id.get(schema_id)
+        if cached is not None:
+            return cached
+        if self.registry is None:
+            raise DecodeError(f"Confluent-framed record with schema id {schema_id}, but no schema registry is configured")
+        try:
+            text = self.registry.get_schema(schema_id).schema_str
+        except Exception as exc:
+            raise DecodeError(f"unknown schema id {schema_id}: {exc}") from exc
+        parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
+        stored = StoredSchema(f"id:{schema_id}", parsed, text, _fingerprint(parsed))
+        self._by_id[schema_id] = stored
+        return stored
+
+    def __call__(self, data: bytes | None, ctx: Any = None) -> dict:
+        if not data:
+            raise DecodeError("empty value")
+        writer, header = self.writer_schema(data)
+        buf = io.BytesIO(data)
+        buf.seek(header)
+        same = writer.fingerprint == self.reader.fingerprint
+        try:
+            record = fastavro.schemaless_reader(buf, writer.parsed, None if same else self.reader.parsed)
+        except Exception as exc:  # truncated or corrupt bodies raise EOFError, ValueError, IndexError, …
+            raise DecodeError(f"Avro body does not decode with schema {writer.name!r}: {type(exc).__name__}: {exc}") from exc
+        if buf.tell() != len(data):
+            raise DecodeError(f"{len(data) - buf.tell()} trailing bytes after the Avro record")
+        if not isinstance(record, dict):
+            raise DecodeError(f"decoded a {type(record).__name__}, expected a record")
+        return record

@@ -1,0 +1,28 @@
+"""One exception hierarchy for the whole project.
+
+Messages say what was wrong, where, and how to fix it.
+"""
+
+
+class CtiflowError(Exception):
+    """Base class of every error ctiflow raises on purpose."""
+
+
+class ConfigError(CtiflowError):
+    """A configuration value is missing or invalid; the message names the field and the fix."""
+
+
+class SchemaError(CtiflowError):
+    """A record does not match its Avro schema, or a schema cannot be found or parsed."""
+
+
+class DecodeError(SchemaError):
+    """Bytes on a topic could not be decoded into a record (the reason goes to dead-letter)."""
+
+
+class PatternError(CtiflowError):
+    """A CEP pattern is malformed (names the stage and the problem)."""
+
+
+class StackError(CtiflowError):
+    """The embedded stack (broker) could not be started, reached or stopped."""

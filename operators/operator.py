@@ -1,0 +1,48 @@
+"""The one interface every operator implements, so the Spark adapter is written once.
+
+An operator instance owns the state of *many* keys (a key group): the adapter hands it all
+events of the group in application-time order and advances it with CTIs. Results are
+``Output`` records tagged with the role of the result topic they belong to.
+
+Contract (what the adapter relies on):
+
+* ``process(event)`` is called only for events the CTI has already passed, in
+  application-time order (ties: partition, then offset) — the reorder buffer in
+  :mod:`operators.time` guarantees that.
+* ``advance_to(cti)`` is called after the events of a CTI step; ``cti`` never decreases;
+  ``cti == CTI_INFINITY`` flushes everything (final bins, last counts, timed-out matches).
+* ``snapshot()`` returns bytes from which ``restore(settings, data)`` rebuilds an operator
+  that behaves identically; it is called once per micro-batch per key group.
+* Outputs are plain dicts shaped like the Avro schema of their role (see ``schemas/``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from operators.time import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One result record and the role ("count", "match", "timed_out", "bin_final", …) of its topic."""
+
+    role: str
+    record: dict[str, Any]
+
+
+@runtime_checkable
+class Operator(Protocol):
+    #: True when the operator itself accounts for the dropped share of ADJUSTed events
+    #: (the binner does); otherwise the time layer writes a late record for them.
+    handles_adjust: bool
+
+    def process(self, event: Event) -> list[Output]: ...
+
+    def advance_to(self, cti: int) -> list[Output]: ...
+
+    def snapshot(self) -> bytes: ...
+
+    @classmethod
+    def restore(cls, settings: Any, data: bytes) -> "Operator": ...
