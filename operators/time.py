@@ -3,14 +3,45 @@
 StreamInsight's time model (seeds/streaminsight-application-time-advance.de.txt): a CTI with
 timestamp ``t`` promises that no later event of the stream starts before ``t``. Results are
 final only for the part of the timeline before the CTI. Only event timestamps matter, never
-the host's clock. Times are integers (milliseconds of application time).
+the host's clock. Times are integers (milliseconds of application time); StreamInsight's
+"tick" is one unit here, so its ``TimeSpan.FromTicks(-1)`` delay is ``delay=-1``.
+
+The pieces, in the order data flows through them:
+
+* :class:`AdvanceTimeSettings` (with :class:`Frequency`) — per input stream: how CTIs are
+  generated (``delay``, ``frequency``, ``flush_at_end``), whether they are imported from
+  another stream (``import_from``) and what happens to an event behind the CTI (``policy``).
+* :class:`CtiGenerator` — turns the arrival sequence of one stream into CTIs.
+* :class:`ReorderBuffer` — checks each event against the stream's CTI (the violation policy;
+  late events become :func:`late_record` outputs) and releases admitted events in
+  application-time order once the CTI has passed them.
+* :func:`merge_ctis` / :func:`imported_cti` / :func:`effective_ctis` — how CTIs combine:
+  joins and unions release at the *older* CTI of their inputs; a stream that imports takes
+  the CTIs of the stream it names.
+* :class:`TimeLayer` — all of the above for the input streams of one job, with a pure driver
+  (:meth:`TimeLayer.run`) that turns an arrival sequence into CTI steps, released events and
+  late records, optionally feeding an operator.
+
+Event time of an event ("sync time"): its ``start``, except for an *end edge*
+(``edge_end=True``), which takes effect at its ``end``. A CTI ``c`` is violated by an event
+whose sync time is ``< c`` (seed: point, interval and edge-start events must start at or after
+the CTI; edge-end events must end at or after it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+import json
+import pickle
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from operators.errors import ConfigError
+
+if TYPE_CHECKING:
+    from operators.operator import Operator, Output
 
 #: The final CTI of a bounded input ("+∞"): flushes every operator. Fits an Avro long.
 CTI_INFINITY = 2**62
@@ -43,6 +74,11 @@ class Event:
     event has ``end == CTI_INFINITY``. ``partition``/``offset`` break ties between events with
     the same start so the processing order is a function of the input alone.
     ``original_start`` is set when the ADJUST policy moved ``start`` to the CTI.
+
+    ``edge_end`` marks an *end edge*: it closes the edge of ``key`` that started at ``start``
+    (its start edge's start, or that edge's ``original_start`` if it was adjusted) at
+    ``end``. An end edge takes effect at its ``end`` (:attr:`sync_time`), is checked against
+    the CTI by its end and is not counted by CTI generation.
     """
 
     key: str
@@ -53,8 +89,655 @@ class Event:
     offset: int = 0
     stream: str = "events"
     original_start: int | None = None
+    edge_end: bool = False
+
+    @property
+    def sync_time(self) -> int:
+        """When the event takes effect on the timeline: ``end`` for an end edge, else ``start``."""
+        return self.end if self.edge_end else self.start
 
     @property
     def order(self) -> tuple[int, int, int]:
-        """Application-time order: start, then partition, then offset."""
-        return (self.start, self.partition, self.offset)
+        """Application-time order: sync time (the start, except for end edges), then
+        partition, then offset."""
+        return (self.sync_time, self.partition, self.offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Cti:
+    """A CTI enqueued explicitly for one stream (StreamInsight's method 1: the source says how
+    far its application time has advanced — in the Spark job, the watermark)."""
+
+    time: int
+    stream: str = "events"
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Frequency:
+    """How often a CTI is generated: after every ``events`` events and/or every ``duration`` of
+    application time (ms). Either condition generates a CTI and restarts both counts.
+
+    Only events that take effect at their start count: end edges count neither as events nor
+    as application time (seed: "only start edges are considered, for a count and for a
+    duration")."""
+
+    events: int | None = None
+    duration: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.events is None and self.duration is None:
+            raise ConfigError(
+                "frequency: neither events nor duration is set; give events (a CTI after every "
+                "N events, N >= 1) and/or duration (a CTI after every T ms of application time)"
+            )
+        if self.events is not None and (not _is_int(self.events) or self.events < 1):
+            raise ConfigError(
+                f"frequency.events must be an integer >= 1 (got {self.events!r}); "
+                "use 1 for a CTI after each event"
+            )
+        if self.duration is not None and (not _is_int(self.duration) or self.duration < 1):
+            raise ConfigError(
+                f"frequency.duration must be an integer number of ms >= 1 (got {self.duration!r}); "
+                "omit it to generate CTIs by event count only"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceTimeSettings:
+    """How one input stream's application time advances (StreamInsight's
+    ``AdvanceTimeSettings`` = ``AdvanceTimeGenerationSettings`` + ``AdvanceTimeImportSettings``
+    + ``AdvanceTimePolicy``).
+
+    * ``delay``: a generated CTI is ``latest start seen − delay`` — the grace period for
+      out-of-order events. Negative is allowed: ``-1`` commits the latest event at once.
+    * ``frequency``: when CTIs are generated; ``None`` = no generation (CTIs are imported or
+      enqueued explicitly as :class:`Cti`, e.g. from the Spark watermark).
+    * ``flush_at_end``: a final CTI at +∞ (:data:`CTI_INFINITY`) when the input ends.
+    * ``policy``: what happens to an event behind the stream's CTI.
+    * ``import_from``: take the CTIs of the named stream as well (StreamInsight's
+      ``AdvanceTimeImportSettings``); with a ``frequency`` too, the stream's CTI is the newer
+      of its own and the imported one. Its own events behind the imported CTI are violations:
+      the ``policy`` applies (ADJUST on an edge = the version takes effect from the CTI on).
+    """
+
+    delay: int = 0
+    frequency: Frequency | None = Frequency(events=1)
+    flush_at_end: bool = True
+    policy: ViolationPolicy = ViolationPolicy.DROP
+    import_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.delay) or abs(self.delay) >= CTI_INFINITY:
+            raise ConfigError(
+                f"delay must be an integer number of ms (got {self.delay!r}); "
+                "e.g. 5000 for a 5 s grace period, -1 to commit each event at once"
+            )
+        if self.frequency is not None and not isinstance(self.frequency, Frequency):
+            raise ConfigError(
+                f"frequency must be a Frequency or None (got {self.frequency!r}); "
+                "e.g. Frequency(events=10) or Frequency(duration=5000)"
+            )
+        if not isinstance(self.flush_at_end, bool):
+            raise ConfigError(f"flush_at_end must be true or false (got {self.flush_at_end!r})")
+        try:
+            policy = ViolationPolicy(self.policy)
+        except ValueError:
+            valid = ", ".join(p.value for p in ViolationPolicy)
+            raise ConfigError(
+                f'Invalid "policy" value: {self.policy!r}. Valid choices are: {valid}.'
+            ) from None
+        object.__setattr__(self, "policy", policy)
+        if self.import_from is not None and (
+            not isinstance(self.import_from, str) or not self.import_from
+        ):
+            raise ConfigError(
+                f"import_from must be the name of another input stream or None "
+                f"(got {self.import_from!r})"
+            )
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> "AdvanceTimeSettings":
+        """Build from a configuration mapping, e.g. ``{"delay": 5000, "frequency": {"events":
+        10}, "flush_at_end": true, "policy": "adjust", "import_from": null}``; unknown keys are
+        errors. ``frequency: null`` disables generation."""
+        known = {"delay", "frequency", "flush_at_end", "policy", "import_from"}
+        unknown = set(config) - known
+        if unknown:
+            raise ConfigError(
+                f"unknown advance-time setting(s) {sorted(unknown)}; valid keys are {sorted(known)}"
+            )
+        kwargs: dict[str, Any] = {k: v for k, v in config.items() if k != "frequency"}
+        if "frequency" in config:
+            freq = config["frequency"]
+            if freq is None or isinstance(freq, Frequency):
+                kwargs["frequency"] = freq
+            elif isinstance(freq, Mapping):
+                bad = set(freq) - {"events", "duration"}
+                if bad:
+                    raise ConfigError(
+                        f"unknown frequency setting(s) {sorted(bad)}; valid keys are "
+                        "['duration', 'events']"
+                    )
+                kwargs["frequency"] = Frequency(**freq)
+            else:
+                raise ConfigError(
+                    f"frequency must be a mapping like {{events: 10}} or {{duration: 5000}} "
+                    f"(got {freq!r})"
+                )
+        return cls(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# CTI generation
+# ---------------------------------------------------------------------------------------------
+
+
+def _clamp(t: int) -> int:
+    return max(CTI_NONE, min(CTI_INFINITY, t))
+
+
+class CtiGenerator:
+    """Generates one stream's CTIs from its arrival sequence, as StreamInsight's
+    ``AdvanceTimeGenerationSettings`` do.
+
+    After every ``frequency.events`` events, or once the latest start seen has advanced by
+    ``frequency.duration`` since the previous CTI (since the first event for the first CTI),
+    a CTI is *due*; its timestamp is ``latest start seen − delay`` (the latest = the maximum,
+    so an out-of-order arrival never pulls it back). A due CTI is emitted only if it is newer
+    than the previous one: CTIs never decrease. End edges are ignored entirely. Every observed
+    event counts, also one that turns out to be late.
+
+    Invariant: ``observe`` returns strictly increasing values; ``flush`` returns
+    :data:`CTI_INFINITY` once (if ``flush_at_end``)."""
+
+    __slots__ = ("settings", "_count", "_anchor", "_latest", "_last")
+
+    def __init__(self, settings: AdvanceTimeSettings) -> None:
+        if settings.frequency is None:
+            raise ConfigError(
+                "CtiGenerator needs settings.frequency; set frequency (e.g. {events: 1}) or "
+                "import CTIs with import_from"
+            )
+        self.settings = settings
+        self._count = 0
+        self._anchor: int | None = None
+        self._latest: int | None = None
+        self._last = CTI_NONE
+
+    @property
+    def last_cti(self) -> int:
+        """The newest CTI emitted so far (:data:`CTI_NONE` before the first)."""
+        return self._last
+
+    def observe(self, event: Event) -> int | None:
+        """Count one arriving event; return the new CTI if one is due after it (the event
+        itself is enqueued *before* that CTI)."""
+        if event.edge_end:
+            return None
+        freq = self.settings.frequency
+        assert freq is not None
+        self._count += 1
+        if self._latest is None or event.start > self._latest:
+            self._latest = event.start
+        if self._anchor is None:
+            self._anchor = event.start
+        due = (freq.events is not None and self._count >= freq.events) or (
+            freq.duration is not None and self._latest - self._anchor >= freq.duration
+        )
+        if not due:
+            return None
+        self._count = 0
+        self._anchor = self._latest
+        candidate = _clamp(self._latest - self.settings.delay)
+        if candidate <= self._last:
+            return None
+        self._last = candidate
+        return candidate
+
+    def flush(self) -> int | None:
+        """The final CTI when the input ends: :data:`CTI_INFINITY` if ``flush_at_end``."""
+        if not self.settings.flush_at_end or self._last >= CTI_INFINITY:
+            return None
+        self._last = CTI_INFINITY
+        return CTI_INFINITY
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps((self._count, self._anchor, self._latest, self._last), protocol=5)
+
+    @classmethod
+    def restore(cls, settings: AdvanceTimeSettings, data: bytes) -> "CtiGenerator":
+        gen = cls(settings)
+        gen._count, gen._anchor, gen._latest, gen._last = pickle.loads(data)
+        return gen
+
+
+# ---------------------------------------------------------------------------------------------
+# Late records and the reorder buffer
+# ---------------------------------------------------------------------------------------------
+
+#: Reasons written into late records (``record["reason"]``).
+REASON_DROPPED = "drop: start before CTI"
+REASON_BEFORE_CTI = "adjust: lifetime ends before CTI"
+REASON_ADJUSTED = "adjust: start moved to CTI"
+REASON_EDGE_END = "edge end before CTI"
+
+
+def late_record(event: Event, cti: int, reason: str, policy: ViolationPolicy | str) -> "Output":
+    """The record for the job's ``late`` topic: the event as it arrived, the CTI it violated
+    and why. Every operator that drops (a share of) an event builds it with this function, so
+    the topic has one shape."""
+    from operators.operator import Output  # operators.operator imports this module
+
+    return Output(
+        role="late",
+        record={
+            "stream": event.stream,
+            "key": event.key,
+            "start": event.start,
+            "end": event.end,
+            "cti": cti,
+            "reason": reason,
+            "policy": ViolationPolicy(policy).value,
+            "partition": event.partition,
+            "offset": event.offset,
+            "fields_json": json.dumps(event.fields, default=str, sort_keys=True),
+        },
+    )
+
+
+def _lifetime_end(event: Event) -> int:
+    """Exclusive end of an event's lifetime: a point lives [t, t+1)."""
+    return max(event.end, event.start + 1)
+
+
+def _heap_entry(event: Event, seq: int) -> tuple:
+    # Ties beyond (partition, offset) — only possible with duplicated offsets — fall back to
+    # key, start and end, then arrival; seq keeps events themselves out of comparisons.
+    return (event.sync_time, event.partition, event.offset, event.key, event.start, event.end,
+            seq, event)
+
+
+def _event_tuple(e: Event) -> tuple:
+    return (e.key, e.start, e.end, e.fields, e.partition, e.offset, e.stream, e.original_start,
+            e.edge_end)
+
+
+class ReorderBuffer:
+    """Holds one stream's admitted events until the CTI passes them, then releases them in
+    application-time order (sync time, partition, offset).
+
+    ``offer`` applies the violation policy against the current CTI ``c``:
+
+    * sync time ``>= c``: admitted (buffered), no output;
+    * DROP, sync time ``< c``: a late record (:data:`REASON_DROPPED`);
+    * ADJUST, lifetime reaching past ``c`` (an interval with ``end > c``, an edge start):
+      ``start := c`` (``original_start`` keeps the old one) and admitted; unless
+      ``handles_adjust``, a late record (:data:`REASON_ADJUSTED`) also reports the dropped
+      share ``[start, c)``. Wholly before ``c`` (a point at ``t < c`` lives ``[t, t+1)``,
+      so always): a late record (:data:`REASON_BEFORE_CTI`);
+    * an end edge with ``end < c``: a late record under both policies
+      (:data:`REASON_EDGE_END`) — its lifetime lies wholly before the CTI.
+
+    ``advance(c)`` releases every buffered event with sync time ``< c``: an event *at* ``c``
+    waits, since an event with the same time and a lower partition/offset may still arrive.
+
+    Invariant: everything released has sync time ``<`` the CTI, everything buffered has sync
+    time ``>=`` the CTI it was admitted under, so the concatenation of all releases is in
+    application-time order and ``released + late = offered``."""
+
+    __slots__ = ("policy", "handles_adjust", "_cti", "_heap", "_seq")
+
+    def __init__(self, policy: ViolationPolicy | str = ViolationPolicy.DROP,
+                 handles_adjust: bool = False) -> None:
+        self.policy = ViolationPolicy(policy)
+        self.handles_adjust = handles_adjust
+        self._cti = CTI_NONE
+        self._heap: list[tuple] = []
+        self._seq = 0
+
+    @property
+    def cti(self) -> int:
+        return self._cti
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def earliest(self) -> int | None:
+        """Sync time of the oldest buffered event, or None when empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def _push(self, event: Event) -> None:
+        heapq.heappush(self._heap, _heap_entry(event, self._seq))
+        self._seq += 1
+
+    def offer(self, event: Event) -> list["Output"]:
+        """Admit ``event`` or report it late (see the class docstring)."""
+        cti = self._cti
+        if event.sync_time >= cti:
+            self._push(event)
+            return []
+        if event.edge_end:
+            return [late_record(event, cti, REASON_EDGE_END, self.policy)]
+        if self.policy is ViolationPolicy.DROP:
+            return [late_record(event, cti, REASON_DROPPED, self.policy)]
+        if _lifetime_end(event) <= cti:
+            return [late_record(event, cti, REASON_BEFORE_CTI, self.policy)]
+        original = event.original_start if event.original_start is not None else event.start
+        self._push(replace(event, start=cti, original_start=original))
+        if self.handles_adjust:
+            return []
+        return [late_record(event, cti, REASON_ADJUSTED, self.policy)]
+
+    def advance(self, cti: int, release_upto: int | None = None) -> list[Event]:
+        """Set the CTI (a value not above the current one is ignored) and release, in order,
+        the buffered events with sync time below ``min(cti, release_upto)``.
+        ``release_upto`` lets a caller that merges several streams (joins, unions) check
+        violations against this stream's CTI but release only up to the merged one.
+        ``CTI_INFINITY`` releases everything."""
+        if cti > self._cti:
+            self._cti = cti
+        limit = self._cti if release_upto is None else min(self._cti, release_upto)
+        heap = self._heap
+        out: list[Event] = []
+        if limit >= CTI_INFINITY:
+            while heap:
+                out.append(heapq.heappop(heap)[-1])
+            return out
+        while heap and heap[0][0] < limit:
+            out.append(heapq.heappop(heap)[-1])
+        return out
+
+    def snapshot(self) -> bytes:
+        """Compact state: the CTI and the buffered events as plain tuples (heap order)."""
+        return pickle.dumps((self._cti, [_event_tuple(e[-1]) for e in self._heap]), protocol=5)
+
+    @classmethod
+    def restore(cls, policy: ViolationPolicy | str, data: bytes,
+                handles_adjust: bool = False) -> "ReorderBuffer":
+        buf = cls(policy, handles_adjust)
+        cti, events = pickle.loads(data)
+        buf._cti = cti
+        buf._heap = [_heap_entry(Event(*t), i) for i, t in enumerate(events)]
+        heapq.heapify(buf._heap)
+        buf._seq = len(events)
+        return buf
+
+
+# ---------------------------------------------------------------------------------------------
+# Combining CTIs: joins, unions, import
+# ---------------------------------------------------------------------------------------------
+
+
+def merge_ctis(ctis: Mapping[str, int]) -> int:
+    """The CTI of a join or union of the given inputs: the *older* (minimum) of their CTIs —
+    the result is final only where every input is. No inputs: :data:`CTI_NONE`."""
+    return min(ctis.values(), default=CTI_NONE)
+
+
+def imported_cti(stream: str, settings: Mapping[str, AdvanceTimeSettings],
+                 own_ctis: Mapping[str, int]) -> int:
+    """The effective CTI of ``stream``: its own CTI (generated or enqueued), raised to the
+    effective CTI of the stream it imports from (``import_from``, followed transitively).
+
+    A stream that imports treats its own events behind the imported CTI as violations: its
+    ``policy`` applies — DROP sends them to ``late``; ADJUST lets an edge or interval that
+    still reaches past the CTI take effect from the CTI on (plus a late record for the cut
+    share). That is what makes a silent reference stream advance with the fast stream."""
+    seen: list[str] = []
+    best = CTI_NONE
+    current: str | None = stream
+    while current is not None:
+        if current in seen:
+            raise ConfigError(
+                f"import_from forms a cycle: {' -> '.join(seen + [current])}; "
+                "at least one stream must generate its own CTIs"
+            )
+        if current not in settings:
+            raise ConfigError(
+                f"stream {seen[-1]!r} imports CTIs from unknown stream {current!r}; "
+                f"import_from must be one of {sorted(settings)}"
+            )
+        seen.append(current)
+        best = max(best, own_ctis.get(current, CTI_NONE))
+        current = settings[current].import_from
+    return best
+
+
+def effective_ctis(settings: Mapping[str, AdvanceTimeSettings],
+                   own_ctis: Mapping[str, int]) -> dict[str, int]:
+    """:func:`imported_cti` for every stream."""
+    return {s: imported_cti(s, settings, own_ctis) for s in settings}
+
+
+# ---------------------------------------------------------------------------------------------
+# The time layer: all input streams of one job
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CtiStep:
+    """One advance of the merged CTI: the events it released (application-time order across
+    streams) and, when the driver feeds an operator, that operator's outputs."""
+
+    cti: int
+    released: tuple[Event, ...] = ()
+    outputs: tuple["Output", ...] = ()
+
+
+@dataclass(slots=True)
+class TimeLayerRun:
+    """What :meth:`TimeLayer.run` produced."""
+
+    steps: list[CtiStep]
+    late: list["Output"]
+
+    @property
+    def released(self) -> list[Event]:
+        return [e for s in self.steps for e in s.released]
+
+    @property
+    def outputs(self) -> list["Output"]:
+        return [o for s in self.steps for o in s.outputs]
+
+    @property
+    def ctis(self) -> list[int]:
+        return [s.cti for s in self.steps]
+
+
+def _merge_key(e: Event, rank: int) -> tuple:
+    return (e.sync_time, rank, e.partition, e.offset, e.key, e.start, e.end)
+
+
+class TimeLayer:
+    """Per input stream a :class:`ReorderBuffer` with the stream's policy and, if it has a
+    ``frequency``, a :class:`CtiGenerator`; CTIs combine by :func:`imported_cti` per stream and
+    :func:`merge_ctis` across streams.
+
+    Use: ``offer`` each arriving event (returns late records; a generated CTI becomes
+    *pending*), ``enqueue_cti`` explicit CTIs (pending too), ``step()`` to apply the pending
+    CTIs and release, ``flush()`` at the end of input. Events are checked against their
+    stream's *effective* CTI as of the last ``step`` and released at the *merged* CTI, in
+    application-time order across streams (ties at equal sync time: streams in the order of
+    ``settings``, then partition, then offset).
+
+    StreamInsight applies a CTI at once (``step`` after every arrival); Spark applies the
+    watermark at micro-batch boundaries (``step`` once per batch). For events that arrive
+    within the delay the released sequence is the same either way."""
+
+    def __init__(self, settings: Mapping[str, AdvanceTimeSettings],
+                 handles_adjust: bool = False) -> None:
+        if not settings:
+            raise ConfigError("TimeLayer needs at least one input stream's AdvanceTimeSettings")
+        self.settings: dict[str, AdvanceTimeSettings] = dict(settings)
+        self.handles_adjust = handles_adjust
+        for name in self.settings:
+            imported_cti(name, self.settings, {})  # validates import_from (unknown, cycles)
+        self._rank = {name: i for i, name in enumerate(self.settings)}
+        self._buffers = {n: ReorderBuffer(s.policy, handles_adjust) for n, s in self.settings.items()}
+        self._generators = {
+            n: CtiGenerator(s) for n, s in self.settings.items() if s.frequency is not None
+        }
+        self._own = {n: CTI_NONE for n in self.settings}  # applied
+        self._pending: dict[str, int] = {}  # generated/enqueued, not yet applied
+        self._effective = {n: CTI_NONE for n in self.settings}
+        self._merged = CTI_NONE
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return tuple(self.settings)
+
+    def cti(self, stream: str | None = None) -> int:
+        """The effective CTI of ``stream``, or the merged CTI of the layer."""
+        return self._merged if stream is None else self._effective[self._check(stream)]
+
+    def buffered(self) -> int:
+        """Number of events held back (state size)."""
+        return sum(len(b) for b in self._buffers.values())
+
+    def _check(self, stream: str) -> str:
+        if stream not in self.settings:
+            raise ConfigError(
+                f"event or CTI for unknown stream {stream!r}; configured input streams are "
+                f"{sorted(self.settings)} (Event.stream must name one of them)"
+            )
+        return stream
+
+    def _propose(self, stream: str, cti: int) -> None:
+        if cti > max(self._own[stream], self._pending.get(stream, CTI_NONE)):
+            self._pending[stream] = cti
+
+    def offer(self, event: Event) -> list["Output"]:
+        """Check ``event`` against its stream's effective CTI, buffer it or report it late;
+        then count it for CTI generation (a generated CTI is pending until ``step``)."""
+        stream = self._check(event.stream)
+        late = self._buffers[stream].offer(event)
+        gen = self._generators.get(stream)
+        if gen is not None:
+            cti = gen.observe(event)
+            if cti is not None:
+                self._propose(stream, cti)
+        return late
+
+    def enqueue_cti(self, cti: Cti) -> None:
+        """An explicit CTI for one stream (pending until ``step``; a non-advancing one is
+        ignored)."""
+        self._propose(self._check(cti.stream), cti.time)
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def step(self) -> CtiStep:
+        """Apply the pending CTIs and release what the merged CTI has passed."""
+        for stream, cti in self._pending.items():
+            self._own[stream] = max(self._own[stream], cti)
+        self._pending.clear()
+        self._effective = effective_ctis(self.settings, self._own)
+        self._merged = max(self._merged, merge_ctis(self._effective))
+        runs = []
+        for stream, buf in self._buffers.items():
+            released = buf.advance(self._effective[stream], release_upto=self._merged)
+            if released:
+                rank = self._rank[stream]
+                runs.append([(_merge_key(e, rank), e) for e in released])
+        if len(runs) == 1:
+            merged = tuple(e for _, e in runs[0])
+        else:
+            merged = tuple(e for _, e in heapq.merge(*runs, key=lambda pair: pair[0]))
+        return CtiStep(self._merged, merged)
+
+    def flush(self) -> CtiStep:
+        """End of input: :data:`CTI_INFINITY` for every stream with ``flush_at_end``, then
+        ``step``."""
+        for name, s in self.settings.items():
+            if s.flush_at_end:
+                gen = self._generators.get(name)
+                if gen is not None:
+                    gen.flush()
+                self._propose(name, CTI_INFINITY)
+        return self.step()
+
+    def run(self, arrivals: Iterable[Event | Cti], cuts: Sequence[int] | None = None,
+            operator: "Operator | None" = None, flush: bool = True) -> TimeLayerRun:
+        """Pure driver: feed ``arrivals`` (events and explicit CTIs, in arrival order).
+
+        ``cuts=None``: every CTI takes effect right after the arrival that produced it
+        (StreamInsight). Otherwise ``cuts`` are the arrival indices at which a new micro-batch
+        begins, and the CTIs of a batch take effect at its end (Spark). With ``flush`` the
+        input ends with :meth:`flush`. With an ``operator``, each step's released events go to
+        ``operator.process`` and the new CTI to ``operator.advance_to``; their outputs are in
+        the step. Steps that do not advance the merged CTI are left out."""
+        if operator is not None and operator.handles_adjust != self.handles_adjust:
+            for buf in self._buffers.values():
+                buf.handles_adjust = operator.handles_adjust
+            self.handles_adjust = operator.handles_adjust
+        cut_set = set(cuts) if cuts is not None else None
+        steps: list[CtiStep] = []
+        late: list[Output] = []
+
+        def take(step: CtiStep) -> None:
+            if steps and step.cti == steps[-1].cti and not step.released:
+                return
+            if not steps and step.cti == CTI_NONE and not step.released:
+                return
+            if operator is not None:
+                outs: list[Output] = []
+                for e in step.released:
+                    outs.extend(operator.process(e))
+                outs.extend(operator.advance_to(step.cti))
+                step = CtiStep(step.cti, step.released, tuple(outs))
+            steps.append(step)
+
+        for i, item in enumerate(arrivals):
+            if cut_set is not None and i in cut_set and self.has_pending:
+                take(self.step())
+            if isinstance(item, Cti):
+                self.enqueue_cti(item)
+            else:
+                late.extend(self.offer(item))
+            if cut_set is None and self.has_pending:
+                take(self.step())
+        if self.has_pending:
+            take(self.step())
+        if flush:
+            take(self.flush())
+        return TimeLayerRun(steps, late)
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps(
+            (
+                {n: b.snapshot() for n, b in self._buffers.items()},
+                {n: g.snapshot() for n, g in self._generators.items()},
+                self._own,
+                self._pending,
+                self._merged,
+            ),
+            protocol=5,
+        )
+
+    @classmethod
+    def restore(cls, settings: Mapping[str, AdvanceTimeSettings], data: bytes,
+                handles_adjust: bool = False) -> "TimeLayer":
+        layer = cls(settings, handles_adjust)
+        buffers, generators, own, pending, merged = pickle.loads(data)
+        layer._buffers = {
+            n: ReorderBuffer.restore(layer.settings[n].policy, b, handles_adjust)
+            for n, b in buffers.items()
+        }
+        layer._generators = {
+            n: CtiGenerator.restore(layer.settings[n], g) for n, g in generators.items()
+        }
+        layer._own = own
+        layer._pending = pending
+        layer._effective = effective_ctis(layer.settings, own)
+        layer._merged = merged
+        return layer

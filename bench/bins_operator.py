@@ -1,0 +1,146 @@
+"""Throughput of the proration binner alone (no Spark, no Kafka, no decoding).
+
+Workload: network flows of ``keys`` hosts, flow starts spread evenly over application time
+(``events_per_second`` flows per second of application time, all keys), each flow lasting
+a uniform random time in ``[0, max_span_bins · bin_size]`` (so it touches 1 to
+``max_span_bins + 1`` bins), with measures ``bytes`` and ``packets``. Events are created up
+front and fed in application-time order; a CTI follows every ``cti_every`` events, then a
+final CTI at +∞. Timed: ``process``/``process_many`` plus ``advance_to`` (building every
+output record), i.e. prorated events per second of the operator itself. The pre-built
+input is frozen out of the cyclic garbage collector (``gc.freeze``): a streaming job never
+holds a million events at once, and scanning them would be charged to the operator.
+
+Run ``python -m bench.bins_operator`` for the table; timing targets live here, never in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+from typing import Any
+
+from operators.bins import BinSettings, Binner
+from operators.time import CTI_INFINITY, Event, ViolationPolicy
+
+MEASURES = ("bytes", "packets")
+
+
+def make_events(events: int, bin_size: int, keys: int, max_span_bins: float,
+                events_per_second: float, seed: int) -> list[Event]:
+    """Flows in application-time order (start, partition, offset)."""
+    rng = random.Random(seed)
+    step_ms = 1000.0 / events_per_second
+    longest = int(max_span_bins * bin_size)
+    names = [f"host-{i:05d}" for i in range(keys)]
+    out = []
+    for i in range(events):
+        start = int(i * step_ms)
+        packets = rng.randint(1, 2000)
+        out.append(Event(
+            key=names[rng.randrange(keys)],
+            start=start,
+            end=start + rng.randint(0, longest),
+            fields={"bytes": packets * rng.randint(40, 1500), "packets": packets},
+            partition=0,
+            offset=i,
+            stream="flows",
+        ))
+    return out
+
+
+def run(events: int = 1_000_000, bin_size: int = 60_000, keys: int = 1_000, cti_every: int = 10_000,
+        max_span_bins: float = 5, outputs: frozenset[str] = frozenset({"incremental", "updated", "final"}),
+        batched: bool = True, events_per_second: float = 1_000.0, seed: int = 1,
+        flows: list[Event] | None = None) -> dict[str, Any]:
+    """Feed the workload through one binner; return throughput and conservation figures."""
+    if flows is None:
+        flows = make_events(events, bin_size, keys, max_span_bins, events_per_second, seed)
+    binner = Binner(BinSettings("flows", bin_size, measures=MEASURES, outputs=outputs,
+                                policy=ViolationPolicy.ADJUST))
+    counts = {"bin_incremental": 0, "bin_updated": 0, "bin_final": 0, "late": 0}
+    final_sums = dict.fromkeys(MEASURES, 0.0)
+
+    def consume(results: list) -> None:
+        for o in results:
+            counts[o.role] += 1
+            if o.role == "bin_final":
+                for m, v in o.record["measures"].items():
+                    final_sums[m] += v
+
+    gc.collect()
+    gc.freeze()
+    t0 = time.perf_counter()
+    for lo in range(0, len(flows), cti_every):
+        chunk = flows[lo: lo + cti_every]
+        if batched:
+            consume(binner.process_many(chunk))
+        else:
+            for ev in chunk:
+                consume(binner.process(ev))
+        cti = flows[lo + cti_every].start if lo + cti_every < len(flows) else chunk[-1].start + 1
+        consume(binner.advance_to(cti))
+    t_stream = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    snap = binner.snapshot()
+    t_snapshot = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    Binner.restore(binner.settings, snap)
+    t_restore = time.perf_counter() - t2
+    open_bins = binner.open_bins
+    consume(binner.advance_to(CTI_INFINITY))
+    elapsed = time.perf_counter() - t0 - t_snapshot - t_restore
+    gc.unfreeze()
+    input_sums = {m: float(sum(ev.fields[m] for ev in flows)) for m in MEASURES}
+    return {
+        "events": len(flows),
+        "keys": keys,
+        "bin_size": bin_size,
+        "max_span_bins": max_span_bins,
+        "outputs": ",".join(sorted(outputs)),
+        "path": "process_many" if batched else "process",
+        "seconds": elapsed,
+        "events_per_s": len(flows) / elapsed,
+        "records": counts,
+        "records_per_event": sum(counts.values()) / len(flows),
+        "open_bins_before_flush": open_bins,
+        "snapshot_bytes": len(snap),
+        "snapshot_ms": t_snapshot * 1e3,
+        "restore_ms": t_restore * 1e3,
+        "stream_seconds": t_stream,
+        "input_sums": input_sums,
+        "final_sums": final_sums,
+        "max_relative_error": max(abs(final_sums[m] - input_sums[m]) / max(abs(input_sums[m]), 1.0)
+                                  for m in MEASURES),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=1_000)
+    parser.add_argument("--bin-size", type=int, default=60_000)
+    parser.add_argument("--cti-every", type=int, default=10_000)
+    args = parser.parse_args()
+    all3 = frozenset({"incremental", "updated", "final"})
+    cases = [
+        ("flows 0–5 bins, all outputs, process_many", dict(max_span_bins=5, outputs=all3, batched=True)),
+        ("flows 0–5 bins, all outputs, process", dict(max_span_bins=5, outputs=all3, batched=False)),
+        ("flows 0–5 bins, final only, process_many", dict(max_span_bins=5, outputs=frozenset({"final"}), batched=True)),
+        ("flows 0–1 bin, all outputs, process_many", dict(max_span_bins=1, outputs=all3, batched=True)),
+        ("flows 0–0.1 bin, all outputs, process_many", dict(max_span_bins=0.1, outputs=all3, batched=True)),
+    ]
+    print(f"{args.events:,} events, {args.keys:,} keys, bin {args.bin_size:,} ms, CTI every {args.cti_every:,} events")
+    print(f"{'case':<44} {'events/s':>12} {'records/event':>14} {'snapshot':>22} {'rel.err':>9}")
+    for label, kw in cases:
+        flows = make_events(args.events, args.bin_size, args.keys, kw["max_span_bins"], 1_000.0, 1)
+        r = run(events=args.events, bin_size=args.bin_size, keys=args.keys, cti_every=args.cti_every,
+                flows=flows, **kw)
+        snap = f"{r['snapshot_bytes'] / 1024:,.0f} KiB {r['snapshot_ms']:.1f}/{r['restore_ms']:.1f} ms"
+        print(f"{label:<44} {r['events_per_s']:>12,.0f} {r['records_per_event']:>14.2f} {snap:>22} "
+              f"{r['max_relative_error']:>9.1e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Kafka clients (confluent-kafka) configured from one place: admin, producer, consumer.
+
+``client_config`` is the pass-through of librdkafka settings from the job configuration
+(``kafka.client``), so SASL/TLS work without code changes. tansu quirks handled here:
+JoinGroup is slow (we ``assign()`` partitions instead of subscribing), and the reported high
+watermark lags the last producer batch (see :func:`true_end_offset`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from operators.errors import StackError
+
+_TOPIC_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def check_topic_name(name: str, field: str = "topic") -> str:
+    """Kafka's topic name rules: 1–249 chars of [a-zA-Z0-9._-], not '.' or '..'."""
+    if not name or len(name) > 249 or not set(name) <= _TOPIC_CHARS or name in (".", ".."):
+        raise ValueError(f"{field}: {name!r} is not a valid Kafka topic name "
+                         "(use 1–249 characters of a-z, A-Z, 0-9, '.', '_', '-')")
+    return name
+
+
+def base_config(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap, **(client or {})}
+
+
+def admin(bootstrap: str, client: dict[str, str] | None = None) -> AdminClient:
+    return AdminClient(base_config(bootstrap, client))
+
+
+def producer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Producer:
+    """An idempotent, acks=all producer (result topics never lose or reorder a record on retry)."""
+    conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "batch.num.messages": 10000,
+            "compression.type": "lz4", **base_config(bootstrap, client), **extra}
+    return Producer(conf)
+
+
+def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:
+    conf = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
+            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
+            **base_config(bootstrap, client), **extra}
+    return Consumer(conf)
+
+
+def wait_for_broker(bootstrap: str, client: dict[str, str] | None = None, timeout: float = 15.0) -> None:
+    """Fail with a clear error if no broker answers within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin(bootstrap, client).list_topics(timeout=min(3.0, max(0.5, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            last = exc
+            time.sleep(0.3)
+    raise StackError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f} s ({last}); "
+                     "start the embedded one with `ctiflow up` or fix kafka.bootstrap_servers")
+
+
+def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None = None) -> list[int]:
+    md = admin(bootstrap, client).list_topics(topic=topic, timeout=10)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "
+                         f"`ctiflow topics create {topic}` (or the job's `ctiflow run --create-topics`)")
+    return sorted(meta.partitions)
+
+
+def list_topics(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, int]:
+    md = admin(bootstrap, client).list_topics(timeout=10)
+    return {name: len(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], client: dict[str, str] | None = None) -> list[str]:
+    """Create missing topics (name → partitions). Returns the names created. tansu cannot add
+    partitions later, so the count must be right the first time."""
+    existing = list_topics(bootstrap, client)
+    wanted = [NewTopic(name, num_partitions=parts, replication_factor=1)
+              for name, parts in topics.items() if name not in existing]
+    if not wanted:
+        return []
+    client_ = admin(bootstrap, client)  # keep the handle alive until the futures resolve
+    futures = client_.create_topics(wanted, operation_timeout=10)
+    created = []
+    for name, fut in futures.items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StackError(f"could not create topic {name!r}: {exc}") from exc
+    return created
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], client: dict[str, str] | None = None) -> None:
+    names = list(names)
+    if not names:
+        return
+    client_ = admin(bootstrap, client)
+    for fut in client_.delete_topics(names, operation_timeout=10).values():
+        try:
+            fut.result()
+        except KafkaException:
+            pass  # already gone: deleting is idempotent for our callers
+
+
+def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int) -> int:
+    """The offset after the last record of a partition, probing past the reported high watermark.
+
+    tansu reports HWM = base offset of the last producer batch + 1, hiding the tail of that
+    batch. We fetch from max(HWM − 1, ``low_mark``) until end-of-partition and take the last
+    offset seen + 1 (never less than ``low_mark``, so offsets do not go backwards).
+    """
+    low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    start = max(high - 1, low_mark, low)
+    end = max(high, low_mark)
+    cons.assign([TopicPartition(topic, partition, start)])
+    try:
+        while True:
+            batch = cons.consume(num_messages=10000, timeout=2.0)
+            if not batch:
+                break
+            done = False
+            for msg in batch:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        done = True
+                        continue
+                    raise KafkaException(msg.error())
+                end = max(end, msg.offset() + 1)
+            if done:
+                break
+    finally:
+        cons.unassign()
+    return end
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: tuple | None = None
+
+
+def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
+               batch: int = 10000, raw: bool = False) -> Iterator[list]:
+    """Every record of ``topic[partition]`` with start ≤ offset < end, in lists of ≤ ``batch``
+    (confluent-kafka ``Message`` objects when ``raw``, else :class:`Message`)."""
+    if end <= start:
+        return
+    cons.assign([TopicPartition(topic, partition, start)])
+    try:
+        idle = 0
+        while True:
+            msgs = cons.consume(num_messages=batch, timeout=1.0)
+            out: list[Message] = []
+            finished = False
+            for msg in msgs:
+                err = msg.error()
+                if err:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                off = msg.offset()
+                if off >= end:
+                    finished = True
+                    break
+                if raw:
+                    out.append(msg)
+                else:
+                    ts_type, ts = msg.timestamp()
+                    out.append(Message(partition, off, msg.key(), msg.value(), ts if ts_type else None, msg.headers()))
+                if off + 1 >= end:
+                    finished = True
+                    break
+            if out:
+                idle = 0
+                yield out
+            elif not msgs:
+                idle += 1
+                if idle > 60:
+                    raise StackError(f"{topic}[{partition}]: no data for 60 s while reading offsets "
+                                     f"{start}..{end}; is the broker up and the data still there?")
+            if finished:
+                return
+    finally:
+        cons.unassign()

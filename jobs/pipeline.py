@@ -1,0 +1,190 @@
+"""Build and run a job's Spark query: sources → watermark (CTI) → adapter → Kafka sink.
+
+How StreamInsight's settings map onto Spark (also in the README):
+
+* ``delay`` → the watermark. We watermark the column ``start − delay`` with zero delay, so the
+  watermark is exactly StreamInsight's CTI ``latest start − delay`` — negative delays included.
+  The watermark column is cast back to a number before the stateful operator: that strips
+  Spark's event-time metadata, so Spark does **not** silently drop rows behind the watermark;
+  our time layer sends them to the ``late`` topic instead.
+* ``frequency`` → Spark advances the watermark once per micro-batch, so a CTI is inserted at
+  each batch boundary; ``frequency.events`` caps a batch (``maxOffsetsPerTrigger``) and
+  ``frequency.time`` is the trigger interval's floor. (Events within the delay give the same
+  results however the input is cut, so this only changes latency, never results.)
+* ``flush_at_end`` → a bounded run (``trigger: available_now`` / ``ctiflow run --until-end``):
+  the source marks the batch that reaches the end offsets and the adapter advances every key
+  group to +∞.
+* CTI import (``reference.sync: import``): only the fast stream is watermarked — Spark ignores
+  un-watermarked streams for the global watermark — so the reference stream follows the fast
+  stream's CTIs. ``sync: min`` watermarks both (Spark's ``min`` policy): the join stalls while
+  the reference stream is silent, as StreamInsight's join does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.config import JobConfig
+from jobs.runtime import Plan, plan as make_plan
+
+
+def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
+    """A Spark session configured for this machine's realities (see ENVIRONMENT.md)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if not os.environ.get("JAVA_HOME"):
+        import shutil
+
+        java = shutil.which("java")
+        if java:
+            os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+    from pyspark.sql import SparkSession
+
+    spark_cfg = cfg.spark if cfg else None
+    builder = (SparkSession.builder.appName(app)
+               .master(spark_cfg.master if spark_cfg else "local[2]")
+               .config("spark.sql.shuffle.partitions", str(spark_cfg.shuffle_partitions if spark_cfg else 2))
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.driver.memory", "2g")
+               .config("spark.sql.streaming.noDataMicroBatches.enabled", "true"))
+    for k, v in (spark_cfg.conf.items() if spark_cfg else []):
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    from jobs.sink import KafkaSink
+    from jobs.source import KafkaSource
+
+    spark.dataSource.register(KafkaSource)
+    spark.dataSource.register(KafkaSink)
+    return spark
+
+
+def source_options(cfg: JobConfig, src, flush: bool) -> dict[str, str]:
+    opts = {
+        "bootstrap": cfg.kafka.bootstrap_servers, "topic": src.topic, "schema": src.schema_name,
+        "stream": src.name, "key_field": src.key_field, "time_field": src.time_field,
+        "end_field": src.end_field or "", "shape": src.shape, "key_groups": str(cfg.spark.key_groups),
+        "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
+        "client": json.dumps(cfg.kafka.client), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
+    }
+    if cfg.kafka.schema_registry.url:
+        opts["schema_registry"] = json.dumps(cfg.kafka.schema_registry.model_dump())
+    limit = src.max_offsets_per_trigger or src.cti.frequency.events
+    if limit:
+        opts["maxOffsetsPerTrigger"] = str(limit)
+    return opts
+
+
+def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
+    """The job's streaming query (not started yet: returns the DataStreamWriter)."""
+    from pyspark.sql import functions as F
+
+    from jobs.adapter import OUTPUT_SCHEMA, OperatorProcessor
+
+    job_plan: Plan = make_plan(cfg)
+    watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
+    frames = []
+    for src in cfg.sources:
+        df = spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end)).load()
+        if src.name in watermarked:
+            # CTI = max(start) − delay: watermark (start − delay) with zero delay; then strip the
+            # watermark metadata so Spark does not drop late rows itself (see module docstring).
+            df = (df.withColumn("meta_cti", F.timestamp_millis(F.col("meta_start") - F.lit(src.cti.delay)))
+                  .withWatermark("meta_cti", "0 seconds")
+                  .withColumn("meta_cti", F.col("meta_cti").cast("long")))
+        else:
+            df = df.withColumn("meta_cti", F.lit(None).cast("long"))
+        frames.append(df)
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other, allowMissingColumns=True)
+    processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
+                                  cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
+                                  {s.name: s.topic for s in cfg.sources})
+    out = df.groupBy("meta_group").transformWithState(processor, OUTPUT_SCHEMA, "Append", "EventTime")
+    writer = (out.writeStream.format("ctiflow_kafka_sink")
+              .option("bootstrap", cfg.kafka.bootstrap_servers)
+              .option("client", json.dumps(cfg.kafka.client))
+              .option("checkpointLocation", cfg.checkpoint_dir)
+              .queryName(cfg.job.replace("-", "_").replace(".", "_")))
+    if progress_file:
+        writer = writer.option("progress", progress_file)
+    if until_end or cfg.spark.trigger == "available_now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        from jobs.config import duration_ms
+
+        writer = writer.trigger(processingTime=f"{duration_ms(cfg.spark.trigger)} milliseconds")
+    return writer
+
+
+@dataclass
+class RunSummary:
+    batches: int
+    input_rows: int
+    seconds: float
+    counters: dict
+    watermark: str | None
+
+
+def progress_path(cfg: JobConfig) -> Path:
+    path = Path(cfg.checkpoint_dir).parent / f"{cfg.job}.progress.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_counters(path: Path) -> dict:
+    totals: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            for k, v in rec.items():
+                if k not in ("batch", "time"):
+                    totals[k] = totals.get(k, 0) + v
+    return totals
+
+
+def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None) -> RunSummary:
+    """Run the job. ``until_end``: a bounded run that drains and flushes, then returns."""
+    from jobs.kafka import create_topics, wait_for_broker
+
+    wait_for_broker(cfg.kafka.bootstrap_servers, cfg.kafka.client)
+    for src in cfg.sources:
+        from jobs.kafka import topic_partitions
+
+        topic_partitions(cfg.kafka.bootstrap_servers, src.topic, cfg.kafka.client)  # clear error if missing
+    create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
+                  cfg.kafka.client)
+    spark = spark or spark_session(cfg)
+    prog = progress_path(cfg)
+    query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
+    started = time.monotonic()
+    seen = -1
+    try:
+        while query.isActive:
+            query.awaitTermination(1.0)
+            last = query.lastProgress
+            if last and last["batchId"] != seen and on_progress:
+                seen = last["batchId"]
+                on_progress(last, read_counters(prog))
+            if timeout and time.monotonic() - started > timeout:
+                break
+        if query.exception():
+            raise query.exception()
+    finally:
+        if query.isActive:
+            query.stop()
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    last = query.lastProgress or {}
+    return RunSummary(len({p["batchId"] for p in query.recentProgress}), rows, time.monotonic() - started,
+                      read_counters(prog), (last.get("eventTime") or {}).get("watermark"))

@@ -1,0 +1,243 @@
+"""What one key group runs, independent of Spark: time layer → [reference join] → operators.
+
+The Spark adapter (:mod:`jobs.adapter`) restores a :class:`GroupRuntime` from the state store,
+feeds it a micro-batch's rows, advances it to the watermark (the CTI), snapshots it back and
+encodes its outputs. Keeping this pure lets the tests drive exactly what runs in Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
+from operators.errors import ConfigError
+from operators.operator import Output
+from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, ReorderBuffer,
+                            REASON_ADJUSTED, TimeLayer, ViolationPolicy)
+
+
+class Passthrough:
+    """Identity operator: every released event comes out unchanged (in application-time order)."""
+
+    handles_adjust = False
+
+    def __init__(self, settings: Any = None):
+        self.settings = settings
+
+    def process(self, event: Event) -> list[Output]:
+        return [Output("passthrough", event.fields)]
+
+    def advance_to(self, cti: int) -> list[Output]:
+        return []
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    @classmethod
+    def restore(cls, settings: Any, data: bytes) -> "Passthrough":
+        return cls(settings)
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """A configured operator: how to build/restore it and where each output role goes."""
+
+    name: str
+    cls: type
+    settings: Any
+    topics: dict[str, str]  # role → topic
+
+    def build(self, data: bytes | None = None):
+        return self.cls(self.settings) if data is None else self.cls.restore(self.settings, data)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a group needs, derived once from the job configuration (picklable)."""
+
+    streams: dict[str, AdvanceTimeSettings]
+    fast: str
+    reference: Any  # ReferenceJoinSettings | None
+    operators: tuple[OperatorSpec, ...]
+    late_topic: str
+    dead_letter_topic: str
+    enriched_topic: str | None = None
+    fields: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stream → record fields
+
+    @property
+    def handles_adjust(self) -> bool:
+        return all(getattr(op.cls, "handles_adjust", False) for op in self.operators)
+
+
+def _time_settings(src) -> AdvanceTimeSettings:
+    # In Spark the CTIs come from the watermark (jobs.adapter), so no generation here.
+    return AdvanceTimeSettings(delay=src.cti.delay, frequency=None, flush_at_end=src.cti.flush_at_end,
+                               policy=ViolationPolicy(src.cti.policy))
+
+
+def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
+    """The pure operator behind one configured operator."""
+    if isinstance(op, CountOp):
+        from operators.count import CountOperator, CountSettings
+
+        kind, size = ("events", op.window.events) if op.window.events else ("time", op.window.time)
+        settings = CountSettings(name=op.name, window_kind=kind, window=size, epsilon=op.epsilon,
+                                 per_key=op.per_key, predicate=op.predicate, value_field=op.value_field,
+                                 emit=op.emit)
+        return OperatorSpec(op.name, CountOperator, settings, {"count": op.output})
+    if isinstance(op, BinsOp):
+        from operators.bins import Binner, BinSettings
+
+        fast = cfg.source(cfg.reference.fast) if cfg.reference else cfg.sources[0]
+        settings = BinSettings(name=op.name, bin_size=op.bin_size, origin=op.origin, measures=tuple(op.measures),
+                               outputs=frozenset(op.outputs), policy=ViolationPolicy(fast.cti.policy))
+        return OperatorSpec(op.name, Binner, settings, {f"bin_{k}": t for k, t in op.outputs.items()})
+    if isinstance(op, MatchOp):
+        from operators.cep.operator import MatchOperator, MatchSettings
+
+        settings = MatchSettings(pattern=op.pattern, name=op.name, emit_timed_out=op.timed_out is not None)
+        settings.pattern_object()  # compile now: a bad pattern fails before Spark starts
+        topics = {"match": op.output}
+        if op.timed_out:
+            topics["timed_out"] = op.timed_out
+        return OperatorSpec(op.name, MatchOperator, settings, topics)
+    if isinstance(op, PassthroughOp):
+        return OperatorSpec(op.name, Passthrough, None, {"passthrough": op.output})
+    raise ConfigError(f"operator {op!r} has no implementation")
+
+
+def plan(cfg: JobConfig) -> Plan:
+    streams = {s.name: _time_settings(s) for s in cfg.sources}
+    reference = None
+    fast = cfg.sources[0].name
+    if cfg.reference is not None:
+        from operators.reference import ReferenceJoinSettings
+
+        fast = cfg.reference.fast
+        reference = ReferenceJoinSettings(fast_stream=fast, reference_stream=cfg.reference.source,
+                                          missing=cfg.reference.missing, sync=cfg.reference.sync)
+        streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
+    from jobs.serde import default_store
+
+    fields = {s.name: tuple(f["name"] for f in json.loads(default_store().get(s.schema_name).text)["fields"])
+              for s in cfg.sources}
+    return Plan(streams=streams, fast=fast, reference=reference,
+                operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
+                late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
+                enriched_topic=cfg.reference.output if cfg.reference else None, fields=fields)
+
+
+@dataclass
+class Counters:
+    """Input = released + late + dead-letter (+ still buffered): the balance the job reports."""
+
+    received: int = 0
+    released: int = 0
+    late: int = 0
+    dead_letter: int = 0
+    outputs: int = 0
+
+    def add(self, other: "Counters") -> None:
+        for k in vars(self):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+class GroupRuntime:
+    """The state of one key group: a time layer, an optional reference join and the operators."""
+
+    def __init__(self, plan: Plan, data: bytes | None = None):
+        self.plan = plan
+        self.counters = Counters()
+        if data is None:
+            self.layer = TimeLayer(plan.streams, handles_adjust=plan.handles_adjust)
+            self.join = self._new_join()
+            self.enriched = ReorderBuffer(ViolationPolicy.DROP) if plan.reference else None
+            self.ops = [spec.build() for spec in plan.operators]
+        else:
+            layer, join, enriched, ops = pickle.loads(data)
+            self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
+            self.join = None if join is None else type(self._new_join()).restore(plan.reference, join)
+            self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
+            self.ops = [spec.build(blob) for spec, blob in zip(plan.operators, ops)]
+
+    def _new_join(self):
+        if self.plan.reference is None:
+            return None
+        from operators.reference import ReferenceJoin
+
+        return ReferenceJoin(self.plan.reference)
+
+    @property
+    def cti(self) -> int:
+        return self.layer.cti()
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
+                             None if self.enriched is None else self.enriched.snapshot(),
+                             [op.snapshot() for op in self.ops]), protocol=5)
+
+    # -- feeding ---------------------------------------------------------------------
+    def offer(self, event: Event) -> list[tuple[str, Output]]:
+        """An arriving event: buffered until the CTI passes it, or reported late now."""
+        self.counters.received += 1
+        late = self.layer.offer(event)
+        # An ADJUSTed event is still processed (its late record reports the dropped part).
+        self.counters.late += sum(1 for o in late if o.record["reason"] != REASON_ADJUSTED)
+        return [(self.plan.late_topic, o) for o in late]
+
+    def dead_letter(self) -> None:
+        self.counters.received += 1
+        self.counters.dead_letter += 1
+
+    def advance(self, cti: int) -> list[tuple[str, Output]]:
+        """Apply a CTI (the watermark; :data:`CTI_INFINITY` flushes): release events in
+        application-time order into the operators, then advance them."""
+        out: list[tuple[str, Output]] = []
+        if cti <= CTI_NONE:
+            return out
+        for stream in self.layer.streams:
+            self.layer.enqueue_cti(Cti(cti, stream))
+        if not self.layer.has_pending:
+            return out
+        step = self.layer.step()
+        self.counters.released += sum(1 for e in step.released if e.stream == self.plan.fast)
+        if self.join is None:
+            self._feed(step.released, step.cti, out)
+            return out
+        joined: list[Event] = []
+        for e in step.released:
+            self._route_join(self.join.process(e), joined, out)
+        self._route_join(self.join.advance_to(step.cti), joined, out)
+        for e in joined:
+            self.enriched.offer(e)
+        released = self.enriched.advance(CTI_INFINITY if step.cti >= CTI_INFINITY else self.join.output_cti)
+        self._feed(released, step.cti, out)
+        return out
+
+    def _route_join(self, outputs: list[Output], joined: list[Event], out: list) -> None:
+        from operators.reference import enriched_event
+
+        for o in outputs:
+            if o.role == "enriched":
+                joined.append(enriched_event(o, stream=self.plan.fast))
+                if self.plan.enriched_topic:
+                    out.append((self.plan.enriched_topic, o))
+            else:
+                out.append((self.plan.late_topic if o.role == "late" else self.plan.dead_letter_topic, o))
+
+    def _feed(self, events, cti: int, out: list) -> None:
+        for spec, op in zip(self.plan.operators, self.ops):
+            topics = spec.topics
+            for e in events:
+                for o in op.process(e):
+                    out.append((topics.get(o.role, self.plan.late_topic), o))
+            for o in op.advance_to(cti):
+                out.append((topics.get(o.role, self.plan.late_topic), o))
+        self.counters.outputs += len(out)
+
+    def has_pending(self) -> bool:
+        """Anything a later CTI could still turn into output (then a timer keeps it moving)."""
+        return True

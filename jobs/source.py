@@ -1,0 +1,305 @@
+"""Kafka source for Spark: a PySpark 4 Python Data Source (streaming reader) over confluent-kafka.
+
+Spark's own Kafka connector needs jars from Maven Central; this one needs only pip. Contract,
+in PySpark's terms:
+
+* driver: ``initialOffset`` / ``latestOffset`` / ``partitions`` plan per-partition offset
+  ranges (the offsets are ``{"<partition>": next_offset}``); ``maxOffsetsPerTrigger`` caps a
+  micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
+  partition is probed past tansu's lagging high watermark (:func:`jobs.kafka.true_end_offset`),
+  and offsets never go backwards.
+* executors: ``read`` fetches one range, decodes Avro in-process (fastavro) and yields Arrow
+  record batches with the record's fields as typed columns plus ``meta_``-prefixed metadata.
+  A record that cannot be decoded or validated is *not* dropped: it comes out with ``meta_error``
+  set and its original bytes in ``meta_raw`` so the job writes it to the dead-letter topic.
+* everything here is picklable and imported by module path: the project must be installed
+  (the bootstrap does ``pip install -e .``) so workers can import it.
+
+When a bounded run reaches its end offsets, the partition with the lowest index also emits
+one ``meta_flush`` row per key group: the operator adapter turns it into the final CTI (+∞).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+META_FIELDS = [
+    ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
+    ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
+    ("meta_error", pa.string()), ("meta_raw", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_flush", pa.bool_()),
+]
+#: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
+MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
+EDGE_END = 2**62  # operators.time.CTI_INFINITY; duplicated to keep executors' imports light
+
+
+def key_group(key: str, groups: int) -> int:
+    """Stable across processes (unlike ``hash``): all keys of a group share one state blob."""
+    return zlib.crc32(key.encode()) % groups
+
+
+def _arrow_type(avro: Any) -> pa.DataType:
+    if isinstance(avro, list):
+        non_null = [t for t in avro if t != "null"]
+        return _arrow_type(non_null[0]) if len(non_null) == 1 else pa.string()
+    if isinstance(avro, dict):
+        logical = avro.get("type")
+        if logical in ("record", "array", "map", "enum", "fixed"):
+            return pa.string() if logical != "fixed" else pa.binary()
+        return _arrow_type(logical)
+    return {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
+            "float": pa.float32(), "boolean": pa.bool_(), "bytes": pa.binary()}.get(avro, pa.string())
+
+
+def arrow_schema(avro_schema: dict) -> pa.Schema:
+    """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata."""
+    fields = [pa.field(f["name"], _arrow_type(f["type"])) for f in avro_schema["fields"]]
+    return pa.schema(fields + [pa.field(n, t) for n, t in META_FIELDS])
+
+
+def nested_fields(avro_schema: dict) -> list[str]:
+    """Fields whose values are records/arrays/maps: they travel as JSON strings."""
+    return [f["name"] for f in avro_schema["fields"] if _arrow_type(f["type"]) == pa.string()
+            and _complex(f["type"])]
+
+
+def _complex(avro: Any) -> bool:
+    if isinstance(avro, list):
+        return any(_complex(t) for t in avro)
+    return isinstance(avro, dict) and avro.get("type") in ("record", "array", "map")
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    names = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int", pa.float64(): "double",
+             pa.float32(): "float", pa.bool_(): "boolean", pa.binary(): "binary"}
+    return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("ctiflow_kafka")`` with options:
+
+    bootstrap, topic, schema (name in schemas/), stream (source name), key_field, time_field,
+    end_field, shape, key_groups, startingOffsets, maxOffsetsPerTrigger, measures (JSON list),
+    client (JSON librdkafka settings), schema_registry (JSON {url, config}).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "ctiflow_kafka"
+
+    def _avro(self) -> dict:
+        import json as _json
+
+        from jobs.serde import default_store
+
+        return _json.loads(default_store().get(self.options["schema"]).text)
+
+    def schema(self) -> str:
+        return spark_ddl(arrow_schema(self._avro()))
+
+    def streamReader(self, schema) -> "KafkaStreamReader":
+        return KafkaStreamReader({k.lower(): v for k, v in self.options.items()}, arrow_schema(self._avro()))
+
+
+class OffsetRange(InputPartition):
+    def __init__(self, partition: int, start: int, end: int, flush: bool):
+        self.partition, self.start, self.end, self.flush = partition, start, end, flush
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str], schema: pa.Schema):
+        self.options = options
+        self.arrow = schema
+        self.topic = options["topic"]
+        self.client = json.loads(options.get("client", "{}"))
+        self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
+        self.target: dict[str, int] | None = None
+        self._consumer = None
+        self._partitions: list[int] | None = None
+
+    # -- driver side -------------------------------------------------------------------
+    def _cons(self):
+        if self._consumer is None:
+            from jobs.kafka import consumer
+
+            self._consumer = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-planner"})
+        return self._consumer
+
+    def _parts(self) -> list[int]:
+        if self._partitions is None:
+            from jobs.kafka import topic_partitions
+
+            self._partitions = topic_partitions(self.options["bootstrap"], self.topic, self.client)
+        return self._partitions
+
+    def _ends(self, floor: dict[str, int]) -> dict[str, int]:
+        from jobs.kafka import true_end_offset
+
+        return {str(p): true_end_offset(self._cons(), self.topic, p, floor.get(str(p), 0)) for p in self._parts()}
+
+    def initialOffset(self) -> dict:
+        how = self.options.get("startingoffsets", "earliest")
+        if how == "earliest":
+            from confluent_kafka import TopicPartition
+
+            return {str(p): self._cons().get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[0]
+                    for p in self._parts()}
+        if how == "latest":
+            return self._ends({})
+        given = json.loads(how).get(self.topic, {})
+        return {str(p): int(given.get(str(p), 0)) for p in self._parts()}
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._ends({})
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        ends = self._ends(start)
+        if self.target is not None:
+            ends = {p: max(min(e, self.target.get(p, e)), start.get(p, 0)) for p, e in ends.items()}
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if budget is None:
+            return ends
+        # Spread the budget over partitions in a fixed order: deterministic batch cuts.
+        out = dict(start)
+        backlog = {p: max(0, e - start.get(p, 0)) for p, e in ends.items()}
+        while budget > 0 and any(backlog.values()):
+            share = max(1, budget // max(1, sum(1 for v in backlog.values() if v)))
+            for p in sorted(backlog, key=int):
+                take = min(share, backlog[p], budget)
+                out[p] = out.get(p, 0) + take
+                backlog[p] -= take
+                budget -= take
+        return out
+
+    def partitions(self, start: dict, end: dict):
+        final = self.target is not None and all(end.get(p, 0) >= e for p, e in self.target.items())
+        parts = [OffsetRange(int(p), start.get(p, 0), e, False) for p, e in sorted(end.items(), key=lambda x: int(x[0]))
+                 if e > start.get(p, 0)]
+        flush = final and self.options.get("flush_at_end", "true") == "true"
+        if flush:
+            if parts:
+                first = parts[0]
+                parts[0] = OffsetRange(first.partition, first.start, first.end, True)
+            else:
+                parts = [OffsetRange(int(min(end, key=int)), 0, 0, True)]
+        return parts
+
+    def reportLatestOffset(self):
+        return None
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side -----------------------------------------------------------------
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        from jobs.kafka import consumer, read_range
+
+        decoder = RecordDecoder(self.options, self.arrow)
+        if partition.end > partition.start:
+            cons = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-source"})
+            try:
+                for msgs in read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True):
+                    yield decoder.batch(msgs)
+            finally:
+                cons.close()
+        if partition.flush:
+            yield decoder.flush_rows(int(self.options.get("key_groups", "1")))
+
+
+class RecordDecoder:
+    """Avro bytes → typed columns, with validation; failures become ``_error`` rows."""
+
+    def __init__(self, options: dict[str, str], arrow: pa.Schema):
+        from jobs.serde import AvroDeserializer, registry_client
+
+        reg = json.loads(options.get("schema_registry", "{}"))
+        registry = registry_client(reg["url"], reg.get("config")) if reg.get("url") else None
+        self.decode = AvroDeserializer(options["schema"], registry=registry)
+        self.arrow = arrow
+        self.nested_fields = nested_fields(self.decode.reader.parsed)
+        self.stream = options.get("stream", options["topic"])
+        self.key_field = options["key_field"]
+        self.time_field = options["time_field"]
+        self.end_field = options.get("end_field") or None
+        self.shape = options.get("shape", "point")
+        self.groups = int(options.get("key_groups", "1"))
+        self.measures = json.loads(options.get("measures", "[]"))
+
+    def _validate(self, rec: dict) -> tuple[str, int, int]:
+        key = rec.get(self.key_field)
+        if key is None or key == "":
+            raise ValueError(f"missing key field {self.key_field!r}")
+        start = rec.get(self.time_field)
+        if start is None:
+            raise ValueError(f"missing event time {self.time_field!r}")
+        if not isinstance(start, int) or not MIN_TIME <= start < MAX_TIME:
+            raise ValueError(f"absurd event time {self.time_field}={start!r} (expected ms since 1970, before 2500)")
+        end = start
+        if self.shape == "interval":
+            end = rec.get(self.end_field)
+            if end is None:
+                raise ValueError(f"missing end time {self.end_field!r}")
+            if not isinstance(end, int) or not MIN_TIME <= end < MAX_TIME:
+                raise ValueError(f"absurd end time {self.end_field}={end!r}")
+            if end < start:
+                raise ValueError(f"end < start ({self.end_field}={end} < {self.time_field}={start})")
+        elif self.shape == "edge":
+            end = EDGE_END
+        for m in self.measures:
+            v = rec.get(m)
+            if v is None or (isinstance(v, float) and not math.isfinite(v)):
+                raise ValueError(f"measure {m!r} is {v!r}; measures must be finite numbers")
+        return str(key), start, end
+
+    def batch(self, msgs) -> pa.RecordBatch:
+        """Kafka messages (confluent-kafka ``Message`` objects) → one Arrow record batch."""
+        rows = []
+        append, decode, validate = rows.append, self.decode, self._validate
+        stream, groups, nested = self.stream, self.groups, self.nested_fields
+        for m in msgs:
+            value = m.value()
+            rec = None
+            try:
+                rec = decode(value)
+                key, start, end = validate(rec)
+            except Exception as exc:  # noqa: BLE001 - every failure is routed to dead-letter with its reason
+                part = m.partition()
+                append({"meta_stream": stream, "meta_group": part % groups, "meta_partition": part,
+                        "meta_offset": m.offset(), "meta_kafka_ts": m.timestamp()[1],
+                        "meta_error": f"{'validate' if rec is not None else 'decode'}: {exc}",
+                        "meta_raw": value, "meta_raw_key": m.key(), "meta_flush": False})
+                continue
+            for f in nested:
+                if not isinstance(rec.get(f), (str, type(None))):
+                    rec[f] = json.dumps(rec[f], default=str)
+            rec["meta_stream"] = stream
+            rec["meta_key"] = key
+            rec["meta_start"] = start
+            rec["meta_end"] = end
+            rec["meta_group"] = zlib.crc32(key.encode()) % groups
+            rec["meta_partition"] = m.partition()
+            rec["meta_offset"] = m.offset()
+            rec["meta_kafka_ts"] = m.timestamp()[1]
+            rec["meta_flush"] = False
+            append(rec)
+        return pa.RecordBatch.from_pylist(rows, schema=self.arrow)
+
+    def flush_rows(self, groups: int) -> pa.RecordBatch:
+        cols: dict[str, list] = {n: [None] * groups for n in self.arrow.names}
+        cols["meta_stream"] = [self.stream] * groups
+        cols["meta_group"] = list(range(groups))
+        cols["meta_flush"] = [True] * groups
+        return pa.RecordBatch.from_pydict(cols, schema=self.arrow)

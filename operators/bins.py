@@ -1,0 +1,819 @@
+"""Proration of interval events into fixed time bins (seeds/spark-pr-2633-event-proration.txt).
+
+Bins of size ``B`` from an ``origin``: bin ``k`` covers the half-open interval
+``(k·B + origin, (k+1)·B + origin]`` (the PR's convention: "binStart is not inclusive").
+An event with start ``s`` and end ``e > s`` contributes to every bin it overlaps with
+fraction ``(min(e, bin_end) − max(s, bin_start)) / (e − s)``; an event with ``e == s``
+contributes fraction 1 to the one bin with ``bin_start < s ≤ bin_end``. The fractions of an
+event sum to 1, so measures are conserved: Σ final bins + Σ late shares = Σ events.
+
+The :class:`Binner` turns a stream of such events into three result streams (PR cases 1–3):
+
+* ``bin_incremental`` — at each CTI, per touched bin, the contribution of the events
+  processed since the previous CTI (downstream adds them up);
+* ``bin_updated`` — at each CTI, per touched bin, the cumulative value and a revision
+  number 1, 2, … (downstream overwrites);
+* ``bin_final`` — each bin exactly once, when the CTI has passed its end.
+
+**When is a bin final?** A CTI ``c`` promises that no later event starts before ``c``. An
+interval event starting at ``c`` does not touch a bin ending at ``c`` (it covers ``(c, e]``),
+but a *zero-length* event at ``s == c`` does: it belongs to the bin ``(c − B, c]``. So a bin
+is final when ``bin_end < cti``, not ``≤``; a CTI exactly on a bin edge finalises that bin at
+the next CTI. ``CTI_INFINITY`` finalises every bin.
+
+**Determinism.** Every contribution is added to its bin's cumulative sums one at a time, in
+processing order (application-time order, as the reorder buffer delivers it). For events
+that arrive within the delay, that order — hence every cumulative and final value, bit for
+bit — does not depend on arrival order, on how events are cut into CTI steps, on
+``process`` vs ``process_many``, nor on snapshots in between.
+
+**Late events.** With ``ViolationPolicy.ADJUST`` the time layer moves the start of an
+interval event that reaches past the CTI to the CTI and keeps the real start in
+``original_start``. The binner prorates over the *original* lifetime, applies the shares of
+bins still open and returns the share of already-final bins as one ``late`` record
+(:func:`late_share` builds it). ``Binner.handles_adjust`` is therefore True.
+
+Hot path: ``process`` only validates the event and appends its columns to a buffer; the
+buffer is prorated in bulk with numpy (per-bin state lives in preallocated arrays, one slot
+per open (key, bin)), so there is no per-event or per-bin object allocation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import struct
+from dataclasses import dataclass, replace
+from operator import itemgetter
+from typing import Any, Iterable, NamedTuple
+
+import numpy as np
+
+from operators.errors import ConfigError
+from operators.operator import Output
+from operators.time import (
+    CTI_INFINITY,
+    CTI_NONE,
+    REASON_BEFORE_CTI,
+    REASON_DROPPED,
+    Event,
+    ViolationPolicy,
+    late_record,
+)
+
+__all__ = [
+    "OUTPUT_KINDS",
+    "REASON_FINAL_BINS",
+    "BinShare",
+    "BinSettings",
+    "Binner",
+    "prorate",
+    "late_share",
+]
+
+#: The selectable result streams; the role of a record is ``"bin_" + kind``.
+OUTPUT_KINDS = frozenset({"incremental", "updated", "final"})
+
+#: Largest accepted |origin|: keeps every bin index of an in-range time inside int64.
+_MAX_ORIGIN = 2**61
+#: Times within ±2**52 keep every bin edge and every event length ≤ 2**53, where int→float
+#: is exact; numpy then computes the very same fractions as Python's exact ``int / int``.
+_FAST_LIMIT = 2**52
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+#: Buffered events are prorated once this many are waiting (bounds memory between CTIs).
+_FLUSH_AT = 1 << 16
+#: The key table is renumbered when it holds more keys than this and than twice the open bins.
+_FORGET_KEYS_ABOVE = 1024
+#: At most this many (event, bin) contributions are materialised at once (~100 bytes each).
+_MAX_CONTRIBUTIONS = 1 << 20
+
+_SNAPSHOT_MAGIC = b"CTIFLOW-BINS\x01"
+
+#: Reason of the late record of an ADJUSTed event: its share of bins already emitted final.
+REASON_FINAL_BINS = "adjust: share of final bins"
+
+
+class BinShare(NamedTuple):
+    """One event's share of one bin ``(bin_start, bin_end]``."""
+
+    bin_start: int
+    bin_end: int
+    fraction: float
+
+
+def _bin_range(start: int, end: int, bin_size: int, origin: int) -> tuple[int, int]:
+    """Indices of the first and last bin an event touches (the PR's ``filter``).
+
+    A bin ``(b, b + B]`` is touched by an interval ``(s, e]`` when ``s < b + B`` and ``e > b``;
+    by a zero-length event when ``b < s ≤ b + B``.
+    """
+    if end == start:
+        k = (start - origin - 1) // bin_size
+        return k, k
+    return (start - origin) // bin_size, (end - origin - 1) // bin_size
+
+
+def prorate(start: int, end: int, bin_size: int, origin: int = 0) -> list[BinShare]:
+    """The bins an event touches and its fraction of each, in bin order.
+
+    Each fraction is computed exactly as the formula says — ``(min(e, bin_end) −
+    max(s, bin_start)) / (e − s)``, a correctly rounded quotient of two integers — so the
+    fractions sum to 1 up to rounding (≈ n·2⁻⁵³ for n bins). Raises ``ValueError`` when
+    ``end < start`` (the job dead-letters such an event) or ``bin_size < 1``.
+    """
+    if not isinstance(bin_size, int) or bin_size < 1:
+        raise ValueError(f"bin_size must be a positive integer (ms), got {bin_size!r}")
+    if end < start:
+        raise ValueError(f"event ends before it starts: start={start}, end={end}")
+    k0, k1 = _bin_range(start, end, bin_size, origin)
+    length = end - start
+    if length == 0:
+        bin_start = k0 * bin_size + origin
+        return [BinShare(bin_start, bin_start + bin_size, 1.0)]
+    shares = []
+    for k in range(k0, k1 + 1):
+        bin_start = k * bin_size + origin
+        bin_end = bin_start + bin_size
+        shares.append(BinShare(bin_start, bin_end, (min(end, bin_end) - max(start, bin_start)) / length))
+    return shares
+
+
+def _check_choice(name: str, value: Any, valid: Iterable[str]) -> None:
+    valid = sorted(valid)
+    if value not in valid:
+        raise ConfigError(f'Invalid "{name}" value: {value!r}. Valid choices are: {", ".join(valid)}.')
+
+
+@dataclass(frozen=True)
+class BinSettings:
+    """What a binner computes: bins of ``bin_size`` ms from ``origin``, summing ``measures``.
+
+    ``measures`` are numeric record fields (``Event.fields``); ``outputs`` selects the
+    result streams among ``incremental``, ``updated``, ``final``; ``policy`` is the
+    stream's violation policy (decides what a late event contributes). An event touching
+    more than ``max_bins_per_event`` bins is rejected (``ValueError`` → dead-letter) instead
+    of exhausting memory.
+    """
+
+    name: str
+    bin_size: int
+    origin: int = 0
+    measures: tuple[str, ...] = ()
+    outputs: frozenset[str] = OUTPUT_KINDS
+    policy: ViolationPolicy = ViolationPolicy.DROP
+    max_bins_per_event: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f'Invalid "name" value: {self.name!r}. Give the binner a non-empty name.')
+        for fname, value, low, high in (
+            ("bin_size", self.bin_size, 1, 2**62),
+            ("origin", self.origin, -_MAX_ORIGIN, _MAX_ORIGIN),
+            ("max_bins_per_event", self.max_bins_per_event, 1, 2**62),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigError(
+                    f'Invalid "{fname}" value: {value!r}. Use an integer (ms) in [{low}, {high}].'
+                )
+        measures = (self.measures,) if isinstance(self.measures, str) else tuple(self.measures)
+        for m in measures:
+            if not isinstance(m, str) or not m:
+                raise ConfigError(f'Invalid "measures" entry: {m!r}. Name a numeric record field.')
+        if len(set(measures)) != len(measures):
+            raise ConfigError(f'Invalid "measures" value: {list(measures)}. Each field may appear once.')
+        object.__setattr__(self, "measures", measures)
+        outputs = frozenset((self.outputs,) if isinstance(self.outputs, str) else self.outputs)
+        if not outputs:
+            raise ConfigError('Invalid "outputs" value: empty. Choose at least one of: final, incremental, updated.')
+        for kind in outputs:
+            _check_choice("outputs", kind, OUTPUT_KINDS)
+        object.__setattr__(self, "outputs", outputs)
+        if not isinstance(self.policy, ViolationPolicy):
+            _check_choice("policy", self.policy, [p.value for p in ViolationPolicy])
+            object.__setattr__(self, "policy", ViolationPolicy(self.policy))
+
+
+def _measure_values(event: Event, measures: tuple[str, ...]) -> list[Any]:
+    """The event's measure values, checked: present, real numbers (bools count as 0/1), finite."""
+    fields = event.fields
+    try:
+        values = [fields[m] for m in measures]
+    except (KeyError, TypeError):
+        missing = [m for m in measures if not isinstance(fields, dict) or m not in fields]
+        raise ValueError(
+            f"event of key {event.key!r} (partition {event.partition}, offset {event.offset}) "
+            f"lacks measure field(s) {missing}"
+        ) from None
+    for m, v in zip(measures, values):
+        if not isinstance(v, numbers.Real):
+            raise ValueError(f"measure {m!r} of key {event.key!r} is not a number: {v!r}")
+        try:
+            if not math.isfinite(float(v)):
+                raise OverflowError
+        except OverflowError:
+            raise ValueError(f"measure {m!r} of key {event.key!r} is not a finite number: {v!r}") from None
+    return values
+
+
+def _check_times(event: Event, settings: BinSettings) -> None:
+    start, end = event.start, event.end
+    real = start if event.original_start is None else event.original_start
+    if end < real or end < start:
+        raise ValueError(f"event of key {event.key!r} ends before it starts: start={real}, end={end}")
+    if real <= CTI_NONE or end >= CTI_INFINITY:
+        raise ValueError(
+            f"event of key {event.key!r} has times outside ({CTI_NONE}, {CTI_INFINITY}): "
+            f"start={real}, end={end}; open-ended (edge) events cannot be prorated"
+        )
+    k0, k1 = _bin_range(real, end, settings.bin_size, settings.origin)
+    if k1 - k0 >= settings.max_bins_per_event:
+        raise ValueError(
+            f"event of key {event.key!r} spans {k1 - k0 + 1} bins of {settings.bin_size} ms, "
+            f"more than max_bins_per_event={settings.max_bins_per_event}"
+        )
+
+
+def _last_final_bin(cti: int, settings: BinSettings) -> int:
+    """Index of the newest bin that is final at ``cti`` (``bin_end < cti``)."""
+    if cti >= CTI_INFINITY:
+        return _INT64_MAX
+    return (cti - settings.origin - 1) // settings.bin_size - 1
+
+
+def _split(event: Event, cti: int, settings: BinSettings, values: list[Any]) -> tuple[dict | None, int | None]:
+    """Split an event that may be late at ``cti`` into its late record and the first bin still applied.
+
+    Returns ``(late record or None, index of the first bin to apply or None)``; None as the
+    second item means nothing of the event is applied. The late record is the time layer's
+    (:func:`operators.time.late_record`, the event as it arrived) plus ``fraction`` and
+    ``measures``: the dropped share.
+    """
+    real = event.start if event.original_start is None else event.original_start
+    end = event.end
+    applied_from: int | None = None
+    if real >= cti:
+        return None, _bin_range(real, end, settings.bin_size, settings.origin)[0]
+    if settings.policy is ViolationPolicy.DROP:
+        reason = REASON_DROPPED
+    elif end <= cti:
+        reason = REASON_BEFORE_CTI
+    else:
+        reason = REASON_FINAL_BINS
+        applied_from = _last_final_bin(cti, settings) + 1
+    if applied_from is None:
+        fraction = 1.0
+        measures = {m: float(v) for m, v in zip(settings.measures, values)}
+    else:
+        fraction = 0.0
+        sums = [0.0] * len(values)
+        first = _bin_range(real, end, settings.bin_size, settings.origin)[0]
+        if first >= applied_from:
+            return None, applied_from
+        for k, share in enumerate(prorate(real, end, settings.bin_size, settings.origin), start=first):
+            if k >= applied_from:
+                break
+            fraction += share.fraction
+            for i, v in enumerate(values):
+                sums[i] += v * share.fraction
+        measures = dict(zip(settings.measures, sums))
+    arrived = event if event.original_start is None else replace(event, start=real, original_start=None)
+    record = late_record(arrived, cti, reason, settings.policy).record
+    record["fraction"] = fraction
+    record["measures"] = measures
+    return record, applied_from
+
+
+def late_share(event: Event, cti: int, settings: BinSettings) -> dict[str, Any] | None:
+    """The ``late`` record for the part of ``event`` the policy keeps out of the bins at ``cti``.
+
+    ``None`` when nothing is dropped (the event is not late, or — with ADJUST — it touches
+    no final bin). DROP, or an ADJUST event wholly before the CTI (``end <= cti``): the whole
+    event, fraction 1. ADJUST, event reaching past the CTI: prorated over its *original*
+    lifetime (``original_start`` if set), the shares of the bins with ``bin_end < cti``.
+
+    The record is :func:`operators.time.late_record`'s (``stream, key, start, end, cti,
+    reason, policy, partition, offset, fields_json``; ``start`` is the original start) plus
+    ``fraction`` (the dropped share of the event) and ``measures`` (the dropped measure
+    values). :class:`Binner` returns it for an ADJUSTed event; for DROP it describes what the
+    time layer drops (the time layer's own record has no ``fraction``/``measures``).
+    """
+    _check_times(event, settings)
+    return _split(event, cti, settings, _measure_values(event, settings.measures))[0]
+
+
+def _expand(s: np.ndarray, e: np.ndarray, k0: np.ndarray, nb: np.ndarray, bin_size: int,
+            origin: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`prorate` of many events at once: (row, bin index, fraction) per contribution.
+
+    Rows in order, bins ascending within a row. Only for times within ±2**52: then every
+    operand of the division is an exactly representable integer, and the quotient is the
+    same correctly rounded double as Python's ``int / int`` in :func:`prorate`.
+    """
+    n = len(s)
+    total = int(nb.sum())
+    if total == n:
+        return np.arange(n), k0, np.ones(n)
+    rows = np.repeat(np.arange(n), nb)
+    first = np.cumsum(nb) - nb
+    k = k0[rows] + (np.arange(total) - first[rows])
+    bin_start = k * bin_size + origin
+    sr, er = s[rows], e[rows]
+    num = np.minimum(er, bin_start + bin_size) - np.maximum(sr, bin_start)
+    den = er - sr
+    single = den == 0
+    if single.any():
+        num[single] = 1
+        den[single] = 1
+    return rows, k, num / den
+
+
+def _measure_dicts(names: tuple[str, ...], columns: np.ndarray) -> list[dict[str, float]]:
+    """One ``{measure: value}`` dict per column of an (m × n) array, built without per-row zips."""
+    cols = columns.tolist()
+    if len(names) == 2:
+        a, b = names
+        return [{a: x, b: y} for x, y in zip(*cols)]
+    if len(names) == 1:
+        (a,) = names
+        return [{a: x} for x in cols[0]]
+    if not names:
+        return [{} for _ in range(columns.shape[1])]
+    return [dict(zip(names, row)) for row in zip(*cols)]
+
+
+class Binner:
+    """Prorates the events of many keys into bins; implements :class:`operators.operator.Operator`.
+
+    State: one *slot* per open (key, bin) in column arrays — cumulative and incremental
+    measure sums, fraction sums and event counts, revision — plus a dict (key id, bin
+    index) → slot. Slots of final bins are recycled. A revision is counted for each CTI at
+    which the bin was touched; the final record carries the last revision.
+    """
+
+    handles_adjust = True
+
+    def __init__(self, settings: BinSettings) -> None:
+        if not isinstance(settings, BinSettings):
+            raise ConfigError(f"Binner needs BinSettings, got {type(settings).__name__}")
+        self.settings = settings
+        self._m = len(settings.measures)
+        self._incremental = "incremental" in settings.outputs
+        self._updated = "updated" in settings.outputs
+        self._final = "final" in settings.outputs
+        #: events at least this long may exceed max_bins_per_event and get the exact check
+        self._span_check = settings.bin_size * (settings.max_bins_per_event - 1)
+        self._getter = itemgetter(*settings.measures) if settings.measures else None
+        self._cti = CTI_NONE
+        self._keys: list[str] = []
+        self._key_ids: dict[str, int] = {}
+        self._slot_of: dict[tuple[int, int], int] = {}
+        self._free: list[int] = []
+        self._hi = 0
+        self._alloc(64)
+        self._clear_buffer()
+
+    # ---- state arrays -------------------------------------------------------------
+
+    def _alloc(self, cap: int) -> None:
+        m = self._m
+        self._cap = cap
+        self._kid = np.zeros(cap, np.int64)
+        self._k = np.zeros(cap, np.int64)
+        self._live = np.zeros(cap, np.bool_)
+        self._touched = np.zeros(cap, np.bool_)
+        self._rev = np.zeros(cap, np.int64)
+        self._cev = np.zeros(cap, np.int64)
+        self._iev = np.zeros(cap, np.int64)
+        self._cfrac = np.zeros(cap, np.float64)
+        self._ifrac = np.zeros(cap, np.float64)
+        self._cum = np.zeros((m, cap), np.float64)
+        self._inc = np.zeros((m, cap), np.float64)
+
+    def _grow(self, need: int) -> None:
+        cap = self._cap
+        while cap < need:
+            cap *= 2
+        old = (self._kid, self._k, self._live, self._touched, self._rev, self._cev, self._iev,
+               self._cfrac, self._ifrac, self._cum, self._inc)
+        self._alloc(cap)
+        new = (self._kid, self._k, self._live, self._touched, self._rev, self._cev, self._iev,
+               self._cfrac, self._ifrac, self._cum, self._inc)
+        for a, b in zip(old, new):
+            b[..., : a.shape[-1]] = a
+
+    def _clear_buffer(self) -> None:
+        self._b_start: list[int] = []
+        self._b_end: list[int] = []
+        self._b_kid: list[int] = []
+        self._b_val: list[Any] = []
+        self._b_cut: dict[int, int] = {}
+
+    def _key_id(self, key: str) -> int:
+        kid = self._key_ids.get(key)
+        if kid is None:
+            kid = self._key_ids[key] = len(self._keys)
+            self._keys.append(key)
+        return kid
+
+    @property
+    def cti(self) -> int:
+        """The last CTI this binner was advanced to."""
+        return self._cti
+
+    @property
+    def open_bins(self) -> int:
+        """Number of (key, bin) pairs holding state (not yet final)."""
+        self._flush()
+        return len(self._slot_of)
+
+    # ---- events ---------------------------------------------------------------------
+
+    def process(self, event: Event) -> list[Output]:
+        """Take one event the CTI has passed. Returns a ``late`` output for an ADJUSTed or late
+        event that touches final bins, else nothing (bins are emitted by :meth:`advance_to`).
+
+        Raises ``ValueError`` (→ dead-letter) for ``end < start``, a missing or non-numeric
+        measure, open-ended or absurd times; the binner's state is then unchanged.
+        """
+        return self.process_many((event,))
+
+    def process_many(self, events: Iterable[Event]) -> list[Output]:
+        """``process`` for a sequence of events: the same as calling it for each, in order.
+
+        The common case — an on-time event with finite numeric measures — costs a few
+        attribute reads and list appends; everything else takes the exact slow path.
+        """
+        out: list[Output] = []
+        m = self._m
+        getter = self._getter
+        span_check = self._span_check
+        key_ids = self._key_ids
+        b_start, b_end, b_kid, b_val = self._b_start, self._b_end, self._b_kid, self._b_val
+        for event in events:
+            s = event.start
+            e = event.end
+            if (event.original_start is None and s >= self._cti
+                    and _FAST_LIMIT >= e >= s >= -_FAST_LIMIT and e - s < span_check):
+                try:
+                    if m > 1:
+                        values = getter(event.fields)
+                    elif m:
+                        values = (getter(event.fields),)
+                    else:
+                        values = ()
+                    total = 0.0 + sum(values)
+                    if total - total != 0.0:
+                        values = _measure_values(event, self.settings.measures)
+                except (KeyError, TypeError, OverflowError):
+                    values = _measure_values(event, self.settings.measures)
+                kid = key_ids.get(event.key)
+                if kid is None:
+                    kid = self._key_id(event.key)
+                b_start.append(s)
+                b_end.append(e)
+                b_kid.append(kid)
+                b_val.extend(values)
+                if len(b_start) < _FLUSH_AT:
+                    continue
+            else:
+                out.extend(self._process_slow(event))
+            if len(self._b_start) >= _FLUSH_AT:
+                self._flush()
+            b_start, b_end, b_kid, b_val = self._b_start, self._b_end, self._b_kid, self._b_val
+        return out
+
+    def _process_slow(self, event: Event) -> list[Output]:
+        settings = self.settings
+        _check_times(event, settings)
+        values = _measure_values(event, settings.measures)
+        record, applied_from = _split(event, self._cti, settings, values)
+        if applied_from is not None:
+            real = event.start if event.original_start is None else event.original_start
+            if _bin_range(real, event.end, settings.bin_size, settings.origin)[1] >= applied_from:
+                kid = self._key_id(event.key)
+                row = len(self._b_start)
+                self._b_start.append(real)
+                self._b_end.append(event.end)
+                self._b_kid.append(kid)
+                self._b_val.extend(values)
+                self._b_cut[row] = applied_from
+        return [] if record is None else [Output("late", record)]
+
+    # ---- proration in bulk ----------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Prorate the buffered events and add every contribution to its bin.
+
+        Cumulative sums (measures, fraction) are added one contribution at a time in
+        processing order (``np.add.at`` is unbuffered and sequential), which makes them
+        independent of where the buffer was cut. Incremental sums and event counts are
+        summed per bin first (``bincount``); counts are exact anyway. At most
+        ``_MAX_CONTRIBUTIONS`` (event, bin) pairs are materialised at a time.
+        """
+        if not self._b_start:
+            return
+        starts, ends, kids_l, vals_l, cut = self._b_start, self._b_end, self._b_kid, self._b_val, self._b_cut
+        self._clear_buffer()
+        n, m = len(starts), self._m
+        kid = np.array(kids_l, np.int64)
+        values = np.array(vals_l, np.float64).reshape(n, m)
+        lowest = None
+        if cut:
+            lowest = np.full(n, _INT64_MIN, np.int64)
+            lowest[list(cut)] = list(cut.values())
+        B, o = self.settings.bin_size, self.settings.origin
+        if (-_FAST_LIMIT <= min(starts) and max(ends) <= _FAST_LIMIT
+                and B <= _FAST_LIMIT and -_FAST_LIMIT <= o <= _FAST_LIMIT):
+            s = np.array(starts, np.int64)
+            e = np.array(ends, np.int64)
+            k0 = (s - o - (e == s)) // B
+            nb = (e - o - 1) // B - k0 + 1
+            ends_at = np.cumsum(nb)
+            lo = 0
+            while lo < n:
+                base = int(ends_at[lo - 1]) if lo else 0
+                hi = max(int(np.searchsorted(ends_at, base + _MAX_CONTRIBUTIONS, side="right")), lo + 1)
+                rows, k, frac = _expand(s[lo:hi], e[lo:hi], k0[lo:hi], nb[lo:hi], B, o)
+                self._apply(rows + lo, k, frac, kid, values, lowest)
+                lo = hi
+            return
+        rows_l: list[int] = []
+        k_l: list[int] = []
+        f_l: list[float] = []
+        for row, (s_, e_) in enumerate(zip(starts, ends)):
+            k0_ = _bin_range(s_, e_, B, o)[0]
+            for j, share in enumerate(prorate(s_, e_, B, o)):
+                rows_l.append(row)
+                k_l.append(k0_ + j)
+                f_l.append(share.fraction)
+            if len(rows_l) >= _MAX_CONTRIBUTIONS or row == n - 1:
+                self._apply(np.array(rows_l, np.int64), np.array(k_l, np.int64), np.array(f_l, np.float64),
+                            kid, values, lowest)
+                rows_l, k_l, f_l = [], [], []
+
+    def _apply(self, rows: np.ndarray, k: np.ndarray, frac: np.ndarray, kid: np.ndarray,
+               values: np.ndarray, lowest: np.ndarray | None) -> None:
+        """Add contributions (buffered row, bin index, fraction), in order, to their bins' state."""
+        if lowest is not None:
+            keep = k >= lowest[rows]
+            rows, k, frac = rows[keep], k[keep], frac[keep]
+        if len(rows) == 0:
+            return
+        u_slots, inverse = self._slots(kid[rows], k)
+        slots = u_slots[inverse]
+        incremental = self._incremental
+        for j in range(self._m):
+            contrib = values[rows, j] * frac
+            np.add.at(self._cum[j], slots, contrib)
+            if incremental:
+                self._inc[j, u_slots] += np.bincount(inverse, weights=contrib, minlength=len(u_slots))
+        np.add.at(self._cfrac, slots, frac)
+        counts = np.bincount(inverse, minlength=len(u_slots))
+        self._cev[u_slots] += counts
+        if incremental:
+            self._ifrac[u_slots] += np.bincount(inverse, weights=frac, minlength=len(u_slots))
+            self._iev[u_slots] += counts
+        self._touched[u_slots] = True
+
+    def _slots(self, kid: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct state slots of the (key id, bin index) pairs, and each pair's position among them.
+
+        New pairs get a slot (recycled or appended). Pairs are coded as ``kid·span + k − kmin``;
+        when that code space is small, a dense table replaces the sort of ``np.unique``.
+        """
+        kmin = int(k.min())
+        span = int(k.max()) - kmin + 1
+        size = span * len(self._keys)
+        if size <= max(4 * len(k), 1 << 16):
+            code = kid * span + (k - kmin)
+            present = np.zeros(size, np.bool_)
+            present[code] = True
+            uniq = np.flatnonzero(present)
+            position = np.empty(size, np.int64)
+            position[uniq] = np.arange(len(uniq))
+            inverse = position[code]
+            u_kid, u_k = np.divmod(uniq, span)
+            u_k += kmin
+        elif size < 2**62:
+            code = kid * span + (k - kmin)
+            uniq, inverse = np.unique(code, return_inverse=True)
+            u_kid, u_k = np.divmod(uniq, span)
+            u_k += kmin
+        else:
+            pairs, inverse = np.unique(np.stack([kid, k], axis=1), axis=0, return_inverse=True)
+            u_kid, u_k = pairs[:, 0], pairs[:, 1]
+        inverse = inverse.reshape(-1)
+        slot_of = self._slot_of
+        u_slots = []
+        new_pairs = []
+        for pair in zip(u_kid.tolist(), u_k.tolist()):
+            slot = slot_of.get(pair)
+            if slot is None:
+                new_pairs.append(pair)
+                slot = -len(new_pairs)
+            u_slots.append(slot)
+        if new_pairs:
+            need = len(new_pairs) - len(self._free)
+            if need > 0 and self._hi + need > self._cap:
+                self._grow(self._hi + need)
+            fresh = []
+            for pair in new_pairs:
+                if self._free:
+                    slot = self._free.pop()
+                else:
+                    slot = self._hi
+                    self._hi += 1
+                slot_of[pair] = slot
+                fresh.append(slot)
+            fresh_a = np.array(fresh, np.int64)
+            self._kid[fresh_a] = [p[0] for p in new_pairs]
+            self._k[fresh_a] = [p[1] for p in new_pairs]
+            self._live[fresh_a] = True
+            u_slots = [fresh[-s - 1] if s < 0 else s for s in u_slots]
+        return np.array(u_slots, np.int64), inverse
+
+    # ---- CTIs -----------------------------------------------------------------------
+
+    def advance_to(self, cti: int) -> list[Output]:
+        """Emit the bins touched since the previous CTI and the bins that became final.
+
+        Order: the ``bin_incremental`` records, then ``bin_updated``, then ``bin_final`` (each
+        only if selected), each group sorted by key, then bin_start. ``final`` is True on the
+        incremental/updated record of a bin's last revision. Final bins leave the state.
+        """
+        if cti < self._cti:
+            raise ValueError(f"CTI went back from {self._cti} to {cti}; CTIs never decrease")
+        self._flush()
+        self._cti = cti
+        hi = self._hi
+        kfin = max(min(_last_final_bin(cti, self.settings), _INT64_MAX), _INT64_MIN)
+        touched = np.flatnonzero(self._touched[:hi])
+        final = np.flatnonzero(self._live[:hi] & (self._k[:hi] <= kfin))
+        if len(touched) == 0 and len(final) == 0:
+            return []
+        self._rev[touched] += 1
+        emit = np.union1d(touched, final)
+        kids = self._kid[emit]
+        uniq_kids, inv = np.unique(kids, return_inverse=True)
+        names = [self._keys[i] for i in uniq_kids.tolist()]
+        rank = np.empty(len(names), np.int64)
+        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        emit = emit[np.lexsort((self._k[emit], rank[inv.reshape(-1)]))]
+
+        out = self._records(emit, kfin, cti)
+
+        self._touched[touched] = False
+        if self._incremental:
+            self._inc[:, touched] = 0.0
+            self._ifrac[touched] = 0.0
+            self._iev[touched] = 0
+        if len(final):
+            slot_of = self._slot_of
+            for pair in zip(self._kid[final].tolist(), self._k[final].tolist()):
+                del slot_of[pair]
+            for arr in (self._live, self._rev, self._cev, self._cfrac):
+                arr[final] = 0
+            self._cum[:, final] = 0.0
+            self._free.extend(final.tolist())
+            if not slot_of:
+                self._free.clear()
+                self._hi = 0
+            if len(self._keys) > max(_FORGET_KEYS_ABOVE, 2 * len(slot_of)):
+                self._forget_keys()
+        return out
+
+    def _forget_keys(self) -> None:
+        """Renumber the keys that still have open bins and forget the rest (keys come and go;
+        the key table must not grow without bound). Called with an empty buffer."""
+        live = np.flatnonzero(self._live[: self._hi])
+        used, new_kid = np.unique(self._kid[live], return_inverse=True)
+        self._keys = [self._keys[i] for i in used.tolist()]
+        self._key_ids = {key: i for i, key in enumerate(self._keys)}
+        self._kid[live] = new_kid.reshape(-1)
+        self._slot_of = dict(zip(zip(self._kid[live].tolist(), self._k[live].tolist()), live.tolist()))
+
+    def _records(self, emit: np.ndarray, kfin: int, cti: int) -> list[Output]:
+        """Records of the sorted slots ``emit``: all incremental, then updated, then final."""
+        out: list[Output] = []
+        touched = self._touched[emit]
+        if self._incremental or self._updated:
+            sel = emit[touched]
+            if self._incremental:
+                out += self._build("bin_incremental", "incremental", sel, kfin, cti,
+                                   self._inc[:, sel], self._ifrac[sel], self._iev[sel])
+            if self._updated:
+                out += self._build("bin_updated", "updated", sel, kfin, cti,
+                                   self._cum[:, sel], self._cfrac[sel], self._cev[sel])
+        if self._final:
+            sel = emit[self._k[emit] <= kfin]
+            out += self._build("bin_final", "final", sel, kfin, cti,
+                               self._cum[:, sel], self._cfrac[sel], self._cev[sel])
+        return out
+
+    def _build(self, role: str, kind: str, sel: np.ndarray, kfin: int, cti: int,
+               measures: np.ndarray, fraction: np.ndarray, events: np.ndarray) -> list[Output]:
+        if len(sel) == 0:
+            return []
+        B, o, name = self.settings.bin_size, self.settings.origin, self.settings.name
+        keys = self._keys
+        k = self._k[sel]
+        if max(abs(int(k.min())), abs(int(k.max()))) * B + abs(o) < 2**62:
+            bin_starts = (k * B + o).tolist()
+        else:
+            bin_starts = [x * B + o for x in k.tolist()]
+        finals = (k <= kfin).tolist()
+        return [
+            Output(role, {
+                "binner": name, "key": keys[kid], "bin_start": bs, "bin_end": bs + B, "measures": md,
+                "fraction_sum": fr, "events": ev, "revision": rev, "final": fin, "cti": cti, "kind": kind,
+            })
+            for kid, bs, md, fr, ev, rev, fin in zip(
+                self._kid[sel].tolist(), bin_starts, _measure_dicts(self.settings.measures, measures),
+                fraction.tolist(), events.tolist(), self._rev[sel].tolist(), finals)
+        ]
+
+    # ---- snapshot -------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Compact bytes of the whole state (open bins, pending increments, CTI).
+
+        Layout: magic, 4-byte header length, JSON header (settings that give the state its
+        meaning, CTI, keys), then little-endian column arrays of the live slots.
+        """
+        self._flush()
+        live = np.flatnonzero(self._live[: self._hi])
+        kid = self._kid[live]
+        used, kid = np.unique(kid, return_inverse=True)
+        header = {
+            "bin_size": self.settings.bin_size,
+            "origin": self.settings.origin,
+            "measures": list(self.settings.measures),
+            "incremental": self._incremental,
+            "cti": self._cti,
+            "slots": len(live),
+            "keys": [self._keys[i] for i in used.tolist()],
+        }
+        head = json.dumps(header, separators=(",", ":")).encode()
+        parts = [_SNAPSHOT_MAGIC, struct.pack("<I", len(head)), head]
+        for arr in (kid.reshape(-1).astype("<i8"), self._k[live], self._rev[live], self._cev[live],
+                    self._iev[live], self._touched[live].astype(np.uint8), self._cfrac[live],
+                    self._ifrac[live], self._cum[:, live], self._inc[:, live]):
+            parts.append(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+        return b"".join(parts)
+
+    @classmethod
+    def restore(cls, settings: BinSettings, data: bytes) -> "Binner":
+        """Rebuild a binner from :meth:`snapshot` bytes; it behaves exactly as the original.
+
+        Raises ``ConfigError`` when the snapshot was written with a different bin size,
+        origin or measure list (its sums would mean something else).
+        """
+        if not data.startswith(_SNAPSHOT_MAGIC):
+            raise ValueError("not a binner snapshot (bad magic bytes)")
+        pos = len(_SNAPSHOT_MAGIC)
+        (hlen,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        header = json.loads(data[pos: pos + hlen])
+        pos += hlen
+        for fname in ("bin_size", "origin", "measures"):
+            theirs = header[fname]
+            ours = list(getattr(settings, fname)) if fname == "measures" else getattr(settings, fname)
+            if theirs != ours:
+                raise ConfigError(
+                    f'Snapshot of binner {settings.name!r} was written with "{fname}" = {theirs!r}, '
+                    f"but the settings say {ours!r}; restart from empty state or restore the old settings."
+                )
+        binner = cls(settings)
+        n, m = header["slots"], binner._m
+        binner._cti = header["cti"]
+        for key in header["keys"]:
+            binner._key_id(key)
+
+        def take(dtype: str, count: int) -> np.ndarray:
+            nonlocal pos
+            arr = np.frombuffer(data, dtype=dtype, count=count, offset=pos)
+            pos += arr.nbytes
+            return arr
+
+        if n:
+            binner._grow(n)
+        binner._hi = n
+        binner._kid[:n] = take("<i8", n)
+        binner._k[:n] = take("<i8", n)
+        binner._rev[:n] = take("<i8", n)
+        binner._cev[:n] = take("<i8", n)
+        iev = take("<i8", n)
+        binner._touched[:n] = take("u1", n).astype(bool)
+        binner._cfrac[:n] = take("<f8", n)
+        ifrac = take("<f8", n)
+        binner._cum[:, :n] = take("<f8", m * n).reshape(m, n)
+        inc = take("<f8", m * n).reshape(m, n)
+        if binner._incremental and header["incremental"]:
+            binner._iev[:n] = iev
+            binner._ifrac[:n] = ifrac
+            binner._inc[:, :n] = inc
+        binner._live[:n] = True
+        binner._slot_of = dict(zip(zip(binner._kid[:n].tolist(), binner._k[:n].tolist()), range(n)))
+        return binner

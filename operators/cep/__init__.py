@@ -1,0 +1,42 @@
+"""Complex event processing with Flink CEP's semantics, in plain Python.
+
+The split follows Flink: a :class:`Pattern` is a description; :func:`compile_pattern` turns it
+once into an :class:`NfaPlan` (states with TAKE / IGNORE / PROCEED edges); :class:`Nfa` runs the
+plan against a small serialisable :class:`NfaState` (computation states + a versioned
+:class:`SharedBuffer`). :class:`MatchOperator` applies it per key under the project's Operator
+contract; :func:`pattern_from_dict` builds patterns from job files, with conditions written in
+the safe expression language of :mod:`operators.cep.expression`.
+"""
+
+from operators.cep.compiler import NfaPlan, can_produce_empty_matches, compile_pattern
+from operators.cep.conditions import IterativeCondition, SimpleCondition
+from operators.cep.declarative import pattern_from_dict
+from operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
+from operators.cep.nfa import Nfa, NfaState
+from operators.cep.operator import MatchOperator, MatchSettings
+from operators.cep.pattern import GroupPattern, Pattern, WithinType
+from operators.cep.shared_buffer import DeweyNumber, SharedBuffer
+from operators.cep.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
+
+__all__ = [
+    "AfterMatchSkipStrategy",
+    "CompiledExpression",
+    "DeweyNumber",
+    "ExpressionError",
+    "GroupPattern",
+    "IterativeCondition",
+    "MatchOperator",
+    "MatchSettings",
+    "Nfa",
+    "NfaPlan",
+    "NfaState",
+    "Pattern",
+    "SharedBuffer",
+    "SimpleCondition",
+    "SkipStrategyError",
+    "WithinType",
+    "can_produce_empty_matches",
+    "compile_expression",
+    "compile_pattern",
+    "pattern_from_dict",
+]

@@ -1,0 +1,268 @@
+"""Patterns declared in a job file (a dict loaded from YAML) instead of Python code.
+
+    name: large-after-small
+    within_ms: 600000                 # first-and-last window (optional)
+    skip: skip_past_last_event        # or {skip_to_first: a}, {skip_to_last: a, throw_on_miss: true}
+    stages:
+      - name: small
+        where: "amount < 10"
+      - name: large
+        contiguity: followed_by       # next | followed_by | followed_by_any
+        where: "amount > 1000 and country != 'DE'"
+        or: ["flagged == true"]       # OR-ed after where
+        quantifier: {times: [1, 3]}   # one | optional | one_or_more | zero_or_more |
+                                      # {times: n} | {times: [n, m]} | {times_or_more: n}
+        window_ms: 5000               # per-loop window (previous-and-current) of a loop
+        consecutive: true             # or allow_combinations: true
+        greedy: false
+        optional: false
+      - name: refund
+        negation: not_followed_by     # not_next | not_followed_by
+        where: "kind == 'refund'"
+
+Conditions are :mod:`~operators.cep.expression` expressions over the record's fields;
+``first('small').amount``, ``count('large')``, ``avg_of('large', 'amount')`` … make a stage
+condition iterative. A stage with ``group: [stages…]`` is a group stage. ``within_ms`` /
+``within_type`` may also be given per stage. Every error is a
+:class:`~operators.errors.PatternError` that names the stage and the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from operators.cep.conditions import Condition, IterativeCondition, SimpleCondition
+from operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
+from operators.cep.pattern import Pattern, WithinType
+from operators.cep.skip_strategy import AfterMatchSkipStrategy
+from operators.errors import PatternError
+
+PATTERN_KEYS = {"name", "stages", "within_ms", "within_type", "skip"}
+STAGE_KEYS = {
+    "name", "contiguity", "negation", "where", "or", "until", "subtype", "quantifier",
+    "greedy", "consecutive", "allow_combinations", "optional", "window_ms", "within_ms",
+    "within_type", "group",
+}
+CONTIGUITY = {
+    "next": "next", "strict": "next",
+    "followed_by": "followed_by", "relaxed": "followed_by",
+    "followed_by_any": "followed_by_any", "non_deterministic_relaxed": "followed_by_any",
+}
+NEGATION = {"not_next": "not_next", "not_followed_by": "not_followed_by"}
+SKIPS = ("no_skip", "skip_to_next", "skip_past_last_event", "skip_to_first", "skip_to_last")
+
+
+def pattern_from_dict(spec: Mapping[str, Any]) -> Pattern:
+    """Build the :class:`Pattern` (its last stage) described by ``spec``."""
+    if not isinstance(spec, Mapping):
+        raise PatternError(f"a pattern must be a mapping, got {type(spec).__name__}")
+    _check_keys(spec, PATTERN_KEYS, "pattern")
+    name = spec.get("name", "pattern")
+    skip = skip_from_spec(spec.get("skip"))
+    stages = spec.get("stages")
+    pattern = _sequence(stages, skip, where=f"pattern {name!r}")
+    within = spec.get("within_ms")
+    if within is not None:
+        pattern.within(_non_negative_int(within, "pattern", "within_ms"),
+                       _within_type(spec.get("within_type"), "pattern"))
+    return pattern
+
+
+def pattern_name(spec: Mapping[str, Any], default: str = "pattern") -> str:
+    name = spec.get("name", default)
+    if not isinstance(name, str) or not name:
+        raise PatternError(f"pattern name must be a non-empty string, got {name!r}")
+    return name
+
+
+def skip_from_spec(spec: Any) -> AfterMatchSkipStrategy:
+    """``"no_skip"``, ``"skip_to_next"``, ``"skip_past_last_event"``, ``{"skip_to_first": s}``,
+    ``{"skip_to_last": s, "throw_on_miss": true}`` (``None``: no skip)."""
+    if spec is None or spec == "no_skip":
+        return AfterMatchSkipStrategy.no_skip()
+    if spec == "skip_to_next":
+        return AfterMatchSkipStrategy.skip_to_next()
+    if spec == "skip_past_last_event":
+        return AfterMatchSkipStrategy.skip_past_last_event()
+    if isinstance(spec, Mapping):
+        kinds = [k for k in ("skip_to_first", "skip_to_last") if k in spec]
+        extra = set(spec) - {"skip_to_first", "skip_to_last", "throw_on_miss"}
+        if len(kinds) == 1 and not extra:
+            stage = spec[kinds[0]]
+            strategy = getattr(AfterMatchSkipStrategy, kinds[0])(stage)
+            return strategy.throw_exception_on_miss() if spec.get("throw_on_miss") else strategy
+    raise PatternError(
+        f'invalid "skip" value: {spec!r}. Valid choices are: no_skip, skip_to_next, '
+        "skip_past_last_event, {skip_to_first: <stage>}, {skip_to_last: <stage>} "
+        "(optionally with throw_on_miss: true)."
+    )
+
+
+def _sequence(stages: Any, skip: AfterMatchSkipStrategy | None, where: str) -> Pattern:
+    if not isinstance(stages, Sequence) or isinstance(stages, (str, bytes)) or not stages:
+        raise PatternError(f"{where}: 'stages' must be a non-empty list of stages")
+    pattern: Pattern | None = None
+    for index, stage in enumerate(stages):
+        if not isinstance(stage, Mapping):
+            raise PatternError(f"{where}: stage #{index + 1} must be a mapping, got {stage!r}")
+        _check_keys(stage, STAGE_KEYS, f"stage #{index + 1}")
+        name = stage.get("name")
+        if not isinstance(name, str) or not name:
+            raise PatternError(f"{where}: stage #{index + 1} needs a non-empty 'name'")
+        label = f"stage {name!r}"
+        target: str | Pattern = name
+        if "group" in stage:
+            for key in ("where", "or", "subtype", "greedy"):
+                if key in stage:
+                    raise PatternError(f"{label}: a group stage does not take {key!r}")
+            target = _sequence(stage["group"], None, where=label)
+        negation = stage.get("negation")
+        contiguity = stage.get("contiguity")
+        if index == 0:
+            if negation is not None:
+                raise PatternError(f"{label}: the first stage cannot be negated")
+            if contiguity not in (None, "begin"):
+                raise PatternError(f"{label}: the first stage has no contiguity")
+            pattern = Pattern.begin(target, skip)
+        else:
+            assert pattern is not None
+            if negation is not None:
+                method = NEGATION.get(negation)
+                if method is None:
+                    raise PatternError(
+                        f'{label}: invalid "negation" value: {negation!r}. Valid choices are: '
+                        "not_next, not_followed_by."
+                    )
+                if not isinstance(target, str):
+                    raise PatternError(f"{label}: a group stage cannot be negated")
+                pattern = getattr(pattern, method)(target)
+            else:
+                method = CONTIGUITY.get(contiguity if contiguity is not None else "followed_by")
+                if method is None:
+                    raise PatternError(
+                        f'{label}: invalid "contiguity" value: {contiguity!r}. Valid choices '
+                        "are: next, followed_by, followed_by_any."
+                    )
+                pattern = getattr(pattern, method)(target)
+        _apply_stage_options(pattern, stage, label)
+    assert pattern is not None
+    return pattern
+
+
+def _apply_stage_options(pattern: Pattern, stage: Mapping[str, Any], label: str) -> None:
+    if "subtype" in stage:
+        subtype = stage["subtype"]
+        if not isinstance(subtype, str) or not subtype:
+            raise PatternError(f"{label}: 'subtype' must be a type name (the 'type' field)")
+        pattern.subtype(subtype)
+    if "where" in stage:
+        pattern.where(stage_condition(stage["where"], label, "where"))
+    if "or" in stage:
+        alternatives = stage["or"]
+        if isinstance(alternatives, str):
+            alternatives = [alternatives]
+        if not isinstance(alternatives, Sequence) or not alternatives:
+            raise PatternError(f"{label}: 'or' must be an expression or a list of expressions")
+        for text in alternatives:
+            pattern.or_(stage_condition(text, label, "or"))
+    window_ms = stage.get("window_ms")
+    if window_ms is not None:
+        window_ms = _non_negative_int(window_ms, label, "window_ms")
+    _apply_quantifier(pattern, stage.get("quantifier"), window_ms, label)
+    if stage.get("consecutive"):
+        pattern.consecutive()
+    if stage.get("allow_combinations"):
+        pattern.allow_combinations()
+    if stage.get("optional") and not _is_optional(pattern):
+        pattern.optional()
+    if stage.get("greedy"):
+        pattern.greedy()
+    if "until" in stage:
+        pattern.until(stage_condition(stage["until"], label, "until"))
+    within = stage.get("within_ms")
+    if within is not None:
+        pattern.within(_non_negative_int(within, label, "within_ms"),
+                       _within_type(stage.get("within_type"), label))
+    elif stage.get("within_type") is not None:
+        raise PatternError(f"{label}: 'within_type' needs 'within_ms'")
+
+
+def _apply_quantifier(pattern: Pattern, spec: Any, window_ms: int | None, label: str) -> None:
+    valid = (
+        'Valid choices are: one, optional, one_or_more, zero_or_more, {times: n}, '
+        '{times: [n, m]}, {times_or_more: n}.'
+    )
+    if spec is None or spec == "one":
+        if window_ms is not None:
+            raise PatternError(f"{label}: 'window_ms' applies to looping/times stages only")
+        return
+    if spec == "optional":
+        pattern.optional()
+        return
+    if spec in ("one_or_more", "zero_or_more"):
+        pattern.one_or_more(window_ms)
+        if spec == "zero_or_more":
+            pattern.optional()
+        return
+    if isinstance(spec, Mapping) and len(spec) == 1:
+        (kind, value), = spec.items()
+        if kind == "times":
+            if isinstance(value, int) and not isinstance(value, bool):
+                pattern.times(value, window=window_ms)
+                return
+            if (isinstance(value, Sequence) and len(value) == 2
+                    and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+                pattern.times(value[0], value[1], window_ms)
+                return
+        if kind == "times_or_more" and isinstance(value, int) and not isinstance(value, bool):
+            pattern.times_or_more(value, window_ms)
+            return
+    raise PatternError(f'{label}: invalid "quantifier" value: {spec!r}. {valid}')
+
+
+def stage_condition(text: Any, label: str, key: str) -> Condition:
+    """A stage condition from an expression (iterative if it uses first()/count()/…)."""
+    try:
+        expression: CompiledExpression = compile_expression(text, match_functions=True)
+    except ExpressionError as exc:
+        raise PatternError(f"{label}: '{key}': {exc}") from None
+    if expression.uses_match_context:
+        return IterativeCondition(lambda event, ctx: bool(expression(event, ctx)))
+    return SimpleCondition(lambda event: bool(expression(event)))
+
+
+def _is_optional(pattern: Pattern) -> bool:
+    from operators.cep.pattern import QuantifierProperty
+
+    return pattern.quantifier.has(QuantifierProperty.OPTIONAL)
+
+
+def _within_type(value: Any, label: str) -> WithinType:
+    if value is None:
+        return WithinType.FIRST_AND_LAST
+    try:
+        return WithinType(value)
+    except ValueError:
+        raise PatternError(
+            f'{label}: invalid "within_type" value: {value!r}. Valid choices are: '
+            "first_and_last, previous_and_current."
+        ) from None
+
+
+def _non_negative_int(value: Any, label: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PatternError(f"{label}: {key!r} must be a non-negative integer (ms), got {value!r}")
+    return value
+
+
+def _check_keys(spec: Mapping[str, Any], valid: set[str], label: str) -> None:
+    unknown = sorted(set(spec) - valid)
+    if unknown:
+        name = spec.get("name")
+        is_named_stage = isinstance(name, str) and label.startswith("stage")
+        where = f"stage {name!r}" if is_named_stage else label
+        raise PatternError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}. Valid keys are: "
+            f"{', '.join(sorted(valid))}."
+        )

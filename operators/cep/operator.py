@@ -1,0 +1,223 @@
+"""The match operator: a CEP pattern over the events of many keys (the Operator contract).
+
+One :class:`~operators.cep.compiler.NfaPlan` is compiled from the settings and shared; each key
+with something in flight has its own :class:`~operators.cep.nfa.NfaState`. As Flink's CEP
+operator does, every event first advances its key's time to the event's start (expiring
+windows, completing pending ``not_followed_by`` runs) and is then processed; ``advance_to(cti)``
+advances every key with state. Keys whose state is back to the initial one are dropped, so
+state size follows the partial matches in flight, not the number of keys ever seen.
+
+Records (see ``schemas/match.avsc`` and ``schemas/timed_out_match.avsc``)::
+
+    {"pattern": "...", "key": "...", "match_id": "...", "first_time": t0, "last_time": t1,
+     "stages": [{"stage": "a", "events": ["{...json of the fields...}", ...]}, ...]}
+
+plus ``"timed_out_at"`` for a timed-out partial match. ``match_id`` is
+``key:first.n-last.n:digest`` built from the buffer ids ``(time, n-th event at that time)`` of
+all matched events, so it is a function of the input alone (two matches with the same first and
+last event but different middle events get different digests).
+
+``advance_to(CTI_INFINITY)`` flushes: every window expires (timed-out records, pending
+``not_followed_by`` matches), then all state is dropped; partial matches without a window can
+never complete or time out and are dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from operators.cep.compiler import NfaPlan, can_produce_empty_matches, compile_pattern
+from operators.cep.declarative import pattern_from_dict, pattern_name
+from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
+from operators.cep.pattern import Pattern
+from operators.errors import PatternError
+from operators.operator import Output
+from operators.time import CTI_INFINITY, Event
+
+_SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MatchSettings:
+    """What the match operator needs.
+
+    ``pattern``: a :class:`Pattern` (its last stage) or a declarative dict
+    (:mod:`operators.cep.declarative`). ``name``: the pattern name in the records (default: the
+    dict's ``name``, else ``"pattern"``). ``key_field``: key by this field of the event instead
+    of ``Event.key`` (``None``). ``emit_timed_out``: report partial matches whose window
+    expired (role ``timed_out``).
+    """
+
+    pattern: Pattern | Mapping[str, Any]
+    name: str | None = None
+    key_field: str | None = None
+    emit_timed_out: bool = True
+
+    def pattern_object(self) -> Pattern:
+        """The pattern, fully validated: built (declarative form) and compiled once, so every
+        error Flink would raise at build or compile time surfaces here, before a job starts."""
+        if isinstance(self.pattern, Pattern):
+            pattern = self.pattern
+        elif isinstance(self.pattern, Mapping):
+            pattern = pattern_from_dict(self.pattern)
+        else:
+            raise PatternError(
+                "MatchSettings.pattern must be a Pattern or a mapping, got "
+                f"{type(self.pattern).__name__}"
+            )
+        compile_pattern(pattern)
+        if can_produce_empty_matches(pattern):
+            raise PatternError(
+                "the pattern can match without any event (every stage is optional); make at "
+                "least one stage mandatory"
+            )
+        return pattern
+
+    def pattern_label(self) -> str:
+        if self.name is not None:
+            return self.name
+        if isinstance(self.pattern, Mapping):
+            return pattern_name(self.pattern)
+        return "pattern"
+
+
+def fields_json(fields: Any) -> str:
+    """One matched event as the JSON string the result records carry (non-JSON values such
+    as datetimes or bytes become strings)."""
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class MatchOperator:
+    """Flink-CEP matching per key; see the module docstring for records and flushing."""
+
+    handles_adjust = False
+
+    def __init__(self, settings: MatchSettings) -> None:
+        if not isinstance(settings, MatchSettings):
+            raise PatternError(f"MatchOperator needs MatchSettings, got {type(settings).__name__}")
+        self.settings = settings
+        pattern = settings.pattern_object()
+        self.plan: NfaPlan = compile_pattern(pattern, timeout_handling=settings.emit_timed_out)
+        self.name = settings.pattern_label()
+        self._has_windows = self.plan.has_windows
+        self._nfa = Nfa(self.plan)
+        self._states: dict[str, NfaState] = {}
+
+    # -- the Operator contract -------------------------------------------------------------------
+    def process(self, event: Event) -> list[Output]:
+        key = self._key(event)
+        state = self._states.get(key)
+        if state is None:
+            state = NfaState.initial(self.plan)
+            self._states[key] = state
+        nfa = self._nfa
+        nfa.state = state
+        timestamp = event.start
+        outputs: list[Output] = []
+        if self._has_windows or state.completed_matches:
+            matches, timed_out = nfa.advance_time_with_ids(timestamp)
+            self._emit(key, matches, timed_out, outputs)
+        else:
+            state.buffer.advance_time(timestamp)
+        matches = nfa.process_with_ids(event.fields, timestamp)
+        if matches:
+            self._emit(key, matches, (), outputs)
+        return outputs
+
+    def advance_to(self, cti: int) -> list[Output]:
+        outputs: list[Output] = []
+        nfa = self._nfa
+        flush = cti >= CTI_INFINITY
+        for key in sorted(self._states):
+            state = self._states[key]
+            nfa.state = state
+            matches, timed_out = nfa.advance_time_with_ids(cti)
+            self._emit(key, matches, timed_out, outputs)
+            if flush or state.is_idle():
+                del self._states[key]
+        return outputs
+
+    def snapshot(self) -> bytes:
+        plain = {key: state.to_plain() for key, state in self._states.items()}
+        return pickle.dumps(
+            (_SNAPSHOT_VERSION, self._fingerprint(), plain), protocol=pickle.HIGHEST_PROTOCOL
+        )
+
+    @classmethod
+    def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
+        operator = cls(settings)
+        version, fingerprint, plain = pickle.loads(data)
+        if version != _SNAPSHOT_VERSION:
+            raise PatternError(f"unsupported match operator snapshot version {version}")
+        if fingerprint != operator._fingerprint():
+            raise PatternError(
+                f"the snapshot of pattern {operator.name!r} was taken with a different pattern "
+                "(its NFA states differ); start from empty state after changing a pattern"
+            )
+        operator._states = {key: NfaState.from_plain(raw) for key, raw in plain.items()}
+        return operator
+
+    def _fingerprint(self) -> tuple[object, ...]:
+        """What a snapshot's computation states depend on: the NFA's state names and types."""
+        return tuple(sorted((s.name, s.type.value) for s in self.plan.states.values()))
+
+    # -- inspection -------------------------------------------------------------------------------
+    @property
+    def keys_in_flight(self) -> int:
+        return len(self._states)
+
+    def partial_match_count(self) -> int:
+        """Partial matches in flight over all keys (start states not counted)."""
+        return sum(
+            sum(1 for cs in state.partial_matches if cs.start_event_id is not None)
+            for state in self._states.values()
+        )
+
+    def buffered_event_count(self) -> int:
+        return sum(len(state.buffer.events) for state in self._states.values())
+
+    # -- records ----------------------------------------------------------------------------------
+    def _key(self, event: Event) -> str:
+        field = self.settings.key_field
+        if field is None:
+            return event.key
+        value = event.fields.get(field) if isinstance(event.fields, Mapping) else None
+        return "" if value is None else str(value)
+
+    def _emit(
+        self,
+        key: str,
+        matches: Any,
+        timed_out: Any,
+        outputs: list[Output],
+    ) -> None:
+        match: IdentifiedMatch
+        for match in matches:
+            outputs.append(Output("match", self._record(key, match[0], match[1])))
+        timeout: IdentifiedTimeout
+        for timeout in timed_out:
+            record = self._record(key, timeout[0], timeout[1])
+            record["timed_out_at"] = timeout[2]
+            outputs.append(Output("timed_out", record))
+
+    def _record(self, key: str, events: Mapping[str, list[Any]], ids: MatchIds) -> dict[str, Any]:
+        every_id = sorted(eid for stage_ids in ids.values() for eid in stage_ids)
+        first, last = every_id[0], every_id[-1]
+        identity = repr([(stage, stage_ids) for stage, stage_ids in ids.items()])
+        digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
+        return {
+            "pattern": self.name,
+            "key": key,
+            "match_id": f"{key}:{first[0]}.{first[1]}-{last[0]}.{last[1]}:{digest}",
+            "first_time": first[0],
+            "last_time": last[0],
+            "stages": [
+                {"stage": stage, "events": [fields_json(e) for e in stage_events]}
+                for stage, stage_events in events.items()
+            ],
+        }

@@ -1,0 +1,355 @@
+"""Count operator: approximate counts (or sums) of interesting events over sliding windows.
+
+One :class:`~operators.histogram.ExponentialHistogram` per key (or one global histogram under
+key ``"*"``). A count-based window covers the key's last N events: the histogram's timestamp
+is the key's sequence number in application-time order (1, 2, …), counting uninteresting
+events too. A time-based window covers the last T ms of application time: the timestamp is
+``event.start``, and an event at t is inside the window at time τ iff t > τ − T.
+
+Emission (``CountSettings.emit``):
+
+* ``per_event`` — as the seed's operator: one count record per input event, at the event's
+  start, the event included.
+* ``per_cti`` — ``advance_to(cti)`` emits one record per key touched since the previous CTI,
+  at time τ = cti − 1: the last application time the CTI has made final (events starting at
+  ``cti`` itself may still come), so every emitted count is final. The final CTI
+  (``CTI_INFINITY``) emits the touched keys at the latest application time seen and then
+  drops all state, as nothing can follow it.
+
+An end edge (``event.edge_end``) closes an edge that was counted when it started; it is
+not counted again and yields no record.
+
+For time-based windows every CTI also expires all keys at τ and forgets keys whose window
+became empty, so the state of quiet keys does not linger. A record is a plain dict shaped like
+``schemas/count.avsc``.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from operators.errors import ConfigError, CtiflowError
+from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
+from operators.operator import Output
+from operators.time import CTI_INFINITY, Event
+
+__all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
+
+#: The key of the single histogram when ``per_key`` is False.
+GLOBAL_KEY = "*"
+WINDOW_KINDS = ("events", "time")
+EMIT_MODES = ("per_event", "per_cti")
+
+Predicate = Callable[[Mapping[str, Any]], Any]
+
+
+def _choices(field: str, value: Any, valid: tuple[str, ...]) -> ConfigError:
+    return ConfigError(f'Invalid "{field}" value: {value!r}. Valid choices are: {", ".join(valid)}.')
+
+
+@dataclass(frozen=True, slots=True)
+class CountSettings:
+    """What a count operator counts.
+
+    ``predicate`` decides which events are interesting: a callable on the record's fields, or
+    a string — an expression over the fields (``"amount > 500"``) compiled by
+    ``operators.cep.expression.compile_expression`` or, where that module is absent, the name
+    of a field whose truthiness decides — or None (every event is interesting).
+    ``value_field`` turns the count into a sum: an interesting event weighs the field's
+    non-negative integer value (null counts as 0).
+    """
+
+    name: str
+    window_kind: str
+    window: int
+    epsilon: float = 0.01
+    per_key: bool = True
+    predicate: Predicate | str | None = None
+    value_field: str | None = None
+    emit: str = "per_cti"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f'Invalid "name" value: {self.name!r}. Give the counter a non-empty name.')
+        if self.window_kind not in WINDOW_KINDS:
+            raise _choices("window_kind", self.window_kind, WINDOW_KINDS)
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0:
+            unit = "N events" if self.window_kind == "events" else "T milliseconds"
+            raise ConfigError(f'Invalid "window" value: {self.window!r}. It must be a positive integer ({unit}).')
+        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)) or not 0 < self.epsilon <= 1:
+            raise ConfigError(f'Invalid "epsilon" value: {self.epsilon!r}. It must be in (0, 1], e.g. 0.01 for 1%.')
+        if self.predicate is not None and not (callable(self.predicate) or isinstance(self.predicate, str)):
+            raise ConfigError(
+                f'Invalid "predicate" value: {self.predicate!r}. Give an expression string, a field name, '
+                "a callable on the record fields, or None (every event is interesting)."
+            )
+        if isinstance(self.predicate, str) and not self.predicate.strip():
+            raise ConfigError('Invalid "predicate" value: empty string. Give an expression or leave it unset.')
+        if self.value_field is not None and (not isinstance(self.value_field, str) or not self.value_field):
+            raise ConfigError(f'Invalid "value_field" value: {self.value_field!r}. Give a field name or None.')
+        if self.emit not in EMIT_MODES:
+            raise _choices("emit", self.emit, EMIT_MODES)
+
+
+def compile_predicate(predicate: Predicate | str | None) -> Predicate | None:
+    """The callable deciding "interesting" (None: every event is)."""
+    if predicate is None or callable(predicate):
+        return predicate
+    text = predicate.strip()
+    compile_expression = _expression_compiler()
+    if compile_expression is not None:
+        try:
+            return compile_expression(text)
+        except CtiflowError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f'Invalid "predicate" value: {text!r}: {exc}') from exc
+    if not text.isidentifier():
+        raise ConfigError(
+            f'Invalid "predicate" value: {text!r}. Expressions need operators.cep.expression, which is not '
+            "available; give a field name (its truthiness decides) or a callable."
+        )
+    return lambda fields: fields.get(text)
+
+
+def _expression_compiler() -> Callable[[str], Predicate] | None:
+    """``operators.cep.expression.compile_expression`` if that module exists, else None."""
+    try:
+        from operators.cep.expression import compile_expression
+    except ModuleNotFoundError as exc:
+        if exc.name in ("operators.cep.expression", "operators.cep"):
+            return None
+        raise
+    return compile_expression
+
+
+_STATE_MAGIC = b"CTCO"
+_STATE_VERSION = 1
+# magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, key-blob bytes
+_STATE_HEADER = struct.Struct("<4sBBqdqII")
+
+
+class CountOperator:
+    """Keyed approximate counts; implements :class:`operators.operator.Operator`.
+
+    Owns one histogram per key of its key group. ``process`` must see events in
+    application-time order (the time layer guarantees it); for count-based windows that order
+    defines the sequence numbers. A count-based key keeps its histogram for good (the last N
+    events of a key never expire by time); a time-based key is forgotten once its window is
+    empty at a CTI.
+    """
+
+    handles_adjust = False
+
+    def __init__(self, settings: CountSettings) -> None:
+        if not isinstance(settings, CountSettings):
+            raise ConfigError(f"CountOperator needs CountSettings, got {type(settings).__name__}")
+        self.settings = settings
+        self._name = settings.name
+        self._window_kind = settings.window_kind
+        self._window = settings.window
+        self._epsilon = float(settings.epsilon)
+        self._per_key = settings.per_key
+        self._predicate = compile_predicate(settings.predicate)
+        self._value_field = settings.value_field
+        self._by_time = settings.window_kind == "time"
+        self._per_event = settings.emit == "per_event"
+        self._histograms: dict[str, ExponentialHistogram] = {}
+        #: keys touched since the last CTI, in first-touch order (a dict as an ordered set)
+        self._touched: dict[str, None] = {}
+        #: latest application time the operator has reached (event starts, cti − 1)
+        self._clock = NO_TIME
+
+    # -- the Operator contract ---------------------------------------------------------------
+
+    def process(self, event: Event) -> list[Output]:
+        if event.edge_end:
+            return []  # closes an edge already counted at its start
+        key = event.key if self._per_key else GLOBAL_KEY
+        h = self._histograms.get(key)
+        if h is None:
+            h = self._histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+        weight = self._weight(event.fields)
+        start = event.start
+        if self._by_time:
+            h.update(start, weight)
+        else:
+            h.update(h.now + 1 if h.now > 0 else 1, weight)
+        if start > self._clock:
+            self._clock = start
+        if self._per_event:
+            return [Output("count", self._record(key, h, start))]
+        self._touched[key] = None
+        return []
+
+    def advance_to(self, cti: int) -> list[Output]:
+        if cti >= CTI_INFINITY:
+            out = self._emit_touched(self._clock)
+            self._histograms.clear()
+            return out
+        tau = cti - 1
+        if tau > self._clock:
+            self._clock = tau
+        out = self._emit_touched(self._clock)
+        if self._by_time:
+            clock = self._clock
+            histograms = self._histograms
+            empty = []
+            for key, h in histograms.items():
+                if clock > h.now:
+                    h.advance(clock)
+                    if not h.total:
+                        empty.append(key)
+            for key in empty:
+                del histograms[key]
+        return out
+
+    def snapshot(self) -> bytes:
+        """All keys in one buffer: header, key lengths, UTF-8 keys, then int64s (touched key
+        indices and each histogram's buckets)."""
+        keys = list(self._histograms)
+        encoded = [k.encode() for k in keys]
+        lengths = array("I", map(len, encoded))
+        blob = b"".join(encoded)
+        ints = array("q")
+        index = {k: i for i, k in enumerate(keys)} if self._touched else {}
+        ints.append(len(self._touched))
+        ints.extend(index[k] for k in self._touched)
+        for h in self._histograms.values():
+            h._dump(ints)
+        s = self.settings
+        if _BIG_ENDIAN:
+            lengths.byteswap()
+        header = _STATE_HEADER.pack(
+            _STATE_MAGIC,
+            _STATE_VERSION,
+            int(self._by_time),
+            s.window,
+            float(s.epsilon),
+            self._clock,
+            len(keys),
+            len(blob),
+        )
+        return b"".join((header, lengths.tobytes(), blob, _le(ints).tobytes()))
+
+    @classmethod
+    def restore(cls, settings: CountSettings, data: bytes) -> "CountOperator":
+        op = cls(settings)
+        if len(data) < _STATE_HEADER.size:
+            raise ValueError("not a count operator snapshot (too short)")
+        magic, version, by_time, window, epsilon, clock, nkeys, blob_len = _STATE_HEADER.unpack_from(data)
+        if magic != _STATE_MAGIC or version != _STATE_VERSION:
+            raise ValueError(f"not a count operator snapshot (magic {magic!r}, version {version})")
+        if (bool(by_time), window, epsilon) != (op._by_time, settings.window, float(settings.epsilon)):
+            kind = "time" if by_time else "events"
+            raise ConfigError(
+                f"count state of {settings.name!r} was written with window_kind={kind}, window={window}, "
+                f"epsilon={epsilon}; restore it with those settings or start from an empty checkpoint"
+            )
+        pos = _STATE_HEADER.size
+        lengths = array("I")
+        lengths.frombytes(data[pos : pos + 4 * nkeys])
+        if _BIG_ENDIAN:
+            lengths.byteswap()
+        pos += 4 * nkeys
+        raw = data[pos : pos + blob_len]
+        pos += blob_len
+        if len(lengths) != nkeys or len(raw) != blob_len or sum(lengths) != blob_len:
+            raise ValueError("count operator snapshot is truncated")
+        keys = []
+        at = 0
+        for n in lengths:
+            keys.append(raw[at : at + n].decode())
+            at += n
+        ints = _ints_from(data, pos)
+        if not ints or not 0 <= ints[0] <= nkeys:
+            raise ValueError("count operator snapshot is truncated or malformed")
+        ntouched = ints[0]
+        touched = ints[1 : 1 + ntouched]
+        i = 1 + ntouched
+        histograms = op._histograms
+        for key in keys:
+            h, i = ExponentialHistogram._load(window, epsilon, ints, i)
+            histograms[key] = h
+        if i != len(ints):
+            raise ValueError("count operator snapshot has trailing data")
+        try:
+            op._touched = {keys[t]: None for t in touched}
+        except IndexError:
+            raise ValueError("count operator snapshot names an unknown touched key") from None
+        op._clock = clock
+        return op
+
+    # -- queries (tests, tools) --------------------------------------------------------------
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._histograms)
+
+    def histogram(self, key: str) -> ExponentialHistogram | None:
+        return self._histograms.get(key)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _weight(self, fields: Mapping[str, Any]) -> int:
+        predicate = self._predicate
+        if predicate is not None and not predicate(fields):
+            return 0
+        name = self._value_field
+        if name is None:
+            return 1
+        value = fields.get(name)
+        if value is None:
+            return 0
+        if type(value) is not int:
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            elif isinstance(value, int):
+                value = int(value)
+            else:
+                raise ValueError(
+                    f"counter {self.settings.name!r}: value_field {name!r} is {value!r}; "
+                    "sums need non-negative integers"
+                )
+        if value < 0:
+            raise ValueError(
+                f"counter {self.settings.name!r}: value_field {name!r} is {value}; sums need non-negative integers"
+            )
+        return value
+
+    def _emit_touched(self, time: int) -> list[Output]:
+        if self._per_event or not self._touched:
+            self._touched.clear()
+            return []
+        out = []
+        histograms = self._histograms
+        for key in self._touched:
+            h = histograms[key]
+            if self._by_time and time > h.now:
+                h.advance(time)
+            out.append(Output("count", self._record(key, h, time)))
+        self._touched.clear()
+        return out
+
+    def _record(self, key: str, h: ExponentialHistogram, time: int) -> dict[str, Any]:
+        estimate, lower, upper, seed_estimate, bucket_count = h.summary()
+        return {
+            "counter": self._name,
+            "key": key,
+            "time": time,
+            "window_kind": self._window_kind,
+            "window": self._window,
+            "epsilon": self._epsilon,
+            "estimate": estimate,
+            "lower": lower,
+            "upper": upper,
+            "seed_estimate": seed_estimate,
+            "bucket_count": bucket_count,
+            "exact": None,
+        }
+
+
+_BIG_ENDIAN = struct.pack("=q", 1) != struct.pack("<q", 1)

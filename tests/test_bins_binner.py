@@ -1,0 +1,383 @@
+"""Binner: the three bin streams, when a bin is final, late shares, errors, settings, snapshots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from operators.bins import REASON_FINAL_BINS, BinSettings, Binner, late_share
+from operators.errors import ConfigError
+from operators.operator import Operator, Output
+from operators.time import CTI_INFINITY, REASON_BEFORE_CTI, REASON_DROPPED, Event, ViolationPolicy
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+
+
+def flow(key, start, end, bytes_=100, packets=1, offset=0, **kw):
+    return Event(key, start, end, {"bytes": bytes_, "packets": packets}, offset=offset, stream="flows", **kw)
+
+
+def binner(bin_size=60, policy=ViolationPolicy.ADJUST, outputs=("incremental", "updated", "final"), **kw):
+    return Binner(BinSettings("flows", bin_size, measures=("bytes", "packets"), outputs=frozenset(outputs),
+                              policy=policy, **kw))
+
+
+def by_role(outputs, role):
+    return [o.record for o in outputs if o.role == role]
+
+
+def bins(records):
+    return [(r["key"], r["bin_start"], r["measures"]["bytes"]) for r in records]
+
+
+# ---- the operator contract ------------------------------------------------------------------
+
+
+def test_binner_is_an_operator_that_handles_adjust():
+    b = binner()
+    assert isinstance(b, Operator)
+    assert b.handles_adjust is True
+
+
+def test_process_emits_nothing_until_a_cti():
+    b = binner()
+    assert b.process(flow("a", 0, 100)) == []
+
+
+def test_outputs_are_tagged_with_their_role():
+    b = binner()
+    b.process(flow("a", 0, 30))
+    out = b.advance_to(CTI_INFINITY)
+    assert [o.role for o in out] == ["bin_incremental", "bin_updated", "bin_final"]
+    assert all(isinstance(o, Output) for o in out)
+
+
+def test_record_has_exactly_the_fields_of_the_bin_schema():
+    b = binner()
+    b.process(flow("a", 0, 100, bytes_=100, packets=10))
+    out = b.advance_to(61)
+    schema = json.loads((SCHEMAS / "bin.avsc").read_text())
+    names = [f["name"] for f in schema["fields"]]
+    assert by_role(out, "bin_final") == [{
+        "binner": "flows", "key": "a", "bin_start": 0, "bin_end": 60,
+        "measures": {"bytes": 60.0, "packets": 6.0}, "fraction_sum": 0.6, "events": 1,
+        "revision": 1, "final": True, "cti": 61, "kind": "final",
+    }]
+    for o in out:
+        assert list(o.record) == names
+        assert o.record["kind"] == o.role.removeprefix("bin_")
+
+
+# ---- incremental, updated, final ------------------------------------------------------------
+
+
+def test_incremental_carries_only_the_events_since_the_previous_cti():
+    b = binner()
+    b.process(flow("a", 0, 10, bytes_=5))
+    assert bins(by_role(b.advance_to(20), "bin_incremental")) == [("a", 0, 5.0)]
+    b.process(flow("a", 20, 30, bytes_=7))
+    assert bins(by_role(b.advance_to(40), "bin_incremental")) == [("a", 0, 7.0)]
+
+
+def test_updated_carries_the_cumulative_value_and_counts_revisions():
+    b = binner()
+    b.process(flow("a", 0, 10, bytes_=5))
+    first = by_role(b.advance_to(20), "bin_updated")
+    b.process(flow("a", 20, 30, bytes_=7))
+    second = by_role(b.advance_to(40), "bin_updated")
+    assert [(r["measures"]["bytes"], r["revision"], r["events"]) for r in first + second] == [(5.0, 1, 1), (12.0, 2, 2)]
+
+
+def test_untouched_bins_are_not_re_emitted():
+    b = binner()
+    b.process(flow("a", 0, 10))
+    b.advance_to(20)
+    assert b.advance_to(30) == []
+
+
+def test_bin_is_final_only_once_the_cti_is_past_its_end():
+    b = binner()
+    b.process(flow("a", 0, 10))
+    assert by_role(b.advance_to(60), "bin_final") == []  # a point event at 60 still belongs to (0, 60]
+    final = by_role(b.advance_to(61), "bin_final")
+    assert [(r["bin_start"], r["revision"], r["cti"]) for r in final] == [(0, 1, 61)]
+
+
+def test_point_event_at_the_cti_on_a_bin_edge_lands_in_the_still_open_bin():
+    b = binner()
+    b.process(flow("a", 0, 10, bytes_=1))
+    b.advance_to(60)
+    assert b.process(flow("a", 60, 60, bytes_=2)) == []
+    final = by_role(b.advance_to(61), "bin_final")
+    assert bins(final) == [("a", 0, 3.0)]
+
+
+def test_each_bin_is_final_exactly_once_and_then_leaves_the_state():
+    b = binner()
+    b.process(flow("a", 0, 130))
+    assert b.open_bins == 3
+    assert len(by_role(b.advance_to(121), "bin_final")) == 2
+    assert b.open_bins == 1
+    assert by_role(b.advance_to(121), "bin_final") == []
+    assert len(by_role(b.advance_to(CTI_INFINITY), "bin_final")) == 1
+    assert b.open_bins == 0
+
+
+def test_last_revision_is_flagged_final_on_updated_and_incremental():
+    b = binner()
+    b.process(flow("a", 0, 10))
+    out = b.advance_to(61)
+    assert [(o.role, o.record["final"]) for o in out] == [
+        ("bin_incremental", True), ("bin_updated", True), ("bin_final", True)]
+
+
+def test_final_record_of_a_bin_not_touched_at_that_cti_carries_the_last_revision():
+    b = binner()
+    b.process(flow("a", 0, 10))
+    b.advance_to(20)
+    b.process(flow("a", 20, 30))
+    b.advance_to(40)
+    out = b.advance_to(100)
+    assert [(o.role, o.record["revision"], o.record["events"]) for o in out] == [("bin_final", 2, 2)]
+
+
+def test_records_are_grouped_by_role_and_sorted_by_key_then_bin_start():
+    b = binner()
+    for i, (key, start) in enumerate([("b", 70), ("a", 70), ("b", 10), ("c", 0), ("a", 10)]):
+        b.process(flow(key, start, start + 5, offset=i))
+    out = b.advance_to(CTI_INFINITY)
+    assert [o.role for o in out] == ["bin_incremental"] * 5 + ["bin_updated"] * 5 + ["bin_final"] * 5
+    order = [(r["key"], r["bin_start"]) for r in by_role(out, "bin_final")]
+    assert order == [("a", 0), ("a", 60), ("b", 0), ("b", 60), ("c", 0)]
+    assert [(r["key"], r["bin_start"]) for r in by_role(out, "bin_updated")] == order
+
+
+@pytest.mark.parametrize("outputs", [("final",), ("incremental",), ("updated", "final")])
+def test_only_the_selected_outputs_are_emitted(outputs):
+    b = binner(outputs=outputs)
+    b.process(flow("a", 0, 100))
+    roles = {o.role for o in b.advance_to(CTI_INFINITY)}
+    assert roles == {"bin_" + kind for kind in outputs}
+
+
+def test_cti_infinity_finalises_every_bin():
+    b = binner()
+    b.process(flow("a", 0, 1000, bytes_=1000))
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert len(final) == 17
+    assert math.fsum(r["measures"]["bytes"] for r in final) == pytest.approx(1000.0, rel=1e-12)
+    assert {r["cti"] for r in final} == {CTI_INFINITY}
+
+
+def test_zero_length_event_contributes_fraction_one():
+    b = binner()
+    b.process(flow("a", 60, 60, bytes_=9))
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert [(r["bin_start"], r["fraction_sum"], r["measures"]["bytes"]) for r in final] == [(0, 1.0, 9.0)]
+
+
+def test_binner_without_measures_counts_prorated_events():
+    b = Binner(BinSettings("n", 10))
+    b.process(Event("a", 0, 20))
+    b.process(Event("a", 5, 5))
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert [(r["bin_start"], r["fraction_sum"], r["events"], r["measures"]) for r in final] == [
+        (0, 1.5, 2, {}), (10, 0.5, 1, {})]
+
+
+def test_process_many_equals_process_one_by_one():
+    events = [flow(k, t, t + d, bytes_=t + 1, offset=i)
+              for i, (k, t, d) in enumerate([("a", 0, 500), ("b", 3, 0), ("a", 9, 61), ("c", 60, 0), ("b", 70, 7)])]
+    one, many = binner(), binner()
+    for e in events:
+        one.process(e)
+    many.process_many(events)
+    assert one.advance_to(80) == many.advance_to(80)
+    assert one.advance_to(CTI_INFINITY) == many.advance_to(CTI_INFINITY)
+
+
+def test_measures_given_as_int_and_float_are_summed_as_floats():
+    b = Binner(BinSettings("f", 60, measures=("x",)))
+    b.process(Event("a", 0, 10, {"x": 3}))
+    b.process(Event("a", 0, 10, {"x": 0.5}))
+    assert by_role(b.advance_to(CTI_INFINITY), "bin_final")[0]["measures"] == {"x": 3.5}
+
+
+def test_times_beyond_float_precision_are_prorated_exactly():
+    t = 2**60
+    b = binner(bin_size=3)
+    b.process(flow("a", t + 1, t + 4, bytes_=3))
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert [(r["bin_start"], r["measures"]["bytes"]) for r in final] == [(t - 1, 1.0), (t + 2, 2.0)]  # 2**60 ≡ 1 (mod 3)
+
+
+# ---- late events ----------------------------------------------------------------------------
+
+
+def test_adjusted_event_applies_open_bins_with_its_original_duration():
+    b = binner()
+    b.process(flow("a", 0, 10, bytes_=0))
+    b.advance_to(121)  # bins (0,60], (60,120] are final
+    out = b.process(flow("a", 121, 180, bytes_=180, packets=18, original_start=0))
+    assert [o.role for o in out] == ["late"]
+    late = out[0].record
+    assert (late["start"], late["end"], late["cti"], late["reason"]) == (0, 180, 121, REASON_FINAL_BINS)
+    assert late["fraction"] == pytest.approx(2 / 3)
+    assert late["measures"] == pytest.approx({"bytes": 120.0, "packets": 12.0})
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert bins(final) == [("a", 120, 60.0)]
+    assert final[0]["fraction_sum"] == pytest.approx(1 / 3)
+
+
+def test_adjusted_event_touching_no_final_bin_has_no_late_record():
+    b = binner()
+    b.advance_to(60)  # (0, 60] is still open at CTI 60
+    assert b.process(flow("a", 60, 90, bytes_=90, original_start=30)) == []
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert bins(final) == [("a", 0, 45.0), ("a", 60, 45.0)]
+
+
+def test_late_record_is_the_time_layers_record_plus_fraction_and_measures():
+    b = binner()
+    b.advance_to(100)
+    late = b.process(flow("a", 100, 200, original_start=0, offset=42))[0].record
+    schema = json.loads((SCHEMAS / "late.avsc").read_text())
+    assert set(late) == {f["name"] for f in schema["fields"]}
+    assert (late["stream"], late["key"], late["partition"], late["offset"], late["policy"]) == (
+        "flows", "a", 0, 42, "adjust")
+    assert json.loads(late["fields_json"]) == {"bytes": 100, "packets": 1}
+
+
+def test_late_share_with_drop_is_the_whole_event():
+    s = BinSettings("flows", 60, measures=("bytes",), policy=ViolationPolicy.DROP)
+    late = late_share(flow("a", 10, 130, bytes_=120), 100, s)
+    assert (late["reason"], late["fraction"], late["measures"], late["cti"]) == (REASON_DROPPED, 1.0, {"bytes": 120.0}, 100)
+
+
+def test_late_share_with_adjust_is_the_share_of_final_bins():
+    s = BinSettings("flows", 60, measures=("bytes",), policy=ViolationPolicy.ADJUST)
+    late = late_share(flow("a", 0, 240, bytes_=240), 121, s)
+    assert (late["reason"], late["measures"]) == (REASON_FINAL_BINS, {"bytes": 120.0})
+
+
+def test_late_share_with_adjust_of_an_event_ending_by_the_cti_is_the_whole_event():
+    s = BinSettings("flows", 60, measures=("bytes",), policy=ViolationPolicy.ADJUST)
+    late = late_share(flow("a", 0, 100, bytes_=5), 100, s)
+    assert (late["reason"], late["fraction"]) == (REASON_BEFORE_CTI, 1.0)
+
+
+def test_late_share_of_an_event_the_cti_has_not_passed_is_none():
+    s = BinSettings("flows", 60, measures=("bytes",), policy=ViolationPolicy.DROP)
+    assert late_share(flow("a", 100, 100), 100, s) is None
+
+
+def test_event_behind_the_cti_under_drop_goes_wholly_to_late():
+    b = binner(policy=ViolationPolicy.DROP)
+    b.advance_to(100)
+    out = b.process(flow("a", 50, 150, bytes_=10))
+    assert [(o.role, o.record["fraction"]) for o in out] == [("late", 1.0)]
+    assert by_role(b.advance_to(CTI_INFINITY), "bin_final") == []
+
+
+# ---- bad input and bad settings -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event, match", [
+    (flow("a", 10, 9), "ends before it starts"),
+    (Event("a", 0, 10, {"bytes": 1}), "lacks measure field"),
+    (Event("a", 0, 10, {"bytes": "12", "packets": 1}), "not a number"),
+    (Event("a", 0, 10, {"bytes": None, "packets": 1}), "not a number"),
+    (Event("a", 0, 10, {"bytes": float("nan"), "packets": 1}), "not a finite number"),
+    (Event("a", 0, 10, {"bytes": 10**400, "packets": 1}), "not a finite number"),
+    (flow("a", 0, CTI_INFINITY), "open-ended"),
+    (flow("a", 0, 60 * 10_000), "max_bins_per_event"),
+])
+def test_bad_event_raises_value_error_and_leaves_state_unchanged(event, match):
+    b = binner(max_bins_per_event=1000)
+    b.process(flow("a", 0, 10, bytes_=1))
+    before = b.snapshot()
+    with pytest.raises(ValueError, match=match):
+        b.process(event)
+    assert b.snapshot() == before
+
+
+def test_cti_never_goes_back():
+    b = binner()
+    b.advance_to(10)
+    with pytest.raises(ValueError, match="CTI went back"):
+        b.advance_to(9)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(bin_size=0), '"bin_size"'),
+    (dict(bin_size=1.5), '"bin_size"'),
+    (dict(bin_size=60, origin=2**62), '"origin"'),
+    (dict(bin_size=60, outputs=frozenset({"final", "partial"})), 'Invalid "outputs" value: \'partial\'. Valid choices are: final, incremental, updated.'),
+    (dict(bin_size=60, outputs=frozenset()), '"outputs"'),
+    (dict(bin_size=60, measures=("a", "a")), '"measures"'),
+    (dict(bin_size=60, policy="ignore"), '"policy"'),
+])
+def test_bad_settings_raise_config_error_naming_the_field(kwargs, match):
+    with pytest.raises(ConfigError, match=match.replace("(", r"\(").replace(".", r"\.")):
+        BinSettings("flows", **kwargs)
+
+
+def test_settings_accept_plain_values():
+    s = BinSettings("flows", 60, measures=["bytes"], outputs=["final"], policy="adjust")
+    assert (s.measures, s.outputs, s.policy) == (("bytes",), frozenset({"final"}), ViolationPolicy.ADJUST)
+
+
+# ---- snapshot / restore ---------------------------------------------------------------------
+
+
+def test_restored_binner_behaves_identically():
+    a = binner()
+    a.process(flow("x", 0, 200, bytes_=7))
+    a.advance_to(70)
+    a.process(flow("y", 80, 90, bytes_=3))
+    a.process(flow("x", 95, 95, bytes_=1))
+    b = Binner.restore(a.settings, a.snapshot())
+    assert b.cti == a.cti == 70
+    assert b.advance_to(130) == a.advance_to(130)
+    assert b.advance_to(CTI_INFINITY) == a.advance_to(CTI_INFINITY)
+
+
+def test_snapshot_of_many_keys_is_compact():
+    b = binner()
+    b.process_many(flow(f"host-{i:04d}", 0, 100, offset=i) for i in range(5000))
+    b.advance_to(10)
+    data = b.snapshot()
+    assert len(data) < 5000 * 2 * 120  # two open bins a key, ~100 bytes each
+    restored = Binner.restore(b.settings, data)
+    assert restored.advance_to(CTI_INFINITY) == b.advance_to(CTI_INFINITY)
+
+
+def test_restore_with_a_different_bin_size_is_refused():
+    b = binner()
+    with pytest.raises(ConfigError, match='"bin_size"'):
+        Binner.restore(BinSettings("flows", 30, measures=("bytes", "packets")), b.snapshot())
+
+
+def test_restore_may_change_the_selected_outputs():
+    a = binner()
+    a.process(flow("x", 0, 10))
+    b = Binner.restore(BinSettings("flows", 60, measures=("bytes", "packets"), outputs=frozenset({"final"})), a.snapshot())
+    assert [o.role for o in b.advance_to(CTI_INFINITY)] == ["bin_final"]
+
+
+def test_keys_without_open_bins_are_forgotten_and_open_ones_kept():
+    b = binner()
+    b.process(flow("stay", -1, 1000, bytes_=1001))
+    for step in range(5):
+        b.process_many(flow(f"k{step}-{i}", step * 100, step * 100 + 10, offset=i) for i in range(1000))
+        b.advance_to(step * 100 + 99)
+    assert len(b._keys) <= 1024 + 1
+    b.process(flow("k4-1", 500, 510))
+    out = b.advance_to(CTI_INFINITY)
+    final = by_role(out, "bin_final")
+    assert [(r["key"], r["bin_start"]) for r in final if r["key"] != "stay"] == [("k4-1", 480)]
+    stay = [r for r in by_role(out, "bin_final") if r["key"] == "stay"]
+    assert [r["bin_start"] for r in stay] == list(range(480, 1000, 60))

@@ -1,0 +1,314 @@
+"""The keyed count operator (operators/count.py) as a specification."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import operators.count as count_module
+from operators.count import GLOBAL_KEY, CountOperator, CountSettings
+from operators.errors import ConfigError
+from operators.operator import Operator, Output
+from operators.time import CTI_INFINITY, Event
+
+RECORD_FIELDS = [
+    "counter", "key", "time", "window_kind", "window", "epsilon",
+    "estimate", "lower", "upper", "seed_estimate", "bucket_count", "exact",
+]  # fmt: skip
+
+
+def event(key: str, start: int, offset: int = 0, **fields) -> Event:
+    return Event(key=key, start=start, end=start, fields=fields, offset=offset)
+
+
+def counting(**overrides) -> CountOperator:
+    base = dict(name="hot", window_kind="events", window=3, epsilon=0.1, emit="per_event", predicate="hot")
+    base.update(overrides)
+    return CountOperator(CountSettings(**base))
+
+
+def estimates(outputs: list[Output]) -> list[tuple[str, int, float]]:
+    return [(o.record["key"], o.record["time"], o.record["estimate"]) for o in outputs]
+
+
+@pytest.fixture
+def without_expressions(monkeypatch):
+    """As if operators.cep.expression did not exist (yet)."""
+    monkeypatch.setattr(count_module, "_expression_compiler", lambda: None)
+
+
+# -- contract -------------------------------------------------------------------------------------
+
+
+def test_count_operator_implements_the_operator_contract():
+    op = counting()
+    assert isinstance(op, Operator)
+    assert op.handles_adjust is False
+
+
+def test_per_event_emits_one_count_record_per_event_with_the_schema_fields():
+    op = counting()
+    outputs = op.process(event("a", 10, hot=True))
+    assert len(outputs) == 1
+    assert outputs[0].role == "count"
+    record = outputs[0].record
+    assert list(record) == RECORD_FIELDS
+    assert record == {
+        "counter": "hot", "key": "a", "time": 10, "window_kind": "events", "window": 3, "epsilon": 0.1,
+        "estimate": 1.0, "lower": 1, "upper": 1, "seed_estimate": 1, "bucket_count": 1, "exact": None,
+    }  # fmt: skip
+
+
+# -- windows ------------------------------------------------------------------------------------
+
+
+def test_count_window_counts_uninteresting_events_towards_the_last_n():
+    op = counting(window=3)
+    flags = [True, False, False, False]
+    outs = [op.process(event("a", t, hot=f))[0].record["estimate"] for t, f in enumerate(flags)]
+    assert outs == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_count_window_sequences_are_per_key():
+    op = counting(window=2)
+    op.process(event("a", 1, hot=True))
+    op.process(event("b", 2, hot=False))
+    op.process(event("b", 3, hot=False))
+    assert op.process(event("a", 4, hot=False))[0].record["estimate"] == 1.0
+
+
+def test_global_count_uses_key_star_and_one_sequence():
+    op = counting(window=2, per_key=False)
+    op.process(event("a", 1, hot=True))
+    op.process(event("b", 2, hot=False))
+    record = op.process(event("c", 3, hot=False))[0].record
+    assert (record["key"], record["estimate"]) == (GLOBAL_KEY, 0.0)
+
+
+def test_time_window_counts_events_newer_than_time_minus_window():
+    op = counting(window_kind="time", window=100)
+    op.process(event("a", 0, hot=True))
+    assert op.process(event("a", 99, hot=False))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 100, hot=False))[0].record["estimate"] == 0.0
+
+
+def test_no_predicate_counts_every_event():
+    op = counting(predicate=None)
+    assert [o[0].record["estimate"] for o in (op.process(event("a", t)) for t in range(5))] == [1, 2, 3, 3, 3]
+
+
+def test_callable_predicate_sees_the_record_fields():
+    op = counting(predicate=lambda f: f["amount"] > 500)
+    assert op.process(event("a", 1, amount=900))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 2, amount=100))[0].record["estimate"] == 1.0
+
+
+def test_predicate_string_is_a_field_name_without_the_expression_module(without_expressions):
+    op = counting()
+    assert op.process(event("a", 1, hot=1))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 2, hot=0))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 3))[0].record["estimate"] == 1.0
+
+
+def test_predicate_expression_without_the_expression_module_is_a_config_error(without_expressions):
+    with pytest.raises(ConfigError, match="amount > 500"):
+        counting(predicate="amount > 500")
+
+
+def test_predicate_string_is_compiled_by_the_expression_module_when_present(monkeypatch):
+    compiled = []
+
+    def compile_expression(text):
+        compiled.append(text)
+        return lambda fields: fields["amount"] > 500
+
+    monkeypatch.setattr(count_module, "_expression_compiler", lambda: compile_expression)
+    op = counting(predicate="amount > 500")
+    assert compiled == ["amount > 500"]
+    assert op.process(event("a", 1, amount=900))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 2, amount=10))[0].record["estimate"] == 1.0
+
+
+def test_predicate_expression_from_the_expression_module():
+    pytest.importorskip("operators.cep.expression")
+    op = counting(predicate="amount > 500 and country == 'NL'")
+    assert op.process(event("a", 1, amount=900, country="NL"))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 2, amount=900, country="BE"))[0].record["estimate"] == 1.0
+    assert op.process(event("a", 3, amount=501, country="NL"))[0].record["estimate"] == 2.0
+
+
+def test_end_edges_are_not_counted_again():
+    op = counting(predicate=None)
+    op.process(Event(key="a", start=1, end=CTI_INFINITY))
+    assert op.process(Event(key="a", start=1, end=5, edge_end=True)) == []
+    assert op.process(event("a", 6))[0].record["estimate"] == 2.0
+
+
+def test_value_field_sums_weights_of_interesting_events():
+    op = counting(window=10, value_field="bytes")
+    op.process(event("a", 1, hot=True, bytes=1500))
+    op.process(event("a", 2, hot=False, bytes=9999))
+    record = op.process(event("a", 3, hot=True, bytes=None))[0].record
+    assert record["lower"] <= 1500 == record["upper"]
+    assert abs(record["estimate"] - 1500) <= 0.1 * 1500
+
+
+def test_negative_value_is_rejected_with_the_field_name():
+    op = counting(value_field="bytes")
+    with pytest.raises(ValueError, match="bytes"):
+        op.process(event("a", 1, hot=True, bytes=-1))
+
+
+# -- CTIs -----------------------------------------------------------------------------------------
+
+
+def test_per_cti_emits_nothing_until_the_cti():
+    op = counting(emit="per_cti")
+    assert op.process(event("a", 1, hot=True)) == []
+
+
+def test_per_cti_emits_each_touched_key_once_at_cti_minus_one():
+    op = counting(emit="per_cti")
+    op.process(event("b", 1, hot=True))
+    op.process(event("a", 2, hot=True))
+    op.process(event("b", 3, hot=True))
+    assert estimates(op.advance_to(10)) == [("b", 9, 2.0), ("a", 9, 1.0)]
+    op.process(event("a", 12, hot=False))
+    assert estimates(op.advance_to(20)) == [("a", 19, 1.0)]
+    assert op.advance_to(30) == []
+
+
+def test_per_cti_time_window_expires_at_the_cti():
+    op = counting(emit="per_cti", window_kind="time", window=10)
+    op.process(event("a", 0, hot=True))
+    op.process(event("b", 5, hot=True))
+    assert estimates(op.advance_to(11)) == [("a", 10, 0.0), ("b", 10, 1.0)]
+
+
+def test_time_window_keys_whose_window_emptied_are_forgotten_at_a_cti():
+    op = counting(window_kind="time", window=10)
+    op.process(event("a", 0, hot=True))
+    op.process(event("b", 8, hot=True))
+    op.advance_to(12)
+    assert op.keys == ["b"]
+    assert op.process(event("a", 12, hot=True))[0].record["estimate"] == 1.0
+
+
+def test_final_cti_emits_the_last_counts_and_drops_the_state():
+    op = counting(emit="per_cti", window_kind="time", window=10)
+    op.process(event("a", 3, hot=True))
+    op.process(event("a", 7, hot=True))
+    assert estimates(op.advance_to(CTI_INFINITY)) == [("a", 7, 2.0)]
+    assert op.keys == []
+
+
+def test_per_event_mode_emits_nothing_at_ctis():
+    op = counting()
+    op.process(event("a", 1, hot=True))
+    assert op.advance_to(5) == []
+    assert op.advance_to(CTI_INFINITY) == []
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"window_kind": "sliding"}, 'Invalid "window_kind" value: \'sliding\'. Valid choices are: events, time.'),
+        ({"emit": "never"}, 'Invalid "emit" value: \'never\'. Valid choices are: per_event, per_cti.'),
+        ({"window": 0}, 'Invalid "window" value'),
+        ({"epsilon": 0}, 'Invalid "epsilon" value'),
+        ({"epsilon": 2}, 'Invalid "epsilon" value'),
+        ({"predicate": 42}, 'Invalid "predicate" value'),
+        ({"name": ""}, 'Invalid "name" value'),
+    ],
+)
+def test_invalid_settings_name_the_field_and_the_valid_values(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        counting(**overrides)
+    assert message in str(info.value)
+
+
+def test_settings_are_frozen():
+    s = CountSettings(name="c", window_kind="time", window=10)
+    with pytest.raises(AttributeError):
+        s.window = 5  # type: ignore[misc]
+
+
+# -- state ----------------------------------------------------------------------------------------
+
+
+def stream(n: int) -> list[Event]:
+    keys = ["α", "b", "", "key with spaces", "b"]
+    return [event(keys[i % len(keys)], i // 2, offset=i, hot=(i * 7) % 3 == 0, bytes=i % 11) for i in range(n)]
+
+
+@pytest.mark.parametrize("window_kind", ["events", "time"])
+@pytest.mark.parametrize("emit", ["per_event", "per_cti"])
+def test_snapshot_restore_mid_stream_behaves_identically(window_kind, emit):
+    settings = CountSettings(
+        name="bytes", window_kind=window_kind, window=7, epsilon=0.2, emit=emit,
+        predicate=lambda f: f["hot"], value_field="bytes",
+    )  # fmt: skip
+    events = stream(120)
+    original = CountOperator(settings)
+    for e in events[:55]:
+        original.process(e)
+    restored = CountOperator.restore(settings, original.snapshot())
+    assert restored.snapshot() == original.snapshot()
+    for i, e in enumerate(events[55:]):
+        assert restored.process(e) == original.process(e)
+        if i % 9 == 0:
+            assert restored.advance_to(e.start) == original.advance_to(e.start)
+    assert restored.advance_to(CTI_INFINITY) == original.advance_to(CTI_INFINITY)
+
+
+def test_restore_with_other_settings_is_a_config_error():
+    op = counting()
+    op.process(event("a", 1, hot=True))
+    with pytest.raises(ConfigError, match="window=3"):
+        CountOperator.restore(CountSettings(name="hot", window_kind="events", window=4, epsilon=0.1), op.snapshot())
+
+
+def test_snapshot_of_many_keys_is_compact():
+    op = counting(window=1000, epsilon=0.01)
+    for i in range(20_000):
+        op.process(event(f"k{i % 2000}", i, hot=True))
+    data = op.snapshot()
+    buckets = sum(op.histogram(k).bucket_count for k in op.keys)
+    assert len(data) <= 64 + 2000 * (4 + 5 + 16 + 8 * 10) + 8 * buckets
+
+
+# -- property: per-key counts against brute force -------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    window=st.integers(1, 20),
+    epsilon=st.sampled_from([1.0, 0.5, 0.2, 0.1, 0.05]),
+    window_kind=st.sampled_from(["events", "time"]),
+    items=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 3), st.integers(0, 4)), max_size=200),
+)
+def test_per_key_estimates_keep_epsilon_against_brute_force(window, epsilon, window_kind, items):
+    op = CountOperator(
+        CountSettings(name="s", window_kind=window_kind, window=window, epsilon=epsilon,
+                      emit="per_event", value_field="v")
+    )  # fmt: skip
+    history: dict[str, deque] = defaultdict(deque)
+    t = 0
+    for key, gap, value in items:
+        t += gap
+        record = op.process(event(key, t, v=value))[0].record
+        seq = len(history[key]) + 1
+        history[key].append((t, seq, value))
+        if window_kind == "time":
+            exact = sum(v for (ts, _, v) in history[key] if ts > t - window)
+        else:
+            exact = sum(v for (_, s, v) in history[key] if s > seq - window)
+        assert record["lower"] <= exact <= record["upper"]
+        assert abs(record["estimate"] - exact) <= epsilon * exact
+        assert record["key"] == key and record["time"] == t
