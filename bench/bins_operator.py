@@ -21,7 +21,7 @@ import random
 import time
 from typing import Any
 
-from operators.bins import BinSettings, Binner
+from operators.bins import Binner, BinSettings
 from operators.time import CTI_INFINITY, Event, ViolationPolicy
 
 MEASURES = ("bytes", "packets")
@@ -71,6 +71,7 @@ def run(events: int = 1_000_000, bin_size: int = 60_000, keys: int = 1_000, cti_
 
     gc.collect()
     gc.freeze()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for lo in range(0, len(flows), cti_every):
         chunk = flows[lo: lo + cti_every]
@@ -91,6 +92,7 @@ def run(events: int = 1_000_000, bin_size: int = 60_000, keys: int = 1_000, cti_
     open_bins = binner.open_bins
     consume(binner.advance_to(CTI_INFINITY))
     elapsed = time.perf_counter() - t0 - t_snapshot - t_restore
+    cpu = time.process_time() - c0 - t_snapshot - t_restore
     gc.unfreeze()
     input_sums = {m: float(sum(ev.fields[m] for ev in flows)) for m in MEASURES}
     return {
@@ -102,6 +104,7 @@ def run(events: int = 1_000_000, bin_size: int = 60_000, keys: int = 1_000, cti_
         "path": "process_many" if batched else "process",
         "seconds": elapsed,
         "events_per_s": len(flows) / elapsed,
+        "events_per_cpu_s": len(flows) / cpu,
         "records": counts,
         "records_per_event": sum(counts.values()) / len(flows),
         "open_bins_before_flush": open_bins,
@@ -122,6 +125,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--bin-size", type=int, default=60_000)
     parser.add_argument("--cti-every", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=1, help="best of N runs per case (shared machines are noisy)")
     args = parser.parse_args()
     all3 = frozenset({"incremental", "updated", "final"})
     cases = [
@@ -131,15 +135,19 @@ def main() -> None:
         ("flows 0–1 bin, all outputs, process_many", dict(max_span_bins=1, outputs=all3, batched=True)),
         ("flows 0–0.1 bin, all outputs, process_many", dict(max_span_bins=0.1, outputs=all3, batched=True)),
     ]
-    print(f"{args.events:,} events, {args.keys:,} keys, bin {args.bin_size:,} ms, CTI every {args.cti_every:,} events")
-    print(f"{'case':<44} {'events/s':>12} {'records/event':>14} {'snapshot':>22} {'rel.err':>9}")
+    print(f"{args.events:,} events, {args.keys:,} keys, bin {args.bin_size:,} ms, CTI every {args.cti_every:,} events, "
+          f"best of {args.repeat}")
+    print(f"{'case':<44} {'events/s':>10} {'events/CPU-s':>13} {'records/event':>14} "
+          f"{'snapshot (size, ms)':>24} {'rel.err':>8}")
     for label, kw in cases:
         flows = make_events(args.events, args.bin_size, args.keys, kw["max_span_bins"], 1_000.0, 1)
-        r = run(events=args.events, bin_size=args.bin_size, keys=args.keys, cti_every=args.cti_every,
-                flows=flows, **kw)
-        snap = f"{r['snapshot_bytes'] / 1024:,.0f} KiB {r['snapshot_ms']:.1f}/{r['restore_ms']:.1f} ms"
-        print(f"{label:<44} {r['events_per_s']:>12,.0f} {r['records_per_event']:>14.2f} {snap:>22} "
-              f"{r['max_relative_error']:>9.1e}")
+        runs = [run(events=args.events, bin_size=args.bin_size, keys=args.keys, cti_every=args.cti_every,
+                    flows=flows, **kw) for _ in range(args.repeat)]
+        r = max(runs, key=lambda x: x["events_per_s"])
+        cpu = max(x["events_per_cpu_s"] for x in runs)
+        snap = f"{r['snapshot_bytes'] / 1024:,.0f} KiB {r['snapshot_ms']:.1f}/{r['restore_ms']:.1f}"
+        print(f"{label:<44} {r['events_per_s']:>10,.0f} {cpu:>13,.0f} {r['records_per_event']:>14.2f} {snap:>24} "
+              f"{r['max_relative_error']:>8.1e}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ def dead_letter_record(row: dict) -> dict:
             "kafka_timestamp": row.get("meta_kafka_ts")}
 
 
+def _cti(timerValues) -> int:
+    wm = timerValues.getCurrentWatermarkInMs()
+    return wm if wm > 0 else CTI_NONE
+
+
 class OperatorProcessor(StatefulProcessor):
     def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
                  topic_names: dict[str, str]):
@@ -68,7 +73,9 @@ class OperatorProcessor(StatefulProcessor):
     # -- the two entry points --------------------------------------------------------
     def handleInputRows(self, key, rows: Iterator[Row], timerValues) -> Iterator[Row]:
         runtime = self._load()
-        out: list = []
+        # The watermark is the CTI inserted at this micro-batch's start: apply it first, so the
+        # batch's events are checked against it (late) and released by a later CTI.
+        out: list = runtime.advance(_cti(timerValues))
         dead: list[dict] = []
         flush = False
         fields = self.plan.fields
@@ -88,10 +95,13 @@ class OperatorProcessor(StatefulProcessor):
             out.extend(runtime.offer(Event(key=row["meta_key"], start=row["meta_start"], end=row["meta_end"],
                                            fields=rec, partition=row["meta_partition"], offset=row["meta_offset"],
                                            stream=stream)))
-        yield from self._advance(runtime, timerValues, out, dead, flush)
+        if flush:
+            out.extend(runtime.advance(CTI_INFINITY))
+        yield from self._finish(runtime, timerValues, out, dead)
 
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        yield from self._advance(self._load(), timerValues, [], [], False)
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
+        runtime = self._load()
+        yield from self._finish(runtime, timerValues, runtime.advance(_cti(timerValues)), [])
 
     # -- internals -------------------------------------------------------------------
     def _load(self) -> GroupRuntime:
@@ -99,25 +109,20 @@ class OperatorProcessor(StatefulProcessor):
             return GroupRuntime(self.plan, self.state.get()[0])
         return GroupRuntime(self.plan)
 
-    def _advance(self, runtime: GroupRuntime, timerValues, out: list, dead: list, flush: bool):
+    def _finish(self, runtime: GroupRuntime, timerValues, out: list, dead: list):
         wm = timerValues.getCurrentWatermarkInMs()
-        cti = wm if wm > 0 else CTI_NONE
-        out.extend(runtime.advance(cti))
-        if flush:
-            out.extend(runtime.advance(CTI_INFINITY))
         self.state.update((runtime.snapshot(),))
         # Wake this group when the watermark moves even if no rows arrive for it: time-driven
         # output (final bins, timeouts, time-window counts) must not wait for the next event.
         for t in self.handle.listTimers():
             self.handle.deleteTimer(t)
-        if not flush and runtime.cti < CTI_INFINITY:
+        if runtime.cti < CTI_INFINITY:
             self.handle.registerTimer(max(wm, 0) + 1)
         yield from self._encode(out, dead, runtime.counters)
 
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[Row]:
         enc = self.encoders
-        for topic, o in out:
-            k = o.record.get("key")
+        for topic, o, k in out:
             yield Row(topic=topic, key=None if k is None else str(k).encode(), value=enc[topic](o.record), kind=o.role)
         dlq = self.plan.dead_letter_topic
         for rec in dead:

@@ -66,7 +66,8 @@ def wait_for_broker(bootstrap: str, client: dict[str, str] | None = None, timeou
 
 
 def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None = None) -> list[int]:
-    md = admin(bootstrap, client).list_topics(topic=topic, timeout=10)
+    # Ask for all topics: a metadata request naming the topic would auto-create it on tansu.
+    md = admin(bootstrap, client).list_topics(timeout=10)
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "

@@ -130,6 +130,13 @@ def plan(cfg: JobConfig) -> Plan:
                 enriched_topic=cfg.reference.output if cfg.reference else None, fields=fields)
 
 
+def enriched_record(r: dict) -> dict:
+    """The join's output in the shape of ``schemas/enriched.avsc`` (nested records as JSON)."""
+    return {"key": r["key"], "time": r["time"], "event_json": json.dumps(r["event"], default=str),
+            "reference_json": None if r["reference"] is None else json.dumps(r["reference"], default=str),
+            "reference_valid_from": r["reference_valid_from"], "reference_missing": r["reference_missing"]}
+
+
 @dataclass
 class Counters:
     """Input = released + late + dead-letter (+ still buffered): the balance the job reports."""
@@ -180,22 +187,22 @@ class GroupRuntime:
                              [op.snapshot() for op in self.ops]), protocol=5)
 
     # -- feeding ---------------------------------------------------------------------
-    def offer(self, event: Event) -> list[tuple[str, Output]]:
+    def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:
         """An arriving event: buffered until the CTI passes it, or reported late now."""
         self.counters.received += 1
         late = self.layer.offer(event)
         # An ADJUSTed event is still processed (its late record reports the dropped part).
         self.counters.late += sum(1 for o in late if o.record["reason"] != REASON_ADJUSTED)
-        return [(self.plan.late_topic, o) for o in late]
+        return [(self.plan.late_topic, o, event.key) for o in late]
 
     def dead_letter(self) -> None:
         self.counters.received += 1
         self.counters.dead_letter += 1
 
-    def advance(self, cti: int) -> list[tuple[str, Output]]:
+    def advance(self, cti: int) -> list[tuple[str, Output, str | None]]:
         """Apply a CTI (the watermark; :data:`CTI_INFINITY` flushes): release events in
         application-time order into the operators, then advance them."""
-        out: list[tuple[str, Output]] = []
+        out: list[tuple[str, Output, str | None]] = []
         if cti <= CTI_NONE:
             return out
         for stream in self.layer.streams:
@@ -221,23 +228,21 @@ class GroupRuntime:
         from operators.reference import enriched_event
 
         for o in outputs:
+            key = o.record.get("key")
             if o.role == "enriched":
                 joined.append(enriched_event(o, stream=self.plan.fast))
                 if self.plan.enriched_topic:
-                    out.append((self.plan.enriched_topic, o))
+                    out.append((self.plan.enriched_topic, Output("enriched", enriched_record(o.record)), key))
             else:
-                out.append((self.plan.late_topic if o.role == "late" else self.plan.dead_letter_topic, o))
+                out.append((self.plan.late_topic if o.role == "late" else self.plan.dead_letter_topic, o, key))
 
     def _feed(self, events, cti: int, out: list) -> None:
         for spec, op in zip(self.plan.operators, self.ops):
             topics = spec.topics
+            late = self.plan.late_topic
             for e in events:
                 for o in op.process(e):
-                    out.append((topics.get(o.role, self.plan.late_topic), o))
+                    out.append((topics.get(o.role, late), o, o.record.get("key", e.key)))
             for o in op.advance_to(cti):
-                out.append((topics.get(o.role, self.plan.late_topic), o))
+                out.append((topics.get(o.role, late), o, o.record.get("key")))
         self.counters.outputs += len(out)
-
-    def has_pending(self) -> bool:
-        """Anything a later CTI could still turn into output (then a timer keeps it moving)."""
-        return True

@@ -34,8 +34,9 @@ bins still open and returns the share of already-final bins as one ``late`` reco
 (:func:`late_share` builds it). ``Binner.handles_adjust`` is therefore True.
 
 Hot path: ``process`` only validates the event and appends its columns to a buffer; the
-buffer is prorated in bulk with numpy (per-bin state lives in preallocated arrays, one slot
-per open (key, bin)), so there is no per-event or per-bin object allocation.
+buffer is prorated in bulk with numpy at the next CTI (or every ``_FLUSH_AT`` events). Bin
+state lives in preallocated column arrays, one slot per open (key, bin) — no Python object
+per bin or per (event, bin) contribution; the only per-bin objects are the output records.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ _FORGET_KEYS_ABOVE = 1024
 #: At most this many (event, bin) contributions are materialised at once (~100 bytes each).
 _MAX_CONTRIBUTIONS = 1 << 20
 
-_SNAPSHOT_MAGIC = b"CTIFLOW-BINS\x01"
+_SNAPSHOT_MAGIC = b"CTIFLOW-BINS\x02"
 
 #: Reason of the late record of an ADJUSTed event: its share of bins already emitted final.
 REASON_FINAL_BINS = "adjust: share of final bins"
@@ -443,7 +444,9 @@ class Binner:
         """``process`` for a sequence of events: the same as calling it for each, in order.
 
         The common case — an on-time event with finite numeric measures — costs a few
-        attribute reads and list appends; everything else takes the exact slow path.
+        attribute reads and list appends; everything else takes the exact slow path. A bad
+        event raises ``ValueError``: the events before it have been taken, it and the
+        events after it have not (the caller dead-letters it and goes on with the rest).
         """
         out: list[Output] = []
         m = self._m
@@ -654,7 +657,7 @@ class Binner:
         if len(touched) == 0 and len(final) == 0:
             return []
         self._rev[touched] += 1
-        emit = np.union1d(touched, final)
+        emit = np.union1d(touched, final) if self._incremental or self._updated else final
         kids = self._kid[emit]
         uniq_kids, inv = np.unique(kids, return_inverse=True)
         names = [self._keys[i] for i in uniq_kids.tolist()]
@@ -740,27 +743,31 @@ class Binner:
         """Compact bytes of the whole state (open bins, pending increments, CTI).
 
         Layout: magic, 4-byte header length, JSON header (settings that give the state its
-        meaning, CTI, keys), then little-endian column arrays of the live slots.
+        meaning, CTI, keys), then little-endian column arrays of the live slots — about 56
+        bytes per open bin with two measures; the increments since the last CTI (touched
+        flags, incremental sums) only when there are any, i.e. not right after ``advance_to``.
         """
         self._flush()
         live = np.flatnonzero(self._live[: self._hi])
-        kid = self._kid[live]
-        used, kid = np.unique(kid, return_inverse=True)
+        used, kid = np.unique(self._kid[live], return_inverse=True)
+        pending = bool(self._touched[live].any())
         header = {
             "bin_size": self.settings.bin_size,
             "origin": self.settings.origin,
             "measures": list(self.settings.measures),
-            "incremental": self._incremental,
             "cti": self._cti,
             "slots": len(live),
+            "pending": pending,
             "keys": [self._keys[i] for i in used.tolist()],
         }
         head = json.dumps(header, separators=(",", ":")).encode()
+        arrays = [kid.reshape(-1), self._k[live], self._rev[live], self._cev[live], self._cfrac[live],
+                  self._cum[:, live]]
+        if pending:
+            arrays += [self._touched[live].astype(np.uint8), self._iev[live], self._ifrac[live],
+                       self._inc[:, live]]
         parts = [_SNAPSHOT_MAGIC, struct.pack("<I", len(head)), head]
-        for arr in (kid.reshape(-1).astype("<i8"), self._k[live], self._rev[live], self._cev[live],
-                    self._iev[live], self._touched[live].astype(np.uint8), self._cfrac[live],
-                    self._ifrac[live], self._cum[:, live], self._inc[:, live]):
-            parts.append(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+        parts += [np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes() for a in arrays]
         return b"".join(parts)
 
     @classmethod
@@ -768,7 +775,9 @@ class Binner:
         """Rebuild a binner from :meth:`snapshot` bytes; it behaves exactly as the original.
 
         Raises ``ConfigError`` when the snapshot was written with a different bin size,
-        origin or measure list (its sums would mean something else).
+        origin or measure list (its sums would mean something else); ``outputs`` and
+        ``policy`` may change (switch ``incremental`` on at a CTI boundary: the increments
+        pending in a snapshot are those the old settings tracked).
         """
         if not data.startswith(_SNAPSHOT_MAGIC):
             raise ValueError("not a binner snapshot (bad magic bytes)")
@@ -804,16 +813,13 @@ class Binner:
         binner._k[:n] = take("<i8", n)
         binner._rev[:n] = take("<i8", n)
         binner._cev[:n] = take("<i8", n)
-        iev = take("<i8", n)
-        binner._touched[:n] = take("u1", n).astype(bool)
         binner._cfrac[:n] = take("<f8", n)
-        ifrac = take("<f8", n)
         binner._cum[:, :n] = take("<f8", m * n).reshape(m, n)
-        inc = take("<f8", m * n).reshape(m, n)
-        if binner._incremental and header["incremental"]:
-            binner._iev[:n] = iev
-            binner._ifrac[:n] = ifrac
-            binner._inc[:, :n] = inc
+        if header["pending"]:
+            binner._touched[:n] = take("u1", n).astype(bool)
+            binner._iev[:n] = take("<i8", n)
+            binner._ifrac[:n] = take("<f8", n)
+            binner._inc[:, :n] = take("<f8", m * n).reshape(m, n)
         binner._live[:n] = True
         binner._slot_of = dict(zip(zip(binner._kid[:n].tolist(), binner._k[:n].tolist()), range(n)))
         return binner

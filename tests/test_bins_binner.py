@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from operators.bins import REASON_FINAL_BINS, BinSettings, Binner, late_share
+from operators.bins import REASON_FINAL_BINS, Binner, BinSettings, late_share
 from operators.errors import ConfigError
 from operators.operator import Operator, Output
-from operators.time import CTI_INFINITY, REASON_BEFORE_CTI, REASON_DROPPED, Event, ViolationPolicy
+from operators.time import (
+    CTI_INFINITY,
+    REASON_BEFORE_CTI,
+    REASON_DROPPED,
+    Event,
+    ReorderBuffer,
+    ViolationPolicy,
+)
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
@@ -188,6 +195,13 @@ def test_binner_without_measures_counts_prorated_events():
         (0, 1.5, 2, {}), (10, 0.5, 1, {})]
 
 
+def test_process_many_stops_at_a_bad_event_having_taken_those_before_it():
+    b = binner()
+    with pytest.raises(ValueError):
+        b.process_many([flow("a", 0, 10, bytes_=1), flow("a", 5, 4), flow("a", 6, 7, bytes_=100)])
+    assert bins(by_role(b.advance_to(CTI_INFINITY), "bin_final")) == [("a", 0, 1.0)]
+
+
 def test_process_many_equals_process_one_by_one():
     events = [flow(k, t, t + d, bytes_=t + 1, offset=i)
               for i, (k, t, d) in enumerate([("a", 0, 500), ("b", 3, 0), ("a", 9, 61), ("c", 60, 0), ("b", 70, 7)])]
@@ -211,7 +225,8 @@ def test_times_beyond_float_precision_are_prorated_exactly():
     b = binner(bin_size=3)
     b.process(flow("a", t + 1, t + 4, bytes_=3))
     final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
-    assert [(r["bin_start"], r["measures"]["bytes"]) for r in final] == [(t - 1, 1.0), (t + 2, 2.0)]  # 2**60 ≡ 1 (mod 3)
+    # 2**60 ≡ 1 (mod 3): bins (t − 1, t + 2], (t + 2, t + 5]
+    assert [(r["bin_start"], r["measures"]["bytes"]) for r in final] == [(t - 1, 1.0), (t + 2, 2.0)]
 
 
 # ---- late events ----------------------------------------------------------------------------
@@ -240,6 +255,24 @@ def test_adjusted_event_touching_no_final_bin_has_no_late_record():
     assert bins(final) == [("a", 0, 45.0), ("a", 60, 45.0)]
 
 
+def test_behind_the_reorder_buffer_an_adjusted_event_is_reported_late_once():
+    buffer = ReorderBuffer(ViolationPolicy.ADJUST, handles_adjust=Binner.handles_adjust)
+    b = binner()
+    late = buffer.offer(flow("a", 0, 10))
+    buffer.advance(121)
+    b.process_many(buffer.advance(121))
+    b.advance_to(121)
+    late += buffer.offer(flow("a", 30, 180, bytes_=150, offset=1))  # behind CTI 121: start moved to 121
+    assert late == []
+    for event in buffer.advance(200):
+        late += b.process(event)
+    assert [(o.record["start"], o.record["cti"]) for o in late] == [(30, 121)]
+    assert late[0].record["fraction"] == pytest.approx(0.6)  # (60 − 30)/150 + 60/150
+    assert late[0].record["measures"] == pytest.approx({"bytes": 90.0, "packets": 0.6})
+    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    assert bins(final) == [("a", 120, 60.0)]
+
+
 def test_late_record_is_the_time_layers_record_plus_fraction_and_measures():
     b = binner()
     b.advance_to(100)
@@ -254,7 +287,8 @@ def test_late_record_is_the_time_layers_record_plus_fraction_and_measures():
 def test_late_share_with_drop_is_the_whole_event():
     s = BinSettings("flows", 60, measures=("bytes",), policy=ViolationPolicy.DROP)
     late = late_share(flow("a", 10, 130, bytes_=120), 100, s)
-    assert (late["reason"], late["fraction"], late["measures"], late["cti"]) == (REASON_DROPPED, 1.0, {"bytes": 120.0}, 100)
+    assert (late["reason"], late["fraction"], late["measures"], late["cti"]) == (
+        REASON_DROPPED, 1.0, {"bytes": 120.0}, 100)
 
 
 def test_late_share_with_adjust_is_the_share_of_final_bins():
@@ -315,7 +349,8 @@ def test_cti_never_goes_back():
     (dict(bin_size=0), '"bin_size"'),
     (dict(bin_size=1.5), '"bin_size"'),
     (dict(bin_size=60, origin=2**62), '"origin"'),
-    (dict(bin_size=60, outputs=frozenset({"final", "partial"})), 'Invalid "outputs" value: \'partial\'. Valid choices are: final, incremental, updated.'),
+    (dict(bin_size=60, outputs=frozenset({"final", "partial"})),
+     'Invalid "outputs" value: \'partial\'. Valid choices are: final, incremental, updated.'),
     (dict(bin_size=60, outputs=frozenset()), '"outputs"'),
     (dict(bin_size=60, measures=("a", "a")), '"measures"'),
     (dict(bin_size=60, policy="ignore"), '"policy"'),
@@ -364,7 +399,8 @@ def test_restore_with_a_different_bin_size_is_refused():
 def test_restore_may_change_the_selected_outputs():
     a = binner()
     a.process(flow("x", 0, 10))
-    b = Binner.restore(BinSettings("flows", 60, measures=("bytes", "packets"), outputs=frozenset({"final"})), a.snapshot())
+    final_only = BinSettings("flows", 60, measures=("bytes", "packets"), outputs=frozenset({"final"}))
+    b = Binner.restore(final_only, a.snapshot())
     assert [o.role for o in b.advance_to(CTI_INFINITY)] == ["bin_final"]
 
 

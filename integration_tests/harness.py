@@ -1,0 +1,44 @@
+"""Small helpers the integration tests share: produce records, build and run a job, read topics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs import kafka
+from jobs.config import JobConfig, parse
+from jobs.serde import AvroSerializer
+
+
+def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str | None,
+            partition_of=None, raw: list[bytes] = ()) -> None:
+    ser = AvroSerializer(schema)
+    prod = kafka.producer(bootstrap)
+    for i, rec in enumerate(records):
+        kwargs = {} if partition_of is None else {"partition": partition_of(i, rec)}
+        prod.produce(topic, key=None if key_field is None else str(rec[key_field]).encode(), value=ser(rec), **kwargs)
+        if i % 5000 == 0:
+            prod.poll(0)
+    for value in raw:
+        prod.produce(topic, value=value)
+    assert prod.flush(60) == 0
+
+
+def job(stack, tmp_path: Path, **spec) -> JobConfig:
+    """A job config against the test stack with a private checkpoint."""
+    spec.setdefault("kafka", {})["bootstrap_servers"] = stack.bootstrap
+    spark = spec.setdefault("spark", {})
+    spark.setdefault("checkpoint", str(tmp_path / "checkpoint"))
+    spark.setdefault("key_groups", 4)
+    return parse(spec, "test job")
+
+
+def run(cfg: JobConfig, spark, **kwargs):
+    from jobs import pipeline
+
+    return pipeline.run(cfg, until_end=kwargs.pop("until_end", True), spark=spark, **kwargs)
+
+
+def read(stack, topic: str) -> list[dict]:
+    from jobs.cli import read_topic
+
+    return read_topic(stack.bootstrap, topic, registry_url=stack.registry_url)

@@ -1,0 +1,79 @@
+"""Foundation: valid events come out exactly once; malformed ones land in dead-letter with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from integration_tests.harness import job, produce, read, run
+from jobs import kafka
+from jobs.serde import AvroSerializer
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+T0 = 1_767_225_600_000
+
+
+def transactions(n: int) -> list[dict]:
+    return [{"id": f"tx-{i}", "account": f"acct-{i % 37}", "event_time": T0 + i * 100, "type": "purchase",
+             "amount": float(i % 500), "currency": "EUR", "country": "DE", "merchant": None} for i in range(n)]
+
+
+def malformed() -> dict[str, bytes]:
+    good = AvroSerializer("transaction")(transactions(1)[0])
+    flow = AvroSerializer("flow")({"id": "f", "device": "d", "start_time": 1, "end_time": 2, "bytes": 1.0,
+                                   "packets": 1.0, "protocol": "tcp"})
+    no_time = AvroSerializer("transaction")({**transactions(1)[0], "event_time": None})
+    absurd = AvroSerializer("transaction")({**transactions(1)[0], "event_time": -5})
+    return {
+        "garbage": b"\x17not avro at all",
+        "truncated": good[:15],
+        "unknown fingerprint": b"\xc3\x01" + b"\x99" * 8 + good[10:],
+        "unknown schema id": b"\x00\x00\x00\x30\x39" + good[10:],
+        "wrong schema (a flow on the transactions topic)": flow,
+        "missing event time": no_time,
+        "absurd event time": absurd,
+        "trailing bytes": good + b"\x00\x01",
+        "empty": b"",
+    }
+
+
+def test_valid_events_once_bad_ones_dead_lettered(stack, spark, tmp_path):
+    src, out = stack.topic("pt-in"), stack.topic("pt-out")
+    kafka.create_topics(stack.bootstrap, {src: 2})
+    events = transactions(3000)
+    bad = malformed()
+    produce(stack.bootstrap, src, "transaction", events, "account", raw=list(bad.values()))
+    cfg = job(stack, tmp_path, job="pt", sources=[{"name": "tx", "topic": src, "schema": "transaction",
+                                                   "key_field": "account", "time_field": "event_time",
+                                                   "max_offsets_per_trigger": 1000, "cti": {"delay": "1h"}}],
+              operators=[{"kind": "passthrough", "output": out}],
+              outputs={"late": stack.topic("pt-late"), "dead_letter": stack.topic("pt-dlq")})
+    summary = run(cfg, spark)
+
+    got = read(stack, out)
+    ids = [r["id"] for r in got]
+    assert sorted(ids) == sorted(e["id"] for e in events)  # every valid event, exactly once
+    assert got[0].keys() == events[0].keys()
+    dead = read(stack, cfg.dead_letter_topic)
+    assert sorted(d["value"] for d in dead) == sorted(bad.values())
+    for d in dead:
+        assert d["source_topic"] == src and d["error"] and d["stage"] in ("decode", "validate")
+    reasons = {d["value"]: d["error"] for d in dead}
+    assert "fingerprint" in reasons[bad["unknown fingerprint"]]
+    assert "event time" in reasons[bad["missing event time"]]
+    assert "absurd" in reasons[bad["absurd event time"]]
+    assert "trailing" in reasons[bad["trailing bytes"]]
+    assert read(stack, cfg.late_topic) == []
+    c = summary.counters
+    assert c["received"] == len(events) + len(bad) == c["released"] + c["late"] + c["dead_letter"]
+
+
+def test_missing_topic_is_a_clear_error_before_spark(stack, spark, tmp_path):
+    from operators.errors import StackError
+
+    cfg = job(stack, tmp_path, job="missing", sources=[{"name": "tx", "topic": stack.topic("nope"),
+                                                        "schema": "transaction", "key_field": "account",
+                                                        "time_field": "event_time"}],
+              operators=[{"kind": "passthrough", "output": stack.topic("x")}])
+    with pytest.raises(StackError, match="does not exist"):
+        run(cfg, spark)
