@@ -1,0 +1,43 @@
+"""Benchmarks: figures for people, printed as tables; every figure is compared in the same run
+against a baseline. Tests never assert wall-clock times; they only smoke-test correctness."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+BENCHES = ("source", "adapter", "count", "bins", "match", "reliability")
+
+
+def run_benchmarks(which: str, events: int | None = None, out: Console | None = None) -> None:
+    out = out or Console(width=200)
+    names = BENCHES if which == "all" else (which,)
+    for name in names:
+        if name not in BENCHES:
+            raise SystemExit(f'Invalid benchmark "{name}". Valid choices are: all, {", ".join(BENCHES)}.')
+        if name == "source":
+            from bench.spark_jobs import bench_source
+
+            bench_source(events or 300_000, out)
+        elif name == "adapter":
+            from bench.spark_jobs import bench_adapter
+
+            bench_adapter(events or 300_000, out)
+        elif name == "count":
+            from bench.count_operator import main as count_main
+
+            count_main([] if events is None else ["--events", str(events)])
+            from bench.spark_jobs import bench_count_e2e
+
+            bench_count_e2e(events or 200_000, out)
+        elif name == "bins":
+            from bench.spark_jobs import bench_bins
+
+            bench_bins(events or 200_000, out)
+        elif name == "match":
+            from bench.match_operator import main as match_main
+
+            match_main(events)
+        elif name == "reliability":
+            from bench.reliability import main as reliability_main
+
+            reliability_main(out)

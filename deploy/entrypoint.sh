@@ -26,7 +26,7 @@ wait_for_kafka() {
     for server in "${servers[@]}"; do
       server=${server#*://}            # PLAINTEXT://host:port → host:port
       host=${server%:*}; port=${server##*:}
-      if (exec 3<>"/dev/tcp/${host}/${port}") 2>/dev/null; then
+      if timeout 5 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" 2>/dev/null; then
         return 0
       fi
     done
@@ -44,9 +44,10 @@ spark_driver_address() {
   case "${CTIFLOW_SPARK_MASTER:-}" in
     spark://*|k8s://*)
       if [ -z "${SPARK_LOCAL_IP:-}" ]; then
-        SPARK_LOCAL_IP=$(hostname -i 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)
+        # The container's address on the compose network (not loopback).
+        SPARK_LOCAL_IP=$(hostname -i 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | grep -v -m1 '^127\.' || true)
         if [ -z "$SPARK_LOCAL_IP" ]; then
-          SPARK_LOCAL_IP=$(python -c 'import socket; print(socket.gethostbyname(socket.gethostname()))')
+          SPARK_LOCAL_IP=$(python3 -c 'import socket; print(socket.gethostbyname(socket.gethostname()))')
         fi
         export SPARK_LOCAL_IP
       fi ;;

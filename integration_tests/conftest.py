@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -27,12 +26,6 @@ def docker_available() -> bool:
         return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -65,7 +58,7 @@ def stack(tmp_path_factory):
         return
     from jobs import stack as embedded
 
-    port = free_port()
+    port = embedded.free_port()
     embedded.up(port)
     print(f"\n[stack] embedded: tansu on 127.0.0.1:{port} (no Docker engine reachable)")
     try:

@@ -1,4 +1,4 @@
-"""The one generic Spark adapter: any pure operator inside ``transformWithState`` (Row API).
+"""The one generic Spark adapter: any pure operator inside ``transformWithStateInPandas``.
 
 Why it is fast enough: rows are grouped by **key group** (``crc32(key) mod G``, computed in the
 source), not by entity key. Spark calls the processor once per group per micro-batch with all
@@ -8,8 +8,10 @@ dominate a keyed Python operator; with G groups a batch costs G state reads and 
 
 Contract (PySpark's ``StatefulProcessor``): the processor object is pickled on the driver and
 ``init`` runs on an executor's Python worker, so it holds only the picklable :class:`Plan`; all
-operators are built in the worker. ``handleInputRows`` receives the group's rows (``Row``s keep
-exact Python types; pandas would turn nullable longs into floats) and the watermark (our CTI) in ``timerValues``; ``handleExpiredTimer`` advances a group
+operators are built in the worker. ``handleInputRows`` receives the group's rows as pandas
+frames of the ``meta_`` columns only (the record travels as its Avro bytes and is decoded here:
+narrow rows are cheap to shuffle, and pandas would turn nullable longs into floats) and the
+watermark (our CTI) in ``timerValues``; ``handleExpiredTimer`` advances a group
 that had no rows when the watermark moved. Outputs are already Avro-encoded:
 ``(topic, key, value, kind)`` rows for the Kafka sink.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
@@ -33,12 +35,13 @@ OUTPUT_SCHEMA = StructType([
 _STATE = StructType([StructField("blob", BinaryType())])
 
 
-def dead_letter_record(row: dict) -> dict:
-    error = row["meta_error"] or "unknown error"
-    return {"source_topic": row.get("meta_topic") or row["meta_stream"], "partition": int(row["meta_partition"]),
-            "offset": int(row["meta_offset"]), "key": row.get("meta_raw_key"), "value": row.get("meta_raw"),
-            "error": error, "stage": error.split(":", 1)[0],
-            "kafka_timestamp": row.get("meta_kafka_ts")}
+INPUT_COLUMNS = ["meta_stream", "meta_key", "meta_start", "meta_end", "meta_partition", "meta_offset",
+                 "meta_error", "meta_value", "meta_raw_key", "meta_kafka_ts", "meta_flush"]
+
+
+def dead_letter_record(topic: str, partition, offset, key, value, error: str, ts) -> dict:
+    return {"source_topic": topic, "partition": int(partition), "offset": int(offset), "key": key, "value": value,
+            "error": error, "stage": error.split(":", 1)[0], "kafka_timestamp": None if ts != ts else int(ts)}
 
 
 def _cti(timerValues) -> int:
@@ -48,16 +51,17 @@ def _cti(timerValues) -> int:
 
 class OperatorProcessor(StatefulProcessor):
     def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
-                 topic_names: dict[str, str]):
+                 topic_names: dict[str, str], stream_schemas: dict[str, str]):
         self.plan = plan
         self.topic_schemas = topics          # topic → schema name
         self.framing = framing
         self.registry = registry
         self.topic_names = topic_names       # stream → source topic (for dead letters)
+        self.stream_schemas = stream_schemas # stream → reader schema
 
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
-        from jobs.serde import AvroSerializer, registry_client
+        from jobs.serde import AvroDeserializer, AvroSerializer, registry_client
 
         self.handle = handle
         self.state = handle.getValueState("group", _STATE)
@@ -65,41 +69,38 @@ class OperatorProcessor(StatefulProcessor):
         self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
                                                subject=f"{topic}-value", validate=False)
                          for topic, schema in self.topic_schemas.items()}
-        self.meta_cols = None
+        self.decoders = {stream: AvroDeserializer(schema, registry=reg) for stream, schema in self.stream_schemas.items()}
 
     def close(self) -> None:
         pass
 
     # -- the two entry points --------------------------------------------------------
-    def handleInputRows(self, key, rows: Iterator[Row], timerValues) -> Iterator[Row]:
+    def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         runtime = self._load()
         # The watermark is the CTI inserted at this micro-batch's start: apply it first, so the
         # batch's events are checked against it (late) and released by a later CTI.
         out: list = runtime.advance(_cti(timerValues))
         dead: list[dict] = []
         flush = False
-        fields = self.plan.fields
-        for row in rows:
-            row = row.asDict()
-            if row["meta_flush"]:
-                flush = True
-                continue
-            if row["meta_error"] is not None:
-                runtime.dead_letter()
-                row["meta_topic"] = self.topic_names.get(row["meta_stream"])
-                dead.append(dead_letter_record(row))
-                continue
-            stream = row["meta_stream"]
-            names = fields.get(stream)
-            rec = {n: row[n] for n in names} if names else {k: v for k, v in row.items() if not k.startswith("meta_")}
-            out.extend(runtime.offer(Event(key=row["meta_key"], start=row["meta_start"], end=row["meta_end"],
-                                           fields=rec, partition=row["meta_partition"], offset=row["meta_offset"],
-                                           stream=stream)))
+        decoders = self.decoders
+        offer = runtime.offer
+        for frame in rows:
+            cols = [frame[c].values for c in INPUT_COLUMNS]
+            for stream, key_, start, end, part, off, err, value, raw_key, ts, fl in zip(*cols):
+                if fl:
+                    flush = True
+                elif err is not None:
+                    runtime.dead_letter()
+                    dead.append(dead_letter_record(self.topic_names.get(stream, stream), part, off, raw_key, value, err, ts))
+                else:
+                    # Decode again here (fast, exact types): pandas would turn nullable
+                    # longs of typed columns into floats.
+                    out.extend(offer(Event(key_, int(start), int(end), decoders[stream](value), int(part), int(off), stream)))
         if flush:
             out.extend(runtime.advance(CTI_INFINITY))
         yield from self._finish(runtime, timerValues, out, dead)
 
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         runtime = self._load()
         yield from self._finish(runtime, timerValues, runtime.advance(_cti(timerValues)), [])
 
@@ -120,11 +121,17 @@ class OperatorProcessor(StatefulProcessor):
             self.handle.registerTimer(max(wm, 0) + 1)
         yield from self._encode(out, dead, runtime.counters)
 
-    def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[Row]:
+    def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
         enc = self.encoders
-        for topic, o, k in out:
-            yield Row(topic=topic, key=None if k is None else str(k).encode(), value=enc[topic](o.record), kind=o.role)
+        n = len(out) + len(dead) + 1
+        topics, keys, values, kinds = [None] * n, [None] * n, [None] * n, [None] * n
+        for i, (topic, o, k) in enumerate(out):
+            topics[i] = topic
+            keys[i] = None if k is None else str(k).encode()
+            values[i] = enc[topic](o.record)
+            kinds[i] = o.role
         dlq = self.plan.dead_letter_topic
-        for rec in dead:
-            yield Row(topic=dlq, key=rec["key"], value=enc[dlq](rec), kind="dead_letter")
-        yield Row(topic=None, key=None, value=json.dumps(vars(counters)).encode(), kind="metrics")
+        for i, rec in enumerate(dead, len(out)):
+            topics[i], keys[i], values[i], kinds[i] = dlq, rec["key"], enc[dlq](rec), "dead_letter"
+        values[-1], kinds[-1] = json.dumps(vars(counters)).encode(), "metrics"
+        yield pd.DataFrame({"topic": topics, "key": keys, "value": values, "kind": kinds})

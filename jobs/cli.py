@@ -409,7 +409,7 @@ def bench(which: str = typer.Argument("all", help="adapter | source | count | bi
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
     from bench import run_benchmarks
 
-    run_benchmarks(which, events=events, out=out)
+    run_benchmarks(which, events=events, out=Console(width=200))
 
 
 @conformance_app.command("cep")

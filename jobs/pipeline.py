@@ -89,7 +89,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
     from pyspark.sql import functions as F
 
-    from jobs.adapter import OUTPUT_SCHEMA, OperatorProcessor
+    from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA, OperatorProcessor
 
     job_plan: Plan = make_plan(cfg)
     watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
@@ -110,8 +110,9 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
         df = df.unionByName(other, allowMissingColumns=True)
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
                                   cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
-                                  {s.name: s.topic for s in cfg.sources})
-    out = df.groupBy("meta_group").transformWithState(processor, OUTPUT_SCHEMA, "Append", "EventTime")
+                                  {s.name: s.topic for s in cfg.sources}, {s.name: s.schema_name for s in cfg.sources})
+    df = df.select("meta_group", *INPUT_COLUMNS)
+    out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
     writer = (out.writeStream.format("ctiflow_kafka_sink")
               .option("bootstrap", cfg.kafka.bootstrap_servers)
               .option("client", json.dumps(cfg.kafka.client))

