@@ -104,7 +104,8 @@ def broker_ready(bootstrap: str, timeout: float = 2.0, client_config: dict | Non
     """True when a real metadata request to ``bootstrap`` succeeds."""
     from confluent_kafka.admin import AdminClient
 
-    conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), **(client_config or {})}
+    conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), "log_level": 0,
+            **(client_config or {})}
     try:
         AdminClient(conf).list_topics(timeout=timeout)
     except Exception:  # noqa: BLE001 - any failure means "not ready yet"; callers retry or report
