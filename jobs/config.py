@@ -288,6 +288,14 @@ class JobConfig(Strict):
             topics[self.reference.output] = "enriched"
         return topics
 
+    @property
+    def key_groups(self) -> int:
+        """Key groups actually used: 1 when an operator is global (it must see every event),
+        else ``spark.key_groups``."""
+        if any(isinstance(op, CountOp) and not op.per_key for op in self.operators):
+            return 1
+        return self.spark.key_groups
+
     def source(self, name: str) -> Source:
         return next(s for s in self.sources if s.name == name)
 

@@ -73,7 +73,7 @@ def source_options(cfg: JobConfig, src, flush: bool) -> dict[str, str]:
     opts = {
         "bootstrap": cfg.kafka.bootstrap_servers, "topic": src.topic, "schema": src.schema_name,
         "stream": src.name, "key_field": src.key_field, "time_field": src.time_field,
-        "end_field": src.end_field or "", "shape": src.shape, "key_groups": str(cfg.spark.key_groups),
+        "end_field": src.end_field or "", "shape": src.shape, "key_groups": str(cfg.key_groups),
         "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
         "client": json.dumps(cfg.kafka.client), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
     }

@@ -1,0 +1,140 @@
+"""Count, bins and match jobs through Kafka, each compared with an independent oracle.
+
+Inputs use one partition and ``max_offsets_per_trigger`` so the micro-batch cuts — and with
+them Spark's watermark, our CTI — are known to the oracle (``jobs.oracle``)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+
+from integration_tests.harness import job, produce, read, run
+from jobs import kafka, oracle, workload
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+BATCH = 400
+
+
+def tx_source(topic: str, delay: str, policy: str = "drop") -> dict:
+    return {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account", "time_field": "event_time",
+            "partitions": 1, "max_offsets_per_trigger": BATCH, "cti": {"delay": delay, "policy": policy}}
+
+
+def test_count_records_are_within_the_bound_of_the_brute_force_count(stack, spark, tmp_path):
+    records = workload.transactions(2400, accounts=20, seed=3, disorder_ms=1500, late_fraction=0.01, late_by_ms=60_000)
+    src, counts = stack.topic("cnt-in"), stack.topic("cnt-out")
+    kafka.create_topics(stack.bootstrap, {src: 1})
+    produce(stack.bootstrap, src, "transaction", records, "account")
+    cfg = job(stack, tmp_path, job="count", sources=[tx_source(src, "5s")],
+              operators=[{"kind": "count", "name": "per_account_1m", "window": {"time": "1m"}, "epsilon": 0.1,
+                          "per_key": True, "predicate": "amount > 100", "emit": "per_event", "output": counts},
+                         {"kind": "count", "name": "global_last_200", "window": {"events": 200}, "epsilon": 0.05,
+                          "per_key": False, "emit": "per_event", "output": counts}],
+              outputs={"late": stack.topic("cnt-late"), "dead_letter": stack.topic("cnt-dlq")})
+    run(cfg, spark)
+
+    checked = oracle.check(oracle.to_events(records, "account", "event_time"), 5000, oracle.even_cuts(len(records), BATCH))
+    late = [c for c in checked if c.status == oracle.LATE]
+    assert late, "the workload must contain late events for this test to mean something"
+    assert sorted(r["offset"] for r in read(stack, cfg.late_topic)) == sorted(c.event.offset for c in late)
+
+    got = read(stack, counts)
+    for name, kind, window, per_key, pred, eps in (
+            ("per_account_1m", "time", 60_000, True, lambda f: f["amount"] > 100, 0.1),
+            ("global_last_200", "events", 200, False, None, 0.05)):
+        exact = oracle.sliding_counts(checked, kind, window, pred, per_key)
+        mine = [r for r in got if r["counter"] == name]
+        assert len(mine) == len(exact) == len(records) - len(late)
+        by_key: dict[str, list] = {}
+        for r in mine:
+            by_key.setdefault(r["key"], []).append(r)
+        expected: dict[str, list] = {}
+        for e in exact:
+            expected.setdefault(e["key"], []).append(e)
+        assert by_key.keys() == expected.keys()
+        for key, recs in by_key.items():
+            for r, e in zip(recs, expected[key], strict=True):
+                assert r["time"] == e["time"]
+                assert r["lower"] <= e["exact"] <= r["upper"]
+                assert abs(r["estimate"] - e["exact"]) <= eps * e["exact"] + 1e-9
+
+
+@pytest.mark.parametrize("policy", ["drop", "adjust"])
+def test_final_bins_equal_the_exhaustive_oracle_and_conserve_measures(stack, spark, tmp_path, policy):
+    flows = workload.flows(1200, devices=6, seed=11, rate_per_s=0.5, late_fraction=0.05, late_by_ms=900_000)
+    src = stack.topic(f"bins-in-{policy}")
+    outs = {k: stack.topic(f"bins-{k}") for k in ("incremental", "updated", "final")}
+    kafka.create_topics(stack.bootstrap, {src: 1})
+    produce(stack.bootstrap, src, "flow", flows, "device")
+    cfg = job(stack, tmp_path, job=f"bins-{policy}",
+              sources=[{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
+                        "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 1,
+                        "measures": ["bytes", "packets"], "max_offsets_per_trigger": 200,
+                        "cti": {"delay": "2m", "policy": policy}}],
+              operators=[{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes", "packets"],
+                          "outputs": outs}],
+              outputs={"late": stack.topic("bins-late"), "dead_letter": stack.topic("bins-dlq")})
+    run(cfg, spark)
+
+    events = oracle.to_events(flows, "device", "start_time", "end_time")
+    checked = oracle.check(events, 120_000, oracle.even_cuts(len(flows), 200), policy)
+    assert any(c.status == oracle.LATE for c in checked), "the workload must violate the CTI"
+    if policy == "adjust":
+        assert any(c.status == oracle.ADJUSTED for c in checked)
+    expected = oracle.final_bins(checked, 60_000, 0, ["bytes", "packets"])
+    final = read(stack, outs["final"])
+    assert len(final) == len({(r["key"], r["bin_start"]) for r in final})  # each bin exactly once
+    assert {(r["key"], r["bin_start"]) for r in final} == set(expected)
+    for r in final:
+        e = expected[(r["key"], r["bin_start"])]
+        for m in ("bytes", "packets"):
+            assert math.isclose(r["measures"][m], float(e.measures[m]), rel_tol=1e-9, abs_tol=1e-6)
+        assert r["events"] == e.events
+
+    incremental, updated = read(stack, outs["incremental"]), read(stack, outs["updated"])
+    for (key, start), e in expected.items():
+        inc = sum(r["measures"]["bytes"] for r in incremental if r["key"] == key and r["bin_start"] == start)
+        assert math.isclose(inc, float(e.measures["bytes"]), rel_tol=1e-9, abs_tol=1e-6)
+        revs = [r for r in updated if r["key"] == key and r["bin_start"] == start]
+        assert [r["revision"] for r in revs] == sorted(r["revision"] for r in revs)
+        assert math.isclose(revs[-1]["measures"]["bytes"], float(e.measures["bytes"]), rel_tol=1e-9, abs_tol=1e-6)
+
+    late = read(stack, cfg.late_topic)
+    late_bytes = sum((r["measures"] or {}).get("bytes", 0.0) if r["measures"] else
+                     __import__("json").loads(r["fields_json"])["bytes"] for r in late)
+    total = sum(Fraction(f["bytes"]) for f in flows)
+    assert math.isclose(sum(r["measures"]["bytes"] for r in final) + late_bytes, float(total), rel_tol=1e-9)
+
+
+def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack, spark, tmp_path):
+    from operators.cep.operator import MatchOperator, MatchSettings
+    from operators.time import CTI_INFINITY, Event
+
+    pattern = {"within_ms": 300_000, "skip": "skip_past_last_event",
+               "stages": [{"name": "failures", "where": "type == 'login_failed'", "quantifier": {"times": 3},
+                           "consecutive": True},
+                          {"name": "success", "contiguity": "next", "where": "type == 'login_ok'"}]}
+    records = workload.transactions(2000, accounts=15, seed=5, disorder_ms=3000, scenario_rate=0.05)
+    src, matches = stack.topic("cep-in"), stack.topic("cep-out")
+    kafka.create_topics(stack.bootstrap, {src: 1})
+    produce(stack.bootstrap, src, "transaction", records, "account")
+    cfg = job(stack, tmp_path, job="match", sources=[tx_source(src, "10s")],
+              operators=[{"kind": "match", "name": "brute-force", "pattern": pattern, "output": matches}],
+              outputs={"late": stack.topic("cep-late"), "dead_letter": stack.topic("cep-dlq")})
+    run(cfg, spark)
+
+    checked = oracle.check(oracle.to_events(records, "account", "event_time"), 10_000,
+                           oracle.even_cuts(len(records), BATCH))
+    assert all(c.status == oracle.ADMITTED for c in checked)  # disorder stays within the delay
+    stepwise = MatchOperator(MatchSettings(pattern=pattern, name="brute-force", emit_timed_out=False))
+    expected = []
+    for c in sorted(checked, key=lambda c: c.order):
+        expected += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset, "tx"))
+    expected += stepwise.advance_to(CTI_INFINITY)
+    want = sorted((o.record["key"], o.record["first_time"], o.record["last_time"]) for o in expected if o.role == "match")
+    got = sorted((r["key"], r["first_time"], r["last_time"]) for r in read(stack, matches))
+    assert want and got == want
+    assert records != sorted(records, key=lambda r: r["event_time"])  # the input really was out of order
