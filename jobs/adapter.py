@@ -88,7 +88,7 @@ class OperatorProcessor(StatefulProcessor):
             cols = [frame[c].values for c in INPUT_COLUMNS]
             for stream, key_, start, end, part, off, err, value, raw_key, ts, fl in zip(*cols):
                 if fl:
-                    flush = True
+                    flush = runtime.end_of_input(stream)
                 elif err is not None:
                     runtime.dead_letter()
                     dead.append(dead_letter_record(self.topic_names.get(stream, stream), part, off, raw_key, value, err, ts))

@@ -169,8 +169,9 @@ class GroupRuntime:
             self.join = self._new_join()
             self.enriched = ReorderBuffer(ViolationPolicy.DROP) if plan.reference else None
             self.ops = [spec.build() for spec in plan.operators]
+            self.ended: set[str] = set()
         else:
-            layer, join, enriched, ops = pickle.loads(data)
+            layer, join, enriched, ops, self.ended = pickle.loads(data)
             self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
             self.join = None if join is None else type(self._new_join()).restore(plan.reference, join)
             self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
@@ -187,10 +188,16 @@ class GroupRuntime:
     def cti(self) -> int:
         return self.layer.cti()
 
+    def end_of_input(self, stream: str) -> bool:
+        """A bounded input's stream ended; True once every stream has (then flush to +∞:
+        one stream's end must not finalise results another stream can still change)."""
+        self.ended.add(stream)
+        return self.ended >= set(self.plan.streams)
+
     def snapshot(self) -> bytes:
         return pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
                              None if self.enriched is None else self.enriched.snapshot(),
-                             [op.snapshot() for op in self.ops]), protocol=5)
+                             [op.snapshot() for op in self.ops], self.ended), protocol=5)
 
     # -- feeding ---------------------------------------------------------------------
     def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:

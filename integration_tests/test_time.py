@@ -1,0 +1,90 @@
+"""Application time through Kafka and Spark: CTI import vs min, restart from the checkpoint."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from integration_tests.harness import job, produce, read, run
+from jobs import kafka, oracle, workload
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+T0 = 1_767_225_600_000
+
+
+def reference_job(stack, tmp_path, sync: str, fast: str, ref: str, enriched: str) -> object:
+    return job(stack, tmp_path / sync, job=f"ref-{sync}",
+               sources=[{"name": "tx", "topic": fast, "schema": "transaction", "key_field": "account",
+                         "time_field": "event_time", "partitions": 1, "max_offsets_per_trigger": 250,
+                         "cti": {"delay": "5s", "flush_at_end": False}},
+                        {"name": "accounts", "topic": ref, "schema": "account", "key_field": "account",
+                         "time_field": "valid_from", "shape": "edge", "partitions": 1,
+                         "cti": {"delay": 0, "policy": "adjust", "flush_at_end": False}}],
+               reference={"source": "accounts", "fast": "tx", "join_field": "account", "sync": sync,
+                          "output": enriched},
+               operators=[{"kind": "passthrough", "output": stack.topic("ref-pt")}],
+               outputs={"late": stack.topic("ref-late"), "dead_letter": stack.topic("ref-dlq")})
+
+
+def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, spark, tmp_path):
+    # One version per account at T0, then the reference stream is silent for 20 minutes of
+    # application time while transactions keep coming.
+    accounts = [{"account": f"acct-{i:04d}", "valid_from": T0, "home_country": "DE", "risk_threshold": 500.0,
+                 "tier": "gold"} for i in range(10)]
+    txs = [{"id": str(i), "account": f"acct-{i % 10:04d}", "event_time": T0 + 1000 + i * 1200, "type": "purchase",
+            "amount": 10.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(1000)]
+    fast, ref = stack.topic("ref-fast"), stack.topic("ref-accounts")
+    kafka.create_topics(stack.bootstrap, {fast: 1, ref: 1})
+    produce(stack.bootstrap, ref, "account", accounts, "account")
+    produce(stack.bootstrap, fast, "transaction", txs, "account")
+
+    outcome = {}
+    for sync in ("import", "min"):
+        enriched = stack.topic(f"enriched-{sync}")
+        cfg = reference_job(stack, tmp_path, sync, fast, ref, enriched)
+        run(cfg, spark)
+        outcome[sync] = read(stack, enriched)
+
+    # import: the join's CTI is the fast stream's: everything before the last watermark is out,
+    # enriched with the reference version, although the reference stream said nothing.
+    # (after the last data batch Spark runs one more batch for the new watermark: CTI = max − delay)
+    last_watermark = max(t["event_time"] for t in txs) - 5000
+    expected = [t for t in txs if t["event_time"] < last_watermark]
+    assert len(outcome["import"]) == len(expected)
+    assert all(not r["reference_missing"] and r["reference_valid_from"] == T0 for r in outcome["import"])
+    assert max(r["time"] for r in outcome["import"]) > T0 + 15 * 60_000
+    # min: the join waits for the silent reference stream: nothing after its CTI comes out.
+    assert outcome["min"] == []
+
+
+def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path):
+    flows = workload.flows(1500, devices=5, seed=21, rate_per_s=0.5)
+    src, final = stack.topic("restart-in"), stack.topic("restart-final")
+    kafka.create_topics(stack.bootstrap, {src: 1})
+    produce(stack.bootstrap, src, "flow", flows, "device")
+    cfg = job(stack, tmp_path, job="restart",
+              sources=[{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
+                        "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 1,
+                        "measures": ["bytes", "packets"], "max_offsets_per_trigger": 100,
+                        "cti": {"delay": "6m", "policy": "drop"}}],
+              operators=[{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
+                          "outputs": {"final": final}}],
+              outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
+              spark={"trigger": "500ms"})
+    # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
+    first = run(cfg, spark, until_end=False, timeout=25)
+    partial = read(stack, final)
+    assert 0 < first.input_rows < len(flows)
+    # Second run from the checkpoint: bounded, drains and flushes.
+    run(cfg, spark)
+    got = read(stack, final)
+    assert len(got) > len(partial)
+    checked = oracle.check(oracle.to_events(flows, "device", "start_time", "end_time"), 360_000,
+                           oracle.even_cuts(len(flows), 100))
+    expected = oracle.final_bins(checked, 60_000, 0, ["bytes"])
+    assert len(got) == len(expected)  # every bin exactly once across the restart
+    for r in got:
+        assert math.isclose(r["measures"]["bytes"], float(expected[(r["key"], r["bin_start"])].measures["bytes"]),
+                            rel_tol=1e-9, abs_tol=1e-6)
