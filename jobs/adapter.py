@@ -84,18 +84,22 @@ class OperatorProcessor(StatefulProcessor):
         flush = False
         decoders = self.decoders
         offer = runtime.offer
-        for frame in rows:
-            cols = [frame[c].values for c in INPUT_COLUMNS]
-            for stream, key_, start, end, part, off, err, value, raw_key, ts, fl in zip(*cols):
-                if fl:
-                    flush = runtime.end_of_input(stream)
-                elif err is not None:
-                    runtime.dead_letter()
-                    dead.append(dead_letter_record(self.topic_names.get(stream, stream), part, off, raw_key, value, err, ts))
-                else:
-                    # Decode again here (fast, exact types): pandas would turn nullable
-                    # longs of typed columns into floats.
-                    out.extend(offer(Event(key_, int(start), int(end), decoders[stream](value), int(part), int(off), stream)))
+        frames = list(rows)
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        # Arrival order inside a group depends on the shuffle; sort by stream, partition, offset
+        # so a replayed micro-batch yields the same records in the same order (exactly-once sink).
+        frame = frame.sort_values(["meta_stream", "meta_partition", "meta_offset"], kind="stable")
+        cols = [frame[c].values for c in INPUT_COLUMNS]
+        for stream, key_, start, end, part, off, err, value, raw_key, ts, fl in zip(*cols):
+            if fl:
+                flush = runtime.end_of_input(stream)
+            elif err is not None:
+                runtime.dead_letter()
+                dead.append(dead_letter_record(self.topic_names.get(stream, stream), part, off, raw_key, value, err, ts))
+            else:
+                # Decode again here (fast, exact types): pandas would turn nullable
+                # longs of typed columns into floats.
+                out.extend(offer(Event(key_, int(start), int(end), decoders[stream](value), int(part), int(off), stream)))
         if flush:
             out.extend(runtime.advance(CTI_INFINITY))
         yield from self._finish(runtime, timerValues, out, dead)

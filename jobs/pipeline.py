@@ -117,6 +117,8 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
               .option("bootstrap", cfg.kafka.bootstrap_servers)
               .option("client", json.dumps(cfg.kafka.client))
               .option("checkpointLocation", cfg.checkpoint_dir)
+              .option("topics", json.dumps(sorted(cfg.result_topics())))
+              .option("state_dir", str(Path(cfg.checkpoint_dir) / "ctiflow-sink"))
               .queryName(cfg.job.replace("-", "_").replace(".", "_")))
     if progress_file:
         writer = writer.option("progress", progress_file)

@@ -1,33 +1,49 @@
-"""Kafka sink for result topics: a PySpark 4 Python Data Source (stream writer).
+"""Kafka sink for result topics: a PySpark 4 Python Data Source (stream writer), exactly-once.
 
 Rows are ``(topic, key, value, kind)`` with ``value`` already Avro-encoded by the adapter.
-Executors produce with an idempotent ``acks=all`` producer; every record carries headers
-``ctiflow.batch`` / ``ctiflow.task`` / ``ctiflow.seq`` (micro-batch id, writer partition,
-position) — output of a micro-batch is deterministic on replay, so these identify a record
-across a crash and restart. ``kind = "metrics"`` rows are not written: the writers sum them
-and the driver's ``commit`` appends one JSON line per micro-batch to the job's progress file
-(counters in / released / late / dead-letter / outputs).
+
+**Exactly-once without transactions.** Spark replays a micro-batch whose commit did not
+complete (a crash, a kill -9). The adapter makes a batch's output deterministic on replay
+(same offsets, same state, rows sorted by partition/offset), so each record is identified by
+``(batch, task, seq)``, carried in headers ``ctiflow.batch``/``ctiflow.task``/``ctiflow.seq``,
+and the partition is chosen by us (a hash of the key, or of the value when there is none), so a
+replayed record goes to the same partition as the first time. Before writing, a task leaves a
+marker ``<state_dir>/<batch>-<task>.started``; if the marker is already there this is a replay:
+the task reads the tail of every output partition back to the batch's first record, collects the
+``seq`` numbers of ``(batch, task)`` already there and skips exactly those. This does not depend
+on ``read_committed`` (tansu does not honour it). The state directory must be visible to every
+executor (local mode: a local path; a cluster: a shared file system), like the checkpoint.
+
+``kind = "metrics"`` rows are not written: the writers sum them and the driver's ``commit``
+appends one JSON line per micro-batch to the job's progress file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+H_BATCH, H_TASK, H_SEQ = "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
 
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
     written: int = 0
+    skipped: int = 0
     metrics: dict = field(default_factory=dict)
 
 
 class KafkaSink(DataSource):
     """``writeStream.format("ctiflow_kafka_sink")`` with options ``bootstrap``, ``client`` (JSON
-    librdkafka settings) and ``progress`` (a JSON-lines file for per-batch counters)."""
+    librdkafka settings), ``topics`` (JSON list of output topics), ``state_dir`` (replay
+    markers) and ``progress`` (a JSON-lines file for per-batch counters)."""
 
     @classmethod
     def name(cls) -> str:
@@ -48,62 +64,136 @@ def _batch_id() -> int:
     return int(value) if value is not None else -1
 
 
-class KafkaStreamWriter(DataSourceStreamWriter):
+def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
+    """Deterministic partition: the same record lands in the same partition on a replay."""
+    return zlib.crc32(key if key else value) % partitions
+
+
+def landed(cons, topic: str, partition: int, batch: int, task: int) -> set[int]:
+    """``seq`` numbers of records of ``(batch, task)`` already in ``topic[partition]``: scan the
+    tail backwards (in growing chunks) until a record of an earlier batch shows up."""
+    from jobs.kafka import read_range, true_end_offset
+
+    low = cons.get_watermark_offsets(__import__("confluent_kafka").TopicPartition(topic, partition), timeout=10)[0]
+    end = true_end_offset(cons, topic, partition, 0)
+    seqs: set[int] = set()
+    step, hi = 256, end
+    while hi > low:
+        lo = max(low, hi - step)
+        older = False
+        for msgs in read_range(cons, topic, partition, lo, hi):
+            for m in msgs:
+                h = dict(m.headers or ())
+                b = int(h.get(H_BATCH, b"-1"))
+                if b < batch:
+                    older = True
+                elif b == batch and int(h.get(H_TASK, b"-1")) == task:
+                    seqs.add(int(h[H_SEQ]))
+        if older:
+            break
+        hi, step = lo, step * 4
+    return seqs
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Arrow record batches in (far cheaper than one Python ``Row`` per record)."""
+
     def __init__(self, options: dict[str, str]):
         self.options = options
+
+    def _state_dir(self) -> Path | None:
+        d = self.options.get("state_dir")
+        if not d:
+            return None
+        path = Path(d)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def write(self, iterator: Iterator) -> SinkCommit:
         from pyspark import TaskContext
 
-        from jobs.kafka import producer
+        from jobs import kafka
 
         client = json.loads(self.options.get("client", "{}"))
-        prod = producer(self.options["bootstrap"], client)
-        batch = str(_batch_id()).encode()
+        bootstrap = self.options["bootstrap"]
+        batch = _batch_id()
         ctx = TaskContext.get()
-        task = str(ctx.partitionId() if ctx else 0).encode()
+        task = ctx.partitionId() if ctx else 0
+        topics = json.loads(self.options.get("topics", "[]"))
+        parts = {t: len(kafka.topic_partitions(bootstrap, t, client)) for t in topics}
+        skip: dict[tuple[str, int], set[int]] = {}
+        state = self._state_dir()
+        if state is not None:
+            marker = state / f"{batch}-{task}.started"
+            if marker.exists():  # a replay of a batch this task already began writing
+                cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
+                try:
+                    skip = {(t, p): landed(cons, t, p, batch, task) for t, n in parts.items() for p in range(n)}
+                finally:
+                    cons.close()
+            else:
+                marker.write_text(str(time.time()))
+        prod = kafka.producer(bootstrap, client)
         errors: list[str] = []
 
         def report(err, msg):
             if err is not None:
-                errors.append(f"{msg.topic()}: {err}")
+                errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
-        written, seq = 0, 0
+        written = skipped = seq = 0
         metrics: dict[str, int] = {}
-        for row in iterator:
-            if row.kind == "metrics":
-                for k, v in json.loads(row.value).items():
-                    metrics[k] = metrics.get(k, 0) + v
-                continue
-            headers = [("ctiflow.batch", batch), ("ctiflow.task", task), ("ctiflow.seq", str(seq).encode())]
-            seq += 1
-            while True:
-                try:
-                    prod.produce(row.topic, value=row.value, key=row.key, headers=headers, on_delivery=report)
-                    break
-                except BufferError:
-                    prod.poll(0.1)
-            written += 1
-            if written % 10000 == 0:
-                prod.poll(0)
+        b_header, t_header = str(batch).encode(), str(task).encode()
+        for batch_rows in iterator:
+            cols = [batch_rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
+            for topic, key, value, kind in zip(*cols):
+                if kind == "metrics":
+                    for k, v in json.loads(value).items():
+                        metrics[k] = metrics.get(k, 0) + v
+                    continue
+                n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
+                partition = partition_for(key, value, n)
+                this = seq
+                seq += 1
+                if skip and this in skip.get((topic, partition), ()):
+                    skipped += 1
+                    continue
+                headers = [(H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
+                while True:
+                    try:
+                        prod.produce(topic, value=value, key=key, partition=partition, headers=headers,
+                                     on_delivery=report)
+                        break
+                    except BufferError:
+                        prod.poll(0.1)
+                written += 1
+                if written % 10000 == 0:
+                    prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:
-            raise RuntimeError(f"Kafka sink: {remaining} records not delivered, errors: {errors[:5]}")
-        return SinkCommit(written, metrics)
+            raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")
+        return SinkCommit(written, skipped, metrics)
 
     def commit(self, messages, batchId: int) -> None:
+        state = self._state_dir()
+        if state is not None:  # markers of committed batches are no longer needed
+            for marker in state.glob("*.started"):
+                if int(marker.name.split("-", 1)[0]) <= batchId:
+                    marker.unlink(missing_ok=True)
         path = self.options.get("progress")
         if not path:
             return
-        totals: dict[str, int] = {"written": 0}
+        totals: dict[str, int] = {"written": 0, "replay_skipped": 0}
         for m in messages:
             if m is None:
                 continue
             totals["written"] += m.written
+            totals["replay_skipped"] += m.skipped
             for k, v in m.metrics.items():
                 totals[k] = totals.get(k, 0) + v
         with open(path, "a") as out:
             out.write(json.dumps({"batch": batchId, "time": time.time(), **totals}) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
 
     def abort(self, messages, batchId: int) -> None:
         pass

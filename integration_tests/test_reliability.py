@@ -1,0 +1,106 @@
+"""Nothing lost, nothing twice: crash loop with SIGKILL, and ≥ 10,000 malformed records."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from integration_tests.chaos import crash_loop
+from integration_tests.harness import job, produce, read, run
+from jobs import kafka, oracle, workload
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+PATTERN = {"within_ms": 120_000, "skip": "skip_past_last_event",
+           "stages": [{"name": "big", "where": "bytes > 40000"},
+                      {"name": "small", "contiguity": "followed_by", "where": "bytes < 1000"}]}
+
+
+def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
+    flows = workload.flows(2400, devices=8, seed=31, rate_per_s=0.5, late_fraction=0.02, late_by_ms=900_000)
+    src = stack.topic("chaos-in")
+    topics = {"counts": stack.topic("chaos-counts"), "matches": stack.topic("chaos-matches"),
+              "final": stack.topic("chaos-final"), "incremental": stack.topic("chaos-inc"),
+              "late": stack.topic("chaos-late"), "dlq": stack.topic("chaos-dlq")}
+    kafka.create_topics(stack.bootstrap, {src: 1})
+    produce(stack.bootstrap, src, "flow", flows, "device")
+    spec = {"job": "chaos", "kafka": {"bootstrap_servers": stack.bootstrap},
+            "sources": [{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
+                         "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 1,
+                         "measures": ["bytes", "packets"], "max_offsets_per_trigger": 150,
+                         "cti": {"delay": "6m", "policy": "drop"}}],
+            "operators": [
+                {"kind": "count", "name": "flows_per_device_10m", "window": {"time": "10m"}, "epsilon": 0.1,
+                 "per_key": True, "emit": "per_event", "output": topics["counts"]},
+                {"kind": "match", "name": "big-then-small", "pattern": PATTERN, "output": topics["matches"]},
+                {"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
+                 "outputs": {"final": topics["final"], "incremental": topics["incremental"]}}],
+            "outputs": {"late": topics["late"], "dead_letter": topics["dlq"]},
+            "spark": {"checkpoint": str(tmp_path / "checkpoint"), "key_groups": 4}}
+    report = crash_loop(spec, tmp_path, kills=10, seed=7)
+    print(f"\n[chaos] kills survived: {report.kills} at {report.kill_times} s; runs: {report.runs}")
+    assert report.kills >= 10 and report.final_returncode == 0
+
+    checked = oracle.check(oracle.to_events(flows, "device", "start_time", "end_time"), 360_000,
+                           oracle.even_cuts(len(flows), 150))
+    admitted = oracle.admitted(checked)
+    # Counts: one record per admitted event, each within the bound of the exact count.
+    counts = read(stack, topics["counts"])
+    exact = oracle.sliding_counts(checked, "time", 600_000)
+    assert len(counts) == len(exact) == len(admitted)
+    assert Counter((r["key"], r["time"]) for r in counts) == Counter((e["key"], e["time"]) for e in exact)
+    for r in counts:
+        assert r["lower"] <= r["upper"]
+    # Bins: every final bin exactly once with the oracle's value; incremental adds up to it.
+    expected = oracle.final_bins(checked, 60_000, 0, ["bytes"])
+    final = read(stack, topics["final"])
+    assert sorted((r["key"], r["bin_start"]) for r in final) == sorted(expected)
+    for r in final:
+        assert math.isclose(r["measures"]["bytes"], float(expected[(r["key"], r["bin_start"])].measures["bytes"]),
+                            rel_tol=1e-9, abs_tol=1e-6)
+    inc = Counter()
+    for r in read(stack, topics["incremental"]):
+        inc[(r["key"], r["bin_start"])] += r["measures"]["bytes"]
+    for k, e in expected.items():
+        assert math.isclose(inc[k], float(e.measures["bytes"]), rel_tol=1e-9, abs_tol=1e-6)
+    # Matches: the in-order stepwise run of the same pattern.
+    from operators.cep.operator import MatchOperator, MatchSettings
+    from operators.time import CTI_INFINITY, Event
+
+    stepwise = MatchOperator(MatchSettings(pattern=PATTERN, name="big-then-small", emit_timed_out=False))
+    want = []
+    for c in sorted(admitted, key=lambda c: c.order):
+        want += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset))
+    want += stepwise.advance_to(CTI_INFINITY)
+    got = read(stack, topics["matches"])
+    assert Counter(r["match_id"] for r in got) == Counter(o.record["match_id"] for o in want if o.role == "match")
+    # Late: exactly the oracle's late events, once each.
+    late = read(stack, topics["late"])
+    assert sorted(r["offset"] for r in late) == sorted(c.event.offset for c in checked if c.status == oracle.LATE)
+
+
+def test_ten_thousand_malformed_records_go_to_dead_letter_and_the_job_keeps_running(stack, spark, tmp_path):
+    good = workload.transactions(2000, accounts=50, seed=9)
+    bad = workload.bad_records(10_000, seed=9)
+    src, out = stack.topic("fuzz-in"), stack.topic("fuzz-out")
+    kafka.create_topics(stack.bootstrap, {src: 2})
+    interleaved = []
+    for i, (kind, value) in enumerate(bad):
+        interleaved.append(value)
+    produce(stack.bootstrap, src, "transaction", good, "account", raw=interleaved)
+    cfg = job(stack, tmp_path, job="fuzz",
+              sources=[{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
+                        "time_field": "event_time", "max_offsets_per_trigger": 5000, "cti": {"delay": "1h"}}],
+              operators=[{"kind": "passthrough", "output": out}],
+              outputs={"late": stack.topic("fuzz-late"), "dead_letter": stack.topic("fuzz-dlq")})
+    summary = run(cfg, spark)
+    dead = read(stack, cfg.dead_letter_topic)
+    assert len(dead) == len(bad)
+    assert Counter(d["value"] for d in dead) == Counter(v for _, v in bad)
+    assert all(d["error"] and d["stage"] in ("decode", "validate") for d in dead)
+    passed = read(stack, out)
+    assert sorted(r["id"] for r in passed) == sorted(g["id"] for g in good)
+    c = summary.counters
+    assert c["received"] == len(good) + len(bad) == c["released"] + c["late"] + c["dead_letter"]
