@@ -13,10 +13,10 @@ compiles them, and ``bench/match_flink.py`` renders the same dicts as ``MATCH_RE
 * ``relaxed_one_or_more`` — a refund, ``followed_by`` one or more purchases over 100, then
   ``followed_by`` a withdrawal over 500; ``skip_to_next``, no window (each refund runs
   until a withdrawal completes it);
-* ``followed_by_any`` — ``login_failed`` → ``followed_by_any`` purchase over 200 →
-  ``followed_by_any`` withdrawal over 500 within 20 s, no skip: every such triple is a match,
-  and every (login_failed, purchase) pair is a partial match of its own — many overlapping
-  runs sharing few events;
+* ``followed_by_any`` — a purchase over 100 → ``followed_by_any`` another purchase over 100
+  → ``followed_by_any`` a withdrawal of 1000 within 30 s, no skip: every such triple is a
+  match, and every pair of large purchases is a partial match of its own — with n large
+  purchases of an account in the window, ≈ n²/2 overlapping runs over n shared events;
 * ``within`` — ``login_failed`` → ``followed_by`` ``login_ok`` → ``followed_by`` a
   withdrawal over 500, within 30 s, ``skip_past_last_event``.
 
@@ -51,6 +51,7 @@ import csv
 import gc
 import json
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -94,11 +95,11 @@ PATTERNS = {
     },
     "followed_by_any": {
         "name": "followed_by_any",
-        "within_ms": 20_000,
+        "within_ms": 30_000,
         "stages": [
-            {"name": "a", "where": "type == 'login_failed'"},
-            {"name": "b", "contiguity": "followed_by_any", "where": "type == 'purchase' and amount > 200"},
-            {"name": "c", "contiguity": "followed_by_any", "where": "type == 'withdrawal' and amount > 500"},
+            {"name": "a", "where": "type == 'purchase' and amount > 100"},
+            {"name": "b", "contiguity": "followed_by_any", "where": "type == 'purchase' and amount > 100"},
+            {"name": "c", "contiguity": "followed_by_any", "where": "type == 'withdrawal' and amount >= 1000"},
         ],
     },
     "within": {
@@ -170,11 +171,18 @@ def state_figures(op: Any) -> dict[str, int]:
     the shared buffers, and the events a store without sharing would hold (every partial match
     with its own copy of its events)."""
     partial = held = stored = nodes = copies = 0
+    event_bytes = run_bytes = 0
+    dumps = pickle.dumps
     for state in op._states.values():  # inspection only (the operator exposes counts, not paths)
         buffer = state.buffer
         stored += len(buffer.events)
         nodes += len(buffer.nodes)
         held += len(state.completed_matches)
+        plain_events, plain_nodes, _counts = buffer.to_plain()
+        event_bytes += len(dumps(plain_events, protocol=pickle.HIGHEST_PROTOCOL))
+        run_bytes += len(dumps((plain_nodes, [tuple(cs) for cs in state.partial_matches.items()],
+                                [tuple(cs) for cs in state.completed_matches.items()]),
+                               protocol=pickle.HIGHEST_PROTOCOL))
         for cs in state.partial_matches.items():
             if cs.start_event_id is None:
                 continue
@@ -184,7 +192,8 @@ def state_figures(op: Any) -> dict[str, int]:
                 copies += sum(len(ids) for ids in paths[0].values())
     return {"snapshot_bytes": len(op.snapshot()), "partial_matches": partial,
             "completed_held": held, "shared_events": stored, "buffer_nodes": nodes,
-            "unshared_events": copies, "keys_in_flight": op.keys_in_flight}
+            "unshared_events": copies, "keys_in_flight": op.keys_in_flight,
+            "event_bytes": event_bytes, "run_bytes": run_bytes}
 
 
 def run_operator(spec: dict[str, Any], events: list[Any], *, cti_every: int = 10_000,
@@ -197,6 +206,7 @@ def run_operator(spec: dict[str, Any], events: list[Any], *, cti_every: int = 10
     process, advance = op.process, op.advance_to
     counts = {"match": 0, "timed_out": 0}
     peak: dict[str, int] = {}
+    at_peak: dict[str, int] = {}  # the whole sample with the largest snapshot
     samples = 0
     next_sample = sample_every
     elapsed = 0.0
@@ -220,9 +230,12 @@ def run_operator(spec: dict[str, Any], events: list[Any], *, cti_every: int = 10
             if lo + len(chunk) >= next_sample or lo + len(chunk) >= n:
                 next_sample += sample_every
                 samples += 1
-                for k, v in state_figures(op).items():
+                figures = state_figures(op)
+                for k, v in figures.items():
                     if v > peak.get(k, -1):
                         peak[k] = v
+                if figures["snapshot_bytes"] >= at_peak.get("snapshot_bytes", -1):
+                    at_peak = figures
         t0 = time.perf_counter()
         out = advance(CTI_INFINITY)
         elapsed += time.perf_counter() - t0
@@ -232,7 +245,7 @@ def run_operator(spec: dict[str, Any], events: list[Any], *, cti_every: int = 10
         gc.unfreeze()
     return {"events": n, "seconds": elapsed, "events_per_s": n / elapsed if elapsed else 0.0,
             "matches": counts["match"], "timed_out": counts.get("timed_out", 0),
-            "state_samples": samples, "peak": peak,
+            "state_samples": samples, "peak": peak, "at_peak": at_peak,
             "final_state_bytes": len(op.snapshot())}
 
 
@@ -276,6 +289,8 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     times = [r["event_time"] for r in records]
     group_of = {k: zlib.crc32(k.encode()) % key_groups for k in set(keys)}
     blobs: dict[int, bytes] = {}
+    sizes: dict[int, int] = {}
+    peak_state = 0
     roles: dict[str, int] = {}
     out_bytes = 0
 
@@ -290,7 +305,8 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
                                    "transactions")))
         if flush:
             out.extend(runtime.advance(CTI_INFINITY))
-        blobs[group] = runtime.snapshot()
+        blob = blobs[group] = runtime.snapshot()
+        sizes[group] = len(blob)
         for topic, o, _k in out:
             out_bytes += len(encoders[topic](o.record))
             roles[o.role] = roles.get(o.role, 0) + 1
@@ -310,6 +326,7 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
                 if rows or g in blobs:  # groups without rows: the adapter's expired timer
                     step(g, watermark, rows, False)
             watermark = max(watermark, max(times[lo:hi]))
+            peak_state = max(peak_state, sum(sizes.values()))
         for g in sorted(blobs):
             step(g, watermark, [], True)
         elapsed = time.perf_counter() - t0
@@ -318,7 +335,7 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     return {"events": n, "seconds": elapsed, "events_per_s": n / elapsed if elapsed else 0.0,
             "matches": roles.get("match", 0), "late": roles.get("late", 0), "roles": roles,
             "output_bytes": out_bytes, "key_groups": key_groups,
-            "state_bytes": sum(len(b) for b in blobs.values())}
+            "peak_state_bytes": peak_state}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,22 +457,23 @@ def tables(r: dict[str, Any]) -> list[Any]:
         ratio = f"{op['events_per_s'] / f_ratio_base:.2f}×" if f_ratio_base else "-"
         t.add_row(name, _rate(op["events_per_s"]), _rate(e2e["events_per_s"]) if e2e else "-",
                   f_rate, f_net, ratio, f"{op['matches']:,}", f_matches)
-    s = Table(title="state of the operator (peaks over samples every "
+    s = Table(title="state of the operator at its largest snapshot (sampled every "
                     f"{r['sample_every']:,} events)")
-    for col in ("pattern", "peak snapshot bytes", "bytes / shared event", "shared events stored",
-                "partial matches", "events if unshared", "partial matches / shared event",
-                "end-to-end state bytes (final)"):
+    for col in ("pattern", "snapshot bytes", "shared events stored", "partial matches",
+                "partial matches / shared event", "events if unshared",
+                "event bytes (stored once)", "run bytes (nodes, states)", "run bytes / partial match",
+                "end-to-end peak state bytes"):
         s.add_column(col, justify="left" if col == "pattern" else "right")
     for name, row in r["patterns"].items():
-        p = row["operator"]["peak"]
-        shared = p.get("shared_events", 0)
+        p = row["operator"]["at_peak"]
+        shared, partial = p.get("shared_events", 0), p.get("partial_matches", 0)
         e2e = row.get("end_to_end")
-        s.add_row(name, f"{p.get('snapshot_bytes', 0):,}",
-                  f"{p['snapshot_bytes'] / shared:,.0f}" if shared else "-",
-                  f"{shared:,}", f"{p.get('partial_matches', 0):,}",
-                  f"{p.get('unshared_events', 0):,}",
-                  f"{p['partial_matches'] / shared:.1f}" if shared else "-",
-                  f"{e2e['state_bytes']:,}" if e2e else "-")
+        s.add_row(name, f"{p.get('snapshot_bytes', 0):,}", f"{shared:,}", f"{partial:,}",
+                  f"{partial / shared:.1f}" if shared else "-",
+                  f"{p.get('unshared_events', 0):,}", f"{p.get('event_bytes', 0):,}",
+                  f"{p.get('run_bytes', 0):,}",
+                  f"{p['run_bytes'] / partial:,.0f}" if partial else "-",
+                  f"{e2e['peak_state_bytes']:,}" if e2e else "-")
     return [t, s]
 
 

@@ -42,11 +42,8 @@ def _bootstrap(value: str | None) -> str:
 
 
 def _client() -> dict[str, str]:
-    """librdkafka settings for the CLI's own clients (SASL from the environment)."""
-    user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
-    if user and password:
-        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": user, "sasl.password": password}
+    """librdkafka settings for the CLI's own clients (credentials come from the environment,
+    added by :func:`jobs.kafka.base_config`)."""
     return {}
 
 
@@ -447,7 +444,9 @@ def main() -> None:
     try:
         app()
     except CtiflowError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        from jobs.kafka import env_credentials, redact
+
+        console.print(f"[red]error:[/red] {redact(str(exc), env_credentials())}")
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("interrupted; stopped what this command started")

@@ -316,13 +316,14 @@ def _apply_env(raw: dict) -> dict:
             for part in path[:-1]:
                 node = node.setdefault(part, {}) if isinstance(node.get(part), dict) or part not in node else node[part]
             node[path[-1]] = value
-    # Credentials come from the environment so they never live in a config file.
-    user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
-    if user and password:
-        client = raw.setdefault("kafka", {}).setdefault("client", {})
-        client.setdefault("security.protocol", "SASL_PLAINTEXT")
-        client.setdefault("sasl.mechanism", "SCRAM-SHA-256")
-        client["sasl.username"], client["sasl.password"] = user, password
+    # A password written in the file is moved to the environment: Spark options (visible in
+    # plans and the UI) carry only public settings; every client adds the environment's
+    # credentials itself (jobs.kafka.env_credentials).
+    client = (raw.get("kafka") or {}).get("client") or {}
+    if isinstance(client, dict) and client.get("sasl.password"):
+        os.environ["CTIFLOW_SASL_PASSWORD"] = str(client.pop("sasl.password"))
+        if client.get("sasl.username"):
+            os.environ["CTIFLOW_SASL_USERNAME"] = str(client["sasl.username"])
     return raw
 
 

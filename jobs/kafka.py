@@ -28,8 +28,39 @@ def check_topic_name(name: str, field: str = "topic") -> str:
     return name
 
 
+#: librdkafka settings that are secrets: never written to Spark options, plans, logs or errors.
+SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret",
+                         "sasl.oauthbearer.config", "ssl_key", "ssl.key.pem"})
+
+
+def public_client(client: dict[str, str] | None) -> dict[str, str]:
+    """``client`` without secrets: what may travel in Spark options and be printed."""
+    return {k: v for k, v in (client or {}).items() if k not in SECRET_KEYS}
+
+
+def redact(text: str, client: dict[str, str] | None) -> str:
+    for k in SECRET_KEYS:
+        v = (client or {}).get(k)
+        if v:
+            text = text.replace(v, "***")
+    return text
+
+
+def env_credentials() -> dict[str, str]:
+    """SASL/SCRAM credentials from ``CTIFLOW_SASL_USERNAME`` / ``CTIFLOW_SASL_PASSWORD``: the
+    password reaches librdkafka from the process environment, never from a Spark option."""
+    import os
+
+    user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
+    if not (user and password):
+        return {}
+    return {"security.protocol": os.environ.get("CTIFLOW_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+            "sasl.mechanism": os.environ.get("CTIFLOW_SASL_MECHANISM", "SCRAM-SHA-256"),
+            "sasl.username": user, "sasl.password": password}
+
+
 def base_config(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, str]:
-    return {"bootstrap.servers": bootstrap, **(client or {})}
+    return {"bootstrap.servers": bootstrap, **env_credentials(), **(client or {})}
 
 
 def admin(bootstrap: str, client: dict[str, str] | None = None) -> AdminClient:

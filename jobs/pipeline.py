@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.config import JobConfig
+from jobs.kafka import public_client
 from jobs.runtime import Plan, plan as make_plan
 
 
@@ -75,7 +76,7 @@ def source_options(cfg: JobConfig, src, flush: bool) -> dict[str, str]:
         "stream": src.name, "key_field": src.key_field, "time_field": src.time_field,
         "end_field": src.end_field or "", "shape": src.shape, "key_groups": str(cfg.key_groups),
         "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
-        "client": json.dumps(cfg.kafka.client), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
+        "client": json.dumps(public_client(cfg.kafka.client)), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
     }
     if cfg.kafka.schema_registry.url:
         opts["schema_registry"] = json.dumps(cfg.kafka.schema_registry.model_dump())
@@ -115,7 +116,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
     writer = (out.writeStream.format("ctiflow_kafka_sink")
               .option("bootstrap", cfg.kafka.bootstrap_servers)
-              .option("client", json.dumps(cfg.kafka.client))
+              .option("client", json.dumps(public_client(cfg.kafka.client)))
               .option("checkpointLocation", cfg.checkpoint_dir)
               .option("topics", json.dumps(sorted(cfg.result_topics())))
               .option("state_dir", str(Path(cfg.checkpoint_dir) / "ctiflow-sink"))

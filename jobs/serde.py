@@ -35,8 +35,9 @@ FRAMINGS = ("single_object", "confluent")
 
 def _fingerprint(parsed: dict | str) -> bytes:
     """CRC-64-AVRO of the Parsing Canonical Form, as the 8 little-endian bytes the spec puts on the wire."""
-    value = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16)
-    return value.to_bytes(8, "little")
+    # fastavro renders the 64-bit value's little-endian bytes as hex (checked against an
+    # independent implementation of the spec's algorithm in tests/test_serde.py).
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
 
 
 @dataclass(frozen=True)
