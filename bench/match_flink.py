@@ -248,7 +248,7 @@ def _final_count(t_env: Any, sql: str) -> tuple[int, float, int]:
     return int(value), time.perf_counter() - t0, rows
 
 
-def run(events_file: Path, name: str, *, parallelism: int = 1) -> dict[str, Any]:
+def run(events_file: Path, name: str, *, parallelism: int = 1, mode: str = "streaming") -> dict[str, Any]:
     spec = load_patterns()[name]
     out: dict[str, Any] = {"pattern": name, "engine": "flink"}
     try:
@@ -262,7 +262,9 @@ def run(events_file: Path, name: str, *, parallelism: int = 1) -> dict[str, Any]
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     t0 = time.perf_counter()
-    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    settings = (EnvironmentSettings.in_batch_mode() if mode == "batch"
+                else EnvironmentSettings.in_streaming_mode())
+    t_env = TableEnvironment.create(settings)
     conf = t_env.get_config()
     conf.set("parallelism.default", str(parallelism))
     conf.set("table.exec.resource.default-parallelism", str(parallelism))
@@ -280,7 +282,7 @@ def run(events_file: Path, name: str, *, parallelism: int = 1) -> dict[str, Any]
     net = seconds - scan_seconds
     out.update(
         flink_version=getattr(pyflink, "__version__", None) or _pyflink_version(),
-        parallelism=parallelism, events=events, seconds=seconds, matches=matches,
+        parallelism=parallelism, mode=mode, events=events, seconds=seconds, matches=matches,
         scan_seconds=scan_seconds, warmup_seconds=warmup_seconds, changelog_rows=changelog,
         events_per_s=events / seconds if seconds > 0 else None,
         net_events_per_s=events / net if net > 0 else None,
@@ -305,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events-file", type=Path, help="CSV: account,ts,type,amount (event-time order)")
     parser.add_argument("--pattern", required=True, help="a name from PATTERNS in bench/match_operator.py")
     parser.add_argument("--parallelism", type=int, default=1)
+    parser.add_argument("--mode", choices=("streaming", "batch"), default="streaming",
+                        help="Flink runtime mode (streaming is the comparison: the operator is one)")
     parser.add_argument("--print-sql", action="store_true", help="print the query and exit")
     args = parser.parse_args(argv)
     patterns = load_patterns()
@@ -322,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.events_file is None:
         raise SystemExit("--events-file is required (unless --print-sql)")
-    print(json.dumps(run(args.events_file.resolve(), args.pattern, parallelism=args.parallelism)))
+    print(json.dumps(run(args.events_file.resolve(), args.pattern, parallelism=args.parallelism,
+                         mode=args.mode)))
     sys.stdout.flush()
 
 

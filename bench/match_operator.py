@@ -373,7 +373,7 @@ def run_flink(python: Path, events_file: Path, name: str, *, parallelism: int = 
 # ---------------------------------------------------------------------------------------------
 
 
-def run(events: int = 1_000_000, *, keys: int = 1_000, cti_every: int = 10_000,
+def run(events: int = 1_000_000, *, keys: int = 1_000, step_ms: int = 1, cti_every: int = 10_000,
         sample_every: int | None = None, key_groups: int = 8, seed: int = 7,
         patterns: list[str] | None = None, flink: bool = True, end_to_end: bool = True,
         flink_parallelism: int = 1) -> dict[str, Any]:
@@ -385,9 +385,10 @@ def run(events: int = 1_000_000, *, keys: int = 1_000, cti_every: int = 10_000,
                          f"{', '.join(PATTERNS)}.")
     if sample_every is None:  # about 10 samples, on CTI boundaries
         sample_every = max(cti_every, (events // 10 // cti_every) * cti_every)
-    records = make_records(events, keys=keys, seed=seed)
+    records = make_records(events, keys=keys, seed=seed, step_ms=step_ms)
     evs = to_events(records)
-    result: dict[str, Any] = {"events": events, "keys": keys, "cti_every": cti_every,
+    result: dict[str, Any] = {"events": events, "keys": keys, "step_ms": step_ms,
+                              "cti_every": cti_every,
                               "sample_every": sample_every, "key_groups": key_groups,
                               "patterns": {}, "flink": None}
     python = flink_python() if flink else None
@@ -444,9 +445,9 @@ def tables(r: dict[str, Any]) -> list[Any]:
     installed = bool(flink and flink["installed"])
     t = Table(title=f"ctiflow bench match: {r['events']:,} events, {r['keys']:,} keys, "
                     f"a CTI every {r['cti_every']:,} events")
-    for col in ("pattern", "ctiflow events/s (operator)", "ctiflow events/s (end to end)",
-                "Flink events/s", "Flink events/s (net of scan)", "ratio ctiflow/Flink",
-                "matches ctiflow", "matches Flink"):
+    for col in ("pattern", "events", "ctiflow ev/s (operator)", "ctiflow ev/s (end to end)",
+                "Flink ev/s", "Flink ev/s (net of scan)", "ratio ctiflow/Flink",
+                "matches ctiflow / Flink", "peak state bytes", "shared events / partial matches"):
         t.add_column(col, justify="left" if col == "pattern" else "right")
     for name, row in r["patterns"].items():
         op = row["operator"]
@@ -455,8 +456,11 @@ def tables(r: dict[str, Any]) -> list[Any]:
         if flink is None:
             f_rate = f_net = f_matches = "skipped"
         ratio = f"{op['events_per_s'] / f_ratio_base:.2f}×" if f_ratio_base else "-"
-        t.add_row(name, _rate(op["events_per_s"]), _rate(e2e["events_per_s"]) if e2e else "-",
-                  f_rate, f_net, ratio, f"{op['matches']:,}", f_matches)
+        p = op["at_peak"]
+        t.add_row(name, f"{op['events']:,}", _rate(op["events_per_s"]),
+                  _rate(e2e["events_per_s"]) if e2e else "-", f_rate, f_net, ratio,
+                  f"{op['matches']:,} / {f_matches}", f"{op['peak'].get('snapshot_bytes', 0):,}",
+                  f"{p.get('shared_events', 0):,} / {p.get('partial_matches', 0):,}")
     s = Table(title="state of the operator at its largest snapshot (sampled every "
                     f"{r['sample_every']:,} events)")
     for col in ("pattern", "snapshot bytes", "shared events stored", "partial matches",
@@ -504,7 +508,12 @@ def notes(r: dict[str, Any]) -> list[str]:
                        f"{row['operator']['matches']:,}")
     out.append("End to end = the adapter's per-micro-batch work without Spark/Kafka: Avro decode, "
                f"time layer, operator, snapshot/restore of {r['key_groups']} key groups, "
-               "Avro encode of the results.")
+               "Avro encode of the results. Its state includes the reorder buffer, which holds a "
+               "micro-batch of events until the next CTI releases them.")
+    out.append("State: 'shared events' are stored once per key however many partial matches use "
+               "them; a partial match costs only its computation state and buffer edges ('run "
+               "bytes / partial match'); 'events if unshared' is what one copy per partial match "
+               "would store.")
     return out
 
 
@@ -515,6 +524,7 @@ def main(argv: list[str] | int | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=1_000)
+    parser.add_argument("--step-ms", type=int, default=1, help="ms of application time between events")
     parser.add_argument("--cti-every", type=int, default=10_000)
     parser.add_argument("--key-groups", type=int, default=8)
     parser.add_argument("--pattern", action="append", choices=list(PATTERNS),
@@ -524,7 +534,7 @@ def main(argv: list[str] | int | None = None) -> dict[str, Any]:
     parser.add_argument("--flink-parallelism", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the raw figures to this file")
     args = parser.parse_args(argv)
-    r = run(args.events, keys=args.keys, cti_every=args.cti_every, key_groups=args.key_groups,
+    r = run(args.events, keys=args.keys, step_ms=args.step_ms, cti_every=args.cti_every, key_groups=args.key_groups,
             patterns=args.pattern, flink=not args.no_flink, end_to_end=not args.no_end_to_end,
             flink_parallelism=args.flink_parallelism)
     from rich.console import Console

@@ -53,6 +53,9 @@ class Kafka(Strict):
                                    description="any librdkafka setting, e.g. security.protocol, sasl.mechanism")
     schema_registry: SchemaRegistry = SchemaRegistry()
     framing: Literal["single_object", "confluent"] | None = None
+    outage_timeout: Duration = Field(120_000, description="how long a job waits out a broker outage")
+
+    _ot = field_validator("outage_timeout", mode="before")(lambda v: duration_ms(v))
 
     @property
     def effective_framing(self) -> str:

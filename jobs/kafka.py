@@ -96,9 +96,10 @@ def wait_for_broker(bootstrap: str, client: dict[str, str] | None = None, timeou
                      "start the embedded one with `ctiflow up` or fix kafka.bootstrap_servers")
 
 
-def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None = None) -> list[int]:
+def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None = None,
+                     timeout: float = 10.0) -> list[int]:
     # Ask for all topics: a metadata request naming the topic would auto-create it on tansu.
-    md = admin(bootstrap, client).list_topics(timeout=10)
+    md = admin(bootstrap, client).list_topics(timeout=timeout)
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "
@@ -144,14 +145,14 @@ def delete_topics(bootstrap: str, names: Iterable[str], client: dict[str, str] |
             pass  # already gone: deleting is idempotent for our callers
 
 
-def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int) -> int:
+def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, timeout: float = 10.0) -> int:
     """The offset after the last record of a partition, probing past the reported high watermark.
 
     tansu reports HWM = base offset of the last producer batch + 1, hiding the tail of that
     batch. We fetch from max(HWM − 1, ``low_mark``) until end-of-partition and take the last
     offset seen + 1 (never less than ``low_mark``, so offsets do not go backwards).
     """
-    low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
     start = max(high - 1, low_mark, low)
     end = max(high, low_mark)
     cons.assign([TopicPartition(topic, partition, start)])

@@ -76,6 +76,7 @@ def source_options(cfg: JobConfig, src, flush: bool) -> dict[str, str]:
         "stream": src.name, "key_field": src.key_field, "time_field": src.time_field,
         "end_field": src.end_field or "", "shape": src.shape, "key_groups": str(cfg.key_groups),
         "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
+        "outage_timeout": str(cfg.kafka.outage_timeout / 1000),
         "client": json.dumps(public_client(cfg.kafka.client)), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
     }
     if cfg.kafka.schema_registry.url:

@@ -109,6 +109,25 @@ class KafkaSource(DataSource):
         return KafkaStreamReader({k.lower(): v for k, v in self.options.items()}, arrow_schema(self._avro()))
 
 
+def _data(offsets: dict) -> dict:
+    """The per-partition part of an offset (without the ``flushed`` marker)."""
+    return {p: v for p, v in offsets.items() if p != "flushed"}
+
+
+def _spread(start: dict, ends: dict, budget: int) -> dict:
+    """Spread a row budget over partitions in a fixed order: deterministic batch cuts."""
+    out = dict(start)
+    backlog = {p: max(0, e - start.get(p, 0)) for p, e in ends.items()}
+    while budget > 0 and any(backlog.values()):
+        share = max(1, budget // max(1, sum(1 for v in backlog.values() if v)))
+        for p in sorted(backlog, key=int):
+            take = min(share, backlog[p], budget)
+            out[p] = out.get(p, 0) + take
+            backlog[p] -= take
+            budget -= take
+    return out
+
+
 class OffsetRange(InputPartition):
     def __init__(self, partition: int, start: int, end: int, flush: bool):
         self.partition, self.start, self.end, self.flush = partition, start, end, flush
@@ -137,13 +156,41 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._partitions is None:
             from jobs.kafka import topic_partitions
 
-            self._partitions = topic_partitions(self.options["bootstrap"], self.topic, self.client)
+            self._partitions = topic_partitions(self.options["bootstrap"], self.topic, self.client, timeout=3.0)
         return self._partitions
 
     def _ends(self, floor: dict[str, int]) -> dict[str, int]:
         from jobs.kafka import true_end_offset
 
-        return {str(p): true_end_offset(self._cons(), self.topic, p, floor.get(str(p), 0)) for p in self._parts()}
+        return {str(p): true_end_offset(self._cons(), self.topic, p, floor.get(str(p), 0), timeout=3.0)
+                for p in self._parts()}
+
+    def _ends_or_wait(self, floor: dict[str, int]) -> dict[str, int] | None:
+        """End offsets, or None while the broker is unreachable: the query idles (each trigger
+        asks again) and resumes when the broker is back; after ``outage_timeout`` seconds
+        (option, default 120) it fails with a clear error — restart the job then, it resumes
+        from its checkpoint. (A call must return quickly: Spark's planner does not wait.)"""
+        import time
+
+        from confluent_kafka import KafkaException
+
+        from operators.errors import StackError
+
+        try:
+            ends = self._ends(floor)
+        except (KafkaException, StackError) as exc:
+            now = time.monotonic()
+            self._outage_since = getattr(self, "_outage_since", None) or now
+            self._partitions = None
+            self._drop_consumer()  # a fresh client after the outage (the broker may be a new one)
+            limit = float(self.options.get("outage_timeout", "120"))
+            if now - self._outage_since > limit:
+                raise StackError(f"Kafka at {self.options['bootstrap']} unreachable (or topic {self.topic!r} gone) "
+                                 f"for more than {limit:.0f} s: {exc}. Restart the job when the broker is back; "
+                                 "it resumes from its checkpoint.") from exc
+            return None
+        self._outage_since = None
+        return ends
 
     def initialOffset(self) -> dict:
         how = self.options.get("startingoffsets", "earliest")
@@ -164,44 +211,54 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = self._ends({})
 
     def latestOffset(self, start: dict, limit) -> dict:
-        ends = self._ends(start)
+        data = _data(start)
+        ends = self._ends_or_wait(data)
+        if ends is None:
+            return start
         if self.target is not None:
-            ends = {p: max(min(e, self.target.get(p, e)), start.get(p, 0)) for p, e in ends.items()}
+            ends = {p: max(min(e, self.target.get(p, e)), data.get(p, 0)) for p, e in ends.items()}
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        if budget is None:
-            return ends
-        # Spread the budget over partitions in a fixed order: deterministic batch cuts.
-        out = dict(start)
-        backlog = {p: max(0, e - start.get(p, 0)) for p, e in ends.items()}
-        while budget > 0 and any(backlog.values()):
-            share = max(1, budget // max(1, sum(1 for v in backlog.values() if v)))
-            for p in sorted(backlog, key=int):
-                take = min(share, backlog[p], budget)
-                out[p] = out.get(p, 0) + take
-                backlog[p] -= take
-                budget -= take
-        return out
+        if budget is not None:
+            ends = _spread(data, ends, budget)
+        if self._flushes and all(ends.get(p, 0) >= e for p, e in self.target.items()):
+            # The batch that reaches the end of a bounded input carries the final CTI. The
+            # marker is part of the offset, so a drain with no new data still gets one batch,
+            # and a restart after the flush does not flush again.
+            ends["flushed"] = True
+        if ends == _data(ends) and ends == data and start.get("flushed"):
+            return start
+        return ends
+
+    @property
+    def _flushes(self) -> bool:
+        return self.target is not None and self.options.get("flush_at_end", "true") == "true"
 
     def partitions(self, start: dict, end: dict):
-        final = self.target is not None and all(end.get(p, 0) >= e for p, e in self.target.items())
-        parts = [OffsetRange(int(p), start.get(p, 0), e, False) for p, e in sorted(end.items(), key=lambda x: int(x[0]))
-                 if e > start.get(p, 0)]
-        flush = final and self.options.get("flush_at_end", "true") == "true"
-        if flush:
+        data_start = _data(start)
+        parts = [OffsetRange(int(p), data_start.get(p, 0), e, False)
+                 for p, e in sorted(_data(end).items(), key=lambda x: int(x[0])) if e > data_start.get(p, 0)]
+        if end.get("flushed") and not start.get("flushed"):
             if parts:
                 first = parts[0]
                 parts[0] = OffsetRange(first.partition, first.start, first.end, True)
             else:
-                parts = [OffsetRange(int(min(end, key=int)), 0, 0, True)]
+                first_partition = min(int(p) for p in _data(end)) if _data(end) else 0
+                parts = [OffsetRange(first_partition, 0, 0, True)]
         return parts
 
     def reportLatestOffset(self):
         return None
 
+    def _drop_consumer(self) -> None:
+        cons, self._consumer = self._consumer, None
+        if cons is not None:
+            try:
+                cons.close()
+            except RuntimeError:
+                pass  # already closed
+
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self._drop_consumer()
 
     # -- executor side -----------------------------------------------------------------
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
