@@ -40,4 +40,4 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "reliability":
             from bench.reliability import main as reliability_main
 
-            reliability_main(out)
+            reliability_main(out, events=events or 20_000)

@@ -31,7 +31,7 @@ def _start(config: Path, log: Path) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def crash_loop(spec: dict, workdir: Path, kills: int, seed: int = 0, window: tuple[float, float] = (14.0, 32.0),
+def crash_loop(spec: dict, workdir: Path, kills: int, seed: int = 0, window: tuple[float, float] = (8.0, 32.0),
                final_timeout: float = 600.0) -> ChaosReport:
     """Kill the job ``kills`` times at random moments, then let it finish."""
     config = workdir / "job.yaml"
@@ -44,7 +44,9 @@ def crash_loop(spec: dict, workdir: Path, kills: int, seed: int = 0, window: tup
         report.runs += 1
         at = rng.uniform(*window)
         try:
-            proc.wait(timeout=at)  # finished before the kill: the input is exhausted
+            code = proc.wait(timeout=at)  # finished before the kill: the input is exhausted
+            if code != 0:
+                raise RuntimeError(f"the job failed with exit code {code} (not killed); see {log}")
             break
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -94,8 +94,8 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
         _wait_for(progress, "received", n2, 240, proc)
         time.sleep(3)
         assert proc.poll() is None, "the job must have waited out the outage"
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
+        os.kill(proc.pid, signal.SIGTERM)  # graceful: the CLI stops the query, then exits
+        proc.wait(120)
         after = {t: read_topic(bootstrap, t) for t in cfg.result_topics()}
         drain = subprocess.run([sys.executable, "-m", "jobs.cli", "drain", str(config)], stdout=log,
                                stderr=subprocess.STDOUT, timeout=600)

@@ -159,6 +159,23 @@ def read_counters(path: Path) -> dict:
     return totals
 
 
+def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
+    """A run killed before its first micro-batch committed leaves an offset log but no commit;
+    Spark 4 then refuses the checkpoint (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). Nothing
+    was committed, so start over — keeping the sink's replay markers, so batch 0's partial
+    output (if any) is recognised and not written twice."""
+    commits = checkpoint / "commits"
+    offsets = checkpoint / "offsets"
+    if not offsets.is_dir() or any(commits.glob("[0-9]*")):
+        return False
+    import shutil
+
+    for child in checkpoint.iterdir():
+        if child.name != "ctiflow-sink":
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    return True
+
+
 def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None) -> RunSummary:
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns."""
     from jobs.kafka import create_topics, wait_for_broker
@@ -170,6 +187,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, cfg.kafka.client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   cfg.kafka.client)
+    reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     spark = spark or spark_session(cfg)
     prog = progress_path(cfg)
     query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
