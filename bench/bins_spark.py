@@ -25,12 +25,7 @@ def produce_flows(bootstrap: str, topic: str, n: int) -> None:
     ser = AvroSerializer("flow", validate=False)
     prod = kafka.producer(bootstrap)
     for i, rec in enumerate(workload.flows(n, devices=1000, seed=1, rate_per_s=200.0)):
-        while True:
-            try:
-                prod.produce(topic, key=rec["device"].encode(), value=ser(rec))
-                break
-            except BufferError:
-                prod.poll(0.1)
+        kafka.send(prod, topic, ser(rec), rec["device"].encode())
         if i % 10000 == 0:
             prod.poll(0)
     prod.flush(60)

@@ -108,12 +108,7 @@ def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitio
         acct = f"acct-{i % keys:05d}"
         rec = {"id": str(i), "account": acct, "event_time": T0 + i * 10, "type": "purchase",
                "amount": float((i * 7919) % 2000), "currency": "EUR", "country": "DE", "merchant": None}
-        while True:
-            try:
-                prod.produce(topic, key=acct.encode(), value=ser(rec), partition=i % partitions)
-                break
-            except BufferError:
-                prod.poll(0.1)
+        kafka.send(prod, topic, ser(rec), acct.encode(), partition=i % partitions)
         if i % 10000 == 0:
             prod.poll(0)
     prod.flush(60)

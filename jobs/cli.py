@@ -230,12 +230,7 @@ def produce(file: str = typer.Argument("-", help="JSON-lines file, or - for stdi
                 console.print(f"[yellow]line {lineno} skipped:[/yellow] {exc}")
                 continue
             key = str(rec.get(key_field)).encode() if key_field and rec.get(key_field) is not None else None
-            while True:
-                try:
-                    prod.produce(topic, value=value, key=key)
-                    break
-                except BufferError:
-                    prod.poll(0.1)
+            kafka.send(prod, topic, value, key)
             sent += 1
             if sent % 5000 == 0:
                 prod.poll(0)

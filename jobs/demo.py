@@ -28,10 +28,10 @@ def _produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_f
     ser = AvroSerializer(schema)
     prod = kafka.producer(bootstrap)
     for rec in records:
-        prod.produce(topic, key=str(rec[key_field]).encode(), value=ser(rec))
+        kafka.send(prod, topic, ser(rec), str(rec[key_field]).encode())
         prod.poll(0)
     for value in extra_values:
-        prod.produce(topic, value=value)
+        kafka.send(prod, topic, value)
     prod.flush(60)
     return len(records) + len(extra_values)
 

@@ -74,6 +74,16 @@ def producer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> P
     return Producer(conf)
 
 
+def send(prod: Producer, topic: str, value: bytes, key: bytes | None = None, **kwargs) -> None:
+    """``produce`` that waits for room when the local queue is full instead of failing."""
+    while True:
+        try:
+            prod.produce(topic, value=value, key=key, **kwargs)
+            return
+        except BufferError:
+            prod.poll(0.1)
+
+
 def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:
     conf = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,

@@ -158,13 +158,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     skipped += 1
                     continue
                 headers = [(H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
-                while True:
-                    try:
-                        prod.produce(topic, value=value, key=key, partition=partition, headers=headers,
-                                     on_delivery=report)
-                        break
-                    except BufferError:
-                        prod.poll(0.1)
+                kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
                 written += 1
                 if written % 10000 == 0:
                     prod.poll(0)

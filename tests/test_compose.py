@@ -181,12 +181,7 @@ def load_with(path: Path, env: dict[str, str], monkeypatch) -> JobConfig:
     for k, v in env.items():
         if k.startswith("CTIFLOW_"):
             monkeypatch.setenv(k, v)
-    try:
-        return load(path)
-    finally:
-        for k in env:
-            if k.startswith("CTIFLOW_"):
-                monkeypatch.delenv(k, raising=False)
+    return load(path)  # monkeypatch restores the environment when the test ends
 
 
 def job_topics(cfg: JobConfig) -> dict[str, str]:
@@ -269,8 +264,12 @@ def test_the_variables_really_reconfigure_a_job(base, sasl, monkeypatch):
         assert cfg.kafka.effective_framing == "confluent"
         assert cfg.spark.master == env["CTIFLOW_SPARK_MASTER"]
         assert cfg.checkpoint_dir == env["CTIFLOW_CHECKPOINT"]
-        assert cfg.kafka.client["sasl.username"] == FAKE_SASL["CTIFLOW_SASL_USERNAME"]
-        assert cfg.kafka.client["sasl.password"] == FAKE_SASL["CTIFLOW_SASL_PASSWORD"]
+        from jobs.kafka import base_config, public_client
+
+        client = base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client)  # credentials from the environment
+        assert client["sasl.username"] == FAKE_SASL["CTIFLOW_SASL_USERNAME"]
+        assert client["sasl.password"] == FAKE_SASL["CTIFLOW_SASL_PASSWORD"]
+        assert "sasl.password" not in public_client(cfg.kafka.client)
 
 
 # -- job files, topics, schemas ----------------------------------------------------------------
@@ -422,13 +421,16 @@ def test_clients_reach_kafka_on_an_advertised_listener(which, base, sasl):
 def test_sasl_mechanism_matches_what_ctiflow_uses(sasl, monkeypatch):
     env = environment(sasl["services"]["job-flows"])
     cfg = load_with(ROOT / JOB_SERVICES["job-flows"], env, monkeypatch)
+    from jobs.kafka import base_config
+
+    client = base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client)  # credentials come from the environment
     kafka = environment(sasl["services"]["kafka"])
-    assert cfg.kafka.client["sasl.mechanism"] in kafka["KAFKA_SASL_ENABLED_MECHANISMS"].split(",")
-    assert cfg.kafka.client["security.protocol"] == "SASL_PLAINTEXT"
+    assert client["sasl.mechanism"] in kafka["KAFKA_SASL_ENABLED_MECHANISMS"].split(",")
+    assert client["security.protocol"] == "SASL_PLAINTEXT"
     users = sasl["services"]["kafka-users"]
     assert users["network_mode"] == "service:kafka"
     script = " ".join(users["command"])
-    assert cfg.kafka.client["sasl.mechanism"] + "=[" in script
+    assert client["sasl.mechanism"] + "=[" in script
     internal = listeners(kafka["KAFKA_LISTENERS"])["INTERNAL"]
     assert f"{internal[0]}:{internal[1]}" in script
 

@@ -21,7 +21,9 @@ def spec(**client) -> dict:
 
 
 def test_a_password_in_the_file_moves_to_the_environment_and_out_of_spark_options(monkeypatch):
-    monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    # Set first so monkeypatch restores the environment afterwards (parse() writes to it).
+    monkeypatch.setenv("CTIFLOW_SASL_PASSWORD", "placeholder")
+    monkeypatch.setenv("CTIFLOW_SASL_USERNAME", "placeholder")
     cfg = parse(spec(**{"sasl.password": SECRET}))
     assert SECRET not in json.dumps(cfg.model_dump())
     assert os.environ["CTIFLOW_SASL_PASSWORD"] == SECRET
@@ -38,6 +40,8 @@ def test_public_client_drops_every_secret_and_redact_masks_them():
 def test_config_errors_do_not_echo_the_password(monkeypatch):
     from operators.errors import ConfigError
 
+    monkeypatch.setenv("CTIFLOW_SASL_PASSWORD", "placeholder")
+    monkeypatch.setenv("CTIFLOW_SASL_USERNAME", "placeholder")
     bad = spec(**{"sasl.password": SECRET})
     bad["sources"][0]["topic"] = "not valid!"
     try:
