@@ -383,7 +383,7 @@ def demo_data(out_dir: Path = typer.Option(Path(".ctiflow/demo"), "--out"),
     workload.write_jsonl(tx, out_dir / "transactions.jsonl")
     workload.write_jsonl(workload.accounts(accounts=500, seed=seed, start_ms=min(t["event_time"] for t in tx) - 60_000),
                          out_dir / "accounts.jsonl")
-    workload.write_jsonl(workload.flows(flows, devices=20, seed=seed, late_fraction=0.01), out_dir / "flows.jsonl")
+    workload.write_jsonl(workload.flows(flows, devices=20, seed=seed, rate_per_s=2.0, late_fraction=0.02), out_dir / "flows.jsonl")
     out.print(f"wrote {out_dir}/transactions.jsonl, accounts.jsonl, flows.jsonl")
 
 

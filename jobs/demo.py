@@ -67,7 +67,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         console.print("generating and producing the sample workload …")
         tx = workload.transactions(transactions, accounts=500, seed=7, late_fraction=0.002)
         accts = workload.accounts(accounts=500, seed=7, start_ms=min(t["event_time"] for t in tx) - 60_000)
-        fl = workload.flows(flows, devices=20, seed=7, late_fraction=0.01)
+        fl = workload.flows(flows, devices=20, seed=7, rate_per_s=2.0, late_fraction=0.02)
         bad = [value for _, value in workload.bad_records(25, seed=7)]
         produced = {
             "transactions": _produce(bootstrap, "transactions", "transaction", tx, "account", bad),
