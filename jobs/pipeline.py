@@ -97,7 +97,8 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
     frames = []
     for src in cfg.sources:
-        df = spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end)).load()
+        df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end))
+              .option("columns", "meta").load())
         if src.name in watermarked:
             # CTI = max(start) − delay: watermark (start − delay) with zero delay; then strip the
             # watermark metadata so Spark does not drop late rows itself (see module docstring).

@@ -59,9 +59,10 @@ def _arrow_type(avro: Any) -> pa.DataType:
             "float": pa.float32(), "boolean": pa.bool_(), "bytes": pa.binary()}.get(avro, pa.string())
 
 
-def arrow_schema(avro_schema: dict) -> pa.Schema:
-    """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata."""
-    fields = [pa.field(f["name"], _arrow_type(f["type"])) for f in avro_schema["fields"]]
+def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
+    """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata;
+    ``typed=False``: metadata only (the record travels as its bytes in ``meta_value``)."""
+    fields = [pa.field(f["name"], _arrow_type(f["type"])) for f in avro_schema["fields"]] if typed else []
     return pa.schema(fields + [pa.field(n, t) for n, t in META_FIELDS])
 
 
@@ -102,11 +103,18 @@ class KafkaSource(DataSource):
 
         return _json.loads(default_store().get(self.options["schema"]).text)
 
+    def _typed(self) -> bool:
+        # columns=meta: the operator pipeline needs only the metadata and the record's bytes;
+        # leaving out the typed columns saves building and shipping them (Spark cannot prune
+        # a Python source's columns itself).
+        return self.options.get("columns", "all") != "meta"
+
     def schema(self) -> str:
-        return spark_ddl(arrow_schema(self._avro()))
+        return spark_ddl(arrow_schema(self._avro(), self._typed()))
 
     def streamReader(self, schema) -> "KafkaStreamReader":
-        return KafkaStreamReader({k.lower(): v for k, v in self.options.items()}, arrow_schema(self._avro()))
+        return KafkaStreamReader({k.lower(): v for k, v in self.options.items()},
+                                 arrow_schema(self._avro(), self._typed()))
 
 
 def _data(offsets: dict) -> dict:
