@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
@@ -65,7 +65,6 @@ class Plan:
     late_topic: str
     dead_letter_topic: str
     enriched_topic: str | None = None
-    fields: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stream → record fields
 
     @property
     def handles_adjust(self) -> bool:
@@ -122,12 +121,12 @@ def plan(cfg: JobConfig) -> Plan:
         streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
     from jobs.serde import default_store
 
-    fields = {s.name: tuple(f["name"] for f in json.loads(default_store().get(s.schema_name).text)["fields"])
-              for s in cfg.sources}
+    for s in cfg.sources:
+        default_store().get(s.schema_name)  # an unknown schema fails here, before Spark starts
     return Plan(streams=streams, fast=fast, reference=reference,
                 operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
-                enriched_topic=cfg.reference.output if cfg.reference else None, fields=fields)
+                enriched_topic=cfg.reference.output if cfg.reference else None)
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception) -> dict:

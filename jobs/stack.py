@@ -161,6 +161,21 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def create_user(port: int, username: str, password: str, mechanism: str = "scram256") -> None:
+    """Create a SCRAM user with tansu's own CLI. Note: tansu takes the password as an argument
+    (visible to local process listings while it runs), and with memory storage a user can only
+    be created while authentication is off — see the README's known limits."""
+    st = status(port)
+    if not st.running:
+        raise StackError(f"no embedded broker on port {port}; start it with `ctiflow up --port {port}`")
+    done = subprocess.run([str(tansu_binary()), "user", "create", username, password, "--broker",
+                           f"tcp://127.0.0.1:{port}", "--mechanism", mechanism],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise StackError(f"tansu could not create user {username!r} (exit {done.returncode}); "
+                         "with memory storage users can only be created before `--auth` is on")
+
+
 def down(port: int = DEFAULT_PORT, timeout: float = 10.0) -> bool:
     """Stop the broker started by :func:`up` (SIGTERM, then SIGKILL). False if none was running."""
     pid = _recorded_pid(port)
