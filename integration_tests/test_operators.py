@@ -5,6 +5,7 @@ them Spark's watermark, our CTI — are known to the oracle (``jobs.oracle``).""
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -104,7 +105,7 @@ def test_final_bins_equal_the_exhaustive_oracle_and_conserve_measures(stack, spa
 
     late = read(stack, cfg.late_topic)
     late_bytes = sum((r["measures"] or {}).get("bytes", 0.0) if r["measures"] else
-                     __import__("json").loads(r["fields_json"])["bytes"] for r in late)
+                     json.loads(r["fields_json"])["bytes"] for r in late)
     total = sum(Fraction(f["bytes"]) for f in flows)
     assert math.isclose(sum(r["measures"]["bytes"] for r in final) + late_bytes, float(total), rel_tol=1e-9)
 

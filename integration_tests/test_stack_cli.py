@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def test_a_broker_that_is_not_there_is_a_clear_error_after_a_bounded_wait():
 
 def ctiflow(*args, stdin: str | None = None, env_bootstrap: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "jobs.cli", *args], input=stdin, capture_output=True, text=True,
-                          timeout=120, env={**__import__("os").environ, "CTIFLOW_BOOTSTRAP": env_bootstrap})
+                          timeout=120, env={**os.environ, "CTIFLOW_BOOTSTRAP": env_bootstrap})
 
 
 def test_produce_then_consume_round_trips_json_lines_through_avro(stack):

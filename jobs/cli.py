@@ -241,49 +241,21 @@ def produce(file: str = typer.Argument("-", help="JSON-lines file, or - for stdi
         raise typer.Exit(1)
 
 
-def decode_any(value: bytes | None, decoders: dict) -> dict:
-    """Decode with whichever known schema the header names (single-object or registry)."""
-    from jobs.serde import AvroDeserializer, default_store
-
-    store = default_store()
-    if value and value[:2] == b"\xc3\x01":
-        stored = store.by_fingerprint(value[2:10])
-        if stored is None:
-            raise CtiflowError(f"unknown fingerprint {value[2:10].hex()}")
-        dec = decoders.setdefault(stored.name, AvroDeserializer(stored.name))
-        return dec(value)
-    if value and value[:1] == b"\x00" and "registry" in decoders:
-        any_name = store.names()[0]
-        dec = decoders.setdefault("__registry__", AvroDeserializer(any_name, registry=decoders["registry"]))
-        writer, header = dec.writer_schema(value)
-        import io
-
-        import fastavro
-
-        buf = io.BytesIO(value)
-        buf.seek(header)
-        return fastavro.schemaless_reader(buf, writer.parsed, None)
-    raise CtiflowError("not a ctiflow Avro record")
-
-
 def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
                timeout: float = 10.0, registry_url: str | None = None) -> list[dict]:
     """Every record of a topic (from the beginning) decoded to dicts; used by consume, plot and tests."""
     from jobs import kafka
-    from jobs.serde import registry_client
+    from jobs.serde import AvroDeserializer, registry_client
 
-    decoders: dict = {}
-    if registry_url:
-        decoders["registry"] = registry_client(registry_url)
+    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
     records = []
     cons = kafka.consumer(bootstrap, client)
     for part in kafka.topic_partitions(bootstrap, topic, client):
         end = kafka.true_end_offset(cons, topic, part, 0)
-        low = cons.get_watermark_offsets(__import__("confluent_kafka").TopicPartition(topic, part), timeout=10)[0]
-        for msgs in kafka.read_range(cons, topic, part, low, end):
+        for msgs in kafka.read_range(cons, topic, part, kafka.low_offset(cons, topic, part), end):
             for m in msgs:
                 try:
-                    rec = decode_any(m.value, decoders)
+                    rec = decode(m.value)
                 except Exception as exc:  # noqa: BLE001 - shown, not hidden
                     rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
                 records.append(rec)
@@ -305,7 +277,7 @@ def consume(topic: str = typer.Option(..., "--topic", "-t"),
     from confluent_kafka import KafkaError
 
     from jobs import kafka
-    from jobs.serde import registry_client
+    from jobs.serde import AvroDeserializer, registry_client
 
     bs = _bootstrap(bootstrap)
     kafka.wait_for_broker(bs, _client())
@@ -317,7 +289,7 @@ def consume(topic: str = typer.Option(..., "--topic", "-t"),
         return
     from confluent_kafka import TopicPartition
 
-    decoders: dict = {"registry": registry_client(registry)} if registry else {}
+    decode = AvroDeserializer(None, registry=registry_client(registry) if registry else None)
     cons = kafka.consumer(bs, _client())
     start = {p: (0 if from_beginning else kafka.true_end_offset(cons, topic, p, 0)) for p in parts}
     cons.assign([TopicPartition(topic, p, o) for p, o in start.items()])
@@ -327,7 +299,7 @@ def consume(topic: str = typer.Option(..., "--topic", "-t"),
             msg = cons.poll(1.0)
             if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
                 continue
-            print(json.dumps(decode_any(msg.value(), decoders), default=str), flush=True)
+            print(json.dumps(decode(msg.value()), default=str), flush=True)
             n += 1
     except KeyboardInterrupt:
         pass

@@ -155,6 +155,11 @@ def delete_topics(bootstrap: str, names: Iterable[str], client: dict[str, str] |
             pass  # already gone: deleting is idempotent for our callers
 
 
+def low_offset(cons: Consumer, topic: str, partition: int, timeout: float = 10.0) -> int:
+    """The first offset still held for ``topic[partition]``."""
+    return cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)[0]
+
+
 def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, timeout: float = 10.0) -> int:
     """The offset after the last record of a partition, probing past the reported high watermark.
 

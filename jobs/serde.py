@@ -137,11 +137,12 @@ class AvroSerializer:
 
 
 class AvroDeserializer:
-    """Decode either framing into a dict shaped by the reader schema."""
+    """Decode either framing into a dict shaped by the reader schema (``schema=None``: by the
+    writer schema the header names — for tools that read any topic)."""
 
-    def __init__(self, schema: str, *, store: SchemaStore | None = None, registry: Any = None):
+    def __init__(self, schema: str | None, *, store: SchemaStore | None = None, registry: Any = None):
         self.store = store or default_store()
-        self.reader = self.store.get(schema)
+        self.reader = self.store.get(schema) if schema is not None else None
         self.registry = registry
         self._by_id: dict[int, StoredSchema] = {}
 
@@ -182,7 +183,7 @@ class AvroDeserializer:
         writer, header = self.writer_schema(data)
         buf = io.BytesIO(data)
         buf.seek(header)
-        same = writer.fingerprint == self.reader.fingerprint
+        same = self.reader is None or writer.fingerprint == self.reader.fingerprint
         try:
             record = fastavro.schemaless_reader(buf, writer.parsed, None if same else self.reader.parsed)
         except Exception as exc:  # truncated or corrupt bodies raise EOFError, ValueError, IndexError, …

@@ -72,9 +72,9 @@ def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
 def landed(cons, topic: str, partition: int, batch: int, task: int) -> set[int]:
     """``seq`` numbers of records of ``(batch, task)`` already in ``topic[partition]``: scan the
     tail backwards (in growing chunks) until a record of an earlier batch shows up."""
-    from jobs.kafka import read_range, true_end_offset
+    from jobs.kafka import low_offset, read_range, true_end_offset
 
-    low = cons.get_watermark_offsets(__import__("confluent_kafka").TopicPartition(topic, partition), timeout=10)[0]
+    low = low_offset(cons, topic, partition)
     end = true_end_offset(cons, topic, partition, 0)
     seqs: set[int] = set()
     step, hi = 256, end

@@ -203,10 +203,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         how = self.options.get("startingoffsets", "earliest")
         if how == "earliest":
-            from confluent_kafka import TopicPartition
+            from jobs.kafka import low_offset
 
-            return {str(p): self._cons().get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[0]
-                    for p in self._parts()}
+            return {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
         if how == "latest":
             return self._ends({})
         given = json.loads(how).get(self.topic, {})

@@ -98,38 +98,39 @@ class _TrueCondition(Condition):
 TRUE = _TrueCondition()
 
 
-class AndCondition(Condition):
-    """``left and right`` with short-circuit, left first (as Flink's ``RichAndCondition``)."""
+class _BinaryCondition(Condition):
+    """Two conditions combined with short-circuit, left first (as Flink's ``RichAnd/OrCondition``)."""
 
     __slots__ = ("left", "right")
+    _symbol = ""
 
     def __init__(self, left: Condition, right: Condition) -> None:
         super().__init__(left.iterative or right.iterative)
         self.left = left
         self.right = right
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self._symbol} {self.right!r})"
+
+
+class AndCondition(_BinaryCondition):
+    """``left and right``."""
+
+    __slots__ = ()
+    _symbol = "AND"
 
     def test(self, event: Any, ctx: MatchContext | None) -> bool:
         return self.left.test(event, ctx) and self.right.test(event, ctx)
 
-    def __repr__(self) -> str:
-        return f"({self.left!r} AND {self.right!r})"
 
+class OrCondition(_BinaryCondition):
+    """``left or right``."""
 
-class OrCondition(Condition):
-    """``left or right`` with short-circuit, left first (as Flink's ``RichOrCondition``)."""
-
-    __slots__ = ("left", "right")
-
-    def __init__(self, left: Condition, right: Condition) -> None:
-        super().__init__(left.iterative or right.iterative)
-        self.left = left
-        self.right = right
+    __slots__ = ()
+    _symbol = "OR"
 
     def test(self, event: Any, ctx: MatchContext | None) -> bool:
         return self.left.test(event, ctx) or self.right.test(event, ctx)
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} OR {self.right!r})"
 
 
 class NotCondition(Condition):
