@@ -113,7 +113,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
         df = df.unionByName(other, allowMissingColumns=True)
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
                                   cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
-                                  {s.name: s.topic for s in cfg.sources}, {s.name: s.schema_name for s in cfg.sources})
+                                  {s.name: s.topic for s in cfg.sources})
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
     writer = (out.writeStream.format("ctiflow_kafka_sink")

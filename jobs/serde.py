@@ -124,6 +124,11 @@ class AvroSerializer:
         else:
             self._header = SINGLE_OBJECT_MAGIC + self.schema.fingerprint
 
+    @property
+    def header(self) -> bytes:
+        """The framing header every record this serializer writes starts with."""
+        return self._header
+
     def __call__(self, obj: dict, ctx: Any = None) -> bytes:
         if self.validate:
             try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,9 @@ META_FIELDS = [
     ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
     ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_flush", pa.bool_()),
 ]
+#: ``columns=meta`` only: the decoded record, pickled (≈ 1 µs to load, against ≈ 5.5 µs to decode
+#: Avro again). Internal to one job — written and read by the same interpreter and code.
+META_RECORD = ("meta_record", pa.binary())
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = 2**62  # operators.time.CTI_INFINITY; duplicated to keep executors' imports light
@@ -63,7 +67,8 @@ def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
     """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata;
     ``typed=False``: metadata only (the record travels as its bytes in ``meta_value``)."""
     fields = [pa.field(f["name"], _arrow_type(f["type"])) for f in avro_schema["fields"]] if typed else []
-    return pa.schema(fields + [pa.field(n, t) for n, t in META_FIELDS])
+    meta = META_FIELDS if typed else META_FIELDS + [META_RECORD]
+    return pa.schema(fields + [pa.field(n, t) for n, t in meta])
 
 
 def nested_fields(avro_schema: dict) -> list[str]:
@@ -330,6 +335,8 @@ class RecordDecoder:
 
     def batch(self, msgs) -> pa.RecordBatch:
         """Kafka messages (confluent-kafka ``Message`` objects) → one Arrow record batch."""
+        if "meta_record" in self.arrow.names:
+            return self._meta_batch(msgs)
         rows = []
         append, decode, validate = rows.append, self.decode, self._validate
         stream, groups, nested = self.stream, self.groups, self.nested_fields
@@ -361,6 +368,37 @@ class RecordDecoder:
             rec["meta_flush"] = False
             append(rec)
         return pa.RecordBatch.from_pylist(rows, schema=self.arrow)
+
+    def _meta_batch(self, msgs) -> pa.RecordBatch:
+        """The operator pipeline's rows: metadata + the pickled record, built column by column
+        (no per-row dicts). Failed rows carry the error, the raw key and the Kafka timestamp;
+        good rows leave those null."""
+        names = self.arrow.names
+        cols: dict[str, list] = {n: [] for n in names}
+        keys, starts, ends, groups_, parts, offs, errs, values, raw_keys, tss, records = (
+            cols["meta_key"], cols["meta_start"], cols["meta_end"], cols["meta_group"], cols["meta_partition"],
+            cols["meta_offset"], cols["meta_error"], cols["meta_value"], cols["meta_raw_key"], cols["meta_kafka_ts"],
+            cols["meta_record"])
+        decode, validate, groups, dumps, crc = self.decode, self._validate, self.groups, pickle.dumps, zlib.crc32
+        for m in msgs:
+            value = m.value()
+            rec = None
+            try:
+                rec = decode(value)
+                key, start, end = validate(rec)
+            except Exception as exc:  # noqa: BLE001 - every failure is routed to dead-letter with its reason
+                part = m.partition()
+                keys.append(None), starts.append(None), ends.append(None), groups_.append(part % groups)
+                errs.append(f"{'validate' if rec is not None else 'decode'}: {exc}")
+                raw_keys.append(m.key()), tss.append(m.timestamp()[1]), records.append(None)
+            else:
+                keys.append(key), starts.append(start), ends.append(end), groups_.append(crc(key.encode()) % groups)
+                errs.append(None), raw_keys.append(None), tss.append(None), records.append(dumps(rec, 5))
+            parts.append(m.partition()), offs.append(m.offset()), values.append(value)
+        n = len(values)
+        cols["meta_stream"] = [self.stream] * n
+        cols["meta_flush"] = [False] * n
+        return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
 
     def flush_rows(self, groups: int) -> pa.RecordBatch:
         cols: dict[str, list] = {n: [None] * groups for n in self.arrow.names}

@@ -42,6 +42,7 @@ from operators.time import (
     Event,
     TimeLayer,
     TimeLayerRun,
+    event_tuple,
 )
 
 
@@ -135,11 +136,6 @@ def join_cti(sync: SyncMode | str, fast_cti: int, reference_cti: int) -> int:
     if SyncMode(sync) is SyncMode.IMPORT:
         return min(fast_cti, max(reference_cti, fast_cti))
     return min(fast_cti, reference_cti)
-
-
-def _as_tuple(e: Event) -> tuple:
-    return (e.key, e.start, e.end, e.fields, e.partition, e.offset, e.stream, e.original_start,
-            e.edge_end)
 
 
 class ReferenceJoin:
@@ -276,9 +272,9 @@ class ReferenceJoin:
         )
 
     def snapshot(self) -> bytes:
-        held = [(seq, _as_tuple(e)) for h in self._held.values() for seq, e in h.items()]
+        held = [(seq, event_tuple(e)) for h in self._held.values() for seq, e in h.items()]
         return pickle.dumps(
-            (self._time, self._cti, self._versions, [_as_tuple(e) for e in self._pending],
+            (self._time, self._cti, self._versions, [event_tuple(e) for e in self._pending],
              sorted(held), self._seq),
             protocol=5,
         )

@@ -66,7 +66,7 @@ class ViolationPolicy(str, Enum):
     ADJUST = "adjust"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     """One input event as the operators see it.
 
@@ -79,6 +79,13 @@ class Event:
     (its start edge's start, or that edge's ``original_start`` if it was adjusted) at
     ``end``. An end edge takes effect at its ``end`` (:attr:`sync_time`), is checked against
     the CTI by its end and is not counted by CTI generation.
+
+    ``raw`` is the event's original encoding when it came from a topic (opaque here): an
+    operator that emits the record unchanged passes it on, so the job need not encode again.
+
+    Treat events as immutable (use :func:`dataclasses.replace`). The class is not ``frozen``
+    only because a frozen dataclass costs 5× as much to construct (2.3 µs against 0.44 µs,
+    measured) and the Spark adapter builds one per input record.
     """
 
     key: str
@@ -90,6 +97,7 @@ class Event:
     stream: str = "events"
     original_start: int | None = None
     edge_end: bool = False
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def sync_time(self) -> int:
@@ -366,9 +374,10 @@ def _heap_entry(event: Event, seq: int) -> tuple:
             seq, event)
 
 
-def _event_tuple(e: Event) -> tuple:
+def event_tuple(e: Event) -> tuple:
+    """An event as a plain tuple (``Event(*t)`` rebuilds it): compact to pickle in snapshots."""
     return (e.key, e.start, e.end, e.fields, e.partition, e.offset, e.stream, e.original_start,
-            e.edge_end)
+            e.edge_end, e.raw)
 
 
 class ReorderBuffer:
@@ -422,8 +431,11 @@ class ReorderBuffer:
     def offer(self, event: Event) -> list["Output"]:
         """Admit ``event`` or report it late (see the class docstring)."""
         cti = self._cti
-        if event.sync_time >= cti:
-            self._push(event)
+        sync = event.end if event.edge_end else event.start
+        if sync >= cti:  # the common case, inlined: one tuple and one heap push per event
+            heapq.heappush(self._heap, (sync, event.partition, event.offset, event.key, event.start, event.end,
+                                        self._seq, event))
+            self._seq += 1
             return []
         if event.edge_end:
             return [late_record(event, cti, REASON_EDGE_END, self.policy)]
@@ -445,7 +457,13 @@ class ReorderBuffer:
         ``CTI_INFINITY`` releases everything."""
         if cti > self._cti:
             self._cti = cti
-        limit = self._cti if release_upto is None else min(self._cti, release_upto)
+        return self.release_before(self._cti if release_upto is None else min(self._cti, release_upto))
+
+    def release_before(self, limit: int) -> list[Event]:
+        """Release, in order, the buffered events with sync time below ``limit`` without
+        moving the CTI. Precondition (the caller's promise): the next CTI will be at least
+        ``limit`` — then every event admitted later has sync time ``>= limit`` and the
+        release order stays application-time order. ``CTI_INFINITY`` releases everything."""
         heap = self._heap
         out: list[Event] = []
         if limit >= CTI_INFINITY:
@@ -458,7 +476,7 @@ class ReorderBuffer:
 
     def snapshot(self) -> bytes:
         """Compact state: the CTI and the buffered events as plain tuples (heap order)."""
-        return pickle.dumps((self._cti, [_event_tuple(e[-1]) for e in self._heap]), protocol=5)
+        return pickle.dumps((self._cti, [event_tuple(e[-1]) for e in self._heap]), protocol=5)
 
     @classmethod
     def restore(cls, policy: ViolationPolicy | str, data: bytes,
@@ -635,6 +653,15 @@ class TimeLayer:
     @property
     def has_pending(self) -> bool:
         return bool(self._pending)
+
+    def release_before(self, stream: str, limit: int) -> list[Event]:
+        """Release ``stream``'s buffered events with sync time below ``limit`` ahead of the CTI,
+        for a caller that knows the next CTI will be at least ``limit`` (see
+        :meth:`ReorderBuffer.release_before`). Single-stream layers only: with several
+        streams the merged order needs every stream's CTI."""
+        if len(self._buffers) != 1:
+            raise ConfigError("release_before needs a single-stream time layer")
+        return self._buffers[self._check(stream)].release_before(min(limit, CTI_INFINITY - 1))
 
     def step(self) -> CtiStep:
         """Apply the pending CTIs and release what the merged CTI has passed."""
