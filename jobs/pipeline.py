@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.config import JobConfig
+from jobs.config import JobConfig, PassthroughOp
 from jobs.kafka import public_client
 from jobs.runtime import Plan, plan as make_plan
 
@@ -96,9 +96,10 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     job_plan: Plan = make_plan(cfg)
     watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
     frames = []
+    passes_records = any(isinstance(op, PassthroughOp) for op in cfg.operators)  # keeps input bytes
     for src in cfg.sources:
         df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end))
-              .option("columns", "meta").load())
+              .option("columns", "meta").option("values", "all" if passes_records else "errors").load())
         if src.name in watermarked:
             # CTI = max(start) − delay: watermark (start − delay) with zero delay; then strip the
             # watermark metadata so Spark does not drop late rows itself (see module docstring).

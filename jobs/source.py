@@ -94,7 +94,8 @@ class KafkaSource(DataSource):
 
     bootstrap, topic, schema (name in schemas/), stream (source name), key_field, time_field,
     end_field, shape, key_groups, startingOffsets, maxOffsetsPerTrigger, measures (JSON list),
-    client (JSON librdkafka settings), schema_registry (JSON {url, config}).
+    client (JSON librdkafka settings), schema_registry (JSON {url, config}), columns (``meta``:
+    metadata + pickled record only), values (``errors``: Avro bytes on failed rows only).
     """
 
     @classmethod
@@ -306,6 +307,9 @@ class RecordDecoder:
         self.shape = options.get("shape", "point")
         self.groups = int(options.get("key_groups", "1"))
         self.measures = json.loads(options.get("measures", "[]"))
+        # values=errors: good rows leave meta_value null (only dead letters need the bytes,
+        # unless an operator passes records on unchanged); less to shuffle and to keep in state.
+        self.keep_values = options.get("values", "all") == "all"
 
     def _validate(self, rec: dict) -> tuple[str, int, int]:
         key = rec.get(self.key_field)
@@ -380,6 +384,7 @@ class RecordDecoder:
             cols["meta_offset"], cols["meta_error"], cols["meta_value"], cols["meta_raw_key"], cols["meta_kafka_ts"],
             cols["meta_record"])
         decode, validate, groups, dumps, crc = self.decode, self._validate, self.groups, pickle.dumps, zlib.crc32
+        keep_value = self.keep_values
         for m in msgs:
             value = m.value()
             rec = None
@@ -390,11 +395,12 @@ class RecordDecoder:
                 part = m.partition()
                 keys.append(None), starts.append(None), ends.append(None), groups_.append(part % groups)
                 errs.append(f"{'validate' if rec is not None else 'decode'}: {exc}")
-                raw_keys.append(m.key()), tss.append(m.timestamp()[1]), records.append(None)
+                raw_keys.append(m.key()), tss.append(m.timestamp()[1]), records.append(None), values.append(value)
             else:
                 keys.append(key), starts.append(start), ends.append(end), groups_.append(crc(key.encode()) % groups)
                 errs.append(None), raw_keys.append(None), tss.append(None), records.append(dumps(rec, 5))
-            parts.append(m.partition()), offs.append(m.offset()), values.append(value)
+                values.append(value if keep_value else None)
+            parts.append(m.partition()), offs.append(m.offset())
         n = len(values)
         cols["meta_stream"] = [self.stream] * n
         cols["meta_flush"] = [False] * n
