@@ -8,7 +8,8 @@ from rich.console import Console
 BENCHES = ("source", "adapter", "count", "bins", "match", "reliability")
 
 
-def run_benchmarks(which: str, events: int | None = None, out: Console | None = None) -> None:
+def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
+                   trigger: int | None = None) -> None:
     out = out or Console(width=200)
     names = BENCHES if which == "all" else (which,)
     for name in names:
@@ -21,7 +22,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "adapter":
             from bench.spark_jobs import bench_adapter
 
-            bench_adapter(events or 300_000, out)
+            bench_adapter(events or 300_000, out, trigger or 100_000)
         elif name == "count":
             from bench.count_operator import main as count_main
 
@@ -32,7 +33,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "bins":
             from bench.spark_jobs import bench_bins
 
-            bench_bins(events or 200_000, out)
+            bench_bins(events or 200_000, out, trigger or 50_000)
         elif name == "match":
             from bench.match_operator import main as match_main
 

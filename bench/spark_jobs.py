@@ -267,15 +267,16 @@ def identity_job(topic: str, out_topic: str, limit: int) -> dict:
             "operators": [{"kind": "passthrough", "output": out_topic}], "spark": {"key_groups": 8}}
 
 
-def bench_adapter(events: int, out: Console) -> None:
+def bench_adapter(events: int, out: Console, trigger: int = 100_000) -> None:
     with bench_stack() as (bootstrap, spark, home):
         produce_transactions(bootstrap, "bench-adapter", events, keys=10_000)
-        noop = noop_passthrough(spark, bootstrap, "bench-adapter", 100_000, home)
-        base = passthrough_to_kafka(spark, bootstrap, "bench-adapter", 100_000, home)
-        ceiling = plumbing_ceiling(spark, bootstrap, "bench-adapter", 100_000, home)
-        ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", 100_000), bootstrap, home,
+        noop = noop_passthrough(spark, bootstrap, "bench-adapter", trigger, home)
+        base = passthrough_to_kafka(spark, bootstrap, "bench-adapter", trigger, home)
+        ceiling = plumbing_ceiling(spark, bootstrap, "bench-adapter", trigger, home)
+        ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", trigger), bootstrap, home,
                         "identity operator, 10k keys, 8 key groups → Kafka")
-        table(f"ctiflow bench adapter: {events:,} events, 10,000 keys (vs the stateless pass-through to a topic)",
+        table(f"ctiflow bench adapter: {events:,} events, 10,000 keys, {trigger:,} events a micro-batch "
+              "(vs the stateless pass-through to a topic)",
               [noop, base, ceiling, ident], base, out)
 
 
@@ -291,7 +292,7 @@ def bench_count_e2e(events: int, out: Console) -> None:
         table(f"ctiflow bench count (end to end): {events:,} events", [ident, count], ident, out)
 
 
-def bench_bins(events: int, out: Console) -> None:
+def bench_bins(events: int, out: Console, trigger: int = 50_000) -> None:
     from bench.bins_spark import bench_bins as run
 
-    run(events, out)
+    run(events, out, trigger)

@@ -386,6 +386,33 @@ def test_the_source_dead_letters_every_bad_record_at_the_intended_stage(bad):
         assert all(row["meta_error"] is None for row in rows[len(mine):])
 
 
+@pytest.mark.parametrize("values", ["all", "errors"])
+def test_the_operator_pipelines_rows_carry_the_decoded_record_and_bytes_only_where_needed(bad, values):
+    """``columns=meta``: no typed columns; the record pickled (compared with the generator's
+    own record); Avro bytes on every row with ``values=all``, on failed rows only with ``errors``."""
+    pytest.importorskip("pyspark")
+    import pickle
+
+    from jobs.serde import AvroSerializer
+    from jobs.source import RecordDecoder, arrow_schema
+
+    good = workload.transactions(5, seed=7)
+    mine = [v for k, v in bad if workload.BAD_KINDS[k][0] == "transaction"]
+    encoded = [AvroSerializer("transaction")(r) for r in good] + mine
+    avro = json.loads(default_store().get("transaction").text)
+    decoder = RecordDecoder({**SOURCE_OPTIONS["transaction"], "key_groups": "4", "values": values},
+                            arrow_schema(avro, typed=False))
+    batch = decoder.batch([_Message(v, i) for i, v in enumerate(encoded)])
+    assert "amount" not in batch.schema.names
+    rows = batch.to_pylist()
+    for rec, value, row in zip(good, encoded, rows):
+        assert pickle.loads(row["meta_record"]) == rec
+        assert (row["meta_key"], row["meta_start"], row["meta_error"]) == (rec["account"], rec["event_time"], None)
+        assert row["meta_value"] == (value if values == "all" else None)
+    for value, row in zip(mine, rows[len(good):]):
+        assert row["meta_error"] and row["meta_record"] is None and row["meta_value"] == value
+
+
 def test_good_records_still_decode():
     from jobs.serde import AvroSerializer
 
