@@ -14,8 +14,10 @@ frames of the ``meta_`` columns only — the record travels decoded and pickled 
 and pandas turns nullable longs into floats) beside its Avro bytes (``meta_value``: for
 dead letters, and written as they are when an operator passes a record on unchanged) — and the
 watermark (our CTI) in ``timerValues``; ``handleExpiredTimer`` advances a group
-that had no rows when the watermark moved. Outputs are already Avro-encoded:
-``(topic, key, value, kind)`` rows for the Kafka sink.
+that had no rows when the watermark moved. Events below the group's own ``max(start) − delay``
+are released within the batch (:meth:`GroupRuntime.release_ahead`: Spark's next watermark
+cannot be lower), so they do not wait a batch in the state store. Outputs are already
+Avro-encoded: ``(topic, key, value, kind)`` rows for the Kafka sink.
 """
 
 from __future__ import annotations
