@@ -337,24 +337,29 @@ class RecordDecoder:
                 raise ValueError(f"measure {m!r} is {v!r}; measures must be finite numbers")
         return str(key), start, end
 
+    def _check(self, value: bytes) -> tuple:
+        """``(record, key, start, end, None)``, or ``(…, error)`` naming the stage that failed."""
+        rec = None
+        try:
+            rec = self.decode(value)
+            return (rec, *self._validate(rec), None)
+        except Exception as exc:  # noqa: BLE001 - every failure is routed to dead-letter with its reason
+            return rec, None, None, None, f"{'validate' if rec is not None else 'decode'}: {exc}"
+
     def batch(self, msgs) -> pa.RecordBatch:
         """Kafka messages (confluent-kafka ``Message`` objects) → one Arrow record batch."""
         if "meta_record" in self.arrow.names:
             return self._meta_batch(msgs)
         rows = []
-        append, decode, validate = rows.append, self.decode, self._validate
+        append, check = rows.append, self._check
         stream, groups, nested = self.stream, self.groups, self.nested_fields
         for m in msgs:
             value = m.value()
-            rec = None
-            try:
-                rec = decode(value)
-                key, start, end = validate(rec)
-            except Exception as exc:  # noqa: BLE001 - every failure is routed to dead-letter with its reason
+            rec, key, start, end, error = check(value)
+            if error is not None:
                 part = m.partition()
                 append({"meta_stream": stream, "meta_group": part % groups, "meta_partition": part,
-                        "meta_offset": m.offset(), "meta_kafka_ts": m.timestamp()[1],
-                        "meta_error": f"{'validate' if rec is not None else 'decode'}: {exc}",
+                        "meta_offset": m.offset(), "meta_kafka_ts": m.timestamp()[1], "meta_error": error,
                         "meta_value": value, "meta_raw_key": m.key(), "meta_flush": False})
                 continue
             for f in nested:
@@ -383,18 +388,15 @@ class RecordDecoder:
             cols["meta_key"], cols["meta_start"], cols["meta_end"], cols["meta_group"], cols["meta_partition"],
             cols["meta_offset"], cols["meta_error"], cols["meta_value"], cols["meta_raw_key"], cols["meta_kafka_ts"],
             cols["meta_record"])
-        decode, validate, groups, dumps, crc = self.decode, self._validate, self.groups, pickle.dumps, zlib.crc32
+        check, groups, dumps, crc = self._check, self.groups, pickle.dumps, zlib.crc32
         keep_value = self.keep_values
         for m in msgs:
             value = m.value()
-            rec = None
-            try:
-                rec = decode(value)
-                key, start, end = validate(rec)
-            except Exception as exc:  # noqa: BLE001 - every failure is routed to dead-letter with its reason
+            rec, key, start, end, error = check(value)
+            if error is not None:
                 part = m.partition()
                 keys.append(None), starts.append(None), ends.append(None), groups_.append(part % groups)
-                errs.append(f"{'validate' if rec is not None else 'decode'}: {exc}")
+                errs.append(error)
                 raw_keys.append(m.key()), tss.append(m.timestamp()[1]), records.append(None), values.append(value)
             else:
                 keys.append(key), starts.append(start), ends.append(end), groups_.append(crc(key.encode()) % groups)
