@@ -67,11 +67,13 @@ class PeakMemory:
 
 
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
-    batches = [p for p in progress if p["numInputRows"] > 0]
+    from jobs.pipeline import records_read
+
+    batches = [p for p in progress if records_read(p) > 0]
     steady = batches[1:] or batches
     durations = [p["durationMs"]["triggerExecution"] for p in steady]
     ordered = sorted(durations) or [0]
-    return Figures(name, sum(p["numInputRows"] for p in steady), sum(durations) / 1000, len(batches),
+    return Figures(name, sum(records_read(p) for p in steady), sum(durations) / 1000, len(batches),
                    statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
                    batches[0]["durationMs"]["triggerExecution"] if batches else 0, peak / 2**20)
 
@@ -175,14 +177,14 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
     return figures("stateless pass-through (source → noop)", q.recentProgress, mem.peak)
 
 
-def _meta_source(spark, bootstrap: str, topic: str, limit: int):
+def _source(spark, bootstrap: str, topic: str, limit: int, columns: str):
     from jobs.config import parse
     from jobs.pipeline import source_options
 
     cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
     return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False))
-            .option("columns", "meta").load())
+            .option("columns", columns).load())
 
 
 def _to_kafka(df, bootstrap: str, topic: str, home: str, name: str) -> Figures:
@@ -201,7 +203,7 @@ def passthrough_to_kafka(spark, bootstrap: str, topic: str, limit: int, home: st
     """Stateless pass-through to a topic: source → Kafka sink, each record's bytes as they came."""
     from pyspark.sql import functions as F
 
-    df = _meta_source(spark, bootstrap, topic, limit).select(
+    df = _source(spark, bootstrap, topic, limit, "all").select(
         F.lit("bench-pass-out").alias("topic"), F.col("meta_key").cast("binary").alias("key"),
         F.col("meta_value").alias("value"), F.lit("passthrough").alias("kind"))
     return _to_kafka(df, bootstrap, "bench-pass-out", home, "stateless pass-through (source → Kafka sink)")
@@ -223,9 +225,12 @@ class _Forward:
                 self.state = handle.getValueState("group", "n long")  # one state call a group, as ours
 
             def handleInputRows(self, key, rows, timerValues):
+                import pickle
+
                 for r in rows:
-                    yield pd.DataFrame({"topic": "bench-forward-out", "key": r["meta_key"].str.encode("utf-8"),
-                                        "value": r["meta_value"], "kind": "passthrough"})
+                    packs = [pickle.dumps([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pickle.loads(p)], 5)
+                             for p in r["meta_pack"] if p is not None]
+                    yield pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs, "kind": "pack"})
                 self.state.update((1,))
 
             def close(self) -> None:
@@ -237,7 +242,7 @@ class _Forward:
 def plumbing_ceiling(spark, bootstrap: str, topic: str, limit: int, home: str) -> Figures:
     from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA
 
-    df = _meta_source(spark, bootstrap, topic, limit).select("meta_group", *INPUT_COLUMNS)
+    df = _source(spark, bootstrap, topic, limit, "packed").select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(), OUTPUT_SCHEMA, "Append", "None")
     return _to_kafka(out, bootstrap, "bench-forward-out", home,
                      "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")

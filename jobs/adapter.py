@@ -40,8 +40,10 @@ OUTPUT_SCHEMA = StructType([
 _STATE = StructType([StructField("blob", BinaryType())])
 
 
-INPUT_COLUMNS = ["meta_stream", "meta_key", "meta_start", "meta_end", "meta_partition", "meta_offset",
-                 "meta_error", "meta_value", "meta_raw_key", "meta_kafka_ts", "meta_flush", "meta_record"]
+INPUT_COLUMNS = ["meta_stream", "meta_partition", "meta_offset", "meta_error", "meta_value", "meta_raw_key",
+                 "meta_kafka_ts", "meta_flush", "meta_pack"]
+#: Result records per output row: the sink unpacks them (see :func:`jobs.sink.records`).
+PACK_SIZE = 10_000
 
 
 def dead_letter_record(topic: str, partition, offset, key, value, error: str, ts) -> dict:
@@ -91,16 +93,17 @@ class OperatorProcessor(StatefulProcessor):
         frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         # Arrival order inside a group depends on the shuffle; sort by stream, partition, offset
         # so a replayed micro-batch yields the same records in the same order (exactly-once sink).
+        # A pack holds one fetch's consecutive offsets, so sorting packs by their first offset
+        # sorts their events.
         frame = frame.sort_values(["meta_stream", "meta_partition", "meta_offset"], kind="stable")
         events: list[Event] = []
         append, loads = events.append, pickle.loads
-        # Python lists, not numpy scalars: the loop below is the adapter's per-event cost.
         cols = [frame[c].tolist() for c in INPUT_COLUMNS]
-        for stream, key_, start, end, part, off, err, value, raw_key, ts, fl, rec in zip(*cols):
-            if err is None and not fl:
-                # The source decoded and validated the record and shipped it pickled; pandas
-                # turns a null-bearing integer column into floats, hence the int().
-                append(Event(key_, int(start), int(end), loads(rec), part, off, stream, None, False, value))
+        for stream, part, off, err, value, raw_key, ts, fl, pack in zip(*cols):
+            if pack is not None:
+                # The source decoded and validated each record and packed the group's records.
+                for key_, start, end, rec, offset, raw in loads(pack):
+                    append(Event(key_, start, end, rec, part, offset, stream, None, False, raw))
             elif fl:
                 flush = runtime.end_of_input(stream)
             else:
@@ -137,18 +140,25 @@ class OperatorProcessor(StatefulProcessor):
         yield from self._encode(out, dead, runtime.counters)
 
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
+        """Result records, Avro-encoded and packed per topic (``kind = "pack"``, value = a pickled
+        list of ``(key, value, role)``, ≤ :data:`PACK_SIZE` each) in output order, then one
+        metrics row: like the input, few rows for Spark to move."""
         enc, headers = self.encoders, self.headers
-        n = len(out) + len(dead) + 1
-        topics, keys, values, kinds = [None] * n, [None] * n, [None] * n, [None] * n
-        for i, (topic, o, k) in enumerate(out):
-            topics[i] = topic
-            keys[i] = None if k is None else str(k).encode()
+        packs: dict[str, list] = {}
+        order: list[tuple[str, list]] = []
+        for topic, o, k in out:
             raw = o.encoded
             # An input record passed on unchanged keeps its bytes if written with the topic's schema.
-            values[i] = raw if raw is not None and raw.startswith(headers[topic]) else enc[topic](o.record)
-            kinds[i] = o.role
+            value = raw if raw is not None and raw.startswith(headers[topic]) else enc[topic](o.record)
+            pack = packs.get(topic)
+            if pack is None or len(pack) >= PACK_SIZE:
+                pack = packs[topic] = []
+                order.append((topic, pack))
+            pack.append((None if k is None else str(k).encode(), value, o.role))
         dlq = self.plan.dead_letter_topic
-        for i, rec in enumerate(dead, len(out)):
-            topics[i], keys[i], values[i], kinds[i] = dlq, rec["key"], enc[dlq](rec), "dead_letter"
-        values[-1], kinds[-1] = json.dumps(vars(counters)).encode(), "metrics"
-        yield pd.DataFrame({"topic": topics, "key": keys, "value": values, "kind": kinds})
+        for i in range(0, len(dead), PACK_SIZE):
+            order.append((dlq, [(rec["key"], enc[dlq](rec), "dead_letter") for rec in dead[i:i + PACK_SIZE]]))
+        topics = [t for t, _ in order] + [None]
+        values = [pickle.dumps(p, 5) for _, p in order] + [json.dumps(vars(counters)).encode()]
+        kinds = ["pack"] * len(order) + ["metrics"]
+        yield pd.DataFrame({"topic": topics, "key": [None] * len(topics), "value": values, "kind": kinds})

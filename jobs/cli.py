@@ -309,11 +309,15 @@ def consume(topic: str = typer.Option(..., "--topic", "-t"),
 
 # -- jobs -----------------------------------------------------------------------------------
 def _progress_printer():
+    from jobs import pipeline
+
     def show(p: dict, counters: dict):
         wm = (p.get("eventTime") or {}).get("watermark", "-")
         state = sum(op.get("memoryUsedBytes", 0) for op in p.get("stateOperators", []))
-        console.print(f"batch {p['batchId']:>4}  rows {p['numInputRows']:>7}  "
-                      f"{p.get('processedRowsPerSecond', 0):>9.0f} rows/s  CTI {wm}  state {state / 1e6:.1f} MB  "
+        records = pipeline.records_read(p)
+        secs = p["durationMs"].get("triggerExecution", 0) / 1000
+        console.print(f"batch {p['batchId']:>4}  records {records:>7}  "
+                      f"{records / secs if secs else 0:>9.0f} records/s  CTI {wm}  state {state / 1e6:.1f} MB  "
                       f"in {counters.get('received', 0)} released {counters.get('released', 0)} "
                       f"late {counters.get('late', 0)} dead-letter {counters.get('dead_letter', 0)} "
                       f"out {counters.get('written', 0)}")
@@ -332,7 +336,7 @@ def run(config: Path = typer.Argument(..., help="job YAML"),
     cfg = load(config)
     plan(cfg)  # builds every operator once: pattern/predicate errors surface before Spark starts
     summary = pipeline.run(cfg, until_end=until_end, on_progress=_progress_printer(), timeout=timeout)
-    out.print(f"{cfg.job}: {summary.batches} batches, {summary.input_rows} input rows in {summary.seconds:.1f} s; "
+    out.print(f"{cfg.job}: {summary.batches} batches, {summary.records} input records in {summary.seconds:.1f} s; "
               f"counters {summary.counters}")
 
 

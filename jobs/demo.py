@@ -81,7 +81,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         for cfg in cfgs:
             console.print(f"running job [bold]{cfg.job}[/bold] (bounded, flush at end) …")
             summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=_progress(console))
-            out.print(f"{cfg.job}: {summary.batches} micro-batches, {summary.input_rows} input rows, "
+            out.print(f"{cfg.job}: {summary.batches} micro-batches, {summary.records} input records, "
                       f"{summary.seconds:.1f} s; {summary.counters}")
             for topic in cfg.result_topics():
                 results[topic] = read_topic(bootstrap, topic)
@@ -97,9 +97,11 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
 
 
 def _progress(console: Console):
+    from jobs import pipeline
+
     def show(p: dict, counters: dict):
         wm = (p.get("eventTime") or {}).get("watermark", "-")
-        console.print(f"  batch {p['batchId']}: {p['numInputRows']} rows, CTI {wm}, written {counters.get('written', 0)}")
+        console.print(f"  batch {p['batchId']}: {pipeline.records_read(p)} records, CTI {wm}, written {counters.get('written', 0)}")
     return show
 
 

@@ -70,7 +70,41 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     return spark
 
 
-def source_options(cfg: JobConfig, src, flush: bool) -> dict[str, str]:
+def group_labels(spark, groups: int, partitions: int, checkpoint: Path | None = None) -> list[int]:
+    """The value each key group carries into Spark's shuffle, chosen so the groups spread
+    evenly over the stateful stage's partitions. Spark places a row by
+    ``pmod(murmur3(value, seed 42), partitions)``; the plain numbers 0..7 land 3 and 5 on 2
+    partitions, so one core would do 5/8 of the work. Label *g* is the next integer Spark puts
+    in partition ``g mod partitions`` (Spark's own hash function, called in the driver's JVM).
+    Labels name the state, so they are kept with the checkpoint and reused on restart (Spark
+    keeps a checkpoint's partition count too); a changed ``key_groups`` is refused."""
+    path = checkpoint / "ctiflow-groups.json" if checkpoint else None
+    if path is not None and path.exists():
+        saved = json.loads(path.read_text())
+        if saved["key_groups"] != groups:
+            from operators.errors import ConfigError
+
+            raise ConfigError(f"spark.key_groups is {groups}, but the checkpoint {checkpoint} was written with "
+                              f"{saved['key_groups']} key groups (each group's state is stored under its group): "
+                              f"set spark.key_groups back to {saved['key_groups']}, or use a new checkpoint")
+        return saved["labels"]
+    murmur3 = spark.sparkContext._jvm.org.apache.spark.unsafe.hash.Murmur3_x86_32
+    free: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    labels: list[int] = []
+    candidate = 0
+    for g in range(groups):
+        want = g % partitions
+        while not free[want]:
+            free[murmur3.hashInt(candidate, 42) % partitions].append(candidate)
+            candidate += 1
+        labels.append(free[want].pop(0))
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+    return labels
+
+
+def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None) -> dict[str, str]:
     opts = {
         "bootstrap": cfg.kafka.bootstrap_servers, "topic": src.topic, "schema": src.schema_name,
         "stream": src.name, "key_field": src.key_field, "time_field": src.time_field,
@@ -79,6 +113,8 @@ def source_options(cfg: JobConfig, src, flush: bool) -> dict[str, str]:
         "outage_timeout": str(cfg.kafka.outage_timeout / 1000),
         "client": json.dumps(public_client(cfg.kafka.client)), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
     }
+    if labels is not None:
+        opts["group_labels"] = json.dumps(labels)
     if cfg.kafka.schema_registry.url:
         opts["schema_registry"] = json.dumps(cfg.kafka.schema_registry.model_dump())
     limit = src.max_offsets_per_trigger or src.cti.frequency.events
@@ -95,11 +131,13 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
 
     job_plan: Plan = make_plan(cfg)
     watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    labels = group_labels(spark, cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
     frames = []
     passes_records = any(isinstance(op, PassthroughOp) for op in cfg.operators)  # keeps input bytes
     for src in cfg.sources:
-        df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end))
-              .option("columns", "meta").option("values", "all" if passes_records else "errors").load())
+        df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels))
+              .option("columns", "packed").option("values", "all" if passes_records else "errors").load())
         if src.name in watermarked:
             # CTI = max(start) − delay: watermark (start − delay) with zero delay; then strip the
             # watermark metadata so Spark does not drop late rows itself (see module docstring).
@@ -135,10 +173,25 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     return writer
 
 
+def records_read(progress: dict) -> int:
+    """Kafka records a micro-batch read, from its source offsets (``numInputRows`` counts
+    Spark rows, and the operator pipeline's rows are packs of records). A first batch without
+    a start offset counts from offset 0."""
+    def offsets(value) -> dict:
+        value = json.loads(value) if isinstance(value, str) else value
+        return {p: int(v) for p, v in (value or {}).items() if p != "flushed"}
+
+    total = 0
+    for src in progress.get("sources", []):
+        start, end = offsets(src.get("startOffset")), offsets(src.get("endOffset"))
+        total += sum(max(0, v - start.get(p, 0)) for p, v in end.items())
+    return total
+
+
 @dataclass
 class RunSummary:
     batches: int
-    input_rows: int
+    records: int
     seconds: float
     counters: dict
     watermark: str | None
@@ -209,7 +262,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     finally:
         if query.isActive:
             query.stop()
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    records = sum(records_read(p) for p in query.recentProgress)
     last = query.lastProgress or {}
-    return RunSummary(len({p["batchId"] for p in query.recentProgress}), rows, time.monotonic() - started,
+    return RunSummary(len({p["batchId"] for p in query.recentProgress}), records, time.monotonic() - started,
                       read_counters(prog), (last.get("eventTime") or {}).get("watermark"))

@@ -95,6 +95,25 @@ def landed(cons, topic: str, partition: int, batch: int, task: int) -> set[int]:
     return seqs
 
 
+def records(batches: Iterator, metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
+    """``(topic, key, value)`` of every record in the rows, in row order: a ``pack`` row holds
+    many (the operator adapter's output, see :data:`jobs.adapter.PACK_SIZE`); ``metrics`` rows
+    are summed into ``metrics``, not written."""
+    import pickle
+
+    for rows in batches:
+        cols = [rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
+        for topic, key, value, kind in zip(*cols):
+            if kind == "pack":
+                for k, v, _role in pickle.loads(value):
+                    yield topic, k, v
+            elif kind == "metrics":
+                for name, n in json.loads(value).items():
+                    metrics[name] = metrics.get(name, 0) + n
+            else:
+                yield topic, key, value
+
+
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Arrow record batches in (far cheaper than one Python ``Row`` per record)."""
 
@@ -143,25 +162,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         written = skipped = seq = 0
         metrics: dict[str, int] = {}
         b_header, t_header = str(batch).encode(), str(task).encode()
-        for batch_rows in iterator:
-            cols = [batch_rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
-            for topic, key, value, kind in zip(*cols):
-                if kind == "metrics":
-                    for k, v in json.loads(value).items():
-                        metrics[k] = metrics.get(k, 0) + v
-                    continue
-                n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
-                partition = partition_for(key, value, n)
-                this = seq
-                seq += 1
-                if skip and this in skip.get((topic, partition), ()):
-                    skipped += 1
-                    continue
-                headers = [(H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
-                kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
-                written += 1
-                if written % 10000 == 0:
-                    prod.poll(0)
+        for topic, key, value in records(iterator, metrics):
+            n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
+            partition = partition_for(key, value, n)
+            this = seq
+            seq += 1
+            if skip and this in skip.get((topic, partition), ()):
+                skipped += 1
+                continue
+            headers = [(H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
+            kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
+            written += 1
+            if written % 10000 == 0:
+                prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")

@@ -35,8 +35,43 @@ def test_unchanged_records_keep_their_bytes_only_with_the_topics_schema():
             ("out", Output("passthrough", rec, foreign), rec["account"]),
             ("out", Output("passthrough", rec), rec["account"])]
     frame = next(proc._encode(outs, [], Counters()))
-    values = frame["value"].tolist()
-    assert values[0] is same
+    assert frame["kind"].tolist() == ["pack", "metrics"]
+    import pickle
+
+    packed = pickle.loads(frame["value"][0])
+    values = [v for _, v, _ in packed]
+    assert values[0] == same
     assert values[1] != foreign and values[1] == values[2] == same
     assert AvroDeserializer("transaction")(values[1]) == rec
-    assert frame["kind"].tolist() == ["passthrough"] * 3 + ["metrics"]
+    assert [(k, role) for k, _, role in packed] == [(rec["account"].encode(), "passthrough")] * 3
+
+
+def test_the_sink_unpacks_result_records_in_order_and_sums_metrics():
+    """What the adapter packs is what the sink writes: every record, in order, packs split
+    at PACK_SIZE; metrics rows are summed, not written."""
+    pytest.importorskip("pyspark")
+    import pyarrow as pa
+
+    from jobs.adapter import PACK_SIZE, OperatorProcessor
+    from jobs.sink import records
+
+    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
+                 "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
+                              "time_field": "event_time"}],
+                 "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
+    proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, {"s": "t"})
+    proc.init(_Handle())
+    recs = workload.transactions(PACK_SIZE + 5, seed=9)
+    outs = [("out", Output("passthrough", r), r["account"]) for r in recs]
+    dead = [{"source_topic": "t", "partition": 0, "offset": 7, "key": None, "value": b"x", "error": "decode: bad",
+             "stage": "decode", "kafka_timestamp": None}]
+    frame = next(proc._encode(outs, dead, Counters(received=3)))
+    assert frame["kind"].tolist() == ["pack", "pack", "pack", "metrics"]
+    metrics: dict = {}
+    got = list(records(iter([pa.RecordBatch.from_pandas(frame)]), metrics))
+    assert [t for t, _, _ in got] == ["out"] * len(recs) + [cfg.dead_letter_topic]
+    decode = AvroDeserializer("transaction")
+    assert [decode(v) for _, _, v in got[:-1]] == recs
+    assert [k for _, k, _ in got[:-1]] == [r["account"].encode() for r in recs]
+    assert AvroDeserializer("dead_letter")(got[-1][2])["error"] == "decode: bad"
+    assert metrics["received"] == 3

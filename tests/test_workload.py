@@ -387,30 +387,40 @@ def test_the_source_dead_letters_every_bad_record_at_the_intended_stage(bad):
 
 
 @pytest.mark.parametrize("values", ["all", "errors"])
-def test_the_operator_pipelines_rows_carry_the_decoded_record_and_bytes_only_where_needed(bad, values):
-    """``columns=meta``: no typed columns; the record pickled (compared with the generator's
-    own record); Avro bytes on every row with ``values=all``, on failed rows only with ``errors``."""
+def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
+    """``columns=packed``: one row per key group (``crc32(key) mod G``, then the group's label)
+    holding its records in offset order, with the largest start and the first offset; one row
+    per failed record; Avro bytes with the records only with ``values=all``."""
     pytest.importorskip("pyspark")
     import pickle
+    import zlib
 
     from jobs.serde import AvroSerializer
     from jobs.source import RecordDecoder, arrow_schema
 
-    good = workload.transactions(5, seed=7)
+    good = workload.transactions(40, seed=7)
     mine = [v for k, v in bad if workload.BAD_KINDS[k][0] == "transaction"]
     encoded = [AvroSerializer("transaction")(r) for r in good] + mine
     avro = json.loads(default_store().get("transaction").text)
-    decoder = RecordDecoder({**SOURCE_OPTIONS["transaction"], "key_groups": "4", "values": values},
-                            arrow_schema(avro, typed=False))
-    batch = decoder.batch([_Message(v, i) for i, v in enumerate(encoded)])
-    assert "amount" not in batch.schema.names
-    rows = batch.to_pylist()
-    for rec, value, row in zip(good, encoded, rows):
-        assert pickle.loads(row["meta_record"]) == rec
-        assert (row["meta_key"], row["meta_start"], row["meta_error"]) == (rec["account"], rec["event_time"], None)
-        assert row["meta_value"] == (value if values == "all" else None)
-    for value, row in zip(mine, rows[len(good):]):
-        assert row["meta_error"] and row["meta_record"] is None and row["meta_value"] == value
+    labels = [11, 5, 23, 42]
+    decoder = RecordDecoder({**SOURCE_OPTIONS["transaction"], "key_groups": "4", "values": values,
+                             "group_labels": json.dumps(labels)}, arrow_schema(avro, typed=False))
+    rows = decoder.batch([_Message(v, i) for i, v in enumerate(encoded)]).to_pylist()
+    assert "amount" not in rows[0]
+    packs = [r for r in rows if r["meta_pack"] is not None]
+    expected: dict[int, list] = {}
+    for i, (rec, value) in enumerate(zip(good, encoded)):
+        group = labels[zlib.crc32(rec["account"].encode()) % 4]
+        expected.setdefault(group, []).append(
+            (rec["account"], rec["event_time"], rec["event_time"], rec, i, value if values == "all" else None))
+    assert {r["meta_group"]: pickle.loads(r["meta_pack"]) for r in packs} == expected
+    for r in packs:
+        group = expected[r["meta_group"]]
+        assert (r["meta_start"], r["meta_offset"], r["meta_error"]) == (max(e[1] for e in group), group[0][4], None)
+    failed = [r for r in rows if r["meta_pack"] is None]
+    assert [r["meta_value"] for r in failed] == mine
+    assert all(r["meta_error"] and r["meta_group"] in labels for r in failed)
+    assert [r["meta_offset"] for r in failed] == list(range(len(good), len(encoded)))
 
 
 def test_good_records_still_decode():
