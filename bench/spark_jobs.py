@@ -123,10 +123,9 @@ def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str) -> Figu
     cfg_spec = {**cfg_spec, "kafka": {"bootstrap_servers": bootstrap},
                 "spark": {**cfg_spec.get("spark", {}), "checkpoint": f"{home}/ck-{name}"}}
     cfg = parse(cfg_spec, name)
-    progress: list[dict] = []
     with PeakMemory() as mem:
-        pipeline.run(cfg, until_end=True, spark=spark, on_progress=lambda p, c: progress.append(p))
-    return figures(name, progress, mem.peak)
+        summary = pipeline.run(cfg, until_end=True, spark=spark)
+    return figures(name, summary.progress, mem.peak)
 
 
 def raw_reader(bootstrap: str, topic: str) -> Figures:
@@ -183,7 +182,10 @@ def _source(spark, bootstrap: str, topic: str, limit: int, columns: str):
 
     cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
-    return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False))
+    from jobs.pipeline import group_labels
+
+    labels = group_labels(spark, 8, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, labels))
             .option("columns", columns).load())
 
 

@@ -195,6 +195,7 @@ class RunSummary:
     seconds: float
     counters: dict
     watermark: str | None
+    progress: list[dict]  # one entry per micro-batch, in order
 
 
 def progress_path(cfg: JobConfig) -> Path:
@@ -247,14 +248,21 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     prog = progress_path(cfg)
     query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
     started = time.monotonic()
-    seen = -1
+    batches: dict[int, dict] = {}  # batch id → its progress (idle triggers repeat an id: keep the first)
+
+    def collect() -> None:
+        fresh = [p for p in query.recentProgress if p["batchId"] not in batches]
+        for p in fresh:
+            batches.setdefault(p["batchId"], p)
+        if fresh and on_progress:
+            counters = read_counters(prog)
+            for p in fresh:
+                on_progress(p, counters)
+
     try:
         while query.isActive:
             query.awaitTermination(1.0)
-            last = query.lastProgress
-            if last and last["batchId"] != seen and on_progress:
-                seen = last["batchId"]
-                on_progress(last, read_counters(prog))
+            collect()  # every batch, also when several finished within the second
             if timeout and time.monotonic() - started > timeout:
                 break
         if query.exception():
@@ -262,7 +270,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     finally:
         if query.isActive:
             query.stop()
-    records = sum(records_read(p) for p in query.recentProgress)
+    collect()
+    progress = [batches[b] for b in sorted(batches)]
     last = query.lastProgress or {}
-    return RunSummary(len({p["batchId"] for p in query.recentProgress}), records, time.monotonic() - started,
-                      read_counters(prog), (last.get("eventTime") or {}).get("watermark"))
+    return RunSummary(len(progress), sum(records_read(p) for p in progress), time.monotonic() - started,
+                      read_counters(prog), (last.get("eventTime") or {}).get("watermark"), progress)
