@@ -176,15 +176,13 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
     return figures("stateless pass-through (source → noop)", q.recentProgress, mem.peak)
 
 
-def _source(spark, bootstrap: str, topic: str, limit: int, columns: str):
+def _source(spark, bootstrap: str, spec: dict, columns: str):
     from jobs.config import parse
-    from jobs.pipeline import source_options
+    from jobs.pipeline import group_labels, source_options
 
-    cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
+    cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
-    from jobs.pipeline import group_labels
-
-    labels = group_labels(spark, 8, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    labels = group_labels(8, int(spark.conf.get("spark.sql.shuffle.partitions")))
     return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, labels))
             .option("columns", columns).load())
 
@@ -201,14 +199,14 @@ def _to_kafka(df, bootstrap: str, topic: str, home: str, name: str) -> Figures:
     return figures(name, q.recentProgress, mem.peak)
 
 
-def passthrough_to_kafka(spark, bootstrap: str, topic: str, limit: int, home: str) -> Figures:
+def passthrough_to_kafka(spark, bootstrap: str, spec: dict, home: str, out_topic: str = "bench-pass-out") -> Figures:
     """Stateless pass-through to a topic: source → Kafka sink, each record's bytes as they came."""
     from pyspark.sql import functions as F
 
-    df = _source(spark, bootstrap, topic, limit, "all").select(
-        F.lit("bench-pass-out").alias("topic"), F.col("meta_key").cast("binary").alias("key"),
+    df = _source(spark, bootstrap, spec, "all").select(
+        F.lit(out_topic).alias("topic"), F.col("meta_key").cast("binary").alias("key"),
         F.col("meta_value").alias("value"), F.lit("passthrough").alias("kind"))
-    return _to_kafka(df, bootstrap, "bench-pass-out", home, "stateless pass-through (source → Kafka sink)")
+    return _to_kafka(df, bootstrap, out_topic, home, "stateless pass-through (source → Kafka sink)")
 
 
 class _Forward:
@@ -244,7 +242,7 @@ class _Forward:
 def plumbing_ceiling(spark, bootstrap: str, topic: str, limit: int, home: str) -> Figures:
     from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA
 
-    df = _source(spark, bootstrap, topic, limit, "packed").select("meta_group", *INPUT_COLUMNS)
+    df = _source(spark, bootstrap, source_spec(topic, limit), "packed").select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(), OUTPUT_SCHEMA, "Append", "None")
     return _to_kafka(out, bootstrap, "bench-forward-out", home,
                      "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")
@@ -278,7 +276,7 @@ def bench_adapter(events: int, out: Console, trigger: int = 100_000) -> None:
     with bench_stack() as (bootstrap, spark, home):
         produce_transactions(bootstrap, "bench-adapter", events, keys=10_000)
         noop = noop_passthrough(spark, bootstrap, "bench-adapter", trigger, home)
-        base = passthrough_to_kafka(spark, bootstrap, "bench-adapter", trigger, home)
+        base = passthrough_to_kafka(spark, bootstrap, source_spec("bench-adapter", trigger), home)
         ceiling = plumbing_ceiling(spark, bootstrap, "bench-adapter", trigger, home)
         ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", trigger), bootstrap, home,
                         "identity operator, 10k keys, 8 key groups → Kafka")

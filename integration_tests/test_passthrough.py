@@ -87,20 +87,12 @@ def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, 
 
     from jobs.pipeline import group_labels
 
-    labels = group_labels(spark, groups, partitions, tmp_path)
+    labels = group_labels(groups, partitions, tmp_path)
     assert len(set(labels)) == groups
     rows = (spark.createDataFrame([(lbl,) for lbl in labels], "meta_group int").repartition(partitions, "meta_group")
             .select(F.spark_partition_id().alias("p")).collect())
     counts = [sum(1 for r in rows if r.p == p) for p in range(partitions)]
     assert max(counts) - min(counts) <= 1, counts
     # Kept with the checkpoint: the same labels on restart, whatever the partition count now.
-    assert group_labels(spark, groups, partitions + 1, tmp_path) == labels
+    assert group_labels(groups, partitions + 1, tmp_path) == labels
 
-
-def test_a_changed_key_group_count_is_refused_on_restart(spark, tmp_path):
-    from jobs.pipeline import group_labels
-    from operators.errors import ConfigError
-
-    group_labels(spark, 8, 2, tmp_path)
-    with pytest.raises(ConfigError, match="spark.key_groups is 4.*written with 8"):
-        group_labels(spark, 4, 2, tmp_path)

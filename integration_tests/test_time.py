@@ -74,7 +74,7 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
               spark={"trigger": "500ms"})
     # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
-    first = run(cfg, spark, until_end=False, timeout=25)
+    first = run(cfg, spark, until_end=False, max_batches=4, timeout=60)
     partial = read(stack, final)
     assert 0 < first.records < len(flows)
     # Second run from the checkpoint: bounded, drains and flushes.

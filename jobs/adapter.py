@@ -1,23 +1,27 @@
 """The one generic Spark adapter: any pure operator inside ``transformWithStateInPandas``.
 
 Why it is fast enough: rows are grouped by **key group** (``crc32(key) mod G``, computed in the
-source), not by entity key. Spark calls the processor once per group per micro-batch with all
+source and carried as a label that Spark's partitioner spreads evenly, see
+:func:`jobs.pipeline.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
 of the group's rows; the group's whole state (time layer, reorder buffer, every key's operator
 state) is **one** ``ValueState`` blob. The spike measured that per-key state calls, not RocksDB,
 dominate a keyed Python operator; with G groups a batch costs G state reads and writes.
 
+**Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
+sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
+of each Kafka fetch (``meta_pack``: the group's decoded, validated records, pickled — ≈ 1 µs an
+event to load against ≈ 5.5 µs to decode Avro again) plus one row per failed record, and the
+adapter answers with one row per result topic (``kind = "pack"``: ``(key, value, role)``
+tuples, Avro-encoded, ≤ :data:`PACK_SIZE`), which the sink unpacks. A micro-batch of 100k
+events is a few dozen rows for Spark.
+
 Contract (PySpark's ``StatefulProcessor``): the processor object is pickled on the driver and
 ``init`` runs on an executor's Python worker, so it holds only the picklable :class:`Plan`; all
-operators are built in the worker. ``handleInputRows`` receives the group's rows as pandas
-frames of the ``meta_`` columns only — the record travels decoded and pickled (``meta_record``,
-≈ 1 µs to load against ≈ 5.5 µs to decode Avro again; typed columns would cost more to ship,
-and pandas turns nullable longs into floats) beside its Avro bytes (``meta_value``: for
-dead letters, and written as they are when an operator passes a record on unchanged) — and the
-watermark (our CTI) in ``timerValues``; ``handleExpiredTimer`` advances a group
-that had no rows when the watermark moved. Events below the group's own ``max(start) − delay``
-are released within the batch (:meth:`GroupRuntime.release_ahead`: Spark's next watermark
-cannot be lower), so they do not wait a batch in the state store. Outputs are already
-Avro-encoded: ``(topic, key, value, kind)`` rows for the Kafka sink.
+operators are built in the worker. The watermark (our CTI) comes in ``timerValues``;
+``handleExpiredTimer`` advances a group that had no rows when the watermark moved. Events below
+the group's own ``max(start) − delay`` are released within the batch
+(:meth:`GroupRuntime.release_ahead`: Spark's next watermark cannot be lower), so they do not
+wait a batch in the state store. Records passed on unchanged keep their Avro bytes.
 """
 
 from __future__ import annotations

@@ -70,12 +70,13 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     return spark
 
 
-def group_labels(spark, groups: int, partitions: int, checkpoint: Path | None = None) -> list[int]:
+def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -> list[int]:
     """The value each key group carries into Spark's shuffle, chosen so the groups spread
     evenly over the stateful stage's partitions. Spark places a row by
     ``pmod(murmur3(value, seed 42), partitions)``; the plain numbers 0..7 land 3 and 5 on 2
     partitions, so one core would do 5/8 of the work. Label *g* is the next integer Spark puts
-    in partition ``g mod partitions`` (Spark's own hash function, called in the driver's JVM).
+    in partition ``g mod partitions`` (Spark's hash is Murmur3 x86_32 with seed 42 over the
+    int's 4 little-endian bytes; a test checks the placement against Spark's partitioner).
     Labels name the state, so they are kept with the checkpoint and reused on restart (Spark
     keeps a checkpoint's partition count too); a changed ``key_groups`` is refused."""
     path = checkpoint / "ctiflow-groups.json" if checkpoint else None
@@ -88,14 +89,20 @@ def group_labels(spark, groups: int, partitions: int, checkpoint: Path | None = 
                               f"{saved['key_groups']} key groups (each group's state is stored under its group): "
                               f"set spark.key_groups back to {saved['key_groups']}, or use a new checkpoint")
         return saved["labels"]
-    murmur3 = spark.sparkContext._jvm.org.apache.spark.unsafe.hash.Murmur3_x86_32
+    import struct
+
+    import mmh3
+
+    def spark_partition(label: int) -> int:  # Spark's HashPartitioning of an int: murmur3, seed 42
+        return mmh3.hash(struct.pack("<i", label), 42) % partitions
+
     free: dict[int, list[int]] = {p: [] for p in range(partitions)}
     labels: list[int] = []
     candidate = 0
     for g in range(groups):
         want = g % partitions
         while not free[want]:
-            free[murmur3.hashInt(candidate, 42) % partitions].append(candidate)
+            free[spark_partition(candidate)].append(candidate)
             candidate += 1
         labels.append(free[want].pop(0))
     if path is not None:
@@ -132,7 +139,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     job_plan: Plan = make_plan(cfg)
     watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    labels = group_labels(spark, cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
+    labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
     frames = []
     passes_records = any(isinstance(op, PassthroughOp) for op in cfg.operators)  # keeps input bytes
     for src in cfg.sources:
@@ -232,8 +239,10 @@ def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
     return True
 
 
-def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None) -> RunSummary:
-    """Run the job. ``until_end``: a bounded run that drains and flushes, then returns."""
+def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,
+        max_batches: int | None = None) -> RunSummary:
+    """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
+    ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
     from jobs.kafka import create_topics, wait_for_broker
 
     wait_for_broker(cfg.kafka.bootstrap_servers, cfg.kafka.client)
@@ -261,9 +270,11 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
 
     try:
         while query.isActive:
-            query.awaitTermination(1.0)
+            query.awaitTermination(0.5)
             collect()  # every batch, also when several finished within the second
             if timeout and time.monotonic() - started > timeout:
+                break
+            if max_batches and len(batches) >= max_batches:
                 break
         if query.exception():
             raise query.exception()
