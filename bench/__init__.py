@@ -22,7 +22,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "adapter":
             from bench.spark_jobs import bench_adapter
 
-            bench_adapter(events or 600_000, out, trigger or 100_000)
+            bench_adapter(events or 1_200_000, out, trigger or 200_000)
         elif name == "count":
             from bench.count_operator import main as count_main
 

@@ -272,7 +272,7 @@ def identity_job(topic: str, out_topic: str, limit: int) -> dict:
             "operators": [{"kind": "passthrough", "output": out_topic}], "spark": {"key_groups": 8}}
 
 
-def bench_adapter(events: int, out: Console, trigger: int = 100_000) -> None:
+def bench_adapter(events: int, out: Console, trigger: int = 200_000) -> None:
     with bench_stack() as (bootstrap, spark, home):
         produce_transactions(bootstrap, "bench-adapter", events, keys=10_000)
         noop = noop_passthrough(spark, bootstrap, "bench-adapter", trigger, home)

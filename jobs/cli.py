@@ -375,7 +375,7 @@ def demo(port: int = typer.Option(DEFAULT_PORT), keep: bool = typer.Option(False
 def bench(which: str = typer.Argument("all", help="adapter | source | count | bins | match | reliability | all"),
           events: Optional[int] = typer.Option(None, help="events per run (default per benchmark)"),
           trigger: Optional[int] = typer.Option(None, min=1000, help="events per micro-batch for every Spark variant "
-                                                "of adapter and bins (default: 100000 and 50000)")):
+                                                "of adapter and bins (default: 200000 and 50000)")):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
     from bench import run_benchmarks
 
