@@ -29,7 +29,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             count_main([] if events is None else ["--events", str(events)])
             from bench.spark_jobs import bench_count_e2e
 
-            bench_count_e2e(events or 200_000, out)
+            bench_count_e2e(events or 500_000, out)
         elif name == "bins":
             from bench.spark_jobs import bench_bins
 
