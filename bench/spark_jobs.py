@@ -210,13 +210,16 @@ def passthrough_to_kafka(spark, bootstrap: str, spec: dict, home: str, out_topic
 
 
 class _Forward:
-    """A ``StatefulProcessor`` that forwards each group's rows unchanged: Spark's stateful
-    plumbing (shuffle, Python worker, Arrow both ways) with no work of ours — the ceiling
-    any operator on ``transformWithStateInPandas`` can reach here. (Defined lazily: PySpark
-    classes are imported only when a benchmark runs.)"""
+    """A ``StatefulProcessor`` that forwards each group's records unchanged (or, with
+    ``forward=False``, only unpacks them and emits nothing): Spark's stateful plumbing (shuffle,
+    Python worker, Arrow both ways) with no work of ours — the ceiling any operator on
+    ``transformWithStateInPandas`` can reach here. (Defined lazily: PySpark classes are
+    imported only when a benchmark runs.)"""
 
     @staticmethod
-    def make():
+    def make(forward: bool = True):
+        import pickle
+
         import pandas as pd
         from pyspark.sql.streaming import StatefulProcessor
 
@@ -225,12 +228,12 @@ class _Forward:
                 self.state = handle.getValueState("group", "n long")  # one state call a group, as ours
 
             def handleInputRows(self, key, rows, timerValues):
-                import pickle
-
                 for r in rows:
-                    packs = [pickle.dumps([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pickle.loads(p)], 5)
-                             for p in r["meta_pack"] if p is not None]
-                    yield pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs, "kind": "pack"})
+                    events = [pickle.loads(p) for p in r["meta_pack"] if p is not None]
+                    if forward:
+                        packs = [pickle.dumps([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pack], 5)
+                                 for pack in events]
+                        yield pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs, "kind": "pack"})
                 self.state.update((1,))
 
             def close(self) -> None:
@@ -239,13 +242,22 @@ class _Forward:
         return Forward()
 
 
-def plumbing_ceiling(spark, bootstrap: str, topic: str, limit: int, home: str) -> Figures:
+def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True) -> Figures:
+    """Packed source → key groups → a stateful function with no operator → Kafka (``forward``)
+    or, without output, → noop: the least any job on the adapter costs."""
     from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA
 
-    df = _source(spark, bootstrap, source_spec(topic, limit), "packed").select("meta_group", *INPUT_COLUMNS)
-    out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(), OUTPUT_SCHEMA, "Append", "None")
-    return _to_kafka(out, bootstrap, "bench-forward-out", home,
-                     "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")
+    df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
+    out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward), OUTPUT_SCHEMA, "Append", "None")
+    if forward:
+        return _to_kafka(out, bootstrap, "bench-forward-out", home,
+                         "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")
+    with PeakMemory() as mem:
+        q = (out.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-plumbing-noop")
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+    return figures("Spark stateful plumbing alone (records unpacked, no operator, no output) → noop",
+                   q.recentProgress, mem.peak)
 
 
 def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> None:
@@ -277,7 +289,7 @@ def bench_adapter(events: int, out: Console, trigger: int = 200_000) -> None:
         produce_transactions(bootstrap, "bench-adapter", events, keys=10_000)
         noop = noop_passthrough(spark, bootstrap, "bench-adapter", trigger, home)
         base = passthrough_to_kafka(spark, bootstrap, source_spec("bench-adapter", trigger), home)
-        ceiling = plumbing_ceiling(spark, bootstrap, "bench-adapter", trigger, home)
+        ceiling = plumbing_ceiling(spark, bootstrap, source_spec("bench-adapter", trigger), home)
         ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", trigger), bootstrap, home,
                         "identity operator, 10k keys, 8 key groups → Kafka")
         table(f"ctiflow bench adapter: {events:,} events, 10,000 keys, {trigger:,} events a micro-batch "
