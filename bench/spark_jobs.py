@@ -69,11 +69,13 @@ class PeakMemory:
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
     from jobs.pipeline import records_read
 
-    batches = [p for p in progress if records_read(p) > 0]
+    # The first batch (no start offset in its progress) is reported apart anyway.
+    batches = [p for p in progress if (records_read(p) is None and p["numInputRows"] > 0)
+               or (records_read(p) or 0) > 0]
     steady = batches[1:] or batches
     durations = [p["durationMs"]["triggerExecution"] for p in steady]
     ordered = sorted(durations) or [0]
-    return Figures(name, sum(records_read(p) for p in steady), sum(durations) / 1000, len(batches),
+    return Figures(name, sum(records_read(p) or 0 for p in steady), sum(durations) / 1000, len(batches),
                    statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
                    batches[0]["durationMs"]["triggerExecution"] if batches else 0, peak / 2**20)
 

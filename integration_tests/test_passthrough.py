@@ -79,7 +79,7 @@ def test_missing_topic_is_a_clear_error_before_spark(stack, spark, tmp_path):
         run(cfg, spark)
 
 
-@pytest.mark.parametrize("groups,partitions", [(8, 2), (16, 4), (5, 2)])
+@pytest.mark.parametrize("groups,partitions", [(8, 2), (16, 4), (6, 4)])
 def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, groups, partitions):
     """Spark's own partitioner (repartition by the label column, as the stateful operator's
     shuffle does) puts the groups' labels evenly on the partitions: no core gets 5/8 of the work."""

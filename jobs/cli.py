@@ -316,8 +316,9 @@ def _progress_printer():
         state = sum(op.get("memoryUsedBytes", 0) for op in p.get("stateOperators", []))
         records = pipeline.records_read(p)
         secs = p["durationMs"].get("triggerExecution", 0) / 1000
-        console.print(f"batch {p['batchId']:>4}  records {records:>7}  "
-                      f"{records / secs if secs else 0:>9.0f} records/s  CTI {wm}  state {state / 1e6:.1f} MB  "
+        rate = f"{records / secs:>9.0f}" if records is not None and secs else f"{'-':>9}"
+        console.print(f"batch {p['batchId']:>4}  records {'-' if records is None else records:>7}  "
+                      f"{rate} records/s  CTI {wm}  state {state / 1e6:.1f} MB  "
                       f"in {counters.get('received', 0)} released {counters.get('released', 0)} "
                       f"late {counters.get('late', 0)} dead-letter {counters.get('dead_letter', 0)} "
                       f"out {counters.get('written', 0)}")

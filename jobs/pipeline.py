@@ -89,6 +89,11 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
                               f"{saved['key_groups']} key groups (each group's state is stored under its group): "
                               f"set spark.key_groups back to {saved['key_groups']}, or use a new checkpoint")
         return saved["labels"]
+    if checkpoint is not None and any((checkpoint / "commits").glob("[0-9]*")):
+        # Committed before labels existed: its state is stored under the plain group numbers.
+        labels = list(range(groups))
+        path.write_text(json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+        return labels
     import struct
 
     import mmh3
@@ -180,25 +185,27 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     return writer
 
 
-def records_read(progress: dict) -> int:
+def records_read(progress: dict) -> int | None:
     """Kafka records a micro-batch read, from its source offsets (``numInputRows`` counts
-    Spark rows, and the operator pipeline's rows are packs of records). A first batch without
-    a start offset counts from offset 0."""
-    def offsets(value) -> dict:
+    Spark rows, and the operator pipeline's rows are packs of records); ``None`` for a query's
+    first batch, whose progress has no start offset."""
+    def offsets(value) -> dict | None:
         value = json.loads(value) if isinstance(value, str) else value
-        return {p: int(v) for p, v in (value or {}).items() if p != "flushed"}
+        return None if value is None else {p: int(v) for p, v in value.items() if p != "flushed"}
 
     total = 0
     for src in progress.get("sources", []):
         start, end = offsets(src.get("startOffset")), offsets(src.get("endOffset"))
-        total += sum(max(0, v - start.get(p, 0)) for p, v in end.items())
+        if start is None:
+            return None
+        total += sum(max(0, v - start.get(p, 0)) for p, v in (end or {}).items())
     return total
 
 
 @dataclass
 class RunSummary:
     batches: int
-    records: int
+    records: int  # input records of this run's batches (good and dead-lettered)
     seconds: float
     counters: dict
     watermark: str | None
@@ -211,11 +218,14 @@ def progress_path(cfg: JobConfig) -> Path:
     return path
 
 
-def read_counters(path: Path) -> dict:
+def read_counters(path: Path, batches: set[int] | None = None) -> dict:
+    """The job's counters summed over the progress file's batches (``batches``: only those)."""
     totals: dict[str, int] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
+            if batches is not None and rec["batch"] not in batches:
+                continue
             for k, v in rec.items():
                 if k not in ("batch", "time"):
                     totals[k] = totals.get(k, 0) + v
@@ -260,7 +270,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     batches: dict[int, dict] = {}  # batch id → its progress (idle triggers repeat an id: keep the first)
 
     def collect() -> None:
-        fresh = [p for p in query.recentProgress if p["batchId"] not in batches]
+        # Idle triggers report the last batch again, without ``addBatch``: not a batch.
+        fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
         for p in fresh:
             batches.setdefault(p["batchId"], p)
         if fresh and on_progress:
@@ -284,5 +295,6 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     collect()
     progress = [batches[b] for b in sorted(batches)]
     last = query.lastProgress or {}
-    return RunSummary(len(progress), sum(records_read(p) for p in progress), time.monotonic() - started,
+    mine = read_counters(prog, set(batches))  # input records = received events + dead letters
+    return RunSummary(len(progress), mine.get("received", 0) + mine.get("dead_letter", 0), time.monotonic() - started,
                       read_counters(prog), (last.get("eventTime") or {}).get("watermark"), progress)

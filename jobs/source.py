@@ -390,6 +390,8 @@ class RecordDecoder:
         packs: dict[int, list] = {}
         dead: list = []
         part = msgs[0].partition() if msgs else 0
+        if msgs and msgs[-1].partition() != part:  # packs and their order assume one partition a fetch
+            raise ValueError(f"a fetch spans partitions {part} and {msgs[-1].partition()}; read one partition at a time")
         for m in msgs:
             value = m.value()
             rec, key, start, end, error = check(value)

@@ -337,23 +337,23 @@ def test_decodable_kinds_carry_the_intended_defect(bad):
 class _Message:
     """Just enough of confluent-kafka's Message for the source's decoder."""
 
-    def __init__(self, value: bytes, offset: int):
-        self._value, self._offset = value, offset
+    def __init__(self, value: bytes, offset: int, partition: int = 0, key: bytes | None = None, ts: int = 0):
+        self._value, self._offset, self._partition, self._key, self._ts = value, offset, partition, key, ts
 
     def value(self):
         return self._value
 
     def key(self):
-        return None
+        return self._key
 
     def partition(self):
-        return 0
+        return self._partition
 
     def offset(self):
         return self._offset
 
     def timestamp(self):
-        return (1, 0)
+        return (1, self._ts)
 
 
 SOURCE_OPTIONS = {
@@ -405,7 +405,8 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
     labels = [11, 5, 23, 42]
     decoder = RecordDecoder({**SOURCE_OPTIONS["transaction"], "key_groups": "4", "values": values,
                              "group_labels": json.dumps(labels)}, arrow_schema(avro, typed=False))
-    rows = decoder.batch([_Message(v, i) for i, v in enumerate(encoded)]).to_pylist()
+    msgs = [_Message(v, i, partition=3, key=f"k{i}".encode(), ts=1000 + i) for i, v in enumerate(encoded)]
+    rows = decoder.batch(msgs).to_pylist()
     assert "amount" not in rows[0]
     packs = [r for r in rows if r["meta_pack"] is not None]
     expected: dict[int, list] = {}
@@ -419,8 +420,11 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
         assert (r["meta_start"], r["meta_offset"], r["meta_error"]) == (max(e[1] for e in group), group[0][4], None)
     failed = [r for r in rows if r["meta_pack"] is None]
     assert [r["meta_value"] for r in failed] == mine
-    assert all(r["meta_error"] and r["meta_group"] in labels for r in failed)
-    assert [r["meta_offset"] for r in failed] == list(range(len(good), len(encoded)))
+    assert all(r["meta_error"] and r["meta_group"] == labels[3 % 4] and r["meta_partition"] == 3 for r in failed)
+    offsets = list(range(len(good), len(encoded)))
+    assert [r["meta_offset"] for r in failed] == offsets
+    assert [(r["meta_raw_key"], r["meta_kafka_ts"]) for r in failed] == [(f"k{i}".encode(), 1000 + i) for i in offsets]
+    assert all(r["meta_partition"] == 3 for r in packs)
 
 
 def test_good_records_still_decode():
