@@ -101,7 +101,9 @@ def _progress(console: Console):
 
     def show(p: dict, counters: dict):
         wm = (p.get("eventTime") or {}).get("watermark", "-")
-        console.print(f"  batch {p['batchId']}: {pipeline.records_read(p) if pipeline.records_read(p) is not None else "-"} records, CTI {wm}, written {counters.get('written', 0)}")
+        records = pipeline.records_read(p)
+        console.print(f"  batch {p['batchId']}: {'-' if records is None else records} records, CTI {wm}, "
+                      f"written {counters.get('written', 0)}")
     return show
 
 
