@@ -69,9 +69,11 @@ class PeakMemory:
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
     from jobs.pipeline import records_read
 
-    # The first batch (no start offset in its progress) is reported apart anyway.
-    batches = [p for p in progress if (records_read(p) is None and p["numInputRows"] > 0)
-               or (records_read(p) or 0) > 0]
+    def read(p: dict) -> int:  # a first batch has no start offset: it is reported apart anyway
+        n = records_read(p)
+        return p["numInputRows"] if n is None else n
+
+    batches = [p for p in progress if read(p) > 0]
     steady = batches[1:] or batches
     durations = [p["durationMs"]["triggerExecution"] for p in steady]
     ordered = sorted(durations) or [0]

@@ -17,16 +17,22 @@ class _Handle:
         return None
 
 
-def test_unchanged_records_keep_their_bytes_only_with_the_topics_schema():
-    pytest.importorskip("pyspark")
+def _processor(handle, delay: str = "0s"):
+    """An identity (pass-through) job's processor, initialised on ``handle`` without Spark."""
     from jobs.adapter import OperatorProcessor
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
-                              "time_field": "event_time"}],
+                              "time_field": "event_time", "cti": {"delay": delay}}],
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
     proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, {"s": "t"})
-    proc.init(_Handle())
+    proc.init(handle)
+    return cfg, proc
+
+
+def test_unchanged_records_keep_their_bytes_only_with_the_topics_schema():
+    pytest.importorskip("pyspark")
+    _, proc = _processor(_Handle())
     rec = workload.transactions(1, seed=3)[0]
     same = AvroSerializer("transaction")(rec)
     # An older writer's bytes (another fingerprint): readable, but not the topic's schema.
@@ -52,15 +58,10 @@ def test_the_sink_unpacks_result_records_in_order_and_sums_metrics():
     pytest.importorskip("pyspark")
     import pyarrow as pa
 
-    from jobs.adapter import PACK_SIZE, OperatorProcessor
+    from jobs.adapter import PACK_SIZE
     from jobs.sink import records
 
-    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
-                 "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
-                              "time_field": "event_time"}],
-                 "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, {"s": "t"})
-    proc.init(_Handle())
+    cfg, proc = _processor(_Handle())
     recs = workload.transactions(PACK_SIZE + 5, seed=9)
     outs = [("out", Output("passthrough", r), r["account"]) for r in recs]
     dead = [{"source_topic": "t", "partition": 0, "offset": 7, "key": None, "value": b"x", "error": "decode: bad",
@@ -126,13 +127,8 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
     import pandas as pd
     import pyarrow as pa
 
-    from jobs.adapter import OperatorProcessor
     from jobs.sink import records
 
-    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
-                 "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
-                              "time_field": "event_time", "cti": {"delay": "1s"}}],
-                 "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
     recs = workload.transactions(60, seed=5)
     ser = AvroSerializer("transaction")
     rows = []
@@ -146,8 +142,7 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
                          "meta_pack": pickle.dumps(pack, 5)})
 
     def run(order: list[dict]) -> list[tuple]:
-        proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, {"s": "t"})
-        proc.init(_Timers())
+        _, proc = _processor(_Timers(), delay="1s")
         frames = [pd.DataFrame(order[:3]), pd.DataFrame(order[3:])]
         out = list(proc.handleInputRows(("g",), iter(frames), _Watermark()))
         return list(records(iter([pa.RecordBatch.from_pandas(f) for f in out]), {}))
