@@ -7,7 +7,6 @@ before the broker stops (it is lost with the broker's memory)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from jobs.pipeline import read_counters
+
 
 @dataclass
 class OutageReport:
@@ -27,23 +28,13 @@ class OutageReport:
     drained: list[dict]
 
 
-def _progress(path: Path) -> dict:
-    totals: dict[str, int] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            for k, v in json.loads(line).items():
-                if k not in ("batch", "time"):
-                    totals[k] = totals.get(k, 0) + v
-    return totals
-
-
 def _wait_for(path: Path, key: str, value: int, timeout: float, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + timeout
-    while _progress(path).get(key, 0) < value:
+    while read_counters(path).get(key, 0) < value:
         if proc.poll() is not None:
             raise RuntimeError(f"the job exited with {proc.returncode} while waiting for {key} ≥ {value}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{key} stayed at {_progress(path).get(key, 0)} < {value}")
+            raise TimeoutError(f"{key} stayed at {read_counters(path).get(key, 0)} < {value}")
         time.sleep(1)
 
 

@@ -82,6 +82,52 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
     assert sorted(r["offset"] for r in late) == sorted(c.event.offset for c in checked if c.status == oracle.LATE)
 
 
+def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, spark, tmp_path):
+    """The narrowest kill window, made deterministic: Spark calls the sink's commit, then
+    writes its commit log. A checkpoint whose last batch has offsets but no commit is what a
+    kill in between leaves; the restart replays that batch, and no result may land twice.
+    The batch is a drain's flush (no new data, so no later batch cleans up after it)."""
+    from jobs.pipeline import progress_path, read_counters
+
+    flows = workload.flows(900, devices=6, seed=5, rate_per_s=0.5)
+    src = stack.topic("window-in")
+    outs = {"counts": stack.topic("window-counts"), "final": stack.topic("window-final")}
+    kafka.create_topics(stack.bootstrap, {src: 1})
+    produce(stack.bootstrap, src, "flow", flows, "device")
+
+    def config(flush: bool):
+        return job(stack, tmp_path, job="window",
+                   sources=[{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
+                             "time_field": "start_time", "end_field": "end_time", "shape": "interval",
+                             "partitions": 1, "measures": ["bytes"], "max_offsets_per_trigger": 300,
+                             "cti": {"delay": "6m", "flush_at_end": flush}}],
+                   operators=[{"kind": "count", "name": "per_device", "window": {"time": "10m"}, "per_key": True,
+                               "emit": "per_event", "output": outs["counts"]},
+                              {"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
+                               "outputs": {"final": outs["final"]}}],
+                   outputs={"late": stack.topic("window-late"), "dead_letter": stack.topic("window-dlq")})
+
+    run(config(flush=False), spark)                         # everything read, results still pending
+    drain = run(config(flush=True), spark)                  # one batch: the flush
+    assert drain.batches == 1
+    progress, commits = progress_path(config(True)), tmp_path / "checkpoint" / "commits"
+    last = max(int(f.name) for f in commits.glob("[0-9]*"))
+    first = read_counters(progress, {last})
+    assert first["written"] > 0
+    before = {name: read(stack, t) for name, t in outs.items()}
+    counters = read_counters(progress)
+    (commits / str(last)).unlink()                          # the kill came before Spark's commit log
+    (commits / f".{last}.crc").unlink()                     # (Hadoop's checksum goes with its file)
+    run(config(flush=True), spark)
+    assert (commits / str(last)).exists()                   # Spark replayed the batch
+    for name, t in outs.items():
+        assert Counter(map(repr, read(stack, t))) == Counter(map(repr, before[name])), name
+    again = read_counters(progress, {last})
+    assert (again["written"], again["replay_skipped"]) == (0, first["written"])
+    after = read_counters(progress)
+    assert {k: after[k] for k in ("received", "released", "late")} == {k: counters[k] for k in ("received", "released", "late")}
+
+
 def test_ten_thousand_malformed_records_go_to_dead_letter_and_the_job_keeps_running(stack, spark, tmp_path):
     good = workload.transactions(2000, accounts=50, seed=9)
     bad = workload.bad_records(10_000, seed=9)

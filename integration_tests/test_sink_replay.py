@@ -54,3 +54,20 @@ def test_without_the_marker_a_rewrite_would_duplicate(stack, tmp_path):
     writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "topics": json.dumps([topic])})
     writer.write(iter([batch.slice(0, 20)]))
     assert writer.write(iter([batch])).written == 50
+
+
+def test_a_batch_replayed_after_the_sinks_commit_lands_once(stack, tmp_path):
+    """Spark calls the writer's ``commit`` before it writes its own commit log: a kill in
+    between replays the whole batch, which must still be recognised as a replay."""
+    topic = stack.topic("sink-after-commit")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    batch = rows(30).set_column(0, "topic", pa.array([topic] * 30))
+    writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "topics": json.dumps([topic]),
+                                "state_dir": str(tmp_path / "sink")})
+    first = writer.write(iter([batch]))                    # outside Spark the batch id is -1
+    writer.commit([first], -1)                             # ... and the kill comes right after
+    again = writer.write(iter([batch]))
+    assert (again.written, again.skipped) == (0, 30)
+    writer.commit([again], -1)
+    writer.commit([], 0)                                   # batch 0 runs: batch -1 is committed,
+    assert not list((tmp_path / "sink").glob("-1-*"))      # its markers go

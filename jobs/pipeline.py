@@ -219,16 +219,19 @@ def progress_path(cfg: JobConfig) -> Path:
 
 
 def read_counters(path: Path, batches: set[int] | None = None) -> dict:
-    """The job's counters summed over the progress file's batches (``batches``: only those)."""
-    totals: dict[str, int] = {}
+    """The job's counters summed over the progress file's batches (``batches``: only those).
+    A batch replayed after a crash has a line per attempt; the last one is the committed one."""
+    last: dict[int, dict] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            if batches is not None and rec["batch"] not in batches:
-                continue
-            for k, v in rec.items():
-                if k not in ("batch", "time"):
-                    totals[k] = totals.get(k, 0) + v
+            if batches is None or rec["batch"] in batches:
+                last[rec["batch"]] = rec
+    totals: dict[str, int] = {}
+    for rec in last.values():
+        for k, v in rec.items():
+            if k not in ("batch", "time"):
+                totals[k] = totals.get(k, 0) + v
     return totals
 
 

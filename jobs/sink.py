@@ -15,7 +15,8 @@ on ``read_committed`` (tansu does not honour it). The state directory must be vi
 executor (local mode: a local path; a cluster: a shared file system), like the checkpoint.
 
 ``kind = "metrics"`` rows are not written: the writers sum them and the driver's ``commit``
-appends one JSON line per micro-batch to the job's progress file.
+appends one JSON line per micro-batch to the job's progress file (a replayed batch gets a
+second line; :func:`jobs.pipeline.read_counters` keeps the last).
 """
 
 from __future__ import annotations
@@ -182,9 +183,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages, batchId: int) -> None:
         state = self._state_dir()
-        if state is not None:  # markers of committed batches are no longer needed
+        if state is not None:
+            # Keep this batch's markers: Spark writes its commit log *after* this call, so a kill
+            # in between replays the batch, and only the markers make that replay skip what
+            # landed. Running batch N means batch N - 1 is in the commit log: its markers can go.
             for marker in state.glob("*.started"):
-                if int(marker.name.split("-", 1)[0]) <= batchId:
+                if int(marker.stem.rsplit("-", 1)[0]) < batchId:
                     marker.unlink(missing_ok=True)
         path = self.options.get("progress")
         if not path:

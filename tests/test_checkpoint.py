@@ -1,5 +1,8 @@
-"""Key-group labels are part of a checkpoint: reused on restart, and a changed count refused.
-(Their placement on Spark's partitions is checked against Spark in integration_tests.)"""
+"""What a restart reads back: key-group labels (reused, and a changed count refused; their
+placement on Spark's partitions is checked against Spark in integration_tests) and the
+per-batch counters of the progress file."""
+
+import json
 
 import pytest
 
@@ -26,3 +29,17 @@ def test_a_checkpoint_committed_before_labels_keeps_the_plain_group_numbers(tmp_
     assert group_labels(8, 2, tmp_path) == list(range(8))
     assert group_labels(8, 2, tmp_path) == list(range(8))  # and remembers them
     assert group_labels(8, 2, tmp_path / "fresh") != list(range(8))  # 0..7 land 3 : 5 on 2 partitions
+
+
+def test_a_replayed_batchs_counters_count_once(tmp_path):
+    """The sink appends a progress line per attempt of a batch; a crash after the first
+    attempt's line must not count the replayed batch twice."""
+    from jobs.pipeline import read_counters
+
+    path = tmp_path / "job.progress.jsonl"
+    lines = [{"batch": 0, "time": 1.0, "received": 5, "late": 1},
+             {"batch": 1, "time": 2.0, "received": 7, "late": 0},
+             {"batch": 1, "time": 9.0, "received": 7, "late": 0}]   # batch 1 replayed
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    assert read_counters(path) == {"received": 12, "late": 1}
+    assert read_counters(path, {1}) == {"received": 7, "late": 0}
