@@ -92,7 +92,7 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
     if checkpoint is not None and any((checkpoint / "commits").glob("[0-9]*")):
         # Committed before labels existed: its state is stored under the plain group numbers.
         labels = list(range(groups))
-        path.write_text(json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+        _save_labels(path, groups, partitions, labels)
         return labels
     import struct
 
@@ -111,9 +111,16 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
             candidate += 1
         labels.append(free[want].pop(0))
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+        _save_labels(path, groups, partitions, labels)
     return labels
+
+
+def _save_labels(path: Path, groups: int, partitions: int, labels: list[int]) -> None:
+    """Written whole or not at all (a kill mid-write must not leave a file the restart cannot read)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+    os.replace(tmp, path)
 
 
 def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None) -> dict[str, str]:
@@ -236,19 +243,18 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
 
 
 def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
-    """A run killed before its first micro-batch committed leaves an offset log but no commit;
-    Spark 4 then refuses the checkpoint (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). Nothing
-    was committed, so start over — keeping the sink's replay markers, so batch 0's partial
-    output (if any) is recognised and not written twice."""
-    commits = checkpoint / "commits"
-    offsets = checkpoint / "offsets"
-    if not offsets.is_dir() or any(commits.glob("[0-9]*")):
+    """A run killed before its first micro-batch committed can leave operator state but no
+    committed batch; Spark 4 then refuses to plan batch 0 if it has to plan it again
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). None of that state was committed, so it goes;
+    everything else stays: the offset log (Spark replays batch 0 over exactly the offsets it
+    logged, so its output is the same and the sink's replay markers skip what landed), the
+    markers and the key-group labels."""
+    state = checkpoint / "state"
+    if not state.is_dir() or any((checkpoint / "commits").glob("[0-9]*")):
         return False
     import shutil
 
-    for child in checkpoint.iterdir():
-        if child.name != "ctiflow-sink":
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    shutil.rmtree(state)
     return True
 
 

@@ -43,3 +43,23 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
     path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
     assert read_counters(path) == {"received": 12, "late": 1}
     assert read_counters(path, {1}) == {"received": 7, "late": 0}
+
+
+def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_path):
+    """Only the uncommitted operator state goes (Spark refuses to plan batch 0 over it); the
+    logged offsets stay, so batch 0 is replayed over the same records, not re-planned."""
+    from jobs.pipeline import reset_uncommitted_checkpoint
+
+    for name in ("offsets/0", "state/0/0/1.zip", "ctiflow-sink/0-0.started", "ctiflow-groups.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "commits").mkdir()
+    assert reset_uncommitted_checkpoint(tmp_path)
+    assert not (tmp_path / "state").exists()
+    assert all((tmp_path / n).exists() for n in ("offsets/0", "ctiflow-sink/0-0.started", "ctiflow-groups.json"))
+    # Once a batch is committed, the state is the job's: never touched.
+    (tmp_path / "state/0/0/2.zip").parent.mkdir(parents=True)
+    (tmp_path / "state/0/0/2.zip").write_text("x")
+    (tmp_path / "commits/0").write_text("x")
+    assert not reset_uncommitted_checkpoint(tmp_path)
+    assert (tmp_path / "state/0/0/2.zip").exists()
