@@ -124,6 +124,15 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
         assert Counter(map(repr, read(stack, t))) == Counter(map(repr, before[name])), name
     again = read_counters(progress, {last})
     assert (again["written"], again["replay_skipped"]) == (0, first["written"])
+    # Records name their query by the id the checkpoint keeps (what a replay matches them by).
+    from jobs.sink import H_QUERY
+
+    query = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
+    cons = kafka.consumer(stack.bootstrap)
+    end = kafka.true_end_offset(cons, outs["final"], 0, 0)
+    assert {dict(m.headers)[H_QUERY].decode() for msgs in kafka.read_range(cons, outs["final"], 0, 0, end)
+            for m in msgs} == {query}
+    cons.close()
     after = read_counters(progress)
     assert {k: after[k] for k in ("received", "released", "late")} == {k: counters[k] for k in ("received", "released", "late")}
 

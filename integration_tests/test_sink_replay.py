@@ -71,3 +71,29 @@ def test_a_batch_replayed_after_the_sinks_commit_lands_once(stack, tmp_path):
     writer.commit([again], -1)
     writer.commit([], 0)                                   # batch 0 runs: batch -1 is committed,
     assert not list((tmp_path / "sink").glob("-1-*"))      # its markers go
+
+
+def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
+    """An output topic shared with another job, or one an earlier run wrote with a fresh
+    checkpoint (batch ids start again at 0): records with the same batch/task/seq numbers but
+    another query id must not be skipped on replay, or results would be lost."""
+    from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+
+    topic = stack.topic("sink-two-queries")
+    kafka.create_topics(stack.bootstrap, {topic: 1})
+    batch = rows(30).set_column(0, "topic", pa.array([topic] * 30))
+    writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "topics": json.dumps([topic]),
+                                "state_dir": str(tmp_path / "sink")})
+    writer.write(iter([batch.slice(0, 10)]))                # this query's attempt dies after 10
+    prod = kafka.producer(stack.bootstrap)
+    for seq in range(10, 30):                               # the other query's batch -1, task 0
+        prod.produce(topic, value=f"other{seq}".encode(), partition=0,
+                     headers=[(H_QUERY, b"other"), (H_BATCH, b"-1"), (H_TASK, b"0"), (H_SEQ, str(seq).encode())])
+    assert prod.flush(30) == 0
+    again = writer.write(iter([batch]))
+    assert (again.written, again.skipped) == (20, 10)
+    cons = kafka.consumer(stack.bootstrap)
+    values = [m.value for msgs in kafka.read_range(cons, topic, 0, 0, kafka.true_end_offset(cons, topic, 0, 0))
+              for m in msgs]
+    cons.close()
+    assert Counter(v for v in values if v.startswith(b"v")) == Counter(f"v{i}".encode() for i in range(30))

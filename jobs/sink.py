@@ -5,12 +5,13 @@ Rows are ``(topic, key, value, kind)`` with ``value`` already Avro-encoded by th
 **Exactly-once without transactions.** Spark replays a micro-batch whose commit did not
 complete (a crash, a kill -9). The adapter makes a batch's output deterministic on replay
 (same offsets, same state, rows sorted by partition/offset), so each record is identified by
-``(batch, task, seq)``, carried in headers ``ctiflow.batch``/``ctiflow.task``/``ctiflow.seq``,
+``(query, batch, task, seq)``, carried in headers ``ctiflow.query`` (the streaming query's id,
+kept in the checkpoint) / ``ctiflow.batch`` / ``ctiflow.task`` / ``ctiflow.seq``,
 and the partition is chosen by us (a hash of the key, or of the value when there is none), so a
 replayed record goes to the same partition as the first time. Before writing, a task leaves a
 marker ``<state_dir>/<batch>-<task>.started``; if the marker is already there this is a replay:
 the task reads the tail of every output partition back to the batch's first record, collects the
-``seq`` numbers of ``(batch, task)`` already there and skips exactly those. This does not depend
+``seq`` numbers of ``(query, batch, task)`` already there and skips exactly those. This does not depend
 on ``read_committed`` (tansu does not honour it). The state directory must be visible to every
 executor (local mode: a local path; a cluster: a shared file system), like the checkpoint.
 
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-H_BATCH, H_TASK, H_SEQ = "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
+H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
 
 
 @dataclass
@@ -57,12 +58,15 @@ class KafkaSink(DataSource):
         return KafkaStreamWriter({k.lower(): v for k, v in self.options.items()})
 
 
-def _batch_id() -> int:
+def _query_and_batch() -> tuple[str, int]:
+    """The streaming query's id (kept in the checkpoint, the same after a restart) and the
+    micro-batch id, from the task's local properties; ``("", -1)`` outside Spark."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-    return int(value) if value is not None else -1
+    query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+    return query or "", int(batch) if batch is not None else -1
 
 
 def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
@@ -70,9 +74,11 @@ def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
     return zlib.crc32(key if key else value) % partitions
 
 
-def landed(cons, topic: str, partition: int, batch: int, task: int) -> set[int]:
-    """``seq`` numbers of records of ``(batch, task)`` already in ``topic[partition]``: scan the
-    tail backwards (in growing chunks) until a record of an earlier batch shows up."""
+def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) -> set[int]:
+    """``seq`` numbers of records of ``(query, batch, task)`` already in ``topic[partition]``:
+    scan the tail backwards (in growing chunks) until a record of an earlier batch of this query
+    shows up. Other queries' records (another job sharing the topic, or an earlier run of this
+    one with a fresh checkpoint, whose batch ids start again at 0) are neither."""
     from jobs.kafka import low_offset, read_range, true_end_offset
 
     low = low_offset(cons, topic, partition)
@@ -85,6 +91,8 @@ def landed(cons, topic: str, partition: int, batch: int, task: int) -> set[int]:
         for msgs in read_range(cons, topic, partition, lo, hi):
             for m in msgs:
                 h = dict(m.headers or ())
+                if h.get(H_QUERY, b"").decode() != query:
+                    continue
                 b = int(h.get(H_BATCH, b"-1"))
                 if b < batch:
                     older = True
@@ -136,7 +144,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         client = json.loads(self.options.get("client", "{}"))
         bootstrap = self.options["bootstrap"]
-        batch = _batch_id()
+        query, batch = _query_and_batch()
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
         topics = json.loads(self.options.get("topics", "[]"))
@@ -148,7 +156,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             if marker.exists():  # a replay of a batch this task already began writing
                 cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
                 try:
-                    skip = {(t, p): landed(cons, t, p, batch, task) for t, n in parts.items() for p in range(n)}
+                    skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items() for p in range(n)}
                 finally:
                     cons.close()
             else:
@@ -162,7 +170,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         written = skipped = seq = 0
         metrics: dict[str, int] = {}
-        b_header, t_header = str(batch).encode(), str(task).encode()
+        q_header, b_header, t_header = query.encode(), str(batch).encode(), str(task).encode()
         for topic, key, value in records(iterator, metrics):
             n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
             partition = partition_for(key, value, n)
@@ -171,7 +179,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             if skip and this in skip.get((topic, partition), ()):
                 skipped += 1
                 continue
-            headers = [(H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
+            headers = [(H_QUERY, q_header), (H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
             kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
             written += 1
             if written % 10000 == 0:
