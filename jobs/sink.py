@@ -78,7 +78,8 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     """``seq`` numbers of records of ``(query, batch, task)`` already in ``topic[partition]``:
     scan the tail backwards (in growing chunks) until a record of an earlier batch of this query
     shows up. Other queries' records (another job sharing the topic, or an earlier run of this
-    one with a fresh checkpoint, whose batch ids start again at 0) are neither."""
+    one with a fresh checkpoint, whose batch ids start again at 0) are passed over: neither ours
+    nor that boundary, so a query's first batch scans the partition down to its low offset."""
     from jobs.kafka import low_offset, read_range, true_end_offset
 
     low = low_offset(cons, topic, partition)
