@@ -24,11 +24,21 @@ class ChaosReport:
     final_returncode: int | None = None
 
 
-def _start(config: Path, log: Path) -> subprocess.Popen:
+def _start(config: Path, log: Path, until_end: bool = True) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", str(config), "--until-end"],
+        return subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", str(config)] + ["--until-end"] * until_end,
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _finish(config: Path, log: Path, timeout: float) -> int:
+    """A bounded run to the end; its exit code."""
+    proc = _start(config, log)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
 
 
 def crash_loop(spec: dict, workdir: Path, kills: int, seed: int = 0, window: tuple[float, float] = (8.0, 32.0),
@@ -53,11 +63,33 @@ def crash_loop(spec: dict, workdir: Path, kills: int, seed: int = 0, window: tup
             proc.wait()
             report.kills += 1
             report.kill_times.append(round(at, 1))
-    proc = _start(config, log)
+    report.final_returncode = _finish(config, log, final_timeout)
     report.runs += 1
-    try:
-        report.final_returncode = proc.wait(timeout=final_timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
     return report
+
+
+def kill_when(spec: dict, workdir: Path, ready, until_end: bool = True, then=None,
+              timeout: float = 300.0, poll: float = 0.002) -> int:
+    """Start the job (a bounded run, or a continuous one with ``until_end=False``) and SIGKILL
+    it the moment ``ready()`` holds — a check of the checkpoint's files, so a test can kill
+    inside a chosen step of a micro-batch; call ``then()`` (e.g. produce more input); then a
+    bounded restart. Returns the restart's exit code."""
+    config = workdir / "job.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    log = workdir / "job.log"
+    proc = _start(config, log, until_end)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the job ended (exit code {proc.returncode}) before the kill point; see {log}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the kill point was not reached in {timeout:.0f} s; see {log}")
+            time.sleep(poll)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if then is not None:
+        then()
+    return _finish(config, log, timeout)
