@@ -1,5 +1,5 @@
-"""The sink's replay dedup, driven directly (no Spark): a micro-batch written in part, then
-replayed in full, lands exactly once."""
+"""Replays, driven directly (no Spark): a micro-batch written in part, then replayed in full,
+lands exactly once; a replayed first batch starts where the first attempt started."""
 
 from __future__ import annotations
 
@@ -97,3 +97,34 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
               for m in msgs]
     cons.close()
     assert Counter(v for v in values if v.startswith(b"v")) == Counter(f"v{i}".encode() for i in range(30))
+
+
+def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
+    """Spark asks the source for batch 0's start again when it replays batch 0; with
+    ``latest`` the answer must still be the first attempt's, not the topic's new end."""
+    from jobs.source import KafkaStreamReader
+
+    topic = stack.topic("source-start")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    prod = kafka.producer(stack.bootstrap)
+
+    def send(n: int) -> None:
+        for i in range(n):
+            prod.produce(topic, value=b"x", partition=i % 2)
+        assert prod.flush(30) == 0
+
+    def reader(start_file):
+        opts = {"bootstrap": stack.bootstrap, "topic": topic, "startingoffsets": "latest"}
+        return KafkaStreamReader({**opts, "start_file": str(start_file)} if start_file else opts, None)
+
+    send(10)
+    first = reader(tmp_path / "start.json")
+    assert first.initialOffset() == {"0": 5, "1": 5}
+    first.stop()
+    send(6)                                                 # the stream goes on during the outage
+    again = reader(tmp_path / "start.json")
+    assert again.initialOffset() == {"0": 5, "1": 5}
+    again.stop()
+    unsaved = reader(None)                                  # the control: latest has moved
+    assert unsaved.initialOffset() == {"0": 8, "1": 8}
+    unsaved.stop()

@@ -166,12 +166,16 @@ def low_offset(cons: Consumer, topic: str, partition: int, timeout: float = 10.0
 POLL = 0.02
 
 
-def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, timeout: float = 10.0) -> int:
+def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, timeout: float = 10.0,
+                    require_eof: bool = False) -> int:
     """The offset after the last record of a partition, probing past the reported high watermark.
 
     tansu reports HWM = base offset of the last producer batch + 1, hiding the tail of that
     batch. We fetch from max(HWM − 1, ``low_mark``) until end-of-partition and take the last
-    offset seen + 1 (never less than ``low_mark``, so offsets do not go backwards).
+    offset seen + 1 (never less than ``low_mark``, so offsets do not go backwards). Without an
+    end-of-partition event after 2 s of quiet we take what we saw — unless ``require_eof``,
+    which waits up to ``timeout`` for it and then raises (an answer that may be short is worse
+    than none there).
     """
     low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
     start = max(high - 1, low_mark, low)
@@ -179,10 +183,14 @@ def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, t
     cons.assign([TopicPartition(topic, partition, start)])
     try:
         quiet_until = time.monotonic() + 2.0
+        deadline = time.monotonic() + timeout
         while True:
             batch = cons.consume(num_messages=10000, timeout=POLL / 4)
             if not batch:
-                if time.monotonic() > quiet_until:
+                if require_eof and time.monotonic() > deadline:
+                    raise StackError(f"{topic}[{partition}]: no end-of-partition event within {timeout:.0f} s; "
+                                     "is the broker up?")
+                if not require_eof and time.monotonic() > quiet_until:
                     break  # nothing for 2 s and no end-of-partition event: take what we saw
                 continue
             quiet_until = time.monotonic() + 2.0

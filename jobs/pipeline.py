@@ -116,11 +116,21 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
 
 
 def _save_labels(path: Path, groups: int, partitions: int, labels: list[int]) -> None:
-    """Written whole or not at all (a kill mid-write must not leave a file the restart cannot read)."""
+    write_atomically(path, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Written whole or not at all: a kill mid-write must not leave a file the restart cannot read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def start_file(cfg: JobConfig, src) -> Path:
+    """Where a source keeps the offsets its first micro-batch starts from (see
+    :meth:`jobs.source.KafkaStreamReader.initialOffset`)."""
+    return Path(cfg.checkpoint_dir) / f"ctiflow-start-{src.name}.json"
 
 
 def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None) -> dict[str, str]:
@@ -131,6 +141,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
         "outage_timeout": str(cfg.kafka.outage_timeout / 1000),
         "client": json.dumps(public_client(cfg.kafka.client)), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
+        "start_file": str(start_file(cfg, src)),
     }
     if labels is not None:
         opts["group_labels"] = json.dumps(labels)
@@ -247,8 +258,8 @@ def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
     committed batch; Spark 4 then refuses to plan batch 0 if it has to plan it again
     (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). None of that state was committed, so it goes;
     everything else stays: the offset log (Spark replays batch 0 over exactly the offsets it
-    logged, so its output is the same and the sink's replay markers skip what landed), the
-    markers and the key-group labels."""
+    logged, from the starting offsets the source saved, so its output is the same and the sink's
+    replay markers skip what landed), the markers and the key-group labels."""
     state = checkpoint / "state"
     if not state.is_dir() or any((checkpoint / "commits").glob("[0-9]*")):
         return False

@@ -64,9 +64,15 @@ def _query_and_batch() -> tuple[str, int]:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
-    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-    return query or "", int(batch) if batch is not None else -1
+    if ctx is None:
+        return "", -1
+    query, batch = ctx.getLocalProperty("sql.streaming.queryId"), ctx.getLocalProperty("streaming.sql.batchId")
+    if not query or batch is None:
+        # Without them every batch would share one marker and a replay would skip other
+        # batches' records: refuse rather than lose results.
+        raise RuntimeError("Kafka sink: Spark did not pass the streaming query/batch id to the task "
+                           f"(query {query!r}, batch {batch!r}); it only runs as a streaming sink")
+    return query, int(batch)
 
 
 def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
@@ -83,7 +89,7 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     from jobs.kafka import low_offset, read_range, true_end_offset
 
     low = low_offset(cons, topic, partition)
-    end = true_end_offset(cons, topic, partition, 0)
+    end = true_end_offset(cons, topic, partition, 0, require_eof=True)  # the tail is where ours are
     seqs: set[int] = set()
     step, hi = 256, end
     while hi > low:

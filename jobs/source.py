@@ -203,15 +203,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ends
 
     def initialOffset(self) -> dict:
+        """Where the first micro-batch starts, resolved once and kept with the checkpoint
+        (option ``start_file``). Spark logs only a batch's *end* offsets and asks again for
+        the start of batch 0 when it replays it after a crash; ``latest`` (or ``earliest``
+        after retention) would by then be elsewhere, and the replay would not be the batch whose
+        results already landed."""
+        from pathlib import Path
+
+        saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
+        if saved is not None and saved.exists():
+            return json.loads(saved.read_text())
         how = self.options.get("startingoffsets", "earliest")
         if how == "earliest":
             from jobs.kafka import low_offset
 
-            return {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
-        if how == "latest":
-            return self._ends({})
-        given = json.loads(how).get(self.topic, {})
-        return {str(p): int(given.get(str(p), 0)) for p in self._parts()}
+            start = {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
+        elif how == "latest":
+            start = self._ends({})
+        else:
+            given = json.loads(how).get(self.topic, {})
+            start = {str(p): int(given.get(str(p), 0)) for p in self._parts()}
+        if saved is not None:
+            from jobs.pipeline import write_atomically
+
+            write_atomically(saved, json.dumps(start))
+        return start
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
