@@ -222,6 +222,14 @@ class Spark(Strict):
             duration_ms(v)
         return v
 
+    @field_validator("conf")
+    @classmethod
+    def _conf(cls, v):
+        if v.get("spark.speculation", "false").strip().lower() == "true":
+            raise ValueError("spark.speculation must stay off: two attempts of one task would both write "
+                             "their results, and the exactly-once sink cannot tell them apart; remove it")
+        return v
+
 
 class Outputs(Strict):
     late: str | None = None

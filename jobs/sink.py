@@ -193,6 +193,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:
+            prod.purge()  # nothing of this failed attempt may land after the replay's scan
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")
         return SinkCommit(written, skipped, metrics)
 

@@ -44,6 +44,13 @@ def test_an_unknown_schema_name_is_refused_before_spark(tmp_path):
     assert "unknown schema 'nope'" in message
 
 
+def test_speculative_execution_is_refused(tmp_path):
+    message = _refused(tmp_path, "job: x\nsources:\n  - {name: tx, topic: t, schema: transaction, key_field: account, "
+                       "time_field: event_time}\noperators:\n  - {kind: passthrough, output: o}\n"
+                       "spark: {conf: {spark.speculation: 'True'}}\n")
+    assert "spark.conf" in message and "spark.speculation must stay off" in message
+
+
 def test_a_bad_pattern_names_the_stage(tmp_path):
     message = _refused(tmp_path, "job: x\nsources:\n  - {name: tx, topic: t, schema: transaction, key_field: account, "
                        "time_field: event_time}\noperators:\n  - kind: match\n    name: m\n    output: o\n"
