@@ -90,10 +90,16 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
                               f"set spark.key_groups back to {saved['key_groups']}, or use a new checkpoint")
         return saved["labels"]
     if checkpoint is not None and any((checkpoint / "commits").glob("[0-9]*")):
-        # Committed before labels existed: its state is stored under the plain group numbers.
-        labels = list(range(groups))
-        _save_labels(path, groups, partitions, labels)
-        return labels
+        labels = list(range(groups))  # committed before labels existed: state is under 0..G-1
+    else:
+        labels = _spread_labels(groups, partitions)
+    if path is not None:
+        write_atomically(path, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+    return labels
+
+
+def _spread_labels(groups: int, partitions: int) -> list[int]:
+    """Label *g* is the next integer Spark's partitioner puts in partition ``g mod partitions``."""
     import struct
 
     import mmh3
@@ -110,13 +116,7 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
             free[spark_partition(candidate)].append(candidate)
             candidate += 1
         labels.append(free[want].pop(0))
-    if path is not None:
-        _save_labels(path, groups, partitions, labels)
     return labels
-
-
-def _save_labels(path: Path, groups: int, partitions: int, labels: list[int]) -> None:
-    write_atomically(path, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
 
 
 def write_atomically(path: Path, text: str) -> None:
