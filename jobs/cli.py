@@ -384,11 +384,11 @@ def bench(which: str = typer.Argument("all", help="adapter | source | count | bi
 
 
 @conformance_app.command("cep")
-def conformance_cep(file: Path = typer.Argument(Path(__file__).resolve().parents[2] / "shared/conformance/flink-cep-cases.json")):
+def conformance_cep(file: Path = typer.Argument(None, help="case file (default: the one in tests/data/)")):
     """Replay Flink CEP's recorded test cases through the Pattern API; per-feature pass table."""
-    from jobs.conformance import main as conformance_main
+    from jobs.conformance import DEFAULT_CASES, main as conformance_main
 
-    raise typer.Exit(conformance_main(str(file)))
+    raise typer.Exit(conformance_main(str(file or DEFAULT_CASES)))
 
 
 @plot_app.command("counts")

@@ -31,6 +31,9 @@ from operators.cep.pattern import Pattern, WithinType
 from operators.cep.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
 from operators.errors import CtiflowError, PatternError
 
+#: The recorded cases, shipped with the repository (origin: tests/data/README.md).
+DEFAULT_CASES = Path(__file__).resolve().parents[1] / "tests" / "data" / "flink-cep-cases.json"
+
 #: Flink's timestamp for records without one (Long.MIN_VALUE).
 NO_TIMESTAMP = -(2**63)
 
@@ -427,4 +430,4 @@ def main(path: str | Path) -> int:
 if __name__ == "__main__":  # pragma: no cover
     import sys
 
-    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else "flink-cep-cases.json"))
+    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_CASES))

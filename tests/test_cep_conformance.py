@@ -1,7 +1,7 @@
 """Every recorded Flink CEP scenario, one test per case (see jobs/conformance.py).
 
-The case file lives outside the repo (``../shared/conformance/flink-cep-cases.json``);
-``CTIFLOW_CEP_CASES`` overrides the path. A missing file is a failure, never a skip: the
+The case file ships with the repository (``tests/data/flink-cep-cases.json``; where it came
+from: ``tests/data/README.md``); ``CTIFLOW_CEP_CASES`` overrides the path. A missing file is a failure, never a skip: the
 conformance claim must not pass vacuously.
 """
 
@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.conformance import load_cases, run_case
+from jobs.conformance import DEFAULT_CASES, load_cases, run_case
 
-CASES_PATH = Path(
-    os.environ.get(
-        "CTIFLOW_CEP_CASES",
-        Path(__file__).resolve().parents[2] / "shared/conformance/flink-cep-cases.json",
-    )
-)
+CASES_PATH = Path(os.environ.get("CTIFLOW_CEP_CASES", DEFAULT_CASES))
 EXPECTED_CASE_COUNT = 222
 
 
