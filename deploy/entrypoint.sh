@@ -12,6 +12,9 @@
 #   choice cannot be "whatever is on PATH".)
 #
 # Settings: CTIFLOW_WAIT_TIMEOUT (seconds, default 180; 0 = do not wait).
+#           CTIFLOW_BROKER_FORWARD=host:port (offline stand-in broker only): forward this
+#           container's 127.0.0.1:port to host:port first (deploy/broker-forward.py), for every
+#           command, the Spark worker's included.
 set -euo pipefail
 
 log() { printf 'ctiflow-entrypoint: %s\n' "$*" >&2; }
@@ -53,6 +56,20 @@ spark_driver_address() {
       fi ;;
   esac
 }
+
+start_broker_forward() {
+  [ -n "${CTIFLOW_BROKER_FORWARD:-}" ] || return 0
+  local port=${CTIFLOW_BROKER_FORWARD##*:} i
+  python3 /opt/ctiflow/broker-forward.py "$CTIFLOW_BROKER_FORWARD" &
+  for i in $(seq 50); do
+    if timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$port" 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  log "the broker forwarder did not start on 127.0.0.1:$port"
+  exit 1
+}
+
+start_broker_forward
 
 if [ $# -eq 0 ]; then
   set -- --help
