@@ -64,7 +64,9 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
     load(inputs)
     config = workdir / "job.yaml"
     config.write_text(yaml.safe_dump(spec))
-    progress = Path(cfg.checkpoint_dir).parent / f"{cfg.job}.progress.jsonl"
+    from jobs.pipeline import progress_path
+
+    progress = progress_path(cfg)
     log = open(workdir / "job.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", str(config)], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})

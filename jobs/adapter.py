@@ -17,11 +17,16 @@ events is a few dozen rows for Spark.
 
 Contract (PySpark's ``StatefulProcessor``): the processor object is pickled on the driver and
 ``init`` runs on an executor's Python worker, so it holds only the picklable :class:`Plan`; all
-operators are built in the worker. The watermark (our CTI) comes in ``timerValues``;
-``handleExpiredTimer`` advances a group that had no rows when the watermark moved. Events below
-the group's own ``max(start) − delay`` are released within the batch
-(:meth:`GroupRuntime.release_ahead`: Spark's next watermark cannot be lower), so they do not
-wait a batch in the state store. Records passed on unchanged keep their Avro bytes.
+operators are built in the worker. Records passed on unchanged keep their Avro bytes.
+
+**CTIs** are ours, not Spark's watermark (one global ``max − delay`` that declares a slower
+partition's in-order events late): every key group gets, each micro-batch, a frontier row per
+offset range read and a control row per stream (:mod:`jobs.source`), so every group computes
+the same per-partition CTI (:meth:`GroupRuntime.next_cti`) and keeps it in its state — in the
+checkpoint, so a replayed batch sees the same CTI. A micro-batch's events are checked against
+the CTI the previous batch ended with; the batch then ends by advancing to its own CTI (or to
++∞ once every stream of a bounded input has ended). No timers: the control rows call every
+group every batch.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from jobs.runtime import Counters, GroupRuntime, Plan
-from operators.time import CTI_INFINITY, CTI_NONE, Event
+from jobs.source import FRONTIER
+from operators.time import CTI_INFINITY, Event
 
 OUTPUT_SCHEMA = StructType([
     StructField("topic", StringType()), StructField("key", BinaryType()),
@@ -45,7 +51,7 @@ _STATE = StructType([StructField("blob", BinaryType())])
 
 
 INPUT_COLUMNS = ["meta_stream", "meta_partition", "meta_offset", "meta_error", "meta_value", "meta_raw_key",
-                 "meta_kafka_ts", "meta_flush", "meta_pack"]
+                 "meta_kafka_ts", "meta_control", "meta_start", "meta_pack"]
 #: Result records per output row: the sink unpacks them (see :func:`jobs.sink.records`).
 PACK_SIZE = 10_000
 
@@ -53,11 +59,6 @@ PACK_SIZE = 10_000
 def dead_letter_record(topic: str, partition, offset, key, value, error: str, ts) -> dict:
     return {"source_topic": topic, "partition": int(partition), "offset": int(offset), "key": key, "value": value,
             "error": error, "stage": error.split(":", 1)[0], "kafka_timestamp": None if ts != ts else int(ts)}
-
-
-def _cti(timerValues) -> int:
-    wm = timerValues.getCurrentWatermarkInMs()
-    return wm if wm > 0 else CTI_NONE
 
 
 class OperatorProcessor(StatefulProcessor):
@@ -80,7 +81,6 @@ class OperatorProcessor(StatefulProcessor):
                                                subject=f"{topic}-value", validate=False)
                          for topic, schema in self.topic_schemas.items()}
         self.headers = {topic: e.header for topic, e in self.encoders.items()}
-        self.delays = {name: s.delay for name, s in self.plan.streams.items()}
 
     def close(self) -> None:
         pass
@@ -88,9 +88,6 @@ class OperatorProcessor(StatefulProcessor):
     # -- the two entry points --------------------------------------------------------
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         runtime = self._load()
-        # The watermark is the CTI inserted at this micro-batch's start: apply it first, so the
-        # batch's events are checked against it (late) and released by a later CTI.
-        out: list = runtime.advance(_cti(timerValues))
         dead: list[dict] = []
         flush = False
         frames = list(rows)
@@ -103,28 +100,30 @@ class OperatorProcessor(StatefulProcessor):
         events: list[Event] = []
         append, loads = events.append, pickle.loads
         cols = [frame[c].tolist() for c in INPUT_COLUMNS]
-        for stream, part, off, err, value, raw_key, ts, fl, pack in zip(*cols):
+        for stream, part, off, err, value, raw_key, ts, control, top, pack in zip(*cols):
             if pack is not None:
                 # The source decoded and validated each record and packed the group's records.
                 for key_, start, end, rec, offset, raw in loads(pack):
                     append(Event(key_, start, end, rec, part, offset, stream, None, False, raw))
-            elif fl:
-                flush = runtime.end_of_input(stream)
+            elif control == FRONTIER:
+                runtime.observe(stream, part, top)
+            elif control is not None:
+                batch = json.loads(control)
+                runtime.assign(stream, batch["partitions"], batch["idle"])
+                if batch["flush"]:
+                    flush = runtime.end_of_input(stream)
             else:
-                runtime.dead_letter()
+                runtime.dead_letter(stream, part)
                 dead.append(dead_letter_record(self.topic_names.get(stream, stream), part, off, raw_key, value, err, ts))
-        out.extend(runtime.offer_many(events))
-        if events:
-            delay = self.delays.get(events[0].stream)
-            if delay is not None:
-                out.extend(runtime.release_ahead(max(e.start for e in events) - delay))
-        if flush:
-            out.extend(runtime.advance(CTI_INFINITY))
-        yield from self._finish(runtime, timerValues, out, dead)
+        # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
+        out = runtime.offer_many(events)
+        out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
+        self.state.update((runtime.snapshot(),))
+        runtime.counters.cti = runtime.cti
+        yield from self._encode(out, dead, runtime.counters)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        runtime = self._load()
-        yield from self._finish(runtime, timerValues, runtime.advance(_cti(timerValues)), [])
+        return iter(())  # no timers: every group gets control rows every micro-batch
 
     # -- internals -------------------------------------------------------------------
     def _load(self) -> GroupRuntime:
@@ -132,24 +131,14 @@ class OperatorProcessor(StatefulProcessor):
             return GroupRuntime(self.plan, self.state.get()[0])
         return GroupRuntime(self.plan)
 
-    def _finish(self, runtime: GroupRuntime, timerValues, out: list, dead: list):
-        wm = timerValues.getCurrentWatermarkInMs()
-        self.state.update((runtime.snapshot(),))
-        # Wake this group when the watermark moves even if no rows arrive for it: time-driven
-        # output (final bins, timeouts, time-window counts) must not wait for the next event.
-        for t in self.handle.listTimers():
-            self.handle.deleteTimer(t)
-        if runtime.cti < CTI_INFINITY:
-            self.handle.registerTimer(max(wm, 0) + 1)
-        yield from self._encode(out, dead, runtime.counters)
-
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded and packed per topic (``kind = "pack"``, value = a pickled
         list of ``(key, value, role)``, ≤ :data:`PACK_SIZE` each) in output order, then one
         metrics row: like the input, few rows for Spark to move."""
-        enc, headers = self.encoders, self.headers
+        enc, headers, late = self.encoders, self.headers, self.plan.late_topic
         packs: dict[str, list] = {}
         order: list[tuple[str, list]] = []
+        counters.late_records += sum(1 for topic, _, _ in out if topic == late)
         for topic, o, k in out:
             raw = o.encoded
             # An input record passed on unchanged keeps its bytes if written with the topic's schema.
@@ -163,6 +152,6 @@ class OperatorProcessor(StatefulProcessor):
         for i in range(0, len(dead), PACK_SIZE):
             order.append((dlq, [(rec["key"], enc[dlq](rec), "dead_letter") for rec in dead[i:i + PACK_SIZE]]))
         topics = [t for t, _ in order] + [None]
-        values = [pickle.dumps(p, 5) for _, p in order] + [json.dumps(vars(counters)).encode()]
+        values = [pickle.dumps(p, 5) for _, p in order] + [json.dumps(counters.metrics()).encode()]
         kinds = ["pack"] * len(order) + ["metrics"]
         yield pd.DataFrame({"topic": topics, "key": [None] * len(topics), "value": values, "kind": kinds})

@@ -311,24 +311,20 @@ def consume(topic: str = typer.Option(..., "--topic", "-t"),
 def _progress_printer():
     from jobs import pipeline
 
+    warned: set[str] = set()
+
     def show(p: dict, counters: dict):
-        wm = (p.get("eventTime") or {}).get("watermark", "-")
-        state = sum(op.get("memoryUsedBytes", 0) for op in p.get("stateOperators", []))
-        records = pipeline.records_read(p)
-        secs = p["durationMs"].get("triggerExecution", 0) / 1000
-        rate = f"{records / secs:>9.0f}" if records is not None and secs else f"{'-':>9}"
-        console.print(f"batch {p['batchId']:>4}  records {'-' if records is None else records:>7}  "
-                      f"{rate} records/s  CTI {wm}  state {state / 1e6:.1f} MB  "
-                      f"in {counters.get('received', 0)} released {counters.get('released', 0)} "
-                      f"late {counters.get('late', 0)} dead-letter {counters.get('dead_letter', 0)} "
-                      f"out {counters.get('written', 0)}")
+        console.print(pipeline.progress_line(p, counters), soft_wrap=True, highlight=False)
+        for warning in pipeline.late_warnings(counters, warned):
+            console.print(f"[yellow]{warning}[/yellow]", soft_wrap=True, highlight=False)
     return show
 
 
 @app.command()
 def run(config: Path = typer.Argument(..., help="job YAML"),
         until_end: bool = typer.Option(False, "--until-end", help="bounded: process what is there, flush (final CTI +∞), stop"),
-        timeout: Optional[float] = typer.Option(None, help="stop after this many seconds")):
+        timeout: Optional[float] = typer.Option(None, help="stop after this many seconds"),
+        as_json: bool = typer.Option(False, "--json", help="print the run's summary as one JSON object on stdout")):
     """Run a job (Spark Structured Streaming) described by a YAML file."""
     from jobs import pipeline
     from jobs.config import load
@@ -337,8 +333,17 @@ def run(config: Path = typer.Argument(..., help="job YAML"),
     cfg = load(config)
     plan(cfg)  # builds every operator once: pattern/predicate errors surface before Spark starts
     summary = pipeline.run(cfg, until_end=until_end, on_progress=_progress_printer(), timeout=timeout)
+    if as_json:
+        print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
+                          "seconds": round(summary.seconds, 3), "cti": summary.cti, "counters": summary.counters}))
+        return
+    c = summary.counters
     out.print(f"{cfg.job}: {summary.batches} batches, {summary.records} input records in {summary.seconds:.1f} s; "
-              f"counters {summary.counters}")
+              f"CTI {pipeline.format_cti(summary.cti)}; in {c.get('received', 0)} = released {c.get('released', 0)} "
+              f"+ late {c.get('late', 0)} + dead-letter {c.get('dead_letter', 0)} + buffered "
+              f"{c.get('received', 0) - c.get('released', 0) - c.get('late', 0) - c.get('dead_letter', 0)}; "
+              f"out {c.get('written', 0)} records (late topic {c.get('late_records', 0)})",
+              soft_wrap=True, highlight=False)
 
 
 @app.command()

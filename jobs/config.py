@@ -76,15 +76,28 @@ class Frequency(Strict):
 
 
 class Cti(Strict):
-    """StreamInsight AdvanceTimeSettings for one input stream."""
+    """StreamInsight AdvanceTimeSettings for one input stream. Each Kafka partition's CTI is its
+    largest start − ``delay``; the stream's CTI is the minimum over its non-idle partitions."""
 
     delay: Duration = 0
     frequency: Frequency = Frequency()
     flush_at_end: bool = True
     policy: Literal["drop", "adjust"] = "drop"
     import_from: str | None = Field(None, description="name of the source whose CTIs this stream imports")
+    idle_timeout: Duration = Field(60_000, description=(
+        "processing time after which a partition with nothing to read stops holding the stream's CTI back "
+        "(Flink's withIdleness); an empty partition is idle from the start. Its later events may then be late."))
 
     _d = field_validator("delay", mode="before")(lambda v: duration_ms(v))
+    _i = field_validator("idle_timeout", mode="before")(lambda v: duration_ms(v))
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _idle_positive(cls, v):
+        if v <= 0:
+            raise ValueError("idle_timeout must be positive, e.g. '60s' (how long a partition may have nothing "
+                             "to read before it stops holding the CTI back)")
+        return v
 
 
 class Source(Strict):

@@ -99,11 +99,12 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
 def _progress(console: Console):
     from jobs import pipeline
 
+    warned: set[str] = set()
+
     def show(p: dict, counters: dict):
-        wm = (p.get("eventTime") or {}).get("watermark", "-")
-        records = pipeline.records_read(p)
-        console.print(f"  batch {p['batchId']}: {'-' if records is None else records} records, CTI {wm}, "
-                      f"written {counters.get('written', 0)}")
+        console.print("  " + pipeline.progress_line(p, counters), soft_wrap=True, highlight=False)
+        for warning in pipeline.late_warnings(counters, warned):
+            console.print(f"  [yellow]{warning}[/yellow]", soft_wrap=True, highlight=False)
     return show
 
 

@@ -113,7 +113,8 @@ def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None =
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "
-                         f"`ctiflow topics create {topic}` (or the job's `ctiflow run --create-topics`)")
+                         f"`ctiflow topics create {topic}` (or all of a job's topics: "
+                         "`ctiflow topics create --config JOB.yaml`)")
     return sorted(meta.partitions)
 
 

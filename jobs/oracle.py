@@ -9,11 +9,14 @@ The Spark semantics modelled (one watermarked input stream, as ``jobs.pipeline``
 
 * **Micro-batches.** ``cuts`` are the arrival indices at which a new micro-batch begins (as in
   ``operators.time.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
-* **Watermark = CTI.** The job watermarks ``start − delay`` with zero delay, so after batch
-  ``i`` Spark's global watermark is ``max(start of every event in batches ≤ i) − delay`` — over
-  all keys and partitions, including events that turn out late (Spark computes the watermark
-  before the stateful operator), excluding dead letters (no event time). It never decreases.
-  Spark's watermark starts at 0 and the adapter treats a watermark ``≤ 0`` as "no CTI yet".
+  Or ``batches``: each arrival's batch number.
+* **CTI per partition, combined by min.** After batch ``i`` partition ``p``'s CTI is
+  ``max(start of p's events in batches ≤ i) − delay`` (events that turn out late included; dead
+  letters have no event time), and the stream's CTI is the minimum over its partitions — no
+  CTI until every partition has been read from. It never decreases. (Idle partitions are not
+  modelled: tests give every partition records to read until its input ends.)
+  ``batches`` gives each event's micro-batch directly; :func:`spread_batches` computes it for
+  a multi-partition topic read ``budget`` records a batch.
 * **Late check.** The events of batch ``i`` are checked against the watermark in effect during
   batch ``i``, i.e. the one computed at the end of batch ``i − 1`` (Spark's watermark for late
   events); batch 0 has none. With the ``drop`` policy an event is late iff ``start < CTI``
@@ -123,34 +126,67 @@ def batch_numbers(n: int, cuts: Iterable[int] = ()) -> list[int]:
     return out
 
 
-def batch_ctis(events: Sequence[Any], delay: int, cuts: Iterable[int] = ()) -> list[int | None]:
-    """The CTI in effect during each micro-batch: None for batch 0, then
-    ``max(start in earlier batches) − delay`` (None while that is ``≤ 0``)."""
-    batches = batch_numbers(len(events), cuts)
-    count = batches[-1] + 1 if batches else 0
-    latest: list[int | None] = [None] * count
-    for e, b in zip(events, batches):
-        if latest[b] is None or e.start > latest[b]:
-            latest[b] = e.start
-    out: list[int | None] = []
-    seen: int | None = None
-    for b in range(count):
-        if seen is None or seen - delay <= 0:
-            out.append(None)
-        else:
-            out.append(seen - delay)
-        if latest[b] is not None and (seen is None or latest[b] > seen):
-            seen = latest[b]
+def spread_batches(events: Sequence[Any], budget: int) -> list[int]:
+    """The micro-batch of each event of a multi-partition topic (``events`` in arrival order,
+    ``partition`` and ``offset`` set) when every batch reads at most ``budget`` records, as
+    the source's ``maxOffsetsPerTrigger`` does: in rounds, each partition with records left
+    gets an equal share of what is left of the budget (at least one record), in partition
+    order, until the budget or the records run out."""
+    if budget < 1:
+        raise ConfigError(f'Invalid "budget" value: {budget!r}. It must be >= 1.')
+    queues: dict[int, list[int]] = defaultdict(list)
+    for i, e in sorted(enumerate(events), key=lambda x: (x[1].partition, x[1].offset)):
+        queues[e.partition].append(i)
+    out = [0] * len(events)
+    batch = 0
+    while any(queues.values()):
+        left = budget
+        while left and any(queues.values()):
+            waiting = [p for p in sorted(queues) if queues[p]]
+            share = max(1, left // len(waiting))
+            for p in waiting:
+                take = min(share, len(queues[p]), left)
+                for i in queues[p][:take]:
+                    out[i] = batch
+                del queues[p][:take]
+                left -= take
+        batch += 1
     return out
 
 
-def check(events: Sequence[Any], delay: int, cuts: Iterable[int] = (), policy: str = "drop") -> list[Checked]:
+def batch_ctis(events: Sequence[Any], delay: int, cuts: Iterable[int] = (),
+               batches: Sequence[int] | None = None) -> list[int | None]:
+    """The CTI in effect during each micro-batch: None for batch 0 (and until every partition
+    has had a batch), then ``min over partitions of max(start in earlier batches) − delay``,
+    never decreasing."""
+    batches = list(batches) if batches is not None else batch_numbers(len(events), cuts)
+    count = max(batches) + 1 if batches else 0
+    partitions = {getattr(e, "partition", 0) for e in events}
+    latest: list[dict[int, int]] = [{} for _ in range(count)]
+    for e, b in zip(events, batches):
+        p = getattr(e, "partition", 0)
+        if e.start > latest[b].get(p, e.start - 1):
+            latest[b][p] = e.start
+    out: list[int | None] = []
+    seen: dict[int, int] = {}
+    cti: int | None = None
+    for b in range(count):
+        if seen.keys() >= partitions and partitions:
+            candidate = min(seen[p] for p in partitions) - delay
+            cti = candidate if cti is None else max(cti, candidate)
+        out.append(cti)
+        for p, t in latest[b].items():
+            seen[p] = max(seen.get(p, t), t)
+    return out
+
+
+def check(events: Sequence[Any], delay: int, cuts: Iterable[int] = (), policy: str = "drop",
+          batches: Sequence[int] | None = None) -> list[Checked]:
     """Every arrival with its verdict (arrival order); see the module docstring."""
     if policy not in POLICIES:
         raise ConfigError(f'Invalid "policy" value: {policy!r}. Valid choices are: {", ".join(POLICIES)}.')
-    cuts = list(cuts)
-    batches = batch_numbers(len(events), cuts)
-    ctis = batch_ctis(events, delay, cuts)
+    batches = list(batches) if batches is not None else batch_numbers(len(events), list(cuts))
+    ctis = batch_ctis(events, delay, batches=batches)
     out = []
     for i, (e, b) in enumerate(zip(events, batches)):
         cti = ctis[b]
@@ -163,9 +199,10 @@ def check(events: Sequence[Any], delay: int, cuts: Iterable[int] = (), policy: s
     return out
 
 
-def late_indices(events: Sequence[Any], delay: int, cuts: Iterable[int] = (), policy: str = "drop") -> set[int]:
+def late_indices(events: Sequence[Any], delay: int, cuts: Iterable[int] = (), policy: str = "drop",
+                 batches: Sequence[int] | None = None) -> set[int]:
     """Arrival indices of the events that do not enter the operators (the late set)."""
-    return {c.index for c in check(events, delay, cuts, policy) if c.status == LATE}
+    return {c.index for c in check(events, delay, cuts, policy, batches) if c.status == LATE}
 
 
 def admitted(checked: Iterable[Checked]) -> list[Checked]:

@@ -1,22 +1,25 @@
-"""Build and run a job's Spark query: sources → watermark (CTI) → adapter → Kafka sink.
+"""Build and run a job's Spark query: sources → adapter (CTIs, operators) → Kafka sink.
 
-How StreamInsight's settings map onto Spark (also in the README):
+How StreamInsight's settings map onto Spark (also in the README's time model):
 
-* ``delay`` → the watermark. We watermark the column ``start − delay`` with zero delay, so the
-  watermark is exactly StreamInsight's CTI ``latest start − delay`` — negative delays included.
-  The watermark column is cast back to a number before the stateful operator: that strips
-  Spark's event-time metadata, so Spark does **not** silently drop rows behind the watermark;
-  our time layer sends them to the ``late`` topic instead.
-* ``frequency`` → Spark advances the watermark once per micro-batch, so a CTI is inserted at
-  each batch boundary; ``frequency.events`` caps a batch (``maxOffsetsPerTrigger``) and
-  ``frequency.time`` is the trigger interval's floor. (Events within the delay give the same
-  results however the input is cut, so this only changes latency, never results.)
+* ``delay`` → each Kafka partition's CTI is its largest start − delay, and a stream's CTI the
+  **minimum** over its partitions that are not idle (:class:`operators.time.PartitionCtis`,
+  Flink's per-partition watermarks). Not Spark's watermark: that is one ``max(start) − delay``
+  over all rows of all partitions, so the faster partition would declare the slower one's
+  in-order events late, by an amount that depends on the batch size. The source sends every
+  key group each partition's progress and the batch's idle set (:mod:`jobs.source`); each
+  group computes the same CTI and keeps it in its state. Spark never drops a row for being
+  late: our time layer sends late rows to the ``late`` topic.
+* ``idle_timeout`` → Flink's ``withIdleness``: a partition with nothing to read for that long
+  (processing time) stops holding the CTI back; an empty partition is idle from the start.
+* ``frequency`` → a CTI at each micro-batch boundary; ``frequency.events`` caps a batch
+  (``maxOffsetsPerTrigger``). Events within the delay of their partition give the same results
+  however the input is cut, so this only changes latency, never results.
 * ``flush_at_end`` → a bounded run (``trigger: available_now`` / ``ctiflow run --until-end``):
   the source marks the batch that reaches the end offsets and the adapter advances every key
-  group to +∞.
-* CTI import (``reference.sync: import``): only the fast stream is watermarked — Spark ignores
-  un-watermarked streams for the global watermark — so the reference stream follows the fast
-  stream's CTIs. ``sync: min`` watermarks both (Spark's ``min`` policy): the join stalls while
+  group to +∞ once every stream has ended.
+* CTI import (``reference.sync: import``): the job's CTI is the fast stream's; the reference
+  stream follows it. ``sync: min``: the older of both streams' CTIs — the join stalls while
   the reference stream is silent, as StreamInsight's join does.
 """
 
@@ -32,6 +35,7 @@ from pathlib import Path
 from jobs.config import JobConfig, PassthroughOp
 from jobs.kafka import public_client
 from jobs.runtime import Plan, plan as make_plan
+from operators.time import CTI_INFINITY, CTI_NONE
 
 
 def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
@@ -141,7 +145,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
         "outage_timeout": str(cfg.kafka.outage_timeout / 1000),
         "client": json.dumps(public_client(cfg.kafka.client)), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
-        "start_file": str(start_file(cfg, src)),
+        "start_file": str(start_file(cfg, src)), "idle_timeout": str(src.cti.idle_timeout / 1000),
     }
     if labels is not None:
         opts["group_labels"] = json.dumps(labels)
@@ -155,28 +159,16 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
-    from pyspark.sql import functions as F
-
     from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA, OperatorProcessor
 
     job_plan: Plan = make_plan(cfg)
-    watermarked = {cfg.reference.fast} if cfg.reference and cfg.reference.sync == "import" else {s.name for s in cfg.sources}
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
     frames = []
     passes_records = any(isinstance(op, PassthroughOp) for op in cfg.operators)  # keeps input bytes
     for src in cfg.sources:
-        df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels))
-              .option("columns", "packed").option("values", "all" if passes_records else "errors").load())
-        if src.name in watermarked:
-            # CTI = max(start) − delay: watermark (start − delay) with zero delay; then strip the
-            # watermark metadata so Spark does not drop late rows itself (see module docstring).
-            df = (df.withColumn("meta_cti", F.timestamp_millis(F.col("meta_start") - F.lit(src.cti.delay)))
-                  .withWatermark("meta_cti", "0 seconds")
-                  .withColumn("meta_cti", F.col("meta_cti").cast("long")))
-        else:
-            df = df.withColumn("meta_cti", F.lit(None).cast("long"))
-        frames.append(df)
+        frames.append(spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels))
+                      .option("columns", "packed").option("values", "all" if passes_records else "errors").load())
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
@@ -184,7 +176,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
                                   cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
                                   {s.name: s.topic for s in cfg.sources})
     df = df.select("meta_group", *INPUT_COLUMNS)
-    out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
+    out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     writer = (out.writeStream.format("ctiflow_kafka_sink")
               .option("bootstrap", cfg.kafka.bootstrap_servers)
               .option("client", json.dumps(public_client(cfg.kafka.client)))
@@ -220,18 +212,63 @@ def records_read(progress: dict) -> int | None:
     return total
 
 
+def format_cti(cti: int | None) -> str:
+    """A CTI for people: UTC time to the millisecond, ``-`` before the first, ``+∞`` after the final one."""
+    if cti is None or cti <= CTI_NONE:
+        return "-"
+    if cti >= CTI_INFINITY:
+        return "+∞"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(cti / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def progress_line(p: dict, counters: dict) -> str:
+    """One micro-batch for people: batch, records/s, CTI and the job's counters so far."""
+    records = records_read(p)
+    secs = p["durationMs"].get("triggerExecution", 0) / 1000
+    rate = f"{records / secs:>9.0f}" if records is not None and secs else f"{'-':>9}"
+    return (f"batch {p['batchId']:>4}  records {'-' if records is None else records:>7}  {rate} records/s  "
+            f"CTI {format_cti(counters.get('cti'))}  in {counters.get('received', 0)} "
+            f"released {counters.get('released', 0)} late {counters.get('late', 0)} "
+            f"dead-letter {counters.get('dead_letter', 0)} out {counters.get('written', 0)}")
+
+
+#: A stream partition that sends more than this share of its records to the late topic is warned about.
+LATE_WARNING_SHARE = 0.01
+
+
+def late_warnings(counters: dict, already: set[str]) -> list[str]:
+    """Warnings for stream partitions whose late share exceeds :data:`LATE_WARNING_SHARE`
+    (each once: ``already`` collects the ones warned about)."""
+    out = []
+    for name, late in sorted(counters.items()):
+        if not name.startswith("late@") or name in already:
+            continue
+        where = name.removeprefix("late@")
+        received = counters.get(f"received@{where}", 0)
+        if late and received and late > LATE_WARNING_SHARE * received:
+            already.add(name)
+            stream, partition = where.rsplit("/", 1)
+            out.append(f"warning: stream {stream!r} partition {partition}: {late} of {received} records "
+                       f"({late / received:.1%}) went to the late topic; if they were not really late, raise "
+                       f"the stream's cti.delay (or its idle_timeout, if that partition was idle)")
+    return out
+
+
 @dataclass
 class RunSummary:
     batches: int
-    records: int  # input records of this run's batches (good and dead-lettered)
+    records: int  # input records of this run's batches (good and dead-lettered, every stream)
     seconds: float
-    counters: dict
-    watermark: str | None
+    counters: dict  # the job's counters over every run of this checkpoint (see jobs.runtime.Counters)
+    cti: int | None  # the job's CTI after the last batch (None: no CTI yet)
     progress: list[dict]  # one entry per micro-batch, in order
 
 
 def progress_path(cfg: JobConfig) -> Path:
-    path = Path(cfg.checkpoint_dir).parent / f"{cfg.job}.progress.jsonl"
+    """The job's per-batch counters (JSON lines), kept inside its checkpoint directory."""
+    path = Path(cfg.checkpoint_dir) / "ctiflow-progress.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -245,11 +282,11 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
             rec = json.loads(line)
             if batches is None or rec["batch"] in batches:
                 last[rec["batch"]] = rec
+    from jobs.sink import merge_metrics
+
     totals: dict[str, int] = {}
     for rec in last.values():
-        for k, v in rec.items():
-            if k not in ("batch", "time"):
-                totals[k] = totals.get(k, 0) + v
+        merge_metrics(totals, {k: v for k, v in rec.items() if k not in ("batch", "time")})
     return totals
 
 
@@ -314,7 +351,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
             query.stop()
     collect()
     progress = [batches[b] for b in sorted(batches)]
-    last = query.lastProgress or {}
-    mine = read_counters(prog, set(batches))  # input records = received events + dead letters
-    return RunSummary(len(progress), mine.get("received", 0) + mine.get("dead_letter", 0), time.monotonic() - started,
-                      read_counters(prog), (last.get("eventTime") or {}).get("watermark"), progress)
+    mine = read_counters(prog, set(batches))
+    counters = read_counters(prog)
+    cti = counters.get("cti")
+    return RunSummary(len(progress), mine.get("received", 0), time.monotonic() - started, counters,
+                      None if cti is None or cti <= CTI_NONE else cti, progress)

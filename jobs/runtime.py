@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
 from operators.errors import ConfigError, CtiflowError
 from operators.operator import Output
-from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, ReorderBuffer,
-                            REASON_ADJUSTED, TimeLayer, ViolationPolicy)
+from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, PartitionCtis, ReorderBuffer,
+                            REASON_ADJUSTED, TimeLayer, ViolationPolicy, combined_cti)
 
 
 class Passthrough:
@@ -65,6 +65,11 @@ class Plan:
     late_topic: str
     dead_letter_topic: str
     enriched_topic: str | None = None
+    #: The streams whose CTIs make the job's CTI (combined by min): the fast stream only with
+    #: ``sync: import`` (the reference stream follows it), every stream otherwise.
+    cti_streams: tuple[str, ...] = ()
+    #: Each stream's ``cti.delay`` (ms): a partition's CTI is its largest start − delay.
+    delays: dict[str, int] = field(default_factory=dict)
 
     @property
     def handles_adjust(self) -> bool:
@@ -86,6 +91,12 @@ def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
         settings = CountSettings(name=op.name, window_kind=kind, window=size, epsilon=op.epsilon,
                                  per_key=op.per_key, predicate=op.predicate, value_field=op.value_field,
                                  emit=op.emit)
+        from operators.count import compile_predicate
+
+        try:
+            compile_predicate(op.predicate)  # a bad expression fails here, before Spark starts
+        except CtiflowError as exc:
+            raise ConfigError(f"operators.{op.name}.predicate: {exc}") from None
         return OperatorSpec(op.name, CountOperator, settings, {"count": op.output})
     if isinstance(op, BinsOp):
         from operators.bins import Binner, BinSettings
@@ -123,10 +134,12 @@ def plan(cfg: JobConfig) -> Plan:
 
     for s in cfg.sources:
         default_store().get(s.schema_name)  # an unknown schema fails here, before Spark starts
+    cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
     return Plan(streams=streams, fast=fast, reference=reference,
                 operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
-                enriched_topic=cfg.reference.output if cfg.reference else None)
+                enriched_topic=cfg.reference.output if cfg.reference else None,
+                cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources})
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception) -> dict:
@@ -144,17 +157,35 @@ def enriched_record(r: dict) -> dict:
 
 @dataclass
 class Counters:
-    """Input = released + late + dead-letter (+ still buffered): the balance the job reports."""
+    """What one key group did in one call; the sink sums them per micro-batch (progress file).
 
-    received: int = 0
-    released: int = 0
-    late: int = 0
-    dead_letter: int = 0
+    Balance, for every stream together: ``received = released + late + dead_letter + buffered``
+    (``buffered``: admitted, waiting for a CTI; 0 after the final CTI)."""
+
+    received: int = 0      # input records of every stream: events, reference versions, undecodable records
+    released: int = 0      # events released in application-time order (to the operators, or to the join)
+    late: int = 0          # events behind the CTI (with ADJUST: those wholly behind it)
+    late_records: int = 0  # records written to the late topic (ADJUST: one per dropped share)
+    dead_letter: int = 0   # input records that could not be decoded or validated
+    refused: int = 0       # released events an operator refused (written to the dead-letter topic too)
     outputs: int = 0
+    cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
+    by_partition: dict = field(default_factory=dict)  # "stream/partition" → [received, late]
 
-    def add(self, other: "Counters") -> None:
-        for k in vars(self):
-            setattr(self, k, getattr(self, k) + getattr(other, k))
+    def count(self, stream: str, partition: int, late: bool) -> None:
+        slot = self.by_partition.get(key := f"{stream}/{partition}")
+        if slot is None:
+            slot = self.by_partition[key] = [0, 0]
+        slot[0] += 1
+        slot[1] += late
+
+    def metrics(self) -> dict[str, int]:
+        """Flat ``name → int`` (what the sink sums; ``cti`` it takes the maximum of)."""
+        out = {k: v for k, v in vars(self).items() if k != "by_partition"}
+        for where, (received, late) in self.by_partition.items():
+            out[f"received@{where}"] = received
+            out[f"late@{where}"] = late
+        return out
 
 
 class GroupRuntime:
@@ -169,8 +200,10 @@ class GroupRuntime:
             self.enriched = ReorderBuffer(ViolationPolicy.DROP) if plan.reference else None
             self.ops = [spec.build() for spec in plan.operators]
             self.ended: set[str] = set()
+            self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
         else:
-            layer, join, enriched, ops, self.ended = pickle.loads(data)
+            layer, join, enriched, ops, self.ended, clocks = pickle.loads(data)
+            self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
             self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
             self.join = None if join is None else type(self._new_join()).restore(plan.reference, join)
             self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
@@ -196,7 +229,8 @@ class GroupRuntime:
     def snapshot(self) -> bytes:
         return pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
                              None if self.enriched is None else self.enriched.snapshot(),
-                             [op.snapshot() for op in self.ops], self.ended), protocol=5)
+                             [op.snapshot() for op in self.ops], self.ended,
+                             {name: c.snapshot() for name, c in self.clocks.items()}), protocol=5)
 
     # -- feeding ---------------------------------------------------------------------
     def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:
@@ -204,41 +238,48 @@ class GroupRuntime:
         return self.offer_many((event,))
 
     def offer_many(self, events) -> list[tuple[str, Output, str | None]]:
-        """:meth:`offer` for a micro-batch's events (in arrival order), in one call."""
+        """:meth:`offer` for a micro-batch's events (in arrival order), in one call: each is
+        checked against the CTI in effect (the one the previous micro-batch ended with)."""
         out: list[tuple[str, Output, str | None]] = []
-        offer, topic = self.layer.offer, self.plan.late_topic
+        offer, topic, count = self.layer.offer, self.plan.late_topic, self.counters.count
         late_count = received = 0
         for event in events:
             received += 1
             late = offer(event)
             if late:
                 # An ADJUSTed event is still processed (its late record reports the dropped part).
-                late_count += sum(1 for o in late if o.record["reason"] != REASON_ADJUSTED)
+                whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
+                late_count += whole
                 out.extend((topic, o, event.key) for o in late)
+                count(event.stream, event.partition, whole)
+            else:
+                count(event.stream, event.partition, False)
         self.counters.received += received
         self.counters.late += late_count
         return out
 
-    def release_ahead(self, next_cti_at_least: int) -> list[tuple[str, Output, str | None]]:
-        """Release buffered events below ``next_cti_at_least`` into the operators *before*
-        that CTI arrives (the operators are not advanced). The caller promises the next CTI
-        will be at least that: in Spark, the next watermark is the maximum of ``start − delay``
-        over every row of the micro-batch, so a group's own maximum is a floor. Without this
-        each event would wait a micro-batch in the state store (pickled, restored: ≈ 8 µs an
-        event) and its results would come a batch later. Single input stream only: with a
-        reference stream the merged order needs both streams' CTIs."""
-        out: list[tuple[str, Output, str | None]] = []
-        if len(self.plan.streams) != 1 or self.join is not None or next_cti_at_least <= CTI_NONE:
-            return out
-        released = self.layer.release_before(self.plan.fast, next_cti_at_least)
-        if released:
-            self.counters.released += len(released)
-            self._feed(released, None, out)
-        return out
+    # -- CTIs ----------------------------------------------------------------------------
+    def observe(self, stream: str, partition: int, start: int) -> None:
+        """Records of ``stream``'s ``partition`` up to event time ``start`` were read (the
+        source's frontier row: every key group learns every partition's progress)."""
+        self.clocks[stream].observe(partition, start)
 
-    def dead_letter(self) -> None:
+    def assign(self, stream: str, partitions, idle) -> None:
+        """``stream``'s partitions and the idle ones, as the source planned this micro-batch."""
+        self.clocks[stream].assign(partitions, idle)
+
+    def next_cti(self) -> int:
+        """The CTI the micro-batch ends with: per stream the min over its non-idle partitions
+        of ``largest start − delay``, then the min over :attr:`Plan.cti_streams`
+        (:func:`operators.time.combined_cti`); never below the current CTI."""
+        for name in self.plan.cti_streams:
+            self.clocks[name].advance()
+        return max(self.cti, combined_cti({n: self.clocks[n] for n in self.plan.cti_streams}))
+
+    def dead_letter(self, stream: str = "", partition: int = 0) -> None:
         self.counters.received += 1
         self.counters.dead_letter += 1
+        self.counters.count(stream, partition, False)
 
     def advance(self, cti: int) -> list[tuple[str, Output, str | None]]:
         """Apply a CTI (the watermark; :data:`CTI_INFINITY` flushes): release events in
@@ -251,7 +292,7 @@ class GroupRuntime:
         if not self.layer.has_pending:
             return out
         step = self.layer.step()
-        self.counters.released += sum(1 for e in step.released if e.stream == self.plan.fast)
+        self.counters.released += len(step.released)
         if self.join is None:
             self._feed(step.released, step.cti, out)
             return out
@@ -289,7 +330,7 @@ class GroupRuntime:
                 except (ValueError, TypeError, CtiflowError) as exc:
                     # The operator refused this event (e.g. a measure it cannot prorate): it
                     # goes to dead-letter with the reason; the job keeps running.
-                    self.counters.dead_letter += 1
+                    self.counters.refused += 1
                     out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(e, spec.name, exc)),
                                 e.key))
                     continue

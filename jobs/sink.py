@@ -111,6 +111,15 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     return seqs
 
 
+def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
+    """Counters add up; ``cti`` (the same in every key group) is a maximum."""
+    for name, n in more.items():
+        if name == "cti":
+            totals[name] = max(totals.get(name, n), n)
+        else:
+            totals[name] = totals.get(name, 0) + n
+
+
 def records(batches: Iterator, metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
     """``(topic, key, value)`` of every record in the rows, in row order: a ``pack`` row holds
     many (the operator adapter's output, see :data:`jobs.adapter.PACK_SIZE`); ``metrics`` rows
@@ -124,8 +133,7 @@ def records(batches: Iterator, metrics: dict[str, int]) -> Iterator[tuple[str, b
                 for k, v, _role in pickle.loads(value):
                     yield topic, k, v
             elif kind == "metrics":
-                for name, n in json.loads(value).items():
-                    metrics[name] = metrics.get(name, 0) + n
+                merge_metrics(metrics, json.loads(value))
             else:
                 yield topic, key, value
 
@@ -215,8 +223,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 continue
             totals["written"] += m.written
             totals["replay_skipped"] += m.skipped
-            for k, v in m.metrics.items():
-                totals[k] = totals.get(k, 0) + v
+            merge_metrics(totals, m.metrics)
         with open(path, "a") as out:
             out.write(json.dumps({"batch": batchId, "time": time.time(), **totals}) + "\n")
             out.flush()

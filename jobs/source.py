@@ -15,8 +15,21 @@ in PySpark's terms:
 * everything here is picklable and imported by module path: the project must be installed
   (the bootstrap does ``pip install -e .``) so workers can import it.
 
-When a bounded run reaches its end offsets, the partition with the lowest index also emits
-one ``meta_flush`` row per key group: the operator adapter turns it into the final CTI (+∞).
+**CTIs per partition** (see :class:`operators.time.PartitionCtis`). Every key group must know
+how far *every* partition has got, not only the partitions its keys came from, so:
+
+* each offset range read also yields one *frontier* row per key group (``meta_control =
+  "frontier"``, ``meta_partition``, ``meta_start`` = the range's largest start);
+* each micro-batch has one *control* task that yields one row per key group with
+  ``meta_control = {"partitions": [...], "idle": [...], "flush": bool}``: the topic's
+  partitions, those idle as planned by the driver, and whether this batch reaches the end of a
+  bounded input (the final CTI, +∞, once every stream has ended).
+
+Idleness is decided on the driver, in processing time: a partition with nothing to read for
+``idle_timeout`` seconds is idle; one the job has read nothing from and that has nothing to
+read is idle from the start. The idle set is part of the batch's end offset
+(``{"0": 17, "1": 9, "idle": ["1"]}``), so it is in Spark's offset log: a replayed batch sees
+the same idle set, and therefore the same CTI.
 """
 
 from __future__ import annotations
@@ -35,8 +48,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 META_FIELDS = [
     ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
     ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
-    ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_flush", pa.bool_()),
+    ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_control", pa.string()),
 ]
+#: ``meta_control`` of a frontier row: ``meta_start`` is the largest start read from ``meta_partition``.
+FRONTIER = "frontier"
 #: ``columns=packed`` only: a key group's decoded records, pickled (≈ 1 µs an event to load,
 #: against ≈ 5.5 µs to decode Avro again). Internal to one job — written and read by the same
 #: interpreter and code.
@@ -120,8 +135,8 @@ class KafkaSource(DataSource):
 
 
 def _data(offsets: dict) -> dict:
-    """The per-partition part of an offset (without the ``flushed`` marker)."""
-    return {p: v for p, v in offsets.items() if p != "flushed"}
+    """The per-partition part of an offset (without the ``flushed`` and ``idle`` markers)."""
+    return {p: v for p, v in offsets.items() if p.isdigit()}
 
 
 def _spread(start: dict, ends: dict, budget: int) -> dict:
@@ -139,8 +154,17 @@ def _spread(start: dict, ends: dict, budget: int) -> dict:
 
 
 class OffsetRange(InputPartition):
-    def __init__(self, partition: int, start: int, end: int, flush: bool):
-        self.partition, self.start, self.end, self.flush = partition, start, end, flush
+    """Records ``[start, end)`` of one Kafka partition."""
+
+    def __init__(self, partition: int, start: int, end: int):
+        self.partition, self.start, self.end = partition, start, end
+
+
+class BatchControl(InputPartition):
+    """The micro-batch's control task: the topic's partitions, the idle ones, the flush flag."""
+
+    def __init__(self, partitions: list[int], idle: list[int], flush: bool):
+        self.partitions, self.idle, self.flush = partitions, idle, flush
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -150,7 +174,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.topic = options["topic"]
         self.client = json.loads(options.get("client", "{}"))
         self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
+        self.idle_timeout = float(options.get("idle_timeout", "60"))
         self.target: dict[str, int] | None = None
+        self._active_at: dict[str, float] = {}  # partition → last time it had records to read (monotonic)
         self._consumer = None
         self._partitions: list[int] | None = None
 
@@ -212,7 +238,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
         if saved is not None and saved.exists():
-            return json.loads(saved.read_text())
+            self._initial = json.loads(saved.read_text())
+            return self._initial
         how = self.options.get("startingoffsets", "earliest")
         if how == "earliest":
             from jobs.kafka import low_offset
@@ -227,7 +254,37 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from jobs.pipeline import write_atomically
 
             write_atomically(saved, json.dumps(start))
+        self._initial = start
         return start
+
+    def _initial_offsets(self) -> dict:
+        if getattr(self, "_initial", None) is None:
+            from pathlib import Path
+
+            saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
+            self._initial = json.loads(saved.read_text()) if saved is not None and saved.exists() else {}
+        return self._initial
+
+    def _idle(self, start: dict, available: dict[str, int]) -> list[str]:
+        """Partitions idle for this micro-batch (see the module docstring). ``available``: the
+        end offsets this run may read up to."""
+        import time
+
+        now = time.monotonic()
+        data, before, initial = _data(start), set(start.get("idle", ())), self._initial_offsets()
+        idle = []
+        for p, end in available.items():
+            if end > data.get(p, 0):
+                self._active_at[p] = now  # records to read: active
+                continue
+            if p not in self._active_at:
+                if p in before or (p in initial and data.get(p, 0) <= initial[p]):
+                    idle.append(p)  # idle before a restart, or never had a record to read
+                    continue
+                self._active_at[p] = now  # first look after a restart: its timeout starts now
+            if now - self._active_at[p] >= self.idle_timeout:
+                idle.append(p)
+        return sorted(idle, key=int)
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
@@ -242,16 +299,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         if self.target is not None:
             ends = {p: max(min(e, self.target.get(p, e)), data.get(p, 0)) for p, e in ends.items()}
+        idle = self._idle(start, ends)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if budget is not None:
             ends = _spread(data, ends, budget)
+        if start.get("flushed") and ends == data:
+            return start  # flushed, and nothing new: no batch
+        if idle:
+            ends["idle"] = idle
         if self._flushes and all(ends.get(p, 0) >= e for p, e in self.target.items()):
             # The batch that reaches the end of a bounded input carries the final CTI. The
             # marker is part of the offset, so a drain with no new data still gets one batch,
             # and a restart after the flush does not flush again.
             ends["flushed"] = True
-        if ends == _data(ends) and ends == data and start.get("flushed"):
-            return start
         return ends
 
     @property
@@ -260,16 +320,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         data_start = _data(start)
-        parts = [OffsetRange(int(p), data_start.get(p, 0), e, False)
-                 for p, e in sorted(_data(end).items(), key=lambda x: int(x[0])) if e > data_start.get(p, 0)]
-        if end.get("flushed") and not start.get("flushed"):
-            if parts:
-                first = parts[0]
-                parts[0] = OffsetRange(first.partition, first.start, first.end, True)
-            else:
-                first_partition = min(int(p) for p in _data(end)) if _data(end) else 0
-                parts = [OffsetRange(first_partition, 0, 0, True)]
-        return parts
+        ranges = [OffsetRange(int(p), data_start.get(p, 0), e)
+                  for p, e in sorted(_data(end).items(), key=lambda x: int(x[0])) if e > data_start.get(p, 0)]
+        flush = bool(end.get("flushed") and not start.get("flushed"))
+        every = sorted({int(p) for p in _data(end)} | set(self._parts()))
+        return ranges + [BatchControl(every, [int(p) for p in end.get("idle", ())], flush)]
 
     def reportLatestOffset(self):
         return None
@@ -286,19 +341,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._drop_consumer()
 
     # -- executor side -----------------------------------------------------------------
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
         from jobs.kafka import consumer, read_range
 
         decoder = RecordDecoder(self.options, self.arrow)
-        if partition.end > partition.start:
-            cons = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-source"})
-            try:
-                for msgs in read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True):
-                    yield decoder.batch(msgs)
-            finally:
-                cons.close()
-        if partition.flush:
-            yield decoder.flush_rows()
+        if isinstance(partition, BatchControl):
+            yield decoder.control_rows(partition.partitions, partition.idle, partition.flush)
+            return
+        cons = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-source"})
+        try:
+            for msgs in read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True):
+                yield decoder.batch(msgs)
+        finally:
+            cons.close()
+        if decoder.frontier is not None:
+            yield decoder.frontier_rows(partition.partition)
 
 
 class RecordDecoder:
@@ -325,6 +382,7 @@ class RecordDecoder:
         # values=errors: good rows leave meta_value null (only dead letters need the bytes,
         # unless an operator passes records on unchanged); less to shuffle and to keep in state.
         self.keep_values = options.get("values", "all") == "all"
+        self.frontier: int | None = None  # the largest start of a good record decoded so far
 
     def _validate(self, rec: dict) -> tuple[str, int, int]:
         key = rec.get(self.key_field)
@@ -375,7 +433,7 @@ class RecordDecoder:
                 part = m.partition()
                 append({"meta_stream": stream, "meta_group": labels[part % groups], "meta_partition": part,
                         "meta_offset": m.offset(), "meta_kafka_ts": m.timestamp()[1], "meta_error": error,
-                        "meta_value": value, "meta_raw_key": m.key(), "meta_flush": False})
+                        "meta_value": value, "meta_raw_key": m.key()})
                 continue
             for f in nested:
                 if not isinstance(rec.get(f), (str, type(None))):
@@ -389,8 +447,9 @@ class RecordDecoder:
             rec["meta_offset"] = m.offset()
             rec["meta_kafka_ts"] = m.timestamp()[1]
             rec["meta_value"] = value
-            rec["meta_flush"] = False
             append(rec)
+            if self.frontier is None or start > self.frontier:
+                self.frontier = start
         return pa.RecordBatch.from_pylist(rows, schema=self.arrow)
 
     def _packed_batch(self, msgs) -> pa.RecordBatch:
@@ -424,22 +483,33 @@ class RecordDecoder:
         dumps = pickle.dumps
         for i, (g, pack) in enumerate(sorted(packs.items())):
             cols["meta_group"][i], cols["meta_offset"][i] = g, pack[0][4]
-            cols["meta_start"][i] = max(e[1] for e in pack)
+            cols["meta_start"][i] = top = max(e[1] for e in pack)
             cols["meta_pack"][i] = dumps(pack, 5)
+            if self.frontier is None or top > self.frontier:
+                self.frontier = top
         for i, (g, off, error, value, raw_key, ts) in enumerate(dead, len(packs)):
             cols["meta_group"][i], cols["meta_offset"][i], cols["meta_error"][i] = g, off, error
             cols["meta_value"][i], cols["meta_raw_key"][i], cols["meta_kafka_ts"][i] = value, raw_key, ts
         n = len(packs) + len(dead)
         cols["meta_stream"] = [self.stream] * n
         cols["meta_partition"] = [part] * n
-        cols["meta_flush"] = [False] * n
         return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
 
-    def flush_rows(self) -> pa.RecordBatch:
-        """One ``meta_flush`` row per key group: every group gets the final CTI."""
+    def _rows_per_group(self, partition: int, start: int | None, control: str) -> pa.RecordBatch:
         n = len(self.labels)
         cols: dict[str, list] = {name: [None] * n for name in self.arrow.names}
         cols["meta_stream"] = [self.stream] * n
         cols["meta_group"] = list(self.labels)
-        cols["meta_flush"] = [True] * n
+        cols["meta_partition"] = [partition] * n
+        cols["meta_offset"] = [-1] * n
+        cols["meta_start"] = [start] * n
+        cols["meta_control"] = [control] * n
         return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
+
+    def frontier_rows(self, partition: int) -> pa.RecordBatch:
+        """One frontier row per key group: ``partition`` has been read up to :attr:`frontier`."""
+        return self._rows_per_group(partition, self.frontier, FRONTIER)
+
+    def control_rows(self, partitions: list[int], idle: list[int], flush: bool) -> pa.RecordBatch:
+        """One control row per key group (see the module docstring)."""
+        return self._rows_per_group(-1, None, json.dumps({"partitions": partitions, "idle": idle, "flush": flush}))

@@ -245,6 +245,80 @@ class AdvanceTimeSettings:
 
 
 # ---------------------------------------------------------------------------------------------
+# Per-partition CTIs
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PartitionCtis:
+    """One input stream's CTI from the CTIs of its Kafka partitions, combined by **min**.
+
+    Each partition ``p`` has its own CTI ``frontier[p] − delay`` (``frontier[p]``: the largest
+    start read from ``p`` so far); the stream's CTI is the minimum over the partitions that are
+    not idle, and never goes back. So an event that is within the delay of the events before
+    it *in its own partition* is never behind the stream's CTI, whatever the partitions'
+    relative rates, lag, read order or micro-batch cut — one global ``max(start) − delay`` (a
+    single Spark watermark) declares the slower partition's in-order events late.
+
+    Flink's Kafka source does the same (per-split watermarks combined by min; ``withIdleness``
+    drops an idle split from the min). StreamInsight has no partitions: its CTI is this
+    stream's CTI.
+
+    * ``partitions``: the stream's partitions; ``idle``: those the source declared idle (no new
+      records for ``idle_timeout`` of processing time, or none at all yet: an empty partition
+      is idle from the start). Both come with each micro-batch (:meth:`assign`).
+    * A non-idle partition with no frontier yet holds the CTI back (its records are coming).
+    * If every partition is idle the CTI stays where it is.
+
+    Invariant: :attr:`cti` is monotone and ``≤ frontier[p] − delay`` for every partition that
+    was not idle when the CTI was computed.
+    """
+
+    delay: int
+    frontier: dict[int, int] = field(default_factory=dict)
+    partitions: frozenset[int] = frozenset()
+    idle: frozenset[int] = frozenset()
+    cti: int = CTI_NONE
+
+    def observe(self, partition: int, start: int) -> None:
+        """Records of ``partition`` up to event time ``start`` were read."""
+        if start > self.frontier.get(partition, CTI_NONE):
+            self.frontier[partition] = start
+
+    def assign(self, partitions: Iterable[int], idle: Iterable[int]) -> None:
+        """The stream's partitions and which of them are idle, as of this micro-batch."""
+        self.partitions = frozenset(partitions)
+        self.idle = frozenset(idle)
+
+    @property
+    def all_idle(self) -> bool:
+        return not (self.partitions - self.idle)
+
+    def advance(self) -> int:
+        """Recompute the CTI from the frontiers of the non-idle partitions; returns it."""
+        active = self.partitions - self.idle
+        if active and all(p in self.frontier for p in active):
+            self.cti = max(self.cti, min(self.frontier[p] for p in active) - self.delay)
+        return self.cti
+
+    def snapshot(self) -> tuple:
+        return (self.delay, dict(self.frontier), sorted(self.partitions), sorted(self.idle), self.cti)
+
+    @classmethod
+    def restore(cls, data: tuple) -> "PartitionCtis":
+        delay, frontier, partitions, idle, cti = data
+        return cls(delay, dict(frontier), frozenset(partitions), frozenset(idle), cti)
+
+
+def combined_cti(streams: Mapping[str, PartitionCtis]) -> int:
+    """The CTI of several watermarked streams: the **min** of their CTIs (a join releases at
+    the older CTI). A stream that has no CTI yet holds it back, unless every one of its
+    partitions is idle (it has never had data: like Spark, it does not hold back the others)."""
+    ctis = [s.cti for s in streams.values() if not (s.cti <= CTI_NONE and s.all_idle)]
+    return min(ctis) if ctis else CTI_NONE
+
+
+# ---------------------------------------------------------------------------------------------
 # CTI generation
 # ---------------------------------------------------------------------------------------------
 

@@ -119,7 +119,8 @@ class _Watermark:
 def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_path):
     """The shuffle delivers a group's pack rows in any order: the adapter's output must not
     depend on it (exactly-once replay), and every event below the batch's floor
-    (max start − delay) comes out in application-time order (start, partition, offset)."""
+    (per partition max start − delay, min over partitions) comes out in application-time order
+    (start, partition, offset)."""
     pytest.importorskip("pyspark")
     import pickle
     import random
@@ -138,8 +139,17 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
             pack = [(r["account"], r["event_time"], r["event_time"], r, off, ser(r))
                     for off, r in enumerate(mine[lo:lo + 7], lo)]
             rows.append({"meta_stream": "s", "meta_partition": part, "meta_offset": lo, "meta_error": None,
-                         "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_flush": False,
-                         "meta_pack": pickle.dumps(pack, 5)})
+                         "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": None,
+                         "meta_start": max(e[1] for e in pack), "meta_pack": pickle.dumps(pack, 5)})
+        # what the source adds for every key group: the partition's frontier …
+        rows.append({"meta_stream": "s", "meta_partition": part, "meta_offset": -1, "meta_error": None,
+                     "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": "frontier",
+                     "meta_start": max(r["event_time"] for r in mine), "meta_pack": None})
+    # … and the batch's control row
+    rows.append({"meta_stream": "s", "meta_partition": -1, "meta_offset": -1, "meta_error": None,
+                 "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None,
+                 "meta_control": '{"partitions": [0, 1], "idle": [], "flush": false}', "meta_start": None,
+                 "meta_pack": None})
 
     def run(order: list[dict]) -> list[tuple]:
         _, proc = _processor(_Timers(), delay="1s")
@@ -152,7 +162,8 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
         shuffled = rows[:]
         random.Random(seed).shuffle(shuffled)
         assert run(shuffled) == first
-    floor = max(r["event_time"] for r in recs) - 1000
+    # the batch ends with its CTI: the min over both partitions of their largest start − delay
+    floor = min(max(r["event_time"] for i, r in enumerate(recs) if i % 2 == p) for p in (0, 1)) - 1000
     expected = sorted(((r["event_time"], i % 2, (i // 2), r) for i, r in enumerate(recs) if r["event_time"] < floor),
                       key=lambda t: t[:3])
     decode = AvroDeserializer("transaction")

@@ -24,7 +24,7 @@ def arrivals(*items: tuple) -> list[OracleEvent]:
     return [ev(it[0], it[1], it[2] if len(it) > 2 else None, offset=i) for i, it in enumerate(items)]
 
 
-# ---- late set: Spark's watermark per micro-batch ---------------------------------------------
+# ---- late set: the CTI per micro-batch (one partition: max start − delay) ---------------------
 
 # delay 5, batches [a@10 a@30 b@25 | a@20 b@25 a@40 | b@34 a@35]
 # batch 0: no watermark yet                         → all admitted; max start 30
@@ -58,10 +58,58 @@ def test_a_batch_is_checked_against_the_previous_batch_not_its_own():
     assert oracle.late_indices(events, 5, cuts=[2]) == {2}
 
 
-def test_watermark_at_or_below_zero_means_no_cti_yet():
-    events = arrivals(("a", 3), ("a", 1))
-    assert oracle.batch_ctis(events, 5, [1]) == [None, None]
-    assert oracle.late_indices(events, 5, [1]) == set()
+def test_a_cti_at_or_below_zero_is_still_a_cti():
+    # Our CTIs are not Spark's watermark (which starts at 0): 3 − 5 = −2 is a CTI.
+    events = arrivals(("a", 3), ("a", -3))
+    assert oracle.batch_ctis(events, 5, [1]) == [None, -2]
+    assert oracle.late_indices(events, 5, [1]) == {1}
+
+
+# ---- several partitions: each partition's CTI, combined by min ---------------------------------
+
+def parted(*items: tuple) -> list[OracleEvent]:
+    """(partition, start) per arrival; offsets count up per partition."""
+    offsets: dict[int, int] = {}
+    out = []
+    for p, t in items:
+        out.append(ev("k", t, None, partition=p, offset=offsets.get(p, 0)))
+        offsets[p] = offsets.get(p, 0) + 1
+    return out
+
+
+# delay 5; partition 0 twice as fast in event time as partition 1, both in order:
+# batch 0: p0@10 p0@20 p1@10   batch 1: p0@30 p0@40 p1@15   batch 2: p1@20 p1@25
+# CTI in batch 1 = min(20, 10) − 5 = 5; in batch 2 = min(40, 15) − 5 = 10.
+# One global max − delay would be 15 and 35: p1@15 (batch 1) and p1@20, p1@25 (batch 2) late.
+PARTED = parted((0, 10), (0, 20), (1, 10), (0, 30), (0, 40), (1, 15), (1, 20), (1, 25))
+
+
+def test_cti_is_the_min_over_partitions_of_their_own_cti():
+    assert oracle.batch_ctis(PARTED, 5, [3, 6]) == [None, 5, 10]
+    assert oracle.late_indices(PARTED, 5, [3, 6]) == set()
+
+
+def test_no_cti_until_every_partition_was_read():
+    events = parted((0, 10), (0, 20), (1, 12), (0, 30))
+    assert oracle.batch_ctis(events, 0, [1, 2, 3]) == [None, None, None, 12]
+
+
+def test_a_partition_behind_its_own_cti_is_late_even_if_others_lag():
+    events = parted((0, 100), (1, 10), (0, 50), (1, 20))
+    # batch 1: CTI = min(100, 10) − 0 = 10; p0@50 is not late (only its own partition's CTI is 100,
+    # but the stream's CTI is the min); p1@20 fine.
+    assert oracle.late_indices(events, 0, [2]) == set()
+    # a later batch, once p1 has caught up: CTI = min(100, 200) = 100, p0@50 is late
+    events = parted((0, 100), (1, 200), (0, 50))
+    assert oracle.late_indices(events, 0, [2]) == {2}
+
+
+def test_spread_batches_share_the_budget_equally_over_partitions_with_records_left():
+    events = parted((0, 1), (0, 2), (0, 3), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6), (1, 7), (1, 8))
+    # budget 4: [p0 0-1, p1 0-1] [p0 2-3, p1 2-3] [p1 4-7]
+    assert oracle.spread_batches(events, 4) == [0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 2, 2]
+    # budget 5: 5 // 2 = 2 each, then the 1 left goes to p0: [p0 0-2, p1 0-1] [p0 3, p1 2-5] [p1 6-7]
+    assert oracle.spread_batches(events, 5) == [0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 2, 2]
 
 
 def test_watermark_never_goes_back():
