@@ -38,6 +38,17 @@ from jobs.runtime import Plan, plan as make_plan
 from operators.time import CTI_INFINITY, CTI_NONE
 
 
+#: Spark's logging configuration for the driver (everything to one file, see spark_log_path).
+SPARK_LOG4J2 = Path(__file__).resolve().parent / "spark-log4j2.properties"
+
+
+def spark_log_path() -> Path:
+    """Where this process's Spark log goes: ``$CTIFLOW_HOME/logs/spark-<pid>.log``."""
+    logs = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow")) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"spark-{os.getpid()}.log"
+
+
 def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     """A Spark session configured for this machine's realities (see ENVIRONMENT.md)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -52,7 +63,13 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     from pyspark.sql import SparkSession
 
     spark_cfg = cfg.spark if cfg else None
+    log = spark_log_path()
     builder = (SparkSession.builder.appName(app)
+               # Spark's own log to a file (jobs/spark-log4j2.properties), no progress bars:
+               # the console shows ctiflow's progress lines only.
+               .config("spark.driver.extraJavaOptions",
+                       f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}")
+               .config("spark.ui.showConsoleProgress", "false")
                .master(spark_cfg.master if spark_cfg else "local[2]")
                .config("spark.sql.shuffle.partitions", str(spark_cfg.shuffle_partitions if spark_cfg else 2))
                .config("spark.ui.enabled", "false")
@@ -64,8 +81,10 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "true"))
     for k, v in (spark_cfg.conf.items() if spark_cfg else []):
         builder = builder.config(k, v)
+    fresh = SparkSession.getActiveSession() is None
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if fresh:
+        print(f"Spark's own log: {log}", file=sys.stderr, flush=True)
     from jobs.sink import KafkaSink
     from jobs.source import KafkaSource
 
