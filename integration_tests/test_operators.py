@@ -1,7 +1,8 @@
 """Count, bins and match jobs through Kafka, each compared with an independent oracle.
 
-Inputs use one partition and ``max_offsets_per_trigger`` so the micro-batch cuts — and with
-them Spark's watermark, our CTI — are known to the oracle (``jobs.oracle``)."""
+Inputs are on three partitions with uneven rates (keys spread 2 : 1 : 2 over them); with
+``max_offsets_per_trigger`` the source's micro-batch cuts — and with them each partition's
+CTI — are known to the oracle (``jobs.oracle.spread_batches``)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,38 @@ from jobs import kafka, oracle, workload
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 BATCH = 400
+PARTITIONS = 3
+
+
+def partition_of_key(key: str) -> int:
+    """Uneven: two fifths of the keys on partition 0, one fifth on 1, two fifths on 2."""
+    import zlib
+
+    return (0, 0, 1, 2, 2)[zlib.crc32(key.encode()) % 5]
+
+
+def spread_keys(field: str):
+    return lambda i, rec: partition_of_key(str(rec[field]))
+
+
+def checked_input(records: list[dict], key: str, time: str, end: str | None, delay: int, batch: int,
+                  policy: str = "drop") -> list:
+    events = oracle.to_events(records, key, time, end, partition_of=partition_of_key)
+    return oracle.check(events, delay, policy=policy, batches=oracle.spread_batches(events, batch))
 
 
 def tx_source(topic: str, delay: str, policy: str = "drop") -> dict:
     return {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account", "time_field": "event_time",
-            "partitions": 1, "max_offsets_per_trigger": BATCH, "cti": {"delay": delay, "policy": policy}}
+            "partitions": PARTITIONS, "max_offsets_per_trigger": BATCH,
+            # the oracle does not model idleness: no partition may go idle during the run
+            "cti": {"delay": delay, "policy": policy, "idle_timeout": "1h"}}
 
 
 def test_count_records_are_within_the_bound_of_the_brute_force_count(stack, spark, tmp_path):
     records = workload.transactions(2400, accounts=20, seed=3, disorder_ms=1500, late_fraction=0.01, late_by_ms=60_000)
     src, counts = stack.topic("cnt-in"), stack.topic("cnt-out")
-    kafka.create_topics(stack.bootstrap, {src: 1})
-    produce(stack.bootstrap, src, "transaction", records, "account")
+    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
+    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
     cfg = job(stack, tmp_path, job="count", sources=[tx_source(src, "5s")],
               operators=[{"kind": "count", "name": "per_account_1m", "window": {"time": "1m"}, "epsilon": 0.1,
                           "per_key": True, "predicate": "amount > 100", "emit": "per_event", "output": counts},
@@ -37,10 +58,11 @@ def test_count_records_are_within_the_bound_of_the_brute_force_count(stack, spar
               outputs={"late": stack.topic("cnt-late"), "dead_letter": stack.topic("cnt-dlq")})
     run(cfg, spark)
 
-    checked = oracle.check(oracle.to_events(records, "account", "event_time"), 5000, oracle.even_cuts(len(records), BATCH))
+    checked = checked_input(records, "account", "event_time", None, 5000, BATCH)
     late = [c for c in checked if c.status == oracle.LATE]
     assert late, "the workload must contain late events for this test to mean something"
-    assert sorted(r["offset"] for r in read(stack, cfg.late_topic)) == sorted(c.event.offset for c in late)
+    assert sorted((r["partition"], r["offset"]) for r in read(stack, cfg.late_topic)) == \
+        sorted((c.event.partition, c.event.offset) for c in late)
 
     got = read(stack, counts)
     for name, kind, window, per_key, pred, eps in (
@@ -68,20 +90,19 @@ def test_final_bins_equal_the_exhaustive_oracle_and_conserve_measures(stack, spa
     flows = workload.flows(1200, devices=6, seed=11, rate_per_s=0.5, late_fraction=0.05, late_by_ms=900_000)
     src = stack.topic(f"bins-in-{policy}")
     outs = {k: stack.topic(f"bins-{k}") for k in ("incremental", "updated", "final")}
-    kafka.create_topics(stack.bootstrap, {src: 1})
-    produce(stack.bootstrap, src, "flow", flows, "device")
+    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
+    produce(stack.bootstrap, src, "flow", flows, "device", partition_of=spread_keys("device"))
     cfg = job(stack, tmp_path, job=f"bins-{policy}",
               sources=[{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
-                        "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 1,
-                        "measures": ["bytes", "packets"], "max_offsets_per_trigger": 200,
-                        "cti": {"delay": "2m", "policy": policy}}],
+                        "time_field": "start_time", "end_field": "end_time", "shape": "interval",
+                        "partitions": PARTITIONS, "measures": ["bytes", "packets"], "max_offsets_per_trigger": 200,
+                        "cti": {"delay": "2m", "policy": policy, "idle_timeout": "1h"}}],
               operators=[{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes", "packets"],
                           "outputs": outs}],
               outputs={"late": stack.topic("bins-late"), "dead_letter": stack.topic("bins-dlq")})
     run(cfg, spark)
 
-    events = oracle.to_events(flows, "device", "start_time", "end_time")
-    checked = oracle.check(events, 120_000, oracle.even_cuts(len(flows), 200), policy)
+    checked = checked_input(flows, "device", "start_time", "end_time", 120_000, 200, policy)
     assert any(c.status == oracle.LATE for c in checked), "the workload must violate the CTI"
     if policy == "adjust":
         assert any(c.status == oracle.ADJUSTED for c in checked)
@@ -120,15 +141,14 @@ def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack,
                           {"name": "success", "contiguity": "next", "where": "type == 'login_ok'"}]}
     records = workload.transactions(2000, accounts=15, seed=5, disorder_ms=3000, scenario_rate=0.05)
     src, matches = stack.topic("cep-in"), stack.topic("cep-out")
-    kafka.create_topics(stack.bootstrap, {src: 1})
-    produce(stack.bootstrap, src, "transaction", records, "account")
+    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
+    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
     cfg = job(stack, tmp_path, job="match", sources=[tx_source(src, "10s")],
               operators=[{"kind": "match", "name": "brute-force", "pattern": pattern, "output": matches}],
               outputs={"late": stack.topic("cep-late"), "dead_letter": stack.topic("cep-dlq")})
     run(cfg, spark)
 
-    checked = oracle.check(oracle.to_events(records, "account", "event_time"), 10_000,
-                           oracle.even_cuts(len(records), BATCH))
+    checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
     assert all(c.status == oracle.ADMITTED for c in checked)  # disorder stays within the delay
     stepwise = MatchOperator(MatchSettings(pattern=pattern, name="brute-force", emit_timed_out=False))
     expected = []

@@ -106,7 +106,7 @@ class OperatorProcessor(StatefulProcessor):
                 for key_, start, end, rec, offset, raw in loads(pack):
                     append(Event(key_, start, end, rec, part, offset, stream, None, False, raw))
             elif control == FRONTIER:
-                runtime.observe(stream, part, top)
+                runtime.observe(stream, int(part), int(top))  # a float column where other rows are null
             elif control is not None:
                 batch = json.loads(control)
                 runtime.assign(stream, batch["partitions"], batch["idle"])
