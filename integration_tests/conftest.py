@@ -123,14 +123,18 @@ def compose_stack(tmp_path_factory):
         assert built.returncode == 0, f"building the images failed:\n{built.stderr[-4000:]}"
     job_dir = Path(tempfile.mkdtemp(prefix="ctiflow-compose-jobs-"))
     job_dir.chmod(0o755)  # the job containers run as the image's unprivileged user
+    # `up --wait` counts a one-shot service that has exited as a failure: init runs after it.
     compose = DockerCompose(str(ROOT), compose_file_name=COMPOSE_FILES, wait=True,
-                            services=["kafka", "spark-master", "spark-worker", "init"])
+                            services=["kafka", "spark-master", "spark-worker"])
+    stack = ComposeStack("docker-compose", "localhost:9094", None, None, compose, job_dir)
     started = time.monotonic()
-    compose.start()
-    print(f"\n[stack] docker compose ({' + '.join(COMPOSE_FILES)}), project {COMPOSE_PROJECT}: "
-          f"broker, spark-master, spark-worker, init up in {time.monotonic() - started:.1f} s")
     try:
-        yield ComposeStack("docker-compose", "localhost:9094", None, None, compose, job_dir)
+        compose.start()
+        init = subprocess.run(stack.command("run", "--rm", "init"), capture_output=True, text=True, timeout=300)
+        assert init.returncode == 0, f"init failed:\n{init.stdout}\n{init.stderr}"
+        print(f"\n[stack] docker compose ({' + '.join(COMPOSE_FILES)}), project {COMPOSE_PROJECT}: "
+              f"broker, spark-master, spark-worker up and init done in {time.monotonic() - started:.1f} s")
+        yield stack
     finally:
         compose.services = None  # down takes every service, the jobs started later included
         compose.stop(down=True)
