@@ -17,10 +17,10 @@ T0 = 1_767_225_600_000
 def reference_job(stack, tmp_path, sync: str, fast: str, ref: str, enriched: str) -> object:
     return job(stack, tmp_path / sync, job=f"ref-{sync}",
                sources=[{"name": "tx", "topic": fast, "schema": "transaction", "key_field": "account",
-                         "time_field": "event_time", "partitions": 1, "max_offsets_per_trigger": 250,
+                         "time_field": "event_time", "partitions": 2, "max_offsets_per_trigger": 250,
                          "cti": {"delay": "5s", "flush_at_end": False}},
                         {"name": "accounts", "topic": ref, "schema": "account", "key_field": "account",
-                         "time_field": "valid_from", "shape": "edge", "partitions": 1,
+                         "time_field": "valid_from", "shape": "edge", "partitions": 2,
                          "cti": {"delay": 0, "policy": "adjust", "flush_at_end": False}}],
                reference={"source": "accounts", "fast": "tx", "join_field": "account", "sync": sync,
                           "output": enriched},
@@ -36,9 +36,11 @@ def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, 
     txs = [{"id": str(i), "account": f"acct-{i % 10:04d}", "event_time": T0 + 1000 + i * 1200, "type": "purchase",
             "amount": 10.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(1000)]
     fast, ref = stack.topic("ref-fast"), stack.topic("ref-accounts")
-    kafka.create_topics(stack.bootstrap, {fast: 1, ref: 1})
-    produce(stack.bootstrap, ref, "account", accounts, "account")
-    produce(stack.bootstrap, fast, "transaction", txs, "account")
+    kafka.create_topics(stack.bootstrap, {fast: 2, ref: 2})
+    # uneven: accounts 0-6 on partition 0, 7-9 on partition 1
+    partition = lambda i, rec: 0 if int(rec["account"][-4:]) < 7 else 1  # noqa: E731
+    produce(stack.bootstrap, ref, "account", accounts, "account", partition_of=partition)
+    produce(stack.bootstrap, fast, "transaction", txs, "account", partition_of=partition)
 
     outcome = {}
     for sync in ("import", "min"):
@@ -47,11 +49,11 @@ def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, 
         run(cfg, spark)
         outcome[sync] = read(stack, enriched)
 
-    # import: the join's CTI is the fast stream's: everything before the last watermark is out,
-    # enriched with the reference version, although the reference stream said nothing.
-    # (after the last data batch Spark runs one more batch for the new watermark: CTI = max − delay)
-    last_watermark = max(t["event_time"] for t in txs) - 5000
-    expected = [t for t in txs if t["event_time"] < last_watermark]
+    # import: the join's CTI is the fast stream's: everything before its last CTI (per partition
+    # the largest start − delay, the min over both) is out, enriched with the reference version,
+    # although the reference stream said nothing.
+    last_cti = min(max(t["event_time"] for i, t in enumerate(txs) if partition(i, t) == p) for p in (0, 1)) - 5000
+    expected = [t for t in txs if t["event_time"] < last_cti]
     assert len(outcome["import"]) == len(expected)
     assert all(not r["reference_missing"] and r["reference_valid_from"] == T0 for r in outcome["import"])
     assert max(r["time"] for r in outcome["import"]) > T0 + 15 * 60_000
@@ -62,13 +64,14 @@ def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, 
 def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path):
     flows = workload.flows(1500, devices=5, seed=21, rate_per_s=0.5)
     src, final = stack.topic("restart-in"), stack.topic("restart-final")
-    kafka.create_topics(stack.bootstrap, {src: 1})
-    produce(stack.bootstrap, src, "flow", flows, "device")
+    kafka.create_topics(stack.bootstrap, {src: 2})
+    partition = lambda key: 0 if key in ("dev-000", "dev-001", "dev-002") else 1  # noqa: E731 - 3 : 2 devices
+    produce(stack.bootstrap, src, "flow", flows, "device", partition_of=lambda i, rec: partition(rec["device"]))
     cfg = job(stack, tmp_path, job="restart",
               sources=[{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
-                        "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 1,
+                        "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 2,
                         "measures": ["bytes", "packets"], "max_offsets_per_trigger": 100,
-                        "cti": {"delay": "6m", "policy": "drop"}}],
+                        "cti": {"delay": "6m", "policy": "drop", "idle_timeout": "1h"}}],
               operators=[{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
                           "outputs": {"final": final}}],
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
@@ -81,8 +84,8 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
     run(cfg, spark)
     got = read(stack, final)
     assert len(got) > len(partial)
-    checked = oracle.check(oracle.to_events(flows, "device", "start_time", "end_time"), 360_000,
-                           oracle.even_cuts(len(flows), 100))
+    events = oracle.to_events(flows, "device", "start_time", "end_time", partition_of=partition)
+    checked = oracle.check(events, 360_000, batches=oracle.spread_batches(events, 100))
     expected = oracle.final_bins(checked, 60_000, 0, ["bytes"])
     assert len(got) == len(expected)  # every bin exactly once across the restart
     for r in got:
