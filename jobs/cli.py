@@ -29,8 +29,8 @@ app.add_typer(plot_app, name="plot")
 app.add_typer(conformance_app, name="conformance")
 app.add_typer(users_app, name="users")
 
-console = Console(stderr=True)
-out = Console()
+console = Console(stderr=True, soft_wrap=True)  # a line per message, also when not a terminal
+out = Console(soft_wrap=True)
 
 DEFAULT_PORT = int(os.environ.get("CTIFLOW_BROKER_PORT", "19092"))
 BootstrapOpt = typer.Option(None, "--bootstrap", "-b", envvar="CTIFLOW_BOOTSTRAP",
