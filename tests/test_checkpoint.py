@@ -63,3 +63,58 @@ def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_pa
     (tmp_path / "commits/0").write_text("x")
     assert not reset_uncommitted_checkpoint(tmp_path)
     assert (tmp_path / "state/0/0/2.zip").exists()
+
+
+def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in_the_checkpoint(tmp_path):
+    from jobs.config import parse
+    from jobs.pipeline import progress_path, read_counters
+
+    lines = [{"batch": 0, "time": 1.0, "received": 5, "cti": 100, "late@tx/0": 1},
+             {"batch": 1, "time": 2.0, "received": 7, "cti": 250, "late@tx/0": 2}]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    assert read_counters(path) == {"received": 12, "cti": 250, "late@tx/0": 3}
+    cfg = parse({"job": "j", "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "a",
+                                          "time_field": "t"}], "operators": [{"kind": "passthrough", "output": "o"}],
+                 "spark": {"checkpoint": str(tmp_path / "cp")}})
+    assert progress_path(cfg).parent == tmp_path / "cp"
+
+
+def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
+    from jobs.pipeline import late_warnings
+
+    warned: set[str] = set()
+    counters = {"received@tx/0": 1000, "late@tx/0": 10, "received@tx/1": 1000, "late@tx/1": 11}
+    first = late_warnings(counters, warned)
+    assert len(first) == 1 and "'tx' partition 1: 11 of 1000" in first[0]
+    assert late_warnings(counters, warned) == []
+
+
+def test_counters_balance_with_a_reference_stream_and_dead_letters():
+    """received = released + late + dead_letter + buffered, over both streams; after the final
+    CTI nothing is buffered."""
+    from jobs.config import parse
+    from jobs.runtime import GroupRuntime, plan
+    from operators.time import CTI_INFINITY, Event
+
+    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
+                 "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
+                              "time_field": "event_time", "cti": {"delay": 10}},
+                             {"name": "r", "topic": "r", "schema": "account", "key_field": "account",
+                              "time_field": "valid_from", "shape": "edge"}],
+                 "reference": {"fast": "s", "source": "r", "sync": "import", "join_field": "account"},
+                 "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
+    rt = GroupRuntime(plan(cfg))
+    rt.assign("s", [0], [])
+    rt.assign("r", [0], [])
+    rt.offer_many([Event("a", 5, 2**62, {"account": "a"}, 0, 0, "r")] +
+                  [Event("a", t, t, {"account": "a", "i": t}, 0, t, "s") for t in (100, 110, 120)])
+    rt.observe("s", 0, 120)
+    rt.dead_letter("s", 0)
+    rt.advance(rt.next_cti())                                 # CTI 110: releases the version and 100
+    rt.offer_many([Event("a", 50, 50, {"account": "a"}, 0, 200, "s")])   # late
+    c = rt.counters
+    buffered = c.received - c.released - c.late - c.dead_letter
+    assert (c.received, c.late, c.dead_letter) == (6, 1, 1) and buffered == 2
+    rt.advance(CTI_INFINITY)
+    assert c.received == c.released + c.late + c.dead_letter
