@@ -70,6 +70,8 @@ class Plan:
     cti_streams: tuple[str, ...] = ()
     #: Each stream's ``cti.delay`` (ms): a partition's CTI is its largest start − delay.
     delays: dict[str, int] = field(default_factory=dict)
+    #: stream → its Kafka topic (dead letters name the topic, whichever stage refused the record)
+    topics: dict[str, str] = field(default_factory=dict)
 
     @property
     def handles_adjust(self) -> bool:
@@ -139,11 +141,12 @@ def plan(cfg: JobConfig) -> Plan:
                 operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
                 enriched_topic=cfg.reference.output if cfg.reference else None,
-                cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources})
+                cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
+                topics={s.name: s.topic for s in cfg.sources})
 
 
-def operator_dead_letter(e: Event, operator: str, exc: Exception) -> dict:
-    return {"source_topic": e.stream, "partition": e.partition, "offset": e.offset, "key": e.key.encode(),
+def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:
+    return {"source_topic": topic, "partition": e.partition, "offset": e.offset, "key": e.key.encode(),
             "value": json.dumps(e.fields, default=str).encode(), "error": f"operator {operator}: {exc}",
             "stage": "operator", "kafka_timestamp": None}
 
@@ -331,7 +334,8 @@ class GroupRuntime:
                     # The operator refused this event (e.g. a measure it cannot prorate): it
                     # goes to dead-letter with the reason; the job keeps running.
                     self.counters.refused += 1
-                    out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(e, spec.name, exc)),
+                    out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
+                        e, spec.name, exc, self.plan.topics.get(e.stream, e.stream))),
                                 e.key))
                     continue
                 for o in produced:

@@ -118,3 +118,21 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
     assert (c.received, c.late, c.dead_letter) == (6, 1, 1) and buffered == 2
     rt.advance(CTI_INFINITY)
     assert c.received == c.released + c.late + c.dead_letter
+
+
+def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_stream_name():
+    from jobs.config import parse
+    from jobs.runtime import GroupRuntime, plan
+    from operators.time import CTI_INFINITY, Event
+
+    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
+                 "sources": [{"name": "flows", "topic": "netflow-raw", "schema": "flow", "key_field": "device",
+                              "time_field": "start_time", "end_field": "end_time", "shape": "interval"}],
+                 "operators": [{"kind": "bins", "name": "b", "bin_size": 10, "measures": ["bytes"],
+                                "outputs": {"final": "bins"}}]}, "t")
+    rt = GroupRuntime(plan(cfg))
+    rt.offer_many([Event("d", 0, 5, {"device": "d", "bytes": "many"}, 1, 7, "flows")])
+    out = rt.advance(CTI_INFINITY)
+    dead = [o.record for topic, o, _ in out if topic == cfg.dead_letter_topic]
+    assert len(dead) == 1 and dead[0]["source_topic"] == "netflow-raw" and dead[0]["stage"] == "operator"
+    assert (dead[0]["partition"], dead[0]["offset"]) == (1, 7) and rt.counters.refused == 1
