@@ -321,12 +321,22 @@ class GroupRuntime:
             else:
                 out.append((self.plan.late_topic if o.role == "late" else self.plan.dead_letter_topic, o, key))
 
+    def _topic(self, spec: OperatorSpec, role: str) -> str:
+        """Where an operator's output role goes: its configured topic, or the job's late topic
+        for ``late`` (e.g. a bin's share that arrived after the bin was final). Any other role
+        is a bug in ctiflow: it fails the batch, it is never written somewhere by default."""
+        topic = spec.topics.get(role)
+        if topic is not None:
+            return topic
+        if role == "late":
+            return self.plan.late_topic
+        raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} that has "
+                           f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
+
     def _feed(self, events, cti: int | None, out: list) -> None:
         """Released events into every operator, then (unless ``cti`` is None) the CTI."""
         before = len(out)
-        late = self.plan.late_topic
         for spec, op in zip(self.plan.operators, self.ops):
-            topics = spec.topics
             for e in events:
                 try:
                     produced = op.process(e)
@@ -339,8 +349,8 @@ class GroupRuntime:
                                 e.key))
                     continue
                 for o in produced:
-                    out.append((topics.get(o.role, late), o, o.record.get("key", e.key)))
+                    out.append((self._topic(spec, o.role), o, o.record.get("key", e.key)))
             if cti is not None:
                 for o in op.advance_to(cti):
-                    out.append((topics.get(o.role, late), o, o.record.get("key")))
+                    out.append((self._topic(spec, o.role), o, o.record.get("key")))
         self.counters.outputs += len(out) - before

@@ -136,3 +136,24 @@ def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_s
     dead = [o.record for topic, o, _ in out if topic == cfg.dead_letter_topic]
     assert len(dead) == 1 and dead[0]["source_topic"] == "netflow-raw" and dead[0]["stage"] == "operator"
     assert (dead[0]["partition"], dead[0]["offset"]) == (1, 7) and rt.counters.refused == 1
+
+
+def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_late_topic():
+    import dataclasses
+
+    import pytest
+
+    from jobs.config import parse
+    from jobs.runtime import GroupRuntime, plan
+    from operators.time import CTI_INFINITY, Event
+
+    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
+                 "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
+                              "time_field": "event_time"}],
+                 "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
+    p = plan(cfg)
+    broken = dataclasses.replace(p, operators=(dataclasses.replace(p.operators[0], topics={"other": "x"}),))
+    rt = GroupRuntime(broken)
+    rt.offer_many([Event("a", 1, 1, {}, 0, 0, "s")])
+    with pytest.raises(RuntimeError, match="output role 'passthrough' that has no topic"):
+        rt.advance(CTI_INFINITY)
