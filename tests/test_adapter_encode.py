@@ -17,14 +17,14 @@ class _Handle:
         return None
 
 
-def _processor(handle, delay: str = "0s"):
+def _processor(handle, delay: str = "0s", operators=None):
     """An identity (pass-through) job's processor, initialised on ``handle`` without Spark."""
     from jobs.adapter import OperatorProcessor
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time", "cti": {"delay": delay}}],
-                 "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
+                 "operators": operators or [{"kind": "passthrough", "output": "out"}]}, "t")
     proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, {"s": "t"})
     proc.init(handle)
     return cfg, proc
@@ -168,3 +168,38 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
                       key=lambda t: t[:3])
     decode = AvroDeserializer("transaction")
     assert [decode(v) for t, _, v in first if t == "out"] == [r for *_, r in expected]
+
+
+def test_a_batch_with_dead_letters_and_control_rows_gives_integer_ctis_to_the_operators():
+    """Null cells (dead letters, control rows) make pandas columns float: the CTI the adapter
+    computes from them must still be an int (a count operator's snapshot packs it as int64)."""
+    pytest.importorskip("pyspark")
+    import pickle
+
+    import pandas as pd
+    import pyarrow as pa
+
+    from jobs.sink import records
+
+    recs = workload.transactions(40, seed=2)
+    pack = [(r["account"], r["event_time"], r["event_time"], r, off, None) for off, r in enumerate(recs)]
+    base = {"meta_stream": "s", "meta_error": None, "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None,
+            "meta_control": None, "meta_start": None, "meta_pack": None}
+    rows = [{**base, "meta_partition": 0, "meta_offset": 0, "meta_start": max(r["event_time"] for r in recs),
+             "meta_pack": pickle.dumps(pack, 5)},
+            {**base, "meta_partition": 0, "meta_offset": 40, "meta_error": "decode: bad", "meta_value": b"x",
+             "meta_kafka_ts": 5},
+            {**base, "meta_partition": 0, "meta_offset": -1, "meta_control": "frontier",
+             "meta_start": max(r["event_time"] for r in recs)},
+            {**base, "meta_partition": -1, "meta_offset": -1,
+             "meta_control": '{"partitions": [0], "idle": [], "flush": false}'}]
+    timers = _Timers()
+    _, proc = _processor(timers, delay="1s", operators=[
+        {"kind": "count", "name": "c", "window": {"events": 10}, "per_key": False, "emit": "per_cti", "output": "n"}])
+    out = list(proc.handleInputRows(("g",), iter([pd.DataFrame(rows)]), _Watermark()))
+    metrics: dict = {}
+    got = list(records(iter([pa.RecordBatch.from_pandas(f) for f in out]), metrics))
+    cti = max(r["event_time"] for r in recs) - 1000
+    assert metrics["cti"] == cti and isinstance(metrics["cti"], int)
+    assert [AvroDeserializer("count")(v)["time"] for t, _, v in got if t == "n"] == [cti - 1]
+    assert metrics["dead_letter"] == 1 and metrics["received"] == 41
