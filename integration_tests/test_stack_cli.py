@@ -69,3 +69,46 @@ def test_produce_then_consume_round_trips_json_lines_through_avro(stack):
 def test_an_unknown_topic_is_a_clear_error(stack):
     result = ctiflow("consume", "--topic", stack.topic("missing"), env_bootstrap=stack.bootstrap)
     assert result.returncode == 2 and "does not exist" in result.stderr
+    assert "ctiflow topics create" in result.stderr and "--create-topics" not in result.stderr
+
+
+def job_file(tmp_path, topic: str, predicate: str | None = None) -> str:
+    import yaml
+
+    op = {"kind": "count", "name": "big", "window": {"events": 100}, "per_key": True, "emit": "per_cti",
+          "output": topic + "-counts"}
+    if predicate:
+        op["predicate"] = predicate
+    spec = {"job": "cli-json", "sources": [{"name": "tx", "topic": topic, "schema": "transaction",
+                                            "key_field": "account", "time_field": "event_time",
+                                            "max_offsets_per_trigger": 100, "cti": {"delay": "1s"}}],
+            "operators": [op], "spark": {"checkpoint": str(tmp_path / "cp"), "key_groups": 2}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_a_bad_predicate_is_refused_in_one_line_before_spark_starts(stack, tmp_path):
+    result = ctiflow("run", job_file(tmp_path, "whatever", "amount >> 200"), "--until-end", env_bootstrap=stack.bootstrap)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "operators.big.predicate" in result.stderr
+    assert "RShift" in result.stderr and not (tmp_path / "cp").exists()  # refused before Spark or Kafka
+
+
+@pytest.mark.spark
+def test_run_json_summary_counts_every_input_record_once(stack, tmp_path):
+    from integration_tests.harness import produce
+
+    topic = stack.topic("cli-json")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    records = [{"id": f"t{i}", "account": f"a{i % 5}", "event_time": 1_767_225_600_000 + i * 1000, "type": "purchase",
+                "amount": 1.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(300)]
+    produce(stack.bootstrap, topic, "transaction", records, "account", raw=[b"not avro", b"\x00"])
+    result = ctiflow("run", job_file(tmp_path, topic), "--until-end", "--json", env_bootstrap=stack.bootstrap)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)  # stdout is the one JSON object, nothing else
+    c = summary["counters"]
+    assert summary["records"] == c["received"] == 302
+    assert c["received"] == c["released"] + c["late"] + c["dead_letter"] and c["dead_letter"] == 2
+    assert summary["cti"] == 2**62  # flushed
+    assert (tmp_path / "cp" / "ctiflow-progress.jsonl").exists()

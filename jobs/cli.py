@@ -337,13 +337,7 @@ def run(config: Path = typer.Argument(..., help="job YAML"),
         print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
                           "seconds": round(summary.seconds, 3), "cti": summary.cti, "counters": summary.counters}))
         return
-    c = summary.counters
-    out.print(f"{cfg.job}: {summary.batches} batches, {summary.records} input records in {summary.seconds:.1f} s; "
-              f"CTI {pipeline.format_cti(summary.cti)}; in {c.get('received', 0)} = released {c.get('released', 0)} "
-              f"+ late {c.get('late', 0)} + dead-letter {c.get('dead_letter', 0)} + buffered "
-              f"{c.get('received', 0) - c.get('released', 0) - c.get('late', 0) - c.get('dead_letter', 0)}; "
-              f"out {c.get('written', 0)} records (late topic {c.get('late_records', 0)})",
-              soft_wrap=True, highlight=False)
+    out.print(pipeline.summary_line(cfg.job, summary), highlight=False)
 
 
 @app.command()

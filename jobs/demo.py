@@ -81,8 +81,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         for cfg in cfgs:
             console.print(f"running job [bold]{cfg.job}[/bold] (bounded, flush at end) …")
             summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=_progress(console))
-            out.print(f"{cfg.job}: {summary.batches} micro-batches, {summary.records} input records, "
-                      f"{summary.seconds:.1f} s; {summary.counters}")
+            out.print(pipeline.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
             for topic in cfg.result_topics():
                 results[topic] = read_topic(bootstrap, topic)
         _report(results, out)

@@ -253,6 +253,16 @@ def progress_line(p: dict, counters: dict) -> str:
             f"dead-letter {counters.get('dead_letter', 0)} out {counters.get('written', 0)}")
 
 
+def summary_line(job: str, summary: "RunSummary") -> str:
+    """A run for people: batches, records, seconds, the final CTI and the counters' balance."""
+    c = summary.counters
+    received, released, late, dead = (c.get(k, 0) for k in ("received", "released", "late", "dead_letter"))
+    return (f"{job}: {summary.batches} batches, {summary.records} input records in {summary.seconds:.1f} s; "
+            f"CTI {format_cti(summary.cti)}; in {received} = released {released} + late {late} + dead-letter {dead} "
+            f"+ buffered {received - released - late - dead}; out {c.get('written', 0)} records "
+            f"(late topic {c.get('late_records', 0)})")
+
+
 #: A stream partition that sends more than this share of its records to the late topic is warned about.
 LATE_WARNING_SHARE = 0.01
 
