@@ -69,10 +69,20 @@ class Kafka(Strict):
 
 
 class Frequency(Strict):
-    events: int | None = Field(None, ge=1)
-    time: Duration | None = None
+    """How often a CTI is inserted: at every micro-batch boundary; ``events`` caps a batch."""
+
+    events: int | None = Field(None, ge=1, description="at most this many records a micro-batch (a CTI after each)")
+    time: Duration | None = Field(None, description="refused: the trigger interval (spark.trigger) sets it")
 
     _t = field_validator("time", mode="before")(lambda v: None if v is None else duration_ms(v))
+
+    @field_validator("time")
+    @classmethod
+    def _no_time(cls, v):
+        if v is not None:
+            raise ValueError("frequency.time is not a separate mechanism here: a CTI is inserted at every "
+                             "micro-batch boundary, so set spark.trigger (e.g. '5s') instead, and remove frequency.time")
+        return v
 
 
 class Cti(Strict):
@@ -83,7 +93,7 @@ class Cti(Strict):
     frequency: Frequency = Frequency()
     flush_at_end: bool = True
     policy: Literal["drop", "adjust"] = "drop"
-    import_from: str | None = Field(None, description="name of the source whose CTIs this stream imports")
+    import_from: str | None = Field(None, description="refused: use reference.sync: import")
     idle_timeout: Duration = Field(60_000, description=(
         "processing time after which a partition with nothing to read stops holding the stream's CTI back "
         "(Flink's withIdleness); an empty partition is idle from the start. Its later events may then be late."))
@@ -214,7 +224,7 @@ class Reference(Strict):
 
     source: str
     fast: str
-    join_field: str
+    join_field: str = Field(description="the field both sources are keyed by (their key_field): the join matches on it")
     sync: Literal["import", "min"] = "import"
     missing: Literal["emit", "hold"] = "emit"
     output: str | None = Field(None, description="topic of the enriched stream (optional)")
@@ -265,13 +275,20 @@ class JobConfig(Strict):
         if len(set(names)) != len(names):
             raise ValueError("sources: names must be unique")
         for s in self.sources:
-            if s.cti.import_from is not None and s.cti.import_from not in names:
-                raise ValueError(f"sources.{s.name}.cti.import_from: no source named {s.cti.import_from!r} "
-                                 f"(sources: {', '.join(names)})")
+            if s.cti.import_from is not None:
+                raise ValueError(f"sources.{s.name}.cti.import_from: CTI import is configured on the reference "
+                                 "join: remove import_from and set reference.sync: import (the reference stream "
+                                 "then follows the fast stream's CTIs)")
         if self.reference is not None:
             for f in ("source", "fast"):
                 if getattr(self.reference, f) not in names:
                     raise ValueError(f"reference.{f}: no source named {getattr(self.reference, f)!r}")
+            for f in ("source", "fast"):
+                src = self.source(getattr(self.reference, f))
+                if src.key_field != self.reference.join_field:
+                    raise ValueError(f"reference.join_field is {self.reference.join_field!r} but source {src.name!r} "
+                                     f"is keyed by {src.key_field!r}: the as-of join matches on the sources' key, so "
+                                     f"set both sources' key_field and join_field to the same field")
         elif len(self.sources) > 1:
             raise ValueError("several sources need a `reference:` section saying how they are joined")
         ops = [o.name for o in self.operators]

@@ -157,3 +157,22 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
     rt.offer_many([Event("a", 1, 1, {}, 0, 0, "s")])
     with pytest.raises(RuntimeError, match="output role 'passthrough' that has no topic"):
         rt.advance(CTI_INFINITY)
+
+
+def test_config_refuses_fields_nothing_would_read():
+    import pytest
+
+    from jobs.config import parse
+    from operators.errors import ConfigError
+
+    base = {"job": "t", "operators": [{"kind": "passthrough", "output": "o"}]}
+    src = {"name": "s", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time"}
+    with pytest.raises(ConfigError, match="frequency.time.*spark.trigger"):
+        parse({**base, "sources": [{**src, "cti": {"frequency": {"time": "5s"}}}]})
+    with pytest.raises(ConfigError, match="import_from.*reference.sync: import"):
+        parse({**base, "sources": [{**src, "cti": {"import_from": "s"}}]})
+    ref = {"name": "r", "topic": "r", "schema": "account", "key_field": "account", "time_field": "valid_from",
+           "shape": "edge"}
+    with pytest.raises(ConfigError, match="join_field is 'acct' but source 'r' is keyed by 'account'"):
+        parse({**base, "sources": [src, ref], "reference": {"source": "r", "fast": "s", "join_field": "acct"}})
+    parse({**base, "sources": [src, ref], "reference": {"source": "r", "fast": "s", "join_field": "account"}})
