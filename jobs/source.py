@@ -345,8 +345,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from jobs.kafka import consumer, read_range
 
         decoder = RecordDecoder(self.options, self.arrow)
+        # Frontier and control rows are for the operator pipeline (packed rows) only: a typed
+        # read (one row per record, e.g. a stateless pass-through) gets records and dead rows.
+        control = "meta_pack" in self.arrow.names
         if isinstance(partition, BatchControl):
-            yield decoder.control_rows(partition.partitions, partition.idle, partition.flush)
+            if control:
+                yield decoder.control_rows(partition.partitions, partition.idle, partition.flush)
             return
         cons = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-source"})
         try:
@@ -354,7 +358,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield decoder.batch(msgs)
         finally:
             cons.close()
-        if decoder.frontier is not None:
+        if control and decoder.frontier is not None:
             yield decoder.frontier_rows(partition.partition)
 
 

@@ -1,0 +1,41 @@
+"""The source's per-batch control rows (the CTI's partitions and idle set, the flush flag) go
+to every key group in the operator pipeline's packed reads, and nowhere in a typed read."""
+
+import json
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from jobs.source import BatchControl, KafkaStreamReader, arrow_schema  # noqa: E402
+from jobs.serde import default_store  # noqa: E402
+
+OPTIONS = {"bootstrap": "127.0.0.1:1", "topic": "t", "schema": "transaction", "stream": "tx", "key_field": "account",
+           "time_field": "event_time", "key_groups": "3", "group_labels": "[7, 1, 4]"}
+
+
+def reader(packed: bool) -> KafkaStreamReader:
+    avro = json.loads(default_store().get("transaction").text)
+    return KafkaStreamReader(dict(OPTIONS), arrow_schema(avro, typed=not packed))
+
+
+def test_packed_reads_send_one_control_row_to_every_key_group():
+    rows = [b.to_pylist() for b in reader(True).read(BatchControl([0, 1, 2], [2], True))]
+    assert len(rows) == 1
+    assert sorted(r["meta_group"] for r in rows[0]) == [1, 4, 7]
+    for r in rows[0]:
+        assert json.loads(r["meta_control"]) == {"partitions": [0, 1, 2], "idle": [2], "flush": True}
+        assert r["meta_stream"] == "tx" and r["meta_pack"] is None
+
+
+def test_typed_reads_get_no_control_rows():
+    assert list(reader(False).read(BatchControl([0, 1], [], False))) == []
+
+
+def test_the_idle_set_and_flush_marker_are_not_partitions():
+    r = reader(True)
+    r._partitions = [0, 1]
+    parts = r.partitions({"0": 5, "1": 3}, {"0": 9, "1": 3, "idle": ["1"], "flushed": True})
+    assert [(p.partition, p.start, p.end) for p in parts[:-1]] == [(0, 5, 9)]
+    control = parts[-1]
+    assert (control.partitions, control.idle, control.flush) == ([0, 1], [1], True)
