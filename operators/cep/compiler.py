@@ -21,7 +21,13 @@ and shared by all keys; the per-key mutable part lives in :class:`operators.cep.
 
 This is a faithful port: the order in which states and edges are created decides the Dewey
 versions and therefore the matches, so it follows ``NFACompiler.NFAFactoryCompiler`` step by
-step (including its quirks).
+step (including its quirks). One deliberate difference: where Flink compiles a PROCEED edge to
+``null`` (a greedy optional looping stage with ``until`` after a NOT stage, see
+:meth:`_Compiler._original_state`), the edge goes to the state Flink meant: the matches are
+Flink's wherever Flink's NFA does not throw.
+
+Every pattern that cannot be compiled raises :class:`~operators.errors.PatternError` naming
+the stage.
 """
 
 from __future__ import annotations
@@ -234,6 +240,17 @@ class _Compiler:
             )
         return start
 
+    def stage_label(self) -> str:
+        """``stage 'name'`` of the stage being compiled (and of its group, if any); safe to
+        call on a half-built, tampered pattern."""
+        label = f"stage {getattr(self.current, 'name', self.current)!r}"
+        if self.current_group is not None:
+            first: Pattern | None = self.current_group.raw_pattern
+            while isinstance(first, Pattern) and first.previous is not None:
+                first = first.previous
+            label += f" (in the group starting at stage {getattr(first, 'name', first)!r})"
+        return label
+
     def get_window_time(self) -> int:
         return self.window_time if self.window_time is not None else 0
 
@@ -406,6 +423,21 @@ class _Compiler:
                 copy.add(transition.action, target, transition.condition)
         return copy
 
+    def _original_state(self, proceed: State) -> State:
+        """``proceed`` as it was before a greedy loop added ``not take`` to its edges: the
+        target of a greedy optional stage's PROCEED when its ``until`` condition holds.
+
+        Flink looks the copy up by ``proceed``'s name and finds none when a NOT stage applies
+        to the optional stage: the loop was built on (and rewrote) a copy of ``proceed``
+        without the NOT checks, named ``name:N``. Flink then adds a PROCEED edge to ``null``:
+        its NFA throws ``NullPointerException`` on an event meeting ``until`` while a run
+        waits at the stage's first state, and its compiler throws if an earlier optional stage
+        copies that state. ``proceed`` itself is unmodified in that case, so it is its own
+        original: the edge goes where the ``not until`` PROCEED goes, and ``until`` does not
+        end a loop that has not started.
+        """
+        return self.original_state_map.get(proceed.name, proceed)
+
     def _copy(self, state: State) -> State:
         copy = self._create_named_state(original_name(state.name), state.type)
         for transition in state.transitions:
@@ -426,7 +458,11 @@ class _Compiler:
             looping.add_proceed(stop, condition)
 
     def _create_times_state(self, sink: State, proceed: State, times: Times | None) -> State:
-        assert times is not None
+        if times is None:
+            raise PatternError(
+                f"{self.stage_label()}: a looping/times stage has no times range "
+                "(build it with one_or_more(), times() or times_or_more())"
+            )
         last_sink = sink
         self._set_first_of_loop(False)
         until = self.current.until_condition
@@ -502,7 +538,7 @@ class _Compiler:
                 until = self.current.until_condition
                 if until is not None:
                     singleton.add_proceed(
-                        self.original_state_map[proceed.name],
+                        self._original_state(proceed),
                         AndCondition(proceed_condition, until),
                     )
                 singleton.add_proceed(
@@ -652,17 +688,32 @@ def compile_pattern(pattern: Pattern, timeout_handling: bool = False) -> NfaPlan
     """Compile ``pattern`` (its *last* stage) into an :class:`NfaPlan`.
 
     ``timeout_handling``: report partial matches whose window expired (Flink's
-    ``withTimeoutHandling``); otherwise they are dropped silently.
+    ``withTimeoutHandling``); otherwise they are dropped silently. Every pattern that cannot be
+    compiled raises :class:`PatternError` naming the stage, never another exception.
     """
     if not isinstance(pattern, Pattern):
         raise PatternError(f"compile_pattern expects a Pattern, got {type(pattern).__name__}")
     compiler = _Compiler(pattern)
-    start = compiler.compile()
+    try:
+        start = compiler.compile()
+    except PatternError:
+        raise
+    except Exception as exc:  # any other failure is a malformed pattern (or a compiler bug)
+        raise PatternError(
+            f"{compiler.stage_label()}: cannot be compiled ({type(exc).__name__}: {exc}); "
+            "build patterns with the Pattern API only (if it was, this is a ctiflow bug)"
+        ) from exc
     states = {state.name: state for state in compiler.states}
     conditions = [t.condition for state in compiler.states for t in state.transitions]
     for state in compiler.states:
         for transition in state.transitions:
-            transition.predicate = fast_predicate(transition.condition)
+            try:
+                transition.predicate = fast_predicate(transition.condition)
+            except Exception as exc:
+                raise PatternError(
+                    f"stage {state.stage!r}: invalid condition {transition.condition!r} "
+                    f"({type(exc).__name__}: {exc}); use where(), or_(), subtype() or until()"
+                ) from exc
     return NfaPlan(
         states=states,
         start_state=start.name,

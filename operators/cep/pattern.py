@@ -495,6 +495,8 @@ class GroupPattern(Pattern):
         consuming_strategy: ConsumingStrategy,
         skip_strategy: AfterMatchSkipStrategy | None,
     ) -> None:
+        if not isinstance(group, Pattern):
+            raise PatternError(f"a group stage needs a Pattern, got {type(group).__name__}")
         super().__init__("GroupPattern", previous, consuming_strategy, skip_strategy)
         self._raw = group
 
