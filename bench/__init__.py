@@ -31,7 +31,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
 
             bench_count_e2e(events or 500_000, out)
         elif name == "bins":
-            from bench.spark_jobs import bench_bins
+            from bench.bins_spark import bench_bins
 
             bench_bins(events or 200_000, out, trigger or 50_000)
         elif name == "match":

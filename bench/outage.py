@@ -42,7 +42,7 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
                second: list[tuple[str, str, list[dict], str]], outage: float = 32.0) -> OutageReport:
     """``inputs``/``second``: (topic, schema, records, key_field) produced before/after the outage."""
     from jobs import kafka, stack
-    from jobs.cli import read_topic
+    from jobs.kafka import read_topic
     from jobs.config import parse
 
     bootstrap = f"127.0.0.1:{port}"

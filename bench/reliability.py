@@ -30,7 +30,7 @@ def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad:
     from bench.chaos import crash_loop
     from bench.outage import outage_run
     from jobs import kafka, stack, workload
-    from jobs.cli import read_topic
+    from jobs.kafka import read_topic
     from jobs.serde import AvroSerializer
 
     out = out or Console(width=160)

@@ -311,9 +311,3 @@ def bench_count_e2e(events: int, out: Console) -> None:
                                                "emit": "per_cti", "output": "bench-counts"}],
                                 "spark": {"key_groups": 8}}, bootstrap, home, "count (global, last 10k events, ε=1%)")
         table(f"ctiflow bench count (end to end): {events:,} events", [ident, count], ident, out)
-
-
-def bench_bins(events: int, out: Console, trigger: int = 50_000) -> None:
-    from bench.bins_spark import bench_bins as run
-
-    run(events, out, trigger)

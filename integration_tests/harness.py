@@ -39,6 +39,6 @@ def run(cfg: JobConfig, spark, **kwargs):
 
 
 def read(stack, topic: str) -> list[dict]:
-    from jobs.cli import read_topic
+    from jobs.kafka import read_topic
 
     return read_topic(stack.bootstrap, topic, registry_url=stack.registry_url)

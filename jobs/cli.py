@@ -29,6 +29,8 @@ app.add_typer(plot_app, name="plot")
 app.add_typer(conformance_app, name="conformance")
 app.add_typer(users_app, name="users")
 
+from jobs.kafka import read_topic  # noqa: E402,F401 - re-exported: `from jobs.cli import read_topic` keeps working
+
 console = Console(stderr=True, soft_wrap=True)  # a line per message, also when not a terminal
 out = Console(soft_wrap=True)
 
@@ -239,31 +241,6 @@ def produce(file: str = typer.Argument("-", help="JSON-lines file, or - for stdi
     out.print(f"produced {sent - left} records to {topic}" + (f", {bad} lines rejected" if bad else ""))
     if left or bad:
         raise typer.Exit(1)
-
-
-def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
-               timeout: float = 10.0, registry_url: str | None = None) -> list[dict]:
-    """Every record of a topic (from the beginning) decoded to dicts; used by consume, plot and tests."""
-    from jobs import kafka
-    from jobs.serde import AvroDeserializer, registry_client
-
-    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
-    records = []
-    cons = kafka.consumer(bootstrap, client)
-    for part in kafka.topic_partitions(bootstrap, topic, client):
-        end = kafka.true_end_offset(cons, topic, part, 0)
-        for msgs in kafka.read_range(cons, topic, part, kafka.low_offset(cons, topic, part), end):
-            for m in msgs:
-                try:
-                    rec = decode(m.value)
-                except Exception as exc:  # noqa: BLE001 - shown, not hidden
-                    rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
-                records.append(rec)
-                if max_records and len(records) >= max_records:
-                    cons.close()
-                    return records
-    cons.close()
-    return records
 
 
 @app.command()

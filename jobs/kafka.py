@@ -262,3 +262,29 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
                 return
     finally:
         cons.unassign()
+
+
+def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
+               timeout: float = 10.0, registry_url: str | None = None) -> list[dict]:
+    """Every record of a topic (from the beginning) decoded to dicts (any ctiflow schema, either
+    framing); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
+    Used by ``ctiflow consume``, the plots, the demo, the benchmarks and the tests."""
+    from jobs.serde import AvroDeserializer, registry_client  # serde imports this module
+
+    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
+    records = []
+    cons = consumer(bootstrap, client)
+    for part in topic_partitions(bootstrap, topic, client):
+        end = true_end_offset(cons, topic, part, 0)
+        for msgs in read_range(cons, topic, part, low_offset(cons, topic, part), end):
+            for m in msgs:
+                try:
+                    rec = decode(m.value)
+                except Exception as exc:  # noqa: BLE001 - shown, not hidden
+                    rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
+                records.append(rec)
+                if max_records and len(records) >= max_records:
+                    cons.close()
+                    return records
+    cons.close()
+    return records

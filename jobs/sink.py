@@ -32,6 +32,8 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from jobs.progress import merge_metrics
+
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
 
 
@@ -109,15 +111,6 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
             break
         hi, step = lo, step * 4
     return seqs
-
-
-def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
-    """Counters add up; ``cti`` (the same in every key group) is a maximum."""
-    for name, n in more.items():
-        if name == "cti":
-            totals[name] = max(totals.get(name, n), n)
-        else:
-            totals[name] = totals.get(name, 0) + n
 
 
 def records(batches: Iterator, metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:

@@ -45,6 +45,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from operators.events import CTI_INFINITY
+
 META_FIELDS = [
     ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
     ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
@@ -58,7 +60,7 @@ FRONTIER = "frontier"
 META_PACK = ("meta_pack", pa.binary())
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
-EDGE_END = 2**62  # operators.time.CTI_INFINITY; duplicated to keep executors' imports light
+EDGE_END = CTI_INFINITY  # an edge's end while it is current
 
 
 def _arrow_type(avro: Any) -> pa.DataType:
@@ -251,7 +253,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             given = json.loads(how).get(self.topic, {})
             start = {str(p): int(given.get(str(p), 0)) for p in self._parts()}
         if saved is not None:
-            from jobs.pipeline import write_atomically
+            from jobs.checkpoint import write_atomically
 
             write_atomically(saved, json.dumps(start))
         self._initial = start

@@ -21,20 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from operators.time import Event
-
-
-@dataclass(slots=True)
-class Output:
-    """One result record and the role ("count", "match", "timed_out", "bin_final", …) of its topic.
-
-    ``encoded``: the record's original bytes when it is an input record passed on unchanged
-    (``Event.raw``); the job writes them as they are if their schema is the topic's.
-    Immutable by convention (not ``frozen``: see :class:`operators.time.Event`)."""
-
-    role: str
-    record: dict[str, Any]
-    encoded: bytes | None = None
+from operators.events import Event, Output  # noqa: F401 - Output is re-exported here
 
 
 @runtime_checkable

@@ -1,0 +1,119 @@
+"""What ctiflow keeps beside Spark's checkpoint, in the checkpoint directory.
+
+* ``ctiflow-groups.json``: the key groups' labels (:func:`group_labels`): they name the state.
+* ``ctiflow-start-<source>.json``: the offsets a source's first micro-batch started from
+  (:func:`start_file`): Spark asks for them again when it replays batch 0.
+* ``ctiflow-sink/``: the sink's replay markers (:mod:`jobs.sink`).
+* ``ctiflow-progress.jsonl``: per-batch counters (:func:`progress_path`, :func:`read_counters`).
+
+Every file is written whole or not at all (:func:`write_atomically`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from jobs.config import JobConfig
+from jobs.progress import merge_metrics
+from operators.errors import ConfigError
+
+
+def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -> list[int]:
+    """The value each key group carries into Spark's shuffle, chosen so the groups spread
+    evenly over the stateful stage's partitions. Spark places a row by
+    ``pmod(murmur3(value, seed 42), partitions)``; the plain numbers 0..7 land 3 and 5 on 2
+    partitions, so one core would do 5/8 of the work. Label *g* is the next integer Spark puts
+    in partition ``g mod partitions`` (Spark's hash is Murmur3 x86_32 with seed 42 over the
+    int's 4 little-endian bytes; a test checks the placement against Spark's partitioner).
+    Labels name the state, so they are kept with the checkpoint and reused on restart (Spark
+    keeps a checkpoint's partition count too); a changed ``key_groups`` is refused."""
+    path = checkpoint / "ctiflow-groups.json" if checkpoint else None
+    if path is not None and path.exists():
+        saved = json.loads(path.read_text())
+        if saved["key_groups"] != groups:
+            raise ConfigError(f"spark.key_groups is {groups}, but the checkpoint {checkpoint} was written with "
+                              f"{saved['key_groups']} key groups (each group's state is stored under its group): "
+                              f"set spark.key_groups back to {saved['key_groups']}, or use a new checkpoint")
+        return saved["labels"]
+    if checkpoint is not None and any((checkpoint / "commits").glob("[0-9]*")):
+        labels = list(range(groups))  # committed before labels existed: state is under 0..G-1
+    else:
+        labels = _spread_labels(groups, partitions)
+    if path is not None:
+        write_atomically(path, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels}))
+    return labels
+
+
+def _spread_labels(groups: int, partitions: int) -> list[int]:
+    """Label *g* is the next integer Spark's partitioner puts in partition ``g mod partitions``."""
+    import struct
+
+    import mmh3
+
+    def spark_partition(label: int) -> int:  # Spark's HashPartitioning of an int: murmur3, seed 42
+        return mmh3.hash(struct.pack("<i", label), 42) % partitions
+
+    free: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    labels: list[int] = []
+    candidate = 0
+    for g in range(groups):
+        want = g % partitions
+        while not free[want]:
+            free[spark_partition(candidate)].append(candidate)
+            candidate += 1
+        labels.append(free[want].pop(0))
+    return labels
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Written whole or not at all: a kill mid-write must not leave a file the restart cannot read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def start_file(cfg: JobConfig, src) -> Path:
+    """Where a source keeps the offsets its first micro-batch starts from (see
+    :meth:`jobs.source.KafkaStreamReader.initialOffset`)."""
+    return Path(cfg.checkpoint_dir) / f"ctiflow-start-{src.name}.json"
+
+
+def progress_path(cfg: JobConfig) -> Path:
+    """The job's per-batch counters (JSON lines), kept inside its checkpoint directory."""
+    path = Path(cfg.checkpoint_dir) / "ctiflow-progress.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_counters(path: Path, batches: set[int] | None = None) -> dict:
+    """The job's counters summed over the progress file's batches (``batches``: only those).
+    A batch replayed after a crash has a line per attempt; the last one is the committed one."""
+    last: dict[int, dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if batches is None or rec["batch"] in batches:
+                last[rec["batch"]] = rec
+    totals: dict[str, int] = {}
+    for rec in last.values():
+        merge_metrics(totals, {k: v for k, v in rec.items() if k not in ("batch", "time")})
+    return totals
+
+
+def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
+    """A run killed before its first micro-batch committed can leave operator state but no
+    committed batch; Spark 4 then refuses to plan batch 0 if it has to plan it again
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). None of that state was committed, so it goes;
+    everything else stays: the offset log (Spark replays batch 0 over exactly the offsets it
+    logged, from the starting offsets the source saved, so its output is the same and the sink's
+    replay markers skip what landed), the markers and the key-group labels."""
+    state = checkpoint / "state"
+    if not state.is_dir() or any((checkpoint / "commits").glob("[0-9]*")):
+        return False
+    import shutil
+
+    shutil.rmtree(state)
+    return True

@@ -1,0 +1,129 @@
+"""Dependencies point one way: ``operators`` ← the ``jobs`` data path ← tools ← CLI, bench, tests.
+
+Every module's imports are read from its source (module level *and* inside functions, so a
+function-local import cannot hide a cycle), resolved to this project's modules, and checked:
+
+* no import cycle between modules (a package's ``__init__`` counts as a module);
+* ``operators`` imports nothing of ``jobs``, ``bench``, ``pyspark`` or ``confluent_kafka``;
+* nothing but the CLI itself (and the bench entry point it dispatches to) imports the CLI.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("operators", "jobs", "bench")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Project modules ``name`` imports anywhere in its file (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def external_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_operators_depend_on_nothing_of_spark_kafka_or_the_jobs():
+    bad = {}
+    for name, path in modules().items():
+        if name.split(".")[0] != "operators":
+            continue
+        wrong = {m for m in graph()[name] if m.split(".")[0] in ("jobs", "bench")}
+        wrong |= external_imports(path) & {"pyspark", "confluent_kafka"}
+        if wrong:
+            bad[name] = sorted(wrong)
+    assert bad == {}
+
+
+def test_only_the_cli_imports_the_cli():
+    cli = {m for m in modules() if m == "jobs.cli" or m.startswith("jobs.cli.")}
+    users = {name for name, deps in graph().items() if deps & cli and name not in cli}
+    assert users == set()
