@@ -87,6 +87,15 @@ class OperatorProcessor(StatefulProcessor):
 
     # -- the two entry points --------------------------------------------------------
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
+        try:
+            yield from self._batch(rows)
+        except Exception as exc:
+            # A bug (data faults were dead-lettered already): the micro-batch fails, and says where.
+            exc.add_note(f"ctiflow: key group {key[0]!r} failed on a bug, not on bad data (bad data is "
+                         "dead-lettered); the micro-batch is replayed from the checkpoint once it is fixed")
+            raise
+
+    def _batch(self, rows: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         runtime = self._load()
         dead: list[dict] = []
         flush = False

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
-from operators.errors import ConfigError, CtiflowError
+from operators.errors import ConfigError, CtiflowError, EventRejected
 from operators.operator import Output
 from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, PartitionCtis, ReorderBuffer,
                             REASON_ADJUSTED, TimeLayer, ViolationPolicy, combined_cti)
@@ -340,9 +340,10 @@ class GroupRuntime:
             for e in events:
                 try:
                     produced = op.process(e)
-                except (ValueError, TypeError, CtiflowError) as exc:
-                    # The operator refused this event (e.g. a measure it cannot prorate): it
-                    # goes to dead-letter with the reason; the job keeps running.
+                except EventRejected as exc:
+                    # The operator refused this event's data (e.g. a measure it cannot prorate):
+                    # it goes to dead-letter with the reason; the job keeps running. Any other
+                    # exception is a bug in ctiflow and fails the micro-batch.
                     self.counters.refused += 1
                     out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
                         e, spec.name, exc, self.plan.topics.get(e.stream, e.stream))),

@@ -51,7 +51,7 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from operators.errors import ConfigError
+from operators.errors import ConfigError, EventRejected
 from operators.operator import Output
 from operators.time import (
     CTI_INFINITY,
@@ -203,18 +203,18 @@ def _measure_values(event: Event, measures: tuple[str, ...]) -> list[Any]:
         values = [fields[m] for m in measures]
     except (KeyError, TypeError):
         missing = [m for m in measures if not isinstance(fields, dict) or m not in fields]
-        raise ValueError(
+        raise EventRejected(
             f"event of key {event.key!r} (partition {event.partition}, offset {event.offset}) "
             f"lacks measure field(s) {missing}"
         ) from None
     for m, v in zip(measures, values):
         if not isinstance(v, numbers.Real):
-            raise ValueError(f"measure {m!r} of key {event.key!r} is not a number: {v!r}")
+            raise EventRejected(f"measure {m!r} of key {event.key!r} is not a number: {v!r}")
         try:
             if not math.isfinite(float(v)):
                 raise OverflowError
         except OverflowError:
-            raise ValueError(f"measure {m!r} of key {event.key!r} is not a finite number: {v!r}") from None
+            raise EventRejected(f"measure {m!r} of key {event.key!r} is not a finite number: {v!r}") from None
     return values
 
 
@@ -222,15 +222,15 @@ def _check_times(event: Event, settings: BinSettings) -> None:
     start, end = event.start, event.end
     real = start if event.original_start is None else event.original_start
     if end < real or end < start:
-        raise ValueError(f"event of key {event.key!r} ends before it starts: start={real}, end={end}")
+        raise EventRejected(f"event of key {event.key!r} ends before it starts: start={real}, end={end}")
     if real <= CTI_NONE or end >= CTI_INFINITY:
-        raise ValueError(
+        raise EventRejected(
             f"event of key {event.key!r} has times outside ({CTI_NONE}, {CTI_INFINITY}): "
             f"start={real}, end={end}; open-ended (edge) events cannot be prorated"
         )
     k0, k1 = _bin_range(real, end, settings.bin_size, settings.origin)
     if k1 - k0 >= settings.max_bins_per_event:
-        raise ValueError(
+        raise EventRejected(
             f"event of key {event.key!r} spans {k1 - k0 + 1} bins of {settings.bin_size} ms, "
             f"more than max_bins_per_event={settings.max_bins_per_event}"
         )

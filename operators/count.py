@@ -31,7 +31,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from operators.errors import ConfigError, CtiflowError
+from operators.errors import ConfigError, CtiflowError, EventRejected
 from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
 from operators.operator import Output
 from operators.time import CTI_INFINITY, Event
@@ -310,12 +310,12 @@ class CountOperator:
             elif isinstance(value, int):
                 value = int(value)
             else:
-                raise ValueError(
+                raise EventRejected(
                     f"counter {self.settings.name!r}: value_field {name!r} is {value!r}; "
                     "sums need non-negative integers"
                 )
         if value < 0:
-            raise ValueError(
+            raise EventRejected(
                 f"counter {self.settings.name!r}: value_field {name!r} is {value}; sums need non-negative integers"
             )
         return value

@@ -20,6 +20,14 @@ class DecodeError(SchemaError):
     """Bytes on a topic could not be decoded into a record (the reason goes to dead-letter)."""
 
 
+class EventRejected(CtiflowError, ValueError):
+    """An operator refuses one event because of its *data* (a measure that is not a finite
+    number, an expression that fails on the record, an event that cannot be prorated). The
+    job writes the event to the dead-letter topic with this message and keeps running; every
+    other exception from an operator is a bug and fails the micro-batch. (Also a ValueError,
+    which these refusals were before.)"""
+
+
 class PatternError(CtiflowError):
     """A CEP pattern is malformed (names the stage and the problem)."""
 

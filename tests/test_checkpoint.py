@@ -176,3 +176,41 @@ def test_config_refuses_fields_nothing_would_read():
     with pytest.raises(ConfigError, match="join_field is 'acct' but source 'r' is keyed by 'account'"):
         parse({**base, "sources": [src, ref], "reference": {"source": "r", "fast": "s", "join_field": "acct"}})
     parse({**base, "sources": [src, ref], "reference": {"source": "r", "fast": "s", "join_field": "account"}})
+
+
+def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
+    import dataclasses
+
+    import pytest
+
+    from jobs.config import parse
+    from jobs.runtime import GroupRuntime, plan
+    from operators.time import CTI_INFINITY, Event
+
+    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
+                 "sources": [{"name": "s", "topic": "tx-topic", "schema": "transaction", "key_field": "account",
+                              "time_field": "event_time"}],
+                 "operators": [{"kind": "count", "name": "c", "window": {"events": 5}, "predicate": "amount > 10",
+                                "emit": "per_event", "output": "n"}]}, "t")
+    p = plan(cfg)
+    rt = GroupRuntime(p)
+    rt.offer_many([Event("a", 1, 1, {"amount": "lots"}, 0, 0, "s"), Event("a", 2, 2, {"amount": 20.0}, 0, 1, "s")])
+    out = rt.advance(CTI_INFINITY)
+    dead = [o.record for topic, o, _ in out if topic == cfg.dead_letter_topic]
+    assert len(dead) == 1 and "amount > 10" in dead[0]["error"] and dead[0]["offset"] == 0  # the record's fault
+    assert [o.record["estimate"] for topic, o, _ in out if topic == "n"] == [1.0]
+
+    class Broken:
+        handles_adjust = False
+
+        def __init__(self, settings):
+            pass
+
+        def process(self, event):
+            return len(event)  # a bug: TypeError
+
+    bug = dataclasses.replace(p, operators=(dataclasses.replace(p.operators[0], cls=Broken),))
+    rt = GroupRuntime(bug)
+    rt.offer_many([Event("a", 1, 1, {"amount": 1.0}, 0, 0, "s")])
+    with pytest.raises(TypeError):
+        rt.advance(CTI_INFINITY)

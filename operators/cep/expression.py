@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from operators.errors import ConfigError
+from operators.errors import ConfigError, EventRejected
 
 MAX_LENGTH = 10_000
 MAX_NODES = 2_000
@@ -47,6 +47,11 @@ Evaluator = Callable[[Env], Any]
 
 class ExpressionError(ConfigError):
     """An expression cannot be parsed, uses something not allowed, or fails on a record."""
+
+
+class ExpressionFailed(ExpressionError, EventRejected):
+    """An expression failed on one record (e.g. compares a missing field): the record is
+    refused (dead-lettered), the expression itself is fine."""
 
 
 def _lower(value: Any) -> Any:
@@ -193,7 +198,7 @@ class CompiledExpression:
         except ExpressionError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported with the expression and cause
-            raise ExpressionError(
+            raise ExpressionFailed(
                 f"expression {self.text!r} failed on record {record!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
