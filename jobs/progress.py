@@ -33,7 +33,8 @@ def records_read(progress: dict) -> int | None:
     first batch, whose progress has no start offset."""
     def offsets(value) -> dict | None:
         value = json.loads(value) if isinstance(value, str) else value
-        return None if value is None else {p: int(v) for p, v in value.items() if p != "flushed"}
+        # partitions only: an offset also carries the ``flushed`` and ``idle`` markers (jobs.source)
+        return None if value is None else {p: int(v) for p, v in value.items() if p.isdigit()}
 
     total = 0
     for src in progress.get("sources", []):
