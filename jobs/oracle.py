@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from operators.errors import ConfigError
+from operators.errors import ConfigError, invalid_choice
 
 ADMITTED, ADJUSTED, LATE = "admitted", "adjusted", "late"
 POLICIES = ("drop", "adjust")
@@ -184,7 +184,7 @@ def check(events: Sequence[Any], delay: int, cuts: Iterable[int] = (), policy: s
           batches: Sequence[int] | None = None) -> list[Checked]:
     """Every arrival with its verdict (arrival order); see the module docstring."""
     if policy not in POLICIES:
-        raise ConfigError(f'Invalid "policy" value: {policy!r}. Valid choices are: {", ".join(POLICIES)}.')
+        raise invalid_choice("policy", policy, POLICIES)
     batches = list(batches) if batches is not None else batch_numbers(len(events), list(cuts))
     ctis = batch_ctis(events, delay, batches=batches)
     out = []
@@ -237,7 +237,7 @@ def sliding_counts(events: Iterable[Checked], window_kind: str, window: int,
     is the current event's start. One dict per event in processing order:
     ``{"key", "time", "partition", "offset", "exact"}`` (key ``"*"`` when not ``per_key``)."""
     if window_kind not in ("events", "time"):
-        raise ConfigError(f'Invalid "window_kind" value: {window_kind!r}. Valid choices are: events, time.')
+        raise invalid_choice("window_kind", window_kind, ("events", "time"))
     history: dict[str, list[Checked]] = defaultdict(list)
     out = []
     for c in admitted(events):
@@ -264,7 +264,7 @@ def count_at(events: Iterable[Checked], key: str, time: int, window_kind: str, w
     elif window_kind == "time":
         inside = [c for c in mine if c.start > time - window]
     else:
-        raise ConfigError(f'Invalid "window_kind" value: {window_kind!r}. Valid choices are: events, time.')
+        raise invalid_choice("window_kind", window_kind, ("events", "time"))
     return sum(_weight(c, predicate, value_field) for c in inside)
 
 

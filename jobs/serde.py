@@ -25,7 +25,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from operators.errors import DecodeError, SchemaError
+from operators.errors import DecodeError, SchemaError, invalid_choice
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -109,7 +109,7 @@ class AvroSerializer:
     def __init__(self, schema: str, *, framing: str = "single_object", store: SchemaStore | None = None,
                  registry: Any = None, subject: str | None = None, validate: bool = True):
         if framing not in FRAMINGS:
-            raise SchemaError(f"Invalid framing {framing!r}. Valid choices are: {', '.join(FRAMINGS)}.")
+            raise invalid_choice("framing", framing, FRAMINGS, SchemaError)
         self.store = store or default_store()
         self.schema = self.store.get(schema)
         self.framing = framing

@@ -51,7 +51,7 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from operators.errors import ConfigError, EventRejected
+from operators.errors import ConfigError, EventRejected, invalid_choice
 from operators.operator import Output
 from operators.time import (
     CTI_INFINITY,
@@ -144,7 +144,7 @@ def prorate(start: int, end: int, bin_size: int, origin: int = 0) -> list[BinSha
 def _check_choice(name: str, value: Any, valid: Iterable[str]) -> None:
     valid = sorted(valid)
     if value not in valid:
-        raise ConfigError(f'Invalid "{name}" value: {value!r}. Valid choices are: {", ".join(valid)}.')
+        raise invalid_choice(name, value, valid)
 
 
 @dataclass(frozen=True)

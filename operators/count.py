@@ -31,7 +31,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from operators.errors import ConfigError, CtiflowError, EventRejected
+from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
 from operators.operator import Output
 from operators.time import CTI_INFINITY, Event
@@ -47,7 +47,7 @@ Predicate = Callable[[Mapping[str, Any]], Any]
 
 
 def _choices(field: str, value: Any, valid: tuple[str, ...]) -> ConfigError:
-    return ConfigError(f'Invalid "{field}" value: {value!r}. Valid choices are: {", ".join(valid)}.')
+    return invalid_choice(field, value, valid)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,10 @@
 Messages say what was wrong, where, and how to fix it.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 
 class CtiflowError(Exception):
     """Base class of every error ctiflow raises on purpose."""
@@ -34,3 +38,13 @@ class PatternError(CtiflowError):
 
 class StackError(CtiflowError):
     """The embedded stack (broker) could not be started, reached or stopped."""
+
+
+def invalid_choice(field: str, value: object, valid: Iterable[object], error: type[CtiflowError] | None = None,
+                   where: str = "") -> CtiflowError:
+    """The one "invalid choice" message: ``[where: ]Invalid "field" value: 'x'. Valid choices
+    are: a, b.`` — returned (as ``error``, a :class:`ConfigError` by default) for the caller to
+    raise."""
+    prefix = f"{where}: " if where else ""
+    choices = ", ".join(str(v) for v in valid)
+    return (error or ConfigError)(f'{prefix}Invalid "{field}" value: {value!r}. Valid choices are: {choices}.')

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from operators.errors import ConfigError
+from operators.errors import ConfigError, invalid_choice
 from operators.operator import Output
 from operators.time import (
     CTI_INFINITY,
@@ -74,8 +74,7 @@ def _choice(enum: type[Enum], name: str, value: object) -> Any:
     try:
         return enum(value)
     except ValueError:
-        valid = ", ".join(m.value for m in enum)  # type: ignore[attr-defined]
-        raise ConfigError(f'Invalid "{name}" value: {value!r}. Valid choices are: {valid}.') from None
+        raise invalid_choice(name, value, (m.value for m in enum)) from None  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

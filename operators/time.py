@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from operators.errors import ConfigError
+from operators.errors import ConfigError, invalid_choice
 from operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
@@ -140,10 +140,7 @@ class AdvanceTimeSettings:
         try:
             policy = ViolationPolicy(self.policy)
         except ValueError:
-            valid = ", ".join(p.value for p in ViolationPolicy)
-            raise ConfigError(
-                f'Invalid "policy" value: {self.policy!r}. Valid choices are: {valid}.'
-            ) from None
+            raise invalid_choice("policy", self.policy, (p.value for p in ViolationPolicy)) from None
         object.__setattr__(self, "policy", policy)
         if self.import_from is not None and (
             not isinstance(self.import_from, str) or not self.import_from

@@ -159,7 +159,7 @@ def test_skip_strategy_forms(spec, expected) -> None:
         ({"stages": [{"name": "a"}], "within_ms": -1}, "non-negative"),
         ({"stages": [{"name": "a", "until": "amount > 1"}]}, "looping"),
         ({"stages": [{"name": "a", "within_ms": 5, "within_type": "sideways"}]},
-         'invalid "within_type"'),
+         'Invalid "within_type"'),
     ],
 )
 def test_errors_name_the_stage_and_the_problem(spec, fragment) -> None:

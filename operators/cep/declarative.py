@@ -36,7 +36,7 @@ from operators.cep.conditions import Condition, IterativeCondition, SimpleCondit
 from operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
 from operators.cep.pattern import Pattern, WithinType
 from operators.cep.skip_strategy import AfterMatchSkipStrategy
-from operators.errors import PatternError
+from operators.errors import PatternError, invalid_choice
 
 PATTERN_KEYS = {"name", "stages", "within_ms", "within_type", "skip"}
 STAGE_KEYS = {
@@ -130,10 +130,7 @@ def _sequence(stages: Any, skip: AfterMatchSkipStrategy | None, where: str) -> P
             if negation is not None:
                 method = NEGATION.get(negation)
                 if method is None:
-                    raise PatternError(
-                        f'{label}: invalid "negation" value: {negation!r}. Valid choices are: '
-                        "not_next, not_followed_by."
-                    )
+                    raise invalid_choice("negation", negation, ("not_next", "not_followed_by"), PatternError, label)
                 if not isinstance(target, str):
                     raise PatternError(f"{label}: a group stage cannot be negated")
                 pattern = getattr(pattern, method)(target)
@@ -244,10 +241,8 @@ def _within_type(value: Any, label: str) -> WithinType:
     try:
         return WithinType(value)
     except ValueError:
-        raise PatternError(
-            f'{label}: invalid "within_type" value: {value!r}. Valid choices are: '
-            "first_and_last, previous_and_current."
-        ) from None
+        raise invalid_choice("within_type", value, ("first_and_last", "previous_and_current"), PatternError,
+                             label) from None
 
 
 def _non_negative_int(value: Any, label: str, key: str) -> int:
