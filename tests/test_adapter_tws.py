@@ -1,0 +1,107 @@
+"""The adapter's behaviour through PySpark's own ``TwsTester`` (transformWithStateInPandas
+without a cluster): what every key group receives each micro-batch — its packs, the frontier
+rows of every partition read and the batch's control row — and what it must do with them."""
+
+import json
+import pickle
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.streaming import TwsTester  # noqa: E402
+
+from jobs.adapter import OperatorProcessor  # noqa: E402
+from jobs.config import parse  # noqa: E402
+from jobs.runtime import plan  # noqa: E402
+from jobs.serde import AvroDeserializer  # noqa: E402
+from jobs.sink import records  # noqa: E402
+
+T0 = 1_767_225_600_000
+BASE = {"meta_error": None, "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": None,
+        "meta_start": None, "meta_pack": None}
+
+
+def tx(i: int, t: int, account: str = "a") -> dict:
+    return {"id": f"t{i}", "account": account, "event_time": t, "type": "purchase", "amount": 1.0,
+            "currency": "EUR", "country": "DE", "merchant": None}
+
+
+def pack(stream: str, partition: int, first: int, recs: list[dict], time_field: str = "event_time") -> dict:
+    rows = [(r["account"], r[time_field], r[time_field] if time_field == "event_time" else 2**62, r, first + i, None)
+            for i, r in enumerate(recs)]
+    return {**BASE, "meta_stream": stream, "meta_partition": partition, "meta_offset": first,
+            "meta_start": max(r[time_field] for r in recs), "meta_pack": pickle.dumps(rows, 5)}
+
+
+def frontier(stream: str, partition: int, start: int) -> dict:
+    return {**BASE, "meta_stream": stream, "meta_partition": partition, "meta_offset": -1, "meta_control": "frontier",
+            "meta_start": start}
+
+
+def control(stream: str, partitions: list[int], flush: bool = False, idle: list[int] = ()) -> dict:
+    return {**BASE, "meta_stream": stream, "meta_partition": -1, "meta_offset": -1,
+            "meta_control": json.dumps({"partitions": partitions, "idle": list(idle), "flush": flush})}
+
+
+def make_tester(spec: dict) -> tuple[TwsTester, dict]:
+    cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"}, **spec}, "t")
+    proc = OperatorProcessor(plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None,
+                             {s.name: s.topic for s in cfg.sources})
+    return TwsTester(proc), cfg.result_topics()
+
+
+def results(frame: pd.DataFrame, topics: dict[str, str]) -> list[tuple[str, dict]]:
+    got = list(records(iter([pa.RecordBatch.from_pandas(frame, preserve_index=False)]), {}))
+    return [(t, AvroDeserializer(topics[t])(v)) for t, _, v in got]
+
+
+TX = {"name": "tx", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time",
+      "cti": {"delay": 1000}}
+PASS = [{"kind": "passthrough", "output": "out"}]
+
+
+def test_a_group_with_no_records_of_its_own_is_advanced_by_another_partitions_frontier():
+    t, topics = make_tester({"sources": [TX], "operators": PASS})
+    # batch 0: group g gets its records from partition 0; partition 1 (other groups' keys) lags
+    first = t.testInPandas(7, pd.DataFrame([pack("tx", 0, 0, [tx(0, T0), tx(1, T0 + 5000)]),
+                                            frontier("tx", 0, T0 + 5000), frontier("tx", 1, T0),
+                                            control("tx", [0, 1])]))
+    assert [r["id"] for _, r in results(first, topics)] == []  # CTI = min(5000, 0) − 1000: nothing yet
+    # batch 1: no records for g at all — only partition 1's progress and the control row
+    second = t.testInPandas(7, pd.DataFrame([frontier("tx", 1, T0 + 9000), control("tx", [0, 1])]))
+    assert [r["id"] for _, r in results(second, topics)] == ["t0"]  # CTI = min(5000, 9000) − 1000
+
+
+def test_a_replayed_batch_yields_the_same_records_in_the_same_order():
+    t, topics = make_tester({"sources": [TX], "operators": PASS})
+    t.testInPandas(3, pd.DataFrame([pack("tx", 0, 0, [tx(i, T0 + i * 100) for i in range(20)]),
+                                    frontier("tx", 0, T0 + 1900), frontier("tx", 1, T0), control("tx", [0, 1])]))
+    before = t.peekValueState("group", 3)
+    batch = pd.DataFrame([pack("tx", 1, 0, [tx(100 + i, T0 + 50 + i * 100, "b") for i in range(20)]),
+                          pack("tx", 0, 20, [tx(20 + i, T0 + 2000 + i * 100) for i in range(20)]),
+                          frontier("tx", 0, T0 + 3900), frontier("tx", 1, T0 + 1950), control("tx", [0, 1])])
+    once = results(t.testInPandas(3, batch), topics)
+    t.updateValueState("group", 3, before)  # the state store rolls back to the last commit
+    again = results(t.testInPandas(3, batch.iloc[::-1].reset_index(drop=True)), topics)  # any row order
+    assert once == again
+    starts = [r["event_time"] for topic, r in once if topic == "out"]
+    assert starts and starts == sorted(starts)
+    assert [topic for topic, _ in once if topic != "out"] == []  # nothing late: within the delay of its partition
+
+
+def test_the_final_cti_flushes_only_after_every_stream_has_ended():
+    accounts = {"name": "accounts", "topic": "acc", "schema": "account", "key_field": "account",
+                "time_field": "valid_from", "shape": "edge"}
+    t, topics = make_tester({"sources": [TX, accounts], "operators": PASS,
+                        "reference": {"source": "accounts", "fast": "tx", "join_field": "account"}})
+    version = {"account": "a", "valid_from": T0, "home_country": "DE", "risk_threshold": 1.0, "tier": "gold"}
+    rows = [pack("accounts", 0, 0, [version], "valid_from"), frontier("accounts", 0, T0), control("accounts", [0]),
+            pack("tx", 0, 0, [tx(0, T0 + 100), tx(1, T0 + 200)]), frontier("tx", 0, T0 + 200),
+            control("tx", [0], flush=True)]  # the transactions have ended, the reference stream has not
+    out = results(t.testInPandas(1, pd.DataFrame(rows)), topics)
+    assert [r["id"] for topic, r in out if topic == "out"] == []  # CTI 200 − 1000: nothing final yet
+    out = results(t.testInPandas(1, pd.DataFrame([control("tx", [0]), control("accounts", [0], flush=True)])), topics)
+    assert [r["id"] for topic, r in out if topic == "out"] == ["t0", "t1"]  # now every stream has ended: +∞
