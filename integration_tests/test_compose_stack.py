@@ -2,7 +2,9 @@
 executors on the spark-worker container, checkpoints and replay markers on the shared volume),
 fed and read through the broker's published port, compared with the same independent oracles
 as the embedded tests (``jobs.oracle``). Faults: ``docker kill`` of a job container mid-stream
-and a restart from its checkpoint; the worker container killed mid-batch and started again.
+and a restart from its checkpoint; the worker container killed mid-batch and started again; the
+broker container stopped for 30 s and started again while a job runs (handled as the embedded
+outage test handles it: the stand-in broker is memory-only, see that test).
 
 Inputs use one partition and ``max_offsets_per_trigger`` so the micro-batch cuts (and with them
 the CTIs) are known to the oracle, as in ``test_operators``."""
@@ -10,12 +12,14 @@ the CTIs) are known to the oracle, as in ``test_operators``."""
 from __future__ import annotations
 
 import math
+import subprocess
 import time
 import uuid
 from collections import Counter
 
 import pytest
 
+from integration_tests.conftest import COMPOSE_FILES, COMPOSE_PROJECT
 from integration_tests.harness import produce, read
 from jobs import kafka, oracle, workload
 
@@ -52,32 +56,40 @@ def setup_flows(stack, prefix: str, n: int, seed: int):
     return flows, src, outs, len(raw)
 
 
-def assert_equals_oracle(stack, flows, outs, dead_letters: int) -> dict[str, int]:
-    """Every result topic against the oracle; each record once. Returns the figures checked."""
+def assert_equals_oracle(stack, flows, outs, dead_letters: int,
+                         earlier: dict[str, list[dict]] | None = None) -> dict[str, int]:
+    """Every result topic against the oracle; each record once. ``earlier``: records of a topic
+    read before a broker restart lost them (they count as if still there). Returns the figures
+    checked."""
+    earlier = earlier or {}
+
+    def results(topic: str) -> list[dict]:
+        return earlier.get(topic, []) + read(stack, topic)
+
     checked = oracle.check(oracle.to_events(flows, "device", "start_time", "end_time"), DELAY_MS,
                            oracle.even_cuts(len(flows) + dead_letters, PER_BATCH))
     admitted = oracle.admitted(checked)
     late_expected = sorted(c.event.offset for c in checked if c.status == oracle.LATE)
     assert late_expected, "the workload must contain late events for this test to mean something"
-    counts = read(stack, outs["counts"])
+    counts = results(outs["counts"])
     exact = oracle.sliding_counts(checked, "time", 600_000)
     got, want = Counter((r["key"], r["time"]) for r in counts), Counter((e["key"], e["time"]) for e in exact)
     duplicates, losses = sum((got - want).values()), sum((want - got).values())
     assert got == want, f"counts: {duplicates} records too many, {losses} missing"
     expected = oracle.final_bins(checked, 60_000, 0, ["bytes"])
-    final = read(stack, outs["final"])
+    final = results(outs["final"])
     assert sorted((r["key"], r["bin_start"]) for r in final) == sorted(expected), "each final bin exactly once"
     for r in final:
         assert math.isclose(r["measures"]["bytes"], float(expected[(r["key"], r["bin_start"])].measures["bytes"]),
                             rel_tol=1e-9, abs_tol=1e-6)
     inc = Counter()
-    for r in read(stack, outs["incremental"]):
+    for r in results(outs["incremental"]):
         inc[(r["key"], r["bin_start"])] += r["measures"]["bytes"]
     for k, e in expected.items():
         assert math.isclose(inc[k], float(e.measures["bytes"]), rel_tol=1e-9, abs_tol=1e-6)
-    late = read(stack, outs["late"])
+    late = results(outs["late"])
     assert sorted(r["offset"] for r in late) == late_expected
-    dlq = read(stack, outs["dlq"])
+    dlq = results(outs["dlq"])
     assert len(dlq) == dead_letters
     records = len(counts) + len(final) + len(late) + len(dlq)
     return {"input": len(flows) + dead_letters, "admitted": len(admitted), "records_checked": records,
@@ -102,8 +114,6 @@ def test_a_job_in_cluster_mode_equals_the_oracle(compose_stack):
 
 
 def compose_stack_project() -> str:
-    from integration_tests.conftest import COMPOSE_PROJECT
-
     return COMPOSE_PROJECT
 
 
@@ -124,8 +134,6 @@ def test_a_killed_job_container_restarts_from_its_checkpoint_exactly_once(compos
     kills = 0
     for _ in range(2):  # two kills mid-stream, at increasing amounts of output
         run = compose_stack.job_command(spec, name, detach=True)
-        import subprocess
-
         subprocess.run(run, check=True, capture_output=True, timeout=120)
         seen = wait_for_records(compose_stack, outs["counts"], 150 * (kills + 1))
         compose_stack.docker("kill", name)
@@ -138,8 +146,6 @@ def test_a_killed_job_container_restarts_from_its_checkpoint_exactly_once(compos
 
 
 def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_stack):
-    import subprocess
-
     flows, src, outs, bad = setup_flows(compose_stack, "kill-worker", 1500, seed=47)
     name = f"kill-worker-{uuid.uuid4().hex[:6]}"
     spec = flows_job(compose_stack, name, src, outs)
@@ -159,3 +165,109 @@ def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_sta
     assert job.returncode == 0, f"the job did not survive the worker's loss:\n{out[-2000:]}\n{err[-2000:]}"
     figures = assert_equals_oracle(compose_stack, flows, outs, bad)
     print(f"[compose] worker killed once: {figures}")
+
+
+def job_counters(stack, name: str, tmp_path) -> dict:
+    """The running job container's counters (its progress file on the checkpoint volume)."""
+    from jobs.pipeline import read_counters
+
+    done = stack.docker("exec", name, "cat", f"/checkpoints/{name}/ctiflow-progress.jsonl", check=False)
+    path = tmp_path / f"{name}-progress.jsonl"
+    path.write_text(done.stdout if done.returncode == 0 else "")
+    return read_counters(path)
+
+
+def wait_for_received(stack, name: str, n: int, tmp_path, timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = stack.docker("inspect", "-f", "{{.State.Running}}", name, check=False).stdout.strip()
+        assert running == "true", f"job container {name} is not running:\n" + \
+            stack.docker("logs", "--tail", "40", name, check=False).stderr
+        counters = job_counters(stack, name, tmp_path)
+        if counters.get("received", 0) >= n:
+            return counters
+        time.sleep(2)
+    raise AssertionError(f"{name}: fewer than {n} records received after {timeout} s")
+
+
+def produce_as_one_batch(bootstrap: str, topic: str, records: list[dict], raw: list[bytes]) -> None:
+    """Records (then ``raw`` values) in one producer batch: the job, polling while this is
+    produced, sees none or all of them, so its micro-batch cuts stay those of the oracle."""
+    from jobs.serde import AvroSerializer
+
+    ser = AvroSerializer("flow")
+    prod = kafka.producer(bootstrap, **{"linger.ms": 30_000, "batch.num.messages": 100_000, "batch.size": 1_000_000})
+    for rec in records:
+        prod.produce(topic, key=str(rec["device"]).encode(), value=ser(rec))
+    for value in raw:
+        prod.produce(topic, value=value)
+    assert prod.flush(60) == 0
+
+
+def test_a_broker_restart_is_waited_out_and_the_results_equal_the_oracle(compose_stack, tmp_path):
+    """The broker container stopped for 30 s and started again while the job (cluster mode) runs.
+
+    As in the embedded outage test (``test_reliability``, ``bench/outage.py``): the stand-in
+    broker (tansu, memory-only storage) comes back *empty* — no topic, record or consumer-group
+    offset survives; the job's own offsets, state and replay markers live in its checkpoint on
+    the volume and are not the broker's. So, standing in for a real broker's durable log, the
+    test re-creates the topics and produces the same input again (same records, same offsets)
+    after the restart, and reads the results written before the outage *before* stopping the
+    broker (they are lost with its memory). Results read before + results written after must be
+    the oracle's, each record once. (With the official Kafka image the `kafka-data` volume keeps
+    topics and records across a restart: then only the rest is produced, and only what the
+    topics hold at the end is counted.)"""
+    stack = compose_stack
+    flows = workload.flows(1500, devices=6, seed=53, rate_per_s=0.5, late_fraction=0.03, late_by_ms=900_000)
+    raw = [b"\x00not avro", b"\xc3\x01" + b"\x00" * 8 + b"unknown fingerprint"]
+    first = 5 * PER_BATCH  # before the outage: whole micro-batches, so the cuts are the oracle's
+    src = stack.topic("restart-broker-in")
+    outs = {k: stack.topic(f"restart-broker-{k}") for k in ("counts", "final", "incremental", "late", "dlq")}
+    topics = {src: 1, **{t: 1 for t in outs.values()}}
+    kafka.create_topics(stack.bootstrap, topics)
+    produce(stack.bootstrap, src, "flow", flows[:first], "device")
+    name = f"restart-broker-{uuid.uuid4().hex[:6]}"
+    spec = flows_job(stack, name, src, outs)
+    # The outage must not make the partition idle (its CTI would then stop holding the stream's
+    # back, and the oracle knows nothing of idleness): idle_timeout well beyond the outage.
+    spec["sources"][0]["cti"]["idle_timeout"] = "10m"
+    subprocess.run(stack.job_command(spec, name, until_end=False, detach=True), check=True, capture_output=True,
+                   timeout=120)
+    broker = f"{compose_stack_project()}-kafka-1"
+    try:
+        wait_for_received(stack, name, first, tmp_path)
+        time.sleep(3)
+        before = {t: read(stack, t) for t in outs.values()}
+        assert before[outs["counts"]], "results must flow before the outage for this test to mean something"
+        stack.docker("stop", broker)
+        down = time.monotonic()
+        time.sleep(30)
+        assert stack.docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() == "true", \
+            "the job must wait the outage out, not fail"
+        stack.docker("start", broker)
+        for _ in range(60):
+            if stack.docker("inspect", "-f", "{{.State.Health.Status}}", broker).stdout.strip() == "healthy":
+                break
+            time.sleep(1)
+        outage = time.monotonic() - down
+        kept = set(kafka.list_topics(stack.bootstrap)) & set(topics)
+        if "docker-compose.offline.yml" in COMPOSE_FILES:
+            assert not kept, "the stand-in broker is memory-only: a restarted one has none of the topics"
+        if kept:  # a broker with a durable log (the official image and its volume): only the rest
+            assert kept == set(topics), f"some topics survived the restart, some not: {sorted(kept)}"
+            before = {}
+            produce_as_one_batch(stack.bootstrap, src, flows[first:], raw)
+        else:  # memory-only: the same input again (same offsets), then the rest
+            kafka.create_topics(stack.bootstrap, topics)
+            produce_as_one_batch(stack.bootstrap, src, flows, raw)
+        counters = wait_for_received(stack, name, len(flows) + len(raw), tmp_path)
+        print(f"\n[compose] broker container stopped for {outage:.0f} s (restarted empty) after "
+              f"{sum(map(len, before.values()))} result records; the job waited and resumed: {counters}")
+        stack.docker("stop", "-t", "60", name)
+    finally:
+        stack.docker("rm", "-f", name, check=False)
+        if stack.docker("inspect", "-f", "{{.State.Running}}", broker, check=False).stdout.strip() != "true":
+            stack.docker("start", broker, check=False)
+    stack.run_job(spec, name)  # drain: the rest from the checkpoint, final CTI (as `ctiflow drain`)
+    figures = assert_equals_oracle(stack, flows, outs, len(raw), earlier=before)
+    print(f"[compose] broker restarted once: {figures}")
