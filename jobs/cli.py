@@ -322,7 +322,7 @@ def drain(config: Path = typer.Argument(..., help="job YAML")):
     """Process everything left and flush all operator state (final CTI at +∞), then stop.
 
     Stop the running job first; ``drain`` continues from its checkpoint."""
-    run(config, until_end=True, timeout=None)
+    run(config, until_end=True, timeout=None, as_json=False)  # a direct call: typer defaults do not apply
 
 
 @app.command("demo-data")
