@@ -173,21 +173,21 @@ class Counters:
     refused: int = 0       # released events an operator refused (written to the dead-letter topic too)
     outputs: int = 0
     cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
-    by_partition: dict = field(default_factory=dict)  # "stream/partition" → [received, late]
+    by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
     def count(self, stream: str, partition: int, late: bool) -> None:
-        slot = self.by_partition.get(key := f"{stream}/{partition}")
+        slot = self.by_partition.get((stream, partition))  # per event: no string built here
         if slot is None:
-            slot = self.by_partition[key] = [0, 0]
+            slot = self.by_partition[(stream, partition)] = [0, 0]
         slot[0] += 1
         slot[1] += late
 
     def metrics(self) -> dict[str, int]:
         """Flat ``name → int`` (what the sink sums; ``cti`` it takes the maximum of)."""
         out = {k: v for k, v in vars(self).items() if k != "by_partition"}
-        for where, (received, late) in self.by_partition.items():
-            out[f"received@{where}"] = received
-            out[f"late@{where}"] = late
+        for (stream, partition), (received, late) in self.by_partition.items():
+            out[f"received@{stream}/{partition}"] = received
+            out[f"late@{stream}/{partition}"] = late
         return out
 
 
