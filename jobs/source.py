@@ -37,8 +37,10 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import time
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -179,6 +181,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.idle_timeout = float(options.get("idle_timeout", "60"))
         self.target: dict[str, int] | None = None
         self._active_at: dict[str, float] = {}  # partition → last time it had records to read (monotonic)
+        self._initial: dict | None = None  # the offsets the first micro-batch started from
         self._consumer = None
         self._partitions: list[int] | None = None
 
@@ -208,8 +211,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         asks again) and resumes when the broker is back; after ``outage_timeout`` seconds
         (option, default 120) it fails with a clear error — restart the job then, it resumes
         from its checkpoint. (A call must return quickly: Spark's planner does not wait.)"""
-        import time
-
         from confluent_kafka import KafkaException
 
         from operators.errors import StackError
@@ -236,8 +237,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the start of batch 0 when it replays it after a crash; ``latest`` (or ``earliest``
         after retention) would by then be elsewhere, and the replay would not be the batch whose
         results already landed."""
-        from pathlib import Path
-
         saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
         if saved is not None and saved.exists():
             self._initial = json.loads(saved.read_text())
@@ -260,9 +259,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return start
 
     def _initial_offsets(self) -> dict:
-        if getattr(self, "_initial", None) is None:
-            from pathlib import Path
-
+        if self._initial is None:
             saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
             self._initial = json.loads(saved.read_text()) if saved is not None and saved.exists() else {}
         return self._initial
@@ -270,8 +267,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _idle(self, start: dict, available: dict[str, int]) -> list[str]:
         """Partitions idle for this micro-batch (see the module docstring). ``available``: the
         end offsets this run may read up to."""
-        import time
-
         now = time.monotonic()
         data, before, initial = _data(start), set(start.get("idle", ())), self._initial_offsets()
         idle = []
