@@ -103,8 +103,10 @@ def test_a_job_in_cluster_mode_equals_the_oracle(compose_stack):
     done = compose_stack.run_job(flows_job(compose_stack, name, src, outs), name)
     print(f"\n[compose] job {name}: {time.monotonic() - started:.1f} s; last lines:\n"
           + "\n".join(done.stdout.strip().splitlines()[-3:]))
-    assert "Spark's own log:" in done.stderr and "TaskSetManager" not in done.stdout + done.stderr, \
+    console = done.stdout + done.stderr
+    assert "Spark's own log:" in done.stderr and "TaskSetManager" not in console, \
         "the job's console shows ctiflow's lines, Spark's log goes to its file"
+    assert "Python worker" not in console and "Traceback" not in console, console[-2000:]
     figures = assert_equals_oracle(compose_stack, flows, outs, bad)
     print(f"[compose] cluster mode: {figures}")
     # The executors ran on the worker, not in the job container.
@@ -264,6 +266,8 @@ def test_a_broker_restart_is_waited_out_and_the_results_equal_the_oracle(compose
         print(f"\n[compose] broker container stopped for {outage:.0f} s (restarted empty) after "
               f"{sum(map(len, before.values()))} result records; the job waited and resumed: {counters}")
         stack.docker("stop", "-t", "60", name)
+        stopped = stack.docker("logs", "--tail", "20", name, check=False)
+        assert "stopped on SIGTERM" in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr
     finally:
         stack.docker("rm", "-f", name, check=False)
         if stack.docker("inspect", "-f", "{{.State.Running}}", broker, check=False).stdout.strip() != "true":

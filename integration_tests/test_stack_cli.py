@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -112,3 +113,44 @@ def test_run_json_summary_counts_every_input_record_once(stack, tmp_path):
     assert c["received"] == c["released"] + c["late"] + c["dead_letter"] and c["dead_letter"] == 2
     assert summary["cti"] == 2**62  # flushed
     assert (tmp_path / "cp" / "ctiflow-progress.jsonl").exists()
+    assert_console_is_ctiflows_own(result.stderr)
+
+
+def assert_console_is_ctiflows_own(stderr: str) -> None:
+    """Spark's log path once, then ctiflow's progress lines; Spark's and its Python workers'
+    chatter is in the log file."""
+    lines = stderr.splitlines()
+    assert lines[0].startswith("Spark's own log: ") and os.path.exists(lines[0].split(": ", 1)[1])
+    assert sum("Spark's own log" in line for line in lines) == 1
+    noise = [line for line in lines[1:] if line and not line.startswith(("batch ", "warning: ", "stopped on "))]
+    assert noise == [], noise[:5]
+
+
+@pytest.mark.spark
+def test_sigterm_stops_a_running_job_cleanly_and_the_next_run_continues(stack, tmp_path):
+    from integration_tests.harness import produce
+
+    topic = stack.topic("cli-term")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    records = [{"id": f"t{i}", "account": f"a{i % 5}", "event_time": 1_767_225_600_000 + i * 1000, "type": "purchase",
+                "amount": 1.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(1000)]
+    produce(stack.bootstrap, topic, "transaction", records, "account")
+    job = job_file(tmp_path, topic)
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", job], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
+    lines = []
+    for line in proc.stderr:  # unbounded run: stop it after its second batch, as `docker compose stop` would
+        lines.append(line)
+        if line.startswith("batch    1 "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    stdout, rest = proc.communicate(timeout=120)
+    stderr = "".join(lines) + rest
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "Traceback" not in stderr and "stopped on SIGTERM" in stderr
+    assert_console_is_ctiflows_own(stderr)
+    assert stdout.startswith("cli-json: ")  # the summary line
+    rest = ctiflow("run", job, "--until-end", "--json", env_bootstrap=stack.bootstrap)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    counters = json.loads(rest.stdout)["counters"]  # over every run of the checkpoint
+    assert counters["received"] == 1000 and counters["released"] + counters["late"] == 1000

@@ -312,9 +312,14 @@ def run(config: Path = typer.Argument(..., help="job YAML"),
     summary = pipeline.run(cfg, until_end=until_end, on_progress=_progress_printer(), timeout=timeout)
     if as_json:
         print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
-                          "seconds": round(summary.seconds, 3), "cti": summary.cti, "counters": summary.counters}))
-        return
+                          "seconds": round(summary.seconds, 3), "cti": summary.cti, "counters": summary.counters,
+                          "stopped_by": signal.Signals(summary.stopped_by).name if summary.stopped_by else None}))
+        raise typer.Exit(128 + summary.stopped_by if summary.stopped_by else 0)
     out.print(pipeline.summary_line(cfg.job, summary), highlight=False)
+    if summary.stopped_by:
+        console.print(f"stopped on {signal.Signals(summary.stopped_by).name}; "
+                      "the next run continues from the checkpoint", highlight=False)
+        raise typer.Exit(128 + summary.stopped_by)
 
 
 @app.command()
@@ -436,9 +441,13 @@ def plot_bins(topic: str = typer.Option("bins-updated", "--topic", "-t"), final_
     out.print(f"wrote {render(records, str(out_png))} from {len(records)} records")
 
 
+def _interrupt(_signum, _frame):
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Entry point: one clear line for our errors, everything started is stopped on Ctrl-C."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)  # `docker compose stop`, `kill`: as Ctrl-C
     try:
         app()
     except CtiflowError as exc:

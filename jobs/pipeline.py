@@ -25,9 +25,12 @@ How StreamInsight's settings map onto Spark (also in the README's time model):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,29 +66,42 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         java = shutil.which("java")
         if java:
             os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     spark_cfg = cfg.spark if cfg else None
     log = spark_log_path()
-    builder = (SparkSession.builder.appName(app)
-               # Spark's own log to a file (jobs/spark-log4j2.properties), no progress bars:
-               # the console shows ctiflow's progress lines only.
-               .config("spark.driver.extraJavaOptions",
-                       f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}")
-               .config("spark.ui.showConsoleProgress", "false")
-               .master(spark_cfg.master if spark_cfg else "local[2]")
-               .config("spark.sql.shuffle.partitions", str(spark_cfg.shuffle_partitions if spark_cfg else 2))
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.driver.memory", "2g")
-               .config("spark.sql.streaming.noDataMicroBatches.enabled", "true"))
-    for k, v in (spark_cfg.conf.items() if spark_cfg else []):
-        builder = builder.config(k, v)
+    options = {
+        # Spark's own log to a file (jobs/spark-log4j2.properties), no progress bars:
+        # the console shows ctiflow's progress lines only.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.master": spark_cfg.master if spark_cfg else "local[2]",
+        "spark.app.name": app,
+        "spark.sql.shuffle.partitions": str(spark_cfg.shuffle_partitions if spark_cfg else 2),
+        "spark.ui.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+        "spark.python.worker.reuse": "true",
+        "spark.driver.memory": "2g",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        **(spark_cfg.conf if spark_cfg else {}),
+    }
+    conf = SparkConf().setAll(list(options.items()))
     fresh = SparkSession.getActiveSession() is None
-    spark = builder.getOrCreate()
+    if SparkContext._active_spark_context is None:
+        # The driver JVM's own stdout/stderr go to the log file too: Python workers the driver
+        # starts (transformWithStateInPandas's pre-init worker) print start/finish lines there,
+        # which Spark copies to the JVM's stderr, not through log4j.
+        with open(log, "ab") as sink:
+            try:
+                gateway = launch_gateway(conf, popen_kwargs={"stdout": sink, "stderr": sink})
+            except Exception as exc:
+                raise RuntimeError(f"Spark's driver did not start ({exc}); its output is in {log}") from exc
+        SparkContext(conf=conf, gateway=gateway)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     if fresh:
         print(f"Spark's own log: {log}", file=sys.stderr, flush=True)
     from jobs.sink import KafkaSink
@@ -154,6 +170,29 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     return writer
 
 
+@contextlib.contextmanager
+def _signals_stop_gracefully():
+    """While a query runs, the first SIGINT/SIGTERM asks the run loop to stop the query and
+    return (``docker compose stop``, Ctrl-C); a second one interrupts at once. Raising inside a
+    py4j call instead would leave py4j's tracebacks on the console and the query unstopped."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, _frame):
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
 def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,
         max_batches: int | None = None) -> RunSummary:
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
@@ -184,23 +223,25 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
             for p in fresh:
                 on_progress(p, counters)
 
-    try:
-        while query.isActive:
-            query.awaitTermination(0.5)
-            collect()  # every batch, also when several finished within the second
-            if timeout and time.monotonic() - started > timeout:
-                break
-            if max_batches and len(batches) >= max_batches:
-                break
-        if query.exception():
-            raise query.exception()
-    finally:
-        if query.isActive:
-            query.stop()
+    with _signals_stop_gracefully() as signals:
+        try:
+            while query.isActive and not signals:
+                query.awaitTermination(0.5)
+                collect()  # every batch, also when several finished within the second
+                if timeout and time.monotonic() - started > timeout:
+                    break
+                if max_batches and len(batches) >= max_batches:
+                    break
+            if query.exception():
+                raise query.exception()
+        finally:
+            if query.isActive:
+                query.stop()
     collect()
     progress = [batches[b] for b in sorted(batches)]
     mine = read_counters(prog, set(batches))
     counters = read_counters(prog)
     cti = counters.get("cti")
     return RunSummary(len(progress), mine.get("received", 0), time.monotonic() - started, counters,
-                      None if cti is None or cti <= CTI_NONE else cti, progress)
+                      None if cti is None or cti <= CTI_NONE else cti, progress,
+                      signals[0] if signals else None)

@@ -16,6 +16,7 @@ class RunSummary:
     counters: dict  # the job's counters over every run of this checkpoint (see jobs.runtime.Counters)
     cti: int | None  # the job's CTI after the last batch (None: no CTI yet)
     progress: list[dict]  # one entry per micro-batch, in order
+    stopped_by: int | None = None  # the signal (SIGINT/SIGTERM) that stopped an unbounded run
 
 
 def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
