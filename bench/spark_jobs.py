@@ -249,7 +249,7 @@ class _Forward:
 def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True) -> Figures:
     """Packed source → key groups → a stateful function with no operator → Kafka (``forward``)
     or, without output, → noop: the least any job on the adapter costs."""
-    from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA
+    from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
 
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward), OUTPUT_SCHEMA, "Append", "None")

@@ -13,7 +13,7 @@ of each Kafka fetch (``meta_pack``: the group's decoded, validated records, pick
 event to load against ≈ 5.5 µs to decode Avro again) plus one row per failed record, and the
 adapter answers with one row per result topic (``kind = "pack"``: ``(key, value, role)``
 tuples, Avro-encoded, ≤ :data:`PACK_SIZE`), which the sink unpacks. A micro-batch of 100k
-events is a few dozen rows for Spark.
+events is a few dozen rows for Spark. The rows and what is pickled: :mod:`jobs.rows`.
 
 Contract (PySpark's ``StatefulProcessor``): the processor object is pickled on the driver and
 ``init`` runs on an executor's Python worker, so it holds only the picklable :class:`Plan`; all
@@ -31,44 +31,26 @@ group every batch.
 
 from __future__ import annotations
 
-import json
-import pickle
 from collections.abc import Iterator
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
+from jobs import rows
+from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan
-from jobs.source import FRONTIER
-from operators.time import CTI_INFINITY, Event
+from operators.time import CTI_INFINITY
 
-OUTPUT_SCHEMA = StructType([
-    StructField("topic", StringType()), StructField("key", BinaryType()),
-    StructField("value", BinaryType()), StructField("kind", StringType()),
-])
 _STATE = StructType([StructField("blob", BinaryType())])
 
 
-INPUT_COLUMNS = ["meta_stream", "meta_partition", "meta_offset", "meta_error", "meta_value", "meta_raw_key",
-                 "meta_kafka_ts", "meta_control", "meta_start", "meta_pack"]
-#: Result records per output row: the sink unpacks them (see :func:`jobs.sink.records`).
-PACK_SIZE = 10_000
-
-
-def dead_letter_record(topic: str, partition, offset, key, value, error: str, ts) -> dict:
-    return {"source_topic": topic, "partition": int(partition), "offset": int(offset), "key": key, "value": value,
-            "error": error, "stage": error.split(":", 1)[0], "kafka_timestamp": None if ts != ts else int(ts)}
-
-
 class OperatorProcessor(StatefulProcessor):
-    def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
-                 topic_names: dict[str, str]):
+    def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None):
         self.plan = plan
         self.topic_schemas = topics          # topic → schema name
         self.framing = framing
         self.registry = registry
-        self.topic_names = topic_names       # stream → source topic (for dead letters)
 
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -95,37 +77,24 @@ class OperatorProcessor(StatefulProcessor):
                          "dead-lettered); the micro-batch is replayed from the checkpoint once it is fixed")
             raise
 
-    def _batch(self, rows: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def _batch(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         runtime = self._load()
-        dead: list[dict] = []
+        frames = list(frames)
+        got = rows.read_input(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True))
+        for stream, partition, start in got.frontiers:
+            runtime.observe(stream, partition, start)
         flush = False
-        frames = list(rows)
-        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        # Arrival order inside a group depends on the shuffle; sort by stream, partition, offset
-        # so a replayed micro-batch yields the same records in the same order (exactly-once sink).
-        # A pack holds one fetch's consecutive offsets, so sorting packs by their first offset
-        # sorts their events.
-        frame = frame.sort_values(["meta_stream", "meta_partition", "meta_offset"], kind="stable")
-        events: list[Event] = []
-        append, loads = events.append, pickle.loads
-        cols = [frame[c].tolist() for c in INPUT_COLUMNS]
-        for stream, part, off, err, value, raw_key, ts, control, top, pack in zip(*cols):
-            if pack is not None:
-                # The source decoded and validated each record and packed the group's records.
-                for key_, start, end, rec, offset, raw in loads(pack):
-                    append(Event(key_, start, end, rec, part, offset, stream, None, False, raw))
-            elif control == FRONTIER:
-                runtime.observe(stream, int(part), int(top))  # a float column where other rows are null
-            elif control is not None:
-                batch = json.loads(control)
-                runtime.assign(stream, batch["partitions"], batch["idle"])
-                if batch["flush"]:
-                    flush = runtime.end_of_input(stream)
-            else:
-                runtime.dead_letter(stream, part)
-                dead.append(dead_letter_record(self.topic_names.get(stream, stream), part, off, raw_key, value, err, ts))
+        for stream, control in got.controls:
+            runtime.assign(stream, control.partitions, control.idle)
+            if control.flush:
+                flush = runtime.end_of_input(stream)
+        dead = []
+        for d in got.dead:
+            runtime.dead_letter(d.stream, d.partition)
+            dead.append(rows.dead_letter(self.plan.topics.get(d.stream, d.stream), d.partition, d.offset, d.key,
+                                         d.value, d.error, d.kafka_timestamp))
         # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
-        out = runtime.offer_many(events)
+        out = runtime.offer_many(got.events)
         out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
         self.state.update((runtime.snapshot(),))
         runtime.counters.cti = runtime.cti
@@ -141,9 +110,9 @@ class OperatorProcessor(StatefulProcessor):
         return GroupRuntime(self.plan)
 
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
-        """Result records, Avro-encoded and packed per topic (``kind = "pack"``, value = a pickled
-        list of ``(key, value, role)``, ≤ :data:`PACK_SIZE` each) in output order, then one
-        metrics row: like the input, few rows for Spark to move."""
+        """Result records, Avro-encoded and packed per topic (:func:`jobs.rows.output_frame`,
+        ≤ :data:`~jobs.rows.PACK_SIZE` each) in output order, then one metrics row: like the
+        input, few rows for Spark to move."""
         enc, headers, late = self.encoders, self.headers, self.plan.late_topic
         packs: dict[str, list] = {}
         order: list[tuple[str, list]] = []
@@ -160,7 +129,4 @@ class OperatorProcessor(StatefulProcessor):
         dlq = self.plan.dead_letter_topic
         for i in range(0, len(dead), PACK_SIZE):
             order.append((dlq, [(rec["key"], enc[dlq](rec), "dead_letter") for rec in dead[i:i + PACK_SIZE]]))
-        topics = [t for t, _ in order] + [None]
-        values = [pickle.dumps(p, 5) for _, p in order] + [json.dumps(counters.metrics()).encode()]
-        kinds = ["pack"] * len(order) + ["metrics"]
-        yield pd.DataFrame({"topic": topics, "key": [None] * len(topics), "value": values, "kind": kinds})
+        yield rows.output_frame(order, counters.metrics())

@@ -134,7 +134,8 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
-    from jobs.adapter import INPUT_COLUMNS, OUTPUT_SCHEMA, OperatorProcessor
+    from jobs.adapter import OperatorProcessor
+    from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
 
     job_plan: Plan = make_plan(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
@@ -148,8 +149,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
-                                  cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
-                                  {s.name: s.topic for s in cfg.sources})
+                                  cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None)
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     writer = (out.writeStream.format("ctiflow_kafka_sink")

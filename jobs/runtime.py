@@ -12,6 +12,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs import rows
 from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
 from operators.errors import ConfigError, CtiflowError, EventRejected
 from operators.operator import Output
@@ -146,9 +147,9 @@ def plan(cfg: JobConfig) -> Plan:
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:
-    return {"source_topic": topic, "partition": e.partition, "offset": e.offset, "key": e.key.encode(),
-            "value": json.dumps(e.fields, default=str).encode(), "error": f"operator {operator}: {exc}",
-            "stage": "operator", "kafka_timestamp": None}
+    """An event an operator refused: its fields as JSON (the Avro bytes are not kept past the source)."""
+    return rows.dead_letter(topic, e.partition, e.offset, e.key.encode(), json.dumps(e.fields, default=str).encode(),
+                            f"operator {operator}: {exc}", stage="operator")
 
 
 def enriched_record(r: dict) -> dict:

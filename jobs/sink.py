@@ -1,6 +1,7 @@
 """Kafka sink for result topics: a PySpark 4 Python Data Source (stream writer), exactly-once.
 
-Rows are ``(topic, key, value, kind)`` with ``value`` already Avro-encoded by the adapter.
+Rows are the adapter's output rows (:mod:`jobs.rows`): ``(topic, key, value, kind)`` with the
+values already Avro-encoded, many records a row.
 
 **Exactly-once without transactions.** Spark replays a micro-batch whose commit did not
 complete (a crash, a kill -9). The adapter makes a batch's output deterministic on replay
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from jobs import rows
 from jobs.progress import merge_metrics
 
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
@@ -54,7 +56,7 @@ class KafkaSink(DataSource):
         return "ctiflow_kafka_sink"
 
     def schema(self) -> str:
-        return "topic string, key binary, value binary, kind string"
+        return rows.OUTPUT_DDL
 
     def streamWriter(self, schema, overwrite: bool) -> "KafkaStreamWriter":
         return KafkaStreamWriter({k.lower(): v for k, v in self.options.items()})
@@ -113,22 +115,7 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     return seqs
 
 
-def records(batches: Iterator, metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
-    """``(topic, key, value)`` of every record in the rows, in row order: a ``pack`` row holds
-    many (the operator adapter's output, see :data:`jobs.adapter.PACK_SIZE`); ``metrics`` rows
-    are summed into ``metrics``, not written."""
-    import pickle
-
-    for rows in batches:
-        cols = [rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
-        for topic, key, value, kind in zip(*cols):
-            if kind == "pack":
-                for k, v, _role in pickle.loads(value):
-                    yield topic, k, v
-            elif kind == "metrics":
-                merge_metrics(metrics, json.loads(value))
-            else:
-                yield topic, key, value
+records = rows.output_records  # re-exported: the output rows are jobs.rows's
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):

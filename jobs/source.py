@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 import time
 import zlib
 from collections.abc import Iterator
@@ -47,19 +46,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from jobs import rows
 from operators.events import CTI_INFINITY
 
-META_FIELDS = [
-    ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
-    ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
-    ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_control", pa.string()),
-]
-#: ``meta_control`` of a frontier row: ``meta_start`` is the largest start read from ``meta_partition``.
-FRONTIER = "frontier"
-#: ``columns=packed`` only: a key group's decoded records, pickled (≈ 1 µs an event to load,
-#: against ≈ 5.5 µs to decode Avro again). Internal to one job — written and read by the same
-#: interpreter and code.
-META_PACK = ("meta_pack", pa.binary())
+FRONTIER = rows.FRONTIER  # re-exported: the row kinds and their columns are jobs.rows's
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = CTI_INFINITY  # an edge's end while it is current
@@ -83,8 +73,7 @@ def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
     row per record; ``typed=False``: the operator pipeline's packed rows (one per key group of
     a fetch, see :meth:`RecordDecoder._packed_batch`)."""
     fields = [pa.field(f["name"], _arrow_type(f["type"])) for f in avro_schema["fields"]] if typed else []
-    meta = META_FIELDS if typed else META_FIELDS + [META_PACK]
-    return pa.schema(fields + [pa.field(n, t) for n, t in meta])
+    return rows.input_schema(fields, packed=not typed)
 
 
 def nested_fields(avro_schema: dict) -> list[str]:
@@ -455,15 +444,14 @@ class RecordDecoder:
 
     def _packed_batch(self, msgs) -> pa.RecordBatch:
         """The operator pipeline's rows: one row per **key group** of a fetch, its good events
-        packed into ``meta_pack`` (a pickled list of ``(key, start, end, record, offset, bytes)``),
-        plus one row per failed record (error, raw key, Kafka timestamp, bytes). Spark then
+        packed into ``meta_pack`` (:class:`jobs.rows.PackWriter`), plus one row per failed record (error, raw key, Kafka timestamp, bytes). Spark then
         moves a few hundred rows a micro-batch instead of one per event: the shuffle and the
         Arrow hand-offs to and from the stateful worker cost per row, the operators per event.
         A pack row's ``meta_start`` is its largest start (all the watermark needs) and its
         ``meta_offset`` its first offset (the adapter's replay-stable order)."""
         check, groups, crc, labels = self._check, self.groups, zlib.crc32, self.labels
         keep_value = self.keep_values
-        packs: dict[int, list] = {}
+        packs: dict[int, rows.PackWriter] = {}
         dead: list = []
         part = msgs[0].partition() if msgs else 0
         if msgs and msgs[-1].partition() != part:  # packs and their order assume one partition a fetch
@@ -475,19 +463,18 @@ class RecordDecoder:
                 g = labels[crc(key.encode()) % groups]
                 pack = packs.get(g)
                 if pack is None:
-                    pack = packs[g] = []
-                pack.append((key, start, end, rec, m.offset(), value if keep_value else None))
+                    pack = packs[g] = rows.PackWriter()
+                pack.add(key, start, end, rec, m.offset(), value if keep_value else None)
             else:
                 dead.append((labels[part % groups], m.offset(), error, value, m.key(), m.timestamp()[1]))
         names = self.arrow.names
         cols: dict[str, list] = {n: [None] * (len(packs) + len(dead)) for n in names}
-        dumps = pickle.dumps
         for i, (g, pack) in enumerate(sorted(packs.items())):
-            cols["meta_group"][i], cols["meta_offset"][i] = g, pack[0][4]
-            cols["meta_start"][i] = top = max(e[1] for e in pack)
-            cols["meta_pack"][i] = dumps(pack, 5)
-            if self.frontier is None or top > self.frontier:
-                self.frontier = top
+            cols["meta_group"][i], cols["meta_offset"][i] = g, pack.first_offset
+            cols["meta_start"][i] = pack.top
+            cols["meta_pack"][i] = pack.to_bytes()
+            if self.frontier is None or pack.top > self.frontier:
+                self.frontier = pack.top
         for i, (g, off, error, value, raw_key, ts) in enumerate(dead, len(packs)):
             cols["meta_group"][i], cols["meta_offset"][i], cols["meta_error"][i] = g, off, error
             cols["meta_value"][i], cols["meta_raw_key"][i], cols["meta_kafka_ts"][i] = value, raw_key, ts
@@ -496,21 +483,11 @@ class RecordDecoder:
         cols["meta_partition"] = [part] * n
         return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
 
-    def _rows_per_group(self, partition: int, start: int | None, control: str) -> pa.RecordBatch:
-        n = len(self.labels)
-        cols: dict[str, list] = {name: [None] * n for name in self.arrow.names}
-        cols["meta_stream"] = [self.stream] * n
-        cols["meta_group"] = list(self.labels)
-        cols["meta_partition"] = [partition] * n
-        cols["meta_offset"] = [-1] * n
-        cols["meta_start"] = [start] * n
-        cols["meta_control"] = [control] * n
-        return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
-
     def frontier_rows(self, partition: int) -> pa.RecordBatch:
         """One frontier row per key group: ``partition`` has been read up to :attr:`frontier`."""
-        return self._rows_per_group(partition, self.frontier, FRONTIER)
+        return rows.rows_per_group(self.arrow, self.stream, self.labels, partition, self.frontier, FRONTIER)
 
     def control_rows(self, partitions: list[int], idle: list[int], flush: bool) -> pa.RecordBatch:
         """One control row per key group (see the module docstring)."""
-        return self._rows_per_group(-1, None, json.dumps({"partitions": partitions, "idle": idle, "flush": flush}))
+        return rows.rows_per_group(self.arrow, self.stream, self.labels, -1, None,
+                                   rows.Control(partitions, idle, flush).to_json())

@@ -25,7 +25,7 @@ def _processor(handle, delay: str = "0s", operators=None):
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time", "cti": {"delay": delay}}],
                  "operators": operators or [{"kind": "passthrough", "output": "out"}]}, "t")
-    proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, {"s": "t"})
+    proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
     proc.init(handle)
     return cfg, proc
 

@@ -48,8 +48,7 @@ def control(stream: str, partitions: list[int], flush: bool = False, idle: list[
 
 def make_tester(spec: dict) -> tuple[TwsTester, dict]:
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"}, **spec}, "t")
-    proc = OperatorProcessor(plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None,
-                             {s.name: s.topic for s in cfg.sources})
+    proc = OperatorProcessor(plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
     return TwsTester(proc), cfg.result_topics()
 
 
