@@ -48,7 +48,7 @@ def spark_native(spark, bootstrap: str, topic: str, limit: int, home: str, mode:
 
     cfg = parse({"job": "native", "kafka": {"bootstrap_servers": bootstrap}, "sources": [flow_source(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
-    df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False)).load()
+    df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, packed=False).to_options()).load()
           .where(F.col("meta_error").isNull()))
     s, e = F.col("start_time"), F.col("end_time")
     # Bins cover (b, b + BIN]: the bin of t is ceil(t / BIN) − 1; a zero-length flow sits in the bin of s.

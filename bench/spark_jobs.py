@@ -149,7 +149,7 @@ def raw_reader(bootstrap: str, topic: str) -> Figures:
     lat = []
     for p, end in ends.items():
         t = time.perf_counter()
-        for batch in reader.read(OffsetRange(int(p), 0, end, False)):
+        for batch in reader.read(OffsetRange(int(p), 0, end)):
             n += batch.num_rows
         lat.append((time.perf_counter() - t) * 1000)
     reader.stop()
@@ -172,7 +172,7 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
 
     cfg = parse({"job": "noop", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
-    df = spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False)).load()
+    df = spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, packed=False).to_options()).load()
     with PeakMemory() as mem:
         q = (df.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-noop")
              .trigger(availableNow=True).start())
@@ -187,8 +187,8 @@ def _source(spark, bootstrap: str, spec: dict, columns: str):
     cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
     labels = group_labels(8, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, labels))
-            .option("columns", columns).load())
+    opts = source_options(cfg, cfg.sources[0], False, labels, packed=columns == "packed")
+    return spark.readStream.format("ctiflow_kafka").options(**opts.to_options()).load()
 
 
 def _to_kafka(df, bootstrap: str, topic: str, home: str, name: str) -> Figures:

@@ -112,39 +112,36 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     return spark
 
 
-def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None) -> dict[str, str]:
-    opts = {
-        "bootstrap": cfg.kafka.bootstrap_servers, "topic": src.topic, "schema": src.schema_name,
-        "stream": src.name, "key_field": src.key_field, "time_field": src.time_field,
-        "end_field": src.end_field or "", "shape": src.shape, "key_groups": str(cfg.key_groups),
-        "startingOffsets": src.starting_offsets, "measures": json.dumps(src.measures),
-        "outage_timeout": str(cfg.kafka.outage_timeout / 1000),
-        "client": json.dumps(public_client(cfg.kafka.client)), "flush_at_end": "true" if flush and src.cti.flush_at_end else "false",
-        "start_file": str(start_file(cfg, src)), "idle_timeout": str(src.cti.idle_timeout / 1000),
-    }
-    if labels is not None:
-        opts["group_labels"] = json.dumps(labels)
-    if cfg.kafka.schema_registry.url:
-        opts["schema_registry"] = json.dumps(cfg.kafka.schema_registry.model_dump())
-    limit = src.max_offsets_per_trigger or src.cti.frequency.events
-    if limit:
-        opts["maxOffsetsPerTrigger"] = str(limit)
-    return opts
+def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, packed: bool = True):
+    """The Kafka source's options for one of the job's sources (:class:`jobs.source.SourceOptions`);
+    ``packed=False``: one typed row per record (a stateless query, e.g. the benchmarks' baselines)."""
+    from jobs.source import SourceOptions
+
+    return SourceOptions(
+        bootstrap=cfg.kafka.bootstrap_servers, topic=src.topic, schema=src.schema_name, stream=src.name,
+        key_field=src.key_field, time_field=src.time_field, end_field=src.end_field, shape=src.shape,
+        key_groups=cfg.key_groups, group_labels=tuple(labels) if labels is not None else None,
+        starting_offsets=src.starting_offsets,
+        max_offsets_per_trigger=src.max_offsets_per_trigger or src.cti.frequency.events,
+        measures=tuple(src.measures), client=public_client(cfg.kafka.client),
+        schema_registry=cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
+        outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
+        flush_at_end=flush and src.cti.flush_at_end, start_file=str(start_file(cfg, src)), packed=packed,
+        # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
+        keep_values=not packed or any(isinstance(op, PassthroughOp) for op in cfg.operators))
 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
     from jobs.adapter import OperatorProcessor
     from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
+    from jobs.sink import SinkOptions
 
     job_plan: Plan = make_plan(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
-    frames = []
-    passes_records = any(isinstance(op, PassthroughOp) for op in cfg.operators)  # keeps input bytes
-    for src in cfg.sources:
-        frames.append(spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels))
-                      .option("columns", "packed").option("values", "all" if passes_records else "errors").load())
+    frames = [spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels).to_options())
+              .load() for src in cfg.sources]
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
@@ -152,15 +149,12 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
                                   cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None)
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
-    writer = (out.writeStream.format("ctiflow_kafka_sink")
-              .option("bootstrap", cfg.kafka.bootstrap_servers)
-              .option("client", json.dumps(public_client(cfg.kafka.client)))
+    sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),
+                       topics=tuple(sorted(cfg.result_topics())), state_dir=str(Path(cfg.checkpoint_dir) / "ctiflow-sink"),
+                       progress=progress_file)
+    writer = (out.writeStream.format("ctiflow_kafka_sink").options(**sink.to_options())
               .option("checkpointLocation", cfg.checkpoint_dir)
-              .option("topics", json.dumps(sorted(cfg.result_topics())))
-              .option("state_dir", str(Path(cfg.checkpoint_dir) / "ctiflow-sink"))
               .queryName(cfg.job.replace("-", "_").replace(".", "_")))
-    if progress_file:
-        writer = writer.option("progress", progress_file)
     if until_end or cfg.spark.trigger == "available_now":
         writer = writer.trigger(availableNow=True)
     else:

@@ -46,10 +46,31 @@ class SinkCommit(WriterCommitMessage):
     metrics: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SinkOptions:
+    """The sink's options, typed and parsed once (Spark passes a string map)."""
+
+    bootstrap: str
+    client: dict = field(default_factory=dict)  # public librdkafka settings (no credentials)
+    topics: tuple[str, ...] = ()  # every result topic (their partition counts are read once per task)
+    state_dir: str | None = None  # replay markers; visible to every executor, like the checkpoint
+    progress: str | None = None  # JSON-lines file: one line of counters per micro-batch
+
+    def to_options(self) -> dict[str, str]:
+        opts = {"bootstrap": self.bootstrap, "client": json.dumps(self.client), "topics": json.dumps(list(self.topics))}
+        opts.update({k: v for k, v in (("state_dir", self.state_dir), ("progress", self.progress)) if v})
+        return opts
+
+    @classmethod
+    def from_options(cls, options) -> "SinkOptions":
+        o = {k.lower(): v for k, v in options.items()}
+        return cls(bootstrap=o["bootstrap"], client=json.loads(o.get("client", "{}")),
+                   topics=tuple(json.loads(o.get("topics", "[]"))), state_dir=o.get("state_dir") or None,
+                   progress=o.get("progress") or None)
+
+
 class KafkaSink(DataSource):
-    """``writeStream.format("ctiflow_kafka_sink")`` with options ``bootstrap``, ``client`` (JSON
-    librdkafka settings), ``topics`` (JSON list of output topics), ``state_dir`` (replay
-    markers) and ``progress`` (a JSON-lines file for per-batch counters)."""
+    """``writeStream.format("ctiflow_kafka_sink").options(**SinkOptions(...).to_options())``."""
 
     @classmethod
     def name(cls) -> str:
@@ -59,7 +80,7 @@ class KafkaSink(DataSource):
         return rows.OUTPUT_DDL
 
     def streamWriter(self, schema, overwrite: bool) -> "KafkaStreamWriter":
-        return KafkaStreamWriter({k.lower(): v for k, v in self.options.items()})
+        return KafkaStreamWriter(SinkOptions.from_options(self.options))
 
 
 def _query_and_batch() -> tuple[str, int]:
@@ -121,14 +142,13 @@ records = rows.output_records  # re-exported: the output rows are jobs.rows's
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Arrow record batches in (far cheaper than one Python ``Row`` per record)."""
 
-    def __init__(self, options: dict[str, str]):
-        self.options = options
+    def __init__(self, options: "SinkOptions | dict[str, str]"):
+        self.options = options if isinstance(options, SinkOptions) else SinkOptions.from_options(options)
 
     def _state_dir(self) -> Path | None:
-        d = self.options.get("state_dir")
-        if not d:
+        if not self.options.state_dir:
             return None
-        path = Path(d)
+        path = Path(self.options.state_dir)
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -137,12 +157,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         from jobs import kafka
 
-        client = json.loads(self.options.get("client", "{}"))
-        bootstrap = self.options["bootstrap"]
+        client, bootstrap = self.options.client, self.options.bootstrap
         query, batch = _query_and_batch()
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
-        topics = json.loads(self.options.get("topics", "[]"))
+        topics = self.options.topics
         parts = {t: len(kafka.topic_partitions(bootstrap, t, client)) for t in topics}
         skip: dict[tuple[str, int], set[int]] = {}
         state = self._state_dir()
@@ -194,7 +213,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             for marker in state.glob("*.started"):
                 if int(marker.stem.rsplit("-", 1)[0]) < batchId:
                     marker.unlink(missing_ok=True)
-        path = self.options.get("progress")
+        path = self.options.progress
         if not path:
             return
         totals: dict[str, int] = {"written": 0, "replay_skipped": 0}

@@ -39,6 +39,7 @@ import math
 import time
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,37 +95,96 @@ def spark_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)
 
 
-class KafkaSource(DataSource):
-    """``spark.readStream.format("ctiflow_kafka")`` with options:
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's options, typed and parsed once (Spark passes options as a case-insensitive
+    string map: :meth:`to_options` writes it, :meth:`from_options` reads it back)."""
 
-    bootstrap, topic, schema (name in schemas/), stream (source name), key_field, time_field,
-    end_field, shape, key_groups, startingOffsets, maxOffsetsPerTrigger, measures (JSON list),
-    client (JSON librdkafka settings), schema_registry (JSON {url, config}), columns (``packed``:
-    a key group's pickled records per row), values (``errors``: Avro bytes on failed rows only).
-    """
+    bootstrap: str
+    topic: str
+    schema: str  # name in schemas/
+    key_field: str
+    time_field: str
+    stream: str = ""  # the job's source name (default: the topic)
+    end_field: str | None = None
+    shape: str = "point"
+    key_groups: int = 1
+    group_labels: tuple[int, ...] | None = None  # key group → the label Spark shuffles on
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    measures: tuple[str, ...] = ()
+    client: dict = field(default_factory=dict)  # public librdkafka settings (no credentials)
+    schema_registry: dict | None = None  # {url, config}
+    outage_timeout: float = 120.0  # seconds
+    idle_timeout: float = 60.0  # seconds
+    flush_at_end: bool = True
+    start_file: str | None = None  # where the first batch's start offsets are kept
+    packed: bool = False  # columns=packed: the operator pipeline's rows (jobs.rows)
+    keep_values: bool = True  # values=all: every row keeps its Avro bytes (else only failed rows)
+
+    def __post_init__(self):
+        if not self.stream:
+            object.__setattr__(self, "stream", self.topic)
+
+    def to_options(self) -> dict[str, str]:
+        opts = {"bootstrap": self.bootstrap, "topic": self.topic, "schema": self.schema, "stream": self.stream,
+                "key_field": self.key_field, "time_field": self.time_field, "end_field": self.end_field or "",
+                "shape": self.shape, "key_groups": str(self.key_groups), "startingOffsets": self.starting_offsets,
+                "measures": json.dumps(list(self.measures)), "client": json.dumps(self.client),
+                "outage_timeout": str(self.outage_timeout), "idle_timeout": str(self.idle_timeout),
+                "flush_at_end": "true" if self.flush_at_end else "false",
+                "columns": "packed" if self.packed else "all", "values": "all" if self.keep_values else "errors"}
+        if self.group_labels is not None:
+            opts["group_labels"] = json.dumps(list(self.group_labels))
+        if self.max_offsets_per_trigger:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        if self.schema_registry:
+            opts["schema_registry"] = json.dumps(self.schema_registry)
+        if self.start_file:
+            opts["start_file"] = self.start_file
+        return opts
+
+    @classmethod
+    def from_options(cls, options) -> "SourceOptions":
+        o = {k.lower(): v for k, v in options.items()}
+        labels = json.loads(o.get("group_labels") or "null")
+        return cls(bootstrap=o.get("bootstrap", ""), topic=o["topic"], schema=o["schema"], key_field=o["key_field"],
+                   time_field=o["time_field"], stream=o.get("stream", ""), end_field=o.get("end_field") or None,
+                   shape=o.get("shape", "point"), key_groups=int(o.get("key_groups", "1")),
+                   group_labels=tuple(labels) if labels else None,
+                   starting_offsets=o.get("startingoffsets", "earliest"),
+                   max_offsets_per_trigger=int(o["maxoffsetspertrigger"]) if o.get("maxoffsetspertrigger") else None,
+                   measures=tuple(json.loads(o.get("measures", "[]"))), client=json.loads(o.get("client", "{}")),
+                   schema_registry=json.loads(o["schema_registry"]) if o.get("schema_registry") else None,
+                   outage_timeout=float(o.get("outage_timeout", "120")), idle_timeout=float(o.get("idle_timeout", "60")),
+                   flush_at_end=o.get("flush_at_end", "true") == "true", start_file=o.get("start_file") or None,
+                   packed=o.get("columns", "all") == "packed", keep_values=o.get("values", "all") == "all")
+
+    @staticmethod
+    def parsed(options) -> "SourceOptions":
+        return options if isinstance(options, SourceOptions) else SourceOptions.from_options(options)
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("ctiflow_kafka").options(**SourceOptions(...).to_options())``."""
 
     @classmethod
     def name(cls) -> str:
         return "ctiflow_kafka"
 
-    def _avro(self) -> dict:
-        import json as _json
-
+    def _arrow(self) -> pa.Schema:
         from jobs.serde import default_store
 
-        return _json.loads(default_store().get(self.options["schema"]).text)
-
-    def _typed(self) -> bool:
+        opts = SourceOptions.from_options(self.options)
         # columns=packed: the operator pipeline needs no typed columns (Spark cannot prune a
         # Python source's columns itself) and far fewer rows.
-        return self.options.get("columns", "all") != "packed"
+        return arrow_schema(json.loads(default_store().get(opts.schema).text), typed=not opts.packed)
 
     def schema(self) -> str:
-        return spark_ddl(arrow_schema(self._avro(), self._typed()))
+        return spark_ddl(self._arrow())
 
     def streamReader(self, schema) -> "KafkaStreamReader":
-        return KafkaStreamReader({k.lower(): v for k, v in self.options.items()},
-                                 arrow_schema(self._avro(), self._typed()))
+        return KafkaStreamReader(SourceOptions.from_options(self.options), self._arrow())
 
 
 def _data(offsets: dict) -> dict:
@@ -161,13 +221,13 @@ class BatchControl(InputPartition):
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str], schema: pa.Schema):
-        self.options = options
+    def __init__(self, options: "SourceOptions | dict[str, str]", schema: pa.Schema):
+        self.options = options = SourceOptions.parsed(options)
         self.arrow = schema
-        self.topic = options["topic"]
-        self.client = json.loads(options.get("client", "{}"))
-        self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
-        self.idle_timeout = float(options.get("idle_timeout", "60"))
+        self.topic = options.topic
+        self.client = options.client
+        self.max_rows = options.max_offsets_per_trigger
+        self.idle_timeout = options.idle_timeout
         self.target: dict[str, int] | None = None
         self._active_at: dict[str, float] = {}  # partition → last time it had records to read (monotonic)
         self._initial: dict | None = None  # the offsets the first micro-batch started from
@@ -179,14 +239,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is None:
             from jobs.kafka import consumer
 
-            self._consumer = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-planner"})
+            self._consumer = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-planner"})
         return self._consumer
 
     def _parts(self) -> list[int]:
         if self._partitions is None:
             from jobs.kafka import topic_partitions
 
-            self._partitions = topic_partitions(self.options["bootstrap"], self.topic, self.client, timeout=3.0)
+            self._partitions = topic_partitions(self.options.bootstrap, self.topic, self.client, timeout=3.0)
         return self._partitions
 
     def _ends(self, floor: dict[str, int]) -> dict[str, int]:
@@ -211,9 +271,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._outage_since = getattr(self, "_outage_since", None) or now
             self._partitions = None
             self._drop_consumer()  # a fresh client after the outage (the broker may be a new one)
-            limit = float(self.options.get("outage_timeout", "120"))
+            limit = self.options.outage_timeout
             if now - self._outage_since > limit:
-                raise StackError(f"Kafka at {self.options['bootstrap']} unreachable (or topic {self.topic!r} gone) "
+                raise StackError(f"Kafka at {self.options.bootstrap} unreachable (or topic {self.topic!r} gone) "
                                  f"for more than {limit:.0f} s: {exc}. Restart the job when the broker is back; "
                                  "it resumes from its checkpoint.") from exc
             return None
@@ -226,11 +286,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the start of batch 0 when it replays it after a crash; ``latest`` (or ``earliest``
         after retention) would by then be elsewhere, and the replay would not be the batch whose
         results already landed."""
-        saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
+        saved = Path(self.options.start_file) if self.options.start_file else None
         if saved is not None and saved.exists():
             self._initial = json.loads(saved.read_text())
             return self._initial
-        how = self.options.get("startingoffsets", "earliest")
+        how = self.options.starting_offsets
         if how == "earliest":
             from jobs.kafka import low_offset
 
@@ -249,7 +309,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _initial_offsets(self) -> dict:
         if self._initial is None:
-            saved = Path(self.options["start_file"]) if self.options.get("start_file") else None
+            saved = Path(self.options.start_file) if self.options.start_file else None
             self._initial = json.loads(saved.read_text()) if saved is not None and saved.exists() else {}
         return self._initial
 
@@ -302,7 +362,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def _flushes(self) -> bool:
-        return self.target is not None and self.options.get("flush_at_end", "true") == "true"
+        return self.target is not None and self.options.flush_at_end
 
     def partitions(self, start: dict, end: dict):
         data_start = _data(start)
@@ -338,7 +398,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if control:
                 yield decoder.control_rows(partition.partitions, partition.idle, partition.flush)
             return
-        cons = consumer(self.options["bootstrap"], self.client, **{"group.id": "ctiflow-source"})
+        cons = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-source"})
         try:
             for msgs in read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True):
                 yield decoder.batch(msgs)
@@ -351,27 +411,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class RecordDecoder:
     """Avro bytes → typed columns, with validation; failures become ``_error`` rows."""
 
-    def __init__(self, options: dict[str, str], arrow: pa.Schema):
+    def __init__(self, options: "SourceOptions | dict[str, str]", arrow: pa.Schema):
         from jobs.serde import AvroDeserializer, registry_client
 
-        reg = json.loads(options.get("schema_registry", "{}"))
+        options = SourceOptions.parsed(options)
+        reg = options.schema_registry or {}
         registry = registry_client(reg["url"], reg.get("config")) if reg.get("url") else None
-        self.decode = AvroDeserializer(options["schema"], registry=registry)
+        self.decode = AvroDeserializer(options.schema, registry=registry)
         self.arrow = arrow
         self.nested_fields = nested_fields(self.decode.reader.parsed)
-        self.stream = options.get("stream", options["topic"])
-        self.key_field = options["key_field"]
-        self.time_field = options["time_field"]
-        self.end_field = options.get("end_field") or None
-        self.shape = options.get("shape", "point")
-        self.groups = int(options.get("key_groups", "1"))
+        self.stream = options.stream
+        self.key_field = options.key_field
+        self.time_field = options.time_field
+        self.end_field = options.end_field
+        self.shape = options.shape
+        self.groups = options.key_groups
         # crc32(key) mod G picks the group (stable across processes, unlike hash()); the label
-        # is the value Spark shuffles on (see jobs.pipeline.group_labels).
-        self.labels = json.loads(options.get("group_labels") or "null") or list(range(self.groups))
-        self.measures = json.loads(options.get("measures", "[]"))
+        # is the value Spark shuffles on (see jobs.checkpoint.group_labels).
+        self.labels = list(options.group_labels or range(self.groups))
+        self.measures = list(options.measures)
         # values=errors: good rows leave meta_value null (only dead letters need the bytes,
         # unless an operator passes records on unchanged); less to shuffle and to keep in state.
-        self.keep_values = options.get("values", "all") == "all"
+        self.keep_values = options.keep_values
         self.frontier: int | None = None  # the largest start of a good record decoded so far
 
     def _validate(self, rec: dict) -> tuple[str, int, int]:

@@ -27,7 +27,7 @@ def test_a_password_in_the_file_moves_to_the_environment_and_out_of_spark_option
     cfg = parse(spec(**{"sasl.password": SECRET}))
     assert SECRET not in json.dumps(cfg.model_dump())
     assert os.environ["CTIFLOW_SASL_PASSWORD"] == SECRET
-    assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True))
+    assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
     assert base_config("b:1", cfg.kafka.client)["sasl.password"] == SECRET  # clients still authenticate
 
 
