@@ -137,7 +137,7 @@ def topics_create(names: list[str] = typer.Argument(None, help="topic names"),
 
         cfg = load(config)
         bootstrap = bootstrap or cfg.kafka.bootstrap_servers
-        client = {**cfg.kafka.client, **client}
+        client = {**cfg.kafka.client_config(), **client}
         wanted.update({s.topic: s.partitions for s in cfg.sources})
         wanted.update({t: cfg.outputs.partitions for t in cfg.result_topics()})
     if not wanted:

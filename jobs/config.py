@@ -1,8 +1,13 @@
 """The one configuration model: a job YAML, validated before any Spark job starts.
 
 The CLI, the jobs and docker-compose all use it (docker-compose passes the same YAML and
-overrides the connection through ``CTIFLOW_BOOTSTRAP`` / ``CTIFLOW_SCHEMA_REGISTRY_URL``).
-Errors name the field and the fix (see :func:`load`).
+overrides fields through ``CTIFLOW_*`` variables, each declared on its field: :func:`env_overrides`).
+Errors name the field and the fix (see :func:`load`). A leaf: it imports only ``operators``
+(the enums and settings it builds), never the Kafka, Spark or stack modules.
+
+Each operator's config class builds its operator (:meth:`CountOp.operator` …) and names its
+result topics and their schemas (:meth:`CountOp.result_topics`): adding an operator kind is one
+config class here, one operator module and one schema.
 """
 
 from __future__ import annotations
@@ -10,13 +15,41 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from jobs.kafka import check_topic_name
-from operators.errors import ConfigError
+from operators.count import Emit
+from operators.errors import ConfigError, CtiflowError
+from operators.reference import MissingReference, SyncMode
+from operators.time import Shape, ViolationPolicy
+
+_TOPIC_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+#: librdkafka settings that are secrets: never written to Spark options, plans, logs or errors.
+SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret",
+                         "sasl.oauthbearer.config", "ssl_key", "ssl.key.pem"})
+
+
+def check_topic_name(name: str, field: str = "topic") -> str:
+    """Kafka's topic name rules: 1–249 chars of [a-zA-Z0-9._-], not '.' or '..'."""
+    if not name or len(name) > 249 or not set(name) <= _TOPIC_CHARS or name in (".", ".."):
+        raise ValueError(f"{field}: {name!r} is not a valid Kafka topic name "
+                         "(use 1–249 characters of a-z, A-Z, 0-9, '.', '_', '-')")
+    return name
+
+
+def home() -> Path:
+    """Where ctiflow keeps its files by default (``CTIFLOW_HOME``, else ``./.ctiflow``): the
+    embedded stack's pid files and logs, and checkpoints without a configured path."""
+    path = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def env(name: str) -> dict:
+    """Field metadata: the environment variable ``name`` overrides this field (see :func:`env_overrides`)."""
+    return {"json_schema_extra": {"env": name}}
 
 _DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -39,23 +72,69 @@ Duration = Annotated[int, Field(description="ms, or '5s' / '10m' / '1h'")]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # use_enum_values: choices are validated against the operators' enums; fields hold the values.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
 
 class SchemaRegistry(Strict):
-    url: str | None = None
+    """A Confluent Schema Registry (optional; without one, records use Avro single-object encoding)."""
+
+    url: str | None = Field(None, description="e.g. http://schema-registry:8081", **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
     config: dict[str, str] = Field(default_factory=dict, description="basic.auth.user.info etc.")
 
 
 class Kafka(Strict):
-    bootstrap_servers: str = "127.0.0.1:19092"
-    client: dict[str, str] = Field(default_factory=dict,
-                                   description="any librdkafka setting, e.g. security.protocol, sasl.mechanism")
+    """The Kafka cluster: connection, client settings, credentials, framing."""
+
+    bootstrap_servers: str = Field("127.0.0.1:19092", description="host:port[,host:port]; default: the embedded broker",
+                                   **env("CTIFLOW_BOOTSTRAP"))
+    client: dict[str, str] = Field(default_factory=dict, description=(
+        "any librdkafka setting, e.g. security.protocol, sasl.mechanism; secrets written here (sasl.password, "
+        "ssl.key.password, ...) are kept apart and never reach Spark options, logs or errors"))
+    sasl_username: str | None = Field(None, description="SASL user (with sasl_password: SASL/SCRAM-SHA-256 unless "
+                                      "client sets security.protocol / sasl.mechanism)", **env("CTIFLOW_SASL_USERNAME"))
+    sasl_password: SecretStr | None = Field(None, exclude=True, description="SASL password (never printed)",
+                                            **env("CTIFLOW_SASL_PASSWORD"))
     schema_registry: SchemaRegistry = SchemaRegistry()
-    framing: Literal["single_object", "confluent"] | None = None
+    framing: Literal["single_object", "confluent"] | None = Field(
+        None, description="how values are framed; default: confluent with a schema registry, else single_object")
     outage_timeout: Duration = Field(120_000, description="how long a job waits out a broker outage")
 
+    client_secrets: dict[str, SecretStr] = Field(default_factory=dict, exclude=True, description=(
+        "secret librdkafka settings (ssl.key.password, ...); those written in client move here"))
+
     _ot = field_validator("outage_timeout", mode="before")(lambda v: duration_ms(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _take_secrets(cls, data):
+        """Secrets written in ``client`` move out of it (to sasl_password / client_secrets):
+        excluded from dumps, never in Spark options."""
+        if isinstance(data, dict) and isinstance(data.get("client"), dict):
+            client = dict(data["client"])
+            secrets = {k: str(client.pop(k)) for k in sorted(SECRET_KEYS & set(client))}
+            data = {**data, "client": client}
+            if "sasl.password" in secrets:
+                data.setdefault("sasl_password", secrets.pop("sasl.password"))
+                if client.get("sasl.username"):
+                    data.setdefault("sasl_username", client["sasl.username"])
+            if secrets:
+                data["client_secrets"] = {**secrets, **(data.get("client_secrets") or {})}
+        return data
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """The librdkafka settings that carry secrets (SASL from sasl_username/sasl_password)."""
+        creds = {k: v.get_secret_value() for k, v in self.client_secrets.items()}
+        if self.sasl_username and self.sasl_password:
+            creds.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                          "sasl.username": self.sasl_username, "sasl.password": self.sasl_password.get_secret_value()})
+        return creds
+
+    def client_config(self) -> dict[str, str]:
+        """Every client setting, credentials included: pass it to this process's Kafka clients
+        explicitly. Never put it in Spark options: those get :attr:`client` (public settings)."""
+        return {**self.credentials, **self.client}
 
     @property
     def effective_framing(self) -> str:
@@ -92,7 +171,8 @@ class Cti(Strict):
     delay: Duration = 0
     frequency: Frequency = Frequency()
     flush_at_end: bool = True
-    policy: Literal["drop", "adjust"] = "drop"
+    policy: ViolationPolicy = Field(ViolationPolicy.DROP, description=(
+        "an event behind the CTI: drop (to the late topic), or adjust (an interval is clipped to the CTI)"))
     import_from: str | None = Field(None, description="refused: use reference.sync: import")
     idle_timeout: Duration = Field(60_000, description=(
         "processing time after which a partition with nothing to read stops holding the stream's CTI back "
@@ -117,7 +197,7 @@ class Source(Strict):
     key_field: str
     time_field: str
     end_field: str | None = None
-    shape: Literal["point", "interval", "edge"] = "point"
+    shape: Shape = Field(Shape.POINT, description="point: one instant; interval: start–end; edge: valid until the next version of its key")
     partitions: int = Field(2, ge=1, le=1024)
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = Field(None, ge=1)
@@ -167,10 +247,33 @@ class CountOp(Strict):
     per_key: bool = True
     predicate: str | None = Field(None, description="expression over record fields, e.g. 'amount > 500'")
     value_field: str | None = None
-    emit: Literal["per_event", "per_cti"] = "per_cti"
+    emit: Emit = Field(Emit.PER_CTI, description="per_cti: the touched keys' counts at each CTI (final); per_event: one per event")
     output: str
 
     _o = field_validator("output")(lambda v: check_topic_name(v, "output"))
+
+    def roles(self) -> dict[str, str]:
+        return {"count": self.output}
+
+    def result_topics(self, job: "JobConfig") -> dict[str, str]:
+        return {self.output: "count"}
+
+    @property
+    def needs_every_key(self) -> bool:
+        return not self.per_key
+
+    def operator(self, job: "JobConfig"):
+        """``(operator class, settings)``; a bad predicate fails here, before Spark starts."""
+        from operators.count import CountOperator, CountSettings, compile_predicate
+
+        try:
+            compile_predicate(self.predicate)
+        except CtiflowError as exc:
+            raise ConfigError(f"operators.{self.name}.predicate: {exc}") from None
+        kind, size = ("events", self.window.events) if self.window.events else ("time", self.window.time)
+        return CountOperator, CountSettings(name=self.name, window_kind=kind, window=size, epsilon=self.epsilon,
+                                            per_key=self.per_key, predicate=self.predicate,
+                                            value_field=self.value_field, emit=self.emit)
 
 
 class BinsOp(Strict):
@@ -197,23 +300,72 @@ class BinsOp(Strict):
             check_topic_name(topic, f"outputs.{kind}")
         return v
 
+    def roles(self) -> dict[str, str]:
+        return {f"bin_{k}": t for k, t in self.outputs.items()}
+
+    def result_topics(self, job: "JobConfig") -> dict[str, str]:
+        return {t: "bin" for t in self.outputs.values()}
+
+    needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
+
+    def operator(self, job: "JobConfig"):
+        """``(operator class, settings)``; a late event's share follows the fast stream's policy."""
+        from operators.bins import Binner, BinSettings
+
+        fast = job.source(job.reference.fast) if job.reference else job.sources[0]
+        return Binner, BinSettings(name=self.name, bin_size=self.bin_size, origin=self.origin,
+                                   measures=tuple(self.measures), outputs=frozenset(self.outputs),
+                                   policy=ViolationPolicy(fast.cti.policy))
+
 
 class MatchOp(Strict):
     kind: Literal["match"]
     name: str
-    pattern: dict[str, Any]
+    pattern: dict[str, Any] = Field(description="Flink's Pattern API as YAML (operators/cep/declarative.py)")
     output: str
-    timed_out: str | None = None
+    timed_out: str | None = Field(None, description="topic for partial matches whose `within` expired (optional)")
 
     _o = field_validator("output")(lambda v: check_topic_name(v, "output"))
 
+    def roles(self) -> dict[str, str]:
+        return {"match": self.output, **({"timed_out": self.timed_out} if self.timed_out else {})}
+
+    def result_topics(self, job: "JobConfig") -> dict[str, str]:
+        return {self.output: "match", **({self.timed_out: "timed_out_match"} if self.timed_out else {})}
+
+    needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
+
+    def operator(self, job: "JobConfig"):
+        """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts."""
+        from operators.cep.operator import MatchOperator, MatchSettings
+
+        settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None)
+        settings.pattern_object()
+        return MatchOperator, settings
+
 
 class PassthroughOp(Strict):
+    """Every event unchanged, in application-time order (records keep their Avro bytes)."""
+
     kind: Literal["passthrough"]
     name: str = "passthrough"
     output: str
 
     _o = field_validator("output")(lambda v: check_topic_name(v, "output"))
+
+    def roles(self) -> dict[str, str]:
+        return {"passthrough": self.output}
+
+    def result_topics(self, job: "JobConfig") -> dict[str, str]:
+        return {self.output: job.sources[0].schema_name}
+
+    needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
+    passes_records: ClassVar[bool] = True  # the source must keep every record's bytes
+
+    def operator(self, job: "JobConfig"):
+        from operators.passthrough import Passthrough
+
+        return Passthrough, None
 
 
 OperatorConfig = Annotated[Union[CountOp, BinsOp, MatchOp, PassthroughOp], Field(discriminator="kind")]
@@ -225,18 +377,21 @@ class Reference(Strict):
     source: str
     fast: str
     join_field: str = Field(description="the field both sources are keyed by (their key_field): the join matches on it")
-    sync: Literal["import", "min"] = "import"
-    missing: Literal["emit", "hold"] = "emit"
+    sync: SyncMode = Field(SyncMode.IMPORT, description=(
+        "import: the reference stream follows the fast stream's CTIs; min: the older of both (StreamInsight's join)"))
+    missing: MissingReference = Field(MissingReference.EMIT, description=(
+        "a fast event with no reference version: emit it unenriched, or hold it until one arrives"))
     output: str | None = Field(None, description="topic of the enriched stream (optional)")
 
 
 class Spark(Strict):
-    master: str = "local[2]"
+    master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster", **env("CTIFLOW_SPARK_MASTER"))
     shuffle_partitions: int = Field(2, ge=1, le=10000)
     key_groups: int = Field(8, ge=1, le=4096, description="hash(key) mod G: all keys of a group in one call")
     trigger: str = Field("1s", description="processing-time interval, or 'available_now' for a bounded run")
-    checkpoint: str | None = None
-    conf: dict[str, str] = Field(default_factory=dict)
+    checkpoint: str | None = Field(None, description="checkpoint directory (default: $CTIFLOW_HOME/checkpoints/<job>); "
+                                   "shared by every executor in a cluster", **env("CTIFLOW_CHECKPOINT"))
+    conf: dict[str, str] = Field(default_factory=dict, description="any Spark setting")
 
     @field_validator("trigger")
     @classmethod
@@ -307,24 +462,13 @@ class JobConfig(Strict):
 
     @property
     def checkpoint_dir(self) -> str:
-        from jobs.stack import home
-
         return self.spark.checkpoint or str(home() / "checkpoints" / self.job)
 
     def result_topics(self) -> dict[str, str]:
         """Every output topic → Avro schema name."""
         topics = {self.late_topic: "late", self.dead_letter_topic: "dead_letter"}
         for op in self.operators:
-            if isinstance(op, CountOp):
-                topics[op.output] = "count"
-            elif isinstance(op, BinsOp):
-                topics.update({t: "bin" for t in op.outputs.values()})
-            elif isinstance(op, MatchOp):
-                topics[op.output] = "match"
-                if op.timed_out:
-                    topics[op.timed_out] = "timed_out_match"
-            elif isinstance(op, PassthroughOp):
-                topics[op.output] = self.sources[0].schema_name
+            topics.update(op.result_topics(self))
         if self.reference is not None and self.reference.output:
             topics[self.reference.output] = "enriched"
         return topics
@@ -333,38 +477,46 @@ class JobConfig(Strict):
     def key_groups(self) -> int:
         """Key groups actually used: 1 when an operator is global (it must see every event),
         else ``spark.key_groups``."""
-        if any(isinstance(op, CountOp) and not op.per_key for op in self.operators):
-            return 1
-        return self.spark.key_groups
+        return 1 if any(op.needs_every_key for op in self.operators) else self.spark.key_groups
+
+    @property
+    def passes_records(self) -> bool:
+        """An operator passes input records on unchanged (the source keeps their bytes)."""
+        return any(getattr(op, "passes_records", False) for op in self.operators)
 
     def source(self, name: str) -> Source:
         return next(s for s in self.sources if s.name == name)
 
 
-ENV_OVERRIDES = {
-    "CTIFLOW_BOOTSTRAP": ("kafka", "bootstrap_servers"),
-    "CTIFLOW_SCHEMA_REGISTRY_URL": ("kafka", "schema_registry", "url"),
-    "CTIFLOW_SPARK_MASTER": ("spark", "master"),
-    "CTIFLOW_CHECKPOINT": ("spark", "checkpoint"),
-}
+def env_overrides(model: type[BaseModel] = None, path: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
+    """``CTIFLOW_*`` variable → the field path it overrides, read from the fields' declarations
+    (``Field(..., **env("CTIFLOW_…"))``)."""
+    model = model or JobConfig
+    found: dict[str, tuple[str, ...]] = {}
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if "env" in extra:
+            found[extra["env"]] = (*path, name)
+        sub = info.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            found.update(env_overrides(sub, (*path, name)))
+    return found
 
 
 def _apply_env(raw: dict) -> dict:
-    for env, path in ENV_OVERRIDES.items():
-        value = os.environ.get(env)
+    """The declared ``CTIFLOW_*`` variables that are set override the file (a copy of ``raw``)."""
+    import copy
+
+    raw = copy.deepcopy(raw)
+    for var, path in ENV_OVERRIDES.items():
+        value = os.environ.get(var)
         if value:
             node = raw
             for part in path[:-1]:
-                node = node.setdefault(part, {}) if isinstance(node.get(part), dict) or part not in node else node[part]
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
             node[path[-1]] = value
-    # A password written in the file is moved to the environment: Spark options (visible in
-    # plans and the UI) carry only public settings; every client adds the environment's
-    # credentials itself (jobs.kafka.env_credentials).
-    client = (raw.get("kafka") or {}).get("client") or {}
-    if isinstance(client, dict) and client.get("sasl.password"):
-        os.environ["CTIFLOW_SASL_PASSWORD"] = str(client.pop("sasl.password"))
-        if client.get("sasl.username"):
-            os.environ["CTIFLOW_SASL_USERNAME"] = str(client["sasl.username"])
     return raw
 
 
@@ -388,6 +540,10 @@ def parse(raw: Any, origin: str = "<config>") -> JobConfig:
         return JobConfig.model_validate(_apply_env(raw))
     except ValidationError as err:
         raise ConfigError(_format(err, origin)) from None
+
+
+#: Every ``CTIFLOW_*`` variable the configuration reads → the field it overrides.
+ENV_OVERRIDES = env_overrides()
 
 
 def load(path: str | Path) -> JobConfig:

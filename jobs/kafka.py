@@ -15,22 +15,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jobs.config import SECRET_KEYS, check_topic_name  # noqa: F401 - re-exported: configuration facts
 from operators.errors import StackError
-
-_TOPIC_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def check_topic_name(name: str, field: str = "topic") -> str:
-    """Kafka's topic name rules: 1–249 chars of [a-zA-Z0-9._-], not '.' or '..'."""
-    if not name or len(name) > 249 or not set(name) <= _TOPIC_CHARS or name in (".", ".."):
-        raise ValueError(f"{field}: {name!r} is not a valid Kafka topic name "
-                         "(use 1–249 characters of a-z, A-Z, 0-9, '.', '_', '-')")
-    return name
-
-
-#: librdkafka settings that are secrets: never written to Spark options, plans, logs or errors.
-SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret",
-                         "sasl.oauthbearer.config", "ssl_key", "ssl.key.pem"})
 
 
 def public_client(client: dict[str, str] | None) -> dict[str, str]:

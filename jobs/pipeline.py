@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from jobs.config import JobConfig, PassthroughOp
+from jobs.config import JobConfig
 from jobs.kafka import public_client
 from jobs.checkpoint import (group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
                              reset_uncommitted_checkpoint, start_file, write_atomically)
@@ -53,6 +53,14 @@ def spark_log_path() -> Path:
     logs = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     return logs / f"spark-{os.getpid()}.log"
+
+
+def executor_credentials(cfg: JobConfig) -> dict[str, str]:
+    """The SASL credentials of the job's config, as the variables the executors' clients read."""
+    k = cfg.kafka
+    if not (k.sasl_username and k.sasl_password):
+        return {}
+    return {"CTIFLOW_SASL_USERNAME": k.sasl_username, "CTIFLOW_SASL_PASSWORD": k.sasl_password.get_secret_value()}
 
 
 def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
@@ -88,6 +96,9 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         "spark.driver.memory": "2g",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         **(spark_cfg.conf if spark_cfg else {}),
+        # The executors' Kafka clients get credentials from their environment (jobs.kafka.env_credentials),
+        # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs.
+        **({f"spark.executorEnv.{var}": value for var, value in executor_credentials(cfg).items()} if cfg else {}),
     }
     conf = SparkConf().setAll(list(options.items()))
     fresh = SparkSession.getActiveSession() is None
@@ -128,7 +139,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
         flush_at_end=flush and src.cti.flush_at_end, start_file=str(start_file(cfg, src)), packed=packed,
         # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
-        keep_values=not packed or any(isinstance(op, PassthroughOp) for op in cfg.operators))
+        keep_values=not packed or cfg.passes_records)
 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
@@ -193,13 +204,14 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
     from jobs.kafka import create_topics, wait_for_broker
 
-    wait_for_broker(cfg.kafka.bootstrap_servers, cfg.kafka.client)
+    client = cfg.kafka.client_config()  # with credentials: this process's own clients
+    wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
         from jobs.kafka import topic_partitions
 
-        topic_partitions(cfg.kafka.bootstrap_servers, src.topic, cfg.kafka.client)  # clear error if missing
+        topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
-                  cfg.kafka.client)
+                  client)
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     spark = spark or spark_session(cfg)
     prog = progress_path(cfg)

@@ -13,33 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import rows
-from jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
-from operators.errors import ConfigError, CtiflowError, EventRejected
+from jobs.config import JobConfig
+from operators.errors import EventRejected
 from operators.operator import Output
+from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, PartitionCtis, ReorderBuffer,
                             REASON_ADJUSTED, TimeLayer, ViolationPolicy, combined_cti)
-
-
-class Passthrough:
-    """Identity operator: every released event comes out unchanged (in application-time order)."""
-
-    handles_adjust = False
-
-    def __init__(self, settings: Any = None):
-        self.settings = settings
-
-    def process(self, event: Event) -> list[Output]:
-        return [Output("passthrough", event.fields, event.raw)]
-
-    def advance_to(self, cti: int) -> list[Output]:
-        return []
-
-    def snapshot(self) -> bytes:
-        return b""
-
-    @classmethod
-    def restore(cls, settings: Any, data: bytes) -> "Passthrough":
-        return cls(settings)
 
 
 @dataclass(frozen=True)
@@ -86,40 +65,9 @@ def _time_settings(src) -> AdvanceTimeSettings:
 
 
 def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
-    """The pure operator behind one configured operator."""
-    if isinstance(op, CountOp):
-        from operators.count import CountOperator, CountSettings
-
-        kind, size = ("events", op.window.events) if op.window.events else ("time", op.window.time)
-        settings = CountSettings(name=op.name, window_kind=kind, window=size, epsilon=op.epsilon,
-                                 per_key=op.per_key, predicate=op.predicate, value_field=op.value_field,
-                                 emit=op.emit)
-        from operators.count import compile_predicate
-
-        try:
-            compile_predicate(op.predicate)  # a bad expression fails here, before Spark starts
-        except CtiflowError as exc:
-            raise ConfigError(f"operators.{op.name}.predicate: {exc}") from None
-        return OperatorSpec(op.name, CountOperator, settings, {"count": op.output})
-    if isinstance(op, BinsOp):
-        from operators.bins import Binner, BinSettings
-
-        fast = cfg.source(cfg.reference.fast) if cfg.reference else cfg.sources[0]
-        settings = BinSettings(name=op.name, bin_size=op.bin_size, origin=op.origin, measures=tuple(op.measures),
-                               outputs=frozenset(op.outputs), policy=ViolationPolicy(fast.cti.policy))
-        return OperatorSpec(op.name, Binner, settings, {f"bin_{k}": t for k, t in op.outputs.items()})
-    if isinstance(op, MatchOp):
-        from operators.cep.operator import MatchOperator, MatchSettings
-
-        settings = MatchSettings(pattern=op.pattern, name=op.name, emit_timed_out=op.timed_out is not None)
-        settings.pattern_object()  # compile now: a bad pattern fails before Spark starts
-        topics = {"match": op.output}
-        if op.timed_out:
-            topics["timed_out"] = op.timed_out
-        return OperatorSpec(op.name, MatchOperator, settings, topics)
-    if isinstance(op, PassthroughOp):
-        return OperatorSpec(op.name, Passthrough, None, {"passthrough": op.output})
-    raise ConfigError(f"operator {op!r} has no implementation")
+    """The pure operator behind one configured operator (the config class builds it)."""
+    cls, settings = op.operator(cfg)
+    return OperatorSpec(op.name, cls, settings, op.roles())
 
 
 def plan(cfg: JobConfig) -> Plan:

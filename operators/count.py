@@ -29,6 +29,7 @@ from __future__ import annotations
 import struct
 from array import array
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Mapping
 
 from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
@@ -41,7 +42,16 @@ __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "
 #: The key of the single histogram when ``per_key`` is False.
 GLOBAL_KEY = "*"
 WINDOW_KINDS = ("events", "time")
-EMIT_MODES = ("per_event", "per_cti")
+
+
+class Emit(str, Enum):
+    """When a count is emitted (module docstring)."""
+
+    PER_EVENT = "per_event"
+    PER_CTI = "per_cti"
+
+
+EMIT_MODES = tuple(e.value for e in Emit)
 
 Predicate = Callable[[Mapping[str, Any]], Any]
 

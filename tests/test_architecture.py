@@ -127,3 +127,19 @@ def test_only_the_cli_imports_the_cli():
     cli = {m for m in modules() if m == "jobs.cli" or m.startswith("jobs.cli.")}
     users = {name for name, deps in graph().items() if deps & cli and name not in cli}
     assert users == set()
+
+
+def test_the_config_model_is_a_leaf_of_the_jobs():
+    """``jobs.config`` imports only ``operators`` (the enums and settings it builds): the CLI,
+    the jobs and docker-compose read one model that pulls in no Kafka, Spark or stack code."""
+    deps = graph()["jobs.config"]
+    assert {d for d in deps if not d.startswith("operators")} == set()
+    assert external_imports(modules()["jobs.config"]) & {"pyspark", "confluent_kafka"} == set()
+
+
+def test_the_wire_format_is_read_and_written_through_jobs_rows():
+    """Source, adapter and sink take rows apart through :mod:`jobs.rows` only: none of them
+    unpickles a pack itself."""
+    for name in ("jobs.source", "jobs.adapter", "jobs.sink"):
+        assert "jobs.rows" in graph()[name], name
+        assert "pickle" not in external_imports(modules()[name]), f"{name} reads pickled rows itself"

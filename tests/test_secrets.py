@@ -20,15 +20,28 @@ def spec(**client) -> dict:
             "operators": [{"kind": "passthrough", "output": "o"}]}
 
 
-def test_a_password_in_the_file_moves_to_the_environment_and_out_of_spark_options(monkeypatch):
-    # Set first so monkeypatch restores the environment afterwards (parse() writes to it).
-    monkeypatch.setenv("CTIFLOW_SASL_PASSWORD", "placeholder")
-    monkeypatch.setenv("CTIFLOW_SASL_USERNAME", "placeholder")
-    cfg = parse(spec(**{"sasl.password": SECRET}))
-    assert SECRET not in json.dumps(cfg.model_dump())
-    assert os.environ["CTIFLOW_SASL_PASSWORD"] == SECRET
+def test_a_password_in_the_file_stays_in_the_config_and_out_of_dumps_options_and_the_environment(monkeypatch):
+    monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    monkeypatch.delenv("CTIFLOW_SASL_USERNAME", raising=False)
+    cfg = parse(spec(**{"sasl.password": SECRET, "ssl.key.password": "k3y-" + SECRET}))
+    assert SECRET not in json.dumps(cfg.model_dump()) and SECRET not in repr(cfg)
+    assert "CTIFLOW_SASL_PASSWORD" not in os.environ  # parsing writes nothing to the environment
     assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
-    assert base_config("b:1", cfg.kafka.client)["sasl.password"] == SECRET  # clients still authenticate
+    client = base_config("b:1", cfg.kafka.client_config())  # this process's clients get it explicitly
+    assert client["sasl.password"] == SECRET and client["ssl.key.password"] == "k3y-" + SECRET
+    assert client["sasl.username"] == "alice" and client["sasl.mechanism"] == "SCRAM-SHA-256"
+    from jobs.pipeline import executor_credentials
+
+    assert executor_credentials(cfg) == {"CTIFLOW_SASL_USERNAME": "alice", "CTIFLOW_SASL_PASSWORD": SECRET}
+
+
+def test_credentials_from_the_environment_are_declared_overrides(monkeypatch):
+    monkeypatch.setenv("CTIFLOW_SASL_USERNAME", "bob")
+    monkeypatch.setenv("CTIFLOW_SASL_PASSWORD", SECRET)
+    cfg = parse({**spec(), "kafka": {}})
+    assert cfg.kafka.client_config() == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                                         "sasl.username": "bob", "sasl.password": SECRET}
+    assert SECRET not in json.dumps(cfg.model_dump())
 
 
 def test_public_client_drops_every_secret_and_redact_masks_them():

@@ -1,0 +1,30 @@
+"""The identity operator: every released event comes out unchanged, in application-time order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.events import Event, Output
+
+
+class Passthrough:
+    """Stateless: output role ``passthrough``, the event's fields and its original bytes
+    (the sink writes those bytes as they are when the topic's schema matches)."""
+
+    handles_adjust = False
+
+    def __init__(self, settings: Any = None):
+        self.settings = settings
+
+    def process(self, event: Event) -> list[Output]:
+        return [Output("passthrough", event.fields, event.raw)]
+
+    def advance_to(self, cti: int) -> list[Output]:
+        return []
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    @classmethod
+    def restore(cls, settings: Any, data: bytes) -> "Passthrough":
+        return cls(settings)
