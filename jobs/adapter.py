@@ -40,6 +40,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from jobs import rows
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan
+from jobs.serde import AvroSerializer, registry_client
 from operators.time import CTI_INFINITY
 
 _STATE = StructType([StructField("blob", BinaryType())])
@@ -54,8 +55,6 @@ class OperatorProcessor(StatefulProcessor):
 
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
-        from jobs.serde import AvroSerializer, registry_client
-
         self.handle = handle
         self.state = handle.getValueState("group", _STATE)
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None

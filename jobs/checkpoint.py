@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import struct
 from pathlib import Path
+
+import mmh3
 
 from jobs.config import JobConfig
 from jobs.progress import merge_metrics
@@ -48,10 +52,6 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
 
 def _spread_labels(groups: int, partitions: int) -> list[int]:
     """Label *g* is the next integer Spark's partitioner puts in partition ``g mod partitions``."""
-    import struct
-
-    import mmh3
-
     def spark_partition(label: int) -> int:  # Spark's HashPartitioning of an int: murmur3, seed 42
         return mmh3.hash(struct.pack("<i", label), 42) % partitions
 
@@ -113,7 +113,5 @@ def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
     state = checkpoint / "state"
     if not state.is_dir() or any((checkpoint / "commits").glob("[0-9]*")):
         return False
-    import shutil
-
     shutil.rmtree(state)
     return True

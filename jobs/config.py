@@ -12,6 +12,7 @@ config class here, one operator module and one schema.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -20,8 +21,11 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from operators.count import Emit
+from operators.bins import Binner, BinSettings
+from operators.cep.operator import MatchOperator, MatchSettings
+from operators.count import CountOperator, CountSettings, Emit, compile_predicate
 from operators.errors import ConfigError, CtiflowError
+from operators.passthrough import Passthrough
 from operators.reference import MissingReference, SyncMode
 from operators.time import Shape, ViolationPolicy
 
@@ -264,8 +268,6 @@ class CountOp(Strict):
 
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; a bad predicate fails here, before Spark starts."""
-        from operators.count import CountOperator, CountSettings, compile_predicate
-
         try:
             compile_predicate(self.predicate)
         except CtiflowError as exc:
@@ -310,8 +312,6 @@ class BinsOp(Strict):
 
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; a late event's share follows the fast stream's policy."""
-        from operators.bins import Binner, BinSettings
-
         fast = job.source(job.reference.fast) if job.reference else job.sources[0]
         return Binner, BinSettings(name=self.name, bin_size=self.bin_size, origin=self.origin,
                                    measures=tuple(self.measures), outputs=frozenset(self.outputs),
@@ -337,8 +337,6 @@ class MatchOp(Strict):
 
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts."""
-        from operators.cep.operator import MatchOperator, MatchSettings
-
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None)
         settings.pattern_object()
         return MatchOperator, settings
@@ -363,8 +361,6 @@ class PassthroughOp(Strict):
     passes_records: ClassVar[bool] = True  # the source must keep every record's bytes
 
     def operator(self, job: "JobConfig"):
-        from operators.passthrough import Passthrough
-
         return Passthrough, None
 
 
@@ -505,8 +501,6 @@ def env_overrides(model: type[BaseModel] = None, path: tuple[str, ...] = ()) -> 
 
 def _apply_env(raw: dict) -> dict:
     """The declared ``CTIFLOW_*`` variables that are set override the file (a copy of ``raw``)."""
-    import copy
-
     raw = copy.deepcopy(raw)
     for var, path in ENV_OVERRIDES.items():
         value = os.environ.get(var)

@@ -8,6 +8,7 @@ watermark lags the last producer batch (see :func:`true_end_offset`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobs.config import SECRET_KEYS, check_topic_name  # noqa: F401 - re-exported: configuration facts
+from jobs.serde import AvroDeserializer, registry_client
 from operators.errors import StackError
 
 
@@ -33,10 +35,10 @@ def redact(text: str, client: dict[str, str] | None) -> str:
 
 
 def env_credentials() -> dict[str, str]:
-    """SASL/SCRAM credentials from ``CTIFLOW_SASL_USERNAME`` / ``CTIFLOW_SASL_PASSWORD``: the
-    password reaches librdkafka from the process environment, never from a Spark option."""
-    import os
-
+    """SASL/SCRAM credentials from ``CTIFLOW_SASL_USERNAME`` / ``CTIFLOW_SASL_PASSWORD``: how
+    executors' clients get them (``spark.executorEnv``, set from the job's config by
+    :func:`jobs.pipeline.spark_session`, or the container's environment), never from a Spark
+    option. The driver passes :meth:`jobs.config.Kafka.client_config` explicitly."""
     user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
     if not (user and password):
         return {}
@@ -255,8 +257,6 @@ def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     """Every record of a topic (from the beginning) decoded to dicts (any ctiflow schema, either
     framing); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``, the plots, the demo, the benchmarks and the tests."""
-    from jobs.serde import AvroDeserializer, registry_client  # serde imports this module
-
     decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
     records = []
     cons = consumer(bootstrap, client)

@@ -28,14 +28,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
-from jobs.config import JobConfig
-from jobs.kafka import public_client
+from jobs.config import JobConfig, duration_ms
+from jobs.kafka import create_topics, public_client, topic_partitions, wait_for_broker
 from jobs.checkpoint import (group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
                              reset_uncommitted_checkpoint, start_file, write_atomically)
 from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
@@ -69,11 +70,11 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if not os.environ.get("JAVA_HOME"):
-        import shutil
-
         java = shutil.which("java")
         if java:
             os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+    # Spark's modules are imported where a session starts: the CLI imports this module to
+    # refuse a bad configuration before Spark, in a fraction of pyspark's import time.
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
@@ -115,7 +116,7 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     if fresh:
         print(f"Spark's own log: {log}", file=sys.stderr, flush=True)
-    from jobs.sink import KafkaSink
+    from jobs.sink import KafkaSink  # (imports pyspark: see above)
     from jobs.source import KafkaSource
 
     spark.dataSource.register(KafkaSource)
@@ -126,7 +127,7 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
 def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, packed: bool = True):
     """The Kafka source's options for one of the job's sources (:class:`jobs.source.SourceOptions`);
     ``packed=False``: one typed row per record (a stateless query, e.g. the benchmarks' baselines)."""
-    from jobs.source import SourceOptions
+    from jobs.source import SourceOptions  # (imports pyspark: see spark_session)
 
     return SourceOptions(
         bootstrap=cfg.kafka.bootstrap_servers, topic=src.topic, schema=src.schema_name, stream=src.name,
@@ -144,7 +145,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
-    from jobs.adapter import OperatorProcessor
+    from jobs.adapter import OperatorProcessor  # these import pyspark (see spark_session)
     from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
     from jobs.sink import SinkOptions
 
@@ -169,8 +170,6 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     if until_end or cfg.spark.trigger == "available_now":
         writer = writer.trigger(availableNow=True)
     else:
-        from jobs.config import duration_ms
-
         writer = writer.trigger(processingTime=f"{duration_ms(cfg.spark.trigger)} milliseconds")
     return writer
 
@@ -202,13 +201,9 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         max_batches: int | None = None) -> RunSummary:
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
     ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
-    from jobs.kafka import create_topics, wait_for_broker
-
     client = cfg.kafka.client_config()  # with credentials: this process's own clients
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
-        from jobs.kafka import topic_partitions
-
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   client)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 
@@ -52,8 +53,6 @@ def format_cti(cti: int | None) -> str:
         return "-"
     if cti >= CTI_INFINITY:
         return "+∞"
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(cti / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -39,6 +39,7 @@ import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
@@ -190,8 +191,6 @@ def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, valu
 def output_frame(packs: list[tuple[str, list[tuple]]], metrics: dict[str, int]):
     """Output rows: one ``pack`` row per ``(topic, [(key, value, role), ...])`` (≤ :data:`PACK_SIZE`
     each, in order), then one ``metrics`` row."""
-    import pandas as pd
-
     topics = [t for t, _ in packs] + [None]
     values = [pickle.dumps(p, 5) for _, p in packs] + [json.dumps(metrics).encode()]
     return pd.DataFrame({"topic": topics, "key": [None] * len(topics), "value": values,

@@ -14,9 +14,11 @@ from typing import Any
 
 from jobs import rows
 from jobs.config import JobConfig
+from jobs.serde import default_store
 from operators.errors import EventRejected
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
+from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
 from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, PartitionCtis, ReorderBuffer,
                             REASON_ADJUSTED, TimeLayer, ViolationPolicy, combined_cti)
 
@@ -75,14 +77,10 @@ def plan(cfg: JobConfig) -> Plan:
     reference = None
     fast = cfg.sources[0].name
     if cfg.reference is not None:
-        from operators.reference import ReferenceJoinSettings
-
         fast = cfg.reference.fast
         reference = ReferenceJoinSettings(fast_stream=fast, reference_stream=cfg.reference.source,
                                           missing=cfg.reference.missing, sync=cfg.reference.sync)
         streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
-    from jobs.serde import default_store
-
     for s in cfg.sources:
         default_store().get(s.schema_name)  # an unknown schema fails here, before Spark starts
     cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
@@ -164,8 +162,6 @@ class GroupRuntime:
     def _new_join(self):
         if self.plan.reference is None:
             return None
-        from operators.reference import ReferenceJoin
-
         return ReferenceJoin(self.plan.reference)
 
     @property
@@ -259,8 +255,6 @@ class GroupRuntime:
         return out
 
     def _route_join(self, outputs: list[Output], joined: list[Event], out: list) -> None:
-        from operators.reference import enriched_event
-
         for o in outputs:
             key = o.record.get("key")
             if o.role == "enriched":

@@ -97,7 +97,7 @@ def default_store() -> SchemaStore:
 
 def registry_client(url: str, config: dict[str, str] | None = None):
     """confluent-kafka's Schema Registry client (``mock://…`` gives its in-memory mock)."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # only with a registry: it pulls in httpx
 
     conf = {"url": url, **(config or {})}
     return SchemaRegistryClient.new_client(conf) if url.startswith("mock://") else SchemaRegistryClient(conf)
@@ -117,7 +117,7 @@ class AvroSerializer:
         if framing == "confluent":
             if registry is None:
                 raise SchemaError("framing 'confluent' needs a Schema Registry: set schema_registry.url")
-            from confluent_kafka.schema_registry import Schema
+            from confluent_kafka.schema_registry import Schema  # (see registry_client)
 
             self.schema_id = registry.register_schema(subject or f"{schema}-value", Schema(self.schema.text, "AVRO"))
             self._header = CONFLUENT_MAGIC + struct.pack(">I", self.schema_id)

@@ -31,9 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from jobs import rows
+from jobs import kafka, rows
+from jobs.kafka import low_offset, read_range, true_end_offset
 from jobs.progress import merge_metrics
 
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
@@ -86,8 +88,6 @@ class KafkaSink(DataSource):
 def _query_and_batch() -> tuple[str, int]:
     """The streaming query's id (kept in the checkpoint, the same after a restart) and the
     micro-batch id, from the task's local properties; ``("", -1)`` outside Spark."""
-    from pyspark import TaskContext
-
     ctx = TaskContext.get()
     if ctx is None:
         return "", -1
@@ -111,8 +111,6 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     shows up. Other queries' records (another job sharing the topic, or an earlier run of this
     one with a fresh checkpoint, whose batch ids start again at 0) are passed over: neither ours
     nor that boundary, so a query's first batch scans the partition down to its low offset."""
-    from jobs.kafka import low_offset, read_range, true_end_offset
-
     low = low_offset(cons, topic, partition)
     end = true_end_offset(cons, topic, partition, 0, require_eof=True)  # the tail is where ours are
     seqs: set[int] = set()
@@ -153,10 +151,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return path
 
     def write(self, iterator: Iterator) -> SinkCommit:
-        from pyspark import TaskContext
-
-        from jobs import kafka
-
         client, bootstrap = self.options.client, self.options.bootstrap
         query, batch = _query_and_batch()
         ctx = TaskContext.get()

@@ -45,9 +45,14 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from confluent_kafka import KafkaException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from jobs import rows
+from jobs.checkpoint import write_atomically
+from jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offset
+from jobs.serde import AvroDeserializer, default_store, registry_client
+from operators.errors import StackError
 from operators.events import CTI_INFINITY
 
 FRONTIER = rows.FRONTIER  # re-exported: the row kinds and their columns are jobs.rows's
@@ -173,8 +178,6 @@ class KafkaSource(DataSource):
         return "ctiflow_kafka"
 
     def _arrow(self) -> pa.Schema:
-        from jobs.serde import default_store
-
         opts = SourceOptions.from_options(self.options)
         # columns=packed: the operator pipeline needs no typed columns (Spark cannot prune a
         # Python source's columns itself) and far fewer rows.
@@ -237,21 +240,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side -------------------------------------------------------------------
     def _cons(self):
         if self._consumer is None:
-            from jobs.kafka import consumer
-
             self._consumer = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-planner"})
         return self._consumer
 
     def _parts(self) -> list[int]:
         if self._partitions is None:
-            from jobs.kafka import topic_partitions
-
             self._partitions = topic_partitions(self.options.bootstrap, self.topic, self.client, timeout=3.0)
         return self._partitions
 
     def _ends(self, floor: dict[str, int]) -> dict[str, int]:
-        from jobs.kafka import true_end_offset
-
         return {str(p): true_end_offset(self._cons(), self.topic, p, floor.get(str(p), 0), timeout=3.0)
                 for p in self._parts()}
 
@@ -260,10 +257,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         asks again) and resumes when the broker is back; after ``outage_timeout`` seconds
         (option, default 120) it fails with a clear error — restart the job then, it resumes
         from its checkpoint. (A call must return quickly: Spark's planner does not wait.)"""
-        from confluent_kafka import KafkaException
-
-        from operators.errors import StackError
-
         try:
             ends = self._ends(floor)
         except (KafkaException, StackError) as exc:
@@ -292,8 +285,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._initial
         how = self.options.starting_offsets
         if how == "earliest":
-            from jobs.kafka import low_offset
-
             start = {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
         elif how == "latest":
             start = self._ends({})
@@ -301,8 +292,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             given = json.loads(how).get(self.topic, {})
             start = {str(p): int(given.get(str(p), 0)) for p in self._parts()}
         if saved is not None:
-            from jobs.checkpoint import write_atomically
-
             write_atomically(saved, json.dumps(start))
         self._initial = start
         return start
@@ -388,8 +377,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side -----------------------------------------------------------------
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        from jobs.kafka import consumer, read_range
-
         decoder = RecordDecoder(self.options, self.arrow)
         # Frontier and control rows are for the operator pipeline (packed rows) only: a typed
         # read (one row per record, e.g. a stateless pass-through) gets records and dead rows.
@@ -412,8 +399,6 @@ class RecordDecoder:
     """Avro bytes → typed columns, with validation; failures become ``_error`` rows."""
 
     def __init__(self, options: "SourceOptions | dict[str, str]", arrow: pa.Schema):
-        from jobs.serde import AvroDeserializer, registry_client
-
         options = SourceOptions.parsed(options)
         reg = options.schema_registry or {}
         registry = registry_client(reg["url"], reg.get("config")) if reg.get("url") else None

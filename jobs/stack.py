@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from jobs.config import home  # noqa: F401 - re-exported: where ctiflow keeps its files
 from operators.errors import StackError
 
@@ -96,8 +98,6 @@ def _port_free(port: int) -> bool:
 
 def broker_ready(bootstrap: str, timeout: float = 2.0, client_config: dict | None = None) -> bool:
     """True when a real metadata request to ``bootstrap`` succeeds."""
-    from confluent_kafka.admin import AdminClient
-
     conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), "log_level": 0,
             **(client_config or {})}
     try:
