@@ -7,6 +7,7 @@ encodes its outputs. Keeping this pure lets the tests drive exactly what runs in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 from jobs import rows
 from jobs.config import JobConfig
 from jobs.serde import default_store
-from operators.errors import EventRejected
+from operators.errors import EventRejected, StateError
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
@@ -138,6 +139,23 @@ class Counters:
         return out
 
 
+_STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
+              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
+              "or run the ctiflow version and job file that wrote it")
+
+
+@contextlib.contextmanager
+def _restoring(what: str):
+    """A snapshot that does not restore is a :class:`StateError` naming its owner and the fix."""
+    try:
+        yield
+    except StateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to rebuild state from bytes means the same
+        raise StateError(f"{what}: its state in the checkpoint does not restore ({type(exc).__name__}: {exc}); "
+                         f"{_STATE_FIX}") from exc
+
+
 class GroupRuntime:
     """The state of one key group: a time layer, an optional reference join and the operators."""
 
@@ -152,12 +170,20 @@ class GroupRuntime:
             self.ended: set[str] = set()
             self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
         else:
-            layer, join, enriched, ops, self.ended, clocks = pickle.loads(data)
-            self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
-            self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
-            self.join = None if join is None else type(self._new_join()).restore(plan.reference, join)
-            self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
-            self.ops = [spec.build(blob) for spec, blob in zip(plan.operators, ops)]
+            with _restoring("the key group's time layer"):
+                layer, join, enriched, ops, self.ended, clocks = pickle.loads(data)
+                self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
+                self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
+            with _restoring("the reference join"):
+                self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
+                self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
+            if len(ops) != len(plan.operators):
+                raise StateError(f"the checkpoint holds {len(ops)} operators' state, the job configures "
+                                 f"{len(plan.operators)}: {_STATE_FIX}")
+            self.ops = []
+            for spec, blob in zip(plan.operators, ops):
+                with _restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
+                    self.ops.append(spec.build(blob))
 
     def _new_join(self):
         if self.plan.reference is None:

@@ -48,3 +48,8 @@ def invalid_choice(field: str, value: object, valid: Iterable[object], error: ty
     prefix = f"{where}: " if where else ""
     choices = ", ".join(str(v) for v in valid)
     return (error or ConfigError)(f'{prefix}Invalid "{field}" value: {value!r}. Valid choices are: {choices}.')
+
+
+class StateError(CtiflowError):
+    """A snapshot that cannot be restored (damaged, or written by another version or
+    configuration of the job). Never dead-lettered: the micro-batch fails and says what to do."""

@@ -1,0 +1,48 @@
+"""A key group's snapshot that cannot be restored fails with a StateError naming whose state
+it is and what to do, never with a bare unpickling error (and never dead-lettered)."""
+
+import pickle
+
+import pytest
+
+from jobs.config import parse
+from jobs.runtime import GroupRuntime, plan as make_plan
+from operators.errors import StateError
+from operators.time import Event
+
+T0 = 1_767_225_600_000
+
+
+def job(*operators):
+    return make_plan(parse({"job": "s", "kafka": {"bootstrap_servers": "x:1"},
+                            "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
+                                         "time_field": "event_time"}],
+                            "operators": list(operators)}, "t"))
+
+
+COUNT = {"kind": "count", "name": "per_account", "window": {"time": "1h"}, "output": "c"}
+BINS = {"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["amount"], "outputs": {"final": "b"}}
+
+
+def snapshot_with_events(plan) -> bytes:
+    rt = GroupRuntime(plan)
+    rt.offer_many([Event("a", T0 + i, T0 + i, {"amount": 1.0}, 0, i, "tx") for i in range(5)])
+    rt.advance(T0 + 3)
+    return rt.snapshot()
+
+
+def test_a_damaged_operator_state_names_the_operator_and_the_fix():
+    plan = job(COUNT, BINS)
+    layer, join, enriched, ops, ended, clocks = pickle.loads(snapshot_with_events(plan))
+    damaged = pickle.dumps((layer, join, enriched, [ops[0], b"\x00not a snapshot"], ended, clocks), 5)
+    with pytest.raises(StateError, match=r"operator 'per_minute' \(Binner\).*new spark.checkpoint"):
+        GroupRuntime(plan, damaged)
+    assert GroupRuntime(plan, snapshot_with_events(plan)).cti == T0 + 3  # the intact one restores
+
+
+def test_truncated_bytes_and_a_changed_operator_list_are_state_errors():
+    data = snapshot_with_events(job(COUNT))
+    with pytest.raises(StateError, match="time layer"):
+        GroupRuntime(job(COUNT), data[: len(data) // 2])
+    with pytest.raises(StateError, match="holds 1 operators' state, the job configures 2"):
+        GroupRuntime(job(COUNT, BINS), data)
