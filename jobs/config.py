@@ -195,16 +195,18 @@ class Cti(Strict):
 
 
 class Source(Strict):
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """An input topic: its Avro schema, the entity key, the event time, and its CTI settings."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the stream's name in the job")
     topic: str
-    schema_name: str = Field(alias="schema")
-    key_field: str
-    time_field: str
-    end_field: str | None = None
+    schema_name: str = Field(alias="schema", description="an Avro schema in schemas/ (file stem), e.g. transaction")
+    key_field: str = Field(description="the entity key: operators keep state per key, the join matches on it")
+    time_field: str = Field(description="event time (ms since 1970); the start of an interval")
+    end_field: str | None = Field(None, description="shape interval only: the field with the end time")
     shape: Shape = Field(Shape.POINT, description="point: one instant; interval: start–end; edge: valid until the next version of its key")
-    partitions: int = Field(2, ge=1, le=1024)
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    partitions: int = Field(2, ge=1, le=1024, description="partitions when ctiflow creates the topic")
+    starting_offsets: str = Field("earliest", description="earliest, latest, or JSON {topic: {partition: offset}}")
+    max_offsets_per_trigger: int | None = Field(None, ge=1, description="at most this many records a micro-batch")
     measures: list[str] = Field(default_factory=list, description="numeric fields that must be finite")
     cti: Cti = Cti()
 
@@ -229,8 +231,10 @@ class Source(Strict):
 
 
 class Window(Strict):
-    events: int | None = Field(None, ge=1)
-    time: Duration | None = None
+    """The sliding window of a count: exactly one of the last ``events`` events or the last ``time``."""
+
+    events: int | None = Field(None, ge=1, description="the last N events (never expire: bound them with a key TTL)")
+    time: Duration | None = Field(None, description="the last T of application time, e.g. '1h'")
 
     _t = field_validator("time", mode="before")(lambda v: None if v is None else duration_ms(v))
 
@@ -244,13 +248,16 @@ class Window(Strict):
 
 
 class CountOp(Strict):
+    """Approximate count (or sum) of interesting events in a sliding window: an exponential
+    histogram with relative error ≤ ``epsilon`` (Datar et al.), per key or over all keys."""
+
     kind: Literal["count"]
     name: str
     window: Window
-    epsilon: float = Field(0.01, gt=0, le=1)
-    per_key: bool = True
+    epsilon: float = Field(0.01, gt=0, le=1, description="the largest relative error of an estimate")
+    per_key: bool = Field(True, description="one count per key; false: one global count (one key group)")
     predicate: str | None = Field(None, description="expression over record fields, e.g. 'amount > 500'")
-    value_field: str | None = None
+    value_field: str | None = Field(None, description="sum this non-negative integer field instead of counting")
     emit: Emit = Field(Emit.PER_CTI, description="per_cti: the touched keys' counts at each CTI (final); per_event: one per event")
     output: str
 
@@ -279,12 +286,16 @@ class CountOp(Strict):
 
 
 class BinsOp(Strict):
+    """Prorate each event's measures over fixed time bins by overlap (StreamInsight's proration)."""
+
     kind: Literal["bins"]
     name: str
     bin_size: Duration
-    origin: Duration = 0
-    measures: list[str] = Field(min_length=1)
-    outputs: dict[Literal["incremental", "updated", "final"], str] = Field(min_length=1)
+    origin: Duration = Field(0, description="bins are (origin + k·bin_size, origin + (k+1)·bin_size]")
+    measures: list[str] = Field(min_length=1, description="numeric fields to prorate")
+    outputs: dict[Literal["incremental", "updated", "final"], str] = Field(min_length=1, description=(
+        "result topics per kind: incremental (each event's share), updated (a bin's running total), "
+        "final (once the CTI passes a bin's end)"))
 
     _b = field_validator("bin_size", "origin", mode="before")(lambda v: duration_ms(v))
 
@@ -319,6 +330,8 @@ class BinsOp(Strict):
 
 
 class MatchOp(Strict):
+    """Complex-event pattern matching with Flink CEP's semantics, per key."""
+
     kind: Literal["match"]
     name: str
     pattern: dict[str, Any] = Field(description="Flink's Pattern API as YAML (operators/cep/declarative.py)")
@@ -370,8 +383,8 @@ OperatorConfig = Annotated[Union[CountOp, BinsOp, MatchOp, PassthroughOp], Field
 class Reference(Strict):
     """As-of join of the fast stream with a slow reference stream of edge events."""
 
-    source: str
-    fast: str
+    source: str = Field(description="the reference source (shape edge: each version valid until the next)")
+    fast: str = Field(description="the event source it enriches")
     join_field: str = Field(description="the field both sources are keyed by (their key_field): the join matches on it")
     sync: SyncMode = Field(SyncMode.IMPORT, description=(
         "import: the reference stream follows the fast stream's CTIs; min: the older of both (StreamInsight's join)"))
@@ -381,8 +394,10 @@ class Reference(Strict):
 
 
 class Spark(Strict):
+    """Where and how the job runs in Spark."""
+
     master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster", **env("CTIFLOW_SPARK_MASTER"))
-    shuffle_partitions: int = Field(2, ge=1, le=10000)
+    shuffle_partitions: int = Field(2, ge=1, le=10000, description="tasks of the stateful stage")
     key_groups: int = Field(8, ge=1, le=4096, description="hash(key) mod G: all keys of a group in one call")
     trigger: str = Field("1s", description="processing-time interval, or 'available_now' for a bounded run")
     checkpoint: str | None = Field(None, description="checkpoint directory (default: $CTIFLOW_HOME/checkpoints/<job>); "
@@ -406,12 +421,16 @@ class Spark(Strict):
 
 
 class Outputs(Strict):
-    late: str | None = None
-    dead_letter: str | None = None
+    """The job's own topics, and the partitions of every result topic ctiflow creates."""
+
+    late: str | None = Field(None, description="late events (default: <job>.late)")
+    dead_letter: str | None = Field(None, description="records that did not decode, validate or process (default: <job>.dead-letter)")
     partitions: int = Field(2, ge=1, le=1024)
 
 
 class JobConfig(Strict):
+    """A job: Kafka sources → CTIs → [reference join] → operators → result topics."""
+
     job: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
     kafka: Kafka = Kafka()
     sources: list[Source] = Field(min_length=1)
