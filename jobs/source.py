@@ -107,9 +107,9 @@ class SourceOptions:
 
     bootstrap: str
     topic: str
-    schema: str  # name in schemas/
-    key_field: str
-    time_field: str
+    schema: str = ""  # name in schemas/ (the executors' decoder needs it; planning does not)
+    key_field: str = ""
+    time_field: str = ""
     stream: str = ""  # the job's source name (default: the topic)
     end_field: str | None = None
     shape: str = "point"
@@ -153,8 +153,8 @@ class SourceOptions:
     def from_options(cls, options) -> "SourceOptions":
         o = {k.lower(): v for k, v in options.items()}
         labels = json.loads(o.get("group_labels") or "null")
-        return cls(bootstrap=o.get("bootstrap", ""), topic=o["topic"], schema=o["schema"], key_field=o["key_field"],
-                   time_field=o["time_field"], stream=o.get("stream", ""), end_field=o.get("end_field") or None,
+        return cls(bootstrap=o.get("bootstrap", ""), topic=o["topic"], schema=o.get("schema", ""),
+                   key_field=o.get("key_field", ""), time_field=o.get("time_field", ""), stream=o.get("stream", ""), end_field=o.get("end_field") or None,
                    shape=o.get("shape", "point"), key_groups=int(o.get("key_groups", "1")),
                    group_labels=tuple(labels) if labels else None,
                    starting_offsets=o.get("startingoffsets", "earliest"),
