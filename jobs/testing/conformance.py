@@ -32,7 +32,7 @@ from operators.cep.skip_strategy import AfterMatchSkipStrategy, SkipStrategyErro
 from operators.errors import CtiflowError, PatternError
 
 #: The recorded cases, shipped with the repository (origin: tests/data/README.md).
-DEFAULT_CASES = Path(__file__).resolve().parents[1] / "tests" / "data" / "flink-cep-cases.json"
+DEFAULT_CASES = Path(__file__).resolve().parents[2] / "tests" / "data" / "flink-cep-cases.json"
 
 #: Flink's timestamp for records without one (Long.MIN_VALUE).
 NO_TIMESTAMP = -(2**63)
