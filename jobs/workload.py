@@ -1,0 +1,3 @@
+"""Kept for old import paths: the module is :mod:`jobs.testing.workload`."""
+
+from jobs.testing.workload import *  # noqa: F401,F403
