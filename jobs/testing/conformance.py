@@ -19,15 +19,19 @@ feature and returns 0 only when every case passes.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from operators.cep.compiler import compile_pattern
 from operators.cep.nfa import Nfa
-from operators.cep.pattern import Pattern, WithinType
+from operators.cep.pattern import Pattern, QuantifierProperty, WithinType
 from operators.cep.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
 from operators.errors import CtiflowError, PatternError
 
@@ -235,7 +239,7 @@ def _apply_options(stage: Pattern, spec: Mapping[str, Any]) -> None:
             stage.consecutive()
         elif inner == "non_deterministic_relaxed":
             stage.allow_combinations()
-    if spec.get("optional") and not stage.quantifier.has(_optional()):
+    if spec.get("optional") and not stage.quantifier.has(QuantifierProperty.OPTIONAL):
         stage.optional()
     if spec.get("greedy"):
         stage.greedy()
@@ -245,12 +249,6 @@ def _apply_options(stage: Pattern, spec: Mapping[str, Any]) -> None:
         stage.within(spec["within_first_and_last_ms"])
     if spec.get("within_previous_and_current_ms") is not None:
         stage.within(spec["within_previous_and_current_ms"], WithinType.PREVIOUS_AND_CURRENT)
-
-
-def _optional() -> Any:
-    from operators.cep.pattern import QuantifierProperty
-
-    return QuantifierProperty.OPTIONAL
 
 
 # -- replay -------------------------------------------------------------------------------------
@@ -401,9 +399,6 @@ def run_cases(path: str | Path) -> ConformanceReport:
 
 def main(path: str | Path) -> int:
     """Print pass tables (per test class, per feature) and the failures; 0 iff all pass."""
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     if not Path(path).is_file():
         console.print(f"[red]conformance case file not found: {path}[/red]")
@@ -428,6 +423,4 @@ def main(path: str | Path) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import sys
-
     raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_CASES))

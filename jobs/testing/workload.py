@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from jobs.serde import AvroSerializer
 from operators.errors import ConfigError
 
 #: 2026-01-01T00:00:00Z, the default start of every workload.
@@ -501,8 +502,6 @@ def bad_records(n: int, seed: int | str = 0) -> list[tuple[str, bytes]]:
     still fail, at schema resolution (Flow → Transaction).
     """
     _check_int("n", n, 0)
-    from jobs.serde import AvroSerializer
-
     tx_ser = AvroSerializer("transaction", validate=False)
     flow_ser = AvroSerializer("flow", validate=False)
     rng = random.Random(f"bad:{seed}")
