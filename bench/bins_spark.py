@@ -21,7 +21,8 @@ BIN = 60_000
 
 
 def produce_flows(bootstrap: str, topic: str, n: int) -> None:
-    from jobs import kafka, workload
+    from jobs import kafka
+    from jobs.testing import workload
     from jobs.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: 2})

@@ -29,7 +29,8 @@ def _passthrough(bootstrap: str, topic: str, out: str, ckpt: Path, job: str, lim
 def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad: int = 10_000) -> dict:
     from bench.chaos import crash_loop
     from bench.outage import outage_run
-    from jobs import kafka, stack, workload
+    from jobs import kafka, stack
+    from jobs.testing import workload
     from jobs.kafka import read_topic
     from jobs.serde import AvroSerializer
 

@@ -1,7 +1,7 @@
 """The docker-compose stack, for real: jobs in Spark cluster mode (driver in a job container,
 executors on the spark-worker container, checkpoints and replay markers on the shared volume),
 fed and read through the broker's published port, compared with the same independent oracles
-as the embedded tests (``jobs.oracle``). Faults: ``docker kill`` of a job container mid-stream
+as the embedded tests (``jobs.testing.oracle``). Faults: ``docker kill`` of a job container mid-stream
 and a restart from its checkpoint; the worker container killed mid-batch and started again; the
 broker container stopped for 30 s and started again while a job runs (handled as the embedded
 outage test handles it: the stand-in broker is memory-only, see that test).
@@ -21,7 +21,8 @@ import pytest
 
 from integration_tests.conftest import COMPOSE_FILES, COMPOSE_PROJECT
 from integration_tests.harness import produce, read
-from jobs import kafka, oracle, workload
+from jobs import kafka
+from jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.compose]
 

@@ -2,7 +2,7 @@
 
 Inputs are on three partitions with uneven rates (keys spread 2 : 1 : 2 over them); with
 ``max_offsets_per_trigger`` the source's micro-batch cuts — and with them each partition's
-CTI — are known to the oracle (``jobs.oracle.spread_batches``)."""
+CTI — are known to the oracle (``jobs.testing.oracle.spread_batches``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from fractions import Fraction
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka, oracle, workload
+from jobs import kafka
+from jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -11,7 +11,8 @@ from confluent_kafka import TopicPartition
 
 from bench.chaos import crash_loop, kill_when
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka, oracle, workload
+from jobs import kafka
+from jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka, oracle, workload
+from jobs import kafka
+from jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -334,7 +334,7 @@ def drain(config: Path = typer.Argument(..., help="job YAML")):
 def demo_data(out_dir: Path = typer.Option(Path(".ctiflow/demo"), "--out"),
               transactions: int = typer.Option(20000), flows: int = typer.Option(3000), seed: int = 7):
     """Write the sample workloads (JSON lines) the demo produces."""
-    from jobs import workload
+    from jobs.testing import workload
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tx = workload.transactions(transactions, accounts=500, seed=seed, late_fraction=0.002)
@@ -367,7 +367,7 @@ def bench(which: str = typer.Argument("all", help="adapter | source | count | bi
 @conformance_app.command("cep")
 def conformance_cep(file: Path = typer.Argument(None, help="case file (default: the one in tests/data/)")):
     """Replay Flink CEP's recorded test cases through the Pattern API; per-feature pass table."""
-    from jobs.conformance import DEFAULT_CASES, main as conformance_main
+    from jobs.testing.conformance import DEFAULT_CASES, main as conformance_main
 
     raise typer.Exit(conformance_main(str(file or DEFAULT_CASES)))
 
@@ -397,7 +397,7 @@ def exact_counts(bootstrap: str, cfg, records: list[dict]) -> dict:
     (every decodable record, late ones included: the plot's reference line)."""
     from collections import defaultdict
 
-    from jobs import oracle
+    from jobs.testing import oracle
     from jobs.config import CountOp
     from operators.cep.expression import compile_expression
 

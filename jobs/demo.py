@@ -38,7 +38,8 @@ def _produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_f
 
 def run_demo(port: int, keep_broker: bool, console: Console, out: Console, transactions: int = 20000,
              flows: int = 3000) -> dict[str, list[dict]]:
-    from jobs import kafka, pipeline, stack, workload
+    from jobs import kafka, pipeline, stack
+    from jobs.testing import workload
     from jobs.kafka import read_topic
     from jobs.config import load
 

@@ -1,4 +1,4 @@
-"""Every recorded Flink CEP scenario, one test per case (see jobs/conformance.py).
+"""Every recorded Flink CEP scenario, one test per case (see jobs/testing/conformance.py).
 
 The case file ships with the repository (``tests/data/flink-cep-cases.json``; where it came
 from: ``tests/data/README.md``); ``CTIFLOW_CEP_CASES`` overrides the path. A missing file is a failure, never a skip: the
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.conformance import DEFAULT_CASES, load_cases, run_case
+from jobs.testing.conformance import DEFAULT_CASES, load_cases, run_case
 
 CASES_PATH = Path(os.environ.get("CTIFLOW_CEP_CASES", DEFAULT_CASES))
 EXPECTED_CASE_COUNT = 222

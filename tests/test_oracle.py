@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs import oracle
-from jobs.oracle import ADJUSTED, ADMITTED, LATE, OracleEvent
+from jobs.testing import oracle
+from jobs.testing.oracle import ADJUSTED, ADMITTED, LATE, OracleEvent
 from operators.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import oracle
+from jobs.testing import oracle
 from jobs.plot import DEFAULT_SIZE, plot_bins, plot_counts
 
 T0 = 1_767_225_600_000

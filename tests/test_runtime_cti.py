@@ -11,7 +11,7 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs import oracle
+from jobs.testing import oracle
 from jobs.config import parse
 from jobs.runtime import GroupRuntime, plan as make_plan
 from operators.time import CTI_INFINITY, CTI_NONE, Event, PartitionCtis, combined_cti

@@ -1,5 +1,5 @@
 """Sample workloads: deterministic, schema-valid, with the planted scenarios, bounded disorder and
-late events the docstring of ``jobs.workload`` promises; bad records that each fail as labelled."""
+late events the docstring of ``jobs.testing.workload`` promises; bad records that each fail as labelled."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import fastavro
 import pytest
 from fastavro.validation import validate_many
 
-from jobs import oracle, workload
+from jobs.testing import oracle, workload
 from jobs.serde import AvroDeserializer, default_store
 from operators.errors import ConfigError, DecodeError
 
