@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -322,19 +323,22 @@ def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
     records = []
     cons = consumer(bootstrap, client)
-    for part in topic_partitions(bootstrap, topic, client):
-        end = true_end_offset(cons, topic, part, 0)
-        for msgs in read_range(cons, topic, part, low_offset(cons, topic, part), end):
-            for m in msgs:
-                try:
-                    rec = decode(m.value)
-                except Exception as exc:  # noqa: BLE001 - shown, not hidden
-                    rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
-                records.append(rec)
-                if max_records and len(records) >= max_records:
-                    cons.close()
-                    return records
-    cons.close()
+    try:
+        for part in topic_partitions(bootstrap, topic, client):
+            end = true_end_offset(cons, topic, part, 0)
+            # closed before the consumer: a range left early unassigns its partition first
+            with closing(read_range(cons, topic, part, low_offset(cons, topic, part), end)) as ranges:
+                for msgs in ranges:
+                    for m in msgs:
+                        try:
+                            rec = decode(m.value)
+                        except Exception as exc:  # noqa: BLE001 - shown, not hidden
+                            rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
+                        records.append(rec)
+                        if max_records and len(records) >= max_records:
+                            return records
+    finally:
+        cons.close()
     return records
 
 
