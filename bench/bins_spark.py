@@ -22,8 +22,8 @@ BIN = 60_000
 
 def produce_flows(bootstrap: str, topic: str, n: int) -> None:
     from jobs import kafka
-    from jobs.testing import workload
     from jobs.serde import AvroSerializer
+    from jobs.testing import workload
 
     kafka.create_topics(bootstrap, {topic: 2})
     ser = AvroSerializer("flow", validate=False)

@@ -30,9 +30,9 @@ def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad:
     from bench.chaos import crash_loop
     from bench.outage import outage_run
     from jobs import kafka, stack
-    from jobs.testing import workload
     from jobs.kafka import read_topic
     from jobs.serde import AvroSerializer
+    from jobs.testing import workload
 
     out = out or Console(width=160)
     work = Path(tempfile.mkdtemp(prefix="ctiflow-reliability-"))

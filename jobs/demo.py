@@ -16,33 +16,23 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from jobs import kafka, pipeline, progress, stack
+from jobs.config import load
+from jobs.plot import plot_bins, plot_counts
+from jobs.serde import AvroSerializer
+from jobs.testing import workload
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 JOBS = ("demo-transactions.yaml", "demo-flows.yaml")
 
 
 def _produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str,
              extra_values: list[bytes] = ()) -> int:
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
-
-    ser = AvroSerializer(schema)
-    prod = kafka.producer(bootstrap)
-    for rec in records:
-        kafka.send(prod, topic, ser(rec), str(rec[key_field]).encode())
-        prod.poll(0)
-    for value in extra_values:
-        kafka.send(prod, topic, value)
-    prod.flush(60)
-    return len(records) + len(extra_values)
+    return kafka.produce(bootstrap, topic, [*records, *extra_values], AvroSerializer(schema), key_field).sent
 
 
 def run_demo(port: int, keep_broker: bool, console: Console, out: Console, transactions: int = 20000,
              flows: int = 3000) -> dict[str, list[dict]]:
-    from jobs import kafka, pipeline, stack
-    from jobs.testing import workload
-    from jobs.kafka import read_topic
-    from jobs.config import load
-
     bootstrap = f"127.0.0.1:{port}"
     started = False
     if not stack.status(port).running:
@@ -81,10 +71,10 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         results: dict[str, list[dict]] = {}
         for cfg in cfgs:
             console.print(f"running job [bold]{cfg.job}[/bold] (bounded, flush at end) …")
-            summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=_progress(console))
+            summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=progress.printer(console, "  "))
             out.print(pipeline.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
             for topic in cfg.result_topics():
-                results[topic] = read_topic(bootstrap, topic)
+                results[topic] = kafka.read_topic(bootstrap, topic)
         _report(results, out)
         _plots(results, work, out)
         return results
@@ -94,18 +84,6 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         if started and not keep_broker:
             stack.down(port)
             console.print("embedded broker stopped")
-
-
-def _progress(console: Console):
-    from jobs import pipeline
-
-    warned: set[str] = set()
-
-    def show(p: dict, counters: dict):
-        console.print("  " + pipeline.progress_line(p, counters), soft_wrap=True, highlight=False)
-        for warning in pipeline.late_warnings(counters, warned):
-            console.print(f"  [yellow]{warning}[/yellow]", soft_wrap=True, highlight=False)
-    return show
 
 
 def _report(results: dict[str, list[dict]], out: Console) -> None:
@@ -143,8 +121,6 @@ def _short(rec: dict) -> str:
 
 
 def _plots(results: dict[str, list[dict]], work: Path, out: Console) -> None:
-    from jobs.plot import plot_bins, plot_counts
-
     if results.get("counts"):
         out.print(f"plot: {plot_counts(results['counts'], str(work / 'counts.png'))}")
     bins = (results.get("bins-updated") or []) + (results.get("bins-final") or [])

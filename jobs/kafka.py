@@ -1,24 +1,29 @@
 """Kafka clients (confluent-kafka) configured from one place: admin, producer, consumer.
 
 ``client_config`` is the pass-through of librdkafka settings from the job configuration
-(``kafka.client``), so SASL/TLS work without code changes. tansu quirks handled here:
+(``kafka.client``), so SASL/TLS work without code changes. Records go in through :func:`produce`
+and come out through :func:`read_topic` (all of a topic) or :func:`follow_topic` (as they
+arrive). tansu quirks handled here:
 JoinGroup is slow (we ``assign()`` partitions instead of subscribing), and the reported high
 watermark lags the last producer batch (see :func:`true_end_offset`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobs.config import SECRET_KEYS, check_topic_name  # noqa: F401 - re-exported: configuration facts
 from jobs.serde import AvroDeserializer, registry_client
-from operators.errors import StackError
+from operators.errors import CtiflowError, StackError
 
 
 def public_client(client: dict[str, str] | None) -> dict[str, str]:
@@ -70,6 +75,64 @@ def send(prod: Producer, topic: str, value: bytes, key: bytes | None = None, **k
             return
         except BufferError:
             prod.poll(0.1)
+
+
+#: :func:`produce` serves the producer's events and reports progress every this many records.
+PROGRESS_EVERY = 5000
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What :func:`produce` did with its records."""
+
+    sent: int  # given to the producer
+    rejected: int  # refused before sending (not JSON, or not valid for the serializer)
+    unflushed: int  # of the sent, still queued when the flush timed out: not known to be written
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | str | bytes],
+            serializer: Callable[[Mapping[str, Any]], bytes], key_field: str | None = None,
+            client: dict[str, str] | None = None, *,
+            on_rejected: Callable[[int, Exception], None] | None = None,
+            on_progress: Callable[[int], None] | None = None, flush_timeout: float = 60.0) -> Produced:
+    """Write ``records`` to ``topic`` in their order with one idempotent producer, then flush.
+
+    A record is a dict, its JSON text, or a value already encoded. A dict (or JSON text) is
+    encoded by ``serializer`` and keyed by its ``key_field`` (unkeyed when that is missing or
+    null); bytes are sent as they are, unkeyed (e.g. malformed records for a test). A blank text
+    is skipped, so the lines of a JSON-lines file can be passed as they are. A record that is not
+    JSON or that ``serializer`` refuses (``ValueError``, :class:`~operators.errors.CtiflowError`)
+    is passed to ``on_rejected(position, error)`` (1-based position in ``records``: the line
+    number of a file) and skipped; without ``on_rejected`` the error is raised.
+    ``on_progress(sent)`` is called every :data:`PROGRESS_EVERY` records sent.
+    """
+    prod = producer(bootstrap, client)
+    sent = rejected = 0
+    for position, record in enumerate(records, 1):
+        key = None
+        if isinstance(record, bytes):
+            value = record
+        else:
+            if isinstance(record, str) and not record.strip():
+                continue
+            try:
+                record = json.loads(record) if isinstance(record, str) else record
+                value = serializer(record)
+            except (ValueError, CtiflowError) as exc:
+                if on_rejected is None:
+                    raise
+                rejected += 1
+                on_rejected(position, exc)
+                continue
+            if key_field and record.get(key_field) is not None:
+                key = str(record[key_field]).encode()
+        send(prod, topic, value, key)
+        sent += 1
+        if sent % PROGRESS_EVERY == 0:
+            prod.poll(0)
+            if on_progress is not None:
+                on_progress(sent)
+    return Produced(sent, rejected, prod.flush(flush_timeout))
 
 
 def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:
@@ -260,17 +323,43 @@ def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
     records = []
     cons = consumer(bootstrap, client)
-    for part in topic_partitions(bootstrap, topic, client):
-        end = true_end_offset(cons, topic, part, 0)
-        for msgs in read_range(cons, topic, part, low_offset(cons, topic, part), end):
-            for m in msgs:
-                try:
-                    rec = decode(m.value)
-                except Exception as exc:  # noqa: BLE001 - shown, not hidden
-                    rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
-                records.append(rec)
-                if max_records and len(records) >= max_records:
-                    cons.close()
-                    return records
-    cons.close()
+    try:
+        for part in topic_partitions(bootstrap, topic, client):
+            end = true_end_offset(cons, topic, part, 0)
+            # closed before the consumer: a range left early unassigns its partition first
+            with closing(read_range(cons, topic, part, low_offset(cons, topic, part), end)) as ranges:
+                for msgs in ranges:
+                    for m in msgs:
+                        try:
+                            rec = decode(m.value)
+                        except Exception as exc:  # noqa: BLE001 - shown, not hidden
+                            rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
+                        records.append(rec)
+                        if max_records and len(records) >= max_records:
+                            return records
+    finally:
+        cons.close()
     return records
+
+
+def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,
+                 max_records: int | None = None, registry_url: str | None = None) -> Iterator[dict]:
+    """A topic's records decoded as they arrive (any ctiflow schema, either framing), from the
+    beginning or only those written from now on, until ``max_records`` or for ever. A record
+    that does not decode raises :class:`~operators.errors.DecodeError`. The consumer is closed
+    when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
+    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
+    parts = topic_partitions(bootstrap, topic, client)
+    cons = consumer(bootstrap, client)
+    try:
+        start = {p: (0 if from_beginning else true_end_offset(cons, topic, p, 0)) for p in parts}
+        cons.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+        n = 0
+        while max_records is None or n < max_records:
+            msg = cons.poll(1.0)
+            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                continue
+            yield decode(msg.value())
+            n += 1
+    finally:
+        cons.close()

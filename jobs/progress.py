@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from operators.events import CTI_INFINITY, CTI_NONE
@@ -97,3 +98,16 @@ def late_warnings(counters: dict, already: set[str]) -> list[str]:
                        f"({late / received:.1%}) went to the late topic; if they were not really late, raise "
                        f"the stream's cti.delay (or its idle_timeout, if that partition was idle)")
     return out
+
+
+def printer(console, indent: str = "") -> Callable[[dict, dict], None]:
+    """An ``on_progress`` callback for :func:`jobs.pipeline.run`: prints each micro-batch's
+    :func:`progress_line` and, once each, its :func:`late_warnings` (in yellow) to ``console``
+    (a :class:`rich.console.Console`), every line after ``indent``."""
+    warned: set[str] = set()
+
+    def show(progress: dict, counters: dict) -> None:
+        console.print(indent + progress_line(progress, counters), soft_wrap=True, highlight=False)
+        for warning in late_warnings(counters, warned):
+            console.print(f"{indent}[yellow]{warning}[/yellow]", soft_wrap=True, highlight=False)
+    return show

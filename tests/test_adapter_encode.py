@@ -3,10 +3,10 @@ those bytes carry the result topic's schema; otherwise it encodes the record aga
 
 import pytest
 
-from jobs.testing import workload
 from jobs.config import parse
 from jobs.runtime import Counters, plan as make_plan
 from jobs.serde import AvroDeserializer, AvroSerializer
+from jobs.testing import workload
 from operators.operator import Output
 
 

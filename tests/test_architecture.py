@@ -1,11 +1,13 @@
-"""Dependencies point one way: ``operators`` ← the ``jobs`` data path ← tools ← CLI, bench, tests.
+"""Dependencies point one way: ``operators`` ← the ``jobs`` data path ← references and tools
+(``jobs.testing``) ← CLI, bench, tests.
 
 Every module's imports are read from its source (module level *and* inside functions, so a
 function-local import cannot hide a cycle), resolved to this project's modules, and checked:
 
 * no import cycle between modules (a package's ``__init__`` counts as a module);
 * ``operators`` imports nothing of ``jobs``, ``bench``, ``pyspark`` or ``confluent_kafka``;
-* nothing but the CLI itself (and the bench entry point it dispatches to) imports the CLI.
+* no module of the data path reaches ``jobs.testing``, the CLI or ``bench``, even indirectly;
+* nothing outside the CLI package (``jobs.cli`` and its modules) imports the CLI.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("operators", "jobs", "bench")
+#: The Spark data path, in the order data flows; what a running job imports.
+DATA_PATH = ("jobs.config", "jobs.kafka", "jobs.serde", "jobs.source", "jobs.rows", "jobs.runtime",
+             "jobs.adapter", "jobs.sink", "jobs.checkpoint", "jobs.progress", "jobs.pipeline", "jobs.stack")
 
 
 def module_name(path: Path) -> str:
@@ -127,6 +132,29 @@ def test_only_the_cli_imports_the_cli():
     cli = {m for m in modules() if m == "jobs.cli" or m.startswith("jobs.cli.")}
     users = {name for name, deps in graph().items() if deps & cli and name not in cli}
     assert users == set()
+
+
+def reachable(g: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in g.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_the_data_path_reaches_no_reference_tool_or_cli():
+    """A running job imports no oracle, workload, conformance replay, CLI or benchmark: they
+    depend on the data path, never the other way round."""
+    g = graph()
+    tools = ("jobs.testing", "jobs.cli", "bench", "jobs.oracle", "jobs.workload", "jobs.conformance")
+    assert set(DATA_PATH) <= set(g), sorted(set(DATA_PATH) - set(g))
+    bad = {name: sorted(d for d in reachable(g, name) if any(d == t or d.startswith(t + ".") for t in tools))
+           for name in DATA_PATH}
+    assert {name: deps for name, deps in bad.items() if deps} == {}
 
 
 def test_the_config_model_is_a_leaf_of_the_jobs():

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from bench import BENCHES
 from jobs.cli import app
+from jobs.cli.bench import Benchmark
+from jobs.cli.records import Framing
+from jobs.serde import FRAMINGS
 
 runner = CliRunner()
 
@@ -22,6 +26,16 @@ def test_every_subcommand_has_help(cmd):
     assert "Usage" in result.output
 
 
+def test_closed_choices_are_the_librarys():
+    assert [f.value for f in Framing] == list(FRAMINGS)
+    assert {b.value for b in Benchmark} == {*BENCHES, "all"}
+
+
+def test_an_unknown_choice_is_refused_with_the_valid_ones():
+    result = runner.invoke(app, ["bench", "nope"])
+    assert result.exit_code == 2 and "'nope' is not one of" in result.output and "'reliability'" in result.output
+
+
 def _refused(tmp_path, job_yaml: str) -> str:
     """``ctiflow run`` on this job file: it must fail (before Spark); the error's message."""
     path = tmp_path / "job.yaml"
@@ -36,6 +50,14 @@ def test_a_bad_job_file_fails_with_the_field_and_the_fix(tmp_path):
                        " time_field: event_time, cti: {policy: dropp}}\noperators:\n  - {kind: passthrough, output: o}\n")
     assert "sources.0.topic" in message and "valid Kafka topic name" in message
     assert "sources.0.cti.policy" in message and "'drop' or 'adjust'" in message
+
+
+def test_drain_refuses_a_bad_job_file_as_run_does(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("job: x\nsources: []\noperators: []\n")
+    drained, ran = runner.invoke(app, ["drain", str(path)]), runner.invoke(app, ["run", str(path)])
+    assert drained.exit_code != 0 and "sources" in str(drained.exception)
+    assert str(drained.exception) == str(ran.exception)
 
 
 def test_an_unknown_schema_name_is_refused_before_spark(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobs.config import parse
 from jobs.testing import oracle
 from jobs.testing.oracle import ADJUSTED, ADMITTED, LATE, OracleEvent
 from operators.errors import ConfigError
@@ -340,6 +341,24 @@ def test_dropped_events_go_wholly_late():
     assert [(c.index, f, m) for c, f, m in oracle.late_shares(checked, 10, measures=("x",))] == [
         (1, Fraction(1), {"x": 4})]
 
+
+
+def test_exact_counts_recount_the_input_topic_at_each_count_record():
+    cfg = parse({"job": "j",
+                 "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
+                              "time_field": "event_time"}],
+                 "operators": [{"kind": "count", "name": "big", "window": {"events": 2},
+                                "predicate": "amount > 100", "output": "counts"}]})
+    inputs = {"tx": [{"account": "a", "event_time": 1000, "amount": 50},
+                     {"account": "b", "event_time": 1500, "amount": 500},
+                     {"account": "a", "event_time": 2000, "amount": 200},
+                     {"_undecodable": "bad", "_bytes": ""},
+                     {"account": None, "event_time": 2500, "amount": 900},
+                     {"account": "a", "event_time": 3000, "amount": 300}]}
+    records = [{"counter": "big", "key": "a", "time": 1000}, {"counter": "big", "key": "a", "time": 3000},
+               {"counter": "big", "key": "b", "time": 3000}, {"counter": "other", "key": "a", "time": 3000}]
+    exact = oracle.exact_counts(cfg, records, inputs.__getitem__)
+    assert exact == {("big", "a"): [(1000, 0), (3000, 2)], ("big", "b"): [(3000, 1)]}
 
 @st.composite
 def intervals(draw):

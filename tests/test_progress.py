@@ -1,8 +1,10 @@
-"""Progress lines of a running job: the records a micro-batch read, from its source offsets."""
+"""Progress lines of a running job: the records a micro-batch read, from its source offsets; warnings once."""
 
 import json
 
-from jobs.progress import progress_line, records_read
+from rich.console import Console
+
+from jobs.progress import printer, progress_line, records_read
 
 
 def batch(start, end) -> dict:
@@ -20,3 +22,13 @@ def test_records_read_counts_partitions_only_not_the_idle_and_flushed_markers():
 
 def test_records_read_is_none_for_a_first_batch():
     assert records_read({"sources": [{"startOffset": None, "endOffset": json.dumps({"0": 3})}]}) is None
+
+
+def test_the_printer_prints_each_batch_and_each_late_warning_once():
+    console = Console(record=True, width=400)
+    show = printer(console, indent="  ")
+    late = {"late@tx/0": 50, "received@tx/0": 100}
+    show(batch({"0": 0}, {"0": 100}), {"received": 100, **late})
+    show(batch({"0": 100}, {"0": 200}), {"received": 200, **late})
+    lines = console.export_text().splitlines()
+    assert [line[:12] for line in lines] == ["  batch    5", "  warning: s", "  batch    5"]

@@ -11,9 +11,9 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.testing import oracle
 from jobs.config import parse
 from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.testing import oracle
 from operators.time import CTI_INFINITY, CTI_NONE, Event, PartitionCtis, combined_cti
 
 DELAY = 50

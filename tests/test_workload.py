@@ -11,8 +11,8 @@ import fastavro
 import pytest
 from fastavro.validation import validate_many
 
-from jobs.testing import oracle, workload
 from jobs.serde import AvroDeserializer, default_store
+from jobs.testing import oracle, workload
 from operators.errors import ConfigError, DecodeError
 
 N = 3000

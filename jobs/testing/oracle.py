@@ -35,6 +35,7 @@ records into such objects.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +43,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from jobs.config import CountOp, JobConfig
+from operators.cep.expression import compile_expression
 from operators.errors import ConfigError, invalid_choice
 
 ADMITTED, ADJUSTED, LATE = "admitted", "adjusted", "late"
@@ -266,6 +269,41 @@ def count_at(events: Iterable[Checked], key: str, time: int, window_kind: str, w
     else:
         raise invalid_choice("window_kind", window_kind, ("events", "time"))
     return sum(_weight(c, predicate, value_field) for c in inside)
+
+
+def exact_counts(cfg: JobConfig, records: Iterable[Mapping[str, Any]],
+                 read_topic: Callable[[str], list[dict]]) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """Exact counts at the time of every count record in ``records`` (a job's count results):
+    ``(counter, key) → [(time, exact count)]``, the reference line of ``ctiflow plot counts``.
+
+    The input is what the job read, as ``read_topic(topic)`` returns it (decoded records, see
+    :func:`jobs.kafka.read_topic`): the fast stream's topic, or the enriched topic when the job
+    writes one (predicates may use the reference version). Every decodable record with a key and
+    an integer time counts, late ones included; the CTI is not modelled (delay 0, one batch)."""
+    src = cfg.source(cfg.reference.fast) if cfg.reference else cfg.sources[0]
+    if cfg.reference is not None and cfg.reference.output:
+        inputs = [{**json.loads(r["event_json"]), "reference": json.loads(r["reference_json"] or "null")}
+                  for r in read_topic(cfg.reference.output) if "_undecodable" not in r]
+    else:
+        inputs = read_topic(src.topic)
+    inputs = [r for r in inputs if "_undecodable" not in r
+              and r.get(src.key_field) is not None and isinstance(r.get(src.time_field), int)]
+    checked = check(to_events(inputs, src.key_field, src.time_field), 0)
+    by_key: dict[str, list[Checked]] = defaultdict(list)
+    for c in checked:
+        by_key[c.key].append(c)
+    exact: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    ops = {op.name: op for op in cfg.operators if isinstance(op, CountOp)}
+    for r in records:
+        op = ops.get(r.get("counter"))
+        if op is None:
+            continue
+        kind, window = ("events", op.window.events) if op.window.events else ("time", op.window.time)
+        predicate = compile_expression(op.predicate) if op.predicate else None
+        pool = checked if not op.per_key else by_key.get(r["key"], [])
+        exact[(r["counter"], r["key"])].append(
+            (r["time"], count_at(pool, r["key"], r["time"], kind, window, predicate, op.per_key, op.value_field)))
+    return exact
 
 
 # ---------------------------------------------------------------------------------------------

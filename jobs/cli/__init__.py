@@ -1,0 +1,49 @@
+"""``ctiflow``: the command line for everything a user does with the platform.
+
+One module per group of commands, each command thin: it parses its parameters, calls the
+library (:mod:`jobs.stack`, :mod:`jobs.kafka`, :mod:`jobs.pipeline`, …) and prints. The root
+:data:`app` lists them in the order of the help; :func:`main` is the ``ctiflow`` entry point.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import typer
+
+from jobs.cli import bench, conformance, demo, plot, records, run, schemas, stack, topics
+from jobs.cli.consoles import console
+from jobs.kafka import env_credentials, read_topic, redact  # noqa: F401 - read_topic re-exported
+from operators.errors import CtiflowError
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False,
+    help="Avro-typed Kafka topics → PySpark Structured Streaming with CTIs: counts, matches, bins.")
+app.add_typer(stack.app)
+app.add_typer(records.app)
+app.add_typer(run.app)
+app.add_typer(demo.app)
+app.add_typer(bench.app)
+app.add_typer(topics.app, name="topics")
+app.add_typer(schemas.app, name="schemas")
+app.add_typer(plot.app, name="plot")
+app.add_typer(conformance.app, name="conformance")
+app.add_typer(stack.users_app, name="users")
+
+
+def _interrupt(_signum, _frame):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    """Entry point: one clear line for our errors, everything started is stopped on Ctrl-C."""
+    signal.signal(signal.SIGTERM, _interrupt)  # `docker compose stop`, `kill`: as Ctrl-C
+    try:
+        app()
+    except CtiflowError as exc:
+        console.print(f"[red]error:[/red] {redact(str(exc), env_credentials())}")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("interrupted; stopped what this command started")
+        sys.exit(130)

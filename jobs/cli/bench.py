@@ -1,0 +1,35 @@
+"""``ctiflow bench``: the benchmarks of :mod:`bench`."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from bench import run_benchmarks
+
+app = typer.Typer()
+
+
+class Benchmark(str, Enum):
+    """What ``ctiflow bench`` runs: one of :data:`bench.BENCHES`, or all of them."""
+
+    ADAPTER = "adapter"
+    SOURCE = "source"
+    COUNT = "count"
+    BINS = "bins"
+    MATCH = "match"
+    RELIABILITY = "reliability"
+    ALL = "all"
+
+
+@app.command()
+def bench(which: Annotated[Benchmark, typer.Argument(help="the benchmark to run, or all")] = Benchmark.ALL,
+          events: Annotated[Optional[int], typer.Option(help="events per run (default per benchmark)")] = None,
+          trigger: Annotated[Optional[int], typer.Option(
+              min=1000, help="events per micro-batch for every Spark variant of adapter and bins "
+                             "(default: 200000 and 50000)")] = None):
+    """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
+    run_benchmarks(which.value, events=events, out=Console(width=200), trigger=trigger)

@@ -1,0 +1,45 @@
+"""``ctiflow plot counts | bins``: result topics as PNG (:mod:`jobs.plot`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from jobs.cli.consoles import out
+from jobs.cli.parameters import Bootstrap, bootstrap_servers
+from jobs.config import load
+from jobs.kafka import read_topic
+from jobs.testing.oracle import exact_counts
+
+app = typer.Typer(no_args_is_help=True, help="Render count or bin result topics as PNG.")
+
+
+@app.command("counts")
+def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
+           out_png: Annotated[Path, typer.Option("--out")] = Path("counts.png"),
+           config: Annotated[Optional[Path], typer.Option(
+               "--config", "-c", help="the job's YAML: also draw the exact count from its input topic",
+           )] = None,
+           bootstrap: Bootstrap = None):
+    """Estimate with its guaranteed bounds over application time (and the exact count with --config)."""
+    from jobs.plot import plot_counts  # here: matplotlib is slow to import
+
+    bs = bootstrap_servers(bootstrap)
+    records = read_topic(bs, topic)
+    exact = exact_counts(load(config), records, lambda name: read_topic(bs, name)) if config else None
+    out.print(f"wrote {plot_counts(records, str(out_png), exact=exact)} from {len(records)} records")
+
+
+@app.command("bins")
+def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
+         final_topic: Annotated[Optional[str], typer.Option("--final-topic")] = None,
+         out_png: Annotated[Path, typer.Option("--out")] = Path("bins.png"),
+         bootstrap: Bootstrap = None):
+    """Bins per key over time; updated revisions converge on the final value."""
+    from jobs.plot import plot_bins  # here: matplotlib is slow to import
+
+    bs = bootstrap_servers(bootstrap)
+    records = read_topic(bs, topic) + (read_topic(bs, final_topic) if final_topic else [])
+    out.print(f"wrote {plot_bins(records, str(out_png))} from {len(records)} records")

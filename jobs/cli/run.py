@@ -1,0 +1,53 @@
+"""``ctiflow run`` and ``ctiflow drain``: a job described by a YAML file, on Spark."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from jobs import progress
+from jobs.cli.consoles import console, out
+from jobs.config import load
+
+app = typer.Typer()
+
+JobFile = Annotated[Path, typer.Argument(help="job YAML")]
+
+
+@app.command()
+def run(config: JobFile,
+        until_end: Annotated[bool, typer.Option(
+            "--until-end", help="bounded: process what is there, flush (final CTI +∞), stop")] = False,
+        timeout: Annotated[Optional[float], typer.Option(help="stop after this many seconds")] = None,
+        as_json: Annotated[bool, typer.Option(
+            "--json", help="print the run's summary as one JSON object on stdout")] = False):
+    """Run a job (Spark Structured Streaming) described by a YAML file."""
+    # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
+    from jobs import pipeline
+    from jobs.runtime import plan
+
+    cfg = load(config)
+    plan(cfg)  # builds every operator once: pattern/predicate errors surface before Spark starts
+    summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout)
+    stopped_by = signal.Signals(summary.stopped_by).name if summary.stopped_by else None
+    if as_json:
+        print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
+                          "seconds": round(summary.seconds, 3), "cti": summary.cti,
+                          "counters": summary.counters, "stopped_by": stopped_by}))
+        raise typer.Exit(128 + summary.stopped_by if summary.stopped_by else 0)
+    out.print(progress.summary_line(cfg.job, summary), highlight=False)
+    if summary.stopped_by:
+        console.print(f"stopped on {stopped_by}; the next run continues from the checkpoint", highlight=False)
+        raise typer.Exit(128 + summary.stopped_by)
+
+
+@app.command()
+def drain(config: JobFile):
+    """Process everything left and flush all operator state (final CTI at +∞), then stop.
+
+    Stop the running job first; ``drain`` continues from its checkpoint."""
+    run(config, until_end=True)

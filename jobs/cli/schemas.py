@@ -1,0 +1,45 @@
+"""``ctiflow schemas list | register``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from jobs.cli.consoles import out
+from jobs.cli.parameters import Registry
+from jobs.config import load
+from jobs.serde import default_store, registry_client
+from operators.errors import CtiflowError
+
+app = typer.Typer(no_args_is_help=True, help="Avro schemas: list, register in a Schema Registry.")
+
+
+@app.command("list")
+def list_():
+    """The Avro schemas in schemas/ with their CRC-64-AVRO fingerprints."""
+    store = default_store()
+    table = Table("schema", "fingerprint (single-object)")
+    for name in store.names():
+        table.add_row(name, store.get(name).fingerprint.hex())
+    out.print(table)
+
+
+@app.command("register")
+def register(config: Annotated[Path, typer.Option("--config", "-c", help="the job's YAML")],
+             registry: Registry = None):
+    """Register every schema a job uses (subject ``<topic>-value``) in the Schema Registry."""
+    from confluent_kafka.schema_registry import Schema  # here: the registry client (httpx) is slow to import
+
+    cfg = load(config)
+    url = registry or cfg.kafka.schema_registry.url
+    if not url:
+        raise CtiflowError("no Schema Registry configured: "
+                           "set kafka.schema_registry.url or CTIFLOW_SCHEMA_REGISTRY_URL")
+    client = registry_client(url, cfg.kafka.schema_registry.config)
+    topics = {s.topic: s.schema_name for s in cfg.sources} | cfg.result_topics()
+    for topic, schema in topics.items():
+        schema_id = client.register_schema(f"{topic}-value", Schema(default_store().get(schema).text, "AVRO"))
+        out.print(f"{topic}-value → {schema} (id {schema_id})")
