@@ -172,9 +172,9 @@ class Cti(Strict):
     """StreamInsight AdvanceTimeSettings for one input stream. Each Kafka partition's CTI is its
     largest start − ``delay``; the stream's CTI is the minimum over its non-idle partitions."""
 
-    delay: Duration = 0
+    delay: Duration = Field(0, description="how far behind its partition's newest event an event may arrive, e.g. '5m'")
     frequency: Frequency = Frequency()
-    flush_at_end: bool = True
+    flush_at_end: bool = Field(True, description="a bounded run ends with the final CTI (+∞): every result final")
     policy: ViolationPolicy = Field(ViolationPolicy.DROP, description=(
         "an event behind the CTI: drop (to the late topic), or adjust (an interval is clipped to the CTI)"))
     import_from: str | None = Field(None, description="refused: use reference.sync: import")

@@ -15,7 +15,7 @@ runner = CliRunner()
 
 COMMANDS = [[], ["up"], ["down"], ["status"], ["doctor"], ["produce"], ["consume"], ["run"], ["drain"], ["demo"],
             ["demo-data"], ["bench"], ["topics"], ["topics", "create"], ["topics", "list"], ["schemas"],
-            ["schemas", "list"], ["schemas", "register"], ["plot"], ["plot", "counts"], ["plot", "bins"],
+            ["schemas", "list"], ["schemas", "register"], ["schemas", "job"], ["plot"], ["plot", "counts"], ["plot", "bins"],
             ["conformance"], ["conformance", "cep"], ["users"], ["users", "create"]]
 
 
@@ -78,3 +78,21 @@ def test_a_bad_pattern_names_the_stage(tmp_path):
                        "time_field: event_time}\noperators:\n  - kind: match\n    name: m\n    output: o\n"
                        "    pattern:\n      stages:\n        - {name: a, where: 'amount >'}\n")
     assert "a" in message and "amount >" in message
+
+
+def test_the_job_schema_documents_the_yaml_with_choices_and_overrides():
+    import json
+
+    result = runner.invoke(app, ["schemas", "job"])
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.output)
+    defs = schema["$defs"]
+    assert defs["Kafka"]["properties"]["bootstrap_servers"]["env"] == "CTIFLOW_BOOTSTRAP"
+    assert defs["Spark"]["properties"]["checkpoint"]["env"] == "CTIFLOW_CHECKPOINT"
+    assert set(defs["ViolationPolicy"]["enum"]) == {"drop", "adjust"}  # the operators' enum
+    assert "schema" in defs["Source"]["properties"]  # the YAML's name, not the attribute's
+    undocumented = [f"{model}.{name}" for model, d in defs.items() for name, p in d.get("properties", {}).items()
+                    if "description" not in p and "$ref" not in p and "allOf" not in p
+                    and name not in ("kind", "name", "output", "topic", "job", "late", "partitions")]
+    assert undocumented == [], undocumented
+    assert "sasl_password" in defs["Kafka"]["properties"] and "password" not in json.dumps(schema.get("default", {}))

@@ -25,7 +25,9 @@ def run(config: JobFile,
         timeout: Annotated[Optional[float], typer.Option(help="stop after this many seconds")] = None,
         as_json: Annotated[bool, typer.Option(
             "--json", help="print the run's summary as one JSON object on stdout")] = False):
-    """Run a job (Spark Structured Streaming) described by a YAML file."""
+    """Run a job (Spark Structured Streaming) described by a YAML file.
+
+    The YAML's fields: `ctiflow schemas job` (JSON schema, every field described) and examples/."""
     # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
     from jobs import pipeline
     from jobs.runtime import plan

@@ -1,7 +1,8 @@
-"""``ctiflow schemas list | register``."""
+"""``ctiflow schemas list | register | job``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,11 +11,11 @@ from rich.table import Table
 
 from jobs.cli.consoles import out
 from jobs.cli.parameters import Registry
-from jobs.config import load
+from jobs.config import JobConfig, load
 from jobs.serde import default_store, registry_client
 from operators.errors import CtiflowError
 
-app = typer.Typer(no_args_is_help=True, help="Avro schemas: list, register in a Schema Registry.")
+app = typer.Typer(no_args_is_help=True, help="Avro schemas: list, register in a Schema Registry; the job YAML's JSON schema.")
 
 
 @app.command("list")
@@ -43,3 +44,10 @@ def register(config: Annotated[Path, typer.Option("--config", "-c", help="the jo
     for topic, schema in topics.items():
         schema_id = client.register_schema(f"{topic}-value", Schema(default_store().get(schema).text, "AVRO"))
         out.print(f"{topic}-value → {schema} (id {schema_id})")
+
+
+@app.command("job")
+def job():
+    """The job YAML's JSON schema: every field, its type, default, choices, description and the
+    ``CTIFLOW_*`` variable that overrides it (``env``). Editors validate YAML against it."""
+    print(json.dumps(JobConfig.model_json_schema(by_alias=True), indent=2))
