@@ -24,6 +24,22 @@ from jobs.progress import merge_metrics
 from operators.errors import ConfigError
 
 
+def check_key_groups(groups: int, checkpoint: Path) -> dict | None:
+    """The key groups a checkpoint was written with (None: a new checkpoint); a different count
+    is refused, before Spark starts: each group's state is stored under its group, so a new
+    count would silently lose or misplace state."""
+    path = checkpoint / "ctiflow-groups.json"
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    if saved["key_groups"] != groups:
+        raise ConfigError(f"spark.key_groups is {groups}, but the checkpoint {checkpoint} was written with "
+                          f"{saved['key_groups']} key groups (each group's state is stored under its group; "
+                          f"spark.key_groups defaults to spark.shuffle_partitions): set spark.key_groups to "
+                          f"{saved['key_groups']}, or start from a new checkpoint (spark.checkpoint)")
+    return saved
+
+
 def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -> list[int]:
     """The value each key group carries into Spark's shuffle, chosen so the groups spread
     evenly over the stateful stage's partitions. Spark places a row by
@@ -34,12 +50,8 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
     Labels name the state, so they are kept with the checkpoint and reused on restart (Spark
     keeps a checkpoint's partition count too); a changed ``key_groups`` is refused."""
     path = checkpoint / "ctiflow-groups.json" if checkpoint else None
-    if path is not None and path.exists():
-        saved = json.loads(path.read_text())
-        if saved["key_groups"] != groups:
-            raise ConfigError(f"spark.key_groups is {groups}, but the checkpoint {checkpoint} was written with "
-                              f"{saved['key_groups']} key groups (each group's state is stored under its group): "
-                              f"set spark.key_groups back to {saved['key_groups']}, or use a new checkpoint")
+    saved = check_key_groups(groups, checkpoint) if checkpoint else None
+    if saved is not None:
         return saved["labels"]
     if checkpoint is not None and any((checkpoint / "commits").glob("[0-9]*")):
         labels = list(range(groups))  # committed before labels existed: state is under 0..G-1

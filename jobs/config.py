@@ -397,8 +397,12 @@ class Spark(Strict):
     """Where and how the job runs in Spark."""
 
     master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster", **env("CTIFLOW_SPARK_MASTER"))
-    shuffle_partitions: int = Field(2, ge=1, le=10000, description="tasks of the stateful stage")
-    key_groups: int = Field(8, ge=1, le=4096, description="hash(key) mod G: all keys of a group in one call")
+    shuffle_partitions: int = Field(2, ge=1, le=10000, description=(
+        "tasks of the stateful stage: size it to the cluster's cores for the job (fixed for a checkpoint)"))
+    key_groups: int | None = Field(None, ge=1, le=4096, description=(
+        "crc32(key) mod G: the keys of a group are processed in one call and stored together; default: "
+        "shuffle_partitions (one group per task of the stateful stage). More groups than partitions only "
+        "spread work more evenly; fewer leave tasks idle. Fixed for a checkpoint (a change is refused)"))
     trigger: str = Field("1s", description="processing-time interval, or 'available_now' for a bounded run")
     checkpoint: str | None = Field(None, description="checkpoint directory (default: $CTIFLOW_HOME/checkpoints/<job>); "
                                    "shared by every executor in a cluster", **env("CTIFLOW_CHECKPOINT"))
@@ -492,7 +496,9 @@ class JobConfig(Strict):
     def key_groups(self) -> int:
         """Key groups actually used: 1 when an operator is global (it must see every event),
         else ``spark.key_groups``."""
-        return 1 if any(op.needs_every_key for op in self.operators) else self.spark.key_groups
+        if any(op.needs_every_key for op in self.operators):
+            return 1
+        return self.spark.key_groups or self.spark.shuffle_partitions
 
     @property
     def passes_records(self) -> bool:

@@ -214,3 +214,28 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
     rt.offer_many([Event("a", 1, 1, {"amount": 1.0}, 0, 0, "s")])
     with pytest.raises(TypeError):
         rt.advance(CTI_INFINITY)
+
+
+def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_higher():
+    from jobs.config import parse
+
+    def cfg(spark: dict, per_key: bool = True):
+        return parse({"job": "g", "sources": [{"name": "tx", "topic": "tx", "schema": "transaction",
+                                               "key_field": "account", "time_field": "event_time"}],
+                      "operators": [{"kind": "count", "name": "c", "window": {"events": 10}, "per_key": per_key,
+                                     "output": "c"}], "spark": spark})
+
+    assert cfg({"shuffle_partitions": 6}).key_groups == 6
+    assert cfg({}).key_groups == 2  # the default shuffle_partitions
+    assert cfg({"shuffle_partitions": 6, "key_groups": 24}).key_groups == 24
+    assert cfg({"shuffle_partitions": 6}, per_key=False).key_groups == 1  # a global count sees every event
+
+
+def test_a_changed_count_is_refused_by_the_check_run_makes_before_spark(tmp_path):
+    from jobs.checkpoint import check_key_groups
+
+    assert check_key_groups(6, tmp_path) is None  # a new checkpoint
+    group_labels(6, 6, tmp_path)
+    assert check_key_groups(6, tmp_path)["key_groups"] == 6
+    with pytest.raises(ConfigError, match=r"spark.key_groups is 2.*written with 6.*set spark.key_groups to 6"):
+        check_key_groups(2, tmp_path)
