@@ -95,8 +95,10 @@ class OperatorProcessor(StatefulProcessor):
         # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
         out = runtime.offer_many(got.events)
         out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
-        self.state.update((runtime.snapshot(),))
+        blob = runtime.snapshot()
+        self.state.update((blob,))
         runtime.counters.cti = runtime.cti
+        runtime.counters.state_bytes = len(blob)
         yield from self._encode(out, dead, runtime.counters)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import mmh3
 
 from jobs.config import JobConfig
-from jobs.progress import merge_metrics
+from jobs.progress import GAUGES, merge_metrics
 from operators.errors import ConfigError
 
 
@@ -110,8 +110,11 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
             if batches is None or rec["batch"] in batches:
                 last[rec["batch"]] = rec
     totals: dict[str, int] = {}
-    for rec in last.values():
-        merge_metrics(totals, {k: v for k, v in rec.items() if k not in ("batch", "time")})
+    for batch in sorted(last):
+        rec = {k: v for k, v in last[batch].items() if k not in ("batch", "time")}
+        for gauge in GAUGES & set(rec):
+            totals[gauge] = rec.pop(gauge)  # the state after the latest batch, not a sum over batches
+        merge_metrics(totals, rec)
     return totals
 
 

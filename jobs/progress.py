@@ -21,8 +21,14 @@ class RunSummary:
     stopped_by: int | None = None  # the signal (SIGINT/SIGTERM) that stopped an unbounded run
 
 
+#: Counters that describe the job's state after a micro-batch, not work done in it: summed over
+#: key groups within a batch, and over batches the last batch's value is the job's.
+GAUGES = frozenset({"state_bytes"})
+
+
 def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
-    """Counters add up; ``cti`` (the same in every key group) is a maximum."""
+    """Counters add up (within a batch, also :data:`GAUGES`); ``cti`` (the same in every key
+    group) is a maximum."""
     for name, n in more.items():
         if name == "cti":
             totals[name] = max(totals.get(name, n), n)
@@ -65,7 +71,8 @@ def progress_line(p: dict, counters: dict) -> str:
     return (f"batch {p['batchId']:>4}  records {'-' if records is None else records:>7}  {rate} records/s  "
             f"CTI {format_cti(counters.get('cti'))}  in {counters.get('received', 0)} "
             f"released {counters.get('released', 0)} late {counters.get('late', 0)} "
-            f"dead-letter {counters.get('dead_letter', 0)} out {counters.get('written', 0)}")
+            f"dead-letter {counters.get('dead_letter', 0)} out {counters.get('written', 0)}  "
+            f"state {counters.get('state_bytes', 0) / 2**20:.1f} MiB")
 
 
 def summary_line(job: str, summary: "RunSummary") -> str:

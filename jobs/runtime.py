@@ -121,6 +121,7 @@ class Counters:
     refused: int = 0       # released events an operator refused (written to the dead-letter topic too)
     outputs: int = 0
     cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
+    state_bytes: int = 0   # the group's state after the call (a gauge: summed over groups, the last batch's kept)
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
     def count(self, stream: str, partition: int, late: bool) -> None:

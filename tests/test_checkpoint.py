@@ -45,6 +45,21 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
     assert read_counters(path, {1}) == {"received": 7, "late": 0}
 
 
+def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
+    from jobs.pipeline import read_counters
+    from jobs.progress import merge_metrics
+
+    per_group = {}
+    for group_state in (300, 200):  # two key groups' counters in one batch add up
+        merge_metrics(per_group, {"received": 1, "state_bytes": group_state})
+    assert per_group == {"received": 2, "state_bytes": 500}
+    path = tmp_path / "p.jsonl"
+    lines = [{"batch": 1, "time": 2.0, "received": 2, "state_bytes": 900},
+             {"batch": 0, "time": 1.0, "received": 2, "state_bytes": 500}]  # out of order on purpose
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    assert read_counters(path) == {"received": 4, "state_bytes": 900}
+
+
 def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_path):
     """Only the uncommitted operator state goes (Spark refuses to plan batch 0 over it); the
     logged offsets stay, so batch 0 is replayed over the same records, not re-planned."""
