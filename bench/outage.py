@@ -47,7 +47,7 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
 
     bootstrap = f"127.0.0.1:{port}"
     cfg = parse(spec, "outage job")
-    topics = {s.topic: s.partitions for s in cfg.sources} | {t: cfg.outputs.partitions for t in cfg.result_topics()}
+    topics = cfg.topics()
 
     def load(batches):
         from jobs.serde import AvroSerializer

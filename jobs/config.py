@@ -492,6 +492,10 @@ class JobConfig(Strict):
             topics[self.reference.output] = "enriched"
         return topics
 
+    def topics(self) -> dict[str, int]:
+        """Every topic the job reads or writes → the partitions ctiflow creates it with."""
+        return {s.topic: s.partitions for s in self.sources} | {t: self.outputs.partitions for t in self.result_topics()}
+
     @property
     def key_groups(self) -> int:
         """Key groups actually used: 1 when an operator is global (it must see every event),

@@ -50,8 +50,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         shutil.rmtree(work / "checkpoints", ignore_errors=True)
         topics = {}
         for cfg in cfgs:
-            topics.update({s.topic: s.partitions for s in cfg.sources})
-            topics.update({t: cfg.outputs.partitions for t in cfg.result_topics()})
+            topics.update(cfg.topics())
         kafka.delete_topics(bootstrap, [t for t in topics if t in kafka.list_topics(bootstrap)])
         kafka.create_topics(bootstrap, topics)
 

@@ -29,8 +29,7 @@ def create(names: Annotated[Optional[list[str]], typer.Argument(help="topic name
         cfg = load(config)
         bootstrap = bootstrap or cfg.kafka.bootstrap_servers
         client = cfg.kafka.client_config()
-        wanted.update({s.topic: s.partitions for s in cfg.sources})
-        wanted.update({t: cfg.outputs.partitions for t in cfg.result_topics()})
+        wanted.update(cfg.topics())
     if not wanted:
         raise typer.BadParameter("name at least one topic or give --config JOB.yaml")
     for n in wanted:
