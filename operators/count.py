@@ -13,8 +13,9 @@ Emission (``CountSettings.emit``):
 * ``per_cti`` — ``advance_to(cti)`` emits one record per key touched since the previous CTI,
   at time τ = cti − 1: the last application time the CTI has made final (events starting at
   ``cti`` itself may still come), so every emitted count is final. The final CTI
-  (``CTI_INFINITY``) emits the touched keys at the latest application time seen and then
-  drops all state, as nothing can follow it.
+  (``CTI_INFINITY``) emits each touched key at that key's latest event start (not the
+  operator's: which keys share an operator instance is the job's key grouping, and results must
+  not depend on it) and then drops all state, as nothing can follow it.
 
 An end edge (``event.edge_end``) closes an edge that was counted when it started; it is
 not counted again and yields no record.
@@ -168,8 +169,10 @@ class CountOperator:
         self._by_time = settings.window_kind == "time"
         self._per_event = settings.emit == "per_event"
         self._histograms: dict[str, ExponentialHistogram] = {}
-        #: keys touched since the last CTI, in first-touch order (a dict as an ordered set)
-        self._touched: dict[str, None] = {}
+        #: keys touched since the last CTI, in first-touch order → the key's latest start (None
+        #: after a restore: snapshots keep the keys only, and the runtime never snapshots between
+        #: an event and the CTI that follows it)
+        self._touched: dict[str, int | None] = {}
         #: latest application time the operator has reached (event starts, cti − 1)
         self._clock = NO_TIME
 
@@ -192,12 +195,14 @@ class CountOperator:
             self._clock = start
         if self._per_event:
             return [Output("count", self._record(key, h, start))]
-        self._touched[key] = None
+        last = self._touched.get(key)
+        if last is None or start > last:
+            self._touched[key] = start
         return []
 
     def advance_to(self, cti: int) -> list[Output]:
         if cti >= CTI_INFINITY:
-            out = self._emit_touched(self._clock)
+            out = self._emit_touched(None)
             self._histograms.clear()
             return out
         tau = cti - 1
@@ -330,13 +335,15 @@ class CountOperator:
             )
         return value
 
-    def _emit_touched(self, time: int) -> list[Output]:
+    def _emit_touched(self, at: int | None) -> list[Output]:
+        """A record per touched key at ``at``; ``None`` (the final CTI): at the key's latest start."""
         if self._per_event or not self._touched:
             self._touched.clear()
             return []
         out = []
         histograms = self._histograms
-        for key in self._touched:
+        for key, last in self._touched.items():
+            time = at if at is not None else (last if last is not None else self._clock)
             h = histograms[key]
             if self._by_time and time > h.now:
                 h.advance(time)
