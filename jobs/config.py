@@ -424,6 +424,24 @@ class Spark(Strict):
         return v
 
 
+class State(Strict):
+    """What the job keeps per key."""
+
+    ttl: Duration | None = Field(None, description=(
+        "drop a key's state once the CTI is this far past the key's latest event (application time, e.g. '7d'); "
+        "its next event starts afresh. The only bound on event-count windows (window.events) and on patterns "
+        "without within_ms; time windows, finished bins and idle patterns are dropped without it"))
+
+    _t = field_validator("ttl", mode="before")(lambda v: None if v is None else duration_ms(v))
+
+    @field_validator("ttl")
+    @classmethod
+    def _positive(cls, v):
+        if v is not None and v <= 0:
+            raise ValueError("state.ttl must be positive, e.g. '7d' (or leave it out: keys are kept)")
+        return v
+
+
 class Outputs(Strict):
     """The job's own topics, and the partitions of every result topic ctiflow creates."""
 
@@ -441,6 +459,7 @@ class JobConfig(Strict):
     reference: Reference | None = None
     operators: list[OperatorConfig] = Field(min_length=1)
     outputs: Outputs = Outputs()
+    state: State = State()
     spark: Spark = Spark()
 
     @model_validator(mode="after")

@@ -55,6 +55,8 @@ class Plan:
     delays: dict[str, int] = field(default_factory=dict)
     #: stream → its Kafka topic (dead letters name the topic, whichever stage refused the record)
     topics: dict[str, str] = field(default_factory=dict)
+    #: ``state.ttl`` (ms): a key's state goes once the CTI is this far past its latest event
+    ttl: int | None = None
 
     @property
     def handles_adjust(self) -> bool:
@@ -90,7 +92,7 @@ def plan(cfg: JobConfig) -> Plan:
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
                 enriched_topic=cfg.reference.output if cfg.reference else None,
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
-                topics={s.name: s.topic for s in cfg.sources})
+                topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl)
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:
@@ -120,6 +122,7 @@ class Counters:
     dead_letter: int = 0   # input records that could not be decoded or validated
     refused: int = 0       # released events an operator refused (written to the dead-letter topic too)
     outputs: int = 0
+    expired_keys: int = 0  # keys whose state the key TTL dropped
     cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
     state_bytes: int = 0   # the group's state after the call (a gauge: summed over groups, the last batch's kept)
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
@@ -170,9 +173,11 @@ class GroupRuntime:
             self.ops = [spec.build() for spec in plan.operators]
             self.ended: set[str] = set()
             self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
+            self.last_seen: dict[str, int] = {}  # key → its latest released start (key TTL only)
         else:
             with _restoring("the key group's time layer"):
-                layer, join, enriched, ops, self.ended, clocks = pickle.loads(data)
+                layer, join, enriched, ops, self.ended, clocks, *rest = pickle.loads(data)
+                self.last_seen = rest[0] if rest else {}  # snapshots before the key TTL had 6 parts
                 self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
                 self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
             with _restoring("the reference join"):
@@ -205,7 +210,7 @@ class GroupRuntime:
         return pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
                              None if self.enriched is None else self.enriched.snapshot(),
                              [op.snapshot() for op in self.ops], self.ended,
-                             {name: c.snapshot() for name, c in self.clocks.items()}), protocol=5)
+                             {name: c.snapshot() for name, c in self.clocks.items()}, self.last_seen), protocol=5)
 
     # -- feeding ---------------------------------------------------------------------
     def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:
@@ -325,3 +330,26 @@ class GroupRuntime:
                 for o in op.advance_to(cti):
                     out.append((self._topic(spec, o.role), o, o.record.get("key")))
         self.counters.outputs += len(out) - before
+        if self.plan.ttl is not None and cti is not None:
+            self._expire_keys(events, cti)
+
+    def _expire_keys(self, events, cti: int) -> None:
+        """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)
+        once the application time the CTI makes final (``cti − 1``) is ``ttl`` past its latest
+        event. In application time,
+        so a replay expires the same keys; at the final CTI everything is flushed anyway."""
+        seen = self.last_seen
+        for e in events:
+            if e.start > seen.get(e.key, e.start - 1):
+                seen[e.key] = e.start
+        if cti >= CTI_INFINITY:
+            seen.clear()
+            return
+        horizon = cti - self.plan.ttl
+        expired = [key for key, last in seen.items() if last < horizon]
+        forgets = [op.forget for op in self.ops if hasattr(op, "forget")]
+        for key in expired:
+            del seen[key]
+            for forget in forgets:
+                forget(key)
+        self.counters.expired_keys += len(expired)

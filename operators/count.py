@@ -298,6 +298,11 @@ class CountOperator:
         op._clock = clock
         return op
 
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s count (the key TTL): its next event starts a new window."""
+        self._histograms.pop(key, None)
+        self._touched.pop(key, None)
+
     # -- queries (tests, tools) --------------------------------------------------------------
 
     @property

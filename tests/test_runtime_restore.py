@@ -21,6 +21,8 @@ OPERATORS = {
     "match": [{"kind": "match", "name": "a_then_b", "output": "m", "timed_out": "m-timed-out",
                "pattern": {"within_ms": 400, "stages": [{"name": "a", "where": "kind == 'a'"},
                                                           {"name": "b", "where": "kind == 'b'"}]}}],
+    "count with a key TTL": [{"kind": "count", "name": "last_4", "window": {"events": 4}, "output": "c3",
+                              "emit": "per_event"}],
     "bins": [{"kind": "bins", "name": "per_100", "bin_size": 100, "measures": ["amount"],
               "outputs": {"incremental": "bi", "updated": "bu", "final": "bf"}}],
 }
@@ -31,7 +33,8 @@ def plan_for(kind: str):
                             "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time", "measures": ["amount"],
                                          "cti": {"delay": 50}}],
-                            "operators": OPERATORS[kind]}, "r"))
+                            "operators": OPERATORS[kind],
+                            **({"state": {"ttl": 120}} if "TTL" in kind else {})}, "r"))
 
 
 def with_fields(batches):
