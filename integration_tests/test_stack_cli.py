@@ -112,6 +112,8 @@ def test_run_json_summary_counts_every_input_record_once(stack, tmp_path):
     assert summary["records"] == c["received"] == 302
     assert c["received"] == c["released"] + c["late"] + c["dead_letter"] and c["dead_letter"] == 2
     assert summary["cti"] == 2**62  # flushed
+    assert 0 < summary["first_batch_seconds"] <= summary["seconds"] + 60  # Spark's start-up included
+    assert c["live_keys"] == 0 and c["state_bytes"] > 0  # flushed: nothing kept per key
     assert (tmp_path / "cp" / "ctiflow-progress.jsonl").exists()
     assert_console_is_ctiflows_own(result.stderr)
 

@@ -99,6 +99,7 @@ class OperatorProcessor(StatefulProcessor):
         self.state.update((blob,))
         runtime.counters.cti = runtime.cti
         runtime.counters.state_bytes = len(blob)
+        runtime.counters.live_keys = runtime.live_keys()
         yield from self._encode(out, dead, runtime.counters)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:

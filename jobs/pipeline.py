@@ -201,6 +201,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         max_batches: int | None = None) -> RunSummary:
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
     ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
+    entered = time.monotonic()
+    first_batch: list[float] = []  # seconds from here to the first completed batch (recovery time on a restart)
     client = cfg.kafka.client_config()  # with credentials: this process's own clients
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
@@ -220,6 +222,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
         for p in fresh:
             batches.setdefault(p["batchId"], p)
+        if fresh and not first_batch:
+            first_batch.append(time.monotonic() - entered)  # polled every 0.5 s
         if fresh and on_progress:
             counters = read_counters(prog)
             for p in fresh:
@@ -246,4 +250,4 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     cti = counters.get("cti")
     return RunSummary(len(progress), mine.get("received", 0), time.monotonic() - started, counters,
                       None if cti is None or cti <= CTI_NONE else cti, progress,
-                      signals[0] if signals else None)
+                      signals[0] if signals else None, first_batch[0] if first_batch else None)

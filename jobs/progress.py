@@ -19,11 +19,13 @@ class RunSummary:
     cti: int | None  # the job's CTI after the last batch (None: no CTI yet)
     progress: list[dict]  # one entry per micro-batch, in order
     stopped_by: int | None = None  # the signal (SIGINT/SIGTERM) that stopped an unbounded run
+    #: seconds from the run's start (Spark, state restore) to its first completed batch (±0.5 s)
+    first_batch_seconds: float | None = None
 
 
 #: Counters that describe the job's state after a micro-batch, not work done in it: summed over
 #: key groups within a batch, and over batches the last batch's value is the job's.
-GAUGES = frozenset({"state_bytes"})
+GAUGES = frozenset({"state_bytes", "live_keys"})
 
 
 def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
@@ -72,7 +74,7 @@ def progress_line(p: dict, counters: dict) -> str:
             f"CTI {format_cti(counters.get('cti'))}  in {counters.get('received', 0)} "
             f"released {counters.get('released', 0)} late {counters.get('late', 0)} "
             f"dead-letter {counters.get('dead_letter', 0)} out {counters.get('written', 0)}  "
-            f"state {counters.get('state_bytes', 0) / 2**20:.1f} MiB")
+            f"state {counters.get('state_bytes', 0) / 2**20:.1f} MiB, {counters.get('live_keys', 0)} keys")
 
 
 def summary_line(job: str, summary: "RunSummary") -> str:
@@ -82,7 +84,8 @@ def summary_line(job: str, summary: "RunSummary") -> str:
     return (f"{job}: {summary.batches} batches, {summary.records} input records in {summary.seconds:.1f} s; "
             f"CTI {format_cti(summary.cti)}; in {received} = released {released} + late {late} + dead-letter {dead} "
             f"+ buffered {received - released - late - dead}; out {c.get('written', 0)} records "
-            f"(late topic {c.get('late_records', 0)})")
+            f"(late topic {c.get('late_records', 0)})"
+            + (f"; first batch after {summary.first_batch_seconds:.1f} s" if summary.first_batch_seconds else ""))
 
 
 #: A stream partition that sends more than this share of its records to the late topic is warned about.

@@ -125,6 +125,7 @@ class Counters:
     expired_keys: int = 0  # keys whose state the key TTL dropped
     cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
     state_bytes: int = 0   # the group's state after the call (a gauge: summed over groups, the last batch's kept)
+    live_keys: int = 0     # keys with state in an operator or the reference join after the call (a gauge)
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
     def count(self, stream: str, partition: int, late: bool) -> None:
@@ -199,6 +200,14 @@ class GroupRuntime:
     @property
     def cti(self) -> int:
         return self.layer.cti()
+
+    def live_keys(self) -> int:
+        """Distinct keys any operator (or the reference join) keeps state for."""
+        keys: set[str] = set()
+        for part in (*self.ops, self.join):
+            if part is not None and hasattr(part, "live_keys"):
+                keys |= part.live_keys()
+        return len(keys)
 
     def end_of_input(self, stream: str) -> bool:
         """A bounded input's stream ended; True once every stream has (then flush to +∞:

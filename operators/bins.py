@@ -687,6 +687,11 @@ class Binner:
                 self._forget_keys()
         return out
 
+    def live_keys(self) -> set[str]:
+        """Keys with an open bin."""
+        keys = self._keys
+        return {keys[kid] for kid, _ in self._slot_of}
+
     def _forget_keys(self) -> None:
         """Renumber the keys that still have open bins and forget the rest (keys come and go;
         the key table must not grow without bound). Called with an empty buffer."""

@@ -298,6 +298,10 @@ class CountOperator:
         op._clock = clock
         return op
 
+    def live_keys(self) -> set[str]:
+        """Keys with state."""
+        return set(self._histograms)
+
     def forget(self, key: str) -> None:
         """Drop ``key``'s count (the key TTL): its next event starts a new window."""
         self._histograms.pop(key, None)

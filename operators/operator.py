@@ -39,6 +39,7 @@ class Operator(Protocol):
     @classmethod
     def restore(cls, settings: Any, data: bytes) -> "Operator": ...
 
+    # Optional: ``live_keys()`` → the keys the operator keeps state for (progress reports them).
     # Optional: ``forget(key)`` drops everything the operator keeps for ``key`` (the job's key
     # TTL, ``state.ttl``: a key with no event for that long in application time). Operators
     # whose state the CTI bounds anyway (bins) need not implement it.

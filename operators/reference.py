@@ -270,6 +270,10 @@ class ReferenceJoin:
             },
         )
 
+    def live_keys(self) -> set[str]:
+        """Keys with a current reference version or held events."""
+        return set(self._versions) | set(self._held)
+
     def snapshot(self) -> bytes:
         held = [(seq, event_tuple(e)) for h in self._held.values() for seq, e in h.items()]
         return pickle.dumps(

@@ -75,3 +75,20 @@ def test_a_ttl_drops_partial_matches_of_a_pattern_without_within():
 def test_the_ttl_must_be_positive():
     with pytest.raises(ConfigError, match="state.ttl"):
         job(ttl="0s")
+
+
+def test_live_keys_counts_the_keys_with_state_and_falls_when_state_is_dropped():
+    plan = job(ttl="5m")
+    rt = GroupRuntime(plan)
+    feed(rt, "a", T0, T0 + 1)
+    feed(rt, "b", T0 + MIN, T0 + MIN + 1)
+    assert rt.live_keys() == 2
+    feed(rt, "b", T0 + 6 * MIN, T0 + 6 * MIN + 1)  # a's TTL is over
+    assert rt.live_keys() == 1
+    bins = [{"kind": "bins", "name": "per_min", "bin_size": "1m", "measures": ["amount"], "outputs": {"final": "f"}}]
+    rt = GroupRuntime(job(operators=bins))
+    rt.offer_many([Event(k, T0 + 10, T0 + 10, {"amount": 1.0}, 0, i, "tx") for i, k in enumerate("xyz")])
+    rt.advance(T0 + 11)
+    assert rt.live_keys() == 3  # each key's bin is open
+    rt.advance(T0 + MIN + 1)
+    assert rt.live_keys() == 0  # final: the bins are gone

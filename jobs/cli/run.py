@@ -39,7 +39,8 @@ def run(config: JobFile,
     if as_json:
         print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
                           "seconds": round(summary.seconds, 3), "cti": summary.cti,
-                          "counters": summary.counters, "stopped_by": stopped_by}))
+                          "counters": summary.counters, "stopped_by": stopped_by,
+                          "first_batch_seconds": summary.first_batch_seconds}))
         raise typer.Exit(128 + summary.stopped_by if summary.stopped_by else 0)
     out.print(progress.summary_line(cfg.job, summary), highlight=False)
     if summary.stopped_by:

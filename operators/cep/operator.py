@@ -166,6 +166,10 @@ class MatchOperator:
         """What a snapshot's computation states depend on: the NFA's state names and types."""
         return tuple(sorted((s.name, s.type.value) for s in self.plan.states.values()))
 
+    def live_keys(self) -> set[str]:
+        """Keys with a partial match in flight."""
+        return set(self._states)
+
     def forget(self, key: str) -> None:
         """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire)."""
         self._states.pop(key, None)
