@@ -103,7 +103,7 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     }
     conf = SparkConf().setAll(list(options.items()))
     fresh = SparkSession.getActiveSession() is None
-    if SparkContext._active_spark_context is None:
+    if SparkContext._gateway is None:  # the first session of this process (a stopped one keeps its JVM)
         # The driver JVM's own stdout/stderr go to the log file too: Python workers the driver
         # starts (transformWithStateInPandas's pre-init worker) print start/finish lines there,
         # which Spark copies to the JVM's stderr, not through log4j.
