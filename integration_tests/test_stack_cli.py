@@ -96,15 +96,21 @@ def test_a_bad_predicate_is_refused_in_one_line_before_spark_starts(stack, tmp_p
     assert "RShift" in result.stderr and not (tmp_path / "cp").exists()  # refused before Spark or Kafka
 
 
-@pytest.mark.spark
-def test_run_json_summary_counts_every_input_record_once(stack, tmp_path):
+def transactions_topic(stack, name: str, n: int, raw: list[bytes] = ()) -> str:
+    """A 2-partition topic with ``n`` transactions of 5 accounts, one a second (then ``raw`` values)."""
     from integration_tests.harness import produce
 
-    topic = stack.topic("cli-json")
+    topic = stack.topic(name)
     kafka.create_topics(stack.bootstrap, {topic: 2})
     records = [{"id": f"t{i}", "account": f"a{i % 5}", "event_time": 1_767_225_600_000 + i * 1000, "type": "purchase",
-                "amount": 1.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(300)]
-    produce(stack.bootstrap, topic, "transaction", records, "account", raw=[b"not avro", b"\x00"])
+                "amount": 1.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(n)]
+    produce(stack.bootstrap, topic, "transaction", records, "account", raw=list(raw))
+    return topic
+
+
+@pytest.mark.spark
+def test_run_json_summary_counts_every_input_record_once(stack, tmp_path):
+    topic = transactions_topic(stack, "cli-json", 300, raw=[b"not avro", b"\x00"])
     result = ctiflow("run", job_file(tmp_path, topic), "--until-end", "--json", env_bootstrap=stack.bootstrap)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)  # stdout is the one JSON object, nothing else
@@ -130,13 +136,7 @@ def assert_console_is_ctiflows_own(stderr: str) -> None:
 
 @pytest.mark.spark
 def test_sigterm_stops_a_running_job_cleanly_and_the_next_run_continues(stack, tmp_path):
-    from integration_tests.harness import produce
-
-    topic = stack.topic("cli-term")
-    kafka.create_topics(stack.bootstrap, {topic: 2})
-    records = [{"id": f"t{i}", "account": f"a{i % 5}", "event_time": 1_767_225_600_000 + i * 1000, "type": "purchase",
-                "amount": 1.0, "currency": "EUR", "country": "DE", "merchant": None} for i in range(1000)]
-    produce(stack.bootstrap, topic, "transaction", records, "account")
+    topic = transactions_topic(stack, "cli-term", 1000)
     job = job_file(tmp_path, topic)
     proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", job], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
