@@ -3,9 +3,11 @@
 Why it is fast enough: rows are grouped by **key group** (``crc32(key) mod G``, computed in the
 source and carried as a label that Spark's partitioner spreads evenly, see
 :func:`jobs.pipeline.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
-of the group's rows; the group's whole state (time layer, reorder buffer, every key's operator
-state) is **one** ``ValueState`` blob. The spike measured that per-key state calls, not RocksDB,
-dominate a keyed Python operator; with G groups a batch costs G state reads and writes.
+of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
+Python operator, so state is stored per group, not per key: the group-wide part (time layer,
+reorder buffer, CTI clocks, reference join, chunk index) is one ``ValueState`` ("header"), and
+the operators' keyed state is a ``MapState`` ("chunks") of ``state.chunks`` chunks by key, of
+which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`).
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
@@ -35,7 +37,7 @@ from collections.abc import Iterator
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from jobs import rows
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
@@ -44,6 +46,29 @@ from jobs.serde import AvroSerializer, registry_client
 from operators.time import CTI_INFINITY
 
 _STATE = StructType([StructField("blob", BinaryType())])
+_CHUNK = StructType([StructField("chunk", IntegerType())])
+
+
+class ChunkStore:
+    """A key group's state chunks in Spark's state store (``MapState``: chunk number → bytes),
+    shaped like the dict :class:`~jobs.runtime.GroupRuntime` keeps them in elsewhere. One state
+    call per chunk read or written; chunks nobody asks for are never read."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def get(self, chunk: int) -> bytes | None:
+        row = self.state.getValue((chunk,))
+        return None if row is None else row[0]
+
+    def __setitem__(self, chunk: int, blob: bytes) -> None:
+        self.state.updateValue((chunk,), (blob,))
+
+    def __delitem__(self, chunk: int) -> None:
+        self.state.removeKey((chunk,))
+
+    def items(self):
+        return (((k[0]), v[0]) for k, v in self.state.iterator())
 
 
 class OperatorProcessor(StatefulProcessor):
@@ -56,7 +81,8 @@ class OperatorProcessor(StatefulProcessor):
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("group", _STATE)
+        self.state = handle.getValueState("header", _STATE)
+        self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
         self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
                                                subject=f"{topic}-value", validate=False)
@@ -95,10 +121,8 @@ class OperatorProcessor(StatefulProcessor):
         # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
         out = runtime.offer_many(got.events)
         out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
-        blob = runtime.snapshot()
-        self.state.update((blob,))
+        self.state.update((runtime.commit(),))
         runtime.counters.cti = runtime.cti
-        runtime.counters.state_bytes = len(blob)
         runtime.counters.live_keys = runtime.live_keys()
         yield from self._encode(out, dead, runtime.counters)
 
@@ -107,9 +131,8 @@ class OperatorProcessor(StatefulProcessor):
 
     # -- internals -------------------------------------------------------------------
     def _load(self) -> GroupRuntime:
-        if self.state.exists():
-            return GroupRuntime(self.plan, self.state.get()[0])
-        return GroupRuntime(self.plan)
+        header = self.state.get()[0] if self.state.exists() else None
+        return GroupRuntime(self.plan, header=header, chunks=self.chunks)
 
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded and packed per topic (:func:`jobs.rows.output_frame`,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,10 @@ class Plan:
     topics: dict[str, str] = field(default_factory=dict)
     #: ``state.ttl`` (ms): a key's state goes once the CTI is this far past its latest event
     ttl: int | None = None
+    #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunks``: each
+    #: group's keyed state is kept in that many chunks (1 for a global operator)
+    key_groups: int = 1
+    chunks: int = 1
 
     @property
     def handles_adjust(self) -> bool:
@@ -92,7 +97,8 @@ def plan(cfg: JobConfig) -> Plan:
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
                 enriched_topic=cfg.reference.output if cfg.reference else None,
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
-                topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl)
+                topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
+                key_groups=cfg.key_groups, chunks=cfg.state_chunks)
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:
@@ -126,6 +132,8 @@ class Counters:
     cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
     state_bytes: int = 0   # the group's state after the call (a gauge: summed over groups, the last batch's kept)
     live_keys: int = 0     # keys with state in an operator or the reference join after the call (a gauge)
+    state_written: int = 0  # bytes written to the state store (chunks decoded in the call, and the header)
+    chunks_loaded: int = 0  # state chunks decoded (and written back) in the call
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
     def count(self, stream: str, partition: int, late: bool) -> None:
@@ -161,36 +169,150 @@ def _restoring(what: str):
                          f"{_STATE_FIX}") from exc
 
 
-class GroupRuntime:
-    """The state of one key group: a time layer, an optional reference join and the operators."""
+#: Snapshot layout (``GroupRuntime.snapshot``); bumped when the layout changes.
+_LAYOUT = 2
 
-    def __init__(self, plan: Plan, data: bytes | None = None):
+
+def chunk_of(key: str, groups: int, chunks: int) -> int:
+    """The state chunk of ``key`` within its key group (``crc32(key) mod groups`` picks the group,
+    the quotient the chunk, so a group's keys spread over all of its chunks)."""
+    return zlib.crc32(key.encode()) // groups % chunks
+
+
+class Chunk:
+    """The operators' state of the keys of one chunk of a key group (and their key-TTL clocks).
+
+    ``cti`` is the CTI its operators were last advanced to: a chunk nothing was due in is left
+    as bytes for as many micro-batches as it stays so, and is caught up (``advance_to`` the CTI
+    the group's operators are at) before it next sees events."""
+
+    __slots__ = ("ops", "last_seen", "cti")
+
+    def __init__(self, ops: list, last_seen: dict[str, int], cti: int):
+        self.ops = ops
+        self.last_seen = last_seen
+        self.cti = cti
+
+    def empty(self) -> bool:
+        """No key has state in it: nothing to keep (a fresh chunk behaves the same)."""
+        return not self.last_seen and not any(op.live_keys() for op in self.ops)
+
+    def due(self, ttl: int | None) -> int:
+        """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
+        due = min((op.next_due() if hasattr(op, "next_due") else CTI_NONE) for op in self.ops)
+        if ttl is not None and self.last_seen:
+            due = min(due, min(self.last_seen.values()) + ttl + 1)
+        return due
+
+    def live_keys(self) -> set[str]:
+        keys = set(self.last_seen)
+        for op in self.ops:
+            keys |= op.live_keys()
+        return keys
+
+
+class GroupRuntime:
+    """The state of one key group: a time layer, an optional reference join and the operators.
+
+    **State layout.** The group-wide part — time layer and reorder buffer, per-partition CTI
+    clocks, the reference join, and one ``(due CTI, bytes, keys)`` entry per non-empty chunk —
+    is the *header* (:meth:`commit` returns it; a ``ValueState`` in Spark). The operators' per-key
+    state is split into ``plan.chunks`` chunks by key (:func:`chunk_of`); each non-empty chunk is
+    one entry of ``chunks`` (a ``MapState`` in Spark; a dict here), stored as the operators' own
+    snapshots. A micro-batch decodes and re-encodes only the chunks it has events for, whose due
+    CTI it reaches, or all of them at the final CTI: untouched keys stay bytes, so the work per
+    batch follows the touched keys, not the live ones (README, "State").
+
+    ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
+    """
+
+    def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None):
         self.plan = plan
         self.counters = Counters()
-        if data is None:
+        self.chunks = {} if chunks is None else chunks
+        self.loaded: dict[int, Chunk] = {}
+        if data is not None:
+            with _restoring("the key group's state"):
+                layout, header, stored = pickle.loads(data)
+                if layout != _LAYOUT:
+                    raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {_LAYOUT}: {_STATE_FIX}")
+            for c, blob in stored.items():
+                self.chunks[c] = blob
+        if header is None:
             self.layer = TimeLayer(plan.streams, handles_adjust=plan.handles_adjust)
             self.join = self._new_join()
             self.enriched = ReorderBuffer(ViolationPolicy.DROP) if plan.reference else None
-            self.ops = [spec.build() for spec in plan.operators]
             self.ended: set[str] = set()
             self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
-            self.last_seen: dict[str, int] = {}  # key → its latest released start (key TTL only)
+            self.ops_cti = CTI_NONE   # the CTI every chunk's operators are at (or will be caught up to)
+            self.index: dict[int, tuple[int, int, int]] = {}  # chunk → (due CTI, bytes, live keys)
+            return
+        with _restoring("the key group's time layer"):
+            (layer, join, enriched, self.ended, clocks, self.ops_cti, self.index, chunk_count,
+             operators) = pickle.loads(header)
+            self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
+            self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
+        if operators != self._operator_names():
+            raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
+                             f"{self._operator_names()}: {_STATE_FIX}")
+        if chunk_count != plan.chunks:
+            raise StateError(f"the checkpoint's keyed state is in {chunk_count} chunks per key group, the job "
+                             f"configures state.chunks = {plan.chunks}: set it back, or {_STATE_FIX}")
+        with _restoring("the reference join"):
+            self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
+            self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
+
+    def _operator_names(self) -> list[tuple[str, str]]:
+        return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
+
+    # -- chunks ------------------------------------------------------------------------
+    def chunk(self, c: int) -> Chunk:
+        """Chunk ``c``, decoded from the store on first use in this call (or new and empty)."""
+        got = self.loaded.get(c)
+        if got is not None:
+            return got
+        blob = self.chunks.get(c) if c in self.index else None
+        if blob is None:
+            got = Chunk([spec.build() for spec in self.plan.operators], {}, CTI_NONE)
         else:
-            with _restoring("the key group's time layer"):
-                layer, join, enriched, ops, self.ended, clocks, *rest = pickle.loads(data)
-                self.last_seen = rest[0] if rest else {}  # snapshots before the key TTL had 6 parts
-                self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
-                self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
-            with _restoring("the reference join"):
-                self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
-                self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
-            if len(ops) != len(plan.operators):
-                raise StateError(f"the checkpoint holds {len(ops)} operators' state, the job configures "
-                                 f"{len(plan.operators)}: {_STATE_FIX}")
-            self.ops = []
-            for spec, blob in zip(plan.operators, ops):
+            with _restoring(f"state chunk {c}"):
+                cti, blobs, last_seen = pickle.loads(blob)
+            ops = []
+            for spec, op_blob in zip(self.plan.operators, blobs):
                 with _restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
-                    self.ops.append(spec.build(blob))
+                    ops.append(spec.build(op_blob))
+            got = Chunk(ops, last_seen, cti)
+        self.loaded[c] = got
+        return got
+
+    def commit(self) -> bytes:
+        """Write the chunks this call decoded back to ``chunks`` (empty ones are removed) and
+        return the header. The chunks stay decoded: the runtime can go on."""
+        ttl = self.plan.ttl
+        for c, chunk in sorted(self.loaded.items()):
+            if chunk.empty():
+                if c in self.index:
+                    del self.index[c]
+                    del self.chunks[c]
+                continue
+            blob = pickle.dumps((chunk.cti, [op.snapshot() for op in chunk.ops], chunk.last_seen), protocol=5)
+            self.chunks[c] = blob
+            self.index[c] = (chunk.due(ttl), len(blob), len(chunk.live_keys()))
+            self.counters.state_written += len(blob)
+        self.counters.chunks_loaded += len(self.loaded)
+        header = pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
+                               None if self.enriched is None else self.enriched.snapshot(), self.ended,
+                               {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.index,
+                               self.plan.chunks, self._operator_names()), protocol=5)
+        self.counters.state_bytes = len(header) + sum(size for _, size, _ in self.index.values())
+        self.counters.state_written += len(header)
+        return header
+
+    def snapshot(self) -> bytes:
+        """The whole state in one blob (header and every chunk), for tests and tools; in Spark
+        :meth:`commit` writes the chunks to the state store and the header beside them."""
+        header = self.commit()
+        return pickle.dumps((_LAYOUT, header, dict(self.chunks.items())), protocol=5)
 
     def _new_join(self):
         if self.plan.reference is None:
@@ -202,24 +324,26 @@ class GroupRuntime:
         return self.layer.cti()
 
     def live_keys(self) -> int:
-        """Distinct keys any operator (or the reference join) keeps state for."""
+        """Distinct keys any operator (or the reference join) keeps state for (from the chunk
+        index: chunks hold disjoint keys; the join's keys may repeat theirs)."""
+        keys = sum(n for c, (_, _, n) in self.index.items() if c not in self.loaded)
+        keys += sum(len(chunk.live_keys()) for chunk in self.loaded.values())
+        if self.join is not None:
+            keys += len(self.join.live_keys())
+        return keys
+
+    def keys(self) -> set[str]:
+        """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
         keys: set[str] = set()
-        for part in (*self.ops, self.join):
-            if part is not None and hasattr(part, "live_keys"):
-                keys |= part.live_keys()
-        return len(keys)
+        for c in sorted(set(self.index) | set(self.loaded)):
+            keys |= self.chunk(c).live_keys()
+        return keys
 
     def end_of_input(self, stream: str) -> bool:
         """A bounded input's stream ended; True once every stream has (then flush to +∞:
         one stream's end must not finalise results another stream can still change)."""
         self.ended.add(stream)
         return self.ended >= set(self.plan.streams)
-
-    def snapshot(self) -> bytes:
-        return pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
-                             None if self.enriched is None else self.enriched.snapshot(),
-                             [op.snapshot() for op in self.ops], self.ended,
-                             {name: c.snapshot() for name, c in self.clocks.items()}, self.last_seen), protocol=5)
 
     # -- feeding ---------------------------------------------------------------------
     def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:
@@ -318,36 +442,74 @@ class GroupRuntime:
                            f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
 
     def _feed(self, events, cti: int | None, out: list) -> None:
-        """Released events into every operator, then (unless ``cti`` is None) the CTI."""
+        """Released events into every operator of their key's chunk, then (unless ``cti`` is
+        None) the CTI into every chunk that has events or is due at it (every chunk at +∞).
+        Per key, events and results keep their order; across chunks, results follow chunk order."""
         before = len(out)
-        for spec, op in zip(self.plan.operators, self.ops):
-            for e in events:
+        plan = self.plan
+        events = events if isinstance(events, list) else list(events)
+        groups, chunks = plan.key_groups, plan.chunks
+        if chunks == 1:
+            of = [0] * len(events)
+        else:
+            crc32 = zlib.crc32
+            of = [crc32(e.key.encode()) // groups % chunks for e in events]
+        touch = set(of)
+        if cti is not None:
+            if cti >= CTI_INFINITY:
+                touch.update(self.index)
+                touch.update(self.loaded)
+            else:
+                touch.update(c for c, (due, _, _) in self.index.items() if due <= cti and c not in self.loaded)
+                # decoded earlier in this call and not committed since: their index entry is stale
+                touch.update(c for c, chunk in self.loaded.items() if c not in touch and chunk.due(plan.ttl) <= cti)
+        caught_up = self.ops_cti
+        for c in sorted(touch):
+            chunk = self.chunk(c)
+            if chunk.cti < caught_up:  # skipped CTIs (nothing was due): catch up before its events
+                for spec, op in zip(plan.operators, chunk.ops):
+                    for o in op.advance_to(caught_up):
+                        out.append((self._topic(spec, o.role), o, o.record.get("key")))
+                chunk.cti = caught_up
+        loaded = self.loaded
+        # Events in release (application-time) order, each into its chunk's operator; then the CTI.
+        for i, spec in enumerate(plan.operators):
+            for e, c in zip(events, of):
                 try:
-                    produced = op.process(e)
+                    produced = loaded[c].ops[i].process(e)
                 except EventRejected as exc:
                     # The operator refused this event's data (e.g. a measure it cannot prorate):
                     # it goes to dead-letter with the reason; the job keeps running. Any other
                     # exception is a bug in ctiflow and fails the micro-batch.
                     self.counters.refused += 1
-                    out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
-                        e, spec.name, exc, self.plan.topics.get(e.stream, e.stream))),
-                                e.key))
+                    out.append((plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
+                        e, spec.name, exc, plan.topics.get(e.stream, e.stream))), e.key))
                     continue
                 for o in produced:
                     out.append((self._topic(spec, o.role), o, o.record.get("key", e.key)))
             if cti is not None:
-                for o in op.advance_to(cti):
-                    out.append((self._topic(spec, o.role), o, o.record.get("key")))
+                for c in sorted(touch):
+                    for o in loaded[c].ops[i].advance_to(cti):
+                        out.append((self._topic(spec, o.role), o, o.record.get("key")))
+        if cti is not None:
+            mine: dict[int, list[Event]] = {}
+            if plan.ttl is not None:
+                for e, c in zip(events, of):
+                    mine.setdefault(c, []).append(e)
+            for c in touch:
+                loaded[c].cti = cti
+                if plan.ttl is not None:
+                    self._expire_keys(loaded[c], mine.get(c, ()), cti)
+        if cti is not None:
+            self.ops_cti = cti
         self.counters.outputs += len(out) - before
-        if self.plan.ttl is not None and cti is not None:
-            self._expire_keys(events, cti)
 
-    def _expire_keys(self, events, cti: int) -> None:
+    def _expire_keys(self, chunk: Chunk, events, cti: int) -> None:
         """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)
         once the application time the CTI makes final (``cti − 1``) is ``ttl`` past its latest
         event. In application time,
         so a replay expires the same keys; at the final CTI everything is flushed anyway."""
-        seen = self.last_seen
+        seen = chunk.last_seen
         for e in events:
             if e.start > seen.get(e.key, e.start - 1):
                 seen[e.key] = e.start
@@ -356,7 +518,7 @@ class GroupRuntime:
             return
         horizon = cti - self.plan.ttl
         expired = [key for key, last in seen.items() if last < horizon]
-        forgets = [op.forget for op in self.ops if hasattr(op, "forget")]
+        forgets = [op.forget for op in chunk.ops if hasattr(op, "forget")]
         for key in expired:
             del seen[key]
             for forget in forgets:

@@ -687,6 +687,19 @@ class Binner:
                 self._forget_keys()
         return out
 
+    def next_due(self) -> int:
+        """The first CTI that makes an open bin final (bin ``k`` is final once
+        ``cti ≥ origin + (k + 1) · bin_size + 1``); due now while events wait to be applied or
+        bins were touched since the last CTI (their incremental/updated records)."""
+        hi = self._hi
+        if self._b_start or (hi and self._touched[:hi].any()):
+            return CTI_NONE
+        live = self._live[:hi]
+        if not hi or not live.any():
+            return CTI_INFINITY
+        k = int(self._k[:hi][live].min())
+        return self.settings.origin + (k + 1) * self.settings.bin_size + 1
+
     def live_keys(self) -> set[str]:
         """Keys with an open bin."""
         keys = self._keys

@@ -40,6 +40,12 @@ class Operator(Protocol):
     def restore(cls, settings: Any, data: bytes) -> "Operator": ...
 
     # Optional: ``live_keys()`` → the keys the operator keeps state for (progress reports them).
+    # Optional: ``next_due()`` → the smallest CTI at which ``advance_to`` could emit or change
+    # state that matters (a window closing, a bin becoming final, a run timing out); until
+    # then the runtime may skip ``advance_to`` and leave the operator as bytes in the state store
+    # (:mod:`jobs.runtime`). It must never be later than the first CTI that would change an
+    # output; :data:`~operators.events.CTI_INFINITY` means "only events change me". An operator
+    # without it is advanced every micro-batch.
     # Optional: ``forget(key)`` drops everything the operator keeps for ``key`` (the job's key
     # TTL, ``state.ttl``: a key with no event for that long in application time). Operators
     # whose state the CTI bounds anyway (bins) need not implement it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.events import Event, Output
+from operators.events import CTI_INFINITY, Event, Output
 
 
 class Passthrough:
@@ -21,6 +21,12 @@ class Passthrough:
 
     def advance_to(self, cti: int) -> list[Output]:
         return []
+
+    def next_due(self) -> int:
+        return CTI_INFINITY  # stateless: only events make it emit
+
+    def live_keys(self) -> set[str]:
+        return set()
 
     def snapshot(self) -> bytes:
         return b""

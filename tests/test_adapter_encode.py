@@ -16,6 +16,9 @@ class _Handle:
     def getValueState(self, name, schema):
         return None
 
+    def getMapState(self, name, key_schema, value_schema):
+        return None
+
 
 def _processor(handle, delay: str = "0s", operators=None):
     """An identity (pass-through) job's processor, initialised on ``handle`` without Spark."""
@@ -92,14 +95,37 @@ class _State:
         self.value = value
 
 
+class _Map:
+    """PySpark's ``MapState`` calls the adapter makes, over a dict."""
+
+    def __init__(self):
+        self.values = {}
+
+    def getValue(self, key):
+        return self.values.get(key)
+
+    def updateValue(self, key, value):
+        self.values[key] = value
+
+    def removeKey(self, key):
+        del self.values[key]
+
+    def iterator(self):
+        return iter(list(self.values.items()))
+
+
 class _Timers:
-    """The handle calls ``init``/``_finish`` make: one value state, timers."""
+    """The handle calls ``init``/``_finish`` make: one value state, one map state, timers."""
 
     def __init__(self):
         self.state = _State()
+        self.chunks = _Map()
 
     def getValueState(self, name, schema):
         return self.state
+
+    def getMapState(self, name, key_schema, value_schema):
+        return self.chunks
 
     def listTimers(self):
         return []

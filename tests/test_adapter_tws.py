@@ -78,12 +78,13 @@ def test_a_replayed_batch_yields_the_same_records_in_the_same_order():
     t, topics = make_tester({"sources": [TX], "operators": PASS})
     t.testInPandas(3, pd.DataFrame([pack("tx", 0, 0, [tx(i, T0 + i * 100) for i in range(20)]),
                                     frontier("tx", 0, T0 + 1900), frontier("tx", 1, T0), control("tx", [0, 1])]))
-    before = t.peekValueState("group", 3)
+    before, chunks = t.peekValueState("header", 3), t.peekMapState("chunks", 3)
     batch = pd.DataFrame([pack("tx", 1, 0, [tx(100 + i, T0 + 50 + i * 100, "b") for i in range(20)]),
                           pack("tx", 0, 20, [tx(20 + i, T0 + 2000 + i * 100) for i in range(20)]),
                           frontier("tx", 0, T0 + 3900), frontier("tx", 1, T0 + 1950), control("tx", [0, 1])])
     once = results(t.testInPandas(3, batch), topics)
-    t.updateValueState("group", 3, before)  # the state store rolls back to the last commit
+    t.updateValueState("header", 3, before)  # the state store rolls back to the last commit
+    t.updateMapState("chunks", 3, chunks)
     again = results(t.testInPandas(3, batch.iloc[::-1].reset_index(drop=True)), topics)  # any row order
     assert once == again
     starts = [r["event_time"] for topic, r in once if topic == "out"]

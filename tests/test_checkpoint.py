@@ -23,12 +23,24 @@ def test_a_changed_key_group_count_is_refused_on_restart(tmp_path):
         group_labels(4, 2, tmp_path)
 
 
-def test_a_checkpoint_committed_before_labels_keeps_the_plain_group_numbers(tmp_path):
+def test_a_checkpoint_of_the_one_blob_state_layout_is_refused_before_spark(tmp_path):
     (tmp_path / "commits").mkdir()
-    (tmp_path / "commits" / "0").write_text("v1")
-    assert group_labels(8, 2, tmp_path) == list(range(8))
-    assert group_labels(8, 2, tmp_path) == list(range(8))  # and remembers them
+    (tmp_path / "commits" / "0").write_text("v1")  # committed before labels existed (one blob per group)
+    with pytest.raises(ConfigError, match="earlier ctiflow.*new checkpoint"):
+        group_labels(8, 2, tmp_path)
+    old = tmp_path / "labelled"
+    (old / "commits").mkdir(parents=True)
+    (old / "ctiflow-groups.json").write_text(json.dumps({"key_groups": 8, "partitions": 2, "labels": list(range(8))}))
+    with pytest.raises(ConfigError, match="earlier ctiflow.*new checkpoint"):
+        group_labels(8, 2, old)
     assert group_labels(8, 2, tmp_path / "fresh") != list(range(8))  # 0..7 land 3 : 5 on 2 partitions
+
+
+def test_a_changed_chunk_count_is_refused_on_restart(tmp_path):
+    group_labels(8, 2, tmp_path, chunks=256)
+    assert group_labels(8, 2, tmp_path, chunks=256)
+    with pytest.raises(ConfigError, match="state.chunks is 64.*written with 256.*set state.chunks to 256"):
+        group_labels(8, 2, tmp_path, chunks=64)
 
 
 def test_a_replayed_batchs_counters_count_once(tmp_path):

@@ -37,7 +37,7 @@ from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa,
 from operators.cep.pattern import Pattern
 from operators.errors import PatternError
 from operators.operator import Output
-from operators.time import CTI_INFINITY, Event
+from operators.time import CTI_INFINITY, CTI_NONE, Event
 
 _SNAPSHOT_VERSION = 1
 
@@ -92,6 +92,23 @@ def fields_json(fields: Any) -> str:
     return json.dumps(fields, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+_COMPILED: dict[int, tuple[MatchSettings, NfaPlan, str]] = {}
+
+
+def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str]:
+    """The NFA plan and label of ``settings``, compiled once per settings object: the runtime
+    builds an operator per state chunk it loads, and compiling costs ≈ 0.1 ms. The plan is
+    immutable (per-key state lives in :class:`NfaState`); a few dozen entries at most."""
+    hit = _COMPILED.get(id(settings))
+    if hit is not None and hit[0] is settings:
+        return hit[1], hit[2]
+    plan = compile_pattern(settings.pattern_object(), timeout_handling=settings.emit_timed_out)
+    if len(_COMPILED) >= 64:
+        _COMPILED.clear()
+    _COMPILED[id(settings)] = (settings, plan, settings.pattern_label())
+    return plan, _COMPILED[id(settings)][2]
+
+
 class MatchOperator:
     """Flink-CEP matching per key; see the module docstring for records and flushing."""
 
@@ -101,9 +118,7 @@ class MatchOperator:
         if not isinstance(settings, MatchSettings):
             raise PatternError(f"MatchOperator needs MatchSettings, got {type(settings).__name__}")
         self.settings = settings
-        pattern = settings.pattern_object()
-        self.plan: NfaPlan = compile_pattern(pattern, timeout_handling=settings.emit_timed_out)
-        self.name = settings.pattern_label()
+        self.plan, self.name = _compiled(settings)
         self._has_windows = self.plan.has_windows
         self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
@@ -169,6 +184,33 @@ class MatchOperator:
     def live_keys(self) -> set[str]:
         """Keys with a partial match in flight."""
         return set(self._states)
+
+    def next_due(self) -> int:
+        """The earliest CTI that times a run out (``within`` from its first event, or a stage's
+        window from its previous event), completes a held-back match, or leaves a key idle;
+        :data:`CTI_INFINITY` without windows and held matches (then only events change state)."""
+        due = CTI_INFINITY
+        plan = self.plan
+        window = plan.window_ms
+        state_windows = plan.state_windows_ms
+        states = plan.states
+        for state in self._states.values():
+            if state.completed_matches:
+                return CTI_NONE
+            counts = state.buffer.events_count
+            if counts:
+                due = min(due, min(counts) + 1)
+            if not self._has_windows:
+                continue
+            for cs in state.partial_matches.view():
+                if states[cs.state].is_start:
+                    continue
+                if window > 0:
+                    due = min(due, cs.start_timestamp + window)
+                state_window = state_windows.get(cs.state)
+                if state_window:
+                    due = min(due, cs.previous_timestamp + state_window)
+        return due
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire)."""

@@ -1,0 +1,83 @@
+"""Keyed state in chunks: a micro-batch decodes and writes back only the chunks it has events for
+or whose next change (a window emptying, a bin becoming final, a run timing out) its CTI reaches;
+untouched keys stay bytes. (That results do not depend on the chunking: test_runtime_restore.)"""
+
+from jobs.config import parse
+from jobs.runtime import GroupRuntime, chunk_of, plan as make_plan
+from operators.time import Event
+
+T0 = 1_767_225_600_000
+MIN = 60_000
+
+
+def job(operator, chunks=64):
+    return make_plan(parse({"job": "c", "kafka": {"bootstrap_servers": "x:1"},
+                            "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
+                                         "time_field": "event_time", "measures": ["amount"]}],
+                            "operators": [operator], "state": {"chunks": chunks}}, "t"))
+
+
+def batch(rt, events, cti):
+    """One micro-batch as the adapter runs it: restore, offer, advance, commit; → (results, runtime)."""
+    rt = GroupRuntime(rt.plan, header=rt.commit(), chunks=rt.chunks)
+    rt.offer_many(events)
+    out = rt.advance(cti)
+    rt.commit()
+    return out, rt
+
+
+def where(rt, key):
+    return chunk_of(key, rt.plan.key_groups, rt.plan.chunks)
+
+
+def ev(key, t, i=0, **fields):
+    return Event(key, t, t, {"kind": "a", "amount": 1.0, **fields}, 0, i, "tx")
+
+
+COUNT_EVENTS = {"kind": "count", "name": "last_5", "window": {"events": 5}, "emit": "per_event", "output": "c"}
+COUNT_TIME = {"kind": "count", "name": "last_10m", "window": {"time": "10m"}, "output": "c"}
+
+
+def test_a_batch_with_one_key_decodes_and_writes_one_chunk_of_many():
+    rt = GroupRuntime(job(COUNT_EVENTS))
+    _, rt = batch(rt, [ev(f"k{i}", T0 + i, i) for i in range(2000)], T0 + 2000)
+    assert rt.counters.chunks_loaded == 64 and rt.live_keys() == 2000
+    total = rt.counters.state_bytes
+    _, rt = batch(rt, [ev("k7", T0 + 3000)], T0 + 3001)
+    assert rt.counters.chunks_loaded == 1
+    assert rt.counters.state_written < total / 20  # one chunk and the header, not the live state
+    assert rt.live_keys() == 2000
+
+
+def test_an_untouched_chunk_is_decoded_when_its_window_empties_and_then_dropped():
+    rt = GroupRuntime(job(COUNT_TIME))
+    _, rt = batch(rt, [ev("quiet", T0), ev("busy", T0 + 1, 1)], T0 + 2)
+    assert rt.live_keys() == 2
+    quiet = where(rt, "quiet")
+    assert quiet != where(rt, "busy")
+    _, rt = batch(rt, [ev("busy", T0 + 5 * MIN, 2)], T0 + 5 * MIN + 1)  # quiet's window still holds its event
+    assert quiet not in rt.loaded and rt.live_keys() == 2
+    _, rt = batch(rt, [ev("busy", T0 + 11 * MIN, 3)], T0 + 11 * MIN)  # τ = T0 + 11 min − 1: quiet's window is empty
+    assert quiet in rt.loaded and rt.live_keys() == 1 and quiet not in rt.chunks
+
+
+def test_a_run_times_out_at_its_within_though_its_key_sees_no_more_events():
+    pattern = {"within_ms": 60_000, "stages": [{"name": "a", "where": "kind == 'a'"}, {"name": "b", "where": "kind == 'b'"}]}
+    rt = GroupRuntime(job({"kind": "match", "name": "a_b", "output": "m", "timed_out": "m-late", "pattern": pattern}))
+    _, rt = batch(rt, [ev("k", T0)], T0 + 1)
+    out, rt = batch(rt, [ev("other", T0 + 30_000, 1, kind="x")], T0 + 30_001)
+    assert where(rt, "k") not in rt.loaded and not [o for _, o, _ in out if o.role == "timed_out"]
+    out, rt = batch(rt, [ev("other", T0 + 70_000, 2, kind="x")], T0 + 70_001)
+    assert where(rt, "k") in rt.loaded
+    assert [(o.role, o.record["key"]) for _, o, _ in out] == [("timed_out", "k")]
+    assert rt.live_keys() == 0
+
+
+def test_a_bin_is_final_when_the_cti_passes_its_end_though_its_key_sees_no_more_events():
+    bins = {"kind": "bins", "name": "per_min", "bin_size": "1m", "measures": ["amount"], "outputs": {"final": "f"}}
+    rt = GroupRuntime(job(bins))
+    _, rt = batch(rt, [ev("k", T0 + 10)], T0 + 11)
+    out, rt = batch(rt, [ev("other", T0 + 30_000, 1)], T0 + 30_001)
+    assert [o for _, o, _ in out] == [] and where(rt, "k") not in rt.loaded
+    out, rt = batch(rt, [ev("other", T0 + MIN + 30, 2)], T0 + MIN + 31)
+    assert sorted(o.record["key"] for _, o, _ in out) == ["k", "other"]  # both first-minute bins are final
