@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-BENCHES = ("source", "adapter", "count", "bins", "match", "reliability")
+BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale")
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
@@ -38,6 +38,10 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             from bench.match_operator import main as match_main
 
             match_main(events)
+        elif name == "scale":
+            from bench.state_scale import main as scale_main
+
+            scale_main(out, per_batch=trigger or 20_000)
         elif name == "reliability":
             from bench.reliability import main as reliability_main
 

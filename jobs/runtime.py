@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,6 +135,7 @@ class Counters:
     live_keys: int = 0     # keys with state in an operator or the reference join after the call (a gauge)
     state_written: int = 0  # bytes written to the state store (chunks decoded in the call, and the header)
     chunks_loaded: int = 0  # state chunks decoded (and written back) in the call
+    state_us: int = 0       # time spent decoding and encoding state (header and chunks), µs
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
     def count(self, stream: str, partition: int, late: bool) -> None:
@@ -247,6 +249,7 @@ class GroupRuntime:
             self.ops_cti = CTI_NONE   # the CTI every chunk's operators are at (or will be caught up to)
             self.index: dict[int, tuple[int, int, int]] = {}  # chunk → (due CTI, bytes, live keys)
             return
+        started = time.perf_counter()
         with _restoring("the key group's time layer"):
             (layer, join, enriched, self.ended, clocks, self.ops_cti, self.index, chunk_count,
              operators) = pickle.loads(header)
@@ -261,6 +264,7 @@ class GroupRuntime:
         with _restoring("the reference join"):
             self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
             self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
+        self.counters.state_us += int((time.perf_counter() - started) * 1e6)
 
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
@@ -271,6 +275,7 @@ class GroupRuntime:
         got = self.loaded.get(c)
         if got is not None:
             return got
+        started = time.perf_counter()
         blob = self.chunks.get(c) if c in self.index else None
         if blob is None:
             got = Chunk([spec.build() for spec in self.plan.operators], {}, CTI_NONE)
@@ -283,11 +288,13 @@ class GroupRuntime:
                     ops.append(spec.build(op_blob))
             got = Chunk(ops, last_seen, cti)
         self.loaded[c] = got
+        self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return got
 
     def commit(self) -> bytes:
         """Write the chunks this call decoded back to ``chunks`` (empty ones are removed) and
         return the header. The chunks stay decoded: the runtime can go on."""
+        started = time.perf_counter()
         ttl = self.plan.ttl
         for c, chunk in sorted(self.loaded.items()):
             if chunk.empty():
@@ -306,6 +313,7 @@ class GroupRuntime:
                                self.plan.chunks, self._operator_names()), protocol=5)
         self.counters.state_bytes = len(header) + sum(size for _, size, _ in self.index.values())
         self.counters.state_written += len(header)
+        self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
 
     def snapshot(self) -> bytes:

@@ -22,6 +22,7 @@ class Benchmark(str, Enum):
     BINS = "bins"
     MATCH = "match"
     RELIABILITY = "reliability"
+    SCALE = "scale"
     ALL = "all"
 
 

@@ -1,0 +1,158 @@
+"""``ctiflow bench scale``: per-batch cost against live keys, for count, match and bins.
+
+Runs the exact per-micro-batch path of a key group in one process — restore the header from
+bytes, offer the batch's events, advance to its CTI, commit the touched chunks and the header
+to the store — with the store a dict of bytes (in Spark it is the ``MapState``; its per-call cost
+is Spark's, the same for any layout). Live keys are built first (one event each, in batches);
+then every measured batch has the same number of events over the same number of *active* keys
+(the keys a batch touches; the rest stay live and untouched, as the cards or devices a job has
+seen but that are quiet now). Baseline in the same run: the identity operator at 10k keys.
+
+Per row: events/s of the measured batches, p50/p99 batch, live keys and state bytes, bytes
+written per batch, the share of each batch spent on state (header and chunk decode + encode),
+peak RSS of the process, and the restart time (header decode and the first batch after it).
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+from dataclasses import dataclass, replace
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from jobs.config import parse
+from jobs.runtime import GroupRuntime, plan as make_plan
+from operators.time import Event
+
+T0 = 1_767_225_600_000
+DAY = 86_400_000
+
+OPERATORS = {
+    "identity": {"kind": "passthrough", "output": "out"},
+    "count": {"kind": "count", "name": "last_100", "window": {"events": 100}, "emit": "per_event", "output": "c"},
+    "match": {"kind": "match", "name": "rare", "output": "m", "timed_out": "m-timed-out",
+              "pattern": {"within_ms": 7 * DAY, "stages": [{"name": "big", "where": "amount > 1990"},
+                                                             {"name": "abroad", "where": "country == 'XX'"}]}},
+    "bins": {"kind": "bins", "name": "per_day", "bin_size": "1d", "measures": ["amount"], "outputs": {"final": "b"}},
+}
+
+
+@dataclass
+class Row:
+    operator: str
+    live_keys: int
+    events: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    state_ms: float          # mean per batch
+    state_share: float
+    written: float           # mean bytes written per batch
+    state_bytes: int
+    peak_rss_mb: float
+    restart_ms: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+
+def _plan(kind: str, chunks: int):
+    p = make_plan(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
+                         "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
+                                      "time_field": "event_time", "measures": ["amount"], "cti": {"delay": 0}}],
+                         "operators": [OPERATORS[kind]], "state": {"chunks": chunks}}, "scale"))
+    return replace(p, key_groups=1)  # one key group: what one task of the stateful stage holds
+
+
+def _event(key: str, t: int, i: int, rng: random.Random, amount: float | None = None) -> Event:
+    amount = float(rng.randrange(2000)) if amount is None else amount
+    return Event(key, t, t, {"account": key, "amount": amount, "country": "DE", "type": "purchase"}, 0, i, "tx")
+
+
+def _batch(plan, store, header, events, cti):
+    """One micro-batch of one key group, as the adapter runs it; → (header, seconds on state, written)."""
+    rt = GroupRuntime(plan, header=header, chunks=store)
+    rt.offer_many(events)
+    out = rt.advance(cti)
+    header = rt.commit()
+    c = rt.counters
+    return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
+
+
+def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunks: int, seed: int = 7) -> Row:
+    plan = _plan(kind, chunks)
+    rng = random.Random(seed)
+    store: dict = {}
+    header = None
+    t = T0 + 1  # inside the first day-bin (a point at T0 belongs to the bin ending there)
+    i = 0
+    # build the live keys: one event each (a first stage for match: every key has a run in
+    # flight; one open bin each for bins), in batches of up to 1M
+    for lo in range(0, live, 1_000_000):
+        evs = []
+        for k in range(lo, min(live, lo + 1_000_000)):
+            evs.append(_event(f"k{k:08d}", t, i, rng, 1999.0))
+            i += 1
+            t += 1
+        header, *_ = _batch(plan, store, header, evs, t + 1)
+    gc.collect()
+    base_t = t + 10
+    active_keys = [f"k{k:08d}" for k in rng.sample(range(live), min(active, live))]
+    times, state, written = [], [], []
+    state_bytes = 0
+    peak = 0
+    me = psutil.Process()
+    restart_ms = 0.0
+    for b in range(batches):
+        evs = []
+        for _ in range(per_batch):
+            base_t += 1
+            evs.append(_event(rng.choice(active_keys), base_t, i, rng))
+            i += 1
+        cti = base_t + 1
+        start = time.perf_counter()
+        header, st, wr, state_bytes, live_now = _batch(plan, store, header, evs, cti)
+        took = time.perf_counter() - start
+        if b == 0:
+            restart_ms = took * 1000  # the first batch after a restart: header decoded, only touched chunks read
+            continue
+        times.append(took)
+        state.append(st)
+        written.append(wr)
+        peak = max(peak, me.memory_info().rss)
+    ordered = sorted(times)
+    return Row(kind, live_now, per_batch * len(times), sum(times), statistics.median(ordered) * 1000,
+               ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
+               statistics.mean(state) * 1000, sum(state) / sum(times), statistics.mean(written), state_bytes,
+               peak / 2**20, restart_ms)
+
+
+def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
+         active: int = 2_000, batches: int = 6, chunks: int = 4096) -> list[Row]:
+    out = out or Console(width=200)
+    rows = [measure("identity", 10_000, per_batch, active, batches, chunks)]
+    for kind in ("count", "match", "bins"):
+        for live in sizes:
+            rows.append(measure(kind, live, per_batch, active, batches, chunks))
+            gc.collect()
+    table = Table(title=f"ctiflow bench scale: one key group, {per_batch:,} events a batch over {active:,} active keys, "
+                        f"state.chunks = {chunks} (baseline: identity operator at 10k keys)")
+    for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
+                "state ms/batch", "state share", "written/batch", "state bytes", "peak RSS MB", "restart ms"):
+        table.add_column(col, justify="left" if col == "operator" else "right")
+    base = rows[0].rate
+    first = {}
+    for r in rows:
+        first.setdefault(r.operator, r.rate)
+        table.add_row(r.operator, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator]:.2f}×",
+                      f"{r.rate / base:.2f}×", f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}",
+                      f"{100 * r.state_share:.0f} %", f"{r.written / 1024:,.0f} KiB", f"{r.state_bytes / 2**20:,.1f} MiB",
+                      f"{r.peak_rss_mb:,.0f}", f"{r.restart_ms:,.0f}")
+    out.print(table)
+    return rows
