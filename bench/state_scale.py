@@ -62,11 +62,11 @@ class Row:
         return self.events / self.seconds
 
 
-def _plan(kind: str, chunks: int):
+def _plan(kind: str, chunk_keys: int):
     p = make_plan(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
                          "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                       "time_field": "event_time", "measures": ["amount"], "cti": {"delay": 0}}],
-                         "operators": [OPERATORS[kind]], "state": {"chunks": chunks}}, "scale"))
+                         "operators": [OPERATORS[kind]], "state": {"chunk_keys": chunk_keys}}, "scale"))
     return replace(p, key_groups=1)  # one key group: what one task of the stateful stage holds
 
 
@@ -85,8 +85,8 @@ def _batch(plan, store, header, events, cti):
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
 
 
-def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunks: int, seed: int = 7) -> Row:
-    plan = _plan(kind, chunks)
+def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int, seed: int = 7) -> Row:
+    plan = _plan(kind, chunk_keys)
     rng = random.Random(seed)
     store: dict = {}
     header = None
@@ -134,15 +134,15 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
 
 
 def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
-         active: int = 2_000, batches: int = 6, chunks: int = 4096) -> list[Row]:
+         active: int = 2_000, batches: int = 6, chunk_keys: int = 32) -> list[Row]:
     out = out or Console(width=200)
-    rows = [measure("identity", 10_000, per_batch, active, batches, chunks)]
+    rows = [measure("identity", 10_000, per_batch, active, batches, chunk_keys)]
     for kind in ("count", "match", "bins"):
         for live in sizes:
-            rows.append(measure(kind, live, per_batch, active, batches, chunks))
+            rows.append(measure(kind, live, per_batch, active, batches, chunk_keys))
             gc.collect()
     table = Table(title=f"ctiflow bench scale: one key group, {per_batch:,} events a batch over {active:,} active keys, "
-                        f"state.chunks = {chunks} (baseline: identity operator at 10k keys)")
+                        f"state.chunk_keys = {chunk_keys} (baseline: identity operator at 10k keys)")
     for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
                 "state ms/batch", "state share", "written/batch", "state bytes", "peak RSS MB", "restart ms"):
         table.add_column(col, justify="left" if col == "operator" else "right")

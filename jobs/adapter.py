@@ -6,8 +6,8 @@ source and carried as a label that Spark's partitioner spreads evenly, see
 of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
 reorder buffer, CTI clocks, reference join, chunk index) is one ``ValueState`` ("header"), and
-the operators' keyed state is a ``MapState`` ("chunks") of ``state.chunks`` chunks by key, of
-which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`).
+the operators' keyed state is a ``MapState`` ("chunks") of chunks of about ``state.chunk_keys``
+keys, of which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`).
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group

@@ -25,33 +25,28 @@ from operators.errors import ConfigError
 
 
 #: How keyed state is laid out in Spark's state store (:class:`jobs.runtime.GroupRuntime`): 2 is a
-#: header ``ValueState`` and a ``MapState`` of chunks per key group; before it (no entry), one blob.
+#: header ``ValueState`` and a ``MapState`` of key chunks per key group; before it (no entry), one blob.
 STATE_LAYOUT = 2
 
 
-def check_key_groups(groups: int, checkpoint: Path, chunks: int | None = None) -> dict | None:
-    """The key groups a checkpoint was written with (None: a new checkpoint); a different count
-    of key groups or state chunks, or an earlier state layout, is refused before Spark starts:
-    each group's state is stored under its group and chunk, so a new count would silently lose or
-    misplace state."""
+def check_key_groups(groups: int, checkpoint: Path) -> dict | None:
+    """The key groups a checkpoint was written with (None: a new checkpoint); a different count,
+    or an earlier state layout, is refused before Spark starts: each group's state is stored
+    under its group, so a new count would silently lose or misplace state."""
     path = checkpoint / "ctiflow-groups.json"
     if not path.exists():
         if any((checkpoint / "commits").glob("[0-9]*")):
             raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept each key "
-                              "group's state in one blob; this version keeps it in chunks (state.chunks) and cannot "
+                              "group's state in one blob; this version keeps it in chunks of keys and cannot "
                               "read it: start from a new checkpoint (spark.checkpoint), or finish the old one with "
                               "the ctiflow version that wrote it")
         return None
     saved = json.loads(path.read_text())
     if saved.get("state_layout") != STATE_LAYOUT:
         raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept each key group's "
-                          "state in one blob; this version keeps it in chunks (state.chunks) and cannot read it: start "
+                          "state in one blob; this version keeps it in chunks of keys and cannot read it: start "
                           "from a new checkpoint (spark.checkpoint), or finish the old one with the ctiflow version "
                           "that wrote it")
-    if chunks is not None and saved["chunks"] != chunks:
-        raise ConfigError(f"state.chunks is {chunks}, but the checkpoint {checkpoint} was written with "
-                          f"{saved['chunks']} chunks per key group (each key's state is stored under its chunk): "
-                          f"set state.chunks to {saved['chunks']}, or start from a new checkpoint (spark.checkpoint)")
     if saved["key_groups"] != groups:
         raise ConfigError(f"spark.key_groups is {groups}, but the checkpoint {checkpoint} was written with "
                           f"{saved['key_groups']} key groups (each group's state is stored under its group; "
@@ -60,7 +55,7 @@ def check_key_groups(groups: int, checkpoint: Path, chunks: int | None = None) -
     return saved
 
 
-def group_labels(groups: int, partitions: int, checkpoint: Path | None = None, chunks: int = 1) -> list[int]:
+def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -> list[int]:
     """The value each key group carries into Spark's shuffle, chosen so the groups spread
     evenly over the stateful stage's partitions. Spark places a row by
     ``pmod(murmur3(value, seed 42), partitions)``; the plain numbers 0..7 land 3 and 5 on 2
@@ -70,13 +65,13 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None, c
     Labels name the state, so they are kept with the checkpoint and reused on restart (Spark
     keeps a checkpoint's partition count too); a changed ``key_groups`` is refused."""
     path = checkpoint / "ctiflow-groups.json" if checkpoint else None
-    saved = check_key_groups(groups, checkpoint, chunks) if checkpoint else None
+    saved = check_key_groups(groups, checkpoint) if checkpoint else None
     if saved is not None:
         return saved["labels"]
     labels = _spread_labels(groups, partitions)
     if path is not None:
         write_atomically(path, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels,
-                                           "chunks": chunks, "state_layout": STATE_LAYOUT}))
+                                           "state_layout": STATE_LAYOUT}))
     return labels
 
 

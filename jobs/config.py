@@ -432,11 +432,11 @@ class State(Strict):
         "its next event starts afresh. The only bound on event-count windows (window.events) and on patterns "
         "without within_ms; time windows, finished bins and idle patterns are dropped without it"))
 
-    chunks: int = Field(256, ge=1, le=65536, description=(
-        "each key group's keyed state is kept in this many chunks (crc32(key) picks one); a micro-batch "
-        "decodes and writes back only the chunks it has events for or whose next window, bin or timeout "
-        "its CTI reaches. More chunks: less work per batch when a batch touches few of the live keys, a "
-        "larger per-group index. Fixed for a checkpoint (a change is refused)"))
+    chunk_keys: int = Field(32, ge=1, le=1_000_000, description=(
+        "keyed state is stored in chunks of about this many keys (split as keys grow); a micro-batch reads "
+        "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches. "
+        "Smaller: less decoded per touched key, more state-store calls when a batch touches most keys; "
+        "may change between runs"))
 
     _t = field_validator("ttl", mode="before")(lambda v: None if v is None else duration_ms(v))
 
@@ -528,11 +528,6 @@ class JobConfig(Strict):
         if any(op.needs_every_key for op in self.operators):
             return 1
         return self.spark.key_groups or self.spark.shuffle_partitions
-
-    @property
-    def state_chunks(self) -> int:
-        """State chunks per key group: 1 when an operator is global (one histogram for every key)."""
-        return 1 if any(op.needs_every_key for op in self.operators) else self.state.chunks
 
     @property
     def passes_records(self) -> bool:

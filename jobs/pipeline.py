@@ -151,7 +151,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
 
     job_plan: Plan = make_plan(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir), cfg.state_chunks)
+    labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
     frames = [spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels).to_options())
               .load() for src in cfg.sources]
     df = frames[0]
@@ -209,7 +209,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   client)
-    check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir), cfg.state_chunks)  # refused before Spark starts
+    check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir))  # refused before Spark starts
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     spark = spark or spark_session(cfg)
     prog = progress_path(cfg)

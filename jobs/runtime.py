@@ -59,10 +59,12 @@ class Plan:
     topics: dict[str, str] = field(default_factory=dict)
     #: ``state.ttl`` (ms): a key's state goes once the CTI is this far past its latest event
     ttl: int | None = None
-    #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunks``: each
-    #: group's keyed state is kept in that many chunks (1 for a global operator)
+    #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunk_keys``:
+    #: each group's keyed state is kept in chunks of about that many keys
     key_groups: int = 1
-    chunks: int = 1
+    chunk_keys: int = 32
+    #: False when an operator must see every key in one state (a global count): one chunk
+    chunked: bool = True
 
     @property
     def handles_adjust(self) -> bool:
@@ -99,7 +101,8 @@ def plan(cfg: JobConfig) -> Plan:
                 enriched_topic=cfg.reference.output if cfg.reference else None,
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
                 topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
-                key_groups=cfg.key_groups, chunks=cfg.state_chunks)
+                key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys,
+                chunked=not any(op.needs_every_key for op in cfg.operators))
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:
@@ -175,10 +178,10 @@ def _restoring(what: str):
 _LAYOUT = 2
 
 
-def chunk_of(key: str, groups: int, chunks: int) -> int:
-    """The state chunk of ``key`` within its key group (``crc32(key) mod groups`` picks the group,
-    the quotient the chunk, so a group's keys spread over all of its chunks)."""
-    return zlib.crc32(key.encode()) // groups % chunks
+def chunk_hash(key: str, groups: int) -> int:
+    """What addresses ``key``'s chunk within its key group: ``crc32(key) mod groups`` picks the
+    group, the quotient the chunk (:meth:`GroupRuntime.address`)."""
+    return zlib.crc32(key.encode()) // groups
 
 
 class Chunk:
@@ -186,18 +189,16 @@ class Chunk:
 
     ``cti`` is the CTI its operators were last advanced to: a chunk nothing was due in is left
     as bytes for as many micro-batches as it stays so, and is caught up (``advance_to`` the CTI
-    the group's operators are at) before it next sees events."""
+    the group's operators are at) before it next sees events. ``stored``: its size in the store
+    when it was read, ``(bytes, keys)`` (the header keeps the totals)."""
 
-    __slots__ = ("ops", "last_seen", "cti")
+    __slots__ = ("ops", "last_seen", "cti", "stored")
 
-    def __init__(self, ops: list, last_seen: dict[str, int], cti: int):
+    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple[int, int] = (0, 0)):
         self.ops = ops
         self.last_seen = last_seen
         self.cti = cti
-
-    def empty(self) -> bool:
-        """No key has state in it: nothing to keep (a fresh chunk behaves the same)."""
-        return not self.last_seen and not any(op.live_keys() for op in self.ops)
+        self.stored = stored
 
     def due(self, ttl: int | None) -> int:
         """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
@@ -217,13 +218,16 @@ class GroupRuntime:
     """The state of one key group: a time layer, an optional reference join and the operators.
 
     **State layout.** The group-wide part — time layer and reorder buffer, per-partition CTI
-    clocks, the reference join, and one ``(due CTI, bytes, keys)`` entry per non-empty chunk —
-    is the *header* (:meth:`commit` returns it; a ``ValueState`` in Spark). The operators' per-key
-    state is split into ``plan.chunks`` chunks by key (:func:`chunk_of`); each non-empty chunk is
-    one entry of ``chunks`` (a ``MapState`` in Spark; a dict here), stored as the operators' own
-    snapshots. A micro-batch decodes and re-encodes only the chunks it has events for, whose due
-    CTI it reaches, or all of them at the final CTI: untouched keys stay bytes, so the work per
-    batch follows the touched keys, not the live ones (README, "State").
+    clocks, the reference join, the due CTI of each chunk that has one, the chunk count and the
+    totals — is the *header* (:meth:`commit` returns it; a ``ValueState`` in Spark). The
+    operators' per-key state is split into chunks of about ``plan.chunk_keys`` keys, addressed by
+    linear hashing of the key (:meth:`address`): when the group's keys outgrow its chunks, the
+    chunks with new descendants are split (``partition`` of each operator), so a chunk never
+    holds many more keys than that, however many keys are live. Each non-empty chunk is one entry
+    of ``chunks`` (a ``MapState`` in Spark; a dict here), stored as the operators' own snapshots. A
+    micro-batch decodes and re-encodes only the chunks it has events for, whose due CTI it
+    reaches, or all of them at the final CTI: untouched keys stay bytes, so the work per batch
+    follows the touched keys, not the live ones (README, "State").
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     """
@@ -233,6 +237,9 @@ class GroupRuntime:
         self.counters = Counters()
         self.chunks = {} if chunks is None else chunks
         self.loaded: dict[int, Chunk] = {}
+        #: chunks split only if every operator can partition its keys by the event's key
+        self.grows = plan.chunked and all(hasattr(spec.cls, "partition") and getattr(spec.settings, "key_field", None)
+                                          is None for spec in plan.operators)
         if data is not None:
             with _restoring("the key group's state"):
                 layout, header, stored = pickle.loads(data)
@@ -247,20 +254,19 @@ class GroupRuntime:
             self.ended: set[str] = set()
             self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
             self.ops_cti = CTI_NONE   # the CTI every chunk's operators are at (or will be caught up to)
-            self.index: dict[int, tuple[int, int, int]] = {}  # chunk → (due CTI, bytes, live keys)
+            self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
+            self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
+            self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
             return
         started = time.perf_counter()
         with _restoring("the key group's time layer"):
-            (layer, join, enriched, self.ended, clocks, self.ops_cti, self.index, chunk_count,
-             operators) = pickle.loads(header)
+            (layer, join, enriched, self.ended, clocks, self.ops_cti, self.due, (self.level, self.split),
+             (self.stored_keys, self.stored_bytes), operators) = pickle.loads(header)
             self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
             self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
         if operators != self._operator_names():
             raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
                              f"{self._operator_names()}: {_STATE_FIX}")
-        if chunk_count != plan.chunks:
-            raise StateError(f"the checkpoint's keyed state is in {chunk_count} chunks per key group, the job "
-                             f"configures state.chunks = {plan.chunks}: set it back, or {_STATE_FIX}")
         with _restoring("the reference join"):
             self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
             self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
@@ -270,48 +276,109 @@ class GroupRuntime:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
 
     # -- chunks ------------------------------------------------------------------------
-    def chunk(self, c: int) -> Chunk:
+    @property
+    def chunk_count(self) -> int:
+        return (1 << self.level) + self.split
+
+    def address(self, key: str) -> int:
+        """``key``'s chunk: linear hashing over :func:`chunk_hash` (chunks below ``split`` are
+        already split at this level, so they take one more bit)."""
+        h = chunk_hash(key, self.plan.key_groups)
+        c = h & ((1 << self.level) - 1)
+        return h & ((2 << self.level) - 1) if c < self.split else c
+
+    def chunk(self, c: int, blob: bytes | None = None) -> Chunk:
         """Chunk ``c``, decoded from the store on first use in this call (or new and empty)."""
         got = self.loaded.get(c)
         if got is not None:
             return got
         started = time.perf_counter()
-        blob = self.chunks.get(c) if c in self.index else None
+        if blob is None:
+            blob = self.chunks.get(c)
         if blob is None:
             got = Chunk([spec.build() for spec in self.plan.operators], {}, CTI_NONE)
         else:
             with _restoring(f"state chunk {c}"):
-                cti, blobs, last_seen = pickle.loads(blob)
+                cti, blobs, last_seen, keys = pickle.loads(blob)
             ops = []
             for spec, op_blob in zip(self.plan.operators, blobs):
                 with _restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                     ops.append(spec.build(op_blob))
-            got = Chunk(ops, last_seen, cti)
+            got = Chunk(ops, last_seen, cti, (len(blob), keys))
         self.loaded[c] = got
+        self.counters.chunks_loaded += 1
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return got
 
+    def _grow(self) -> None:
+        """Split chunks until there are at least ``live keys / chunk_keys`` of them. Linear
+        hashing: going from N to N' chunks, every new chunk d descends from one existing chunk,
+        whose keys are partitioned by their new address in one pass; other chunks keep theirs."""
+        want = -(-self.live_keys(join=False) // self.plan.chunk_keys)
+        old = self.chunk_count
+        if not self.grows or want <= old:
+            return
+        level, split = self.level, self.split
+        new_level = want.bit_length() - 1
+        new_split = want - (1 << new_level)
+        sources = set()
+        for d in range(old, want):
+            a = d & ((1 << level) - 1)
+            sources.add(d & ((2 << level) - 1) if a < split else a)
+        self.level, self.split = new_level, new_split
+        address = self.address
+        for c in sorted(sources):
+            chunk = self.chunk(c)
+            parts = [op.partition(address) for op in chunk.ops]
+            seen: dict[int, dict[str, int]] = {}
+            for key, t in chunk.last_seen.items():
+                seen.setdefault(address(key), {})[key] = t
+            dests = {c}.union(*parts, seen)
+            for d in dests:
+                ops = []
+                for spec, part in zip(self.plan.operators, parts):
+                    op = part.get(d)
+                    if op is None:
+                        op = spec.build()
+                        if chunk.cti > CTI_NONE and op.advance_to(chunk.cti):
+                            raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
+                    ops.append(op)
+                self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0))
+
     def commit(self) -> bytes:
-        """Write the chunks this call decoded back to ``chunks`` (empty ones are removed) and
-        return the header. The chunks stay decoded: the runtime can go on."""
+        """Split chunks if the keys outgrew them, write the chunks this call decoded back to
+        ``chunks`` (empty ones are removed) and return the header. The chunks stay decoded: the
+        runtime can go on."""
+        self._grow()
         started = time.perf_counter()
         ttl = self.plan.ttl
         for c, chunk in sorted(self.loaded.items()):
-            if chunk.empty():
-                if c in self.index:
-                    del self.index[c]
+            keys = len(chunk.live_keys())
+            old_bytes, old_keys = chunk.stored
+            if keys == 0:
+                if old_bytes:
                     del self.chunks[c]
-                continue
-            blob = pickle.dumps((chunk.cti, [op.snapshot() for op in chunk.ops], chunk.last_seen), protocol=5)
-            self.chunks[c] = blob
-            self.index[c] = (chunk.due(ttl), len(blob), len(chunk.live_keys()))
-            self.counters.state_written += len(blob)
-        self.counters.chunks_loaded += len(self.loaded)
+                self.due.pop(c, None)
+                size = 0
+            else:
+                blob = pickle.dumps((chunk.cti, [op.snapshot() for op in chunk.ops], chunk.last_seen, keys), protocol=5)
+                self.chunks[c] = blob
+                size = len(blob)
+                due = chunk.due(ttl)
+                if due < CTI_INFINITY:
+                    self.due[c] = due
+                else:
+                    self.due.pop(c, None)
+                self.counters.state_written += size
+            self.stored_bytes += size - old_bytes
+            self.stored_keys += keys - old_keys
+            chunk.stored = (size, keys)
         header = pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
                                None if self.enriched is None else self.enriched.snapshot(), self.ended,
-                               {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.index,
-                               self.plan.chunks, self._operator_names()), protocol=5)
-        self.counters.state_bytes = len(header) + sum(size for _, size, _ in self.index.values())
+                               {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.due,
+                               (self.level, self.split), (self.stored_keys, self.stored_bytes),
+                               self._operator_names()), protocol=5)
+        self.counters.state_bytes = len(header) + self.stored_bytes
         self.counters.state_written += len(header)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
@@ -331,20 +398,22 @@ class GroupRuntime:
     def cti(self) -> int:
         return self.layer.cti()
 
-    def live_keys(self) -> int:
-        """Distinct keys any operator (or the reference join) keeps state for (from the chunk
-        index: chunks hold disjoint keys; the join's keys may repeat theirs)."""
-        keys = sum(n for c, (_, _, n) in self.index.items() if c not in self.loaded)
-        keys += sum(len(chunk.live_keys()) for chunk in self.loaded.values())
-        if self.join is not None:
+    def live_keys(self, join: bool = True) -> int:
+        """Distinct keys any operator (or, with ``join``, the reference join) keeps state for:
+        the stored totals, corrected by the chunks decoded in this call (chunks hold disjoint
+        keys; the join's keys may repeat theirs)."""
+        keys = self.stored_keys + sum(len(chunk.live_keys()) - chunk.stored[1] for chunk in self.loaded.values())
+        if join and self.join is not None:
             keys += len(self.join.live_keys())
         return keys
 
     def keys(self) -> set[str]:
         """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
+        for c, blob in list(self.chunks.items()):
+            self.chunk(c, blob)
         keys: set[str] = set()
-        for c in sorted(set(self.index) | set(self.loaded)):
-            keys |= self.chunk(c).live_keys()
+        for chunk in self.loaded.values():
+            keys |= chunk.live_keys()
         return keys
 
     def end_of_input(self, stream: str) -> bool:
@@ -456,20 +525,20 @@ class GroupRuntime:
         before = len(out)
         plan = self.plan
         events = events if isinstance(events, list) else list(events)
-        groups, chunks = plan.key_groups, plan.chunks
-        if chunks == 1:
+        if self.chunk_count == 1:
             of = [0] * len(events)
         else:
-            crc32 = zlib.crc32
-            of = [crc32(e.key.encode()) // groups % chunks for e in events]
+            address = self.address
+            of = [address(e.key) for e in events]
         touch = set(of)
         if cti is not None:
             if cti >= CTI_INFINITY:
-                touch.update(self.index)
+                for c, blob in list(self.chunks.items()):  # the final CTI: every chunk
+                    self.chunk(c, blob)
                 touch.update(self.loaded)
             else:
-                touch.update(c for c, (due, _, _) in self.index.items() if due <= cti and c not in self.loaded)
-                # decoded earlier in this call and not committed since: their index entry is stale
+                touch.update(c for c, due in self.due.items() if due <= cti and c not in self.loaded)
+                # decoded earlier in this call and not committed since: their due entry is stale
                 touch.update(c for c, chunk in self.loaded.items() if c not in touch and chunk.due(plan.ttl) <= cti)
         caught_up = self.ops_cti
         for c in sorted(touch):

@@ -788,6 +788,40 @@ class Binner:
         parts += [np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes() for a in arrays]
         return b"".join(parts)
 
+    def partition(self, where) -> dict[int, "Binner"]:
+        """This binner's keys split by ``where(key)`` into binners of the same settings and CTI,
+        each holding exactly its keys' open bins (and pending increments); ``self`` is not used
+        afterwards. The runtime splits a state chunk with it when the chunks grow."""
+        self._flush()
+        live = np.flatnonzero(self._live[: self._hi])
+        used, inv = np.unique(self._kid[live], return_inverse=True)
+        inv = inv.reshape(-1)
+        names = [self._keys[i] for i in used.tolist()]
+        dest_of_key = np.array([where(name) for name in names], np.int64)
+        dest = dest_of_key[inv] if len(live) else np.zeros(0, np.int64)
+        parts: dict[int, Binner] = {}
+        for d in np.unique(dest_of_key).tolist():
+            part = Binner(self.settings)
+            part._cti = self._cti
+            mine_keys = np.flatnonzero(dest_of_key == d)
+            for i in mine_keys.tolist():
+                part._key_id(names[i])
+            renumber = np.full(len(names), -1, np.int64)
+            renumber[mine_keys] = np.arange(len(mine_keys))
+            slots = live[dest == d]
+            n = len(slots)
+            part._grow(max(n, 1))
+            part._hi = n
+            part._kid[:n] = renumber[inv[dest == d]]
+            for name in ("_k", "_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
+                getattr(part, name)[:n] = getattr(self, name)[slots]
+            part._cum[:, :n] = self._cum[:, slots]
+            part._inc[:, :n] = self._inc[:, slots]
+            part._live[:n] = True
+            part._slot_of = dict(zip(zip(part._kid[:n].tolist(), part._k[:n].tolist()), range(n)))
+            parts[int(d)] = part
+        return parts
+
     @classmethod
     def restore(cls, settings: BinSettings, data: bytes) -> "Binner":
         """Rebuild a binner from :meth:`snapshot` bytes; it behaves exactly as the original.

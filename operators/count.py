@@ -329,6 +329,21 @@ class CountOperator:
             return CTI_INFINITY
         return min(h.now for h in self._histograms.values()) + self._window + 1
 
+    def partition(self, where) -> dict[int, "CountOperator"]:
+        """This operator's keys split by ``where(key)`` into operators of the same settings and
+        clock, each holding exactly its keys' histograms; ``self`` is not used afterwards."""
+        parts: dict[int, CountOperator] = {}
+        for key, h in self._histograms.items():
+            d = where(key)
+            part = parts.get(d)
+            if part is None:
+                part = parts[d] = CountOperator(self.settings)
+                part._clock = self._clock
+            part._histograms[key] = h
+            if key in self._touched:
+                part._touched[key] = self._touched[key]
+        return parts
+
     def forget(self, key: str) -> None:
         """Drop ``key``'s count (the key TTL): its next event starts a new window."""
         self._histograms.pop(key, None)

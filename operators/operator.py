@@ -46,6 +46,10 @@ class Operator(Protocol):
     # (:mod:`jobs.runtime`). It must never be later than the first CTI that would change an
     # output; :data:`~operators.events.CTI_INFINITY` means "only events change me". An operator
     # without it is advanced every micro-batch.
+    # Optional: ``partition(where)`` → ``{part: operator}``: the keys split by ``where(key)`` into
+    # operators of the same settings (operator-wide clocks copied), each with exactly its keys'
+    # state; the runtime splits a state chunk with it when chunks grow. Without it, an operator's
+    # keys all stay in one chunk.
     # Optional: ``forget(key)`` drops everything the operator keeps for ``key`` (the job's key
     # TTL, ``state.ttl``: a key with no event for that long in application time). Operators
     # whose state the CTI bounds anyway (bins) need not implement it.

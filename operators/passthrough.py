@@ -28,6 +28,9 @@ class Passthrough:
     def live_keys(self) -> set[str]:
         return set()
 
+    def partition(self, where) -> dict[int, "Passthrough"]:
+        return {}  # no keys
+
     def snapshot(self) -> bytes:
         return b""
 

@@ -36,13 +36,6 @@ def test_a_checkpoint_of_the_one_blob_state_layout_is_refused_before_spark(tmp_p
     assert group_labels(8, 2, tmp_path / "fresh") != list(range(8))  # 0..7 land 3 : 5 on 2 partitions
 
 
-def test_a_changed_chunk_count_is_refused_on_restart(tmp_path):
-    group_labels(8, 2, tmp_path, chunks=256)
-    assert group_labels(8, 2, tmp_path, chunks=256)
-    with pytest.raises(ConfigError, match="state.chunks is 64.*written with 256.*set state.chunks to 256"):
-        group_labels(8, 2, tmp_path, chunks=64)
-
-
 def test_a_replayed_batchs_counters_count_once(tmp_path):
     """The sink appends a progress line per attempt of a batch; a crash after the first
     attempt's line must not count the replayed batch twice."""

@@ -212,6 +212,18 @@ class MatchOperator:
                     due = min(due, cs.previous_timestamp + state_window)
         return due
 
+    def partition(self, where) -> dict[int, "MatchOperator"]:
+        """This operator's keys split by ``where(key)`` into operators of the same settings, each
+        holding exactly its keys' partial matches; ``self`` is not used afterwards."""
+        parts: dict[int, MatchOperator] = {}
+        for key, state in self._states.items():
+            d = where(key)
+            part = parts.get(d)
+            if part is None:
+                part = parts[d] = MatchOperator(self.settings)
+            part._states[key] = state
+        return parts
+
     def forget(self, key: str) -> None:
         """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire)."""
         self._states.pop(key, None)
