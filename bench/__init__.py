@@ -39,9 +39,10 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
 
             match_main(events)
         elif name == "scale":
-            from bench.state_scale import main as scale_main
+            from bench.state_scale import main as scale_main, spark_main as scale_spark
 
-            scale_main(out, per_batch=trigger or 20_000)
+            scale_spark(out, per_batch=trigger or 200_000)
+            scale_main(out)
         elif name == "reliability":
             from bench.reliability import main as reliability_main
 

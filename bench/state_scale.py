@@ -156,3 +156,143 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
                       f"{r.peak_rss_mb:,.0f}", f"{r.restart_ms:,.0f}")
     out.print(table)
     return rows
+
+
+# -- end to end in Spark: the same rows through Kafka, the adapter and Spark's state store -----------
+
+@dataclass
+class SparkRow:
+    operator: str
+    live_keys: int
+    events: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    state_ms: float        # mean per batch, summed over the key groups (decode + encode in the workers)
+    state_share: float     # of the batches' wall time (2 tasks run at once: a share of one core's time)
+    written: float         # mean bytes written to the state store per batch
+    chunks: float          # mean chunks read and written per batch
+    state_bytes: int
+    peak_rss_mb: float
+    restart_s: float       # from the restarted run's start to its first completed batch
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+def _produce(bootstrap: str, topic: str, live: int) -> None:
+    """``live`` keys with one event each (a first stage for match, an open bin for bins), 1 ms
+    apart, over two partitions."""
+    from jobs import kafka
+    from jobs.serde import AvroSerializer
+
+    kafka.create_topics(bootstrap, {topic: 2})
+    ser = AvroSerializer("transaction", validate=False)
+    prod = kafka.producer(bootstrap)
+    for i in range(live):
+        acct = f"k{i:08d}"
+        rec = {"id": str(i), "account": acct, "event_time": T0 + 1 + i, "type": "purchase", "amount": 1999.0,
+               "currency": "EUR", "country": "DE", "merchant": None}
+        kafka.send(prod, topic, ser(rec), acct.encode(), partition=i % 2)
+        if i % 10000 == 0:
+            prod.poll(0)
+    prod.flush(120)
+
+
+def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
+               per_batch: int) -> SparkRow:
+    import json
+
+    from bench.spark_jobs import PeakMemory, figures
+    from jobs import kafka, pipeline
+    from jobs.checkpoint import progress_path
+    from jobs.config import parse
+
+    topic = f"scale-{kind}-{live}"
+    _produce(bootstrap, topic, live)
+    op = {**OPERATORS[kind], **({"output": f"{topic}-out"} if "output" in OPERATORS[kind] else {})}
+    if kind == "bins":
+        op["outputs"] = {"final": f"{topic}-out"}
+    if kind == "match":
+        op["timed_out"] = f"{topic}-timed-out"
+    spec = {"job": f"scale-{kind}-{live}", "kafka": {"bootstrap_servers": bootstrap},
+            "sources": [{"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account",
+                         "time_field": "event_time", "measures": ["amount"], "max_offsets_per_trigger": per_batch,
+                         "cti": {"delay": "5s", "flush_at_end": False}}],
+            "operators": [op], "outputs": {"late": f"{topic}-late", "dead_letter": f"{topic}-dlq"},
+            "spark": {"checkpoint": f"{home}/ck-{topic}"}}
+    cfg = parse(spec, topic)
+    pipeline.run(cfg, until_end=True, spark=spark)                 # build the live keys
+    _produce_more(bootstrap, topic, live, measured, active)
+    with PeakMemory() as mem:
+        summary = pipeline.run(cfg, until_end=True, spark=spark)   # restart: the measured batches
+    f = figures(topic, summary.progress, mem.peak)
+    mine = {p["batchId"] for p in summary.progress}
+    per_batch_counters: dict[int, dict] = {}
+    for line in progress_path(cfg).read_text().splitlines():
+        rec = json.loads(line)
+        if rec["batch"] in mine:
+            per_batch_counters[rec["batch"]] = rec
+    recs = [per_batch_counters[b] for b in sorted(per_batch_counters)][1:] or list(per_batch_counters.values())
+    state_s = sum(r.get("state_us", 0) for r in recs) / 1e6
+    row = SparkRow(kind, recs[-1].get("live_keys", 0) if recs else 0, f.events, f.seconds, f.p50_ms, f.p99_ms,
+                   1000 * state_s / max(len(recs), 1), state_s / f.seconds / 2 if f.seconds else 0.0,
+                   statistics.mean(r.get("state_written", 0) for r in recs) if recs else 0.0,
+                   statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0,
+                   recs[-1].get("state_bytes", 0) if recs else 0, f.peak_rss_mb, summary.first_batch_seconds or 0.0)
+    kafka.delete_topics(bootstrap, [topic, *cfg.result_topics()])
+    return row
+
+
+def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: int, seed: int = 7) -> None:
+    """``measured`` events after the live keys, over ``active`` of them (amounts at random)."""
+    from jobs import kafka
+    from jobs.serde import AvroSerializer
+
+    rng = random.Random(seed)
+    hot = rng.sample(range(live), min(active, live))
+    ser = AvroSerializer("transaction", validate=False)
+    prod = kafka.producer(bootstrap)
+    for i in range(live, live + measured):
+        acct = f"k{hot[rng.randrange(len(hot))]:08d}"
+        rec = {"id": str(i), "account": acct, "event_time": T0 + 1 + i, "type": "purchase",
+               "amount": float(rng.randrange(2000)), "currency": "EUR", "country": "DE", "merchant": None}
+        kafka.send(prod, topic, ser(rec), acct.encode(), partition=i % 2)
+        if i % 10000 == 0:
+            prod.poll(0)
+    prod.flush(120)
+
+
+def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
+               measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins")) -> list[SparkRow]:
+    """Each row: a job builds ``live`` keys (one event each), stops, and is restarted on
+    ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys."""
+    from bench.spark_jobs import bench_stack
+
+    out = out or Console(width=200)
+    rows = []
+    with bench_stack() as (bootstrap, spark, home):
+        rows.append(_spark_row(spark, bootstrap, home, "identity", 10_000, per_batch * measured_batches, active,
+                               per_batch))
+        for kind in kinds:
+            for live in sizes:
+                rows.append(_spark_row(spark, bootstrap, home, kind, live, per_batch * measured_batches, active,
+                                       per_batch))
+                out.print(f"  {kind} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
+    table = Table(title=f"ctiflow bench scale (Spark, end to end): {per_batch:,} events a micro-batch over {active:,} "
+                        "active keys after a restart (baseline: identity operator at 10k keys, same run)")
+    for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
+                "state ms/batch", "state share", "chunks/batch", "written/batch", "state bytes", "peak RSS MB",
+                "restart s"):
+        table.add_column(col, justify="left" if col == "operator" else "right")
+    base = rows[0].rate
+    first: dict[str, float] = {}
+    for r in rows:
+        first.setdefault(r.operator, r.rate)
+        table.add_row(r.operator, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator]:.2f}×",
+                      f"{r.rate / base:.2f}×", f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}",
+                      f"{100 * r.state_share:.0f} %", f"{r.chunks:,.0f}", f"{r.written / 1024:,.0f} KiB",
+                      f"{r.state_bytes / 2**20:,.1f} MiB", f"{r.peak_rss_mb:,.0f}", f"{r.restart_s:,.1f}")
+    out.print(table)
+    return rows
