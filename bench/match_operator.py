@@ -173,6 +173,7 @@ def state_figures(op: Any) -> dict[str, int]:
     partial = held = stored = nodes = copies = 0
     event_bytes = run_bytes = 0
     dumps = pickle.dumps
+    op._decode_all()  # restored keys are decoded on first use
     for state in op._states.values():  # inspection only (the operator exposes counts, not paths)
         buffer = state.buffer
         stored += len(buffer.events)

@@ -39,7 +39,7 @@ from operators.errors import PatternError
 from operators.operator import Output
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2  # 2: each key pickled on its own, with its due CTI
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,16 @@ class MatchOperator:
         self._has_windows = self.plan.has_windows
         self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
+        #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
+        #: first use (a batch decodes the keys it has events for or that are due, not the others)
+        self._raw: dict[str, tuple[int, bytes]] = {}
 
     # -- the Operator contract -------------------------------------------------------------------
     def process(self, event: Event) -> list[Output]:
         key = self._key(event)
         state = self._states.get(key)
+        if state is None and key in self._raw:
+            state = self._decode(key)
         if state is None:
             state = NfaState.initial(self.plan)
             self._states[key] = state
@@ -148,6 +153,8 @@ class MatchOperator:
         outputs: list[Output] = []
         nfa = self._nfa
         flush = cti >= CTI_INFINITY
+        for key in [k for k, (due, _) in self._raw.items() if due <= cti]:
+            self._decode(key)
         for key in sorted(self._states):
             state = self._states[key]
             nfa.state = state
@@ -158,15 +165,18 @@ class MatchOperator:
         return outputs
 
     def snapshot(self) -> bytes:
-        plain = {key: state.to_plain() for key, state in self._states.items()}
-        return pickle.dumps(
-            (_SNAPSHOT_VERSION, self._fingerprint(), plain), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        """Each key's state pickled on its own, with its due CTI: keys not touched since the
+        restore keep their bytes (:attr:`_raw`)."""
+        keyed = dict(self._raw)
+        dumps = pickle.dumps
+        for key, state in self._states.items():
+            keyed[key] = (self._state_due(state), dumps(state.to_plain(), protocol=pickle.HIGHEST_PROTOCOL))
+        return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), keyed), protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
         operator = cls(settings)
-        version, fingerprint, plain = pickle.loads(data)
+        version, fingerprint, keyed = pickle.loads(data)
         if version != _SNAPSHOT_VERSION:
             raise PatternError(f"unsupported match operator snapshot version {version}")
         if fingerprint != operator._fingerprint():
@@ -174,8 +184,16 @@ class MatchOperator:
                 f"the snapshot of pattern {operator.name!r} was taken with a different pattern "
                 "(its NFA states differ); start from empty state after changing a pattern"
             )
-        operator._states = {key: NfaState.from_plain(raw) for key, raw in plain.items()}
+        operator._raw = keyed
         return operator
+
+    def _decode(self, key: str) -> NfaState:
+        state = self._states[key] = NfaState.from_plain(pickle.loads(self._raw.pop(key)[1]))
+        return state
+
+    def _decode_all(self) -> None:
+        for key in list(self._raw):
+            self._decode(key)
 
     def _fingerprint(self) -> tuple[object, ...]:
         """What a snapshot's computation states depend on: the NFA's state names and types."""
@@ -183,64 +201,74 @@ class MatchOperator:
 
     def live_keys(self) -> set[str]:
         """Keys with a partial match in flight."""
-        return set(self._states)
+        return set(self._states) | set(self._raw)
 
     def next_due(self) -> int:
         """The earliest CTI that times a run out (``within`` from its first event, or a stage's
         window from its previous event), completes a held-back match, or leaves a key idle;
         :data:`CTI_INFINITY` without windows and held matches (then only events change state)."""
+        due = min((d for d, _ in self._raw.values()), default=CTI_INFINITY)
+        for state in self._states.values():
+            due = min(due, self._state_due(state))
+        return due
+
+    def _state_due(self, state: NfaState) -> int:
+        """:meth:`next_due` of one key's state."""
+        if state.completed_matches:
+            return CTI_NONE
         due = CTI_INFINITY
+        counts = state.buffer.events_count
+        if counts:
+            due = min(counts) + 1
+        if not self._has_windows:
+            return due
         plan = self.plan
         window = plan.window_ms
         state_windows = plan.state_windows_ms
         states = plan.states
-        for state in self._states.values():
-            if state.completed_matches:
-                return CTI_NONE
-            counts = state.buffer.events_count
-            if counts:
-                due = min(due, min(counts) + 1)
-            if not self._has_windows:
+        for cs in state.partial_matches.view():
+            if states[cs.state].is_start:
                 continue
-            for cs in state.partial_matches.view():
-                if states[cs.state].is_start:
-                    continue
-                if window > 0:
-                    due = min(due, cs.start_timestamp + window)
-                state_window = state_windows.get(cs.state)
-                if state_window:
-                    due = min(due, cs.previous_timestamp + state_window)
+            if window > 0:
+                due = min(due, cs.start_timestamp + window)
+            state_window = state_windows.get(cs.state)
+            if state_window:
+                due = min(due, cs.previous_timestamp + state_window)
         return due
 
     def partition(self, where) -> dict[int, "MatchOperator"]:
         """This operator's keys split by ``where(key)`` into operators of the same settings, each
         holding exactly its keys' partial matches; ``self`` is not used afterwards."""
         parts: dict[int, MatchOperator] = {}
-        for key, state in self._states.items():
-            d = where(key)
-            part = parts.get(d)
-            if part is None:
-                part = parts[d] = MatchOperator(self.settings)
-            part._states[key] = state
+        for held in ("_states", "_raw"):
+            for key, value in getattr(self, held).items():
+                d = where(key)
+                part = parts.get(d)
+                if part is None:
+                    part = parts[d] = MatchOperator(self.settings)
+                getattr(part, held)[key] = value
         return parts
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire)."""
         self._states.pop(key, None)
+        self._raw.pop(key, None)
 
     # -- inspection -------------------------------------------------------------------------------
     @property
     def keys_in_flight(self) -> int:
-        return len(self._states)
+        return len(self._states) + len(self._raw)
 
     def partial_match_count(self) -> int:
         """Partial matches in flight over all keys (start states not counted)."""
+        self._decode_all()
         return sum(
             sum(1 for cs in state.partial_matches if cs.start_event_id is not None)
             for state in self._states.values()
         )
 
     def buffered_event_count(self) -> int:
+        self._decode_all()
         return sum(len(state.buffer.events) for state in self._states.values())
 
     # -- records ----------------------------------------------------------------------------------
