@@ -40,10 +40,12 @@ class Figures:
 
 
 class PeakMemory:
-    """Peak resident memory of this process and its children (JVM, Python workers)."""
+    """Peak resident memory of this process and its children (JVM, Python workers); with
+    ``without_broker``, not the embedded broker's (its memory-only storage holds the topics)."""
 
-    def __init__(self):
+    def __init__(self, without_broker: bool = False):
         self.peak = 0
+        self.without_broker = without_broker
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -51,7 +53,10 @@ class PeakMemory:
         me = psutil.Process()
         while not self._stop.is_set():
             try:
-                total = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
+                children = me.children(recursive=True)
+                if self.without_broker:
+                    children = [c for c in children if c.name() != "tansu"]
+                total = me.memory_info().rss + sum(c.memory_info().rss for c in children)
                 self.peak = max(self.peak, total)
             except psutil.Error:
                 pass

@@ -173,7 +173,7 @@ class SparkRow:
     written: float         # mean bytes written to the state store per batch
     chunks: float          # mean chunks read and written per batch
     state_bytes: int
-    peak_rss_mb: float
+    peak_rss_mb: float     # the job's process tree (JVM, Python workers), not the embedded broker
     restart_s: float       # from the restarted run's start to its first completed batch
 
     @property
@@ -225,7 +225,7 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
     cfg = parse(spec, topic)
     pipeline.run(cfg, until_end=True, spark=spark)                 # build the live keys
     _produce_more(bootstrap, topic, live, measured, active)
-    with PeakMemory() as mem:
+    with PeakMemory(without_broker=True) as mem:
         summary = pipeline.run(cfg, until_end=True, spark=spark)   # restart: the measured batches
     f = figures(topic, summary.progress, mem.peak)
     mine = {p["batchId"] for p in summary.progress}
