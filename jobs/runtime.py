@@ -1,8 +1,9 @@
 """What one key group runs, independent of Spark: time layer → [reference join] → operators.
 
-The Spark adapter (:mod:`jobs.adapter`) restores a :class:`GroupRuntime` from the state store,
-feeds it a micro-batch's rows, advances it to the watermark (the CTI), snapshots it back and
-encodes its outputs. Keeping this pure lets the tests drive exactly what runs in Spark.
+The Spark adapter (:mod:`jobs.adapter`) restores a :class:`GroupRuntime` from the state store
+(its header; keyed state chunks are read as the batch needs them), feeds it a micro-batch's
+rows, advances it to the CTI, commits the chunks it touched and the header back, and encodes its
+outputs. Keeping this pure lets the tests drive exactly what runs in Spark.
 """
 
 from __future__ import annotations
