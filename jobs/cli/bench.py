@@ -30,7 +30,7 @@ class Benchmark(str, Enum):
 def bench(which: Annotated[Benchmark, typer.Argument(help="the benchmark to run, or all")] = Benchmark.ALL,
           events: Annotated[Optional[int], typer.Option(help="events per run (default per benchmark)")] = None,
           trigger: Annotated[Optional[int], typer.Option(
-              min=1000, help="events per micro-batch for every Spark variant of adapter and bins "
-                             "(default: 200000 and 50000)")] = None):
+              min=1000, help="events per micro-batch for every Spark variant of adapter, bins and scale "
+                             "(default: 200000, 50000 and 200000)")] = None):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
     run_benchmarks(which.value, events=events, out=Console(width=200), trigger=trigger)
