@@ -225,6 +225,8 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
     cfg = parse(spec, topic)
     pipeline.run(cfg, until_end=True, spark=spark)                 # build the live keys
     _produce_more(bootstrap, topic, live, measured, active)
+    spark.stop()  # a real restart: a new SparkContext, so new Python workers (CPython keeps its
+    spark = pipeline.spark_session()  # high-water mark from the batches that built the keys)
     with PeakMemory(without_broker=True) as mem:
         summary = pipeline.run(cfg, until_end=True, spark=spark)   # restart: the measured batches
     f = figures(topic, summary.progress, mem.peak)
@@ -242,6 +244,7 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
                    statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0,
                    recs[-1].get("state_bytes", 0) if recs else 0, f.peak_rss_mb, summary.first_batch_seconds or 0.0)
     kafka.delete_topics(bootstrap, [topic, *cfg.result_topics()])
+    spark.stop()
     return row
 
 
@@ -266,19 +269,21 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
                measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins")) -> list[SparkRow]:
-    """Each row: a job builds ``live`` keys (one event each), stops, and is restarted on
-    ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys."""
+    """Each row: a job builds ``live`` keys (one event each), stops, and is restarted (a new Spark
+    session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys."""
     from bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
     rows = []
+    from jobs.pipeline import spark_session
+
     with bench_stack() as (bootstrap, spark, home):
         rows.append(_spark_row(spark, bootstrap, home, "identity", 10_000, per_batch * measured_batches, active,
                                per_batch))
         for kind in kinds:
             for live in sizes:
-                rows.append(_spark_row(spark, bootstrap, home, kind, live, per_batch * measured_batches, active,
-                                       per_batch))
+                rows.append(_spark_row(spark_session(), bootstrap, home, kind, live, per_batch * measured_batches,
+                                       active, per_batch))
                 out.print(f"  {kind} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
     table = Table(title=f"ctiflow bench scale (Spark, end to end): {per_batch:,} events a micro-batch over {active:,} "
                         "active keys after a restart (baseline: identity operator at 10k keys, same run)")
