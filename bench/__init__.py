@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale")
+BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale", "peers")
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
@@ -43,6 +43,10 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
 
             scale_spark(out, per_batch=trigger or 200_000)
             scale_main(out)
+        elif name == "peers":
+            from bench.peers import main as peers_main
+
+            peers_main(out, events=events, trigger=trigger)
         elif name == "reliability":
             from bench.reliability import main as reliability_main
 

@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 from rich.console import Console
@@ -33,6 +33,7 @@ class Figures:
     p99_ms: float
     first_batch_ms: float
     peak_rss_mb: float
+    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (jobs.runtime.Counters), summed
 
     @property
     def rate(self) -> float:
@@ -134,7 +135,9 @@ def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str) -> Figu
     cfg = parse(cfg_spec, name)
     with PeakMemory() as mem:
         summary = pipeline.run(cfg, until_end=True, spark=spark)
-    return figures(name, summary.progress, mem.peak)
+    f = figures(name, summary.progress, mem.peak)
+    f.counters = summary.counters
+    return f
 
 
 def raw_reader(bootstrap: str, topic: str) -> Figures:
@@ -232,18 +235,24 @@ class _Forward:
         import pandas as pd
         from pyspark.sql.streaming import StatefulProcessor
 
+        from jobs.alloc import cyclic_gc_paused
+
         class Forward(StatefulProcessor):
             def init(self, handle) -> None:
                 self.state = handle.getValueState("group", "n long")  # one state call a group, as ours
 
             def handleInputRows(self, key, rows, timerValues):
-                for r in rows:
-                    events = [pickle.loads(p) for p in r["meta_pack"] if p is not None]
-                    if forward:
-                        packs = [pickle.dumps([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pack], 5)
-                                 for pack in events]
-                        yield pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs, "kind": "pack"})
+                out = []
+                with cyclic_gc_paused():  # as the adapter does (jobs.alloc)
+                    for r in rows:
+                        events = [pickle.loads(p) for p in r["meta_pack"] if p is not None]
+                        if forward:
+                            packs = [pickle.dumps([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pack], 5)
+                                     for pack in events]
+                            out.append(pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs,
+                                                     "kind": "pack"}))
                 self.state.update((1,))
+                yield from out
 
             def close(self) -> None:
                 pass
@@ -251,7 +260,8 @@ class _Forward:
         return Forward()
 
 
-def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True) -> Figures:
+def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True,
+                     name: str = "plumbing-noop") -> Figures:
     """Packed source → key groups → a stateful function with no operator → Kafka (``forward``)
     or, without output, → noop: the least any job on the adapter costs."""
     from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
@@ -262,7 +272,7 @@ def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool
         return _to_kafka(out, bootstrap, "bench-forward-out", home,
                          "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")
     with PeakMemory() as mem:
-        q = (out.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-plumbing-noop")
+        q = (out.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-{name}")
              .trigger(availableNow=True).start())
         q.awaitTermination()
     return figures("Spark stateful plumbing alone (records unpacked, no operator, no output) → noop",

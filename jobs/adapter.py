@@ -40,6 +40,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from jobs import rows
+from jobs.alloc import cyclic_gc_paused
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan
 from jobs.serde import AvroSerializer, registry_client
@@ -95,7 +96,9 @@ class OperatorProcessor(StatefulProcessor):
     # -- the two entry points --------------------------------------------------------
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         try:
-            yield from self._batch(rows)
+            with cyclic_gc_paused():  # (see jobs.alloc) the batch's output is one small frame
+                out = list(self._batch(rows))
+            yield from out
         except Exception as exc:
             # A bug (data faults were dead-lettered already): the micro-batch fails, and says where.
             exc.add_note(f"ctiflow: key group {key[0]!r} failed on a bug, not on bad data (bad data is "

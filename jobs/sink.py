@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from jobs import kafka, rows
+from jobs.alloc import cyclic_gc_paused
 from jobs.kafka import low_offset, read_range, true_end_offset
 from jobs.progress import merge_metrics
 
@@ -83,6 +84,11 @@ class KafkaSink(DataSource):
 
     def streamWriter(self, schema, overwrite: bool) -> "KafkaStreamWriter":
         return KafkaStreamWriter(SinkOptions.from_options(self.options))
+
+    def writer(self, schema, overwrite: bool) -> "KafkaBatchWriter":
+        """Batch writes, for ``foreachBatch`` — how a query in ``update`` mode reaches this sink
+        (Spark offers Python stream writers ``append`` mode only)."""
+        return KafkaBatchWriter(SinkOptions.from_options(self.options))
 
 
 def _query_and_batch() -> tuple[str, int]:
@@ -151,6 +157,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return path
 
     def write(self, iterator: Iterator) -> SinkCommit:
+        with cyclic_gc_paused():  # (see jobs.alloc)
+            return self._write(iterator)
+
+    def _write(self, iterator: Iterator) -> SinkCommit:
         client, bootstrap = self.options.client, self.options.bootstrap
         query, batch = _query_and_batch()
         ctx = TaskContext.get()
@@ -223,4 +233,21 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             os.fsync(out.fileno())
 
     def abort(self, messages, batchId: int) -> None:
+        pass
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """The stream writer's ``write`` for a batch job started inside ``foreachBatch`` (the
+    micro-batch's query and batch ids are the task's local properties there too)."""
+
+    def __init__(self, options: SinkOptions):
+        self.stream = KafkaStreamWriter(options)
+
+    def write(self, iterator: Iterator) -> SinkCommit:
+        return self.stream.write(iterator)
+
+    def commit(self, messages) -> None:
+        pass
+
+    def abort(self, messages) -> None:
         pass

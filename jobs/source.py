@@ -49,6 +49,7 @@ from confluent_kafka import KafkaException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from jobs import rows
+from jobs.alloc import cyclic_gc_paused
 from jobs.checkpoint import write_atomically
 from jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offset
 from jobs.serde import AvroDeserializer, default_store, registry_client
@@ -388,7 +389,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cons = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-source"})
         try:
             for msgs in read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True):
-                yield decoder.batch(msgs)
+                with cyclic_gc_paused():
+                    batch = decoder.batch(msgs)
+                yield batch
         finally:
             cons.close()
         if control and decoder.frontier is not None:

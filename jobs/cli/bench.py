@@ -23,6 +23,7 @@ class Benchmark(str, Enum):
     MATCH = "match"
     RELIABILITY = "reliability"
     SCALE = "scale"
+    PEERS = "peers"
     ALL = "all"
 
 
@@ -30,7 +31,7 @@ class Benchmark(str, Enum):
 def bench(which: Annotated[Benchmark, typer.Argument(help="the benchmark to run, or all")] = Benchmark.ALL,
           events: Annotated[Optional[int], typer.Option(help="events per run (default per benchmark)")] = None,
           trigger: Annotated[Optional[int], typer.Option(
-              min=1000, help="events per micro-batch for every Spark variant of adapter, bins and scale "
-                             "(default: 200000, 50000 and 200000)")] = None):
+              min=1000, help="events per micro-batch for every Spark variant of adapter, bins, scale and peers "
+                             "(default: 200000, 50000, 200000 and 100000)")] = None):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
     run_benchmarks(which.value, events=events, out=Console(width=200), trigger=trigger)

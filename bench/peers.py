@@ -1,0 +1,411 @@
+"""``ctiflow bench peers``: each result kind beside what a Spark user would write without ctiflow.
+
+Like for like: in one process, over the *same* input topic and the *same* micro-batch size, both
+sides write their results through the same Kafka sink (``ctiflow_kafka_sink``), Avro-encoded in
+the same framing (single-object). The native side encodes with a pandas UDF over fastavro — what
+a PySpark user without the spark-avro jar writes. The native query writing to ``noop`` is printed
+as context: the engine's own floor, not the peer.
+
+* **bins** — ours (final only; and all three outputs with ADJUST and the late topic) vs Spark SQL
+  ``explode`` of each flow into the bins it overlaps with fractional weights, then a windowed
+  aggregation with a watermark, ``append`` mode.
+* **count** — ours, per key, "interesting events in the last hour", one record per touched key per
+  CTI, ε = 1 %, vs Spark's exact sliding-window count (``window(ts, '1 hour', '1 minute')`` per key,
+  watermark, ``update`` mode). Ours is checked against the exact count by the oracle in
+  :mod:`jobs.testing.oracle` (independent of the operator), and the largest error is printed.
+* **match** — the operator vs Flink 2.3 ``MATCH_RECOGNIZE`` (PyFlink, ``bench/setup_flink.sh``)
+  on the same events, operator level (:mod:`bench.match_operator`); skipped with one line when
+  PyFlink is not installed.
+
+Where a target is missed the bench prints where each side's time goes, from a ladder of queries
+over the same topic (source → noop; the stateful plumbing with no operator; the query → noop; the
+query → Kafka): each rung adds one stage, so differences of seconds per 100k events are stage
+costs. ``--costs`` (and the ``costs`` row) measures the adapter's per-record costs in one process.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import pandas as pd  # noqa: F401 - the pandas UDF's type hints are resolved in this module
+from rich.console import Console
+from rich.table import Table
+
+from bench.spark_jobs import Figures, PeakMemory, bench_stack, figures, plumbing_ceiling, run_job
+
+BIN = 60_000
+HOUR = 3_600_000
+PEER_TOPIC_PARTITIONS = 3
+#: count: a transaction is interesting above this amount (about the median: ≈ 180 per account
+#: and hour, so the histogram's ε matters; rarer events would be counted exactly).
+INTERESTING = 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The native side: what a PySpark user writes without ctiflow
+# ---------------------------------------------------------------------------------------------
+
+
+def avro_udf(schema_name: str, shape):
+    """A pandas UDF encoding each row of a struct column to Avro (fastavro, single-object
+    framing, the same header as ours): ``shape(row dict) -> record dict``."""
+    import fastavro
+    from pyspark.sql.functions import pandas_udf
+
+    from jobs.serde import default_store
+
+    stored = default_store().get(schema_name)
+    parsed = fastavro.parse_schema(json.loads(stored.text))
+    header = b"\xc3\x01" + stored.fingerprint
+
+    @pandas_udf("binary")
+    def to_avro(rows: pd.DataFrame) -> pd.Series:
+        out = []
+        for row in rows.to_dict("records"):
+            buf = io.BytesIO()
+            buf.write(header)
+            fastavro.schemaless_writer(buf, parsed, shape(row))
+            out.append(buf.getvalue())
+        return pd.Series(out)
+
+    return to_avro
+
+
+def _bin_record(r: dict) -> dict:
+    return {"binner": "per_minute", "key": r["device"], "bin_start": r["bin_start"], "bin_end": r["bin_end"],
+            "measures": {"bytes": r["bytes"], "packets": r["packets"]}, "fraction_sum": r["fraction_sum"],
+            "events": int(r["events"]), "revision": 0, "final": True, "cti": r["bin_end"], "kind": "final"}
+
+
+def _count_record(r: dict) -> dict:
+    n = int(r["count"])
+    return {"counter": "interesting_last_hour", "key": r["account"], "time": r["time"], "window_kind": "time",
+            "window": HOUR, "epsilon": 0.0, "estimate": float(n), "lower": n, "upper": n, "seed_estimate": n,
+            "bucket_count": 0, "exact": n}
+
+
+def _typed_source(spark, bootstrap: str, spec: dict):
+    from pyspark.sql import functions as F
+
+    from jobs.config import parse
+    from jobs.pipeline import source_options
+
+    cfg = parse({"job": "native", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
+                 "operators": [{"kind": "passthrough", "output": "unused"}]})
+    return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, packed=False)
+                                                              .to_options()).load()
+            .where(F.col("meta_error").isNull()))
+
+
+def native_bins(spark, bootstrap: str, spec: dict):
+    """Flows exploded into their 1-minute bins (``(b, b + BIN]``) with fractional weights, summed
+    per (device, bin) by a windowed aggregation with a 6-minute watermark."""
+    from pyspark.sql import functions as F
+
+    df = _typed_source(spark, bootstrap, spec)
+    s, e = F.col("start_time"), F.col("end_time")
+    # The bin of t is ceil(t / BIN) − 1; a zero-length flow sits in the bin of its start.
+    first = (F.ceil(s / BIN) - 1) * BIN
+    last = F.when(e == s, first).otherwise((F.ceil(e / BIN) - 1) * BIN)
+    exploded = df.select("device", s.alias("s"), e.alias("e"), "bytes", "packets",
+                         F.explode(F.sequence(first, last, F.lit(BIN))).alias("b"))
+    frac = F.when(F.col("e") == F.col("s"), F.lit(1.0)).otherwise(
+        (F.least(F.col("e"), F.col("b") + BIN) - F.greatest(F.col("s"), F.col("b"))) / (F.col("e") - F.col("s")))
+    weighted = (exploded.withColumn("f", frac).where(F.col("f") > 0)
+                .withColumn("bin_ts", F.timestamp_millis(F.col("b") + 1))
+                .withWatermark("bin_ts", "6 minutes"))
+    agg = (weighted.groupBy("device", F.window("bin_ts", "1 minute"))
+           .agg(F.sum(F.col("bytes") * F.col("f")).alias("bytes"), F.sum(F.col("packets") * F.col("f")).alias("packets"),
+                F.sum("f").alias("fraction_sum"), F.count("*").alias("events")))
+    fields = F.struct("device", F.unix_millis(F.col("window.start")).alias("bin_start"),
+                      F.unix_millis(F.col("window.end")).alias("bin_end"), "bytes", "packets", "fraction_sum", "events")
+    return agg, fields, "bin", _bin_record, "device"
+
+
+def native_count(spark, bootstrap: str, spec: dict, predicate_amount: float):
+    """Spark's exact sliding-window count: interesting transactions per account in
+    ``window(ts, '1 hour', '1 minute')``, watermark = the CTI delay, ``update`` mode; a record's
+    time is its window's last millisecond."""
+    from pyspark.sql import functions as F
+
+    df = _typed_source(spark, bootstrap, spec)
+    agg = (df.where(F.col("amount") > predicate_amount)
+           .withColumn("ts", F.timestamp_millis("event_time")).withWatermark("ts", "5 seconds")
+           .groupBy("account", F.window("ts", "1 hour", "1 minute")).count())
+    fields = F.struct("account", (F.unix_millis(F.col("window.end")) - 1).alias("time"), "count")
+    return agg, fields, "count", _count_record, "account"
+
+
+def run_native(built, mode: str, home: str, name: str, bootstrap: str | None = None, topic: str | None = None) -> Figures:
+    """The native query → ``noop`` (``topic`` None) or → the Kafka sink, Avro-encoded by a pandas UDF."""
+    from pyspark.sql import functions as F
+
+    from jobs import kafka
+    from jobs.sink import SinkOptions
+
+    agg, fields, schema, shape, key = built
+    if topic is None:
+        writer = agg.writeStream.format("noop")
+        ck = f"{home}/ck-{name}-noop"
+    else:
+        kafka.create_topics(bootstrap, {topic: PEER_TOPIC_PARTITIONS})
+        out = agg.select(F.lit(topic).alias("topic"), F.col(key).cast("binary").alias("key"),
+                         avro_udf(schema, shape)(fields).alias("value"), F.lit("record").alias("kind"))
+        options = SinkOptions(bootstrap, topics=(topic,)).to_options()
+        if mode == "append":
+            writer = out.writeStream.format("ctiflow_kafka_sink").options(**options)
+        else:  # Spark offers Python stream writers append mode only: update mode goes through foreachBatch
+            writer = out.writeStream.foreachBatch(
+                lambda batch, _id: batch.write.format("ctiflow_kafka_sink").options(**options).mode("append").save())
+        ck = f"{home}/ck-{topic}"
+    with PeakMemory(without_broker=True) as mem:
+        q = writer.outputMode(mode).option("checkpointLocation", ck).trigger(availableNow=True).start()
+        q.awaitTermination()
+    return figures(name, q.recentProgress, mem.peak)
+
+
+def source_noop(spark, bootstrap: str, spec: dict, home: str, name: str) -> Figures:
+    """Rung 0: the source decoding into typed columns → noop."""
+    df = _typed_source(spark, bootstrap, spec)
+    with PeakMemory(without_broker=True) as mem:
+        q = (df.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-{name}")
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+    return figures("source → noop (decode only)", q.recentProgress, mem.peak)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str) -> None:
+    """Records keyed by ``key_field`` over :data:`PEER_TOPIC_PARTITIONS` partitions (Kafka's
+    default partitioner: uneven rates per partition)."""
+    from jobs import kafka
+    from jobs.serde import AvroSerializer
+
+    kafka.create_topics(bootstrap, {topic: PEER_TOPIC_PARTITIONS})
+    kafka.produce(bootstrap, topic, records, AvroSerializer(schema, validate=False), key_field=key_field)
+
+
+def flow_spec(topic: str, limit: int) -> dict:
+    return {"name": "flows", "topic": topic, "schema": "flow", "key_field": "device", "time_field": "start_time",
+            "end_field": "end_time", "shape": "interval", "measures": ["bytes", "packets"],
+            "max_offsets_per_trigger": limit, "cti": {"delay": "6m", "policy": "adjust"}}
+
+
+def tx_spec(topic: str, limit: int) -> dict:
+    return {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account",
+            "time_field": "event_time", "max_offsets_per_trigger": limit, "cti": {"delay": "5s"}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Peer:
+    """One comparison: ours vs the peer, the target ratio, and the ladder behind each."""
+
+    what: str
+    ours: Figures
+    peer: Figures
+    target: float
+    note: str = ""
+    error_ok: bool = True  # count: the measured error is within ε
+
+    @property
+    def ratio(self) -> float:
+        return self.ours.rate / self.peer.rate if self.peer.rate else 0.0
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= self.target
+
+
+def per_100k(f: Figures) -> float:
+    """Seconds per 100k events (sustained)."""
+    return 1e5 / f.rate if f.rate else float("nan")
+
+
+@dataclass
+class Ladder:
+    """Queries over the same topic, each adding stages to the one before (see the module doc)."""
+
+    source: Figures  # source → noop
+    native_noop: Figures  # the native query → noop
+    native: Figures  # the native query → Kafka
+    plumbing: Figures  # packed source → key groups → stateful function with no operator → noop
+    ours: list[Figures]
+
+    def rungs(self) -> list[Figures]:
+        return [self.source, self.native_noop, self.native, self.plumbing, *self.ours]
+
+
+def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
+    from jobs.testing import workload
+
+    topic = "peers-flows"
+    produce(bootstrap, topic, "flow", workload.flows(events, devices=1000, seed=1, rate_per_s=200.0), "device")
+    spec = flow_spec(topic, limit)
+    floor = source_noop(spark, bootstrap, spec, home, "bins-source")
+    native = native_bins(spark, bootstrap, spec)
+    noop = run_native(native, "append", home, "Spark SQL explode + window agg (append) → noop [floor]")
+    peer = run_native(native, "append", home, "Spark SQL explode + window agg (append) → Kafka (pandas UDF Avro)",
+                      bootstrap, "peers-bins-native")
+
+    def ours(outputs: dict, name: str) -> Figures:
+        return run_job(spark, {"job": f"bins-{len(outputs)}", "sources": [spec],
+                               "operators": [{"kind": "bins", "name": "per_minute", "bin_size": "1m",
+                                              "measures": ["bytes", "packets"], "outputs": outputs}]},
+                       bootstrap, home, name)
+
+    plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="bins-plumbing")
+    final = ours({"final": "peers-bins-final-only"}, "ctiflow bins, final only → Kafka")
+    three = ours({"incremental": "peers-bins-inc", "updated": "peers-bins-upd", "final": "peers-bins-final"},
+                 "ctiflow bins, incremental+updated+final, ADJUST, late topic → Kafka")
+    return ([Peer("bins, final only", final, peer, 1.5), Peer("bins, all three outputs", three, peer, 1.0)],
+            Ladder(floor, noop, peer, plumbing, [final, three]))
+
+
+def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
+    from jobs import kafka
+    from jobs.config import parse
+    from jobs.testing import oracle, workload
+
+    topic, result = "peers-tx", "peers-counts"
+    # 1,000 accounts, ≈ 100 transactions a second: several hours of event time.
+    produce(bootstrap, topic, "transaction",
+            workload.transactions(events, accounts=1000, seed=3, rate_per_s=100.0, disorder_ms=2_000), "account")
+    spec = tx_spec(topic, limit)
+    floor = source_noop(spark, bootstrap, spec, home, "count-source")
+    native = native_count(spark, bootstrap, spec, INTERESTING)
+    noop = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → noop [floor]")
+    peer = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → Kafka (pandas UDF Avro)",
+                      bootstrap, "peers-count-native")
+    job = {"job": "peers-count", "sources": [spec],
+           "operators": [{"kind": "count", "name": "interesting_last_hour", "window": {"time": "1h"}, "epsilon": 0.01,
+                          "per_key": True, "predicate": f"amount > {INTERESTING}", "emit": "per_cti",
+                          "output": result}]}
+    plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="count-plumbing")
+    ours = run_job(spark, job, bootstrap, home, "ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka")
+    # The error ours actually had: every count record against the exact count at its time.
+    cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap}})
+    records = [r for r in kafka.read_topic(bootstrap, result) if "_undecodable" not in r]
+    exact = oracle.exact_counts(cfg, records, lambda t: kafka.read_topic(bootstrap, t))
+    worst, checked = 0.0, 0
+    seen: dict[tuple[str, str], int] = {}
+    for r in records:
+        k = (r["counter"], r["key"])
+        t, n = exact[k][seen.get(k, 0)]
+        seen[k] = seen.get(k, 0) + 1
+        if t != r["time"]:
+            raise RuntimeError(f"oracle out of step at {k}: {t} vs {r['time']}")
+        err = abs(r["estimate"] - n) / n if n else (0.0 if r["estimate"] == 0 else float("inf"))
+        worst, checked = max(worst, err), checked + 1
+    note = f"error vs exact: max {worst:.2%} over {checked:,} count records (ε = 1 %)"
+    return ([Peer("count per key, last hour", ours, peer, 2.0, note, checked > 0 and worst <= 0.01)],
+            Ladder(floor, noop, peer, plumbing, [ours]))
+
+
+def bench_match(events: int, out: Console) -> list[tuple[str, float, float | None, str]]:
+    """(pattern, ours events/s, Flink events/s or None, note)."""
+    from bench.match_operator import flink_python, run as match_run
+
+    if flink_python() is None:
+        out.print("match vs Flink: skipped — PyFlink is not installed (bash bench/setup_flink.sh)")
+        return []
+    r = match_run(events, patterns=["strict_sequence", "relaxed_one_or_more", "within"], end_to_end=False)
+    rows = []
+    for name, row in r["patterns"].items():
+        f = row.get("flink") or {}
+        rate = f.get("net_events_per_s") or f.get("events_per_s")
+        rows.append((name, row["operator"]["events_per_s"], rate,
+                     f.get("error", "") or f"matches {row['operator']['matches']:,} / {f.get('matches', '-'):,}"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+# ---------------------------------------------------------------------------------------------
+
+
+def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
+    """Where the time goes: seconds per 100k events of each query, and what each rung adds."""
+    t = Table(title=title)
+    for col in ("query", "events/s", "s / 100k events", "p50 batch ms", "p99 batch ms", "peak RSS MB"):
+        t.add_column(col, justify="left" if col == "query" else "right")
+    for f in rungs:
+        t.add_row(f.name, f"{f.rate:,.0f}", f"{per_100k(f):.2f}", f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}",
+                  f"{f.peak_rss_mb:,.0f}")
+    out.print(t)
+
+
+def peers_table(title: str, peers: list[Peer], out: Console) -> None:
+    t = Table(title=title)
+    for col in ("result", "ours events/s", "peer events/s", "ratio", "target", "met", "ours p50/p99 ms",
+                "peer p50/p99 ms", "ours / peer RSS MB", "note"):
+        t.add_column(col, justify="left" if col in ("result", "note") else "right")
+    for p in peers:
+        met = p.met and p.error_ok
+        t.add_row(p.what, f"{p.ours.rate:,.0f}", f"{p.peer.rate:,.0f}", f"{p.ratio:.2f}×", f"≥ {p.target:.1f}×",
+                  "yes" if met else "NO", f"{p.ours.p50_ms:,.0f} / {p.ours.p99_ms:,.0f}",
+                  f"{p.peer.p50_ms:,.0f} / {p.peer.p99_ms:,.0f}", f"{p.ours.peak_rss_mb:,.0f} / {p.peer.peak_rss_mb:,.0f}",
+                  p.note)
+    out.print(t)
+
+
+def where_time_goes(kind: str, ladder: Ladder, out: Console) -> None:
+    """Stage costs as differences between rungs, in seconds per 100k events."""
+    src, noop, peer, plumbing = (per_100k(f) for f in (ladder.source, ladder.native_noop, ladder.native, ladder.plumbing))
+    out.print(f"{kind}, where the time goes (s per 100k events; differences of rungs over the same topic):")
+    out.print(f"  native: source decode {src:.2f} · shuffle + aggregation + state {noop - src:.2f} · "
+              f"pandas UDF Avro encode + Kafka sink {peer - noop:.2f}")
+    for f in ladder.ours:
+        c = f.counters
+        state = c.get("state_us", 0) / 1e6 / max(1, c.get("received", 1)) * 1e5
+        out.print(f"  {f.name}: source decode + pack ≈ {src:.2f} · shuffle + Python worker (plumbing) "
+                  f"{plumbing - src:.2f} · operator, state, encode, Kafka sink {per_100k(f) - plumbing:.2f} "
+                  f"(of which state: {state:.2f})")
+
+
+def main(out: Console | None = None, *, events: int | None = None, trigger: int | None = None,
+         which: tuple[str, ...] = ("bins", "count", "match")) -> list[Peer]:
+    out = out or Console(width=200)
+    peers: list[Peer] = []
+    if "bins" in which or "count" in which:
+        with bench_stack() as (bootstrap, spark, home):
+            if "bins" in which:
+                n, limit = events or 400_000, trigger or 100_000
+                got, rungs = bench_bins(spark, bootstrap, home, n, limit, out)
+                print_ladder(f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins, {limit:,} a micro-batch",
+                       rungs.rungs(), out)
+                peers += got
+                if not all(p.met for p in got):
+                    where_time_goes("bins", rungs, out)
+            if "count" in which:
+                n, limit = events or 400_000, trigger or 100_000
+                got, rungs = bench_count(spark, bootstrap, home, n, limit, out)
+                print_ladder(f"count: {n:,} transactions, 1,000 accounts, 3 partitions, {limit:,} a micro-batch",
+                       rungs.rungs(), out)
+                peers += got
+                if not all(p.met and p.error_ok for p in got):
+                    where_time_goes("count", rungs, out)
+    if peers:
+        peers_table("ctiflow vs writing it yourself (Spark, same topic, same micro-batch, same Kafka sink)", peers, out)
+    if "match" in which:
+        rows = bench_match(events or 300_000, out)
+        if rows:
+            t = Table(title="match: the operator vs Flink 2.3 MATCH_RECOGNIZE (PyFlink, parallelism 1), same events")
+            for col in ("pattern", "ours events/s", "Flink events/s (net of scan)", "ratio", "target", "met", "note"):
+                t.add_column(col, justify="left" if col in ("pattern", "note") else "right")
+            for name, ours, flink, note in rows:
+                ratio = ours / flink if flink else 0.0
+                t.add_row(name, f"{ours:,.0f}", f"{flink:,.0f}" if flink else "-", f"{ratio:.2f}×" if flink else "-",
+                          "≥ 1.0×", "yes" if ratio >= 1.0 else "NO", note)
+            out.print(t)
+    return peers

@@ -1,0 +1,147 @@
+"""Where a record's time goes in the adapter, stage by stage, in one process (no Spark).
+
+Each stage runs the code the job runs, on the same records, and is timed alone:
+
+* **Avro decode** — :meth:`jobs.source.RecordDecoder._check` (fastavro decode + validation);
+* **pickling packs** — :class:`jobs.rows.PackWriter` → bytes → :func:`jobs.rows.unpack_events`
+  (source worker → stateful worker);
+* **time layer + operator** — :class:`jobs.runtime.GroupRuntime` ``offer_many`` + ``advance``,
+  one runtime per key group and micro-batch, as the adapter drives it; of that,
+* **result dicts** — the operator's record-building method (bins ``Binner._build``, count
+  ``CountOperator._emit_touched``), timed by wrapping it;
+* **state round trip** — ``GroupRuntime`` load from header + chunks and ``commit()``;
+* **Avro encode** — one :class:`jobs.serde.AvroSerializer` call per result;
+* **result packs** — pickling the ``(key, value, role)`` packs and unpickling them in the sink;
+* **Kafka produce** — one ``Producer.produce`` call per result, with the sink's headers, to the
+  broker, then ``flush`` (only with a broker).
+
+Figures are µs per *input* event (a stage that runs per result is multiplied out), so they add
+up to the adapter's Python time per event.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import zlib
+from collections import defaultdict
+from contextlib import contextmanager
+
+BATCH = 100_000
+
+
+@contextmanager
+def timed(cls, name: str, into: list[float]):
+    """Wrap ``cls.name`` so its calls' time is added to ``into[0]``."""
+    original = getattr(cls, name)
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            into[0] += time.perf_counter() - t
+
+    setattr(cls, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
+
+
+def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: str | None = None) -> dict:
+    """µs per input event of each stage (module docstring) for ``job`` (a job spec with one
+    source and its operators) over ``records`` (the source's records, in arrival order)."""
+    from jobs import kafka
+    from jobs.alloc import cyclic_gc_paused
+    from jobs.config import parse
+    from jobs.pipeline import source_options
+    from jobs.rows import PackWriter, unpack_events
+    from jobs.runtime import GroupRuntime, plan as make_plan
+    from jobs.serde import AvroSerializer
+    from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+    from jobs.source import RecordDecoder
+    from operators.bins import Binner
+    from operators.count import CountOperator
+
+    cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap or "127.0.0.1:9"}})
+    src = cfg.sources[0]
+    plan = make_plan(cfg)
+    groups = cfg.key_groups
+    opts = source_options(cfg, src, False, list(range(groups)), packed=True)
+    decoder = RecordDecoder(opts, None)
+    payloads = [AvroSerializer(src.schema_name, validate=False)(r) for r in records]
+    encoders = {t: AvroSerializer(s) for t, s in cfg.result_topics().items()}
+    t: dict[str, float] = defaultdict(float)
+    built = [0.0]
+    n = len(payloads)
+    results = 0
+    headers_of: dict[int, bytes] = {}
+    chunks: dict[int, dict] = {g: {} for g in range(groups)}
+    prod = kafka.producer(bootstrap) if bootstrap else None
+    if prod is not None:
+        kafka.create_topics(bootstrap, {topic: 3 for topic in cfg.result_topics()})
+    with timed(Binner, "_build", built), timed(CountOperator, "_emit_touched", built), cyclic_gc_paused():
+        for lo in range(0, n, batch):
+            chunk = payloads[lo:lo + batch]
+            c0 = time.perf_counter()
+            checked = [decoder._check(v) for v in chunk]
+            t["Avro decode + validate"] += time.perf_counter() - c0
+            c0 = time.perf_counter()
+            packs: dict[int, PackWriter] = {}
+            for off, (rec, key, start, end, _err) in enumerate(checked, lo):
+                g = zlib.crc32(key.encode()) % groups
+                packs.setdefault(g, PackWriter()).add(key, start, end, rec, off, None)
+            blobs = {g: p.to_bytes() for g, p in packs.items()}
+            events = {g: unpack_events(b, src.name, 0) for g, b in blobs.items()}
+            t["pickling packs (source → stateful worker)"] += time.perf_counter() - c0
+            flush = lo + batch >= n
+            for g in range(groups):
+                c0 = time.perf_counter()
+                runtime = GroupRuntime(plan, header=headers_of.get(g), chunks=chunks[g])
+                t["state round trip (load + commit)"] += time.perf_counter() - c0
+                c0 = time.perf_counter()
+                runtime.assign(src.name, [0], [])
+                if g in packs:
+                    runtime.observe(src.name, 0, packs[g].top)
+                out = runtime.offer_many(events.get(g, []))
+                out.extend(runtime.advance(runtime.next_cti() if not flush else _infinity()))
+                t["time layer + operator"] += time.perf_counter() - c0
+                c0 = time.perf_counter()
+                headers_of[g] = runtime.commit()
+                t["state round trip (load + commit)"] += time.perf_counter() - c0
+                c0 = time.perf_counter()
+                encoded = [(topic, None if k is None else str(k).encode(), encoders[topic](o.record), o.role)
+                           for topic, o, k in out]
+                t["Avro encode (one call a result)"] += time.perf_counter() - c0
+                c0 = time.perf_counter()
+                by_topic: dict[str, list] = defaultdict(list)
+                for topic, k, v, role in encoded:
+                    by_topic[topic].append((k, v, role))
+                unpacked = [(topic, pickle.loads(pickle.dumps(p, 5))) for topic, p in by_topic.items()]
+                t["result packs (pickle, unpickle in the sink)"] += time.perf_counter() - c0
+                results += len(encoded)
+                if prod is not None:
+                    c0 = time.perf_counter()
+                    hq, hb, ht = b"bench", str(lo).encode(), str(g).encode()
+                    seq = 0
+                    for topic, items in unpacked:
+                        for k, v, _role in items:
+                            prod.produce(topic, v, k, partition=zlib.crc32(k or v) % 3,
+                                         headers=[(H_QUERY, hq), (H_BATCH, hb), (H_TASK, ht), (H_SEQ, str(seq).encode())])
+                            seq += 1
+                            if seq % 10000 == 0:
+                                prod.poll(0)
+                    t["Kafka produce (one call a result) + flush"] += time.perf_counter() - c0
+        if prod is not None:
+            c0 = time.perf_counter()
+            prod.flush(60)
+            t["Kafka produce (one call a result) + flush"] += time.perf_counter() - c0
+    t["  of which: result dicts (operator builds records)"] = built[0]
+    return {"events": n, "results": results, "us_per_event": {k: v / n * 1e6 for k, v in t.items()}}
+
+
+def _infinity() -> int:
+    from operators.time import CTI_INFINITY
+
+    return CTI_INFINITY
