@@ -191,6 +191,24 @@ def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_fi
     kafka.produce(bootstrap, topic, records, AvroSerializer(schema, validate=False), key_field=key_field)
 
 
+BATCH = 100_000  # events a micro-batch (--trigger)
+FINAL = {"final": "peers-bins-final-only"}
+THREE = {"incremental": "peers-bins-inc", "updated": "peers-bins-upd", "final": "peers-bins-final"}
+
+
+def _flows(n: int) -> list[dict]:
+    from jobs.testing import workload
+
+    return workload.flows(n, devices=1000, seed=1, rate_per_s=200.0)
+
+
+def _transactions(n: int) -> list[dict]:
+    """1,000 accounts, ≈ 100 transactions a second: several hours of event time."""
+    from jobs.testing import workload
+
+    return workload.transactions(n, accounts=1000, seed=3, rate_per_s=100.0, disorder_ms=2_000)
+
+
 def flow_spec(topic: str, limit: int) -> dict:
     return {"name": "flows", "topic": topic, "schema": "flow", "key_field": "device", "time_field": "start_time",
             "end_field": "end_time", "shape": "interval", "measures": ["bytes", "packets"],
@@ -247,27 +265,18 @@ class Ladder:
 
 
 def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
-    from jobs.testing import workload
-
     topic = "peers-flows"
-    produce(bootstrap, topic, "flow", workload.flows(events, devices=1000, seed=1, rate_per_s=200.0), "device")
+    produce(bootstrap, topic, "flow", _flows(events), "device")
     spec = flow_spec(topic, limit)
     floor = source_noop(spark, bootstrap, spec, home, "bins-source")
     native = native_bins(spark, bootstrap, spec)
     noop = run_native(native, "append", home, "Spark SQL explode + window agg (append) → noop [floor]")
     peer = run_native(native, "append", home, "Spark SQL explode + window agg (append) → Kafka (pandas UDF Avro)",
                       bootstrap, "peers-bins-native")
-
-    def ours(outputs: dict, name: str) -> Figures:
-        return run_job(spark, {"job": f"bins-{len(outputs)}", "sources": [spec],
-                               "operators": [{"kind": "bins", "name": "per_minute", "bin_size": "1m",
-                                              "measures": ["bytes", "packets"], "outputs": outputs}]},
-                       bootstrap, home, name)
-
     plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="bins-plumbing")
-    final = ours({"final": "peers-bins-final-only"}, "ctiflow bins, final only → Kafka")
-    three = ours({"incremental": "peers-bins-inc", "updated": "peers-bins-upd", "final": "peers-bins-final"},
-                 "ctiflow bins, incremental+updated+final, ADJUST, late topic → Kafka")
+    final = run_job(spark, bins_job(spec, FINAL), bootstrap, home, "ctiflow bins, final only → Kafka")
+    three = run_job(spark, bins_job(spec, THREE), bootstrap, home,
+                    "ctiflow bins, incremental+updated+final, ADJUST, late topic → Kafka")
     return ([Peer("bins, final only", final, peer, 1.5), Peer("bins, all three outputs", three, peer, 1.0)],
             Ladder(floor, noop, peer, plumbing, [final, three]))
 
@@ -275,23 +284,18 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
 def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
     from jobs import kafka
     from jobs.config import parse
-    from jobs.testing import oracle, workload
+    from jobs.testing import oracle
 
     topic, result = "peers-tx", "peers-counts"
-    # 1,000 accounts, ≈ 100 transactions a second: several hours of event time.
-    produce(bootstrap, topic, "transaction",
-            workload.transactions(events, accounts=1000, seed=3, rate_per_s=100.0, disorder_ms=2_000), "account")
+    produce(bootstrap, topic, "transaction", _transactions(events), "account")
     spec = tx_spec(topic, limit)
     floor = source_noop(spark, bootstrap, spec, home, "count-source")
     native = native_count(spark, bootstrap, spec, INTERESTING)
     noop = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → noop [floor]")
     peer = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → Kafka (pandas UDF Avro)",
                       bootstrap, "peers-count-native")
-    job = {"job": "peers-count", "sources": [spec],
-           "operators": [{"kind": "count", "name": "interesting_last_hour", "window": {"time": "1h"}, "epsilon": 0.01,
-                          "per_key": True, "predicate": f"amount > {INTERESTING}", "emit": "per_cti",
-                          "output": result}]}
     plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="count-plumbing")
+    job = count_job(spec, result)
     ours = run_job(spark, job, bootstrap, home, "ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka")
     # The error ours actually had: every count record against the exact count at its time.
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap}})
@@ -373,14 +377,51 @@ def where_time_goes(kind: str, ladder: Ladder, out: Console) -> None:
                   f"(of which state: {state:.2f})")
 
 
+def bins_job(spec: dict, outputs: dict) -> dict:
+    return {"job": f"bins-{len(outputs)}", "sources": [spec],
+            "operators": [{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes", "packets"],
+                           "outputs": outputs}]}
+
+
+def count_job(spec: dict, output: str) -> dict:
+    return {"job": "peers-count", "sources": [spec],
+            "operators": [{"kind": "count", "name": "interesting_last_hour", "window": {"time": "1h"}, "epsilon": 0.01,
+                           "per_key": True, "predicate": f"amount > {INTERESTING}", "emit": "per_cti",
+                           "output": output}]}
+
+
+def record_costs(bootstrap: str | None, events: int, out: Console) -> None:
+    """The adapter's Python costs per input event, stage by stage (:mod:`bench.record_costs`)."""
+    from bench.record_costs import measure
+
+    runs = {
+        "bins, 3 outputs": measure(bins_job(flow_spec("costs-flows", BATCH), THREE), _flows(events), bootstrap=bootstrap),
+        "bins, final only": measure(bins_job(flow_spec("costs-flows", BATCH), FINAL), _flows(events), bootstrap=bootstrap),
+        "count": measure(count_job(tx_spec("costs-tx", BATCH), "costs-counts"), _transactions(events),
+                         bootstrap=bootstrap),
+    }
+    t = Table(title=f"where a record's Python time goes in the adapter: µs per input event, {events:,} events, "
+                    f"{BATCH:,} a batch, one process (bench/record_costs.py)")
+    t.add_column("stage")
+    for name in runs:
+        t.add_column(name, justify="right")
+    stages = list(next(iter(runs.values()))["us_per_event"])
+    for stage in stages:
+        t.add_row(stage, *(f"{r['us_per_event'].get(stage, 0):.2f}" for r in runs.values()))
+    t.add_row("total", *(f"{sum(v for k, v in r['us_per_event'].items() if not k.startswith(' ')):.2f}"
+                         for r in runs.values()))
+    t.add_row("results per event", *(f"{r['results'] / r['events']:.3f}" for r in runs.values()))
+    out.print(t)
+
+
 def main(out: Console | None = None, *, events: int | None = None, trigger: int | None = None,
-         which: tuple[str, ...] = ("bins", "count", "match")) -> list[Peer]:
+         which: tuple[str, ...] = ("bins", "count", "costs", "match")) -> list[Peer]:
     out = out or Console(width=200)
     peers: list[Peer] = []
-    if "bins" in which or "count" in which:
+    if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
             if "bins" in which:
-                n, limit = events or 400_000, trigger or 100_000
+                n, limit = events or 400_000, trigger or BATCH
                 got, rungs = bench_bins(spark, bootstrap, home, n, limit, out)
                 print_ladder(f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins, {limit:,} a micro-batch",
                        rungs.rungs(), out)
@@ -388,13 +429,15 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
                 if not all(p.met for p in got):
                     where_time_goes("bins", rungs, out)
             if "count" in which:
-                n, limit = events or 400_000, trigger or 100_000
+                n, limit = events or 400_000, trigger or BATCH
                 got, rungs = bench_count(spark, bootstrap, home, n, limit, out)
                 print_ladder(f"count: {n:,} transactions, 1,000 accounts, 3 partitions, {limit:,} a micro-batch",
                        rungs.rungs(), out)
                 peers += got
                 if not all(p.met and p.error_ok for p in got):
                     where_time_goes("count", rungs, out)
+            if "costs" in which:
+                record_costs(bootstrap, min(events or 200_000, 400_000), out)
     if peers:
         peers_table("ctiflow vs writing it yourself (Spark, same topic, same micro-batch, same Kafka sink)", peers, out)
     if "match" in which:
