@@ -196,10 +196,10 @@ FINAL = {"final": "peers-bins-final-only"}
 THREE = {"incremental": "peers-bins-inc", "updated": "peers-bins-upd", "final": "peers-bins-final"}
 
 
-def _flows(n: int) -> list[dict]:
+def _flows(n: int, rate_per_s: float = 200.0) -> list[dict]:
     from jobs.testing import workload
 
-    return workload.flows(n, devices=1000, seed=1, rate_per_s=200.0)
+    return workload.flows(n, devices=1000, seed=1, rate_per_s=rate_per_s)
 
 
 def _transactions(n: int) -> list[dict]:
@@ -264,9 +264,10 @@ class Ladder:
         return [self.source, self.native_noop, self.native, self.plumbing, *self.ours]
 
 
-def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
+def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console,
+               rate_per_s: float = 200.0) -> tuple[list[Peer], Ladder]:
     topic = "peers-flows"
-    produce(bootstrap, topic, "flow", _flows(events), "device")
+    produce(bootstrap, topic, "flow", _flows(events, rate_per_s), "device")
     spec = flow_spec(topic, limit)
     floor = source_noop(spark, bootstrap, spec, home, "bins-source")
     native = native_bins(spark, bootstrap, spec)

@@ -17,7 +17,8 @@ def _quiet() -> Console:
 
 
 def test_native_bins_in_spark_sql_equal_ours_on_every_bin_spark_closed(stack, spark, tmp_path):
-    peers, ladder = bench_bins(spark, stack.bootstrap, str(tmp_path), 6_000, 2_000, _quiet())
+    # 5 flows a second: 20 minutes of event time, so Spark's 6-minute watermark closes bins.
+    peers, ladder = bench_bins(spark, stack.bootstrap, str(tmp_path), 6_000, 2_000, _quiet(), rate_per_s=5.0)
     assert [p.what for p in peers] == ["bins, final only", "bins, all three outputs"]
     assert all(f.events > 0 for f in ladder.rungs())
     native = {(r["key"], r["bin_start"]): r for r in read(stack, "peers-bins-native")}
