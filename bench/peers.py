@@ -396,8 +396,8 @@ def record_costs(bootstrap: str | None, events: int, out: Console) -> None:
     from bench.record_costs import measure
 
     runs = {
-        "bins, 3 outputs": measure(bins_job(flow_spec("costs-flows", BATCH), THREE), _flows(events), bootstrap=bootstrap),
-        "bins, final only": measure(bins_job(flow_spec("costs-flows", BATCH), FINAL), _flows(events), bootstrap=bootstrap),
+        "bins, 3 outputs": measure(bins_job(flow_spec("costs-flows", BATCH), {k: f"costs-{v}" for k, v in THREE.items()}), _flows(events), bootstrap=bootstrap),
+        "bins, final only": measure(bins_job(flow_spec("costs-flows", BATCH), {"final": "costs-final-only"}), _flows(events), bootstrap=bootstrap),
         "count": measure(count_job(tx_spec("costs-tx", BATCH), "costs-counts"), _transactions(events),
                          bootstrap=bootstrap),
     }

@@ -79,8 +79,10 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     headers_of: dict[int, bytes] = {}
     chunks: dict[int, dict] = {g: {} for g in range(groups)}
     prod = kafka.producer(bootstrap) if bootstrap else None
+    parts: dict[str, int] = {}
     if prod is not None:
         kafka.create_topics(bootstrap, {topic: 3 for topic in cfg.result_topics()})
+        parts = {topic: len(kafka.topic_partitions(bootstrap, topic)) for topic in cfg.result_topics()}
     with timed(Binner, "_build", built), timed(CountOperator, "_emit_touched", built), cyclic_gc_paused():
         for lo in range(0, n, batch):
             chunk = payloads[lo:lo + batch]
@@ -127,7 +129,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                     seq = 0
                     for topic, items in unpacked:
                         for k, v, _role in items:
-                            prod.produce(topic, v, k, partition=zlib.crc32(k or v) % 3,
+                            prod.produce(topic, v, k, partition=zlib.crc32(k or v) % parts[topic],
                                          headers=[(H_QUERY, hq), (H_BATCH, hb), (H_TASK, ht), (H_SEQ, str(seq).encode())])
                             seq += 1
                             if seq % 10000 == 0:

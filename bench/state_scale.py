@@ -44,22 +44,25 @@ OPERATORS = {
 
 @dataclass
 class Row:
+    """One row of either table (in one process, or end to end in Spark)."""
+
     operator: str
     live_keys: int
     events: int
     seconds: float
     p50_ms: float
     p99_ms: float
-    state_ms: float          # mean per batch
-    state_share: float
-    written: float           # mean bytes written per batch
+    state_ms: float        # mean per batch (Spark: summed over the key groups, decode + encode in the workers)
+    state_share: float     # of the batches' wall time (Spark: 2 tasks run at once, a share of one core's time)
+    written: float         # mean bytes written to the state store per batch
     state_bytes: int
-    peak_rss_mb: float
-    restart_ms: float
+    peak_rss_mb: float     # Spark: the job's process tree (JVM, Python workers), not the embedded broker
+    restart_s: float       # to the first completed batch after a restart
+    chunks: float = 0.0    # Spark: mean chunks read and written per batch
 
     @property
     def rate(self) -> float:
-        return self.events / self.seconds
+        return self.events / self.seconds if self.seconds else 0.0
 
 
 def _plan(kind: str, chunk_keys: int):
@@ -130,7 +133,7 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
     return Row(kind, live_now, per_batch * len(times), sum(times), statistics.median(ordered) * 1000,
                ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
                statistics.mean(state) * 1000, sum(state) / sum(times), statistics.mean(written), state_bytes,
-               peak / 2**20, restart_ms)
+               peak / 2**20, restart_ms / 1000)
 
 
 def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
@@ -153,33 +156,12 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
         table.add_row(r.operator, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator]:.2f}×",
                       f"{r.rate / base:.2f}×", f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}",
                       f"{100 * r.state_share:.0f} %", f"{r.written / 1024:,.0f} KiB", f"{r.state_bytes / 2**20:,.1f} MiB",
-                      f"{r.peak_rss_mb:,.0f}", f"{r.restart_ms:,.0f}")
+                      f"{r.peak_rss_mb:,.0f}", f"{r.restart_s * 1000:,.0f}")
     out.print(table)
     return rows
 
 
 # -- end to end in Spark: the same rows through Kafka, the adapter and Spark's state store -----------
-
-@dataclass
-class SparkRow:
-    operator: str
-    live_keys: int
-    events: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
-    state_ms: float        # mean per batch, summed over the key groups (decode + encode in the workers)
-    state_share: float     # of the batches' wall time (2 tasks run at once: a share of one core's time)
-    written: float         # mean bytes written to the state store per batch
-    chunks: float          # mean chunks read and written per batch
-    state_bytes: int
-    peak_rss_mb: float     # the job's process tree (JVM, Python workers), not the embedded broker
-    restart_s: float       # from the restarted run's start to its first completed batch
-
-    @property
-    def rate(self) -> float:
-        return self.events / self.seconds if self.seconds else 0.0
-
 
 def _produce(bootstrap: str, topic: str, live: int) -> None:
     """``live`` keys with one event each (a first stage for match, an open bin for bins), 1 ms
@@ -201,7 +183,7 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
 
 
 def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
-               per_batch: int) -> SparkRow:
+               per_batch: int) -> Row:
     import json
 
     from bench.spark_jobs import PeakMemory, figures
@@ -238,11 +220,11 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
             per_batch_counters[rec["batch"]] = rec
     recs = [per_batch_counters[b] for b in sorted(per_batch_counters)][1:] or list(per_batch_counters.values())
     state_s = sum(r.get("state_us", 0) for r in recs) / 1e6
-    row = SparkRow(kind, recs[-1].get("live_keys", 0) if recs else 0, f.events, f.seconds, f.p50_ms, f.p99_ms,
-                   1000 * state_s / max(len(recs), 1), state_s / f.seconds / 2 if f.seconds else 0.0,
-                   statistics.mean(r.get("state_written", 0) for r in recs) if recs else 0.0,
-                   statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0,
-                   recs[-1].get("state_bytes", 0) if recs else 0, f.peak_rss_mb, summary.first_batch_seconds or 0.0)
+    row = Row(kind, recs[-1].get("live_keys", 0) if recs else 0, f.events, f.seconds, f.p50_ms, f.p99_ms,
+              1000 * state_s / max(len(recs), 1), state_s / f.seconds / 2 if f.seconds else 0.0,
+              statistics.mean(r.get("state_written", 0) for r in recs) if recs else 0.0,
+              recs[-1].get("state_bytes", 0) if recs else 0, f.peak_rss_mb, summary.first_batch_seconds or 0.0,
+              chunks=statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0)
     kafka.delete_topics(bootstrap, [topic, *cfg.result_topics()])
     spark.stop()
     return row
@@ -268,7 +250,7 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
-               measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins")) -> list[SparkRow]:
+               measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins")) -> list[Row]:
     """Each row: a job builds ``live`` keys (one event each), stops, and is restarted (a new Spark
     session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys."""
     from bench.spark_jobs import bench_stack
