@@ -235,6 +235,10 @@ class Peer:
     target: float
     note: str = ""
     error_ok: bool = True  # count: the measured error is within ε
+    ours_records: int = 0  # result records each side wrote to Kafka
+    peer_records: int = 0
+    checked: int = 0  # count: records of ours checked against the exact count
+    error_max: float | None = None  # count: the largest relative error among them
 
     @property
     def ratio(self) -> float:
@@ -243,6 +247,22 @@ class Peer:
     @property
     def met(self) -> bool:
         return self.ratio >= self.target
+
+
+def records_in(bootstrap: str, topics) -> int:
+    """Records in ``topics`` (every partition, low to true end offset)."""
+    from jobs import kafka
+
+    cons = kafka.consumer(bootstrap)
+    try:
+        n = 0
+        for t in topics:
+            for p in kafka.topic_partitions(bootstrap, t):
+                low = kafka.low_offset(cons, t, p)
+                n += kafka.true_end_offset(cons, t, p, low) - low
+        return n
+    finally:
+        cons.close()
 
 
 def per_100k(f: Figures) -> float:
@@ -274,11 +294,15 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
     noop = run_native(native, "append", home, "Spark SQL explode + window agg (append) → noop [floor]")
     peer = run_native(native, "append", home, "Spark SQL explode + window agg (append) → Kafka (pandas UDF Avro)",
                       bootstrap, "peers-bins-native")
-    plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="bins-plumbing")
-    final = run_job(spark, bins_job(spec, FINAL), bootstrap, home, "ctiflow bins, final only → Kafka")
+    plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="bins-plumbing", without_broker=True)
+    final = run_job(spark, bins_job(spec, FINAL), bootstrap, home, "ctiflow bins, final only → Kafka", True)
     three = run_job(spark, bins_job(spec, THREE), bootstrap, home,
-                    "ctiflow bins, incremental+updated+final, ADJUST, late topic → Kafka")
-    return ([Peer("bins, final only", final, peer, 1.5), Peer("bins, all three outputs", three, peer, 1.0)],
+                    "ctiflow bins, incremental+updated+final → Kafka", True)
+    native_out = records_in(bootstrap, ["peers-bins-native"])
+    return ([Peer("bins, final only", final, peer, 1.5, ours_records=records_in(bootstrap, FINAL.values()),
+                  peer_records=native_out),
+             Peer("bins, all three outputs", three, peer, 1.0, ours_records=records_in(bootstrap, THREE.values()),
+                  peer_records=native_out)],
             Ladder(floor, noop, peer, plumbing, [final, three]))
 
 
@@ -295,25 +319,25 @@ def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: 
     noop = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → noop [floor]")
     peer = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → Kafka (pandas UDF Avro)",
                       bootstrap, "peers-count-native")
-    plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="count-plumbing")
+    plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="count-plumbing", without_broker=True)
     job = count_job(spec, result)
-    ours = run_job(spark, job, bootstrap, home, "ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka")
+    ours = run_job(spark, job, bootstrap, home, "ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka", True)
     # The error ours actually had: every count record against the exact count at its time.
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap}})
     records = [r for r in kafka.read_topic(bootstrap, result) if "_undecodable" not in r]
     exact = oracle.exact_counts(cfg, records, lambda t: kafka.read_topic(bootstrap, t))
     worst, checked = 0.0, 0
-    seen: dict[tuple[str, str], int] = {}
-    for r in records:
+    at: dict[tuple[str, str], int] = {}
+    for r in records:  # exact_counts lists each key's exact counts in the order of ``records``
         k = (r["counter"], r["key"])
-        t, n = exact[k][seen.get(k, 0)]
-        seen[k] = seen.get(k, 0) + 1
-        if t != r["time"]:
-            raise RuntimeError(f"oracle out of step at {k}: {t} vs {r['time']}")
+        i = at[k] = at.get(k, -1) + 1
+        n = exact[k][i][1]
         err = abs(r["estimate"] - n) / n if n else (0.0 if r["estimate"] == 0 else float("inf"))
         worst, checked = max(worst, err), checked + 1
     note = f"error vs exact: max {worst:.2%} over {checked:,} count records (ε = 1 %)"
-    return ([Peer("count per key, last hour", ours, peer, 2.0, note, checked > 0 and worst <= 0.01)],
+    return ([Peer("count per key, last hour", ours, peer, 2.0, note, checked > 0 and worst <= 0.01,
+                  ours_records=checked, peer_records=records_in(bootstrap, ["peers-count-native"]),
+                  checked=checked, error_max=worst)],
             Ladder(floor, noop, peer, plumbing, [ours]))
 
 
@@ -353,29 +377,30 @@ def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
 def peers_table(title: str, peers: list[Peer], out: Console) -> None:
     t = Table(title=title)
     for col in ("result", "ours events/s", "peer events/s", "ratio", "target", "met", "ours p50/p99 ms",
-                "peer p50/p99 ms", "ours / peer RSS MB", "note"):
+                "peer p50/p99 ms", "ours / peer RSS MB", "records out ours / peer", "note"):
         t.add_column(col, justify="left" if col in ("result", "note") else "right")
     for p in peers:
         met = p.met and p.error_ok
         t.add_row(p.what, f"{p.ours.rate:,.0f}", f"{p.peer.rate:,.0f}", f"{p.ratio:.2f}×", f"≥ {p.target:.1f}×",
                   "yes" if met else "NO", f"{p.ours.p50_ms:,.0f} / {p.ours.p99_ms:,.0f}",
                   f"{p.peer.p50_ms:,.0f} / {p.peer.p99_ms:,.0f}", f"{p.ours.peak_rss_mb:,.0f} / {p.peer.peak_rss_mb:,.0f}",
-                  p.note)
+                  f"{p.ours_records:,} / {p.peer_records:,}", p.note)
     out.print(t)
 
 
-def where_time_goes(kind: str, ladder: Ladder, out: Console) -> None:
-    """Stage costs as differences between rungs, in seconds per 100k events."""
+def where_time_goes(kind: str, ladder: Ladder, out: Console, parallel: int) -> None:
+    """Stage costs as differences between rungs, in seconds per 100k events. State time is the
+    key groups' task time divided by the ``parallel`` tasks that run at once (wall time, roughly)."""
     src, noop, peer, plumbing = (per_100k(f) for f in (ladder.source, ladder.native_noop, ladder.native, ladder.plumbing))
     out.print(f"{kind}, where the time goes (s per 100k events; differences of rungs over the same topic):")
     out.print(f"  native: source decode {src:.2f} · shuffle + aggregation + state {noop - src:.2f} · "
               f"pandas UDF Avro encode + Kafka sink {peer - noop:.2f}")
     for f in ladder.ours:
         c = f.counters
-        state = c.get("state_us", 0) / 1e6 / max(1, c.get("received", 1)) * 1e5
+        state = c.get("state_us", 0) / 1e6 / max(1, c.get("received", 1)) * 1e5 / parallel
         out.print(f"  {f.name}: source decode + pack ≈ {src:.2f} · shuffle + Python worker (plumbing) "
                   f"{plumbing - src:.2f} · operator, state, encode, Kafka sink {per_100k(f) - plumbing:.2f} "
-                  f"(of which state: {state:.2f})")
+                  f"(of which state ≈ {state:.2f}: task time ÷ {parallel} parallel tasks)")
 
 
 def bins_job(spec: dict, outputs: dict) -> dict:
@@ -397,6 +422,7 @@ def record_costs(bootstrap: str | None, events: int, out: Console) -> None:
 
     runs = {
         "bins, 3 outputs": measure(bins_job(flow_spec("costs-flows", BATCH), {k: f"costs-{v}" for k, v in THREE.items()}), _flows(events), bootstrap=bootstrap),
+        "bins, 3 outputs, GC not paused": measure(bins_job(flow_spec("costs-flows", BATCH), {k: f"costs-{v}" for k, v in THREE.items()}), _flows(events), bootstrap=bootstrap, gc_paused=False),
         "bins, final only": measure(bins_job(flow_spec("costs-flows", BATCH), {"final": "costs-final-only"}), _flows(events), bootstrap=bootstrap),
         "count": measure(count_job(tx_spec("costs-tx", BATCH), "costs-counts"), _transactions(events),
                          bootstrap=bootstrap),
@@ -428,7 +454,7 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
                        rungs.rungs(), out)
                 peers += got
                 if not all(p.met for p in got):
-                    where_time_goes("bins", rungs, out)
+                    where_time_goes("bins", rungs, out, spark.sparkContext.defaultParallelism)
             if "count" in which:
                 n, limit = events or 400_000, trigger or BATCH
                 got, rungs = bench_count(spark, bootstrap, home, n, limit, out)
@@ -436,7 +462,7 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
                        rungs.rungs(), out)
                 peers += got
                 if not all(p.met and p.error_ok for p in got):
-                    where_time_goes("count", rungs, out)
+                    where_time_goes("count", rungs, out, spark.sparkContext.defaultParallelism)
             if "costs" in which:
                 record_costs(bootstrap, min(events or 200_000, 400_000), out)
     if peers:

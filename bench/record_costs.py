@@ -25,7 +25,7 @@ import pickle
 import time
 import zlib
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 BATCH = 100_000
 
@@ -49,9 +49,11 @@ def timed(cls, name: str, into: list[float]):
         setattr(cls, name, original)
 
 
-def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: str | None = None) -> dict:
+def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: str | None = None,
+            gc_paused: bool = True) -> dict:
     """µs per input event of each stage (module docstring) for ``job`` (a job spec with one
-    source and its operators) over ``records`` (the source's records, in arrival order)."""
+    source and its operators) over ``records`` (the source's records, in arrival order).
+    ``gc_paused``: as the job runs (:mod:`jobs.alloc`); ``False`` shows what that saves."""
     from jobs import kafka
     from jobs.alloc import cyclic_gc_paused
     from jobs.config import parse
@@ -83,7 +85,8 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     if prod is not None:
         kafka.create_topics(bootstrap, {topic: 3 for topic in cfg.result_topics()})
         parts = {topic: len(kafka.topic_partitions(bootstrap, topic)) for topic in cfg.result_topics()}
-    with timed(Binner, "_build", built), timed(CountOperator, "_emit_touched", built), cyclic_gc_paused():
+    with timed(Binner, "_build", built), timed(CountOperator, "_emit_touched", built), \
+            (cyclic_gc_paused() if gc_paused else nullcontext()):
         for lo in range(0, n, batch):
             chunk = payloads[lo:lo + batch]
             c0 = time.perf_counter()

@@ -126,14 +126,14 @@ def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitio
     prod.flush(60)
 
 
-def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str) -> Figures:
+def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str, without_broker: bool = False) -> Figures:
     from jobs import pipeline
     from jobs.config import parse
 
     cfg_spec = {**cfg_spec, "kafka": {"bootstrap_servers": bootstrap},
                 "spark": {**cfg_spec.get("spark", {}), "checkpoint": f"{home}/ck-{name}"}}
     cfg = parse(cfg_spec, name)
-    with PeakMemory() as mem:
+    with PeakMemory(without_broker) as mem:
         summary = pipeline.run(cfg, until_end=True, spark=spark)
     f = figures(name, summary.progress, mem.peak)
     f.counters = summary.counters
@@ -261,7 +261,7 @@ class _Forward:
 
 
 def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True,
-                     name: str = "plumbing-noop") -> Figures:
+                     name: str = "plumbing-noop", without_broker: bool = False) -> Figures:
     """Packed source → key groups → a stateful function with no operator → Kafka (``forward``)
     or, without output, → noop: the least any job on the adapter costs."""
     from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
@@ -271,7 +271,7 @@ def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool
     if forward:
         return _to_kafka(out, bootstrap, "bench-forward-out", home,
                          "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")
-    with PeakMemory() as mem:
+    with PeakMemory(without_broker) as mem:
         q = (out.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-{name}")
              .trigger(availableNow=True).start())
         q.awaitTermination()

@@ -87,7 +87,7 @@ class KafkaSink(DataSource):
 
     def writer(self, schema, overwrite: bool) -> "KafkaBatchWriter":
         """Batch writes, for ``foreachBatch`` — how a query in ``update`` mode reaches this sink
-        (Spark offers Python stream writers ``append`` mode only)."""
+        (Spark offers Python stream writers ``append`` mode only); at-least-once (see below)."""
         return KafkaBatchWriter(SinkOptions.from_options(self.options))
 
 
@@ -238,9 +238,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 class KafkaBatchWriter(DataSourceArrowWriter):
     """The stream writer's ``write`` for a batch job started inside ``foreachBatch`` (the
-    micro-batch's query and batch ids are the task's local properties there too)."""
+    micro-batch's query and batch ids are the task's local properties there too).
+
+    **At-least-once**: replay markers identify a record by its position in the task's output,
+    which only the adapter's sorted output keeps the same on a replay; an arbitrary query's rows
+    (a shuffled aggregation) have no such order, so ``state_dir`` is refused here."""
 
     def __init__(self, options: SinkOptions):
+        if options.state_dir:
+            raise ValueError("ctiflow_kafka_sink: batch writes (foreachBatch) are at-least-once and take no "
+                             "state_dir; drop the option (exactly-once needs the streaming writer)")
         self.stream = KafkaStreamWriter(options)
 
     def write(self, iterator: Iterator) -> SinkCommit:
