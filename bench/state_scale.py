@@ -183,7 +183,7 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
 
 
 def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
-               per_batch: int) -> Row:
+               per_batch: int, conf: dict | None = None, tag: str = "") -> Row:
     import json
 
     from bench.spark_jobs import PeakMemory, figures
@@ -191,7 +191,7 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
     from jobs.checkpoint import progress_path
     from jobs.config import parse
 
-    topic = f"scale-{kind}-{live}"
+    topic = f"scale-{kind}-{live}{tag}"
     _produce(bootstrap, topic, live)
     op = {**OPERATORS[kind], **({"output": f"{topic}-out"} if "output" in OPERATORS[kind] else {})}
     if kind == "bins":
@@ -205,10 +205,14 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
             "operators": [op], "outputs": {"late": f"{topic}-late", "dead_letter": f"{topic}-dlq"},
             "spark": {"checkpoint": f"{home}/ck-{topic}"}}
     cfg = parse(spec, topic)
+    for k, v in (conf or {}).items():  # SQL confs, read when a query starts (e.g. RocksDB's)
+        spark.conf.set(k, v)
     pipeline.run(cfg, until_end=True, spark=spark)                 # build the live keys
     _produce_more(bootstrap, topic, live, measured, active)
     spark.stop()  # a real restart: a new SparkContext, so new Python workers (CPython keeps its
     spark = pipeline.spark_session()  # high-water mark from the batches that built the keys)
+    for k, v in (conf or {}).items():
+        spark.conf.set(k, v)
     with PeakMemory(without_broker=True) as mem:
         summary = pipeline.run(cfg, until_end=True, spark=spark)   # restart: the measured batches
     f = figures(topic, summary.progress, mem.peak)
@@ -250,9 +254,11 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
-               measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins")) -> list[Row]:
+               measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins"),
+               conf: dict | None = None, tag: str = "") -> list[Row]:
     """Each row: a job builds ``live`` keys (one event each), stops, and is restarted (a new Spark
-    session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys."""
+    session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys.
+    ``conf``: SQL confs set on every session (e.g. RocksDB changelog checkpointing)."""
     from bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
@@ -265,7 +271,7 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
         for kind in kinds:
             for live in sizes:
                 rows.append(_spark_row(spark_session(), bootstrap, home, kind, live, per_batch * measured_batches,
-                                       active, per_batch))
+                                       active, per_batch, conf, tag))
                 out.print(f"  {kind} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
     table = Table(title=f"ctiflow bench scale (Spark, end to end): {per_batch:,} events a micro-batch over {active:,} "
                         "active keys after a restart (baseline: identity operator at 10k keys, same run)")
