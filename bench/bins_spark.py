@@ -17,8 +17,6 @@ from rich.console import Console
 from bench.spark_jobs import (Figures, PeakMemory, bench_stack, figures, passthrough_to_kafka, plumbing_ceiling,
                               run_job, table)
 
-BIN = 60_000
-
 
 def produce_flows(bootstrap: str, topic: str, n: int) -> None:
     from jobs import kafka
@@ -36,35 +34,16 @@ def produce_flows(bootstrap: str, topic: str, n: int) -> None:
 
 
 def flow_source(topic: str, limit: int) -> dict:
-    return {"name": "flows", "topic": topic, "schema": "flow", "key_field": "device", "time_field": "start_time",
-            "end_field": "end_time", "shape": "interval", "measures": ["bytes", "packets"],
-            "max_offsets_per_trigger": limit, "cti": {"delay": "6m", "policy": "adjust"}}
+    from bench.peers import flow_spec
+
+    return flow_spec(topic, limit)
 
 
 def spark_native(spark, bootstrap: str, topic: str, limit: int, home: str, mode: str) -> Figures:
-    from pyspark.sql import functions as F
+    """The Spark SQL proration of :func:`bench.peers.native_bins` → ``noop``."""
+    from bench.peers import native_bins
 
-    from jobs.config import parse
-    from jobs.pipeline import source_options
-
-    cfg = parse({"job": "native", "kafka": {"bootstrap_servers": bootstrap}, "sources": [flow_source(topic, limit)],
-                 "operators": [{"kind": "passthrough", "output": "unused"}]})
-    df = (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, packed=False).to_options()).load()
-          .where(F.col("meta_error").isNull()))
-    s, e = F.col("start_time"), F.col("end_time")
-    # Bins cover (b, b + BIN]: the bin of t is ceil(t / BIN) − 1; a zero-length flow sits in the bin of s.
-    first = (F.ceil(s / BIN) - 1) * BIN
-    last = F.when(e == s, first).otherwise((F.ceil(e / BIN) - 1) * BIN)
-    exploded = df.select("device", s.alias("s"), e.alias("e"), "bytes", "packets",
-                         F.explode(F.sequence(first, last, F.lit(BIN))).alias("b"))
-    frac = F.when(F.col("e") == F.col("s"), F.lit(1.0)).otherwise(
-        (F.least(F.col("e"), F.col("b") + BIN) - F.greatest(F.col("s"), F.col("b"))) / (F.col("e") - F.col("s")))
-    weighted = (exploded.withColumn("f", frac).where(F.col("f") > 0)
-                .withColumn("bin_ts", F.timestamp_millis(F.col("b") + 1))
-                .withWatermark("bin_ts", "6 minutes"))
-    agg = (weighted.groupBy("device", F.window("bin_ts", "1 minute"))
-           .agg(F.sum(F.col("bytes") * F.col("f")).alias("bytes"), F.sum(F.col("packets") * F.col("f")).alias("packets"),
-                F.sum("f").alias("fraction_sum"), F.count("*").alias("events")))
+    agg = native_bins(spark, bootstrap, flow_source(topic, limit))[0]
     with PeakMemory() as mem:
         q = (agg.writeStream.format("noop").outputMode(mode).option("checkpointLocation", f"{home}/ck-native-{mode}")
              .trigger(availableNow=True).start())

@@ -447,22 +447,17 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
     peers: list[Peer] = []
     if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
-            if "bins" in which:
-                n, limit = events or 400_000, trigger or BATCH
-                got, rungs = bench_bins(spark, bootstrap, home, n, limit, out)
-                print_ladder(f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins, {limit:,} a micro-batch",
-                       rungs.rungs(), out)
-                peers += got
-                if not all(p.met for p in got):
-                    where_time_goes("bins", rungs, out, spark.sparkContext.defaultParallelism)
-            if "count" in which:
-                n, limit = events or 400_000, trigger or BATCH
-                got, rungs = bench_count(spark, bootstrap, home, n, limit, out)
-                print_ladder(f"count: {n:,} transactions, 1,000 accounts, 3 partitions, {limit:,} a micro-batch",
-                       rungs.rungs(), out)
+            n, limit = events or 400_000, trigger or BATCH
+            for kind, run, title in (
+                    ("bins", bench_bins, f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins"),
+                    ("count", bench_count, f"count: {n:,} transactions, 1,000 accounts, 3 partitions")):
+                if kind not in which:
+                    continue
+                got, rungs = run(spark, bootstrap, home, n, limit, out)
+                print_ladder(f"{title}, {limit:,} a micro-batch", rungs.rungs(), out)
                 peers += got
                 if not all(p.met and p.error_ok for p in got):
-                    where_time_goes("count", rungs, out, spark.sparkContext.defaultParallelism)
+                    where_time_goes(kind, rungs, out, spark.sparkContext.defaultParallelism)
             if "costs" in which:
                 record_costs(bootstrap, min(events or 200_000, 400_000), out)
     if peers:
