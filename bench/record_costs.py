@@ -65,6 +65,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     from jobs.source import RecordDecoder
     from operators.bins import Binner
     from operators.count import CountOperator
+    from operators.time import CTI_INFINITY
 
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap or "127.0.0.1:9"}})
     src = cfg.sources[0]
@@ -110,7 +111,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                 if g in packs:
                     runtime.observe(src.name, 0, packs[g].top)
                 out = runtime.offer_many(events.get(g, []))
-                out.extend(runtime.advance(runtime.next_cti() if not flush else _infinity()))
+                out.extend(runtime.advance(runtime.next_cti() if not flush else CTI_INFINITY))
                 t["time layer + operator"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
                 headers_of[g] = runtime.commit()
@@ -145,8 +146,3 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     t["  of which: result dicts (operator builds records)"] = built[0]
     return {"events": n, "results": results, "us_per_event": {k: v / n * 1e6 for k, v in t.items()}}
 
-
-def _infinity() -> int:
-    from operators.time import CTI_INFINITY
-
-    return CTI_INFINITY

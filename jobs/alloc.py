@@ -3,9 +3,9 @@
 A micro-batch allocates hundreds of thousands of small containers (a decoded record's dict, an
 event, a result record) that are freed by reference counting: none of them is in a cycle. But
 CPython's cyclic collector counts allocations, and every 700 of them (its default threshold)
-scans the young objects, and every so often all objects (the operators' decoded state too).
-Measured here with ``bench/record_costs.py`` (bins, three outputs): 31.6 µs of Python a flow with
-the collector on, 18.1 µs with it paused (unpickling packs 2.5 → 0.9 µs a record). So the source's
+scans the young objects, and every so often all objects (the operators' decoded state too):
+about a third of a batch's Python time (``./dev bench peers`` measures it; README, Performance).
+So the source's
 decode, the adapter's key group and the sink's write each run inside :func:`cyclic_gc_paused`;
 the collector runs as usual between them, so a cycle made during one is still collected.
 (``gc.freeze`` alone does not help: the cost is the young objects of the batch itself.)
