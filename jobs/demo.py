@@ -79,7 +79,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         return results
     finally:
         if spark is not None:
-            spark.stop()
+            pipeline.stop_session()
         if started and not keep_broker:
             stack.down(port)
             console.print("embedded broker stopped")

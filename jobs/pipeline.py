@@ -124,6 +124,22 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     return spark
 
 
+def stop_session() -> None:
+    """Stop this process's Spark session, if it has one. PySpark's accumulator server is stopped
+    first: in ``SparkContext.stop``'s order (or when the JVM dies at interpreter exit) the JVM
+    closes the server's connection while its handler polls it, and the handler prints an
+    ``EOFError`` traceback on the console (PySpark 4.3; seen on SIGTERM)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        return
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.shutdown()  # its handler sees the flag within its 1 s poll; a second shutdown is a no-op
+    spark.stop()
+
+
 def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, packed: bool = True):
     """The Kafka source's options for one of the job's sources (:class:`jobs.source.SourceOptions`);
     ``packed=False``: one typed row per record (a stateless query, e.g. the benchmarks' baselines)."""

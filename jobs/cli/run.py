@@ -34,7 +34,10 @@ def run(config: JobFile,
 
     cfg = load(config)
     plan(cfg)  # builds every operator once: pattern/predicate errors surface before Spark starts
-    summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout)
+    try:
+        summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout)
+    finally:
+        pipeline.stop_session()
     stopped_by = signal.Signals(summary.stopped_by).name if summary.stopped_by else None
     if as_json:
         print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
