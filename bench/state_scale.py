@@ -58,7 +58,8 @@ class Row:
     state_bytes: int
     peak_rss_mb: float     # Spark: the job's process tree (JVM, Python workers), not the embedded broker
     restart_s: float       # to the first completed batch after a restart
-    chunks: float = 0.0    # Spark: mean chunks read and written per batch
+    chunks: float = 0.0    # Spark: mean chunks used (read or taken from the worker's cache) and written per batch
+    cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (jobs.adapter.WarmChunks)
 
     @property
     def rate(self) -> float:
@@ -183,7 +184,7 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
 
 
 def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
-               per_batch: int, conf: dict | None = None, tag: str = "") -> Row:
+               per_batch: int, conf: dict | None = None, tag: str = "", state: dict | None = None) -> Row:
     import json
 
     from bench.spark_jobs import PeakMemory, figures
@@ -203,7 +204,7 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
                          "time_field": "event_time", "measures": ["amount"], "max_offsets_per_trigger": per_batch,
                          "cti": {"delay": "5s", "flush_at_end": False}}],
             "operators": [op], "outputs": {"late": f"{topic}-late", "dead_letter": f"{topic}-dlq"},
-            "spark": {"checkpoint": f"{home}/ck-{topic}"}}
+            "spark": {"checkpoint": f"{home}/ck-{topic}"}, **({"state": state} if state else {})}
     cfg = parse(spec, topic)
     for k, v in (conf or {}).items():  # SQL confs, read when a query starts (e.g. RocksDB's)
         spark.conf.set(k, v)
@@ -224,11 +225,13 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
             per_batch_counters[rec["batch"]] = rec
     recs = [per_batch_counters[b] for b in sorted(per_batch_counters)][1:] or list(per_batch_counters.values())
     state_s = sum(r.get("state_us", 0) for r in recs) / 1e6
-    row = Row(kind, recs[-1].get("live_keys", 0) if recs else 0, f.events, f.seconds, f.p50_ms, f.p99_ms,
+    label = kind + "".join(f", {k} {v}" for k, v in (state or {}).items())
+    row = Row(label, recs[-1].get("live_keys", 0) if recs else 0, f.events, f.seconds, f.p50_ms, f.p99_ms,
               1000 * state_s / max(len(recs), 1), state_s / f.seconds / 2 if f.seconds else 0.0,
               statistics.mean(r.get("state_written", 0) for r in recs) if recs else 0.0,
               recs[-1].get("state_bytes", 0) if recs else 0, f.peak_rss_mb, summary.first_batch_seconds or 0.0,
-              chunks=statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0)
+              chunks=statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0,
+              cached=statistics.mean(r.get("chunks_cached", 0) for r in recs) if recs else 0.0)
     kafka.delete_topics(bootstrap, [topic, *cfg.result_topics()])
     spark.stop()
     return row
@@ -255,10 +258,12 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
                measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins"),
-               conf: dict | None = None, tag: str = "") -> list[Row]:
+               conf: dict | None = None, tag: str = "", uncached=("bins",)) -> list[Row]:
     """Each row: a job builds ``live`` keys (one event each), stops, and is restarted (a new Spark
     session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys.
-    ``conf``: SQL confs set on every session (e.g. RocksDB changelog checkpointing)."""
+    ``conf``: SQL confs set on every session (e.g. RocksDB changelog checkpointing). ``uncached``:
+    operators also run at the smallest and largest size with ``state.cache_chunks: 0`` (every
+    touched chunk read from the state store and decoded, as without the worker's cache)."""
     from bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
@@ -273,11 +278,16 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
                 rows.append(_spark_row(spark_session(), bootstrap, home, kind, live, per_batch * measured_batches,
                                        active, per_batch, conf, tag))
                 out.print(f"  {kind} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
+            if kind in uncached:
+                for live in sorted({min(sizes), max(sizes)}):
+                    rows.append(_spark_row(spark_session(), bootstrap, home, kind, live, per_batch * measured_batches,
+                                           active, per_batch, conf, f"{tag}-uncached", {"cache_chunks": 0}))
+                    out.print(f"  {rows[-1].operator} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
     table = Table(title=f"ctiflow bench scale (Spark, end to end): {per_batch:,} events a micro-batch over {active:,} "
                         "active keys after a restart (baseline: identity operator at 10k keys, same run)")
     for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
-                "state ms/batch", "state share", "chunks/batch", "written/batch", "state bytes", "peak RSS MB",
-                "restart s"):
+                "state ms/batch", "state share", "chunks/batch", "cached/batch", "written/batch", "state bytes",
+                "peak RSS MB", "restart s"):
         table.add_column(col, justify="left" if col == "operator" else "right")
     base = rows[0].rate
     first: dict[str, float] = {}
@@ -285,7 +295,7 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
         first.setdefault(r.operator, r.rate)
         table.add_row(r.operator, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator]:.2f}×",
                       f"{r.rate / base:.2f}×", f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}",
-                      f"{100 * r.state_share:.0f} %", f"{r.chunks:,.0f}", f"{r.written / 1024:,.0f} KiB",
+                      f"{100 * r.state_share:.0f} %", f"{r.chunks:,.0f}", f"{r.cached:,.0f}", f"{r.written / 1024:,.0f} KiB",
                       f"{r.state_bytes / 2**20:,.1f} MiB", f"{r.peak_rss_mb:,.0f}", f"{r.restart_s:,.1f}")
     out.print(table)
     return rows

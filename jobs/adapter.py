@@ -7,7 +7,8 @@ of the group's rows. The spike measured that per-key state calls, not RocksDB, d
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
 reorder buffer, CTI clocks, reference join, chunk index) is one ``ValueState`` ("header"), and
 the operators' keyed state is a ``MapState`` ("chunks") of chunks of about ``state.chunk_keys``
-keys, of which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`).
+keys, of which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`);
+chunks this worker committed and still holds decoded are used without a read (:class:`WarmChunks`).
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
@@ -33,6 +34,8 @@ group every batch.
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from collections.abc import Iterator
 
 import pandas as pd
@@ -70,6 +73,50 @@ class ChunkStore:
 
     def items(self):
         return (((k[0]), v[0]) for k, v in self.state.iterator())
+
+
+class WarmChunks:
+    """Decoded state chunks kept in this Python worker between micro-batches, each entry proven
+    current by the header it was committed with.
+
+    Why by hand: no library caches objects against the version of Spark's state store. Every
+    commit appends a fresh random token to the header (:data:`TOKEN_BYTES`; ``pickle`` ignores
+    bytes after its stop opcode, so the header still loads as before); the chunks the call left
+    decoded are filed under that token. A later call whose header ends with the same token reads
+    the very state this worker committed — the store's chunks are those decoded objects' bytes —
+    so it uses them instead of reading and decoding them. Any other header (a replayed batch
+    restores the previous version; another worker ran the group since; another query) matches no
+    entry. An entry is taken out when used: a call that fails after mutating chunks leaves
+    nothing behind, and its retry reads the store. At most ``limit`` chunks are kept in the
+    process, least recently used go first: memory follows the limit, not the live keys."""
+
+    TOKEN_BYTES = 16
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[bytes, dict] = OrderedDict()
+
+    def take(self, header: bytes | None) -> dict:
+        """The decoded chunks committed with ``header`` (an empty dict if none are)."""
+        if header is None or len(header) <= self.TOKEN_BYTES:
+            return {}
+        return self.entries.pop(header[-self.TOKEN_BYTES:], {})
+
+    def put(self, header: bytes, chunks: dict, limit: int) -> bytes:
+        """File ``chunks`` (least recently used first) under a new token; → the header to store."""
+        token = os.urandom(self.TOKEN_BYTES)
+        if limit > 0 and chunks:
+            while len(chunks) > limit:
+                del chunks[next(iter(chunks))]
+            self.entries[token] = chunks
+            total = sum(len(c) for c in self.entries.values())
+            while total > limit:
+                _, oldest = self.entries.popitem(last=False)
+                total -= len(oldest)
+        return header + token
+
+
+#: this worker's (one per Python process; Spark reuses workers across micro-batches)
+_WARM = WarmChunks()
 
 
 class OperatorProcessor(StatefulProcessor):
@@ -124,7 +171,8 @@ class OperatorProcessor(StatefulProcessor):
         # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
         out = runtime.offer_many(got.events)
         out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
-        self.state.update((runtime.commit(),))
+        header = runtime.commit()
+        self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))
         runtime.counters.cti = runtime.cti
         runtime.counters.live_keys = runtime.live_keys()
         yield from self._encode(out, dead, runtime.counters)
@@ -135,7 +183,7 @@ class OperatorProcessor(StatefulProcessor):
     # -- internals -------------------------------------------------------------------
     def _load(self) -> GroupRuntime:
         header = self.state.get()[0] if self.state.exists() else None
-        return GroupRuntime(self.plan, header=header, chunks=self.chunks)
+        return GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(header))
 
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded and packed per topic (:func:`jobs.rows.output_frame`,

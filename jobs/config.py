@@ -438,6 +438,13 @@ class State(Strict):
         "Smaller: less decoded per touched key, more state-store calls when a batch touches most keys; "
         "may change between runs"))
 
+    cache_chunks: int = Field(4096, ge=0, le=10_000_000, description=(
+        "decoded state chunks each Python worker keeps between micro-batches (most recently used first), "
+        "used instead of reading and decoding them again while the state store holds exactly what that "
+        "worker committed (a token in the key group's header proves it; a replayed batch or another worker "
+        "reads the store). Memory: about this many chunks' decoded state per worker; 0 = none; "
+        "may change between runs"))
+
     _t = field_validator("ttl", mode="before")(lambda v: None if v is None else duration_ms(v))
 
     @field_validator("ttl")

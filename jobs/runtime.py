@@ -64,6 +64,8 @@ class Plan:
     #: each group's keyed state is kept in chunks of about that many keys
     key_groups: int = 1
     chunk_keys: int = 32
+    #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
+    cache_chunks: int = 0
     #: False when an operator must see every key in one state (a global count): one chunk
     chunked: bool = True
 
@@ -102,7 +104,7 @@ def plan(cfg: JobConfig) -> Plan:
                 enriched_topic=cfg.reference.output if cfg.reference else None,
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
                 topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
-                key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys,
+                key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
                 chunked=not any(op.needs_every_key for op in cfg.operators))
 
 
@@ -137,8 +139,9 @@ class Counters:
     cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
     state_bytes: int = 0   # the group's state after the call (a gauge: summed over groups, the last batch's kept)
     live_keys: int = 0     # keys with state in an operator or the reference join after the call (a gauge)
-    state_written: int = 0  # bytes written to the state store (chunks decoded in the call, and the header)
-    chunks_loaded: int = 0  # state chunks decoded (and written back) in the call
+    state_written: int = 0  # bytes written to the state store (chunks used in the call, and the header)
+    chunks_loaded: int = 0  # state chunks used (decoded, or taken from the worker's cache) and written back
+    chunks_cached: int = 0  # of those, taken decoded from the worker's cache: no state-store read, no decode
     state_us: int = 0       # time spent decoding and encoding state (header and chunks), µs
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
@@ -231,13 +234,19 @@ class GroupRuntime:
     follows the touched keys, not the live ones (README, "State").
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
+    ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
+    :class:`jobs.adapter.WarmChunks`); a chunk found there is used instead of read and decoded.
+    The runtime takes them over: they are mutated by the call, and :meth:`still_warm` says which
+    chunks are current after :meth:`commit`.
     """
 
-    def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None):
+    def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
+                 warm: dict[int, Chunk] | None = None):
         self.plan = plan
         self.counters = Counters()
         self.chunks = {} if chunks is None else chunks
         self.loaded: dict[int, Chunk] = {}
+        self.warm: dict[int, Chunk] = {} if warm is None else warm
         #: chunks split only if every operator can partition its keys by the event's key
         self.grows = plan.chunked and all(hasattr(spec.cls, "partition") and getattr(spec.settings, "key_field", None)
                                           is None for spec in plan.operators)
@@ -292,6 +301,12 @@ class GroupRuntime:
         """Chunk ``c``, decoded from the store on first use in this call (or new and empty)."""
         got = self.loaded.get(c)
         if got is not None:
+            return got
+        got = self.warm.pop(c, None)
+        if got is not None:
+            self.loaded[c] = got
+            self.counters.chunks_loaded += 1
+            self.counters.chunks_cached += 1
             return got
         started = time.perf_counter()
         if blob is None:
@@ -383,6 +398,14 @@ class GroupRuntime:
         self.counters.state_written += len(header)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
+
+    def still_warm(self) -> dict[int, Chunk]:
+        """After :meth:`commit`: every decoded chunk that equals its bytes in ``chunks`` — the
+        chunks of ``warm`` this call did not use, then the chunks it committed (emptied chunks,
+        removed from the store, are left out), least recently used first."""
+        current = dict(self.warm)
+        current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
+        return current
 
     def snapshot(self) -> bytes:
         """The whole state in one blob (header and every chunk), for tests and tools; in Spark

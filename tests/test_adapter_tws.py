@@ -105,3 +105,60 @@ def test_the_final_cti_flushes_only_after_every_stream_has_ended():
     assert [r["id"] for topic, r in out if topic == "out"] == []  # CTI 200 − 1000: nothing final yet
     out = results(t.testInPandas(1, pd.DataFrame([control("tx", [0]), control("accounts", [0], flush=True)])), topics)
     assert [r["id"] for topic, r in out if topic == "out"] == ["t0", "t1"]  # now every stream has ended: +∞
+
+
+COUNT_PER_KEY = [{"kind": "count", "name": "last_10", "window": {"events": 10}, "emit": "per_event", "output": "c"}]
+
+
+def metrics_of(frame: pd.DataFrame) -> dict:
+    metrics: dict = {}
+    list(records(iter([pa.RecordBatch.from_pandas(frame, preserve_index=False)]), metrics))
+    return metrics
+
+
+def count_batch(first: int, n: int, t0: int) -> pd.DataFrame:
+    recs = [tx(first + i, t0 + i * 10, "ab"[i % 2]) for i in range(n)]
+    return pd.DataFrame([pack("tx", 0, first, recs), frontier("tx", 0, t0 + n * 10 + 5000), control("tx", [0])])
+
+
+def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_replay_reads_the_store():
+    """jobs.adapter.WarmChunks: a batch after a commit of this worker takes its chunks decoded
+    (no state-store read); a replay of that batch after the store rolled back must not see the
+    chunks the first attempt changed (a count per key would count its events twice)."""
+    t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
+    first = t.testInPandas(5, count_batch(0, 20, T0))
+    assert metrics_of(first)["chunks_cached"] == 0
+    before, chunks = t.peekValueState("header", 5), t.peekMapState("chunks", 5)
+    batch = count_batch(20, 20, T0 + 10_000)
+    once = t.testInPandas(5, batch)
+    assert metrics_of(once)["chunks_cached"] > 0
+    t.updateValueState("header", 5, before)  # the store rolls back: the micro-batch is replayed
+    t.updateMapState("chunks", 5, chunks)
+    again = t.testInPandas(5, batch)
+    assert metrics_of(again)["chunks_cached"] == 0
+    # the reference: a worker that keeps nothing decoded (state.cache_chunks = 0)
+    ref, _ = make_tester({"sources": [TX], "operators": COUNT_PER_KEY, "state": {"cache_chunks": 0}})
+    ref.testInPandas(5, count_batch(0, 20, T0))
+    expected = ref.testInPandas(5, batch)
+    assert metrics_of(expected)["chunks_cached"] == 0
+    assert results(once, topics) == results(again, topics) == results(expected, topics)
+    assert [r["upper"] for _, r in results(once, topics)][-2:] == [10, 10]  # a, b: 20 events each, window 10
+
+
+def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(monkeypatch):
+    from operators.count import CountOperator as Counter
+    t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
+    t.testInPandas(5, count_batch(0, 6, T0))
+    batch = count_batch(6, 6, T0 + 10_000)
+    real = Counter.advance_to
+
+    def fails(self, cti):  # a bug, after the batch's events went into the chunks
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Counter, "advance_to", fails)
+    with pytest.raises(RuntimeError, match="a bug"):
+        t.testInPandas(5, batch)
+    monkeypatch.setattr(Counter, "advance_to", real)
+    # the failed attempt committed nothing; its retry must count each key's events once
+    out = [r for _, r in results(t.testInPandas(5, batch), topics)]
+    assert [(r["key"], r["upper"]) for r in out] == [("a", 4), ("b", 4), ("a", 5), ("b", 5), ("a", 6), ("b", 6)]

@@ -48,7 +48,7 @@ def with_fields(batches):
     return [{p: [dress(e) for e in records] for p, records in batch.items()} for batch in batches]
 
 
-def run(plan, batches, partitions: list[int], groups: int, restore_after: set[int]) -> dict:
+def run(plan, batches, partitions: list[int], groups: int, restore_after: set[int], warm: str | None = None) -> dict:
     """Every result, per (micro-batch, topic, key) in emission order (a result must come out in
     the same micro-batch however the state is split: a chunk whose window closes, bin becomes
     final or run times out must be decoded in that batch, not at the next event or the flush)."""
@@ -67,8 +67,15 @@ def run(plan, batches, partitions: list[int], groups: int, restore_after: set[in
             out += rt.advance(CTI_INFINITY if last and rt.end_of_input("s") else rt.next_cti())
             for topic, o, key in out:
                 results.setdefault((b, topic, key), []).append(o.record)
-            if b in restore_after:
+            if b in restore_after and warm is None:
                 runtimes[g] = GroupRuntime(plan, rt.snapshot())
+            elif b in restore_after:
+                # as the adapter does: the header and the store, plus (some of) the chunks the
+                # worker still holds decoded (jobs.adapter.WarmChunks keeps the most recent ones)
+                header = rt.commit()
+                kept = {c: chunk for i, (c, chunk) in enumerate(rt.still_warm().items())
+                        if warm == "all" or (warm == "some" and i % 2 == b % 2)}
+                runtimes[g] = GroupRuntime(plan, header=header, chunks=rt.chunks, warm=kept)
     return results
 
 
@@ -84,3 +91,18 @@ def test_restoring_after_any_batch_in_any_number_of_groups_changes_no_result(dat
     plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys)
     assert run(plan, batches, partitions, groups, restore_after) == reference
     assert run(plan, batches, partitions, groups, set(range(len(batches)))) == reference
+
+
+@settings(max_examples=100, deadline=None)
+@given(partitioned_input(), st.integers(1, 3), st.sets(st.integers(0, 40)), st.sampled_from(sorted(OPERATORS)),
+       st.sampled_from([1, 2, 1_000_000]), st.sampled_from(["all", "some", "none"]))
+def test_chunks_kept_decoded_between_batches_change_no_result(data, groups, restore_after, kind, chunk_keys, warm):
+    """The worker's cache (jobs.adapter.WarmChunks): a restored group that takes all, some or
+    none of the chunks its previous call left decoded, and reads the rest from the store, gives
+    the results of one uninterrupted run."""
+    events, batches = data
+    batches = with_fields(batches)
+    plan, partitions = plan_for(kind), sorted(events)
+    reference = run(dataclasses.replace(plan, key_groups=1, chunk_keys=1_000_000), batches, partitions, 1, set())
+    plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys)
+    assert run(plan, batches, partitions, groups, restore_after, warm) == reference
