@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import rows
-from jobs.config import JobConfig
+from jobs.config import JobConfig, State
 from jobs.serde import default_store
 from operators.errors import EventRejected, StateError
 from operators.operator import Output
@@ -63,9 +63,9 @@ class Plan:
     #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunk_keys``:
     #: each group's keyed state is kept in chunks of about that many keys
     key_groups: int = 1
-    chunk_keys: int = 32
+    chunk_keys: int = State.model_fields["chunk_keys"].default
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
-    cache_chunks: int = 0
+    cache_chunks: int = State.model_fields["cache_chunks"].default
     #: False when an operator must see every key in one state (a global count): one chunk
     chunked: bool = True
 
