@@ -32,6 +32,11 @@ def uneven(key: str) -> int:
     return 0 if n < 4 else 1 if n == 4 else 2
 
 
+def two_uneven(key: str) -> int:
+    """Two partitions at uneven rates: devices 0–3 on partition 0, the rest on 1."""
+    return min(uneven(key), 1)
+
+
 def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
     flows = workload.flows(2400, devices=8, seed=31, rate_per_s=0.5, late_fraction=0.02, late_by_ms=900_000)
     src = stack.topic("chaos-in")
@@ -164,7 +169,7 @@ def test_a_kill_after_the_first_batchs_state_but_before_its_commit_lands_once(st
     src = stack.topic("first-in")
     outs = {"counts": stack.topic("first-counts"), "final": stack.topic("first-final")}
     kafka.create_topics(stack.bootstrap, {src: 2, outs["counts"]: 2})  # watched below before the job runs
-    on = lambda i, rec: min(uneven(rec["device"]), 1)  # noqa: E731 - devices 0–3 : 4–5
+    on = lambda i, rec: two_uneven(rec["device"])  # noqa: E731
     produce(stack.bootstrap, src, "flow", flows[:600], "device", partition_of=on)
     checkpoint = tmp_path / "checkpoint"
     spec = {"job": "first", "kafka": {"bootstrap_servers": stack.bootstrap},
@@ -194,7 +199,7 @@ def test_a_kill_after_the_first_batchs_state_but_before_its_commit_lands_once(st
     assert kill_when(spec, tmp_path, batch_0_landing_not_committed, until_end=False, then=more_input) == 0
     watch.close()
     assert killed_at == {"committed": False}                 # the kill hit the window it aims at
-    events = oracle.to_events(flows, "device", "start_time", "end_time", partition_of=lambda key: on(0, {"device": key}))
+    events = oracle.to_events(flows, "device", "start_time", "end_time", partition_of=two_uneven)
     checked = oracle.check(events, 360_000, batches=[0 if i < 600 else 1 for i in range(len(flows))])
     counts = read(stack, outs["counts"])
     assert Counter((r["key"], r["time"]) for r in counts) == Counter((c.key, c.start) for c in oracle.admitted(checked))
