@@ -9,8 +9,10 @@ Same call shape as confluent-kafka's serializers: ``serializer(obj, ctx) -> byte
   comes from ``schemas/``.
 
 Readers accept both and resolve writer → reader schema as the Avro spec says, so a record
-written with a compatible older or newer schema decodes. Anything else raises
-:class:`~operators.errors.DecodeError` with the reason (the job dead-letters it).
+written with a compatible older or newer schema decodes. Decoding is strict
+(:mod:`jobs.avro_columns`: hostile bytes that fastavro would return as a record are refused);
+anything that does not decode raises :class:`~operators.errors.DecodeError` with the reason (the
+job dead-letters it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from jobs.avro_columns import Node, Reader, compile_schema, read_body, record_reader
 from operators.errors import DecodeError, SchemaError, invalid_choice
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
@@ -46,6 +49,15 @@ class StoredSchema:
     parsed: Any
     text: str
     fingerprint: bytes
+
+    @property
+    def node(self) -> Node:
+        """The compiled schema (:mod:`jobs.avro_columns`), built once."""
+        got = self.__dict__.get("_node")
+        if got is None:
+            got = compile_schema(json.loads(self.text))
+            object.__setattr__(self, "_node", got)
+        return got
 
 
 class SchemaStore:
@@ -150,6 +162,7 @@ class AvroDeserializer:
         self.reader = self.store.get(schema) if schema is not None else None
         self.registry = registry
         self._by_id: dict[int, StoredSchema] = {}
+        self._readers: dict[bytes, Reader] = {}
 
     def writer_schema(self, data: bytes) -> tuple[StoredSchema, int]:
         """The writer schema named by the header and the header's length."""
@@ -182,19 +195,27 @@ class AvroDeserializer:
         self._by_id[schema_id] = stored
         return stored
 
+    def record_reader(self, writer: StoredSchema) -> Reader:
+        """The compiled reader for records written with ``writer`` (resolved to the reader schema);
+        a writer schema that does not resolve raises :class:`DecodeError` naming why."""
+        got = self._readers.get(writer.fingerprint)
+        if got is None:
+            target = None if self.reader is None or writer.fingerprint == self.reader.fingerprint else self.reader.node
+            try:
+                got = record_reader(writer.node, target)
+            except DecodeError as exc:
+                raise DecodeError(f"writer schema {writer.name!r} does not resolve to {self.reader.name!r}: {exc}") from None
+            self._readers[writer.fingerprint] = got
+        return got
+
     def __call__(self, data: bytes | None, ctx: Any = None) -> dict:
         if not data:
             raise DecodeError("empty value")
         writer, header = self.writer_schema(data)
-        buf = io.BytesIO(data)
-        buf.seek(header)
-        same = self.reader is None or writer.fingerprint == self.reader.fingerprint
         try:
-            record = fastavro.schemaless_reader(buf, writer.parsed, None if same else self.reader.parsed)
-        except Exception as exc:  # truncated or corrupt bodies raise EOFError, ValueError, IndexError, …
-            raise DecodeError(f"Avro body does not decode with schema {writer.name!r}: {type(exc).__name__}: {exc}") from exc
-        if buf.tell() != len(data):
-            raise DecodeError(f"{len(data) - buf.tell()} trailing bytes after the Avro record")
+            record = read_body(self.record_reader(writer), data, header)
+        except DecodeError as exc:
+            raise DecodeError(f"Avro body does not decode with schema {writer.name!r}: {exc}") from None
         if not isinstance(record, dict):
             raise DecodeError(f"decoded a {type(record).__name__}, expected a record")
         return record

@@ -276,7 +276,7 @@ DECODE_ERRORS = {
     "truncated": ("not Avro: unknown magic byte 0xc3", "truncated single-object header", "does not decode"),
     "unknown_fingerprint": ("unknown schema fingerprint",),
     "unknown_schema_id": ("no schema registry is configured",),
-    "huge_string": ("EOFError",),
+    "huge_string": ("bytes left",),  # a length past the end of the record
 }
 #: What the source's validation must say for each kind that decodes but is rejected.
 VALIDATE_ERRORS = {

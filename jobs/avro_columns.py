@@ -1,0 +1,660 @@
+"""Avro binary bodies → Python records and Arrow columns, strictly, per record or in bulk.
+
+Why by hand: the decoders on PyPI accept hostile bytes as records. fastavro (1.13) picks a
+branch from the end for a *negative* union index, returns 2^40 for an ``int`` varint and reads
+``long`` varints past 10 bytes; ``polars.read_avro`` is fast but accepts the same union index,
+truncates an over-long ``int`` to 0 and reads a boolean byte 5 as a value (measured). Apache
+Avro's Java decoder refuses those; a record ctiflow accepts must be one it would accept too. So:
+
+* :func:`compile_schema` turns an ``.avsc`` (JSON) into :class:`Node` s — the description,
+  once; named types resolve by full or short name;
+* :func:`record_reader` compiles a writer schema (and optionally a reader schema, resolved as
+  the Avro spec says: fields by name with defaults, promotions int→long→float→double and
+  string↔bytes, unions either side, enum symbols) into one function ``read(buf, pos) → (value,
+  pos)`` for any schema; every count and length is bounded by the bytes left;
+* :class:`ColumnDecoder` decodes many bodies of one *flat* writer schema (primitives, enums,
+  fixed, and unions of ``null`` with one of those) at once: field by field, each field one
+  NumPy step over every record, to Arrow arrays in the reader schema's order and types; a
+  record that fails gets its own reason and the others go on.
+
+Both refuse, with a reason: a union index outside ``[0, branches)``; an ``int`` varint longer
+than 5 bytes or above 32 bits; a ``long`` varint longer than 10 bytes or above 64 bits; a
+boolean byte other than 0 or 1; a negative or too long length; invalid UTF-8 in a string; an
+enum index outside its symbols; a body with bytes left over.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from operators.errors import DecodeError
+
+PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
+#: A zero-size array or map item (``null``, an empty record) costs no bytes, so the bytes left
+#: cannot bound how many there are: at most this many per block.
+MAX_ZERO_SIZE_ITEMS = 1 << 16
+
+
+@dataclass(eq=False)
+class Node:
+    """One Avro type. ``kind``: a primitive, ``record``, ``enum``, ``fixed``, ``array``,
+    ``map`` or ``union``."""
+
+    kind: str
+    name: str = ""  # full name of a named type
+    fields: list[tuple[str, "Node", bool, Any]] = field(default_factory=list)  # (name, type, has default, default)
+    items: "Node | None" = None  # array items, map values
+    branches: list["Node"] = field(default_factory=list)
+    symbols: list[str] = field(default_factory=list)
+    enum_default: str | None = None
+    size: int = 0  # fixed
+
+    @property
+    def short_name(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+    def min_size(self, seen: frozenset = frozenset()) -> int:
+        """The fewest bytes a value of this type takes (bounds counts by the bytes left)."""
+        if self.kind in ("null",):
+            return 0
+        if self.kind in ("boolean", "int", "long", "bytes", "string", "enum", "array", "map", "union"):
+            return 1
+        if self.kind == "float":
+            return 4
+        if self.kind == "double":
+            return 8
+        if self.kind == "fixed":
+            return self.size
+        if id(self) in seen:  # a recursive record takes at least what its other fields take
+            return 0
+        return sum(f.min_size(seen | {id(self)}) for _, f, _, _ in self.fields)
+
+    def flat(self) -> bool:
+        """A type :class:`ColumnDecoder` decodes in bulk (as a record field)."""
+        if self.kind == "union":
+            others = [b for b in self.branches if b.kind != "null"]
+            return len(self.branches) == 2 and len(others) == 1 and others[0].kind != "null" and others[0].flat()
+        return self.kind in PRIMITIVES and self.kind != "null" or self.kind in ("enum", "fixed")
+
+
+def compile_schema(schema: Any) -> Node:
+    """An Avro schema (parsed JSON) → its :class:`Node` tree (named types shared, so recursion works)."""
+    names: dict[str, Node] = {}
+
+    def full(name: str, namespace: str) -> str:
+        return name if "." in name or not namespace else f"{namespace}.{name}"
+
+    def walk(s: Any, namespace: str) -> Node:
+        if isinstance(s, str):
+            if s in PRIMITIVES:
+                return Node(s)
+            for candidate in (full(s, namespace), s):
+                if candidate in names:
+                    return names[candidate]
+            raise DecodeError(f"schema names an unknown type {s!r}")
+        if isinstance(s, list):
+            return Node("union", branches=[walk(b, namespace) for b in s])
+        kind = s["type"]
+        if kind in PRIMITIVES or isinstance(kind, (list, dict)):
+            return walk(kind, namespace)  # {"type": "long", "logicalType": ...}: the underlying type
+        if kind in ("record", "error", "enum", "fixed"):
+            ns = s.get("namespace", namespace if "." not in s["name"] else s["name"].rsplit(".", 1)[0])
+            node = Node("record" if kind == "error" else kind, name=full(s["name"], ns))
+            names[node.name] = node
+            if kind == "enum":
+                node.symbols = list(s["symbols"])
+                node.enum_default = s.get("default")
+            elif kind == "fixed":
+                node.size = int(s["size"])
+            else:
+                inner = node.name.rsplit(".", 1)[0] if "." in node.name else ""
+                node.fields = [(f["name"], walk(f["type"], inner), "default" in f, f.get("default"))
+                               for f in s["fields"]]
+            return node
+        if kind == "array":
+            return Node("array", items=walk(s["items"], namespace))
+        if kind == "map":
+            return Node("map", items=walk(s["values"], namespace))
+        raise DecodeError(f"schema has an unknown type {kind!r}")
+
+    return walk(schema, "")
+
+
+# -- per record ------------------------------------------------------------------------------
+Reader = Callable[[bytes, int], tuple[Any, int]]
+
+
+def _varint(buf: bytes, pos: int, max_bytes: int, what: str) -> tuple[int, int]:
+    """A zig-zag varint of at most ``max_bytes`` bytes (5 for ``int``, 10 for ``long``)."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result, shift, n = b & 0x7F, 7, 1
+    while True:
+        b = buf[pos + n]
+        result |= (b & 0x7F) << shift
+        n += 1
+        if b < 0x80:
+            break
+        if n >= max_bytes:
+            raise DecodeError(f"{what} varint longer than {max_bytes} bytes at byte {pos}")
+        shift += 7
+    if result >> (max_bytes * 7 - (3 if max_bytes == 5 else 6)):  # 32 or 64 bits
+        raise DecodeError(f"{what} varint exceeds {32 if max_bytes == 5 else 64} bits at byte {pos}")
+    return (result >> 1) ^ -(result & 1), pos + n
+
+
+def _read_long(buf, pos):
+    return _varint(buf, pos, 10, "long")
+
+
+def _read_int(buf, pos):
+    return _varint(buf, pos, 5, "int")
+
+
+def _read_length(buf: bytes, pos: int, what: str) -> tuple[int, int]:
+    n, pos = _varint(buf, pos, 10, "long")
+    if n < 0 or pos + n > len(buf):
+        raise DecodeError(f"{what} length {n} at byte {pos} (only {len(buf) - pos} bytes left)")
+    return n, pos
+
+
+def _primitive(kind: str) -> Reader:
+    if kind == "null":
+        return lambda buf, pos: (None, pos)
+    if kind == "boolean":
+        def read(buf, pos):
+            b = buf[pos]
+            if b > 1:
+                raise DecodeError(f"boolean byte {b} at byte {pos} (must be 0 or 1)")
+            return b == 1, pos + 1
+        return read
+    if kind == "int":
+        return _read_int
+    if kind == "long":
+        return _read_long
+    if kind in ("float", "double"):
+        fmt, n = ("<f", 4) if kind == "float" else ("<d", 8)
+        unpack = struct.Struct(fmt).unpack_from
+
+        def read(buf, pos):
+            if pos + n > len(buf):
+                raise DecodeError(f"{kind} at byte {pos} needs {n} bytes")
+            return unpack(buf, pos)[0], pos + n
+        return read
+    if kind == "bytes":
+        def read(buf, pos):
+            n, pos = _read_length(buf, pos, "bytes")
+            return bytes(buf[pos:pos + n]), pos + n
+        return read
+
+    def read_string(buf, pos):
+        n, pos = _read_length(buf, pos, "string")
+        try:
+            return bytes(buf[pos:pos + n]).decode("utf-8"), pos + n
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"string at byte {pos} is not UTF-8: {exc.reason}") from None
+    return read_string
+
+
+_PROMOTIONS = {"int": ("long", "float", "double"), "long": ("float", "double"), "float": ("double",),
+               "string": ("bytes",), "bytes": ("string",)}
+
+
+def _matches(writer: Node, reader: Node) -> bool:
+    """Whether ``writer`` resolves to ``reader`` (the spec's "match", promotions included)."""
+    if writer.kind == reader.kind:
+        return writer.kind not in ("record", "enum", "fixed") or writer.short_name == reader.short_name
+    return reader.kind in _PROMOTIONS.get(writer.kind, ())
+
+
+def record_reader(writer: Node, reader: Node | None = None) -> Reader:
+    """One function reading a value written with ``writer`` as ``reader`` (default: as written)."""
+    return _compile(writer, reader or writer, {})
+
+
+def _compile(w: Node, r: Node, cache: dict) -> Reader:
+    slot = (id(w), id(r))
+    if slot in cache:
+        return cache[slot]
+    cell: list[Reader] = []  # types may recur: a forwarding entry while this one compiles
+    cache[slot] = lambda buf, pos: cell[0](buf, pos)
+    got = _compile_new(w, r, cache)
+    cell.append(got)
+    cache[slot] = got
+    return got
+
+
+def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
+    if w.kind == "union":
+        branches = [_compile(b, b, cache) if r is w else _resolve_branch(b, r, cache) for b in w.branches]
+        count = len(branches)
+
+        def read_union(buf, pos):
+            i, pos = _read_long(buf, pos)
+            if not 0 <= i < count:
+                raise DecodeError(f"union branch index {i} at byte {pos - 1} (the union has {count} branches)")
+            return branches[i](buf, pos)
+        return read_union
+    if r.kind == "union":  # writer is not a union: the first reader branch it matches, exact first
+        for exact in (True, False):
+            for b in r.branches:
+                if _matches(w, b) and (b.kind == w.kind or not exact):
+                    return _compile(w, b, cache)
+        raise DecodeError(f"writer type {w.name or w.kind} matches no branch of the reader's union")
+    if not _matches(w, r):
+        raise DecodeError(f"writer type {w.name or w.kind} does not resolve to reader type {r.name or r.kind}")
+    if w.kind in PRIMITIVES:
+        read = _primitive(w.kind)
+        if w.kind == r.kind:
+            return read
+        if r.kind in ("float", "double"):
+            def promote(buf, pos):
+                value, pos = read(buf, pos)
+                return float(value), pos
+            return promote
+        if r.kind == "bytes":
+            def to_bytes(buf, pos):
+                value, pos = read(buf, pos)
+                return value.encode("utf-8"), pos
+            return to_bytes
+        if r.kind == "string":
+            return _primitive("string")  # bytes → string: the same bytes, checked as UTF-8
+        return read  # int → long
+    if w.kind == "fixed":
+        if w.size != r.size:
+            raise DecodeError(f"fixed {w.name} has size {w.size}, the reader's {r.size}")
+        n = w.size
+
+        def read_fixed(buf, pos):
+            if pos + n > len(buf):
+                raise DecodeError(f"fixed at byte {pos} needs {n} bytes")
+            return bytes(buf[pos:pos + n]), pos + n
+        return read_fixed
+    if w.kind == "enum":
+        symbols, known = w.symbols, set(r.symbols)
+        default = r.enum_default
+
+        def read_enum(buf, pos):
+            i, pos = _read_long(buf, pos)
+            if not 0 <= i < len(symbols):
+                raise DecodeError(f"enum index {i} at byte {pos - 1} ({len(symbols)} symbols)")
+            s = symbols[i]
+            if s not in known:
+                if default is None:
+                    raise DecodeError(f"enum symbol {s!r} is not in the reader's {w.short_name}")
+                s = default
+            return s, pos
+        return read_enum
+    if w.kind in ("array", "map"):
+        item = _compile(w.items, r.items, cache)
+        zero_size = w.items.min_size() == 0
+        is_map = w.kind == "map"
+
+        def read_blocks(buf, pos):
+            out: Any = {} if is_map else []
+            while True:
+                count, pos = _read_long(buf, pos)
+                if count == 0:
+                    return out, pos
+                if count < 0:
+                    count = -count
+                    _, pos = _read_long(buf, pos)  # the block's size in bytes (not needed to read it)
+                left = len(buf) - pos
+                if count > (MAX_ZERO_SIZE_ITEMS if zero_size else left):
+                    raise DecodeError(f"{w.kind} block of {count} items at byte {pos} (only {left} bytes left)")
+                for _ in range(count):
+                    if is_map:
+                        n, pos = _read_length(buf, pos, "map key")
+                        try:
+                            key = bytes(buf[pos:pos + n]).decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise DecodeError(f"map key at byte {pos} is not UTF-8") from None
+                        out[key], pos = item(buf, pos + n)
+                    else:
+                        value, pos = item(buf, pos)
+                        out.append(value)
+        return read_blocks
+    # records: writer fields in writer order (those the reader lacks are read and dropped)
+    r_fields = {name: node for name, node, _, _ in r.fields}
+    plan = [(name, _compile(node, r_fields.get(name, node) if r is not w else node, cache), name in r_fields)
+            for name, node, _, _ in w.fields]
+    written = {name for name, _, _, _ in w.fields}
+    defaults = []
+    for name, node, has, default in r.fields:
+        if name not in written:
+            if not has:
+                raise DecodeError(f"reader field {name!r} of {r.short_name} is not written and has no default")
+            defaults.append((name, default))
+    order = [name for name, _, _, _ in r.fields]
+    in_order = [name for name, _, _, _ in w.fields] == order
+
+    def read_record(buf, pos):
+        rec = {}
+        for name, read, kept in plan:
+            value, pos = read(buf, pos)
+            if kept:
+                rec[name] = value
+        for name, default in defaults:
+            rec[name] = _default_value(default)
+        return (rec if in_order else {n: rec[n] for n in order}), pos
+    return read_record
+
+
+def _default_value(default: Any) -> Any:
+    return json.loads(json.dumps(default)) if isinstance(default, (dict, list)) else default
+
+
+def _resolve_branch(b: Node, r: Node, cache: dict) -> Reader:
+    """A writer union's branch as the reader reads it; a branch that does not resolve fails
+    only when a record uses it (the spec: an error when that branch is read)."""
+    try:
+        return _compile(b, r, cache)
+    except DecodeError as exc:
+        message = f"union branch {b.name or b.kind}: {exc}"
+
+        def fail(buf, pos):
+            raise DecodeError(message)
+        return fail
+
+
+def read_body(read: Reader, buf: bytes, pos: int) -> Any:
+    """``read`` over one whole body from ``pos``: a truncated body or bytes left over are errors."""
+    try:
+        value, end = read(buf, pos)
+    except IndexError:
+        raise DecodeError("truncated Avro body") from None
+    except RecursionError:
+        raise DecodeError("Avro body nests too deeply") from None
+    if end != len(buf):
+        raise DecodeError(f"{len(buf) - end} trailing bytes after the Avro record")
+    return value
+
+
+# -- in bulk -----------------------------------------------------------------------------------
+_ARROW = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+          "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(), "enum": pa.string(),
+          "fixed": pa.binary()}
+
+
+def arrow_type(node: Node) -> pa.DataType:
+    """A flat reader field's Arrow type (a union's non-null branch; nested values: JSON text)."""
+    if node.kind == "union":
+        others = [b for b in node.branches if b.kind != "null"]
+        return arrow_type(others[0]) if len(others) == 1 else pa.string()
+    return _ARROW.get(node.kind, pa.string())
+
+
+class _Bulk:
+    """The decoding state of one :meth:`ColumnDecoder.decode` call: positions, ends, reasons."""
+
+    def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+        self.data = data            # every body's bytes, 16 zero bytes of padding after the last
+        self.pos = starts.copy()
+        self.end = ends
+        self.limit = len(data) - 16
+        self.reason = np.zeros(len(starts), np.int32)  # 0 = fine, else 1 + index into messages
+        self.messages: list[str] = []
+
+    def fail(self, rows: np.ndarray, bad: np.ndarray, message: str) -> np.ndarray:
+        """Mark ``rows[bad]`` as failed with ``message`` (first reason wins); → rows still fine."""
+        if bad.any():
+            self.messages.append(message)
+            hit = rows[bad]
+            self.reason[hit] = np.where(self.reason[hit] == 0, len(self.messages), self.reason[hit])
+            return rows[~bad]
+        return rows
+
+    def varints(self, rows: np.ndarray, max_bytes: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """Zig-zag varints at ``rows``' positions → (rows still fine, their values as int64).
+        Byte by byte over the rows whose varint goes on, so short varints cost one step."""
+        p = np.minimum(self.pos[rows], self.limit)
+        byte = self.data[p]
+        unsigned = (byte & 0x7F).astype(np.uint64)
+        length = np.ones(len(rows), np.int64)
+        last = byte
+        going = np.nonzero(byte >= 0x80)[0]
+        k = 1
+        if going.size:
+            last = byte.copy()
+        while going.size and k < max_bytes:
+            byte = self.data[p[going] + k]
+            unsigned[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            length[going] += 1
+            last[going] = byte
+            going = going[byte >= 0x80]
+            k += 1
+        too_long = np.zeros(len(rows), bool)
+        too_long[going] = True
+        bits = 32 if max_bytes == 5 else 64
+        # only the last of max_bytes bytes can carry bits past 32/64
+        over = (length == max_bytes) & (last >= (1 << (bits - 7 * (max_bytes - 1)))) & ~too_long
+        self.pos[rows] += length
+        short = (self.pos[rows] > self.end[rows]) & ~too_long & ~over
+        signed = (unsigned >> np.uint64(1)).astype(np.int64) ^ -(unsigned & np.uint64(1)).astype(np.int64)
+        self.fail(rows, too_long, f"{what} varint longer than {max_bytes} bytes")
+        self.fail(rows, over, f"{what} varint exceeds {bits} bits")
+        self.fail(rows, short, "truncated Avro body")
+        fine = ~(too_long | over | short)
+        return rows[fine], signed[fine]
+
+    def fixed(self, rows: np.ndarray, n: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` bytes at ``rows``' positions → (rows still fine, an (rows, n) uint8 array)."""
+        p = self.pos[rows]
+        short = p + n > self.end[rows]
+        rows = self.fail(rows, short, f"truncated Avro body ({what})")
+        p = self.pos[rows]
+        self.pos[rows] = p + n
+        return rows, self.data[p[:, None] + np.arange(n)]
+
+
+@dataclass
+class _Column:
+    """A field's decoded values, full length; ``valid`` False where null (a union's null branch)."""
+
+    kind: str
+    name: str
+    values: Any  # int64/float/bool array; (start, length) arrays for bytes and strings
+    valid: np.ndarray
+
+
+class ColumnDecoder:
+    """Many bodies of one flat writer schema → Arrow columns of the reader schema, in bulk.
+
+    ``decode(data, starts, ends)``: ``data`` holds the bodies (``starts[i]:ends[i]``); returns
+    the reader's columns for the records that decoded and a reason (``str``) for each that did
+    not. The columns hold the good records only, in input order. Strictness: see the module."""
+
+    def __init__(self, writer: Node, reader: Node | None = None):
+        reader = reader or writer
+        if writer.kind != "record" or not all(node.flat() for _, node, _, _ in writer.fields):
+            raise ValueError("ColumnDecoder decodes records of primitives, enums and fixed (and their nullable unions)")
+        self.writer, self.reader = writer, reader
+        record_reader(writer, reader)  # the per-record rules refuse an unresolvable pair here too
+        self.names = [name for name, _, _, _ in reader.fields]
+        self.types = [arrow_type(node) for _, node, _, _ in reader.fields]
+
+    @staticmethod
+    def flat(writer: Node) -> bool:
+        return writer.kind == "record" and all(node.flat() for _, node, _, _ in writer.fields)
+
+    def decode(self, data: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[list[pa.Array], np.ndarray, dict[int, str]]:
+        """→ (the reader's columns for the good records, their indices, {index: reason} for the rest)."""
+        buf = np.frombuffer(data + bytes(16), np.uint8)
+        bulk = _Bulk(buf, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+        n = len(starts)
+        rows = np.arange(n)
+        decoded: dict[str, _Column] = {}
+        for name, node, _, _ in self.writer.fields:
+            rows, decoded[name] = self._field(bulk, rows, node, name, n)
+        leftover = bulk.pos[rows] != bulk.end[rows]
+        rows = bulk.fail(rows, leftover, "trailing bytes after the Avro record")
+        for name, r_node, _, _ in self.reader.fields:
+            col = decoded.get(name)
+            if col is None:
+                continue
+            nullable = r_node.kind == "union" and any(b.kind == "null" for b in r_node.branches)
+            if not nullable:
+                rows = bulk.fail(rows, ~col.valid[rows], f"field {name!r}: null, and the reader's "
+                                                          f"{r_node.kind} has no null branch")
+            if col.kind == "enum":
+                missing = [i for i, s in enumerate(self._symbols(name, r_node)) if s is None]
+                rows = bulk.fail(rows, col.valid[rows] & np.isin(col.values[rows], missing),
+                                 f"field {name!r}: enum symbol not in the reader's enum (and no default)")
+        good = np.zeros(n, bool)
+        good[rows] = True
+        take = np.nonzero(good)[0]
+        columns = []
+        for (name, r_node, has, default), typ in zip(self.reader.fields, self.types):
+            col = decoded.get(name)
+            if col is None:
+                columns.append(pa.array([_default_value(default)] * len(take), typ))
+            else:
+                columns.append(self._arrow(col, take, typ, buf, r_node))
+        # a string that is not UTF-8 fails its record only (found when building the column)
+        bad_utf8 = [i for i, c in enumerate(columns) if isinstance(c, _Invalid)]
+        if bad_utf8:
+            keep = np.ones(len(take), bool)
+            for i in bad_utf8:
+                keep &= columns[i].ok
+                bulk.fail(take, ~columns[i].ok, f"field {self.names[i]!r}: string is not UTF-8")
+            for i in bad_utf8:
+                columns[i] = columns[i].array
+            mask = pa.array(keep)
+            columns = [c.filter(mask) for c in columns]
+            take = take[keep]
+        reasons = {int(i): bulk.messages[bulk.reason[i] - 1] for i in np.nonzero(bulk.reason)[0]}
+        return columns, take, reasons
+
+    def _field(self, bulk: _Bulk, rows: np.ndarray, node: Node, name: str, n: int) -> tuple[np.ndarray, _Column]:
+        if node.kind == "union":
+            rows, index = bulk.varints(rows, 10, "long")
+            bad = (index < 0) | (index > 1)
+            rows_bad = rows[bad]
+            if len(rows_bad):
+                bulk.fail(rows, bad, f"field {name!r}: union branch index out of range (the union has 2 branches)")
+            rows, index = rows[~bad], index[~bad]
+            null_at = 0 if node.branches[0].kind == "null" else 1
+            present = rows[index != null_at]
+            other = node.branches[1 - null_at]
+            fine_present, col = self._field(bulk, present, other, name, n)
+            col.valid[rows[index == null_at]] = False
+            failed = np.setdiff1d(present, fine_present, assume_unique=True)
+            return np.setdiff1d(rows, failed, assume_unique=True), col
+        kind = node.kind
+        valid = np.ones(n, bool)
+        if kind in ("int", "long", "enum"):
+            rows, values = bulk.varints(rows, 5 if kind == "int" else 10, "int" if kind == "int" else "long")
+            if kind == "enum":
+                bad = (values < 0) | (values >= len(node.symbols))
+                rows = bulk.fail(rows, bad, f"field {name!r}: enum index out of range ({len(node.symbols)} symbols)")
+                values = values[~bad]
+            full = np.zeros(n, np.int64)
+            full[rows] = values
+            return rows, _Column(kind, name, full, valid)
+        if kind in ("float", "double"):
+            size = 4 if kind == "float" else 8
+            rows, raw = bulk.fixed(rows, size, kind)
+            full = np.zeros(n, np.float32 if size == 4 else np.float64)
+            full[rows] = raw.copy().view("<f4" if size == 4 else "<f8").ravel()
+            return rows, _Column(kind, name, full, valid)
+        if kind == "boolean":
+            rows, raw = bulk.fixed(rows, 1, "boolean")
+            raw = raw.ravel()
+            bad = raw > 1
+            good_rows = bulk.fail(rows, bad, f"field {name!r}: boolean byte other than 0 or 1")
+            full = np.zeros(n, bool)
+            full[good_rows] = raw[~bad] == 1
+            return good_rows, _Column(kind, name, full, valid)
+        if kind == "fixed":
+            at = bulk.pos[rows].copy()
+            rows2, _ = bulk.fixed(rows, node.size, "fixed")
+            starts = np.zeros(n, np.int64)
+            lengths = np.zeros(n, np.int64)
+            starts[rows] = at
+            lengths[rows2] = node.size
+            return rows2, _Column(kind, name, (starts, lengths), valid)
+        # bytes, string
+        rows, length = bulk.varints(rows, 10, "long")
+        at = bulk.pos[rows]
+        bad = (length < 0) | (at + length > bulk.end[rows])
+        rows_ok = bulk.fail(rows, bad, f"field {name!r}: {kind} length negative or past the end of the record")
+        length, at = length[~bad], at[~bad]
+        bulk.pos[rows_ok] = at + length
+        starts = np.zeros(n, np.int64)
+        lengths = np.zeros(n, np.int64)
+        starts[rows_ok], lengths[rows_ok] = at, length
+        return rows_ok, _Column(kind, name, (starts, lengths), valid)
+
+    def _arrow(self, col: _Column, take: np.ndarray, typ: pa.DataType, buf: np.ndarray, r_node: Node):
+        valid = col.valid[take]
+        mask = None if valid.all() else ~valid
+        if col.kind in ("string", "bytes", "fixed"):
+            starts, lengths = col.values[0][take], col.values[1][take]
+            lengths = np.where(valid, lengths, 0)
+            offsets = np.zeros(len(take) + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            total = int(offsets[-1])
+            index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total)
+            data = buf[index].tobytes()
+            validity = None if mask is None else pa.array(valid).buffers()[1]
+            binary = pa.Array.from_buffers(pa.large_binary(), len(take),
+                                           [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+            if typ == pa.string():
+                try:
+                    return binary.cast(pa.large_string()).cast(pa.string())
+                except pa.ArrowInvalid:
+                    return _invalid_utf8(binary)
+            return binary.cast(pa.binary())
+        values = col.values[take]
+        if col.kind == "enum":
+            symbols = self._symbols(col.name, r_node)
+            arr = pa.DictionaryArray.from_arrays(pa.array(values.astype(np.int32), mask=mask),
+                                                 pa.array(symbols, pa.string())).cast(pa.string())
+            return arr
+        return pa.array(values, mask=mask).cast(typ, safe=False)  # promotions int → long → float → double
+
+    def _symbols(self, name: str, r_node: Node) -> list[str]:
+        w_node = next(node for n, node, _, _ in self.writer.fields if n == name)
+        w_enum = w_node if w_node.kind == "enum" else next(b for b in w_node.branches if b.kind == "enum")
+        r_enum = r_node if r_node.kind == "enum" else next((b for b in r_node.branches if b.kind == "enum"), w_enum)
+        out = []
+        for s in w_enum.symbols:
+            if s in r_enum.symbols:
+                out.append(s)
+            elif r_enum.enum_default is not None:
+                out.append(r_enum.enum_default)
+            else:
+                out.append(None)  # a record with it fails below (per-record rules), see decode
+        return out
+
+
+@dataclass
+class _Invalid:
+    """A string column with invalid UTF-8 in some rows: ``array`` with those rows empty, ``ok`` the others."""
+
+    array: pa.Array
+    ok: np.ndarray
+
+
+def _invalid_utf8(binary: pa.Array) -> _Invalid:
+    values = binary.to_pylist()
+    ok = np.ones(len(values), bool)
+    out = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(v.decode("utf-8"))
+        except UnicodeDecodeError:
+            ok[i] = False
+            out.append("")
+    return _Invalid(pa.array(out, pa.string()), ok)
