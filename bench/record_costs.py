@@ -2,16 +2,18 @@
 
 Each stage runs the code the job runs, on the same records, and is timed alone:
 
-* **Avro decode** — :meth:`jobs.source.RecordDecoder._check` (fastavro decode + validation);
-* **pickling packs** — :class:`jobs.rows.PackWriter` → bytes → :func:`jobs.rows.unpack_events`
-  (source worker → stateful worker);
+* **Avro decode** — :meth:`jobs.source.RecordDecoder.decoded` (bulk decode + validation on the
+  columns), one call per fetch of :data:`FETCH` records as the source makes them;
+* **packs** — :func:`jobs.rows.pack_columns` per key group → bytes → :func:`jobs.rows.unpack_events`
+  (source worker → stateful worker; Arrow columns, then the events the time layer takes);
 * **time layer + operator** — :class:`jobs.runtime.GroupRuntime` ``offer_many`` + ``advance``,
   one runtime per key group and micro-batch, as the adapter drives it; of that,
 * **result dicts** — the operator's record-building method (bins ``Binner._build``, count
   ``CountOperator._emit_touched``), timed by wrapping it;
 * **state round trip** — ``GroupRuntime`` load from header + chunks and ``commit()``;
 * **Avro encode** — one :class:`jobs.serde.AvroSerializer` call per result;
-* **result packs** — pickling the ``(key, value, role)`` packs and unpickling them in the sink;
+* **result packs** — the ``(key, value, role)`` packs as Arrow columns (:func:`jobs.rows.result_pack`)
+  and read back in the sink;
 * **Kafka produce** — one ``Producer.produce`` call per result, with the sink's headers, to the
   broker, then ``flush`` (only with a broker).
 
@@ -21,13 +23,14 @@ up to the adapter's Python time per event.
 
 from __future__ import annotations
 
-import pickle
 import time
 import zlib
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 
 BATCH = 100_000
+#: Records per Kafka fetch (what one ``consume`` call returns at most: ``jobs.kafka.read_range``).
+FETCH = 10_000
 
 
 @contextmanager
@@ -58,7 +61,10 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     from jobs.alloc import cyclic_gc_paused
     from jobs.config import parse
     from jobs.pipeline import source_options
-    from jobs.rows import PackWriter, unpack_events
+    import numpy as np
+    import pyarrow as pa
+
+    from jobs.rows import pack_columns, result_pack, unpack_events
     from jobs.runtime import GroupRuntime, plan as make_plan
     from jobs.serde import AvroSerializer
     from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
@@ -91,16 +97,22 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
         for lo in range(0, n, batch):
             chunk = payloads[lo:lo + batch]
             c0 = time.perf_counter()
-            checked = [decoder._check(v) for v in chunk]
+            fetches = [(f, decoder.decoded(chunk[f:f + FETCH])) for f in range(0, len(chunk), FETCH)]
             t["Avro decode + validate"] += time.perf_counter() - c0
             c0 = time.perf_counter()
-            packs: dict[int, PackWriter] = {}
-            for off, (rec, key, start, end, _err) in enumerate(checked, lo):
-                g = zlib.crc32(key.encode()) % groups
-                packs.setdefault(g, PackWriter()).add(key, start, end, rec, off, None)
-            blobs = {g: p.to_bytes() for g, p in packs.items()}
-            events = {g: unpack_events(b, src.name, 0) for g, b in blobs.items()}
-            t["pickling packs (source → stateful worker)"] += time.perf_counter() - c0
+            blobs: dict[int, list[bytes]] = defaultdict(list)
+            top: dict[int, int] = {}
+            for f, got in fetches:
+                group = decoder._group_of(got.keys)
+                for g in np.unique(group):
+                    sel = np.nonzero(group == g)[0]
+                    take = pa.array(sel)
+                    blobs[int(g)].append(pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel],
+                                                      got.ends[sel], got.index[sel] + lo + f,
+                                                      pa.nulls(len(sel), pa.binary())))
+                    top[int(g)] = max(top.get(int(g), 0), int(got.starts[sel].max()))
+            events = {g: [e for b in bs for e in unpack_events(b, src.name, 0)] for g, bs in blobs.items()}
+            t["packs (source → stateful worker)"] += time.perf_counter() - c0
             flush = lo + batch >= n
             for g in range(groups):
                 c0 = time.perf_counter()
@@ -108,8 +120,8 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                 t["state round trip (load + commit)"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
                 runtime.assign(src.name, [0], [])
-                if g in packs:
-                    runtime.observe(src.name, 0, packs[g].top)
+                if g in top:
+                    runtime.observe(src.name, 0, top[g])
                 out = runtime.offer_many(events.get(g, []))
                 out.extend(runtime.advance(runtime.next_cti() if not flush else CTI_INFINITY))
                 t["time layer + operator"] += time.perf_counter() - c0
@@ -124,8 +136,12 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                 by_topic: dict[str, list] = defaultdict(list)
                 for topic, k, v, role in encoded:
                     by_topic[topic].append((k, v, role))
-                unpacked = [(topic, pickle.loads(pickle.dumps(p, 5))) for topic, p in by_topic.items()]
-                t["result packs (pickle, unpickle in the sink)"] += time.perf_counter() - c0
+                unpacked = []
+                for topic, p in by_topic.items():
+                    table = pa.ipc.open_stream(result_pack(p)).read_all()
+                    unpacked.append((topic, list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                                                     table.column("role").to_pylist()))))
+                t["result packs (Arrow columns, read in the sink)"] += time.perf_counter() - c0
                 results += len(encoded)
                 if prod is not None:
                     c0 = time.perf_counter()

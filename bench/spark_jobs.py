@@ -230,12 +230,11 @@ class _Forward:
 
     @staticmethod
     def make(forward: bool = True):
-        import pickle
-
         import pandas as pd
         from pyspark.sql.streaming import StatefulProcessor
 
         from jobs.alloc import cyclic_gc_paused
+        from jobs.rows import pack_items, result_pack
 
         class Forward(StatefulProcessor):
             def init(self, handle) -> None:
@@ -245,9 +244,9 @@ class _Forward:
                 out = []
                 with cyclic_gc_paused():  # as the adapter does (jobs.alloc)
                     for r in rows:
-                        events = [pickle.loads(p) for p in r["meta_pack"] if p is not None]
+                        events = [pack_items(p) for p in r["meta_pack"] if p is not None]
                         if forward:
-                            packs = [pickle.dumps([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pack], 5)
+                            packs = [result_pack([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pack])
                                      for pack in events]
                             out.append(pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs,
                                                      "kind": "pack"}))

@@ -12,11 +12,11 @@ chunks this worker committed and still holds decoded are used without a read (:c
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
-of each Kafka fetch (``meta_pack``: the group's decoded, validated records, pickled — ≈ 1 µs an
-event to load against ≈ 5.5 µs to decode Avro again) plus one row per failed record, and the
-adapter answers with one row per result topic (``kind = "pack"``: ``(key, value, role)``
-tuples, Avro-encoded, ≤ :data:`PACK_SIZE`), which the sink unpacks. A micro-batch of 100k
-events is a few dozen rows for Spark. The rows and what is pickled: :mod:`jobs.rows`.
+of each Kafka fetch (``meta_pack``: the group's decoded, validated records as Arrow columns)
+plus one row per failed record, and the adapter answers with one row per result topic
+(``kind = "pack"``: ``(key, value, role)`` columns, Avro-encoded, ≤ :data:`PACK_SIZE`), which
+the sink unpacks. A micro-batch of 100k events is a few dozen rows for Spark. The rows and
+the packs' layout: :mod:`jobs.rows`.
 
 Contract (PySpark's ``StatefulProcessor``): the processor object is pickled on the driver and
 ``init`` runs on an executor's Python worker, so it holds only the picklable :class:`Plan`; all

@@ -45,9 +45,9 @@ def test_unchanged_records_keep_their_bytes_only_with_the_topics_schema():
             ("out", Output("passthrough", rec), rec["account"])]
     frame = next(proc._encode(outs, [], Counters()))
     assert frame["kind"].tolist() == ["pack", "metrics"]
-    import pickle
+    import pyarrow as pa
 
-    packed = pickle.loads(frame["value"][0])
+    packed = list(zip(*(c.to_pylist() for c in pa.ipc.open_stream(frame["value"][0]).read_all().columns)))
     values = [v for _, v, _ in packed]
     assert values[0] == same
     assert values[1] != foreign and values[1] == values[2] == same
@@ -62,6 +62,7 @@ def test_the_sink_unpacks_result_records_in_order_and_sums_metrics():
     import pyarrow as pa
 
     from jobs.adapter import PACK_SIZE
+    from jobs.rows import pack_events
     from jobs.sink import records
 
     cfg, proc = _processor(_Handle())
@@ -148,12 +149,12 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
     (per partition max start − delay, min over partitions) comes out in application-time order
     (start, partition, offset)."""
     pytest.importorskip("pyspark")
-    import pickle
     import random
 
     import pandas as pd
     import pyarrow as pa
 
+    from jobs.rows import pack_events
     from jobs.sink import records
 
     recs = workload.transactions(60, seed=5)
@@ -166,7 +167,7 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
                     for off, r in enumerate(mine[lo:lo + 7], lo)]
             rows.append({"meta_stream": "s", "meta_partition": part, "meta_offset": lo, "meta_error": None,
                          "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": None,
-                         "meta_start": max(e[1] for e in pack), "meta_pack": pickle.dumps(pack, 5)})
+                         "meta_start": max(e[1] for e in pack), "meta_pack": pack_events(pack)})
         # what the source adds for every key group: the partition's frontier …
         rows.append({"meta_stream": "s", "meta_partition": part, "meta_offset": -1, "meta_error": None,
                      "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": "frontier",
@@ -200,11 +201,10 @@ def test_a_batch_with_dead_letters_and_control_rows_gives_integer_ctis_to_the_op
     """Null cells (dead letters, control rows) make pandas columns float: the CTI the adapter
     computes from them must still be an int (a count operator's snapshot packs it as int64)."""
     pytest.importorskip("pyspark")
-    import pickle
-
     import pandas as pd
     import pyarrow as pa
 
+    from jobs.rows import pack_events
     from jobs.sink import records
 
     recs = workload.transactions(40, seed=2)
@@ -212,7 +212,7 @@ def test_a_batch_with_dead_letters_and_control_rows_gives_integer_ctis_to_the_op
     base = {"meta_stream": "s", "meta_error": None, "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None,
             "meta_control": None, "meta_start": None, "meta_pack": None}
     rows = [{**base, "meta_partition": 0, "meta_offset": 0, "meta_start": max(r["event_time"] for r in recs),
-             "meta_pack": pickle.dumps(pack, 5)},
+             "meta_pack": pack_events(pack)},
             {**base, "meta_partition": 0, "meta_offset": 40, "meta_error": "decode: bad", "meta_value": b"x",
              "meta_kafka_ts": 5},
             {**base, "meta_partition": 0, "meta_offset": -1, "meta_control": "frontier",

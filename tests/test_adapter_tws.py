@@ -3,7 +3,6 @@ without a cluster): what every key group receives each micro-batch — its packs
 rows of every partition read and the batch's control row — and what it must do with them."""
 
 import json
-import pickle
 
 import pytest
 
@@ -15,6 +14,7 @@ from pyspark.sql.streaming import TwsTester  # noqa: E402
 
 from jobs.adapter import OperatorProcessor  # noqa: E402
 from jobs.config import parse  # noqa: E402
+from jobs.rows import pack_events  # noqa: E402
 from jobs.runtime import plan  # noqa: E402
 from jobs.serde import AvroDeserializer  # noqa: E402
 from jobs.sink import records  # noqa: E402
@@ -33,7 +33,7 @@ def pack(stream: str, partition: int, first: int, recs: list[dict], time_field: 
     rows = [(r["account"], r[time_field], r[time_field] if time_field == "event_time" else 2**62, r, first + i, None)
             for i, r in enumerate(recs)]
     return {**BASE, "meta_stream": stream, "meta_partition": partition, "meta_offset": first,
-            "meta_start": max(r[time_field] for r in recs), "meta_pack": pickle.dumps(rows, 5)}
+            "meta_start": max(r[time_field] for r in recs), "meta_pack": pack_events(rows)}
 
 
 def frontier(stream: str, partition: int, start: int) -> dict:

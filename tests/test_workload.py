@@ -392,9 +392,9 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
     holding its records in offset order, with the largest start and the first offset; one row
     per failed record; Avro bytes with the records only with ``values=all``."""
     pytest.importorskip("pyspark")
-    import pickle
     import zlib
 
+    from jobs.rows import pack_items
     from jobs.serde import AvroSerializer
     from jobs.source import RecordDecoder, arrow_schema
 
@@ -414,7 +414,7 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
         group = labels[zlib.crc32(rec["account"].encode()) % 4]
         expected.setdefault(group, []).append(
             (rec["account"], rec["event_time"], rec["event_time"], rec, i, value if values == "all" else None))
-    assert {r["meta_group"]: pickle.loads(r["meta_pack"]) for r in packs} == expected
+    assert {r["meta_group"]: pack_items(r["meta_pack"]) for r in packs} == expected
     for r in packs:
         group = expected[r["meta_group"]]
         assert (r["meta_start"], r["meta_offset"], r["meta_error"]) == (max(e[1] for e in group), group[0][4], None)
