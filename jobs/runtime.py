@@ -13,7 +13,9 @@ import json
 import pickle
 import time
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from jobs import rows
@@ -177,6 +179,8 @@ def _restoring(what: str):
         raise StateError(f"{what}: its state in the checkpoint does not restore ({type(exc).__name__}: {exc}); "
                          f"{_STATE_FIX}") from exc
 
+
+_STREAM, _PARTITION = attrgetter("stream"), attrgetter("partition")
 
 #: Snapshot layout (``GroupRuntime.snapshot``); bumped when the layout changes.
 _LAYOUT = 2
@@ -455,21 +459,26 @@ class GroupRuntime:
         """:meth:`offer` for a micro-batch's events (in arrival order), in one call: each is
         checked against the CTI in effect (the one the previous micro-batch ended with)."""
         out: list[tuple[str, Output, str | None]] = []
-        offer, topic, count = self.layer.offer, self.plan.late_topic, self.counters.count
-        late_count = received = 0
-        for event in events:
-            received += 1
-            late = offer(event)
-            if late:
-                # An ADJUSTed event is still processed (its late record reports the dropped part).
-                whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
-                late_count += whole
-                out.extend((topic, o, event.key) for o in late)
-                count(event.stream, event.partition, whole)
-            else:
-                count(event.stream, event.partition, False)
-        self.counters.received += received
-        self.counters.late += late_count
+        events = events if isinstance(events, list) else list(events)
+        topic, counters = self.plan.late_topic, self.counters
+        late_by: dict[tuple[str, int], int] = {}
+        late_count = 0
+        for event, late in self.layer.offer_many(events):
+            # An ADJUSTed event is still processed (its late record reports the dropped part).
+            whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
+            late_count += whole
+            out.extend((topic, o, event.key) for o in late)
+            if whole:
+                slot = (event.stream, event.partition)
+                late_by[slot] = late_by.get(slot, 0) + 1
+        for slot, received in Counter(zip(map(_STREAM, events), map(_PARTITION, events))).items():
+            mine = counters.by_partition.get(slot)
+            if mine is None:
+                mine = counters.by_partition[slot] = [0, 0]
+            mine[0] += received
+            mine[1] += late_by.get(slot, 0)
+        counters.received += len(events)
+        counters.late += late_count
         return out
 
     # -- CTIs ----------------------------------------------------------------------------

@@ -30,12 +30,15 @@ the CTI; edge-end events must end at or after it).
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import json
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from operators.errors import ConfigError, invalid_choice
@@ -377,11 +380,11 @@ def _lifetime_end(event: Event) -> int:
     return max(event.end, event.start + 1)
 
 
-def _heap_entry(event: Event, seq: int) -> tuple:
-    # Ties beyond (partition, offset) — only possible with duplicated offsets — fall back to
-    # key, start and end, then arrival; seq keeps events themselves out of comparisons.
-    return (event.sync_time, event.partition, event.offset, event.key, event.start, event.end,
-            seq, event)
+def _order_key(event: Event) -> tuple:
+    """Application-time order: sync time, partition, offset; ties beyond those — only possible
+    with duplicated offsets — by key, start and end, then arrival (the sort is stable)."""
+    return (event.end if event.edge_end else event.start, event.partition, event.offset, event.key, event.start,
+            event.end)
 
 
 def event_tuple(e: Event) -> tuple:
@@ -411,42 +414,65 @@ class ReorderBuffer:
 
     Invariant: everything released has sync time ``<`` the CTI, everything buffered has sync
     time ``>=`` the CTI it was admitted under, so the concatenation of all releases is in
-    application-time order and ``released + late = offered``."""
+    application-time order and ``released + late = offered``.
 
-    __slots__ = ("policy", "handles_adjust", "_cti", "_heap", "_seq")
+    Layout: admitted events are appended to ``_arrived``; a release sorts them into ``_held``
+    (kept sorted: one stable sort of a sorted run plus the new arrivals, which Python's sort
+    merges in linear time) and cuts ``_held`` at the limit. A micro-batch admits many events and
+    releases once, so this beats a heap push and pop per event."""
+
+    __slots__ = ("policy", "handles_adjust", "_cti", "_held", "_arrived")
 
     def __init__(self, policy: ViolationPolicy | str = ViolationPolicy.DROP,
                  handles_adjust: bool = False) -> None:
         self.policy = ViolationPolicy(policy)
         self.handles_adjust = handles_adjust
         self._cti = CTI_NONE
-        self._heap: list[tuple] = []
-        self._seq = 0
+        self._held: list[Event] = []     # sorted by _order_key
+        self._arrived: list[Event] = []  # admitted since the last sort, in arrival order
 
     @property
     def cti(self) -> int:
         return self._cti
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._held) + len(self._arrived)
+
+    def _sorted(self) -> list[Event]:
+        if self._arrived:
+            self._held.extend(self._arrived)
+            self._arrived = []
+            self._held.sort(key=_order_key)
+        return self._held
 
     def earliest(self) -> int | None:
         """Sync time of the oldest buffered event, or None when empty."""
-        return self._heap[0][0] if self._heap else None
-
-    def _push(self, event: Event) -> None:
-        heapq.heappush(self._heap, _heap_entry(event, self._seq))
-        self._seq += 1
+        held = self._sorted()
+        return held[0].sync_time if held else None
 
     def offer(self, event: Event) -> list["Output"]:
         """Admit ``event`` or report it late (see the class docstring)."""
         cti = self._cti
-        sync = event.end if event.edge_end else event.start
-        if sync >= cti:  # the common case, inlined: one tuple and one heap push per event
-            heapq.heappush(self._heap, (sync, event.partition, event.offset, event.key, event.start, event.end,
-                                        self._seq, event))
-            self._seq += 1
+        if (event.end if event.edge_end else event.start) >= cti:  # the common case
+            self._arrived.append(event)
             return []
+        return self._late(event, cti)
+
+    def offer_many(self, events: list[Event]) -> list[tuple[Event, list["Output"]]]:
+        """:meth:`offer` for many events (in arrival order); → ``(event, late records)`` for
+        each event that has late records, in arrival order."""
+        cti = self._cti
+        if all((e.end if e.edge_end else e.start) >= cti for e in events):
+            self._arrived.extend(events)
+            return []
+        out = []
+        for e in events:
+            late = self.offer(e)
+            if late:
+                out.append((e, late))
+        return out
+
+    def _late(self, event: Event, cti: int) -> list["Output"]:
         if event.edge_end:
             return [late_record(event, cti, REASON_EDGE_END, self.policy)]
         if self.policy is ViolationPolicy.DROP:
@@ -454,7 +480,7 @@ class ReorderBuffer:
         if _lifetime_end(event) <= cti:
             return [late_record(event, cti, REASON_BEFORE_CTI, self.policy)]
         original = event.original_start if event.original_start is not None else event.start
-        self._push(replace(event, start=cti, original_start=original))
+        self._arrived.append(replace(event, start=cti, original_start=original))
         if self.handles_adjust:
             return []
         return [late_record(event, cti, REASON_ADJUSTED, self.policy)]
@@ -474,19 +500,20 @@ class ReorderBuffer:
         moving the CTI. Precondition (the caller's promise): the next CTI will be at least
         ``limit`` — then every event admitted later has sync time ``>= limit`` and the
         release order stays application-time order. ``CTI_INFINITY`` releases everything."""
-        heap = self._heap
-        out: list[Event] = []
+        held = self._sorted()
         if limit >= CTI_INFINITY:
-            while heap:
-                out.append(heapq.heappop(heap)[-1])
-            return out
-        while heap and heap[0][0] < limit:
-            out.append(heapq.heappop(heap)[-1])
+            self._held = []
+            return held
+        cut = bisect.bisect_left(held, limit, key=_sync_time)
+        if cut == 0:
+            return []
+        out = held[:cut]
+        del held[:cut]
         return out
 
     def snapshot(self) -> bytes:
-        """Compact state: the CTI and the buffered events as plain tuples (heap order)."""
-        return pickle.dumps((self._cti, [event_tuple(e[-1]) for e in self._heap]), protocol=5)
+        """Compact state: the CTI and the buffered events as plain tuples (in order)."""
+        return pickle.dumps((self._cti, [event_tuple(e) for e in self._sorted()]), protocol=5)
 
     @classmethod
     def restore(cls, policy: ViolationPolicy | str, data: bytes,
@@ -494,10 +521,12 @@ class ReorderBuffer:
         buf = cls(policy, handles_adjust)
         cti, events = pickle.loads(data)
         buf._cti = cti
-        buf._heap = [_heap_entry(Event(*t), i) for i, t in enumerate(events)]
-        heapq.heapify(buf._heap)
-        buf._seq = len(events)
+        buf._arrived = [Event(*t) for t in events]  # sorted (again) by the next release
         return buf
+
+
+def _sync_time(event: Event) -> int:
+    return event.end if event.edge_end else event.start
 
 
 # ---------------------------------------------------------------------------------------------
@@ -581,6 +610,9 @@ class TimeLayerRun:
         return [s.cti for s in self.steps]
 
 
+_stream_of = attrgetter("stream")
+
+
 def _merge_key(e: Event, rank: int) -> tuple:
     return (e.sync_time, rank, e.partition, e.offset, e.key, e.start, e.end)
 
@@ -655,6 +687,20 @@ class TimeLayer:
                 self._propose(stream, cti)
         return late
 
+    def offer_many(self, events: list[Event]) -> list[tuple[Event, list["Output"]]]:
+        """:meth:`offer` for many events (in arrival order); → ``(event, late records)`` for
+        each event that has late records, in arrival order."""
+        out: list[tuple[Event, list[Output]]] = []
+        if self._generators:  # CTI generation counts event by event
+            for e in events:
+                late = self.offer(e)
+                if late:
+                    out.append((e, late))
+            return out
+        for stream, run in itertools.groupby(events, key=_stream_of):
+            out.extend(self._buffers[self._check(stream)].offer_many(list(run)))
+        return out
+
     def enqueue_cti(self, cti: Cti) -> None:
         """An explicit CTI for one stream (pending until ``step``; a non-advancing one is
         ignored)."""
@@ -684,12 +730,14 @@ class TimeLayer:
         for stream, buf in self._buffers.items():
             released = buf.advance(self._effective[stream], release_upto=self._merged)
             if released:
-                rank = self._rank[stream]
-                runs.append([(_merge_key(e, rank), e) for e in released])
-        if len(runs) == 1:
-            merged = tuple(e for _, e in runs[0])
+                runs.append((self._rank[stream], released))
+        if not runs:
+            merged: tuple[Event, ...] = ()
+        elif len(runs) == 1:
+            merged = tuple(runs[0][1])
         else:
-            merged = tuple(e for _, e in heapq.merge(*runs, key=lambda pair: pair[0]))
+            keyed = [[(_merge_key(e, rank), e) for e in released] for rank, released in runs]
+            merged = tuple(e for _, e in heapq.merge(*keyed, key=lambda pair: pair[0]))
         return CtiStep(self._merged, merged)
 
     def flush(self) -> CtiStep:
