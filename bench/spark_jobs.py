@@ -166,6 +166,45 @@ def raw_reader(bootstrap: str, topic: str) -> Figures:
                    max(lat), 0, psutil.Process().memory_info().rss / 2**20)
 
 
+def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
+    """The limit of one Python process, no Spark: consume → bulk decode and validate (the
+    source's :class:`~jobs.source.RecordDecoder`) → Avro-encode each record → produce it to the
+    same broker. What the identity job does, minus Spark and state."""
+    import json
+
+    from jobs import kafka
+    from jobs.serde import AvroSerializer, default_store
+    from jobs.source import RecordDecoder, arrow_schema
+
+    opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
+            "time_field": "event_time", "columns": "packed", "values": "errors"}
+    decoder = RecordDecoder(opts, arrow_schema(json.loads(default_store().get("transaction").text), typed=False))
+    encode = AvroSerializer("transaction", validate=False)
+    kafka.create_topics(bootstrap, {out_topic: 2})
+    parts = kafka.topic_partitions(bootstrap, topic)
+    cons = kafka.consumer(bootstrap, {}, **{"group.id": "bench-limit"})
+    ends = {p: kafka.true_end_offset(cons, topic, p, 0, timeout=3.0) for p in parts}
+    prod = kafka.producer(bootstrap)
+    start = time.perf_counter()
+    n, lat = 0, []
+    try:
+        for p, end in ends.items():
+            for msgs in kafka.read_range(cons, topic, p, 0, end, raw=True):
+                t = time.perf_counter()
+                got = decoder.decoded([m.value() for m in msgs])
+                for key, rec in zip(got.keys.to_pylist(), got.fields.to_pylist()):
+                    prod.produce(out_topic, encode(rec), key.encode(), partition=p)
+                prod.poll(0)
+                n += len(msgs)
+                lat.append((time.perf_counter() - t) * 1000)
+        prod.flush(60)
+    finally:
+        cons.close()
+    secs = time.perf_counter() - start
+    return Figures("limit: 1 Python process, no Spark: consume → bulk decode → encode → produce", n, secs,
+                   len(lat), statistics.median(lat), max(lat), 0, psutil.Process().memory_info().rss / 2**20)
+
+
 def source_spec(topic: str, limit: int) -> dict:
     return {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account",
             "time_field": "event_time", "max_offsets_per_trigger": limit, "cti": {"delay": "5s"}}
@@ -310,9 +349,12 @@ def bench_adapter(events: int, out: Console, trigger: int = 200_000) -> None:
         ceiling = plumbing_ceiling(spark, bootstrap, source_spec("bench-adapter", trigger), home)
         ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", trigger), bootstrap, home,
                         "identity operator, 10k keys, 8 key groups → Kafka")
+        limit = python_limit(bootstrap, "bench-adapter", "bench-limit-out")
         table(f"ctiflow bench adapter: {events:,} events, 10,000 keys, {trigger:,} events a micro-batch "
               "(vs the stateless pass-through to a topic)",
-              [noop, base, ceiling, ident], base, out)
+              [noop, base, ceiling, ident, limit], base, out)
+        out.print(f"identity job / pass-through: {ident.rate / base.rate:.2f}× (goal ≥ 0.9×); "
+                  f"identity job / one Python process's limit: {ident.rate / limit.rate:.2f}× (goal ≥ 0.5)")
 
 
 def bench_count_e2e(events: int, out: Console) -> None:

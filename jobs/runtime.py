@@ -584,19 +584,11 @@ class GroupRuntime:
         loaded = self.loaded
         # Events in release (application-time) order, each into its chunk's operator; then the CTI.
         for i, spec in enumerate(plan.operators):
-            for e, c in zip(events, of):
-                try:
-                    produced = loaded[c].ops[i].process(e)
-                except EventRejected as exc:
-                    # The operator refused this event's data (e.g. a measure it cannot prorate):
-                    # it goes to dead-letter with the reason; the job keeps running. Any other
-                    # exception is a bug in ctiflow and fails the micro-batch.
-                    self.counters.refused += 1
-                    out.append((plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
-                        e, spec.name, exc, plan.topics.get(e.stream, e.stream))), e.key))
-                    continue
-                for o in produced:
-                    out.append((self._topic(spec, o.role), o, o.record.get("key", e.key)))
+            if events and getattr(spec.cls, "process_batch", None) is not None \
+                    and not loaded[of[0]].ops[i].emits_per_event:
+                self._feed_many(i, spec, events, of, out)
+            else:
+                self._feed_each(i, spec, events, of, out)
             if cti is not None:
                 for c in sorted(touch):
                     for o in loaded[c].ops[i].advance_to(cti):
@@ -613,6 +605,46 @@ class GroupRuntime:
         if cti is not None:
             self.ops_cti = cti
         self.counters.outputs += len(out) - before
+
+    def _refused(self, spec: OperatorSpec, e: Event, exc: EventRejected, out: list) -> None:
+        """The operator refused this event's data (e.g. a measure it cannot prorate): it goes to
+        dead-letter with the reason; the job keeps running. Any other exception is a bug in
+        ctiflow and fails the micro-batch."""
+        self.counters.refused += 1
+        out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
+            e, spec.name, exc, self.plan.topics.get(e.stream, e.stream))), e.key))
+
+    def _feed_each(self, i: int, spec: OperatorSpec, events: list[Event], of: list[int], out: list) -> None:
+        """Operator ``i`` takes the events one ``process`` call each, in release order."""
+        loaded = self.loaded
+        for e, c in zip(events, of):
+            try:
+                produced = loaded[c].ops[i].process(e)
+            except EventRejected as exc:
+                self._refused(spec, e, exc, out)
+                continue
+            for o in produced:
+                out.append((self._topic(spec, o.role), o, o.record.get("key", e.key)))
+
+    def _feed_many(self, i: int, spec: OperatorSpec, events: list[Event], of: list[int], out: list) -> None:
+        """Operator ``i`` takes each chunk's events in one ``process_batch`` call. It emits only
+        on CTIs, so only refusals come back; they are reported in release order, as
+        :meth:`_feed_each` would."""
+        groups: dict[int, list[int]] = {}
+        if self.chunk_count == 1:
+            groups[of[0]] = list(range(len(events)))
+        else:
+            for j, c in enumerate(of):
+                groups.setdefault(c, []).append(j)
+        refused: list[tuple[int, EventRejected]] = []
+        for c, index in groups.items():
+            mine = events if len(index) == len(events) else [events[j] for j in index]
+            produced, rejected = self.loaded[c].ops[i].process_batch(mine)
+            if produced:
+                raise RuntimeError(f"operator {spec.name!r}: process_batch emitted records before a CTI (a bug)")
+            refused.extend((index[k], exc) for k, exc in rejected)
+        for j, exc in sorted(refused, key=lambda r: r[0]):
+            self._refused(spec, events[j], exc, out)
 
     def _expire_keys(self, chunk: Chunk, events, cti: int) -> None:
         """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)

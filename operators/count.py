@@ -216,6 +216,66 @@ class CountOperator:
             self._touched[key] = start
         return []
 
+    @property
+    def emits_per_event(self) -> bool:
+        """Whether :meth:`process` can return records (``emit: per_event``); otherwise only CTIs do."""
+        return self._per_event
+
+    def process_batch(self, events: list[Event]) -> tuple[list[Output], list[tuple[int, EventRejected]]]:
+        """:meth:`process` for events in application-time order, in one call: weights event by
+        event, then each key's histogram takes its events in one ``update_many``. The state and
+        outputs are those of :meth:`process` called for each event in turn; an event whose weight
+        is refused is left out and returned as ``(its index, the refusal)``, as :meth:`process`
+        would have raised it."""
+        if self._per_event:
+            out: list[Output] = []
+            refused: list[tuple[int, EventRejected]] = []
+            for j, e in enumerate(events):
+                try:
+                    out.extend(self.process(e))
+                except EventRejected as exc:
+                    refused.append((j, exc))
+            return out, refused
+        weight, per_key, histograms = self._weight, self._per_key, self._histograms
+        by_key: dict[str, tuple[list[int], list[int]]] = {}
+        order: list[str] = []  # keys by their first event taken (the order process() touches them)
+        refused = []
+        for j, e in enumerate(events):
+            if e.edge_end:
+                continue  # closes an edge already counted at its start
+            key = e.key if per_key else GLOBAL_KEY
+            mine = by_key.get(key)
+            if mine is None:
+                mine = by_key[key] = ([], [])
+                if key not in histograms:  # as process: the key's histogram exists before its weight is known
+                    histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+            try:
+                w = weight(e.fields)
+            except EventRejected as exc:
+                refused.append((j, exc))
+                continue
+            if not mine[0]:
+                order.append(key)
+            mine[0].append(e.start)
+            mine[1].append(w)
+        touched, clock = self._touched, self._clock
+        for key in order:
+            starts, weights = by_key[key]
+            h = histograms[key]
+            if self._by_time:
+                h.update_many(starts, weights)
+            else:
+                base = h.now if h.now > 0 else 0
+                h.update_many(range(base + 1, base + 1 + len(starts)), weights)
+            last = starts[-1]  # application-time order: a key's latest start is its last
+            if last > clock:
+                clock = last
+            seen = touched.get(key)
+            if seen is None or last > seen:
+                touched[key] = last
+        self._clock = clock
+        return [], refused
+
     def advance_to(self, cti: int) -> list[Output]:
         if cti >= CTI_INFINITY:
             out = self._emit_touched(None)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import operators.count as count_module
 from operators.count import GLOBAL_KEY, CountOperator, CountSettings
-from operators.errors import ConfigError
+from operators.errors import ConfigError, EventRejected
 from operators.operator import Operator, Output
 from operators.time import CTI_INFINITY, Event
 
@@ -312,3 +312,37 @@ def test_per_key_estimates_keep_epsilon_against_brute_force(window, epsilon, win
         assert record["lower"] <= exact <= record["upper"]
         assert abs(record["estimate"] - exact) <= epsilon * exact
         assert record["key"] == key and record["time"] == t
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    window_kind=st.sampled_from(["events", "time"]),
+    per_key=st.booleans(),
+    summed=st.booleans(),
+    batches=st.lists(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 30), st.booleans(),
+                                        st.sampled_from([0, 1, 3, -2, None, 2.0, "x"])), max_size=25), max_size=5),
+)
+def test_a_batch_gives_the_state_outputs_and_refusals_of_one_event_at_a_time(window_kind, per_key, summed, batches):
+    """``process_batch`` (what the runtime calls) against ``process`` event by event: after every
+    batch and its CTI the same snapshot, the same records, the same events refused."""
+    spec = CountSettings(name="c", window_kind=window_kind, window=7, epsilon=0.2, emit="per_cti", per_key=per_key,
+                         predicate="hot", value_field="v" if summed else None)
+    one, many = CountOperator(spec), CountOperator(spec)
+    clock = 0
+    for batch in batches:
+        events = []
+        for key, step, hot, v in batch:
+            clock += step % 4
+            events.append(event(key, clock, offset=len(events), hot=hot, v=v))
+        refused_one = []
+        for j, e in enumerate(events):
+            try:
+                assert one.process(e) == []
+            except EventRejected as exc:
+                refused_one.append((j, str(exc)))
+        produced, refused_many = many.process_batch(events)
+        assert produced == [] and [(j, str(exc)) for j, exc in refused_many] == refused_one
+        clock += 1
+        assert one.advance_to(clock) == many.advance_to(clock)
+        assert one.snapshot() == many.snapshot()
+    assert one.advance_to(CTI_INFINITY) == many.advance_to(CTI_INFINITY)
