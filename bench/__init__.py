@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale", "peers")
+BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale", "peers", "latency")
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
@@ -47,6 +47,10 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             from bench.peers import main as peers_main
 
             peers_main(out, events=events, trigger=trigger)
+        elif name == "latency":
+            from bench.latency import main as latency_main
+
+            latency_main(out, backlog=events or 150_000)
         elif name == "reliability":
             from bench.reliability import main as reliability_main
 

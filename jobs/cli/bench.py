@@ -24,6 +24,7 @@ class Benchmark(str, Enum):
     RELIABILITY = "reliability"
     SCALE = "scale"
     PEERS = "peers"
+    LATENCY = "latency"
     ALL = "all"
 
 
