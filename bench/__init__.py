@@ -50,7 +50,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "latency":
             from bench.latency import main as latency_main
 
-            latency_main(out, backlog=events or 150_000)
+            latency_main(out, backlog=events or 500_000)
         elif name == "reliability":
             from bench.reliability import main as reliability_main
 

@@ -301,7 +301,7 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
     native_out = records_in(bootstrap, ["peers-bins-native"])
     return ([Peer("bins, final only", final, peer, 1.5, ours_records=records_in(bootstrap, FINAL.values()),
                   peer_records=native_out),
-             Peer("bins, all three outputs", three, peer, 1.0, ours_records=records_in(bootstrap, THREE.values()),
+             Peer("bins, all three outputs", three, peer, 1.2, ours_records=records_in(bootstrap, THREE.values()),
                   peer_records=native_out)],
             Ladder(floor, noop, peer, plumbing, [final, three]))
 

@@ -512,16 +512,22 @@ class ReorderBuffer:
         return out
 
     def snapshot(self) -> bytes:
-        """Compact state: the CTI and the buffered events as plain tuples (in order)."""
-        return pickle.dumps((self._cti, [event_tuple(e) for e in self._sorted()]), protocol=5)
+        """Compact state: the CTI and the buffered events as plain tuples — those already in
+        order, then those admitted since (nothing is sorted to take a snapshot)."""
+        return pickle.dumps((self._cti, [event_tuple(e) for e in self._held],
+                             [event_tuple(e) for e in self._arrived]), protocol=5)
 
     @classmethod
     def restore(cls, policy: ViolationPolicy | str, data: bytes,
                 handles_adjust: bool = False) -> "ReorderBuffer":
         buf = cls(policy, handles_adjust)
-        cti, events = pickle.loads(data)
+        cti, *events = pickle.loads(data)
         buf._cti = cti
-        buf._arrived = [Event(*t) for t in events]  # sorted (again) by the next release
+        if len(events) == 2:
+            buf._held = [Event(*t) for t in events[0]]
+            buf._arrived = [Event(*t) for t in events[1]]
+        else:  # a snapshot of the heap layout: in heap order, sorted by the next release
+            buf._arrived = [Event(*t) for t in events[0]]
         return buf
 
 

@@ -151,3 +151,20 @@ def test_late_record_is_public_and_serialises_odd_fields_with_str():
     out = late_record(Event("k", 1, 1, {"when": object}), 5, "custom", "adjust")
     assert out.record["policy"] == "adjust"
     assert json.loads(out.record["fields_json"]) == {"when": str(object)}
+
+
+def test_a_snapshot_of_the_earlier_heap_layout_restores_and_releases_in_order():
+    """Checkpoints written before the sorted layout hold ``(cti, events in heap order)``."""
+    import heapq
+    import pickle
+
+    from operators.time import event_tuple
+
+    events = [Event("k", t, t, {"i": i}, partition=i % 2, offset=i) for i, t in enumerate([50, 10, 40, 10, 30])]
+    heap = [(e.start, e.partition, e.offset, e.key, e.start, e.end, i, e) for i, e in enumerate(events)]
+    heapq.heapify(heap)
+    old = pickle.dumps((5, [event_tuple(entry[-1]) for entry in heap]), protocol=5)
+    buf = ReorderBuffer.restore(ViolationPolicy.DROP, old)
+    assert buf.cti == 5 and len(buf) == 5
+    released = buf.advance(45)
+    assert [(e.start, e.partition, e.offset) for e in released] == [(10, 1, 1), (10, 1, 3), (30, 0, 4), (40, 0, 2)]
