@@ -557,7 +557,8 @@ class RecordDecoder:
     def _column(self, table: pa.Table, name: str | None):
         return table.column(name) if name and name in table.column_names else pa.nulls(table.num_rows)
 
-    def _times(self, table: pa.Table, name: str, bad: np.ndarray, fail, missing: str, absurd) -> np.ndarray:
+    def _times(self, table: pa.Table, name: str, fail, missing: str, absurd) -> np.ndarray:
+        """A time column as int64 (0 where null), failing nulls and values outside [1970, 2500)."""
         col = self._column(table, name)
         null = np.asarray(col.is_null())
         fail(null, missing)
@@ -590,10 +591,10 @@ class RecordDecoder:
         fail(np.asarray(pc.or_kleene(key.is_null(), pc.equal(key, "")).fill_null(True)),
              f"missing key field {self.key_field!r}")
         tf, ef = self.time_field, self.end_field
-        start = self._times(table, tf, bad, fail, f"missing event time {tf!r}",
+        start = self._times(table, tf, fail, f"missing event time {tf!r}",
                             lambda v: f"absurd event time {tf}={v!r} (expected ms since 1970, before 2500)")
         if self.shape == "interval":
-            end = self._times(table, ef, bad, fail, f"missing end time {ef!r}", lambda v: f"absurd end time {ef}={v!r}")
+            end = self._times(table, ef, fail, f"missing end time {ef!r}", lambda v: f"absurd end time {ef}={v!r}")
             fail(end < start, lambda i: f"end < start ({ef}={end[i]} < {tf}={start[i]})")
         elif self.shape == "edge":
             end = np.full(n, EDGE_END, np.int64)
