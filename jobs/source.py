@@ -8,10 +8,12 @@ in PySpark's terms:
   micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
   partition is probed past tansu's lagging high watermark (:func:`jobs.kafka.true_end_offset`),
   and offsets never go backwards.
-* executors: ``read`` fetches one range, decodes Avro in-process (fastavro) and yields Arrow
-  record batches with the record's fields as typed columns plus ``meta_``-prefixed metadata.
-  A record that cannot be decoded or validated is *not* dropped: it comes out with ``meta_error``
-  set; every row keeps its original bytes in ``meta_value`` so the job writes it to the dead-letter topic.
+* executors: ``read`` fetches one range, decodes each fetch's Avro in bulk and strictly
+  (:mod:`jobs.avro_columns`, per writer schema) and yields Arrow record batches: typed columns
+  plus ``meta_``-prefixed metadata, or, for the operator pipeline, one row per key group whose
+  ``meta_pack`` holds its records as Arrow columns. A record that cannot be decoded or validated
+  is *not* dropped: it comes out alone with ``meta_error`` set and its original bytes in
+  ``meta_value``, so the job writes it to the dead-letter topic.
 * everything here is picklable and imported by module path: the project must be installed
   (the bootstrap does ``pip install -e .``) so workers can import it.
 
