@@ -17,6 +17,7 @@ job dead-letters it).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import struct
@@ -50,14 +51,10 @@ class StoredSchema:
     text: str
     fingerprint: bytes
 
-    @property
+    @functools.cached_property
     def node(self) -> Node:
         """The compiled schema (:mod:`jobs.avro_columns`), built once."""
-        got = self.__dict__.get("_node")
-        if got is None:
-            got = compile_schema(json.loads(self.text))
-            object.__setattr__(self, "_node", got)
-        return got
+        return compile_schema(json.loads(self.text))
 
 
 class SchemaStore:
