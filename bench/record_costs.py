@@ -4,8 +4,8 @@ Each stage runs the code the job runs, on the same records, and is timed alone:
 
 * **Avro decode** — :meth:`jobs.source.RecordDecoder.decoded` (bulk decode + validation on the
   columns), one call per fetch of :data:`FETCH` records as the source makes them;
-* **packs** — :func:`jobs.rows.pack_columns` per key group → bytes → :func:`jobs.rows.unpack_events`
-  (source worker → stateful worker; Arrow columns, then the events the time layer takes);
+* **packs** — :func:`jobs.rows.pack_columns` per key group → bytes → :func:`jobs.rows.unpack_columns`
+  (source worker → stateful worker; Arrow columns, then the NumPy columns the time layer takes);
 * **time layer + operator** — :class:`jobs.runtime.GroupRuntime` ``offer_many`` + ``advance``,
   one runtime per key group and micro-batch, as the adapter drives it; of that,
 * **result dicts** — the operator's record-building method (bins ``Binner._build``, count
@@ -64,12 +64,13 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     import numpy as np
     import pyarrow as pa
 
-    from jobs.rows import pack_columns, result_pack, unpack_events
+    from jobs.rows import pack_columns, result_pack, unpack_columns
     from jobs.runtime import GroupRuntime, plan as make_plan
     from jobs.serde import AvroSerializer
     from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
     from jobs.source import RecordDecoder
     from operators.bins import Binner
+    from operators.columns import EventColumns
     from operators.count import CountOperator
     from operators.time import CTI_INFINITY
 
@@ -111,7 +112,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                                                       got.ends[sel], got.index[sel] + lo + f,
                                                       pa.nulls(len(sel), pa.binary())))
                     top[int(g)] = max(top.get(int(g), 0), int(got.starts[sel].max()))
-            events = {g: [e for b in bs for e in unpack_events(b, src.name, 0)] for g, bs in blobs.items()}
+            events = {g: EventColumns.concat([unpack_columns(b, src.name, 0) for b in bs]) for g, bs in blobs.items()}
             t["packs (source → stateful worker)"] += time.perf_counter() - c0
             flush = lo + batch >= n
             for g in range(groups):

@@ -47,6 +47,7 @@ from jobs.alloc import cyclic_gc_paused
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan
 from jobs.serde import AvroSerializer, registry_client
+from operators.columns import EventColumns
 from operators.time import CTI_INFINITY
 
 _STATE = StructType([StructField("blob", BinaryType())])
@@ -169,7 +170,12 @@ class OperatorProcessor(StatefulProcessor):
             dead.append(rows.dead_letter(self.plan.topics.get(d.stream, d.stream), d.partition, d.offset, d.key,
                                          d.value, d.error, d.kafka_timestamp))
         # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
-        out = runtime.offer_many(got.events)
+        if not got.columns:
+            out = []
+        elif self.plan.columnar:  # one stream: its packs' columns, as they are
+            out = runtime.offer_many(EventColumns.concat(got.columns))
+        else:
+            out = runtime.offer_many(got.events)
         out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
         header = runtime.commit()
         self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))

@@ -36,17 +36,17 @@ the source already has; reading one is zero-copy until the adapter asks for Pyth
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from jobs.progress import merge_metrics
+from operators.columns import EventColumns, object_array
 from operators.events import Event
 
 #: ``meta_`` columns of every input row, in order (Arrow types).
@@ -113,43 +113,42 @@ def pack_events(items: list[tuple]) -> bytes:
     return pack_columns(fields, *([it[i] for it in items] for i in (0, 1, 2, 4, 5)))
 
 
-@functools.lru_cache(maxsize=256)
-def _record_maker(names: tuple[str, ...]):
-    """``(v0, v1, …) → {names[0]: v0, …}``, generated once per field list (as
-    :func:`collections.namedtuple` generates its class): mapped over a pack's columns it builds
-    the record dicts without a tuple per record, in about half the time of ``dict(zip(…))``.
-    Avro names are ``[A-Za-z_][A-Za-z0-9_]*``; they enter the source as ``repr`` literals."""
-    params = ", ".join(f"v{i}" for i in range(len(names)))
-    body = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
-    return eval(f"lambda {params}: {{{body}}}", {})  # noqa: S307 - generated from field names only
+def _numpy(column: pa.Array, as_json: bool) -> np.ndarray:
+    """One field column for :class:`EventColumns`: numeric and boolean columns without nulls as
+    typed NumPy arrays (zero-copy for numbers), the rest as object arrays of Python values."""
+    t = column.type
+    if as_json:
+        return object_array([None if v is None else json.loads(v) for v in column.to_pylist()])
+    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        return column.to_numpy(zero_copy_only=False)
+    return object_array(column.to_pylist())
 
 
-def _pack_columns(pack: bytes) -> tuple[list, list[list]]:
-    """A pack's records (dicts in the reader schema's field order) and its meta columns."""
-    table = pa.ipc.open_stream(pack).read_all()
-    names = tuple(n for n in table.column_names if not n.startswith("meta_"))
-    as_json = set(json.loads((table.schema.metadata or {}).get(JSON_FIELDS, b"[]")))
-    columns = []
-    for name in names:
-        values = table.column(name).to_pylist()
-        if name in as_json:
-            values = [None if v is None else json.loads(v) for v in values]
-        columns.append(values)
-    records = list(map(_record_maker(names), *columns)) if names else [{} for _ in range(table.num_rows)]
-    return records, [table.column(n).to_pylist() for n, _ in PACK_META]
+def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
+    """The events of a pack row as columns, in offset order."""
+    batches = list(pa.ipc.open_stream(pack))
+    batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    schema = batch.schema
+    as_json = set(json.loads((schema.metadata or {}).get(JSON_FIELDS, b"[]")))
+    fields = {name: _numpy(batch.column(i), name in as_json)
+              for i, name in enumerate(schema.names) if not name.startswith("meta_")}
+    meta = {name: batch.column(schema.get_field_index(name)) for name, _ in PACK_META}
+    value = meta["meta_value"]
+    n = batch.num_rows
+    return EventColumns(stream, meta["meta_key"].to_numpy(zero_copy_only=False),
+                        meta["meta_start"].to_numpy(), meta["meta_end"].to_numpy(),
+                        np.full(n, partition, np.int64), meta["meta_offset"].to_numpy(), fields,
+                        None if value.null_count == n else value.to_numpy(zero_copy_only=False))
 
 
 def pack_items(pack: bytes) -> list[tuple]:
     """A pack's records as ``(key, start, end, record, offset, bytes)`` tuples, in offset order."""
-    records, (keys, starts, ends, offsets, values) = _pack_columns(pack)
-    return list(zip(keys, starts, ends, records, offsets, values))
+    return [(e.key, e.start, e.end, e.fields, e.offset, e.raw) for e in unpack_events(pack, "", 0)]
 
 
 def unpack_events(pack: bytes, stream: str, partition: int) -> list[Event]:
     """The events of a pack row, in offset order."""
-    records, (keys, starts, ends, offsets, values) = _pack_columns(pack)
-    return list(map(Event, keys, starts, ends, records, repeat(partition), offsets, repeat(stream), repeat(None),
-                    repeat(False), values))
+    return unpack_columns(pack, stream, partition).events()
 
 
 # -- input: control -------------------------------------------------------------------------
@@ -197,10 +196,14 @@ class DeadRow:
 class GroupInput:
     """What one key group received in one micro-batch, taken apart by row kind."""
 
-    events: list[Event]
+    columns: list[EventColumns]  # the packs' events, in (stream, partition, offset) order
     frontiers: list[tuple[str, int, int]]  # (stream, partition, largest start read)
     controls: list[tuple[str, Control]]
     dead: list[DeadRow]
+
+    @property
+    def events(self) -> list[Event]:
+        return [e for cols in self.columns for e in cols.events()]
 
 
 def read_input(frame) -> GroupInput:
@@ -210,11 +213,10 @@ def read_input(frame) -> GroupInput:
     their events)."""
     frame = frame.sort_values(["meta_stream", "meta_partition", "meta_offset"], kind="stable")
     got = GroupInput([], [], [], [])
-    extend = got.events.extend
     cols = [frame[c].tolist() for c in INPUT_COLUMNS]
     for stream, part, off, err, value, raw_key, ts, control, top, pack in zip(*cols):
         if pack is not None:
-            extend(unpack_events(pack, stream, part))
+            got.columns.append(unpack_columns(pack, stream, part))
         elif control == FRONTIER:
             got.frontiers.append((stream, int(part), int(top)))  # a float column where other rows are null
         elif control is not None:

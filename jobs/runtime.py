@@ -15,12 +15,15 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
+
+import numpy as np
 
 from jobs import rows
 from jobs.config import JobConfig, State
 from jobs.serde import default_store
+from operators.columns import ColumnTimeLayer, EventColumns
 from operators.errors import EventRejected, StateError
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
@@ -74,6 +77,12 @@ class Plan:
     @property
     def handles_adjust(self) -> bool:
         return all(getattr(op.cls, "handles_adjust", False) for op in self.operators)
+
+    @property
+    def columnar(self) -> bool:
+        """One input stream and no reference join: the time layer keeps events as columns
+        (:class:`operators.columns.ColumnTimeLayer`) and operators that can take columns get them."""
+        return self.reference is None and len(self.streams) == 1
 
 
 def _time_settings(src) -> AdvanceTimeSettings:
@@ -181,6 +190,7 @@ def _restoring(what: str):
 
 
 _STREAM, _PARTITION = attrgetter("stream"), attrgetter("partition")
+_FIRST = itemgetter(0)
 
 #: Snapshot layout (``GroupRuntime.snapshot``); bumped when the layout changes.
 _LAYOUT = 2
@@ -262,7 +272,7 @@ class GroupRuntime:
             for c, blob in stored.items():
                 self.chunks[c] = blob
         if header is None:
-            self.layer = TimeLayer(plan.streams, handles_adjust=plan.handles_adjust)
+            self.layer = self._new_layer()
             self.join = self._new_join()
             self.enriched = ReorderBuffer(ViolationPolicy.DROP) if plan.reference else None
             self.ended: set[str] = set()
@@ -277,7 +287,7 @@ class GroupRuntime:
             (layer, join, enriched, self.ended, clocks, self.ops_cti, self.due, (self.level, self.split),
              (self.stored_keys, self.stored_bytes), operators) = pickle.loads(header)
             self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
-            self.layer = TimeLayer.restore(plan.streams, layer, handles_adjust=plan.handles_adjust)
+            self.layer = self._new_layer(layer)
         if operators != self._operator_names():
             raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
                              f"{self._operator_names()}: {_STATE_FIX}")
@@ -285,6 +295,17 @@ class GroupRuntime:
             self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
             self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
+
+    def _new_layer(self, data: bytes | None = None):
+        plan = self.plan
+        if plan.columnar:
+            ((stream, settings),) = plan.streams.items()
+            if data is None:
+                return ColumnTimeLayer(stream, settings, handles_adjust=plan.handles_adjust)
+            return ColumnTimeLayer.restore(stream, settings, data, handles_adjust=plan.handles_adjust)
+        if data is None:
+            return TimeLayer(plan.streams, handles_adjust=plan.handles_adjust)
+        return TimeLayer.restore(plan.streams, data, handles_adjust=plan.handles_adjust)
 
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
@@ -457,9 +478,16 @@ class GroupRuntime:
 
     def offer_many(self, events) -> list[tuple[str, Output, str | None]]:
         """:meth:`offer` for a micro-batch's events (in arrival order), in one call: each is
-        checked against the CTI in effect (the one the previous micro-batch ended with)."""
-        out: list[tuple[str, Output, str | None]] = []
+        checked against the CTI in effect (the one the previous micro-batch ended with).
+        ``events``: :class:`Event` objects, or :class:`EventColumns` of one stream."""
+        if isinstance(events, EventColumns):
+            if not self.plan.columnar:
+                return self.offer_many(events.events())
+            return self._offer_columns(events)
         events = events if isinstance(events, list) else list(events)
+        if self.plan.columnar:
+            return self._offer_columns(EventColumns.from_events(events)) if events else []
+        out: list[tuple[str, Output, str | None]] = []
         topic, counters = self.plan.late_topic, self.counters
         late_by: dict[tuple[str, int], int] = {}
         late_count = 0
@@ -478,6 +506,29 @@ class GroupRuntime:
             mine[0] += received
             mine[1] += late_by.get(slot, 0)
         counters.received += len(events)
+        counters.late += late_count
+        return out
+
+    def _offer_columns(self, cols: EventColumns) -> list[tuple[str, Output, str | None]]:
+        out: list[tuple[str, Output, str | None]] = []
+        topic, counters = self.plan.late_topic, self.counters
+        late_by: dict[int, int] = {}
+        late_count = 0
+        for event, late in self.layer.offer_columns(cols):
+            whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
+            late_count += whole
+            out.extend((topic, o, event.key) for o in late)
+            if whole:
+                late_by[event.partition] = late_by.get(event.partition, 0) + 1
+        partitions, received = np.unique(cols.partition, return_counts=True)
+        for partition, n in zip(partitions.tolist(), received.tolist()):
+            slot = (cols.stream, partition)
+            mine = counters.by_partition.get(slot)
+            if mine is None:
+                mine = counters.by_partition[slot] = [0, 0]
+            mine[0] += n
+            mine[1] += late_by.get(partition, 0)
+        counters.received += len(cols)
         counters.late += late_count
         return out
 
@@ -509,6 +560,15 @@ class GroupRuntime:
         application-time order into the operators, then advance them."""
         out: list[tuple[str, Output, str | None]] = []
         if cti <= CTI_NONE:
+            return out
+        if self.plan.columnar:
+            self.layer.enqueue(cti)
+            if not self.layer.has_pending:
+                return out
+            cti, released = self.layer.step()
+            if released is not None:
+                self.counters.released += len(released)
+            self._feed(released, cti, out)
             return out
         for stream in self.layer.streams:
             self.layer.enqueue_cti(Cti(cti, stream))
@@ -552,17 +612,24 @@ class GroupRuntime:
                            f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
 
     def _feed(self, events, cti: int | None, out: list) -> None:
-        """Released events into every operator of their key's chunk, then (unless ``cti`` is
-        None) the CTI into every chunk that has events or is due at it (every chunk at +∞).
-        Per key, events and results keep their order; across chunks, results follow chunk order."""
+        """Released events (:class:`Event` objects, :class:`EventColumns` or None) into every
+        operator of their key's chunk, then (unless ``cti`` is None) the CTI into every chunk that
+        has events or is due at it (every chunk at +∞). Per key, events and results keep their
+        order; across chunks, results follow chunk order."""
         before = len(out)
         plan = self.plan
-        events = events if isinstance(events, list) else list(events)
+        cols = events if isinstance(events, EventColumns) else None
+        if cols is not None:
+            keys, events = cols.key.tolist(), None
+        else:
+            events = [] if events is None else events if isinstance(events, list) else list(events)
+            keys = [e.key for e in events]
         if self.chunk_count == 1:
-            of = [0] * len(events)
+            of = [0] * len(keys)
         else:
             address = self.address
-            of = [address(e.key) for e in events]
+            of_key = {k: address(k) for k in set(keys)}
+            of = [of_key[k] for k in keys]
         touch = set(of)
         if cti is not None:
             if cti >= CTI_INFINITY:
@@ -584,20 +651,27 @@ class GroupRuntime:
         loaded = self.loaded
         # Events in release (application-time) order, each into its chunk's operator; then the CTI.
         for i, spec in enumerate(plan.operators):
-            if events and getattr(spec.cls, "process_batch", None) is not None \
-                    and not loaded[of[0]].ops[i].emits_per_event:
-                self._feed_many(i, spec, events, of, out)
-            else:
-                self._feed_each(i, spec, events, of, out)
+            if keys:
+                first = loaded[of[0]].ops[i]
+                if cols is not None and getattr(first, "process_columns", None) is not None:
+                    self._feed_columns(i, spec, cols, of, out)
+                else:
+                    if events is None:
+                        events = cols.events()
+                    if getattr(first, "process_batch", None) is not None and not first.emits_per_event:
+                        self._feed_many(i, spec, events, of, out)
+                    else:
+                        self._feed_each(i, spec, events, of, out)
             if cti is not None:
                 for c in sorted(touch):
                     for o in loaded[c].ops[i].advance_to(cti):
                         out.append((self._topic(spec, o.role), o, o.record.get("key")))
         if cti is not None:
-            mine: dict[int, list[Event]] = {}
-            if plan.ttl is not None:
-                for e, c in zip(events, of):
-                    mine.setdefault(c, []).append(e)
+            mine: dict[int, list[tuple[str, int]]] = {}
+            if plan.ttl is not None and keys:
+                starts = cols.start.tolist() if cols is not None else [e.start for e in events]
+                for key, start, c in zip(keys, starts, of):
+                    mine.setdefault(c, []).append((key, start))
             for c in touch:
                 loaded[c].cti = cti
                 if plan.ttl is not None:
@@ -646,15 +720,41 @@ class GroupRuntime:
         for j, exc in sorted(refused, key=lambda r: r[0]):
             self._refused(spec, events[j], exc, out)
 
-    def _expire_keys(self, chunk: Chunk, events, cti: int) -> None:
+    def _feed_columns(self, i: int, spec: OperatorSpec, cols: EventColumns, of: list[int], out: list) -> None:
+        """Operator ``i`` takes each chunk's rows in one ``process_columns`` call; what a row
+        produced (records, or its refusal) is reported in release order, as :meth:`_feed_each`
+        would."""
+        if self.chunk_count == 1:
+            parts = [(of[0], None)]
+        else:
+            chunk_of = np.array(of)
+            order = np.argsort(chunk_of, kind="stable")
+            cut = np.flatnonzero(np.diff(chunk_of[order])) + 1
+            parts = [(int(chunk_of[idx[0]]), idx) for idx in np.split(order, cut)]
+            if len(parts) == 1:
+                parts = [(parts[0][0], None)]
+        results: list[tuple[int, Any]] = []
+        for c, index in parts:
+            got = self.loaded[c].ops[i].process_columns(cols if index is None else cols.take(index))
+            results.extend(got if index is None else ((int(index[j]), r) for j, r in got))
+        if len(parts) > 1:
+            results.sort(key=_FIRST)
+        for j, r in results:
+            if isinstance(r, EventRejected):
+                self._refused(spec, cols.event(j), r, out)
+            else:
+                key = cols.key[j]
+                out.extend((self._topic(spec, o.role), o, o.record.get("key", key)) for o in r)
+
+    def _expire_keys(self, chunk: Chunk, seen_now, cti: int) -> None:
         """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)
         once the application time the CTI makes final (``cti − 1``) is ``ttl`` past its latest
         event. In application time,
         so a replay expires the same keys; at the final CTI everything is flushed anyway."""
         seen = chunk.last_seen
-        for e in events:
-            if e.start > seen.get(e.key, e.start - 1):
-                seen[e.key] = e.start
+        for key, start in seen_now:  # (key, start) of the chunk's events in this call
+            if start > seen.get(key, start - 1):
+                seen[key] = start
         if cti >= CTI_INFINITY:
             seen.clear()
             return

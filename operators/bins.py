@@ -405,6 +405,9 @@ class Binner:
             b[..., : a.shape[-1]] = a
 
     def _clear_buffer(self) -> None:
+        #: buffered events: sealed column parts (start, end, key id, values n×m, lowest bin or
+        #: None), then the rows ``process_many`` appended since, as lists
+        self._b_parts: list[tuple] = []
         self._b_start: list[int] = []
         self._b_end: list[int] = []
         self._b_kid: list[int] = []
@@ -504,6 +507,83 @@ class Binner:
                 self._b_cut[row] = applied_from
         return [] if record is None else [Output("late", record)]
 
+    def process_columns(self, cols) -> list[tuple[int, Any]]:
+        """``process`` for the rows of an :class:`operators.columns.EventColumns` (in release
+        order): the state is that of :meth:`process` called row by row; → ``(row, late
+        outputs)`` for each row that produced some and ``(row, EventRejected)`` for each row
+        refused (state unchanged by it), in row order. The common rows — on time, finite numeric
+        measures, times within ±2**52 — are buffered as whole columns; the rest take the exact
+        path of :meth:`process` one by one, in their place in the order."""
+        n, m = len(cols), self._m
+        if not n:
+            return []
+        s, e = cols.start, cols.end
+        fast = (s >= self._cti) & (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT) & ((e - s) < self._span_check)
+        if cols.adjusted is not None:
+            fast &= ~cols.adjusted
+        values = np.empty((n, m), np.float64)
+        for j, name in enumerate(self.settings.measures):
+            col = cols.fields.get(name)
+            if col is None:
+                fast[:] = False
+                break
+            if col.dtype.kind in "iub":
+                values[:, j] = col
+            elif col.dtype.kind == "f":
+                values[:, j] = col
+                fast &= np.isfinite(col)
+            else:  # an object column (nulls, or values as given): checked value by value
+                ok = np.zeros(n, bool)
+                for i, v in enumerate(col.tolist()):
+                    if isinstance(v, numbers.Real):
+                        try:
+                            f = float(v)
+                        except OverflowError:
+                            continue
+                        if math.isfinite(f):
+                            values[i, j] = f
+                            ok[i] = True
+                fast &= ok
+        key_ids = self._key_ids
+        key_id = self._key_id
+        keys = cols.key.tolist()
+        kid = np.array([key_ids.get(k) if k in key_ids else key_id(k) for k in keys], np.int64)
+        out: list[tuple[int, Any]] = []
+        lo = 0
+        for i in np.flatnonzero(~fast).tolist() + [n]:
+            if i > lo:
+                self._seal()
+                self._b_parts.append((s[lo:i], e[lo:i], kid[lo:i], values[lo:i], None))
+            if i < n:
+                try:
+                    got = self._process_slow(cols.event(i))
+                except EventRejected as exc:
+                    out.append((i, exc))
+                else:
+                    if got:
+                        out.append((i, got))
+            lo = i + 1
+        if self._buffered() >= _FLUSH_AT:
+            self._flush()
+        return out
+
+    def _seal(self) -> None:
+        """The rows appended as lists become a column part (keeps the buffer's order)."""
+        if not self._b_start:
+            return
+        n, cut = len(self._b_start), self._b_cut
+        lowest = None
+        if cut:
+            lowest = np.full(n, _INT64_MIN, np.int64)
+            lowest[list(cut)] = list(cut.values())
+        self._b_parts.append((np.array(self._b_start, np.int64), np.array(self._b_end, np.int64),
+                              np.array(self._b_kid, np.int64), np.array(self._b_val, np.float64).reshape(n, self._m),
+                              lowest))
+        self._b_start, self._b_end, self._b_kid, self._b_val, self._b_cut = [], [], [], [], {}
+
+    def _buffered(self) -> int:
+        return len(self._b_start) + sum(len(p[0]) for p in self._b_parts)
+
     # ---- proration in bulk ----------------------------------------------------------
 
     def _flush(self) -> None:
@@ -515,22 +595,23 @@ class Binner:
         summed per bin first (``bincount``); counts are exact anyway. At most
         ``_MAX_CONTRIBUTIONS`` (event, bin) pairs are materialised at a time.
         """
-        if not self._b_start:
+        self._seal()
+        parts = self._b_parts
+        if not parts:
             return
-        starts, ends, kids_l, vals_l, cut = self._b_start, self._b_end, self._b_kid, self._b_val, self._b_cut
         self._clear_buffer()
-        n, m = len(starts), self._m
-        kid = np.array(kids_l, np.int64)
-        values = np.array(vals_l, np.float64).reshape(n, m)
-        lowest = None
-        if cut:
-            lowest = np.full(n, _INT64_MIN, np.int64)
-            lowest[list(cut)] = list(cut.values())
+        if len(parts) == 1:
+            s, e, kid, values, lowest = parts[0]
+        else:
+            s, e, kid, values = (np.concatenate([p[i] for p in parts]) for i in range(4))
+            lowest = None
+            if any(p[4] is not None for p in parts):
+                lowest = np.concatenate([np.full(len(p[0]), _INT64_MIN, np.int64) if p[4] is None else p[4]
+                                         for p in parts])
+        n = len(s)
         B, o = self.settings.bin_size, self.settings.origin
-        if (-_FAST_LIMIT <= min(starts) and max(ends) <= _FAST_LIMIT
+        if (-_FAST_LIMIT <= int(s.min()) and int(e.max()) <= _FAST_LIMIT
                 and B <= _FAST_LIMIT and -_FAST_LIMIT <= o <= _FAST_LIMIT):
-            s = np.array(starts, np.int64)
-            e = np.array(ends, np.int64)
             k0 = (s - o - (e == s)) // B
             nb = (e - o - 1) // B - k0 + 1
             ends_at = np.cumsum(nb)
@@ -545,7 +626,7 @@ class Binner:
         rows_l: list[int] = []
         k_l: list[int] = []
         f_l: list[float] = []
-        for row, (s_, e_) in enumerate(zip(starts, ends)):
+        for row, (s_, e_) in enumerate(zip(s.tolist(), e.tolist())):
             k0_ = _bin_range(s_, e_, B, o)[0]
             for j, share in enumerate(prorate(s_, e_, B, o)):
                 rows_l.append(row)
@@ -692,7 +773,7 @@ class Binner:
         ``cti ≥ origin + (k + 1) · bin_size + 1``); due now while events wait to be applied or
         bins were touched since the last CTI (their incremental/updated records)."""
         hi = self._hi
-        if self._b_start or (hi and self._touched[:hi].any()):
+        if self._b_start or self._b_parts or (hi and self._touched[:hi].any()):
             return CTI_NONE
         live = self._live[:hi]
         if not hi or not live.any():

@@ -31,6 +31,7 @@ import struct
 from array import array
 from dataclasses import dataclass
 from enum import Enum
+from itertools import repeat
 from typing import Any, Callable, Mapping
 
 from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
@@ -236,27 +237,54 @@ class CountOperator:
                 except EventRejected as exc:
                     refused.append((j, exc))
             return out, refused
+        return [], self._take(*zip(*((j, e.key, e.start, e.fields) for j, e in enumerate(events) if not e.edge_end)))
+
+    def process_columns(self, cols) -> list[tuple[int, Any]]:
+        """:meth:`process_batch` for the rows of an :class:`operators.columns.EventColumns`:
+        → ``(row, EventRejected)`` per refused row (with ``emit: per_event``, also ``(row,
+        outputs)`` per row), in row order. Record dicts are built only when a predicate or
+        ``value_field`` reads them."""
+        n = len(cols)
+        if self._per_event:
+            got: list[tuple[int, Any]] = []
+            for j, e in enumerate(cols.events()):
+                try:
+                    produced = self.process(e)
+                except EventRejected as exc:
+                    got.append((j, exc))
+                    continue
+                if produced:
+                    got.append((j, produced))
+            return got
+        records = cols.records() if (self._predicate is not None or self._value_field is not None) else None
+        return self._take(range(n), cols.key.tolist(), cols.start.tolist(), records)
+
+    def _take(self, rows=(), keys=(), starts=(), records=None) -> list[tuple[int, EventRejected]]:
+        """Events ``rows`` (their keys, starts and records; ``records`` None: weight 1 each) in
+        application-time order into their keys' histograms, one ``update_many`` per key."""
         weight, per_key, histograms = self._weight, self._per_key, self._histograms
         by_key: dict[str, tuple[list[int], list[int]]] = {}
         order: list[str] = []  # keys by their first event taken (the order process() touches them)
-        refused = []
-        for j, e in enumerate(events):
-            if e.edge_end:
-                continue  # closes an edge already counted at its start
-            key = e.key if per_key else GLOBAL_KEY
+        refused: list[tuple[int, EventRejected]] = []
+        for j, key, start, fields in zip(rows, keys, starts, records if records is not None else repeat(None)):
+            if not per_key:
+                key = GLOBAL_KEY
             mine = by_key.get(key)
             if mine is None:
                 mine = by_key[key] = ([], [])
                 if key not in histograms:  # as process: the key's histogram exists before its weight is known
                     histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-            try:
-                w = weight(e.fields)
-            except EventRejected as exc:
-                refused.append((j, exc))
-                continue
+            if fields is None:
+                w = 1
+            else:
+                try:
+                    w = weight(fields)
+                except EventRejected as exc:
+                    refused.append((j, exc))
+                    continue
             if not mine[0]:
                 order.append(key)
-            mine[0].append(e.start)
+            mine[0].append(start)
             mine[1].append(w)
         touched, clock = self._touched, self._clock
         for key in order:
@@ -274,7 +302,7 @@ class CountOperator:
             if seen is None or last > seen:
                 touched[key] = last
         self._clock = clock
-        return [], refused
+        return refused
 
     def advance_to(self, cti: int) -> list[Output]:
         if cti >= CTI_INFINITY:

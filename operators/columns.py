@@ -1,0 +1,312 @@
+"""Events as columns: what the Spark path hands the time layer and the operators, instead of
+one :class:`~operators.events.Event` (and one record dict) per input record.
+
+:class:`EventColumns` holds one stream's events as NumPy arrays — key, start, end, partition,
+offset, the record's fields (numeric fields typed, others as object arrays), the original bytes
+and, for events the ADJUST policy moved, their original start. Operators that can work on whole
+columns take it (``process_columns``); the others get :meth:`EventColumns.events`, built once.
+
+:class:`ColumnTimeLayer` is :class:`operators.time.TimeLayer` for the case the Spark job runs
+most — one input stream whose CTIs are given (no generation, no reference stream) — with the
+reorder buffer kept as columns: the CTI check is one comparison over the column, a release is
+one stable ``lexsort`` and a cut. Its released sequence, late records and CTIs are those of
+``TimeLayer`` for the same arrivals and CTIs (a property test holds it so); only late events
+become Python objects (their late record needs the event's fields).
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from operators.errors import ConfigError
+from operators.events import CTI_INFINITY, CTI_NONE, Event, Output
+from operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, AdvanceTimeSettings, TimeLayer,
+                            ViolationPolicy, late_record)
+
+__all__ = ["EventColumns", "ColumnTimeLayer", "record_maker"]
+
+
+@functools.lru_cache(maxsize=256)
+def record_maker(names: tuple[str, ...]):
+    """``(v0, v1, …) → {names[0]: v0, …}``, generated once per field list (as
+    :func:`collections.namedtuple` generates its class): mapped over columns it builds the
+    record dicts without a tuple per record, in about half the time of ``dict(zip(…))``.
+    Avro names are ``[A-Za-z_][A-Za-z0-9_]*``; they enter the source as ``repr`` literals."""
+    params = ", ".join(f"v{i}" for i in range(len(names)))
+    body = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
+    return eval(f"lambda {params}: {{{body}}}", {})  # noqa: S307 - generated from field names only
+
+
+def object_array(values: Sequence[Any]) -> np.ndarray:
+    """A 1-d object array of ``values`` as they are (``np.array`` would make lists into rows)."""
+    return np.fromiter(values, object, count=len(values))
+
+
+class EventColumns:
+    """Events of one stream as columns, row ``i`` being one event; no end edges (a stream with
+    edges goes through :class:`operators.time.TimeLayer`).
+
+    ``fields``: field name → array, in the record's field order; ``adjusted`` (None: no row
+    is) marks the rows whose start the ADJUST policy moved to the CTI, ``original_start`` their
+    start before that. ``dicts`` (None for columns read from a topic): each row's record as it
+    was given, for events whose records do not all have the same fields (:meth:`from_events`);
+    :meth:`records` and :meth:`event` return those. Treat as immutable; :meth:`take` and
+    :meth:`concat` copy."""
+
+    __slots__ = ("stream", "key", "start", "end", "partition", "offset", "fields", "raw", "adjusted",
+                 "original_start", "dicts", "_events")
+
+    def __init__(self, stream: str, key: np.ndarray, start: np.ndarray, end: np.ndarray, partition: np.ndarray,
+                 offset: np.ndarray, fields: dict[str, np.ndarray], raw: np.ndarray | None = None,
+                 adjusted: np.ndarray | None = None, original_start: np.ndarray | None = None,
+                 dicts: list[dict] | None = None) -> None:
+        self.stream = stream
+        self.key = key
+        self.start = start
+        self.end = end
+        self.partition = partition
+        self.offset = offset
+        self.fields = fields
+        self.raw = raw
+        self.adjusted = adjusted
+        self.original_start = original_start
+        self.dicts = dicts
+        self._events: list[Event] | None = None
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getstate__(self):
+        return tuple(getattr(self, s) for s in self.__slots__[:-1])
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__[:-1], state):
+            setattr(self, name, value)
+        self._events = None
+
+    @classmethod
+    def from_events(cls, events: Sequence[Event], names: Sequence[str] | None = None) -> "EventColumns":
+        """Columns of ``events`` (one stream, no end edges: ``ValueError`` otherwise). Field
+        columns are object arrays of the values as they are, for the fields of the first event
+        (or ``names``); an event without one of them has ``None`` there, and the records are
+        kept as given (``dicts``) unless every event has exactly those fields."""
+        if not events:
+            raise ValueError("no events")
+        stream = events[0].stream
+        if any(e.stream != stream or e.edge_end for e in events):
+            raise ValueError("EventColumns holds one stream's events without end edges")
+        names = list(events[0].fields) if names is None else list(names)
+        dicts = [e.fields for e in events]
+        same = all(list(d) == names for d in dicts)
+        adjusted = np.array([e.original_start is not None for e in events])
+        return cls(stream, object_array([e.key for e in events]), np.array([e.start for e in events], np.int64),
+                   np.array([e.end for e in events], np.int64), np.array([e.partition for e in events], np.int64),
+                   np.array([e.offset for e in events], np.int64),
+                   {n: object_array([e.fields.get(n) for e in events]) for n in names},
+                   object_array([e.raw for e in events]),
+                   adjusted if adjusted.any() else None,
+                   np.array([e.start if e.original_start is None else e.original_start for e in events], np.int64)
+                   if adjusted.any() else None, None if same else dicts)
+
+    def take(self, index: np.ndarray) -> "EventColumns":
+        """The rows ``index`` (an integer or boolean array), in that order."""
+        return EventColumns(self.stream, self.key[index], self.start[index], self.end[index], self.partition[index],
+                            self.offset[index], {n: c[index] for n, c in self.fields.items()},
+                            None if self.raw is None else self.raw[index],
+                            None if self.adjusted is None else self.adjusted[index],
+                            None if self.original_start is None else self.original_start[index],
+                            None if self.dicts is None else [self.dicts[i] for i in np.arange(len(self))[index].tolist()])
+
+    @staticmethod
+    def concat(parts: Sequence["EventColumns"]) -> "EventColumns":
+        """The rows of ``parts`` one after the other (one stream, the same fields)."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        cat = np.concatenate
+        raw = None if all(p.raw is None for p in parts) else cat(
+            [p.raw if p.raw is not None else np.full(len(p), None, object) for p in parts])
+        adjusted = original = None
+        if any(p.adjusted is not None for p in parts):
+            adjusted = cat([p.adjusted if p.adjusted is not None else np.zeros(len(p), bool) for p in parts])
+            original = cat([p.original_start if p.original_start is not None else p.start for p in parts])
+        dicts = None if all(p.dicts is None for p in parts) else [d for p in parts for d in p.records()]
+        return EventColumns(first.stream, cat([p.key for p in parts]), cat([p.start for p in parts]),
+                            cat([p.end for p in parts]), cat([p.partition for p in parts]),
+                            cat([p.offset for p in parts]),
+                            {n: cat([p.fields[n] for p in parts]) for n in first.fields}, raw, adjusted, original,
+                            dicts)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Each row's fields as a dict (in field order), as :attr:`Event.fields` holds them."""
+        if self.dicts is not None:
+            return self.dicts
+        names = tuple(self.fields)
+        if not names:
+            return [{} for _ in range(len(self))]
+        return list(map(record_maker(names), *(c.tolist() for c in self.fields.values())))
+
+    def events(self) -> list[Event]:
+        """The rows as :class:`Event` objects (built once, then cached)."""
+        if self._events is None:
+            n = len(self)
+            original = [None] * n
+            if self.adjusted is not None:
+                for i in np.flatnonzero(self.adjusted).tolist():
+                    original[i] = int(self.original_start[i])
+            self._events = list(map(Event, self.key.tolist(), self.start.tolist(), self.end.tolist(), self.records(),
+                                    self.partition.tolist(), self.offset.tolist(), [self.stream] * n, original,
+                                    [False] * n, [None] * n if self.raw is None else self.raw.tolist()))
+        return self._events
+
+    def event(self, i: int) -> Event:
+        """Row ``i`` as an :class:`Event`."""
+        if self._events is not None:
+            return self._events[i]
+        record = self.dicts[i] if self.dicts is not None else dict(zip(
+            self.fields, (c[i].item() if isinstance(c[i], np.generic) else c[i] for c in self.fields.values())))
+        return Event(self.key[i], int(self.start[i]), int(self.end[i]), record,
+                     int(self.partition[i]), int(self.offset[i]), self.stream,
+                     int(self.original_start[i]) if self.adjusted is not None and self.adjusted[i] else None,
+                     False, None if self.raw is None else self.raw[i])
+
+    def release_order(self) -> np.ndarray:
+        """The permutation that puts the rows in application-time order: start, partition,
+        offset, then (only with duplicated offsets) key, end; ties stay in row order."""
+        order = np.lexsort((self.offset, self.partition, self.start))
+        if len(order) > 1:
+            s, p, o = self.start[order], self.partition[order], self.offset[order]
+            if ((s[1:] == s[:-1]) & (p[1:] == p[:-1]) & (o[1:] == o[:-1])).any():
+                _, key_rank = np.unique(self.key.astype(str), return_inverse=True)
+                order = np.lexsort((self.end, key_rank.reshape(-1), self.offset, self.partition, self.start))
+        return order
+
+
+class ColumnTimeLayer:
+    """:class:`~operators.time.TimeLayer` for one stream with given CTIs, buffering columns.
+
+    ``offer_columns`` checks a run of arriving events against the CTI in effect (the violation
+    policy, as :class:`~operators.time.ReorderBuffer.offer`); ``enqueue``/``step`` apply a CTI
+    and release, in application-time order, the buffered events before it. Invariants as the
+    reorder buffer's: released + late = offered; releases concatenate in application-time
+    order."""
+
+    def __init__(self, stream: str, settings: AdvanceTimeSettings, handles_adjust: bool = False) -> None:
+        if settings.frequency is not None or settings.import_from is not None:
+            raise ConfigError("ColumnTimeLayer takes its CTIs from the caller: no frequency, no import_from")
+        self.stream = stream
+        self.policy = ViolationPolicy(settings.policy)
+        self.handles_adjust = handles_adjust
+        self._cti = CTI_NONE
+        self._pending = CTI_NONE
+        self._held: EventColumns | None = None     # sorted
+        self._arrived: list[EventColumns] = []     # admitted since the last release, in arrival order
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return (self.stream,)
+
+    def cti(self, stream: str | None = None) -> int:
+        return self._cti
+
+    def buffered(self) -> int:
+        return (0 if self._held is None else len(self._held)) + sum(len(a) for a in self._arrived)
+
+    def offer_columns(self, cols: EventColumns) -> list[tuple[Event, list[Output]]]:
+        """Admit the rows at or after the CTI; → ``(event, late records)`` for each row that
+        has late records, in row order (an ADJUSTed row is also admitted, from the CTI on)."""
+        if cols.stream != self.stream:
+            raise ConfigError(f"events of stream {cols.stream!r} offered to the time layer of {self.stream!r}")
+        cti = self._cti
+        if not len(cols):
+            return []
+        behind = cols.start < cti
+        if not behind.any():
+            self._arrived.append(cols)
+            return []
+        out: list[tuple[Event, list[Output]]] = []
+        keep = ~behind
+        moved: list[int] = []
+        policy = self.policy
+        for i in np.flatnonzero(behind).tolist():
+            event = cols.event(i)
+            if policy is ViolationPolicy.DROP:
+                out.append((event, [late_record(event, cti, REASON_DROPPED, policy)]))
+            elif max(event.end, event.start + 1) <= cti:
+                out.append((event, [late_record(event, cti, REASON_BEFORE_CTI, policy)]))
+            else:
+                moved.append(i)
+                keep[i] = True
+                if not self.handles_adjust:
+                    out.append((event, [late_record(event, cti, REASON_ADJUSTED, policy)]))
+        if moved:
+            adjusted = np.zeros(len(cols), bool) if cols.adjusted is None else cols.adjusted.copy()
+            original = cols.start.copy() if cols.original_start is None else cols.original_start.copy()
+            start = cols.start.copy()
+            for i in moved:
+                if not adjusted[i]:
+                    original[i] = start[i]
+                adjusted[i] = True
+                start[i] = cti
+            cols = EventColumns(cols.stream, cols.key, start, cols.end, cols.partition, cols.offset, cols.fields,
+                                cols.raw, adjusted, original, cols.dicts)
+        if keep.any():
+            self._arrived.append(cols.take(np.flatnonzero(keep)))
+        return out
+
+    def enqueue(self, cti: int) -> None:
+        """A CTI for the stream, applied by the next :meth:`step` (one not above the current is ignored)."""
+        self._pending = max(self._pending, cti)
+
+    @property
+    def has_pending(self) -> bool:
+        return self._pending > self._cti
+
+    def step(self) -> tuple[int, EventColumns | None]:
+        """Apply the pending CTI; → ``(cti, the released events in order or None)``."""
+        self._cti = max(self._cti, self._pending)
+        return self._cti, self._release(self._cti)
+
+    def _release(self, limit: int) -> EventColumns | None:
+        parts = ([self._held] if self._held is not None else []) + self._arrived
+        if not parts:
+            return None
+        everything = EventColumns.concat(parts)
+        if self._arrived:
+            everything = everything.take(everything.release_order())
+        self._arrived = []
+        if limit >= CTI_INFINITY:
+            self._held = None
+            return everything
+        cut = int(np.searchsorted(everything.start, limit, "left"))
+        self._held = everything.take(slice(cut, None)) if cut < len(everything) else None
+        return everything.take(slice(0, cut)) if cut else None
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps(("columns", 1, self._cti, self._pending, self._held, self._arrived), protocol=5)
+
+    @classmethod
+    def restore(cls, stream: str, settings: AdvanceTimeSettings, data: bytes,
+                handles_adjust: bool = False) -> "ColumnTimeLayer":
+        """From :meth:`snapshot` bytes, or from a :class:`~operators.time.TimeLayer` snapshot of
+        the same single stream (state written before the layer kept columns)."""
+        layer = cls(stream, settings, handles_adjust)
+        got = pickle.loads(data)
+        if got[0] == "columns":
+            _, _version, layer._cti, layer._pending, layer._held, layer._arrived = got
+            return layer
+        old = TimeLayer.restore({stream: settings}, data, handles_adjust)
+        layer._cti = old.cti(stream)
+        buffer = old._buffers[stream]
+        events = buffer._sorted()
+        if any(e.edge_end for e in events):
+            raise ValueError("the old time layer holds end edges, which a column layer does not")
+        if events:
+            layer._held = EventColumns.from_events(events)
+        return layer
+
