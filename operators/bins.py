@@ -547,13 +547,13 @@ class Binner:
         key_ids = self._key_ids
         key_id = self._key_id
         keys = cols.key.tolist()
-        kid = np.array([key_ids.get(k) if k in key_ids else key_id(k) for k in keys], np.int64)
         out: list[tuple[int, Any]] = []
         lo = 0
         for i in np.flatnonzero(~fast).tolist() + [n]:
-            if i > lo:
+            if i > lo:  # keys get their ids in the order process() would give them
+                kid = np.array([key_ids[k] if k in key_ids else key_id(k) for k in keys[lo:i]], np.int64)
                 self._seal()
-                self._b_parts.append((s[lo:i], e[lo:i], kid[lo:i], values[lo:i], None))
+                self._b_parts.append((s[lo:i], e[lo:i], kid, values[lo:i], None))
             if i < n:
                 try:
                     got = self._process_slow(cols.event(i))

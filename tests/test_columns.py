@@ -1,0 +1,193 @@
+"""Events as columns (:mod:`operators.columns`) behave as the event-at-a-time path they replace.
+
+* :class:`ColumnTimeLayer` against :class:`operators.time.TimeLayer` (its own tests elsewhere)
+  on random arrivals from several partitions with uneven rates, lag and out-of-order starts,
+  duplicated offsets, both policies: the same late records, the same released events per CTI.
+* ``Binner.process_columns`` / ``CountOperator.process_columns`` against ``process`` called
+  event by event (the exact path): the same per-row outputs and refusals, the same state bytes.
+* Packs read as columns give the records they were written with (nulls, nested values).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs.rows import pack_events, unpack_columns
+from operators.bins import Binner, BinSettings
+from operators.columns import ColumnTimeLayer, EventColumns
+from operators.count import CountOperator, CountSettings
+from operators.errors import EventRejected
+from operators.events import CTI_INFINITY, Cti, Event
+from operators.time import AdvanceTimeSettings, TimeLayer, ViolationPolicy
+
+
+@st.composite
+def arrivals(draw):
+    """Micro-batches of events from up to 4 partitions: each partition's starts drift forward
+    at its own rate with jitter (out of order within the delay and beyond it), offsets ascend
+    per partition unless ``dup`` repeats them."""
+    parts = draw(st.integers(1, 4))
+    dup = draw(st.booleans())
+    rate = [draw(st.integers(1, 40)) for _ in range(parts)]
+    clock = [draw(st.integers(0, 200)) for _ in range(parts)]
+    offset = [0] * parts
+    batches = []
+    for _ in range(draw(st.integers(1, 6))):
+        batch = []
+        for _ in range(draw(st.integers(0, 25))):
+            p = draw(st.integers(0, parts - 1))
+            clock[p] += draw(st.integers(0, rate[p]))
+            start = clock[p] - draw(st.integers(0, 60))
+            length = draw(st.sampled_from([0, 0, 5, 30, 200]))
+            off = offset[p] if not dup else draw(st.integers(0, 3))
+            offset[p] += 1
+            batch.append(Event(draw(st.sampled_from("abc")), start, start + length,
+                               {"v": draw(st.integers(-5, 5)), "s": draw(st.sampled_from(["x", None]))},
+                               p, off, "flows"))
+        batches.append(batch)
+    return batches
+
+
+def _row(e: Event) -> tuple:
+    return (e.key, e.start, e.end, e.partition, e.offset, e.original_start, e.fields)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrivals(), st.sampled_from(list(ViolationPolicy)), st.booleans(), st.integers(-5, 40))
+def test_column_layer_releases_and_reports_as_the_time_layer(batches, policy, handles_adjust, delay):
+    time_settings = AdvanceTimeSettings(delay=delay, frequency=None, policy=policy)
+    ours = ColumnTimeLayer("flows", time_settings, handles_adjust=handles_adjust)
+    theirs = TimeLayer({"flows": time_settings}, handles_adjust=handles_adjust)
+    top = None
+    for i, batch in enumerate(batches):
+        late_ours = ours.offer_columns(EventColumns.from_events(batch)) if batch else []
+        late_theirs = theirs.offer_many(batch)
+        assert [(_row(e), [o.record for o in outs]) for e, outs in late_ours] == \
+               [(_row(e), [o.record for o in outs]) for e, outs in late_theirs]
+        if batch:
+            top = max([top or batch[0].start] + [e.start for e in batch])
+        cti = CTI_INFINITY if i == len(batches) - 1 else (top - delay if top is not None else None)
+        if cti is None:
+            continue
+        ours.enqueue(cti)
+        theirs.enqueue_cti(Cti(cti, "flows"))
+        got_cti, released = ours.step() if ours.has_pending else (ours.cti(), None)
+        step = theirs.step()
+        assert got_cti == step.cti
+        assert ([] if released is None else [_row(e) for e in released.events()]) == [_row(e) for e in step.released]
+        # a snapshot in between changes nothing
+        ours = ColumnTimeLayer.restore("flows", time_settings, ours.snapshot(), handles_adjust)
+    assert ours.buffered() == 0
+
+
+def test_column_layer_restores_a_time_layer_snapshot():
+    """State written before the layer kept columns: the old layer's held events come back."""
+    time_settings = AdvanceTimeSettings(delay=10, frequency=None)
+    old = TimeLayer({"flows": time_settings})
+    old.offer_many([Event("a", 5, 5, {"v": 1}, 0, 1, "flows"), Event("b", 3, 3, {"v": 2}, 1, 7, "flows")])
+    layer = ColumnTimeLayer.restore("flows", time_settings, old.snapshot())
+    layer.enqueue(CTI_INFINITY)
+    _, released = layer.step()
+    assert [(e.key, e.start, e.partition, e.offset, e.fields) for e in released.events()] == [
+        ("b", 3, 1, 7, {"v": 2}), ("a", 5, 0, 1, {"v": 1})]
+
+
+@st.composite
+def bin_rows(draw):
+    """Rows a binner may get: mostly on time with finite measures; some late (before the
+    binner's CTI), ADJUSTed, ends before starts, missing/None/str/inf measures, huge spans."""
+    rows = []
+    for i in range(draw(st.integers(1, 40))):
+        start = draw(st.one_of(st.integers(0, 500), st.sampled_from([119, 120, 121, 239, 240, 241])))  # CTI ± 1
+        end = start + draw(st.sampled_from([0, 0, 7, 60, 250, -3]))
+        kind = draw(st.sampled_from(["ok"] * 6 + ["none", "str", "inf", "missing", "adjusted"]))
+        fields = {"bytes": draw(st.integers(0, 1000)), "packets": draw(st.floats(0, 10, allow_nan=False))}
+        original = None
+        if kind == "none":
+            fields["bytes"] = None
+        elif kind == "str":
+            fields["packets"] = "many"
+        elif kind == "inf":
+            fields["packets"] = math.inf
+        elif kind == "missing":
+            del fields["packets"]
+        elif kind == "adjusted":
+            original, start = start - draw(st.integers(1, 200)), start
+        rows.append(Event(draw(st.sampled_from(["k1", "k2", "k3"])), start, end, fields, i % 3, i, "flows",
+                          original))
+    return rows
+
+
+def _outcome(got) -> object:
+    return str(got) if isinstance(got, EventRejected) else [(o.role, o.record) for o in got]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(bin_rows(), min_size=1, max_size=4), st.sampled_from(list(ViolationPolicy)),
+       st.frozensets(st.sampled_from(["incremental", "updated", "final"]), min_size=1))
+def test_binner_takes_columns_as_it_takes_events(steps, policy, outputs):
+    bin_settings = BinSettings("b", bin_size=50, measures=("bytes", "packets"), outputs=outputs, policy=policy,
+                               max_bins_per_event=4)
+    by_event, by_columns = Binner(bin_settings), Binner(bin_settings)
+    cti = 0
+    for rows in steps:
+        expected = []
+        for j, e in enumerate(rows):
+            try:
+                got = by_event.process(e)
+            except EventRejected as exc:
+                got = exc
+            if isinstance(got, EventRejected) or got:
+                expected.append((j, _outcome(got)))
+        assert [(j, _outcome(g)) for j, g in by_columns.process_columns(EventColumns.from_events(rows))] == expected
+        cti += 120
+        assert [(o.role, o.record) for o in by_columns.advance_to(cti)] == \
+               [(o.role, o.record) for o in by_event.advance_to(cti)]
+        assert by_columns.snapshot() == by_event.snapshot()
+    assert by_columns.advance_to(CTI_INFINITY) == by_event.advance_to(CTI_INFINITY)
+
+
+@pytest.mark.parametrize("predicate,value_field", [(None, None), ("amount > 10", None), (None, "amount")])
+def test_count_takes_columns_as_it_takes_events(predicate, value_field):
+    rng = np.random.default_rng(7)
+    events = [Event(f"acct{rng.integers(0, 5)}", int(t), int(t),
+                    {"amount": (None if rng.random() < 0.05 else -1 if rng.random() < 0.05 else int(rng.integers(0, 30)))},
+                    int(rng.integers(0, 3)), i, "tx")
+              for i, t in enumerate(np.sort(rng.integers(0, 10_000, 400)))]
+    count_settings = CountSettings("c", window_kind="time", window=2_000, epsilon=0.1, predicate=predicate,
+                                   value_field=value_field)
+    by_event, by_columns = CountOperator(count_settings), CountOperator(count_settings)
+    refusals = 0
+    for lo in range(0, len(events), 100):
+        rows = events[lo:lo + 100]
+        expected = []
+        for j, e in enumerate(rows):
+            try:
+                by_event.process(e)
+            except EventRejected as exc:
+                expected.append((j, str(exc)))
+        got = by_columns.process_columns(EventColumns.from_events(rows))
+        assert [(j, str(exc)) for j, exc in got] == expected
+        refusals += len(got)
+        cti = rows[-1].start
+        assert [o.record for o in by_columns.advance_to(cti)] == [o.record for o in by_event.advance_to(cti)]
+        assert by_columns.snapshot() == by_event.snapshot()
+    assert (refusals > 0) == (value_field is not None)  # negative amounts are refused as sums
+
+
+def test_packs_read_as_columns_keep_their_records():
+    """Typed columns without nulls become NumPy arrays; with nulls, or strings and nested
+    values, object arrays of the values as written."""
+    items = [("a", 1, 2, {"n": 1, "x": 1.5, "s": "é", "maybe": None, "flag": True}, 10, b"\x00"),
+             ("b", 3, 3, {"n": 2, "x": -0.0, "s": "", "maybe": 7, "flag": False}, 11, None)]
+    cols = unpack_columns(pack_events(items), "flows", 2)
+    assert cols.fields["n"].dtype == np.int64 and cols.fields["x"].dtype == np.float64
+    assert cols.fields["maybe"].dtype == object and cols.fields["s"].dtype == object
+    assert [(e.key, e.start, e.end, e.fields, e.partition, e.offset, e.raw) for e in cols.events()] == [
+        (k, s, e, r, 2, o, b) for k, s, e, r, o, b in items]
+    assert [type(v) for v in cols.events()[0].fields.values()] == [int, float, str, type(None), bool]
