@@ -52,6 +52,7 @@ from typing import Any, Iterable, NamedTuple
 import numpy as np
 
 from operators.errors import ConfigError, EventRejected, invalid_choice
+from operators.events import MapColumn, OutputBatch
 from operators.operator import Output
 from operators.time import (
     CTI_INFINITY,
@@ -328,20 +329,6 @@ def _expand(s: np.ndarray, e: np.ndarray, k0: np.ndarray, nb: np.ndarray, bin_si
         num[single] = 1
         den[single] = 1
     return rows, k, num / den
-
-
-def _measure_dicts(names: tuple[str, ...], columns: np.ndarray) -> list[dict[str, float]]:
-    """One ``{measure: value}`` dict per column of an (m × n) array, built without per-row zips."""
-    cols = columns.tolist()
-    if len(names) == 2:
-        a, b = names
-        return [{a: x, b: y} for x, y in zip(*cols)]
-    if len(names) == 1:
-        (a,) = names
-        return [{a: x} for x in cols[0]]
-    if not names:
-        return [{} for _ in range(columns.shape[1])]
-    return [dict(zip(names, row)) for row in zip(*cols)]
 
 
 class Binner:
@@ -727,6 +714,10 @@ class Binner:
         only if selected), each group sorted by key, then bin_start. ``final`` is True on the
         incremental/updated record of a bin's last revision. Final bins leave the state.
         """
+        return [o for batch in self.advance_to_columns(cti) for o in batch.outputs()]
+
+    def advance_to_columns(self, cti: int) -> list[OutputBatch]:
+        """:meth:`advance_to` with each role's records as one :class:`OutputBatch` (columns)."""
         if cti < self._cti:
             raise ValueError(f"CTI went back from {self._cti} to {cti}; CTIs never decrease")
         self._flush()
@@ -796,9 +787,9 @@ class Binner:
         self._kid[live] = new_kid.reshape(-1)
         self._slot_of = dict(zip(zip(self._kid[live].tolist(), self._k[live].tolist()), live.tolist()))
 
-    def _records(self, emit: np.ndarray, kfin: int, cti: int) -> list[Output]:
+    def _records(self, emit: np.ndarray, kfin: int, cti: int) -> list[OutputBatch]:
         """Records of the sorted slots ``emit``: all incremental, then updated, then final."""
-        out: list[Output] = []
+        out: list[OutputBatch] = []
         touched = self._touched[emit]
         if self._incremental or self._updated:
             sel = emit[touched]
@@ -815,26 +806,23 @@ class Binner:
         return out
 
     def _build(self, role: str, kind: str, sel: np.ndarray, kfin: int, cti: int,
-               measures: np.ndarray, fraction: np.ndarray, events: np.ndarray) -> list[Output]:
+               measures: np.ndarray, fraction: np.ndarray, events: np.ndarray) -> list[OutputBatch]:
         if len(sel) == 0:
             return []
-        B, o, name = self.settings.bin_size, self.settings.origin, self.settings.name
+        B, o = self.settings.bin_size, self.settings.origin
         keys = self._keys
         k = self._k[sel]
-        if max(abs(int(k.min())), abs(int(k.max()))) * B + abs(o) < 2**62:
-            bin_starts = (k * B + o).tolist()
-        else:
+        if max(abs(int(k.min())), abs(int(k.max()))) * B + abs(o) + B < 2**62:
+            bin_starts = k * B + o
+            bin_ends = bin_starts + B
+        else:  # beyond int64 on the way: Python ints
             bin_starts = [x * B + o for x in k.tolist()]
-        finals = (k <= kfin).tolist()
-        return [
-            Output(role, {
-                "binner": name, "key": keys[kid], "bin_start": bs, "bin_end": bs + B, "measures": md,
-                "fraction_sum": fr, "events": ev, "revision": rev, "final": fin, "cti": cti, "kind": kind,
-            })
-            for kid, bs, md, fr, ev, rev, fin in zip(
-                self._kid[sel].tolist(), bin_starts, _measure_dicts(self.settings.measures, measures),
-                fraction.tolist(), events.tolist(), self._rev[sel].tolist(), finals)
-        ]
+            bin_ends = [x + B for x in bin_starts]
+        return [OutputBatch(role, {
+            "binner": self.settings.name, "key": [keys[kid] for kid in self._kid[sel].tolist()],
+            "bin_start": bin_starts, "bin_end": bin_ends, "measures": MapColumn(self.settings.measures, measures),
+            "fraction_sum": fraction, "events": events, "revision": self._rev[sel], "final": k <= kfin, "cti": cti,
+            "kind": kind}, len(sel))]
 
     # ---- snapshot -------------------------------------------------------------------
 
