@@ -8,11 +8,13 @@ Each stage runs the code the job runs, on the same records, and is timed alone:
   (source worker → stateful worker; Arrow columns, then the NumPy columns the time layer takes);
 * **time layer + operator** — :class:`jobs.runtime.GroupRuntime` ``offer_many`` + ``advance``,
   one runtime per key group and micro-batch, as the adapter drives it; of that,
-* **result dicts** — the operator's record-building method (bins ``Binner._build``, count
-  ``CountOperator._emit_touched``), timed by wrapping it;
+* **result columns** — the operator's record-building method (bins ``Binner._build``, count
+  ``CountOperator._emit_touched``: :class:`~operators.events.OutputBatch` columns), timed by
+  wrapping it;
 * **state round trip** — ``GroupRuntime`` load from header + chunks and ``commit()``;
-* **Avro encode** — one :class:`jobs.serde.AvroSerializer` call per result;
-* **result packs** — the ``(key, value, role)`` packs as Arrow columns (:func:`jobs.rows.result_pack`)
+* **Avro encode** — :class:`jobs.avro_encode.ResultEncoder` as the adapter calls it (bulk for
+  the operators' column batches, one :class:`jobs.serde.AvroSerializer` call per other result);
+* **result packs** — the ``(key, value, role)`` packs as Arrow IPC (:func:`jobs.rows.output_frame`)
   and read back in the sink;
 * **Kafka produce** — one ``Producer.produce`` call per result, with the sink's headers, to the
   broker, then ``flush`` (only with a broker).
@@ -64,7 +66,9 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     import numpy as np
     import pyarrow as pa
 
-    from jobs.rows import pack_columns, result_pack, unpack_columns
+    from jobs.avro_encode import ResultEncoder
+    from jobs.rows import output_frame, output_records, pack_columns, unpack_columns
+    from jobs.runtime import Counters
     from jobs.runtime import GroupRuntime, plan as make_plan
     from jobs.serde import AvroSerializer
     from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
@@ -81,7 +85,8 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     opts = source_options(cfg, src, False, list(range(groups)), packed=True)
     decoder = RecordDecoder(opts, None)
     payloads = [AvroSerializer(src.schema_name, validate=False)(r) for r in records]
-    encoders = {t: AvroSerializer(s, validate=False) for t, s in cfg.result_topics().items()}  # as the adapter
+    encoders = ResultEncoder({t: AvroSerializer(s, validate=False) for t, s in cfg.result_topics().items()},
+                             plan.late_topic, plan.dead_letter_topic)  # as the adapter
     t: dict[str, float] = defaultdict(float)
     built = [0.0]
     n = len(payloads)
@@ -117,7 +122,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
             flush = lo + batch >= n
             for g in range(groups):
                 c0 = time.perf_counter()
-                runtime = GroupRuntime(plan, header=headers_of.get(g), chunks=chunks[g])
+                runtime = GroupRuntime(plan, header=headers_of.get(g), chunks=chunks[g], batched=True)
                 t["state round trip (load + commit)"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
                 runtime.assign(src.name, [0], [])
@@ -130,36 +135,28 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                 headers_of[g] = runtime.commit()
                 t["state round trip (load + commit)"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
-                encoded = [(topic, None if k is None else str(k).encode(), encoders[topic](o.record), o.role)
-                           for topic, o, k in out]
-                t["Avro encode (one call a result)"] += time.perf_counter() - c0
+                packs = encoders.packs(out, [], Counters())
+                t["Avro encode"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
-                by_topic: dict[str, list] = defaultdict(list)
-                for topic, k, v, role in encoded:
-                    by_topic[topic].append((k, v, role))
-                unpacked = []
-                for topic, p in by_topic.items():
-                    table = pa.ipc.open_stream(result_pack(p)).read_all()
-                    unpacked.append((topic, list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
-                                                     table.column("role").to_pylist()))))
-                t["result packs (Arrow columns, read in the sink)"] += time.perf_counter() - c0
-                results += len(encoded)
+                frame = output_frame(packs.order, {})
+                unpacked = list(output_records([pa.RecordBatch.from_pandas(frame)], {}))
+                t["result packs (Arrow IPC, read in the sink)"] += time.perf_counter() - c0
+                results += len(unpacked)
                 if prod is not None:
                     c0 = time.perf_counter()
                     hq, hb, ht = b"bench", str(lo).encode(), str(g).encode()
                     seq = 0
-                    for topic, items in unpacked:
-                        for k, v, _role in items:
-                            prod.produce(topic, v, k, partition=zlib.crc32(k or v) % parts[topic],
-                                         headers=[(H_QUERY, hq), (H_BATCH, hb), (H_TASK, ht), (H_SEQ, str(seq).encode())])
-                            seq += 1
-                            if seq % 10000 == 0:
-                                prod.poll(0)
+                    for topic, k, v in unpacked:
+                        prod.produce(topic, v, k, partition=zlib.crc32(k or v) % parts[topic],
+                                     headers=[(H_QUERY, hq), (H_BATCH, hb), (H_TASK, ht), (H_SEQ, str(seq).encode())])
+                        seq += 1
+                        if seq % 10000 == 0:
+                            prod.poll(0)
                     t["Kafka produce (one call a result) + flush"] += time.perf_counter() - c0
         if prod is not None:
             c0 = time.perf_counter()
             prod.flush(60)
             t["Kafka produce (one call a result) + flush"] += time.perf_counter() - c0
-    t["  of which: result dicts (operator builds records)"] = built[0]
+    t["  of which: result columns (operator builds records)"] = built[0]
     return {"events": n, "results": results, "us_per_event": {k: v / n * 1e6 for k, v in t.items()}}
 

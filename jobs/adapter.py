@@ -44,6 +44,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from jobs import rows
 from jobs.alloc import cyclic_gc_paused
+from jobs.avro_encode import ResultEncoder
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan
 from jobs.serde import AvroSerializer, registry_client
@@ -136,7 +137,7 @@ class OperatorProcessor(StatefulProcessor):
         self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
                                                subject=f"{topic}-value", validate=False)
                          for topic, schema in self.topic_schemas.items()}
-        self.headers = {topic: e.header for topic, e in self.encoders.items()}
+        self.results = ResultEncoder(self.encoders, self.plan.late_topic, self.plan.dead_letter_topic)
 
     def close(self) -> None:
         pass
@@ -189,26 +190,10 @@ class OperatorProcessor(StatefulProcessor):
     # -- internals -------------------------------------------------------------------
     def _load(self) -> GroupRuntime:
         header = self.state.get()[0] if self.state.exists() else None
-        return GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(header))
+        return GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(header), batched=True)
 
     def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
-        """Result records, Avro-encoded and packed per topic (:func:`jobs.rows.output_frame`,
-        ≤ :data:`~jobs.rows.PACK_SIZE` each) in output order, then one metrics row: like the
-        input, few rows for Spark to move."""
-        enc, headers, late = self.encoders, self.headers, self.plan.late_topic
-        packs: dict[str, list] = {}
-        order: list[tuple[str, list]] = []
-        counters.late_records += sum(1 for topic, _, _ in out if topic == late)
-        for topic, o, k in out:
-            raw = o.encoded
-            # An input record passed on unchanged keeps its bytes if written with the topic's schema.
-            value = raw if raw is not None and raw.startswith(headers[topic]) else enc[topic](o.record)
-            pack = packs.get(topic)
-            if pack is None or len(pack) >= PACK_SIZE:
-                pack = packs[topic] = []
-                order.append((topic, pack))
-            pack.append((None if k is None else str(k).encode(), value, o.role))
-        dlq = self.plan.dead_letter_topic
-        for i in range(0, len(dead), PACK_SIZE):
-            order.append((dlq, [(rec["key"], enc[dlq](rec), "dead_letter") for rec in dead[i:i + PACK_SIZE]]))
-        yield rows.output_frame(order, counters.metrics())
+        """Result records, Avro-encoded (:class:`jobs.avro_encode.ResultEncoder`) and packed per
+        topic (:func:`jobs.rows.output_frame`, ≤ :data:`~jobs.rows.PACK_SIZE` each) in output
+        order, then one metrics row: like the input, few rows for Spark to move."""
+        yield rows.output_frame(self.results.packs(out, dead, counters).order, counters.metrics())

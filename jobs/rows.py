@@ -240,15 +240,81 @@ def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, valu
 RESULT_PACK = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("role", pa.string())])
 
 
-def result_pack(items: list[tuple]) -> bytes:
-    """``(key, value, role)`` tuples of one result topic as a pack (Arrow columns)."""
-    return _ipc(pa.RecordBatch.from_arrays([pa.array(list(c), f.type) for c, f in zip(zip(*items), RESULT_PACK)],
-                                           schema=RESULT_PACK))
+def result_pack(items: list) -> bytes:
+    """One result topic's pack: ``(key, value, role)`` tuples, or :data:`RESULT_PACK` record
+    batches (:meth:`ResultPacks.add_batch`), or a list mixing runs of both, in order."""
+    parts: list[pa.RecordBatch] = []
+    run: list[tuple] = []
+    for item in items:
+        if isinstance(item, pa.RecordBatch):
+            if run:
+                parts.append(_tuples_batch(run))
+                run = []
+            parts.append(item)
+        else:
+            run.append(item)
+    if run or not parts:
+        parts.append(_tuples_batch(run))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, RESULT_PACK) as writer:
+        for batch in parts:
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
-def output_frame(packs: list[tuple[str, list[tuple]]], metrics: dict[str, int]):
-    """Output rows: one ``pack`` row per ``(topic, [(key, value, role), ...])`` (≤ :data:`PACK_SIZE`
-    each, in order; :func:`result_pack`), then one ``metrics`` row."""
+def _tuples_batch(items: list[tuple]) -> pa.RecordBatch:
+    if not items:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in RESULT_PACK], schema=RESULT_PACK)
+    return pa.RecordBatch.from_arrays([pa.array(list(c), f.type) for c, f in zip(zip(*items), RESULT_PACK)],
+                                      schema=RESULT_PACK)
+
+
+def result_batch(keys, values: pa.Array, role: str) -> pa.RecordBatch:
+    """Result records as Arrow columns: ``keys`` (strings, or None for null keys), their
+    encoded ``values`` (binary) and one ``role``."""
+    n = len(values)
+    if keys is None:
+        key = pa.nulls(n, pa.binary())
+    else:
+        key = (keys if isinstance(keys, pa.Array) else pa.array(keys, pa.string())).cast(pa.binary())
+    if pa.types.is_large_binary(values.type):
+        values = values.cast(pa.binary())
+    return pa.RecordBatch.from_arrays([key, values, pa.array([role] * n, pa.string())], schema=RESULT_PACK)
+
+
+class ResultPacks:
+    """Result records → packs of at most :data:`PACK_SIZE` per topic, in output order: records
+    one at a time (:meth:`add`) or as Arrow batches (:meth:`add_batch`)."""
+
+    def __init__(self) -> None:
+        self.order: list[tuple[str, list]] = []
+        self._open: dict[str, list] = {}  # topic → [items, rows]
+
+    def _pack(self, topic: str) -> list:
+        pack = self._open.get(topic)
+        if pack is None or pack[1] >= PACK_SIZE:
+            pack = self._open[topic] = [[], 0]
+            self.order.append((topic, pack[0]))
+        return pack
+
+    def add(self, topic: str, key: bytes | None, value: bytes, role: str) -> None:
+        pack = self._pack(topic)
+        pack[0].append((key, value, role))
+        pack[1] += 1
+
+    def add_batch(self, topic: str, batch: pa.RecordBatch) -> None:
+        at = 0
+        while at < batch.num_rows:
+            pack = self._pack(topic)
+            take = min(PACK_SIZE - pack[1], batch.num_rows - at)
+            pack[0].append(batch.slice(at, take))
+            pack[1] += take
+            at += take
+
+
+def output_frame(packs: list[tuple[str, list]], metrics: dict[str, int]):
+    """Output rows: one ``pack`` row per ``(topic, items)`` (≤ :data:`PACK_SIZE` records each,
+    in order; :func:`result_pack`), then one ``metrics`` row."""
     topics = [t for t, _ in packs] + [None]
     values = [result_pack(p) for _, p in packs]
     values.append(json.dumps(metrics).encode())

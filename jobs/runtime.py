@@ -25,6 +25,7 @@ from jobs.config import JobConfig, State
 from jobs.serde import default_store
 from operators.columns import ColumnTimeLayer, EventColumns
 from operators.errors import EventRejected, StateError
+from operators.events import OutputBatch
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
@@ -251,12 +252,14 @@ class GroupRuntime:
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
     :class:`jobs.adapter.WarmChunks`); a chunk found there is used instead of read and decoded.
     The runtime takes them over: they are mutated by the call, and :meth:`still_warm` says which
-    chunks are current after :meth:`commit`.
+    chunks are current after :meth:`commit`. ``batched``: operators' CTI records come as
+    :class:`~operators.events.OutputBatch` items (:meth:`_advance_op`), for the job's bulk encoder.
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
-                 warm: dict[int, Chunk] | None = None):
+                 warm: dict[int, Chunk] | None = None, batched: bool = False):
         self.plan = plan
+        self.batched = batched
         self.counters = Counters()
         self.chunks = {} if chunks is None else chunks
         self.loaded: dict[int, Chunk] = {}
@@ -645,8 +648,7 @@ class GroupRuntime:
             chunk = self.chunk(c)
             if chunk.cti < caught_up:  # skipped CTIs (nothing was due): catch up before its events
                 for spec, op in zip(plan.operators, chunk.ops):
-                    for o in op.advance_to(caught_up):
-                        out.append((self._topic(spec, o.role), o, o.record.get("key")))
+                    self._advance_op(spec, op, caught_up, out)
                 chunk.cti = caught_up
         loaded = self.loaded
         # Events in release (application-time) order, each into its chunk's operator; then the CTI.
@@ -664,8 +666,7 @@ class GroupRuntime:
                         self._feed_each(i, spec, events, of, out)
             if cti is not None:
                 for c in sorted(touch):
-                    for o in loaded[c].ops[i].advance_to(cti):
-                        out.append((self._topic(spec, o.role), o, o.record.get("key")))
+                    self._advance_op(spec, loaded[c].ops[i], cti, out)
         if cti is not None:
             mine: dict[int, list[tuple[str, int]]] = {}
             if plan.ttl is not None and keys:
@@ -678,7 +679,17 @@ class GroupRuntime:
                     self._expire_keys(loaded[c], mine.get(c, ()), cti)
         if cti is not None:
             self.ops_cti = cti
-        self.counters.outputs += len(out) - before
+        self.counters.outputs += sum(len(o) if type(o) is OutputBatch else 1 for _, o, _ in out[before:])
+
+    def _advance_op(self, spec: OperatorSpec, op, cti: int, out: list) -> None:
+        """The CTI into one operator; its records onto ``out`` — as :class:`OutputBatch` items
+        ``(topic, batch, None)`` when the runtime is ``batched`` and the operator builds them
+        (the job encodes those in bulk), else one ``(topic, Output, key)`` each."""
+        if self.batched and hasattr(op, "advance_to_columns"):
+            out.extend((self._topic(spec, b.role), b, None) for b in op.advance_to_columns(cti))
+            return
+        for o in op.advance_to(cti):
+            out.append((self._topic(spec, o.role), o, o.record.get("key")))
 
     def _refused(self, spec: OperatorSpec, e: Event, exc: EventRejected, out: list) -> None:
         """The operator refused this event's data (e.g. a measure it cannot prorate): it goes to

@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
+from operators.events import OutputBatch
 from operators.operator import Output
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
@@ -305,6 +306,10 @@ class CountOperator:
         return refused
 
     def advance_to(self, cti: int) -> list[Output]:
+        return [o for batch in self.advance_to_columns(cti) for o in batch.outputs()]
+
+    def advance_to_columns(self, cti: int) -> list[OutputBatch]:
+        """:meth:`advance_to` with the records as one :class:`OutputBatch` (columns)."""
         if cti >= CTI_INFINITY:
             out = self._emit_touched(None)
             self._histograms.clear()
@@ -474,21 +479,28 @@ class CountOperator:
             )
         return value
 
-    def _emit_touched(self, at: int | None) -> list[Output]:
-        """A record per touched key at ``at``; ``None`` (the final CTI): at the key's latest start."""
+    def _emit_touched(self, at: int | None) -> list[OutputBatch]:
+        """A record per touched key (first-touch order) at ``at``; ``None`` (the final CTI): at
+        the key's latest start."""
         if self._per_event or not self._touched:
             self._touched.clear()
             return []
-        out = []
-        histograms = self._histograms
+        histograms, by_time, clock = self._histograms, self._by_time, self._clock
+        keys, times, summaries = [], [], []
         for key, last in self._touched.items():
-            time = at if at is not None else (last if last is not None else self._clock)
+            time = at if at is not None else (last if last is not None else clock)
             h = histograms[key]
-            if self._by_time and time > h.now:
+            if by_time and time > h.now:
                 h.advance(time)
-            out.append(Output("count", self._record(key, h, time)))
+            keys.append(key)
+            times.append(time)
+            summaries.append(h.summary())
         self._touched.clear()
-        return out
+        estimate, lower, upper, seed_estimate, bucket_count = (list(c) for c in zip(*summaries))
+        return [OutputBatch("count", {
+            "counter": self._name, "key": keys, "time": times, "window_kind": self._window_kind,
+            "window": self._window, "epsilon": self._epsilon, "estimate": estimate, "lower": lower, "upper": upper,
+            "seed_estimate": seed_estimate, "bucket_count": bucket_count, "exact": None}, len(keys))]
 
     def _record(self, key: str, h: ExponentialHistogram, time: int) -> dict[str, Any]:
         estimate, lower, upper, seed_estimate, bucket_count = h.summary()

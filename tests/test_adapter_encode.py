@@ -2,12 +2,17 @@
 those bytes carry the result topic's schema; otherwise it encodes the record again."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobs.config import parse
 from jobs.runtime import Counters, plan as make_plan
 from jobs.serde import AvroDeserializer, AvroSerializer
 from jobs.testing import workload
 from operators.operator import Output
+from operators.time import CTI_INFINITY
+from tests.test_runtime_cti import partitioned_input
+from tests.test_runtime_restore import with_fields
 
 
 class _Handle:
@@ -229,3 +234,52 @@ def test_a_batch_with_dead_letters_and_control_rows_gives_integer_ctis_to_the_op
     assert metrics["cti"] == cti and isinstance(metrics["cti"], int)
     assert [AvroDeserializer("count")(v)["time"] for t, _, v in got if t == "n"] == [cti - 1]
     assert metrics["dead_letter"] == 1 and metrics["received"] == 41
+
+
+BULK_OPERATORS = {
+    "bins": [{"kind": "bins", "name": "per_100", "bin_size": 100, "measures": ["amount"],
+              "outputs": {"incremental": "bi", "updated": "bu", "final": "bf"}}],
+    "bins, two measures": [{"kind": "bins", "name": "n", "bin_size": 70, "measures": ["amount", "i"],
+                            "outputs": {"final": "bf", "updated": "bu"}}],
+    "count": [{"kind": "count", "name": "per_key_events", "window": {"events": 4}, "output": "c2",
+               "predicate": "kind == 'a'"},
+              {"kind": "count", "name": "per_key_time", "window": {"time": 300}, "epsilon": 0.1, "output": "c1"}],
+}
+
+
+def _sink_records(frame) -> list[tuple]:
+    import pyarrow as pa
+
+    from jobs.sink import records
+    return list(records(iter([pa.RecordBatch.from_pandas(frame)]), {}))
+
+
+@settings(max_examples=60, deadline=None)
+@given(partitioned_input(), st.sampled_from(sorted(BULK_OPERATORS)))
+def test_results_encoded_in_bulk_are_the_records_encoded_one_by_one(data, kind):
+    """The job's path (a batched runtime, OutputBatch columns, ColumnEncoder) writes the bytes,
+    keys and order that per-record fastavro encoding of the unbatched runtime's records writes,
+    on several partitions with disorder and late events."""
+    pytest.importorskip("pyspark")
+    from jobs.runtime import GroupRuntime
+
+    events, batches = data
+    _, proc = _processor(_Handle(), delay="50ms", operators=BULK_OPERATORS[kind])
+    bulk, single = GroupRuntime(proc.plan, batched=True), GroupRuntime(proc.plan)
+    seen = 0
+    for b, batch in enumerate(with_fields(batches)):
+        frames = []
+        for rt in (bulk, single):
+            for p, recs in batch.items():
+                if recs:
+                    rt.observe("s", p, max(e.start for e in recs))
+            rt.assign("s", sorted(events), [])
+            mine = [e for p in sorted(batch) for e in batch[p]]
+            out = rt.offer_many(mine)
+            out += rt.advance(CTI_INFINITY if b == len(batches) - 1 and rt.end_of_input("s") else rt.next_cti())
+            c = Counters()
+            frames.append((_sink_records(next(proc._encode(out, [], c))), c.late_records))
+        assert frames[0] == frames[1]
+        seen += len(frames[0][0])
+    assert seen or not any(events.values())
+    assert bulk.counters.outputs == single.counters.outputs
