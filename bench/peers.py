@@ -397,10 +397,12 @@ def where_time_goes(kind: str, ladder: Ladder, out: Console, parallel: int) -> N
               f"pandas UDF Avro encode + Kafka sink {peer - noop:.2f}")
     for f in ladder.ours:
         c = f.counters
-        state = c.get("state_us", 0) / 1e6 / max(1, c.get("received", 1)) * 1e5 / parallel
+        state, python = (c.get(k, 0) / 1e6 / max(1, c.get("received", 1)) * 1e5 / parallel
+                         for k in ("state_us", "python_us"))
         out.print(f"  {f.name}: source decode + pack ≈ {src:.2f} · shuffle + Python worker (plumbing) "
                   f"{plumbing - src:.2f} · operator, state, encode, Kafka sink {per_100k(f) - plumbing:.2f} "
-                  f"(of which state ≈ {state:.2f}: task time ÷ {parallel} parallel tasks)")
+                  f"(task time ÷ {parallel} parallel tasks: the key groups' Python calls ≈ {python:.2f}, "
+                  f"of which state ≈ {state:.2f})")
 
 
 def bins_job(spec: dict, outputs: dict) -> dict:

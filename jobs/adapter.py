@@ -35,6 +35,7 @@ group every batch.
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -155,8 +156,9 @@ class OperatorProcessor(StatefulProcessor):
             raise
 
     def _batch(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        frames = list(frames)  # (Spark's Arrow batches arrive as this is iterated)
+        started = time.perf_counter()
         runtime = self._load()
-        frames = list(frames)
         got = rows.read_input(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True))
         for stream, partition, start in got.frontiers:
             runtime.observe(stream, partition, start)
@@ -182,7 +184,7 @@ class OperatorProcessor(StatefulProcessor):
         self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))
         runtime.counters.cti = runtime.cti
         runtime.counters.live_keys = runtime.live_keys()
-        yield from self._encode(out, dead, runtime.counters)
+        yield from self._encode(out, dead, runtime.counters, started)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         return iter(())  # no timers: every group gets control rows every micro-batch
@@ -192,8 +194,12 @@ class OperatorProcessor(StatefulProcessor):
         header = self.state.get()[0] if self.state.exists() else None
         return GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(header), batched=True)
 
-    def _encode(self, out: list, dead: list, counters: Counters) -> Iterator[pd.DataFrame]:
+    def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded (:class:`jobs.avro_encode.ResultEncoder`) and packed per
         topic (:func:`jobs.rows.output_frame`, ≤ :data:`~jobs.rows.PACK_SIZE` each) in output
-        order, then one metrics row: like the input, few rows for Spark to move."""
-        yield rows.output_frame(self.results.packs(out, dead, counters).order, counters.metrics())
+        order, then one metrics row: like the input, few rows for Spark to move. ``started``: the
+        call's ``perf_counter`` at its start (→ ``python_us``)."""
+        packs = self.results.packs(out, dead, counters)
+        if started is not None:
+            counters.python_us = int((time.perf_counter() - started) * 1e6)
+        yield rows.output_frame(packs.order, counters.metrics())

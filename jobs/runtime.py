@@ -155,6 +155,7 @@ class Counters:
     chunks_loaded: int = 0  # state chunks used (decoded, or taken from the worker's cache) and written back
     chunks_cached: int = 0  # of those, taken decoded from the worker's cache: no state-store read, no decode
     state_us: int = 0       # time spent decoding and encoding state (header and chunks), µs
+    python_us: int = 0      # the key group's whole call in the Python worker (state, operators, encoding), µs
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
 
     def count(self, stream: str, partition: int, late: bool) -> None:
