@@ -159,14 +159,23 @@ def wait_for_broker(bootstrap: str, client: dict[str, str] | None = None, timeou
 
 def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None = None,
                      timeout: float = 10.0) -> list[int]:
+    return partitions_of(bootstrap, [topic], client, timeout)[topic]
+
+
+def partitions_of(bootstrap: str, topics, client: dict[str, str] | None = None,
+                  timeout: float = 10.0) -> dict[str, list[int]]:
+    """Each topic's partitions, from one metadata request; a missing topic is a StackError."""
     # Ask for all topics: a metadata request naming the topic would auto-create it on tansu.
     md = admin(bootstrap, client).list_topics(timeout=timeout)
-    meta = md.topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "
-                         f"`ctiflow topics create {topic}` (or all of a job's topics: "
-                         "`ctiflow topics create --config JOB.yaml`)")
-    return sorted(meta.partitions)
+    out = {}
+    for topic in topics:
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "
+                             f"`ctiflow topics create {topic}` (or all of a job's topics: "
+                             "`ctiflow topics create --config JOB.yaml`)")
+        out[topic] = sorted(meta.partitions)
+    return out
 
 
 def list_topics(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, int]:

@@ -30,6 +30,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -142,6 +143,43 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
 
 records = rows.output_records  # re-exported: the output rows are jobs.rows's
 
+#: Seconds a Python worker trusts the result topics' partition counts it read (one metadata
+#: request per this interval, not one per topic and task).
+PARTITIONS_TTL = 30.0
+_PRODUCERS: dict[tuple, Any] = {}
+_PARTITIONS: dict[tuple, tuple[float, dict[str, int]]] = {}
+
+
+def _config_key(bootstrap: str, client: dict) -> tuple:
+    return bootstrap, tuple(sorted(client.items())), tuple(sorted(kafka.env_credentials().items()))
+
+
+def worker_producer(bootstrap: str, client: dict):
+    """The Python worker's producer for this cluster, kept across tasks: a new idempotent
+    producer waits ≈ 0.5 s for its producer id before its first record is acknowledged
+    (measured against the embedded broker), which one per task paid on every micro-batch. Each
+    task still flushes before it reports success; a task that fails drops the producer
+    (:func:`drop_producer`), so a purged or fatally failed one is never reused."""
+    key = _config_key(bootstrap, client)
+    prod = _PRODUCERS.get(key)
+    if prod is None:
+        prod = _PRODUCERS[key] = kafka.producer(bootstrap, client)
+    return prod
+
+
+def drop_producer(bootstrap: str, client: dict) -> None:
+    _PRODUCERS.pop(_config_key(bootstrap, client), None)
+
+
+def partition_counts(bootstrap: str, client: dict, topics) -> dict[str, int]:
+    """The topics' partition counts, read at most once per :data:`PARTITIONS_TTL` per worker."""
+    key = (_config_key(bootstrap, client), tuple(sorted(topics)))
+    hit = _PARTITIONS.get(key)
+    now = time.monotonic()
+    if hit is None or now - hit[0] > PARTITIONS_TTL:
+        hit = _PARTITIONS[key] = (now, {t: len(p) for t, p in kafka.partitions_of(bootstrap, topics, client).items()})
+    return dict(hit[1])
+
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Arrow record batches in (far cheaper than one Python ``Row`` per record)."""
@@ -166,7 +204,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
         topics = self.options.topics
-        parts = {t: len(kafka.topic_partitions(bootstrap, t, client)) for t in topics}
+        parts = partition_counts(bootstrap, client, topics)
         skip: dict[tuple[str, int], set[int]] = {}
         state = self._state_dir()
         if state is not None:
@@ -179,7 +217,17 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     cons.close()
             else:
                 marker.write_text(str(time.time()))
-        prod = kafka.producer(bootstrap, client)
+        prod = worker_producer(bootstrap, client)
+        try:
+            return self._send(iterator, prod, parts, skip, query, batch, task)
+        except BaseException:
+            prod.purge()  # nothing of this failed attempt may land after the replay's scan
+            drop_producer(bootstrap, client)
+            raise
+
+    def _send(self, iterator, prod, parts: dict[str, int], skip: dict, query: str, batch: int,
+              task: int) -> SinkCommit:
+        bootstrap, client = self.options.bootstrap, self.options.client
         errors: list[str] = []
 
         def report(err, msg):
@@ -204,7 +252,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:
-            prod.purge()  # nothing of this failed attempt may land after the replay's scan
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")
         return SinkCommit(written, skipped, metrics)
 
