@@ -128,20 +128,26 @@ def compile_predicate(predicate: Predicate | str | None) -> Predicate | None:
     return lambda fields: fields.get(text)
 
 
-_PREDICATES: dict[int, tuple[CountSettings, Predicate | None]] = {}
+_PREDICATES: dict[int, tuple[CountSettings, Predicate | None, Callable | None]] = {}
 
 
-def _compiled_predicate(settings: CountSettings) -> Predicate | None:
+def _compiled_predicate(settings: CountSettings) -> tuple[Predicate | None, Callable | None]:
     """:func:`compile_predicate` once per settings object (the runtime builds an operator per
-    state chunk it loads; an expression compiles in ≈ 25 µs). A few dozen entries at most."""
+    state chunk it loads; an expression compiles in ≈ 25 µs), with its column form
+    (:func:`operators.cep.expression.column_truth`, or None). A few dozen entries at most."""
     hit = _PREDICATES.get(id(settings))
     if hit is not None and hit[0] is settings:
-        return hit[1]
+        return hit[1], hit[2]
     predicate = compile_predicate(settings.predicate)
+    truth = None
+    if isinstance(settings.predicate, str) and predicate is not None and hasattr(predicate, "uses_match_context"):
+        from operators.cep.expression import column_truth
+
+        truth = column_truth(predicate)
     if len(_PREDICATES) >= 64:
         _PREDICATES.clear()
-    _PREDICATES[id(settings)] = (settings, predicate)
-    return predicate
+    _PREDICATES[id(settings)] = (settings, predicate, truth)
+    return predicate, truth
 
 
 def _expression_compiler() -> Callable[[str], Predicate] | None:
@@ -182,7 +188,7 @@ class CountOperator:
         self._window = settings.window
         self._epsilon = float(settings.epsilon)
         self._per_key = settings.per_key
-        self._predicate = _compiled_predicate(settings)
+        self._predicate, self._truth = _compiled_predicate(settings)
         self._value_field = settings.value_field
         self._by_time = settings.window_kind == "time"
         self._per_event = settings.emit == "per_event"
@@ -257,16 +263,23 @@ class CountOperator:
                 if produced:
                     got.append((j, produced))
             return got
+        keys, starts = cols.key.tolist(), cols.start.tolist()
+        if self._value_field is None and self._truth is not None:
+            mask = self._truth(cols.fields, n)  # the predicate on whole columns, where exact
+            if mask is not None:
+                return self._take(range(n), keys, starts, weights=mask.view("u1").tolist())
         records = cols.records() if (self._predicate is not None or self._value_field is not None) else None
-        return self._take(range(n), cols.key.tolist(), cols.start.tolist(), records)
+        return self._take(range(n), keys, starts, records)
 
-    def _take(self, rows=(), keys=(), starts=(), records=None) -> list[tuple[int, EventRejected]]:
-        """Events ``rows`` (their keys, starts and records; ``records`` None: weight 1 each) in
-        application-time order into their keys' histograms, one ``update_many`` per key."""
+    def _take(self, rows=(), keys=(), starts=(), records=None, weights=None) -> list[tuple[int, EventRejected]]:
+        """Events ``rows`` (their keys, starts and records; ``records`` None: weight 1 each, or
+        the given ``weights``) in application-time order into their keys' histograms, one
+        ``update_many`` per key."""
         weight, per_key, histograms = self._weight, self._per_key, self._histograms
         by_key: dict[str, tuple[list[int], list[int]]] = {}
         order: list[str] = []  # keys by their first event taken (the order process() touches them)
         refused: list[tuple[int, EventRejected]] = []
+        given = iter(weights) if weights is not None else None
         for j, key, start, fields in zip(rows, keys, starts, records if records is not None else repeat(None)):
             if not per_key:
                 key = GLOBAL_KEY
@@ -275,7 +288,9 @@ class CountOperator:
                 mine = by_key[key] = ([], [])
                 if key not in histograms:  # as process: the key's histogram exists before its weight is known
                     histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-            if fields is None:
+            if given is not None:
+                w = next(given)
+            elif fields is None:
                 w = 1
             else:
                 try:
