@@ -49,13 +49,15 @@ class Condition:
 
 
 class SimpleCondition(Condition):
-    """Wraps ``predicate(event) -> bool``."""
+    """Wraps ``predicate(event) -> bool``; ``expression``: the compiled expression it
+    evaluates, when it came from one (its column form, :func:`column_condition`)."""
 
-    __slots__ = ("predicate",)
+    __slots__ = ("predicate", "expression")
 
-    def __init__(self, predicate: Callable[[Any], Any]) -> None:
+    def __init__(self, predicate: Callable[[Any], Any], expression: Any = None) -> None:
         super().__init__(False)
         self.predicate = predicate
+        self.expression = expression
 
     def test(self, event: Any, ctx: MatchContext | None) -> bool:
         return bool(self.predicate(event))
@@ -244,3 +246,42 @@ def fast_predicate(condition: Condition | None) -> Any:
         return lambda event: left(event) or right(event)
     test = condition.test
     return lambda event: test(event, None)
+
+
+def column_condition(condition: Condition | None) -> Callable[[Mapping[str, Any], int], Any] | None:
+    """A non-iterative condition over whole columns: ``truth(columns, n) → bool array``, or
+    ``None`` from the call where a column cannot be compared exactly (then test per event).
+    Returns None itself when some part has no column form (a Python callable, a subtype, an
+    iterative condition, an expression beyond :func:`operators.cep.expression.column_truth`).
+    Exact: the parts never raise where per-event evaluation would, so short-circuiting does
+    not matter."""
+    import numpy as np
+
+    from operators.cep.expression import column_truth
+
+    if condition is None or condition is TRUE:
+        return lambda columns, n: np.ones(n, bool)
+    if condition.iterative:
+        return None
+    if isinstance(condition, SimpleCondition):
+        return column_truth(condition.expression) if condition.expression is not None else None
+    if isinstance(condition, NotCondition):
+        inner = column_condition(condition.inner)
+        if inner is None:
+            return None
+        return lambda columns, n: (lambda m: None if m is None else ~m)(inner(columns, n))
+    if isinstance(condition, (AndCondition, OrCondition)):
+        left, right = column_condition(condition.left), column_condition(condition.right)
+        if left is None or right is None:
+            return None
+        combine = np.logical_and if isinstance(condition, AndCondition) else np.logical_or
+
+        def both(columns, n):
+            a = left(columns, n)
+            if a is None:
+                return None
+            b = right(columns, n)
+            return None if b is None else combine(a, b)
+
+        return both
+    return None

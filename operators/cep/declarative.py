@@ -226,7 +226,7 @@ def stage_condition(text: Any, label: str, key: str) -> Condition:
         raise PatternError(f"{label}: '{key}': {exc}") from None
     if expression.uses_match_context:
         return IterativeCondition(lambda event, ctx: bool(expression(event, ctx)))
-    return SimpleCondition(lambda event: bool(expression(event)))
+    return SimpleCondition(lambda event: bool(expression(event)), expression)
 
 
 def _is_optional(pattern: Pattern) -> bool:

@@ -505,6 +505,25 @@ def column_truth(expression: CompiledExpression | str) -> ColumnTruth | None:
     return truth
 
 
+def _typed(np, col):
+    """An object column of Python numbers of one type as int64 / float64 / bool (what it
+    holds, exactly), else as it is."""
+    kinds = set(map(type, col.tolist()))
+    if len(kinds) != 1:
+        return col
+    (kind,) = kinds
+    if kind is float:
+        return col.astype(np.float64)
+    if kind is bool:
+        return col.astype(np.bool_)
+    if kind is int:
+        try:
+            return np.array(col.tolist(), np.int64)
+        except OverflowError:
+            return col
+    return col
+
+
 def _column_builder(np):
     numeric = (np.int64, np.float64, np.bool_)  # (columns are normalised to these or object)
 
@@ -527,7 +546,9 @@ def _column_builder(np):
                     col = col.astype(np.float64, copy=False)
                 elif kind in "iu" and not (kind == "u" and col.itemsize == 8):
                     col = col.astype(np.int64, copy=False)
-                elif kind != "b" and col.dtype != object:
+                elif col.dtype == object:
+                    col = _typed(np, col)
+                elif kind != "b":
                     raise _NotVectorizable(str(col.dtype))
                 return "col", col
 

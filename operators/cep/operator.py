@@ -27,15 +27,17 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+
+import numpy as np
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.cep.compiler import NfaPlan, can_produce_empty_matches, compile_pattern
+from operators.cep.compiler import PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern
 from operators.cep.declarative import pattern_from_dict, pattern_name
 from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
 from operators.cep.pattern import Pattern
-from operators.errors import PatternError
+from operators.errors import EventRejected, PatternError
 from operators.operator import Output
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
@@ -92,21 +94,65 @@ def fields_json(fields: Any) -> str:
     return json.dumps(fields, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-_COMPILED: dict[int, tuple[MatchSettings, NfaPlan, str]] = {}
+_COMPILED: dict[int, tuple[MatchSettings, NfaPlan, str, Any]] = {}
 
 
-def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str]:
-    """The NFA plan and label of ``settings``, compiled once per settings object: the runtime
-    builds an operator per state chunk it loads, and compiling costs ≈ 0.1 ms. The plan is
-    immutable (per-key state lives in :class:`NfaState`); a few dozen entries at most."""
+def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any]:
+    """The NFA plan, label and start filter (:func:`start_filter`) of ``settings``, compiled
+    once per settings object: the runtime builds an operator per state chunk it loads, and
+    compiling costs ≈ 0.1 ms. The plan is immutable (per-key state lives in
+    :class:`NfaState`); a few dozen entries at most."""
     hit = _COMPILED.get(id(settings))
     if hit is not None and hit[0] is settings:
-        return hit[1], hit[2]
+        return hit[1], hit[2], hit[3]
     plan = compile_pattern(settings.pattern_object(), timeout_handling=settings.emit_timed_out)
     if len(_COMPILED) >= 64:
         _COMPILED.clear()
-    _COMPILED[id(settings)] = (settings, plan, settings.pattern_label())
-    return plan, _COMPILED[id(settings)][2]
+    skip = start_filter(plan) if settings.key_field is None else None
+    _COMPILED[id(settings)] = (settings, plan, settings.pattern_label(), skip)
+    return plan, _COMPILED[id(settings)][2], skip
+
+
+def start_filter(plan: NfaPlan):
+    """``idle(columns, n) → bool array``: the events on which a key with nothing in flight
+    stays as it is — every TAKE and IGNORE edge of the start state(s) and of every state
+    reachable from them through PROCEED edges (whatever their conditions) is false,
+    so the NFA would take nothing, fork nothing and change no version, and the key would be
+    dropped as idle at the next CTI. None (or None from the call) when some TAKE or IGNORE
+    edge has no exact column form (:func:`operators.cep.conditions.column_condition`) or is always true."""
+    from operators.cep.conditions import TRUE, column_condition
+
+    seen: set[str] = set()
+    stack = [s for s in plan.states.values() if s.is_start]
+    forms = []
+    while stack:
+        state = stack.pop()
+        if state.name in seen:
+            continue
+        seen.add(state.name)
+        for t in state.transitions:
+            if t.action is PROCEED:  # follows on to the target's edges, changes nothing itself
+                stack.append(t.target)
+                continue
+            if t.condition is None or t.condition is TRUE:
+                return None
+            form = column_condition(t.condition)
+            if form is None:
+                return None
+            forms.append(form)
+    if not forms:
+        return None
+
+    def idle(columns, n):
+        out = None
+        for form in forms:
+            m = form(columns, n)
+            if m is None:
+                return None
+            out = ~m if out is None else out & ~m
+        return out
+
+    return idle
 
 
 class MatchOperator:
@@ -118,7 +164,7 @@ class MatchOperator:
         if not isinstance(settings, MatchSettings):
             raise PatternError(f"MatchOperator needs MatchSettings, got {type(settings).__name__}")
         self.settings = settings
-        self.plan, self.name = _compiled(settings)
+        self.plan, self.name, self._start_filter = _compiled(settings)
         self._has_windows = self.plan.has_windows
         self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
@@ -148,6 +194,40 @@ class MatchOperator:
         if matches:
             self._emit(key, matches, (), outputs)
         return outputs
+
+    def process_columns(self, cols) -> list[tuple[int, Any]]:
+        """:meth:`process` for the rows of an :class:`operators.columns.EventColumns`, in row
+        order → ``(row, outputs)`` for rows that produced records, ``(row, EventRejected)``
+        for refused rows. A row whose key has nothing in flight (no state before the call,
+        and no earlier row of the call kept) and on which the pattern's start cannot move
+        (:func:`start_filter`, on whole columns) is skipped without becoming an
+        :class:`Event`: processing it would leave the key as it is, idle."""
+        n = len(cols)
+        rows: Any = range(n)
+        idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None else None
+        if idle is not None and idle.any():
+            live = set(self._states)
+            live.update(self._raw)
+            rows = []
+            for i, (skip, key) in enumerate(zip(idle.tolist(), cols.key.tolist())):
+                if not skip:
+                    rows.append(i)
+                    live.add(key)
+                elif key in live:
+                    rows.append(i)
+            if not rows:
+                return []
+        events = cols.events() if len(rows) == n else cols.take(np.asarray(rows, np.int64)).events()
+        got: list[tuple[int, Any]] = []
+        for i, e in zip(rows, events):
+            try:
+                produced = self.process(e)
+            except EventRejected as exc:
+                got.append((i, exc))
+                continue
+            if produced:
+                got.append((i, produced))
+        return got
 
     def advance_to(self, cti: int) -> list[Output]:
         outputs: list[Output] = []
