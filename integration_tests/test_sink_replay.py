@@ -162,3 +162,41 @@ def test_a_worker_keeps_its_producer_across_writes_and_drops_it_when_a_write_fai
             values += [m.value for m in msgs]
     cons.close()
     assert Counter(values) == Counter(f"v{i}".encode() for i in range(60))
+
+
+def test_after_a_broker_restart_the_next_write_gets_a_fresh_producer_and_lands(tmp_path):
+    """The kept producer outlived its broker (tansu restarted: memory-only, it knows no producer
+    id): the client errors it queued while idle retire it, and the next task writes with a new
+    one instead of waiting in vain for acknowledgements (the job used to fail after an outage)."""
+    import time
+
+    from jobs import sink, stack as embedded
+
+    port = embedded.free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    topic = "sink-restart"
+    opts = {"bootstrap": bootstrap, "topics": json.dumps([topic]), "state_dir": str(tmp_path / "sink")}
+    key = sink._config_key(bootstrap, {})
+    batch = rows(40).set_column(0, "topic", pa.array([topic] * 40))
+    embedded.up(port)
+    try:
+        kafka.create_topics(bootstrap, {topic: 2})
+        KafkaStreamWriter(opts).write(iter([batch.slice(0, 20)]))
+        kept = sink._PRODUCERS[key]
+        embedded.down(port)
+        time.sleep(3)  # long enough for the idle producer to notice its broker is gone
+        embedded.up(port)
+        kafka.create_topics(bootstrap, {topic: 2})
+        sink._PARTITIONS.clear()
+        KafkaStreamWriter(opts).write(iter([batch.slice(20, 20)]))
+        assert sink._PRODUCERS[key] is not kept
+        cons = kafka.consumer(bootstrap)
+        values = []
+        for p in range(2):
+            for msgs in kafka.read_range(cons, topic, p, 0, kafka.true_end_offset(cons, topic, p, 0)):
+                values += [m.value for m in msgs]
+        cons.close()
+        assert Counter(values) == Counter(f"v{i}".encode() for i in range(20, 40))
+    finally:
+        sink.drop_producer(bootstrap, {})
+        embedded.down(port)

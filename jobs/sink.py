@@ -159,11 +159,21 @@ def worker_producer(bootstrap: str, client: dict):
     producer waits ≈ 0.5 s for its producer id before its first record is acknowledged
     (measured against the embedded broker), which one per task paid on every micro-batch. Each
     task still flushes before it reports success; a task that fails drops the producer
-    (:func:`drop_producer`), so a purged or fatally failed one is never reused."""
+    (:func:`drop_producer`), so a purged or fatally failed one is never reused. Nor is one that
+    reported a client error (its ``error_cb``: a lost connection, all brokers down) since its
+    last task: after a broker outage — a restarted broker may not know its producer id, and it
+    would never get its records acknowledged — the next task starts with a fresh producer."""
     key = _config_key(bootstrap, client)
-    prod = _PRODUCERS.get(key)
-    if prod is None:
-        prod = _PRODUCERS[key] = kafka.producer(bootstrap, client)
+    kept = _PRODUCERS.get(key)
+    if kept is not None:
+        prod, errors = kept
+        prod.poll(0)  # serve the client errors queued while it sat idle between tasks
+        if not errors:
+            return prod
+        _PRODUCERS.pop(key, None)
+    errors: list = []
+    prod = kafka.producer(bootstrap, client, error_cb=errors.append)
+    _PRODUCERS[key] = (prod, errors)
     return prod
 
 
