@@ -17,6 +17,10 @@ as context: the engine's own floor, not the peer.
   on the same events, operator level (:mod:`bench.match_operator`); skipped with one line when
   PyFlink is not installed.
 
+Peak RSS is compared with each side run again **alone**, in a new process with its own Spark
+(:func:`alone`): in the shared session a JVM keeps the heap earlier queries grew, so the ladder's
+RSS column is the session's high-water mark so far, not a query's own.
+
 Where a target is missed the bench prints where each side's time goes, from a ladder of queries
 over the same topic (source → noop; the stateful plumbing with no operator; the query → noop; the
 query → Kafka): each rung adds one stage, so differences of seconds per 100k events are stage
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 from dataclasses import dataclass
 
 import pandas as pd  # noqa: F401 - the pandas UDF's type hints are resolved in this module
@@ -176,6 +182,59 @@ def source_noop(spark, bootstrap: str, spec: dict, home: str, name: str) -> Figu
     return figures("source → noop (decode only)", q.recentProgress, mem.peak)
 
 
+def alone(what: str, bootstrap: str, spec: dict, topic_suffix: str = "-alone") -> Figures:
+    """One query of the comparison alone in a **new Python process with its own Spark** (driver
+    JVM, Python workers), over the same input topic, writing to its own result topics: its peak
+    RSS is its own. In the shared session every query's RSS includes the JVM heap the queries
+    before it grew (a JVM does not give memory back), so whichever side ran later looked
+    bigger. ``what``: ``bins-peer``, ``bins-final``, ``bins-three``, ``count-peer``, ``count``."""
+    import subprocess
+    import sys
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="ctiflow-bench-alone-")
+    env = {**os.environ, "CTIFLOW_HOME": home}
+    arg = json.dumps({"what": what, "bootstrap": bootstrap, "spec": spec, "suffix": topic_suffix})
+    try:
+        done = subprocess.run([sys.executable, "-m", "bench.peers", arg], env=env, capture_output=True, text=True,
+                              timeout=1800)
+        if done.returncode != 0:
+            raise RuntimeError(f"bench.peers {what} alone failed:\n{done.stderr[-3000:]}")
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        return Figures(**got)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _alone_main(arg: str) -> None:
+    """The child of :func:`alone`: run one query in this process's own Spark, print its figures."""
+    from dataclasses import asdict
+
+    from jobs.pipeline import spark_session
+
+    a = json.loads(arg)
+    what, bootstrap, spec, suffix = a["what"], a["bootstrap"], a["spec"], a["suffix"]
+    home = os.environ["CTIFLOW_HOME"]
+    spark = spark_session()
+    try:
+        if what == "bins-peer":
+            f = run_native(native_bins(spark, bootstrap, spec), "append", home, what, bootstrap,
+                           "peers-bins-native" + suffix)
+        elif what == "count-peer":
+            f = run_native(native_count(spark, bootstrap, spec, INTERESTING), "update", home, what, bootstrap,
+                           "peers-count-native" + suffix)
+        elif what in ("bins-final", "bins-three"):
+            outs = FINAL if what == "bins-final" else THREE
+            f = run_job(spark, bins_job(spec, {k: v + suffix for k, v in outs.items()}), bootstrap, home, what, True)
+        elif what == "count":
+            f = run_job(spark, count_job(spec, "peers-counts" + suffix), bootstrap, home, what, True)
+        else:
+            raise ValueError(f"unknown query {what!r}")
+    finally:
+        spark.stop()
+    print(json.dumps(asdict(f)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +298,8 @@ class Peer:
     peer_records: int = 0
     checked: int = 0  # count: records of ours checked against the exact count
     error_max: float | None = None  # count: the largest relative error among them
+    ours_alone: Figures | None = None  # each side again in a process of its own (:func:`alone`): RSS
+    peer_alone: Figures | None = None
 
     @property
     def ratio(self) -> float:
@@ -299,10 +360,11 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
     three = run_job(spark, bins_job(spec, THREE), bootstrap, home,
                     "ctiflow bins, incremental+updated+final → Kafka", True)
     native_out = records_in(bootstrap, ["peers-bins-native"])
+    peer_alone = alone("bins-peer", bootstrap, spec)
     return ([Peer("bins, final only", final, peer, 1.5, ours_records=records_in(bootstrap, FINAL.values()),
-                  peer_records=native_out),
+                  peer_records=native_out, ours_alone=alone("bins-final", bootstrap, spec), peer_alone=peer_alone),
              Peer("bins, all three outputs", three, peer, 1.2, ours_records=records_in(bootstrap, THREE.values()),
-                  peer_records=native_out)],
+                  peer_records=native_out, ours_alone=alone("bins-three", bootstrap, spec), peer_alone=peer_alone)],
             Ladder(floor, noop, peer, plumbing, [final, three]))
 
 
@@ -337,7 +399,8 @@ def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: 
     note = f"error vs exact: max {worst:.2%} over {checked:,} count records (ε = 1 %)"
     return ([Peer("count per key, last hour", ours, peer, 2.0, note, checked > 0 and worst <= 0.01,
                   ours_records=checked, peer_records=records_in(bootstrap, ["peers-count-native"]),
-                  checked=checked, error_max=worst)],
+                  checked=checked, error_max=worst, ours_alone=alone("count", bootstrap, spec),
+                  peer_alone=alone("count-peer", bootstrap, spec))],
             Ladder(floor, noop, peer, plumbing, [ours]))
 
 
@@ -366,7 +429,7 @@ def bench_match(events: int, out: Console) -> list[tuple[str, float, float | Non
 def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
     """Where the time goes: seconds per 100k events of each query, and what each rung adds."""
     t = Table(title=title)
-    for col in ("query", "events/s", "s / 100k events", "p50 batch ms", "p99 batch ms", "peak RSS MB"):
+    for col in ("query", "events/s", "s / 100k events", "p50 batch ms", "p99 batch ms", "peak RSS MB, session so far"):
         t.add_column(col, justify="left" if col == "query" else "right")
     for f in rungs:
         t.add_row(f.name, f"{f.rate:,.0f}", f"{per_100k(f):.2f}", f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}",
@@ -377,15 +440,23 @@ def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
 def peers_table(title: str, peers: list[Peer], out: Console) -> None:
     t = Table(title=title)
     for col in ("result", "ours events/s", "peer events/s", "ratio", "target", "met", "ours p50/p99 ms",
-                "peer p50/p99 ms", "ours / peer RSS MB", "records out ours / peer", "note"):
+                "peer p50/p99 ms", "each alone: ours / peer events/s", "each alone: ours / peer peak RSS MB",
+                "records out ours / peer", "note"):
         t.add_column(col, justify="left" if col in ("result", "note") else "right")
     for p in peers:
         met = p.met and p.error_ok
         t.add_row(p.what, f"{p.ours.rate:,.0f}", f"{p.peer.rate:,.0f}", f"{p.ratio:.2f}×", f"≥ {p.target:.1f}×",
                   "yes" if met else "NO", f"{p.ours.p50_ms:,.0f} / {p.ours.p99_ms:,.0f}",
-                  f"{p.peer.p50_ms:,.0f} / {p.peer.p99_ms:,.0f}", f"{p.ours.peak_rss_mb:,.0f} / {p.peer.peak_rss_mb:,.0f}",
+                  f"{p.peer.p50_ms:,.0f} / {p.peer.p99_ms:,.0f}", _pair(p, "rate", "{:,.0f}"),
+                  _pair(p, "peak_rss_mb", "{:,.0f}"),
                   f"{p.ours_records:,} / {p.peer_records:,}", p.note)
     out.print(t)
+
+
+def _pair(p: Peer, attr: str, fmt: str) -> str:
+    if p.ours_alone is None or p.peer_alone is None:
+        return "-"
+    return f"{fmt.format(getattr(p.ours_alone, attr))} / {fmt.format(getattr(p.peer_alone, attr))}"
 
 
 def where_time_goes(kind: str, ladder: Ladder, out: Console, parallel: int) -> None:
@@ -476,3 +547,9 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
                           "≥ 1.0×", "yes" if ratio >= 1.0 else "NO", note)
             out.print(t)
     return peers
+
+
+if __name__ == "__main__":
+    import sys
+
+    _alone_main(sys.argv[1])

@@ -200,3 +200,26 @@ def test_after_a_broker_restart_the_next_write_gets_a_fresh_producer_and_lands(t
     finally:
         sink.drop_producer(bootstrap, {})
         embedded.down(port)
+
+
+def test_true_end_offsets_probes_every_partition_at_once_past_the_reported_watermark(stack):
+    """The source's planner asks for every partition's end each micro-batch in one probe: each
+    answer is the offset after the partition's last record (tansu's high watermark hides the
+    tail of the last producer batch), never below the given low mark; an empty partition's end
+    is its low mark."""
+    topic = stack.topic("true-ends")
+    kafka.create_topics(stack.bootstrap, {topic: 4})
+    counts = {0: 1500, 1: 7, 2: 0, 3: 300}
+    prod = kafka.producer(stack.bootstrap)
+    for p, n in counts.items():
+        for i in range(n):
+            prod.produce(topic, value=f"{p}-{i}".encode(), partition=p)
+    assert prod.flush(30) == 0
+    cons = kafka.consumer(stack.bootstrap)
+    try:
+        assert kafka.true_end_offsets(cons, topic, {p: 0 for p in counts}) == counts
+        assert kafka.true_end_offsets(cons, topic, {0: 1000, 1: 9, 2: 4, 3: 0}) == {0: 1500, 1: 9, 2: 4, 3: 300}
+        for p, n in counts.items():  # the one-partition form agrees
+            assert kafka.true_end_offset(cons, topic, p, 0) == n
+    finally:
+        cons.close()

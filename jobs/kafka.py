@@ -229,45 +229,58 @@ POLL = 0.02
 
 def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, timeout: float = 10.0,
                     require_eof: bool = False) -> int:
-    """The offset after the last record of a partition, probing past the reported high watermark.
+    """The offset after the last record of a partition (:func:`true_end_offsets` for one)."""
+    return true_end_offsets(cons, topic, {partition: low_mark}, timeout, require_eof)[partition]
+
+
+def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], timeout: float = 10.0,
+                     require_eof: bool = False) -> dict[int, int]:
+    """The offset after the last record of each partition in ``low_marks`` (partition → an
+    offset the answer is never below), probing past the reported high watermark.
 
     tansu reports HWM = base offset of the last producer batch + 1, hiding the tail of that
-    batch. We fetch from max(HWM − 1, ``low_mark``) until end-of-partition and take the last
-    offset seen + 1 (never less than ``low_mark``, so offsets do not go backwards). Without an
-    end-of-partition event after 2 s of quiet we take what we saw — unless ``require_eof``,
-    which waits up to ``timeout`` for it and then raises (an answer that may be short is worse
-    than none there).
+    batch. We fetch from max(HWM − 1, low mark) until end-of-partition and take the last offset
+    seen + 1 (never less than the low mark, so offsets do not go backwards). All partitions are
+    probed in one assignment, so a call costs about one fetch round trip however many partitions
+    there are (the driver asks every micro-batch). Without an end-of-partition event after 2 s of
+    quiet we take what we saw — unless ``require_eof``, which waits up to ``timeout`` for it and
+    then raises (an answer that may be short is worse than none there).
     """
-    low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
-    start = max(high - 1, low_mark, low)
-    end = max(high, low_mark)
-    cons.assign([TopicPartition(topic, partition, start)])
+    ends: dict[int, int] = {}
+    assignment = []
+    for partition, low_mark in low_marks.items():
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
+        assignment.append(TopicPartition(topic, partition, max(high - 1, low_mark, low)))
+        ends[partition] = max(high, low_mark)
+    if not assignment:
+        return ends
+    cons.assign(assignment)
     try:
+        open_ = set(ends)
         quiet_until = time.monotonic() + 2.0
         deadline = time.monotonic() + timeout
-        while True:
+        while open_:
             batch = cons.consume(num_messages=10000, timeout=POLL / 4)
             if not batch:
                 if require_eof and time.monotonic() > deadline:
-                    raise StackError(f"{topic}[{partition}]: no end-of-partition event within {timeout:.0f} s; "
+                    raise StackError(f"{topic}{sorted(open_)}: no end-of-partition event within {timeout:.0f} s; "
                                      "is the broker up?")
                 if not require_eof and time.monotonic() > quiet_until:
                     break  # nothing for 2 s and no end-of-partition event: take what we saw
                 continue
             quiet_until = time.monotonic() + 2.0
-            done = False
             for msg in batch:
+                partition = msg.partition()
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
-                        done = True
+                        open_.discard(partition)
                         continue
                     raise KafkaException(msg.error())
-                end = max(end, msg.offset() + 1)
-            if done:
-                break
+                if partition in ends:
+                    ends[partition] = max(ends[partition], msg.offset() + 1)
     finally:
         cons.unassign()
-    return end
+    return ends
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ in PySpark's terms:
 * driver: ``initialOffset`` / ``latestOffset`` / ``partitions`` plan per-partition offset
   ranges (the offsets are ``{"<partition>": next_offset}``); ``maxOffsetsPerTrigger`` caps a
   micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
-  partition is probed past tansu's lagging high watermark (:func:`jobs.kafka.true_end_offset`),
+  partition is probed past tansu's lagging high watermark (:func:`jobs.kafka.true_end_offsets`, all partitions in one probe),
   and offsets never go backwards.
 * executors: ``read`` fetches one range, decodes each fetch's Avro in bulk and strictly
   (:mod:`jobs.avro_columns`, per writer schema) and yields Arrow record batches: typed columns
@@ -54,7 +54,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.checkpoint import write_atomically
-from jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offset
+from jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
 from jobs.avro_columns import ColumnDecoder, read_body
 from jobs.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, default_store, registry_client
 from operators.errors import DecodeError, StackError
@@ -254,8 +254,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._partitions
 
     def _ends(self, floor: dict[str, int]) -> dict[str, int]:
-        return {str(p): true_end_offset(self._cons(), self.topic, p, floor.get(str(p), 0), timeout=3.0)
-                for p in self._parts()}
+        ends = true_end_offsets(self._cons(), self.topic, {p: floor.get(str(p), 0) for p in self._parts()},
+                                timeout=3.0)
+        return {str(p): e for p, e in ends.items()}
 
     def _ends_or_wait(self, floor: dict[str, int]) -> dict[str, int] | None:
         """End offsets, or None while the broker is unreachable: the query idles (each trigger
