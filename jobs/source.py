@@ -22,7 +22,8 @@ how far *every* partition has got, not only the partitions its keys came from, s
 
 * each offset range read also yields one *frontier* row per key group (``meta_control =
   "frontier"``, ``meta_partition``, ``meta_start`` = the range's largest start);
-* each micro-batch has one *control* task that yields one row per key group with
+* each micro-batch's first offset range (or, with nothing to read, a task of its own) also
+  yields one *control* row per key group with
   ``meta_control = {"partitions": [...], "idle": [...], "flush": bool}``: the topic's
   partitions, those idle as planned by the driver, and whether this batch reaches the end of a
   bounded input (the final CTI, +∞, once every stream has ended).
@@ -215,14 +216,18 @@ def _spread(start: dict, ends: dict, budget: int) -> dict:
 
 
 class OffsetRange(InputPartition):
-    """Records ``[start, end)`` of one Kafka partition."""
+    """Records ``[start, end)`` of one Kafka partition; ``control``: the micro-batch's control
+    rows, yielded first by the task that reads this range (the first range of a batch carries
+    them, so they cost no task of their own: Spark's per-task cost for a Python reader is
+    tens of milliseconds)."""
 
-    def __init__(self, partition: int, start: int, end: int):
-        self.partition, self.start, self.end = partition, start, end
+    def __init__(self, partition: int, start: int, end: int, control: "BatchControl | None" = None):
+        self.partition, self.start, self.end, self.control = partition, start, end, control
 
 
 class BatchControl(InputPartition):
-    """The micro-batch's control task: the topic's partitions, the idle ones, the flush flag."""
+    """The micro-batch's control rows: the topic's partitions, the idle ones, the flush flag (a
+    task of its own only when the batch reads no records: :class:`OffsetRange` carries it)."""
 
     def __init__(self, partitions: list[int], idle: list[int], flush: bool):
         self.partitions, self.idle, self.flush = partitions, idle, flush
@@ -365,7 +370,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                   for p, e in sorted(_data(end).items(), key=lambda x: int(x[0])) if e > data_start.get(p, 0)]
         flush = bool(end.get("flushed") and not start.get("flushed"))
         every = sorted({int(p) for p in _data(end)} | set(self._parts()))
-        return ranges + [BatchControl(every, [int(p) for p in end.get("idle", ())], flush)]
+        control = BatchControl(every, [int(p) for p in end.get("idle", ())], flush)
+        if not ranges:
+            return [control]
+        first = ranges[0]
+        return [OffsetRange(first.partition, first.start, first.end, control)] + ranges[1:]
 
     def reportLatestOffset(self):
         return None
@@ -387,9 +396,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Frontier and control rows are for the operator pipeline (packed rows) only: a typed
         # read (one row per record, e.g. a stateless pass-through) gets records and dead rows.
         control = "meta_pack" in self.arrow.names
+        batch_control = partition if isinstance(partition, BatchControl) else partition.control
+        if batch_control is not None and control:
+            yield decoder.control_rows(batch_control.partitions, batch_control.idle, batch_control.flush)
         if isinstance(partition, BatchControl):
-            if control:
-                yield decoder.control_rows(partition.partitions, partition.idle, partition.flush)
             return
         cons = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-source"})
         try:

@@ -36,6 +36,17 @@ def test_the_idle_set_and_flush_marker_are_not_partitions():
     r = reader(True)
     r._partitions = [0, 1]
     parts = r.partitions({"0": 5, "1": 3}, {"0": 9, "1": 3, "idle": ["1"], "flushed": True})
-    assert [(p.partition, p.start, p.end) for p in parts[:-1]] == [(0, 5, 9)]
-    control = parts[-1]
+    assert [(p.partition, p.start, p.end) for p in parts] == [(0, 5, 9)]
+    control = parts[0].control  # carried by the first range: no task of its own
     assert (control.partitions, control.idle, control.flush) == ([0, 1], [1], True)
+
+
+def test_the_first_range_carries_the_control_rows_and_a_batch_with_nothing_to_read_gets_a_control_task():
+    r = reader(True)
+    r._partitions = [0, 1, 2]
+    parts = r.partitions({"0": 0, "1": 0, "2": 0}, {"0": 4, "1": 0, "2": 7})
+    assert [(p.partition, p.start, p.end) for p in parts] == [(0, 0, 4), (2, 0, 7)]
+    assert parts[0].control is not None and parts[1].control is None
+    assert parts[0].control.partitions == [0, 1, 2]
+    (only,) = r.partitions({"0": 4, "1": 0, "2": 7, "flushed": True}, {"0": 4, "1": 0, "2": 7, "flushed": True})
+    assert isinstance(only, BatchControl) and only.partitions == [0, 1, 2] and not only.flush
