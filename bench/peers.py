@@ -17,9 +17,10 @@ as context: the engine's own floor, not the peer.
   on the same events, operator level (:mod:`bench.match_operator`); skipped with one line when
   PyFlink is not installed.
 
-Peak RSS is compared with each side run again **alone**, in a new process with its own Spark
-(:func:`alone`): in the shared session a JVM keeps the heap earlier queries grew, so the ladder's
-RSS column is the session's high-water mark so far, not a query's own.
+Peak memory (PSS of the process tree: :class:`bench.spark_jobs.PeakMemory`) is compared with
+each side run again **alone**, in a new process with its own Spark (:func:`alone`): in the shared
+session a JVM keeps the heap earlier queries grew, so the ladder's memory column is the session's
+high-water mark so far, not a query's own.
 
 Where a target is missed the bench prints where each side's time goes, from a ladder of queries
 over the same topic (source → noop; the stateful plumbing with no operator; the query → noop; the
@@ -185,7 +186,7 @@ def source_noop(spark, bootstrap: str, spec: dict, home: str, name: str) -> Figu
 def alone(what: str, bootstrap: str, spec: dict, topic_suffix: str = "-alone") -> Figures:
     """One query of the comparison alone in a **new Python process with its own Spark** (driver
     JVM, Python workers), over the same input topic, writing to its own result topics: its peak
-    RSS is its own. In the shared session every query's RSS includes the JVM heap the queries
+    memory is its own. In the shared session every query's figure includes the JVM heap the queries
     before it grew (a JVM does not give memory back), so whichever side ran later looked
     bigger. ``what``: ``bins-peer``, ``bins-final``, ``bins-three``, ``count-peer``, ``count``."""
     import subprocess
@@ -298,7 +299,7 @@ class Peer:
     peer_records: int = 0
     checked: int = 0  # count: records of ours checked against the exact count
     error_max: float | None = None  # count: the largest relative error among them
-    ours_alone: Figures | None = None  # each side again in a process of its own (:func:`alone`): RSS
+    ours_alone: Figures | None = None  # each side again in a process of its own (:func:`alone`): memory
     peer_alone: Figures | None = None
 
     @property
@@ -429,7 +430,7 @@ def bench_match(events: int, out: Console) -> list[tuple[str, float, float | Non
 def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
     """Where the time goes: seconds per 100k events of each query, and what each rung adds."""
     t = Table(title=title)
-    for col in ("query", "events/s", "s / 100k events", "p50 batch ms", "p99 batch ms", "peak RSS MB, session so far"):
+    for col in ("query", "events/s", "s / 100k events", "p50 batch ms", "p99 batch ms", "peak PSS MB, session so far"):
         t.add_column(col, justify="left" if col == "query" else "right")
     for f in rungs:
         t.add_row(f.name, f"{f.rate:,.0f}", f"{per_100k(f):.2f}", f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}",
@@ -440,7 +441,7 @@ def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
 def peers_table(title: str, peers: list[Peer], out: Console) -> None:
     t = Table(title=title)
     for col in ("result", "ours events/s", "peer events/s", "ratio", "target", "met", "ours p50/p99 ms",
-                "peer p50/p99 ms", "each alone: ours / peer events/s", "each alone: ours / peer peak RSS MB",
+                "peer p50/p99 ms", "each alone: ours / peer events/s", "each alone: ours / peer peak PSS MB",
                 "records out ours / peer", "note"):
         t.add_column(col, justify="left" if col in ("result", "note") else "right")
     for p in peers:

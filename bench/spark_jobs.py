@@ -41,8 +41,13 @@ class Figures:
 
 
 class PeakMemory:
-    """Peak resident memory of this process and its children (JVM, Python workers); with
-    ``without_broker``, not the embedded broker's (its memory-only storage holds the topics)."""
+    """Peak memory of this process and its children (JVM, Python workers); with
+    ``without_broker``, not the embedded broker's (its memory-only storage holds the topics).
+
+    Summed as **PSS** (proportional set size: each shared page split among the processes that
+    map it), not RSS: Spark's Python workers are forked from one daemon and share its pages
+    copy-on-write, and the JVM forks to start a process — summed RSS counted those pages once
+    per process (a JVM caught mid-fork counted twice)."""
 
     def __init__(self, without_broker: bool = False):
         self.peak = 0
@@ -57,7 +62,7 @@ class PeakMemory:
                 children = me.children(recursive=True)
                 if self.without_broker:
                     children = [c for c in children if c.name() != "tansu"]
-                total = me.memory_info().rss + sum(c.memory_info().rss for c in children)
+                total = sum(_pss(p) for p in [me, *children])
                 self.peak = max(self.peak, total)
             except psutil.Error:
                 pass
@@ -70,6 +75,13 @@ class PeakMemory:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+def _pss(process: psutil.Process) -> int:
+    try:
+        return process.memory_full_info().pss
+    except (psutil.AccessDenied, AttributeError):  # no smaps here: resident memory instead
+        return process.memory_info().rss
 
 
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
@@ -325,7 +337,7 @@ def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool
 def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> None:
     t = Table(title=title)
     for col in ("variant", "events", "events/s", "vs baseline", "batches", "p50 batch ms", "p99 batch ms",
-                "first batch ms", "peak RSS MB"):
+                "first batch ms", "peak PSS MB"):
         t.add_column(col, justify="right" if col != "variant" else "left")
     for f in rows:
         t.add_row(f.name, f"{f.events:,}", f"{f.rate:,.0f}", f"{f.rate / baseline.rate:.2f}×" if baseline.rate else "-",

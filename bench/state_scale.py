@@ -56,7 +56,7 @@ class Row:
     state_share: float     # of the batches' wall time (Spark: 2 tasks run at once, a share of one core's time)
     written: float         # mean bytes written to the state store per batch
     state_bytes: int
-    peak_rss_mb: float     # Spark: the job's process tree (JVM, Python workers), not the embedded broker
+    peak_rss_mb: float     # Spark: the job's process tree (JVM, Python workers), not the embedded broker (PSS)
     restart_s: float       # to the first completed batch after a restart
     chunks: float = 0.0    # Spark: mean chunks used (read or taken from the worker's cache) and written per batch
     cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (jobs.adapter.WarmChunks)
@@ -287,7 +287,7 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
                         "active keys after a restart (baseline: identity operator at 10k keys, same run)")
     for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
                 "state ms/batch", "state share", "chunks/batch", "cached/batch", "written/batch", "state bytes",
-                "peak RSS MB", "restart s"):
+                "peak PSS MB", "restart s"):
         table.add_column(col, justify="left" if col == "operator" else "right")
     base = rows[0].rate
     first: dict[str, float] = {}
