@@ -31,8 +31,10 @@ import struct
 from array import array
 from dataclasses import dataclass
 from enum import Enum
-from itertools import repeat
+from itertools import count as naturals, repeat
 from typing import Any, Callable, Mapping
+
+import numpy as np
 
 from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
@@ -263,13 +265,54 @@ class CountOperator:
                 if produced:
                     got.append((j, produced))
             return got
+        if self._value_field is None:
+            if self._predicate is None:
+                return self._take_columns(cols.key, cols.start, None)
+            if self._truth is not None:
+                mask = self._truth(cols.fields, n)  # the predicate on whole columns, where exact
+                if mask is not None:
+                    return self._take_columns(cols.key, cols.start, mask)
         keys, starts = cols.key.tolist(), cols.start.tolist()
-        if self._value_field is None and self._truth is not None:
-            mask = self._truth(cols.fields, n)  # the predicate on whole columns, where exact
-            if mask is not None:
-                return self._take(range(n), keys, starts, weights=mask.view("u1").tolist())
         records = cols.records() if (self._predicate is not None or self._value_field is not None) else None
         return self._take(range(n), keys, starts, records)
+
+    def _take_columns(self, keys: np.ndarray, starts: np.ndarray, mask: np.ndarray | None) -> list:
+        """:meth:`_take` for rows whose weights are known as a column (``mask``; None: 1 each):
+        rows grouped by key with NumPy (a stable sort by the row of each key's first appearance), then one
+        ``update_many`` per key in first-appearance order, as :meth:`_take` does. Refuses nothing."""
+        n = len(keys)
+        if n == 0:
+            return []
+        if self._per_key:  # a row's id: the row where its key first appears
+            first: dict[str, int] = {}
+            ids = np.fromiter(map(first.setdefault, keys.tolist(), naturals()), np.int64, n)
+        else:
+            ids = np.zeros(n, np.int64)
+        order = np.argsort(ids, kind="stable")
+        cuts = np.flatnonzero(np.diff(ids[order])) + 1
+        starts = np.asarray(starts, np.int64)
+        histograms, touched, clock = self._histograms, self._touched, self._clock
+        by_time = self._by_time
+        for rows in np.split(order, cuts) if len(cuts) else (order,):
+            key = keys[rows[0]] if self._per_key else GLOBAL_KEY
+            h = histograms.get(key)
+            if h is None:
+                h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+            mine = starts[rows]
+            weights = None if mask is None else mask[rows]
+            if by_time:
+                h.update_many(mine, weights)
+            else:
+                base = h.now if h.now > 0 else 0
+                h.update_many(np.arange(base + 1, base + 1 + len(rows), dtype=np.int64), weights)
+            last = int(mine[-1])  # application-time order: a key's latest start is its last
+            if last > clock:
+                clock = last
+            seen = touched.get(key)
+            if seen is None or last > seen:
+                touched[key] = last
+        self._clock = clock
+        return []
 
     def _take(self, rows=(), keys=(), starts=(), records=None, weights=None) -> list[tuple[int, EventRejected]]:
         """Events ``rows`` (their keys, starts and records; ``records`` None: weight 1 each, or

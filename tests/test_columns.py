@@ -152,15 +152,18 @@ def test_binner_takes_columns_as_it_takes_events(steps, policy, outputs):
     assert by_columns.advance_to(CTI_INFINITY) == by_event.advance_to(CTI_INFINITY)
 
 
-@pytest.mark.parametrize("predicate,value_field", [(None, None), ("amount > 10", None), (None, "amount")])
-def test_count_takes_columns_as_it_takes_events(predicate, value_field):
+@pytest.mark.parametrize("predicate,value_field,window_kind,per_key", [
+    (None, None, "time", True), ("amount > 10", None, "time", True), (None, "amount", "time", True),
+    ("amount > 10", None, "events", True), (None, None, "events", True), ("amount > 10", None, "time", False),
+    (None, None, "events", False)])
+def test_count_takes_columns_as_it_takes_events(predicate, value_field, window_kind, per_key):
     rng = np.random.default_rng(7)
     events = [Event(f"acct{rng.integers(0, 5)}", int(t), int(t),
                     {"amount": (None if rng.random() < 0.05 else -1 if rng.random() < 0.05 else int(rng.integers(0, 30)))},
                     int(rng.integers(0, 3)), i, "tx")
               for i, t in enumerate(np.sort(rng.integers(0, 10_000, 400)))]
-    count_settings = CountSettings("c", window_kind="time", window=2_000, epsilon=0.1, predicate=predicate,
-                                   value_field=value_field)
+    count_settings = CountSettings("c", window_kind=window_kind, window=2_000 if window_kind == "time" else 40,
+                                   epsilon=0.1, predicate=predicate, value_field=value_field, per_key=per_key)
     by_event, by_columns = CountOperator(count_settings), CountOperator(count_settings)
     refusals = 0
     for lo in range(0, len(events), 100):
