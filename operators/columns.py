@@ -17,7 +17,7 @@ become Python objects (their late record needs the event's fields).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,38 @@ __all__ = ["EventColumns", "ColumnTimeLayer", "record_maker"]
 def object_array(values: Sequence[Any]) -> np.ndarray:
     """A 1-d object array of ``values`` as they are (``np.array`` would make lists into rows)."""
     return np.fromiter(values, object, count=len(values))
+
+
+class TakenFields(Mapping):
+    """The field columns of the rows ``index`` of ``source`` (a field name → array mapping),
+    each column taken on first use: an operator that reads two fields of a wide record copies
+    two columns, not all of them. Pickles as the plain dict of every column taken."""
+
+    __slots__ = ("_source", "_index", "_taken")
+
+    def __init__(self, source: Mapping[str, np.ndarray], index) -> None:
+        if isinstance(source, TakenFields):  # rows of rows: one index into the original columns
+            first = source._index
+            if isinstance(first, slice):
+                first = np.arange(len(next(iter(source._source.values()))))[first]
+            source, index = source._source, first[index]
+        self._source, self._index = source, index
+        self._taken: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        column = self._taken.get(name)
+        if column is None:
+            column = self._taken[name] = self._source[name][self._index]
+        return column
+
+    def __iter__(self):
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __reduce__(self):
+        return dict, (dict(self.items()),)
 
 
 class EventColumns:
@@ -104,7 +136,7 @@ class EventColumns:
     def take(self, index: np.ndarray) -> "EventColumns":
         """The rows ``index`` (an integer or boolean array), in that order."""
         return EventColumns(self.stream, self.key[index], self.start[index], self.end[index], self.partition[index],
-                            self.offset[index], {n: c[index] for n, c in self.fields.items()},
+                            self.offset[index], TakenFields(self.fields, index) if self.fields else {},
                             None if self.raw is None else self.raw[index],
                             None if self.adjusted is None else self.adjusted[index],
                             None if self.original_start is None else self.original_start[index],
