@@ -21,9 +21,12 @@ PATTERN = {"within_ms": 120_000, "skip": "skip_past_last_event",
                       {"name": "small", "contiguity": "followed_by", "where": "bytes < 1000"}]}
 
 
-#: 24 micro-batches: enough work left that all ten kills land before the input is done (each
-#: killed run gets a few batches through; with 16, a trial with another seed finished after 9).
-PER_BATCH = 100
+#: 48 micro-batches, and kills between 6 and 24 s after each start (a JVM takes ≈ 7 s to
+#: start here): enough work left that all ten kills land before the input is done. A killed run
+#: gets a few batches through; 24 batches with kills up to 32 s ran out after 9 kills once the
+#: source got faster (and 16 batches did with another seed before that).
+PER_BATCH = 50
+KILL_WINDOW = (6.0, 24.0)
 
 
 def uneven(key: str) -> int:
@@ -59,7 +62,7 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
                  "outputs": {"final": topics["final"], "incremental": topics["incremental"]}}],
             "outputs": {"late": topics["late"], "dead_letter": topics["dlq"]},
             "spark": {"checkpoint": str(tmp_path / "checkpoint"), "key_groups": 4}}
-    report = crash_loop(spec, tmp_path, kills=10, seed=7)
+    report = crash_loop(spec, tmp_path, kills=10, seed=7, window=KILL_WINDOW)
     print(f"\n[chaos] kills survived: {report.kills} at {report.kill_times} s; runs: {report.runs}")
     assert report.kills >= 10 and report.final_returncode == 0
 
