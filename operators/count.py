@@ -291,28 +291,29 @@ class CountOperator:
         order = np.argsort(ids, kind="stable")
         cuts = np.flatnonzero(np.diff(ids[order])) + 1
         starts = np.asarray(starts, np.int64)
-        histograms, touched, clock = self._histograms, self._touched, self._clock
-        by_time = self._by_time
+        histograms, clock = self._histograms, self._clock
         for rows in np.split(order, cuts) if len(cuts) else (order,):
             key = keys[rows[0]] if self._per_key else GLOBAL_KEY
             h = histograms.get(key)
             if h is None:
                 h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-            mine = starts[rows]
-            weights = None if mask is None else mask[rows]
-            if by_time:
-                h.update_many(mine, weights)
-            else:
-                base = h.now if h.now > 0 else 0
-                h.update_many(np.arange(base + 1, base + 1 + len(rows), dtype=np.int64), weights)
-            last = int(mine[-1])  # application-time order: a key's latest start is its last
-            if last > clock:
-                clock = last
-            seen = touched.get(key)
-            if seen is None or last > seen:
-                touched[key] = last
+            clock = self._update_key(key, h, starts[rows], None if mask is None else mask[rows], clock)
         self._clock = clock
         return []
+
+    def _update_key(self, key: str, h: ExponentialHistogram, starts, weights, clock: int) -> int:
+        """One key's events (their starts, in application-time order, and weights) into its
+        histogram, the key marked touched at its latest start; → ``clock`` advanced to it."""
+        if self._by_time:
+            h.update_many(starts, weights)
+        else:
+            base = h.now if h.now > 0 else 0
+            h.update_many(np.arange(base + 1, base + 1 + len(starts), dtype=np.int64), weights)
+        last = int(starts[-1])  # application-time order: a key's latest start is its last
+        seen = self._touched.get(key)
+        if seen is None or last > seen:
+            self._touched[key] = last
+        return last if last > clock else clock
 
     def _take(self, rows=(), keys=(), starts=(), records=None, weights=None) -> list[tuple[int, EventRejected]]:
         """Events ``rows`` (their keys, starts and records; ``records`` None: weight 1 each, or
@@ -345,21 +346,10 @@ class CountOperator:
                 order.append(key)
             mine[0].append(start)
             mine[1].append(w)
-        touched, clock = self._touched, self._clock
+        clock = self._clock
         for key in order:
             starts, weights = by_key[key]
-            h = histograms[key]
-            if self._by_time:
-                h.update_many(starts, weights)
-            else:
-                base = h.now if h.now > 0 else 0
-                h.update_many(range(base + 1, base + 1 + len(starts)), weights)
-            last = starts[-1]  # application-time order: a key's latest start is its last
-            if last > clock:
-                clock = last
-            seen = touched.get(key)
-            if seen is None or last > seen:
-                touched[key] = last
+            clock = self._update_key(key, histograms[key], starts, weights, clock)
         self._clock = clock
         return refused
 
