@@ -43,7 +43,6 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +55,7 @@ from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.checkpoint import write_atomically
 from jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
-from jobs.avro_columns import ColumnDecoder, read_body
+from jobs.avro_columns import ColumnDecoder, arrow_type, compile_schema, read_body
 from jobs.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, default_store, registry_client
 from operators.errors import DecodeError, StackError
 from operators.events import CTI_INFINITY
@@ -67,37 +66,28 @@ MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = CTI_INFINITY  # an edge's end while it is current
 
 
-def _arrow_type(avro: Any) -> pa.DataType:
-    if isinstance(avro, list):
-        non_null = [t for t in avro if t != "null"]
-        return _arrow_type(non_null[0]) if len(non_null) == 1 else pa.string()
-    if isinstance(avro, dict):
-        logical = avro.get("type")
-        if logical in ("record", "array", "map", "enum", "fixed"):
-            return pa.string() if logical != "fixed" else pa.binary()
-        return _arrow_type(logical)
-    return {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-            "float": pa.float32(), "boolean": pa.bool_(), "bytes": pa.binary()}.get(avro, pa.string())
-
-
 def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
     """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata, one
     row per record; ``typed=False``: the operator pipeline's packed rows (one per key group of
     a fetch, see :meth:`RecordDecoder._packed_batch`)."""
-    fields = [pa.field(f["name"], _arrow_type(f["type"])) for f in avro_schema["fields"]] if typed else []
-    return rows.input_schema(fields, packed=not typed)
+    return rows.input_schema(record_fields(avro_schema) if typed else [], packed=not typed)
+
+
+def record_fields(avro_schema: dict) -> list[pa.Field]:
+    """An Avro record's fields as Arrow fields (:func:`jobs.avro_columns.arrow_type`)."""
+    return [pa.field(name, arrow_type(t)) for name, t, _, _ in compile_schema(avro_schema).fields]
 
 
 def nested_fields(avro_schema: dict) -> list[str]:
     """Fields whose values are records/arrays/maps: they travel as JSON strings."""
-    return [f["name"] for f in avro_schema["fields"] if _arrow_type(f["type"]) == pa.string()
-            and _complex(f["type"])]
+    return [name for name, t, _, _ in compile_schema(avro_schema).fields
+            if arrow_type(t) == pa.string() and _complex(t)]
 
 
-def _complex(avro: Any) -> bool:
-    if isinstance(avro, list):
-        return any(_complex(t) for t in avro)
-    return isinstance(avro, dict) and avro.get("type") in ("record", "array", "map")
+def _complex(node) -> bool:
+    if node.kind == "union":
+        return any(_complex(b) for b in node.branches)
+    return node.kind in ("record", "array", "map")
 
 
 def spark_ddl(schema: pa.Schema) -> str:
@@ -439,7 +429,7 @@ class RecordDecoder:
         self.arrow = arrow
         reader = json.loads(self.decode.reader.text)
         self.nested_fields = nested_fields(reader)
-        self.record_schema = pa.schema([pa.field(f["name"], _arrow_type(f["type"])) for f in reader["fields"]])
+        self.record_schema = pa.schema(record_fields(reader))
         self.stream = options.stream
         self.key_field = options.key_field
         self.time_field = options.time_field
