@@ -24,6 +24,16 @@ def rows(n: int) -> pa.RecordBatch:
     })
 
 
+def values_in(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    """Every record value of ``topic``, partition by partition."""
+    cons = kafka.consumer(bootstrap)
+    try:
+        return [m.value for p in range(partitions)
+                for msgs in kafka.read_range(cons, topic, p, 0, kafka.true_end_offset(cons, topic, p, 0)) for m in msgs]
+    finally:
+        cons.close()
+
+
 def test_a_replayed_batch_skips_exactly_what_the_first_attempt_wrote(stack, tmp_path):
     topic = stack.topic("sink-replay")
     kafka.create_topics(stack.bootstrap, {topic: 3})
@@ -35,13 +45,7 @@ def test_a_replayed_batch_skips_exactly_what_the_first_attempt_wrote(stack, tmp_
     assert first.written == 40
     second = writer.write(iter([batch]))                   # Spark replays the whole micro-batch
     assert (second.written, second.skipped) == (60, 40)
-    cons = kafka.consumer(stack.bootstrap)
-    values = []
-    for p in range(3):
-        end = kafka.true_end_offset(cons, topic, p, 0)
-        for msgs in kafka.read_range(cons, topic, p, 0, end):
-            values += [m.value for m in msgs]
-    cons.close()
+    values = values_in(stack.bootstrap, topic, 3)
     assert Counter(values) == Counter(f"v{i}".encode() for i in range(100))
 
 
@@ -92,10 +96,7 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
     assert prod.flush(30) == 0
     again = writer.write(iter([batch]))
     assert (again.written, again.skipped) == (20, 10)
-    cons = kafka.consumer(stack.bootstrap)
-    values = [m.value for msgs in kafka.read_range(cons, topic, 0, 0, kafka.true_end_offset(cons, topic, 0, 0))
-              for m in msgs]
-    cons.close()
+    values = values_in(stack.bootstrap, topic, 1)
     assert Counter(v for v in values if v.startswith(b"v")) == Counter(f"v{i}".encode() for i in range(30))
 
 
@@ -154,13 +155,7 @@ def test_a_worker_keeps_its_producer_across_writes_and_drops_it_when_a_write_fai
     assert key not in sink._PRODUCERS
     KafkaStreamWriter(opts).write(iter([batch]))
     assert sink._PRODUCERS[key] is not kept
-    cons = kafka.consumer(stack.bootstrap)
-    values = []
-    for p in range(3):
-        end = kafka.true_end_offset(cons, topic, p, 0)
-        for msgs in kafka.read_range(cons, topic, p, 0, end):
-            values += [m.value for m in msgs]
-    cons.close()
+    values = values_in(stack.bootstrap, topic, 3)
     assert Counter(values) == Counter(f"v{i}".encode() for i in range(60))
 
 
@@ -190,12 +185,7 @@ def test_after_a_broker_restart_the_next_write_gets_a_fresh_producer_and_lands(t
         sink._PARTITIONS.clear()
         KafkaStreamWriter(opts).write(iter([batch.slice(20, 20)]))
         assert sink._PRODUCERS[key] is not kept
-        cons = kafka.consumer(bootstrap)
-        values = []
-        for p in range(2):
-            for msgs in kafka.read_range(cons, topic, p, 0, kafka.true_end_offset(cons, topic, p, 0)):
-                values += [m.value for m in msgs]
-        cons.close()
+        values = values_in(bootstrap, topic, 2)
         assert Counter(values) == Counter(f"v{i}".encode() for i in range(20, 40))
     finally:
         sink.drop_producer(bootstrap, {})

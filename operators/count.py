@@ -39,7 +39,7 @@ import numpy as np
 from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
 from operators.events import OutputBatch
-from operators.operator import Output
+from operators.operator import Output, process_rows
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
@@ -255,16 +255,7 @@ class CountOperator:
         ``value_field`` reads them."""
         n = len(cols)
         if self._per_event:
-            got: list[tuple[int, Any]] = []
-            for j, e in enumerate(cols.events()):
-                try:
-                    produced = self.process(e)
-                except EventRejected as exc:
-                    got.append((j, exc))
-                    continue
-                if produced:
-                    got.append((j, produced))
-            return got
+            return process_rows(self.process, range(n), cols.events())
         if self._value_field is None:
             if self._predicate is None:
                 return self._take_columns(cols.key, cols.start, None)

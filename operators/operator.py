@@ -19,9 +19,27 @@ Contract (what the adapter relies on):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from operators.errors import EventRejected
 from operators.events import Event, Output  # noqa: F401 - Output is re-exported here
+
+
+def process_rows(process: Callable[[Event], list[Output]], rows: Iterable[int],
+                 events: Iterable[Event]) -> list[tuple[int, Any]]:
+    """``process`` each event, in order: → ``(row, outputs)`` for each row that produced records
+    and ``(row, EventRejected)`` for each refused one (a ``process_columns`` result)."""
+    got: list[tuple[int, Any]] = []
+    for row, event in zip(rows, events):
+        try:
+            produced = process(event)
+        except EventRejected as exc:
+            got.append((row, exc))
+            continue
+        if produced:
+            got.append((row, produced))
+    return got
 
 
 @runtime_checkable

@@ -37,8 +37,8 @@ from operators.cep.compiler import PROCEED, NfaPlan, can_produce_empty_matches, 
 from operators.cep.declarative import pattern_from_dict, pattern_name
 from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
 from operators.cep.pattern import Pattern
-from operators.errors import EventRejected, PatternError
-from operators.operator import Output
+from operators.errors import PatternError
+from operators.operator import Output, process_rows
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
 _SNAPSHOT_VERSION = 2  # 2: each key pickled on its own, with its due CTI
@@ -218,16 +218,7 @@ class MatchOperator:
             if not rows:
                 return []
         events = cols.events() if len(rows) == n else cols.take(np.asarray(rows, np.int64)).events()
-        got: list[tuple[int, Any]] = []
-        for i, e in zip(rows, events):
-            try:
-                produced = self.process(e)
-            except EventRejected as exc:
-                got.append((i, exc))
-                continue
-            if produced:
-                got.append((i, produced))
-        return got
+        return process_rows(self.process, rows, events)
 
     def advance_to(self, cti: int) -> list[Output]:
         outputs: list[Output] = []
