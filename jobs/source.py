@@ -6,8 +6,8 @@ in PySpark's terms:
 * driver: ``initialOffset`` / ``latestOffset`` / ``partitions`` plan per-partition offset
   ranges (the offsets are ``{"<partition>": next_offset}``); ``maxOffsetsPerTrigger`` caps a
   micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
-  partition is probed past tansu's lagging high watermark (:func:`jobs.kafka.true_end_offsets`, all partitions in one probe),
-  and offsets never go backwards.
+  partition is probed past tansu's lagging high watermark (:func:`jobs.kafka.true_end_offsets`,
+  all partitions in one probe), and offsets never go backwards.
 * executors: ``read`` fetches one range, decodes each fetch's Avro in bulk and strictly
   (:mod:`jobs.avro_columns`, per writer schema) and yields Arrow record batches: typed columns
   plus ``meta_``-prefixed metadata, or, for the operator pipeline, one row per key group whose
@@ -363,8 +363,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         control = BatchControl(every, [int(p) for p in end.get("idle", ())], flush)
         if not ranges:
             return [control]
-        first = ranges[0]
-        return [OffsetRange(first.partition, first.start, first.end, control)] + ranges[1:]
+        ranges[0].control = control
+        return ranges
 
     def reportLatestOffset(self):
         return None
