@@ -736,20 +736,24 @@ def _stage_names(pattern: Pattern) -> list[str]:
     return names
 
 
+def proceed_closure(starts) -> list:
+    """The states reachable from ``starts`` through PROCEED edges alone, ``starts`` included,
+    each once (depth first)."""
+    seen: set[str] = set()
+    out = []
+    stack = list(starts)
+    while stack:
+        state = stack.pop()
+        if state.name in seen:
+            continue
+        seen.add(state.name)
+        out.append(state)
+        stack.extend(t.target for t in state.transitions if t.action is PROCEED)
+    return out
+
+
 def can_produce_empty_matches(pattern: Pattern) -> bool:
     """True if the start state reaches the final state by PROCEED edges alone (e.g. ``a*``)."""
     plan = compile_pattern(pattern)
-    start = plan.states[plan.start_state]
-    visited: set[str] = set()
-    stack = [start]
-    while stack:
-        state = stack.pop()
-        if state.name in visited:
-            continue
-        visited.add(state.name)
-        for transition in state.transitions:
-            if transition.action is PROCEED:
-                if transition.target.is_final:
-                    return True
-                stack.append(transition.target)
-    return False
+    return any(t.action is PROCEED and t.target.is_final
+               for state in proceed_closure([plan.states[plan.start_state]]) for t in state.transitions)

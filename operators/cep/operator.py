@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.cep.compiler import PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern
+from operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
+                                    proceed_closure)
 from operators.cep.declarative import pattern_from_dict, pattern_name
 from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
 from operators.cep.pattern import Pattern
@@ -122,17 +123,10 @@ def start_filter(plan: NfaPlan):
     edge has no exact column form (:func:`operators.cep.conditions.column_condition`) or is always true."""
     from operators.cep.conditions import TRUE, column_condition
 
-    seen: set[str] = set()
-    stack = [s for s in plan.states.values() if s.is_start]
     forms = []
-    while stack:
-        state = stack.pop()
-        if state.name in seen:
-            continue
-        seen.add(state.name)
+    for state in proceed_closure(s for s in plan.states.values() if s.is_start):
         for t in state.transitions:
             if t.action is PROCEED:  # follows on to the target's edges, changes nothing itself
-                stack.append(t.target)
                 continue
             if t.condition is None or t.condition is TRUE:
                 return None
