@@ -342,7 +342,8 @@ def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     """Every record of a topic (from the beginning) decoded to dicts (any ctiflow schema, either
     framing); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``, the plots, the demo, the benchmarks and the tests."""
-    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
+    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None,
+                              subject=f"{topic}-value")
     records = []
     cons = consumer(bootstrap, client)
     try:
@@ -370,7 +371,8 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
     beginning or only those written from now on, until ``max_records`` or for ever. A record
     that does not decode raises :class:`~operators.errors.DecodeError`. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
-    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None)
+    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None,
+                              subject=f"{topic}-value")
     parts = topic_partitions(bootstrap, topic, client)
     cons = consumer(bootstrap, client)
     try:

@@ -21,6 +21,7 @@ import functools
 import io
 import json
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,11 +155,21 @@ class AvroDeserializer:
     """Decode either framing into a dict shaped by the reader schema (``schema=None``: by the
     writer schema the header names — for tools that read any topic)."""
 
-    def __init__(self, schema: str | None, *, store: SchemaStore | None = None, registry: Any = None):
+    #: How long a schema id found outside the subject stays refused before the registry is asked again.
+    REFUSED_FOR_S = 30.0
+
+    def __init__(self, schema: str | None, *, store: SchemaStore | None = None, registry: Any = None,
+                 subject: str | None = None):
+        """``subject``: with a registry, only schema ids registered under it are writer schemas
+        (the topic's ``<topic>-value``); any other id is a :class:`DecodeError` — a record must
+        not pick its own writer schema from everything the registry holds."""
         self.store = store or default_store()
         self.reader = self.store.get(schema) if schema is not None else None
         self.registry = registry
+        self.subject = subject
         self._by_id: dict[int, StoredSchema] = {}
+        self._subject_ids: set[int] = set()
+        self._refused: dict[int, float] = {}  # schema id → monotonic time it was last looked up and refused
         self._readers: dict[bytes, Reader] = {}
 
     def writer_schema(self, data: bytes) -> tuple[StoredSchema, int]:
@@ -183,6 +194,8 @@ class AvroDeserializer:
             return cached
         if self.registry is None:
             raise DecodeError(f"Confluent-framed record with schema id {schema_id}, but no schema registry is configured")
+        if self.subject is not None:
+            self._check_subject(schema_id)
         try:
             text = self.registry.get_schema(schema_id).schema_str
         except Exception as exc:
@@ -191,6 +204,26 @@ class AvroDeserializer:
         stored = StoredSchema(f"id:{schema_id}", parsed, text, _fingerprint(parsed))
         self._by_id[schema_id] = stored
         return stored
+
+    def _check_subject(self, schema_id: int) -> None:
+        """Refuse an id not registered under :attr:`subject`. The subject's ids are re-read when an
+        unknown id comes (a producer may have registered a new version), at most once per
+        :attr:`REFUSED_FOR_S` for an id already refused (a flood of forged ids stays cheap)."""
+        if schema_id in self._subject_ids:
+            return
+        now = time.monotonic()
+        if now - self._refused.get(schema_id, -self.REFUSED_FOR_S) >= self.REFUSED_FOR_S:
+            try:
+                versions = self.registry.get_versions(self.subject)
+                self._subject_ids = {self.registry.get_version(self.subject, v).schema_id for v in versions}
+            except Exception as exc:
+                raise DecodeError(f"schema id {schema_id}: cannot list subject {self.subject!r}: {exc}") from exc
+            if schema_id in self._subject_ids:
+                return
+            self._refused[schema_id] = now
+        raise DecodeError(f"schema id {schema_id} is not registered under subject {self.subject!r} "
+                          f"(its ids: {sorted(self._subject_ids) or 'none'}): a record's writer schema must be "
+                          "one of its topic's")
 
     def record_reader(self, writer: StoredSchema) -> Reader:
         """The compiled reader for records written with ``writer`` (resolved to the reader schema);

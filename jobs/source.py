@@ -425,7 +425,7 @@ class RecordDecoder:
         options = SourceOptions.parsed(options)
         reg = options.schema_registry or {}
         registry = registry_client(reg["url"], reg.get("config")) if reg.get("url") else None
-        self.decode = AvroDeserializer(options.schema, registry=registry)
+        self.decode = AvroDeserializer(options.schema, registry=registry, subject=f"{options.topic}-value")
         self.arrow = arrow
         reader = json.loads(self.decode.reader.text)
         self.nested_fields = nested_fields(reader)

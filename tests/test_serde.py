@@ -94,3 +94,62 @@ def test_mutating_one_byte_of_a_valid_record_never_crashes_the_decoder(pos, byte
         AvroDeserializer("transaction")(bytes(value))
     except DecodeError:
         pass
+
+
+HOSTILE_ARRAY = {"type": "record", "name": "Basket", "fields": [{"name": "items", "type": {"type": "array", "items": "long"}}]}
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _framed(schema_id: int, body: bytes) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + body
+
+
+def test_with_a_registry_only_the_topics_subject_names_writer_schemas():
+    """A record framed with the id of a schema registered for *another* subject is refused, even
+    though the registry knows the id: here a 40-byte record whose array claims 2^60 items."""
+    from confluent_kafka.schema_registry import Schema
+
+    reg = registry_client("mock://subject-test")
+    good = AvroSerializer("transaction", framing="confluent", registry=reg, subject="tx-value")(TX)
+    other = reg.register_schema("baskets-value", Schema(json.dumps(HOSTILE_ARRAY), "AVRO"))
+    hostile = _framed(other, _zigzag(2 ** 60) + b"\x02" * 26)
+    assert len(hostile) == 40
+    decode = AvroDeserializer("transaction", registry=reg, subject="tx-value")
+    assert decode(good) == TX
+    with pytest.raises(DecodeError, match=f"schema id {other} is not registered under subject 'tx-value'"):
+        decode(hostile)
+    # A version registered for the subject after the deserializer started is accepted (the
+    # subject's ids are re-read for an id not seen before).
+    newer = {**json.loads(default_schema_text("transaction")), "doc": "v2"}
+    newer["fields"] = [*newer["fields"], {"name": "channel", "type": ["null", "string"], "default": None}]
+    new_id = reg.register_schema("tx-value", Schema(json.dumps(newer), "AVRO"))
+    assert new_id != other
+    value = _framed(new_id, good[5:] + b"\x00")  # the same fields, then channel: null (union branch 0)
+    assert decode(value) == TX
+
+
+def test_a_forged_array_count_in_the_topics_own_schema_is_bounded_by_the_bytes_left():
+    from confluent_kafka.schema_registry import Schema
+
+    reg = registry_client("mock://bound-test")
+    own = reg.register_schema("baskets-value", Schema(json.dumps(HOSTILE_ARRAY), "AVRO"))
+    decode = AvroDeserializer(None, registry=reg, subject="baskets-value")
+    assert decode(_framed(own, _zigzag(2) + _zigzag(7) + _zigzag(-1) + b"\x00")) == {"items": [7, -1]}
+    with pytest.raises(DecodeError, match="bytes left"):
+        decode(_framed(own, _zigzag(2 ** 60) + b"\x02" * 26))
+
+
+def default_schema_text(name: str) -> str:
+    return SchemaStore().get(name).text

@@ -433,3 +433,24 @@ def test_good_records_still_decode():
     for r in workload.transactions(20, seed=4):
         assert AvroDeserializer("transaction")(AvroSerializer("transaction")(r)) == r
     fastavro.validation.validate(workload.flows(1)[0], schema("flow"), raise_errors=True)
+
+
+def test_the_source_dead_letters_a_record_framed_with_another_subjects_schema_id():
+    """The job's source accepts only ids registered under ``<topic>-value``; the forged record is
+    a dead letter with that reason and its neighbours decode."""
+    pytest.importorskip("pyspark")
+    from confluent_kafka.schema_registry import Schema
+
+    from jobs.serde import AvroSerializer, registry_client
+    from jobs.source import RecordDecoder, arrow_schema
+
+    options = {**SOURCE_OPTIONS["transaction"], "schema_registry": json.dumps({"url": "mock://source-subject"})}
+    decoder = RecordDecoder(options, arrow_schema(json.loads(default_store().get("transaction").text)))
+    reg = decoder.decode.registry  # the mock registry lives in this client: register through it
+    good = [AvroSerializer("transaction", framing="confluent", registry=reg, subject="transactions-value")(r)
+            for r in workload.transactions(3, seed=5)]
+    other = reg.register_schema("other-value", Schema(default_store().get("transaction").text, "AVRO"))
+    forged = b"\x00" + other.to_bytes(4, "big") + good[0][5:]
+    rows = decoder.batch([_Message(v, i) for i, v in enumerate([good[0], forged, *good[1:]])]).to_pylist()
+    errors = [r["meta_error"] for r in rows if r["meta_error"]]
+    assert len(errors) == 1 and "not registered under subject 'transactions-value'" in errors[0], errors
