@@ -500,7 +500,31 @@ class JobConfig(Strict):
         ops = [o.name for o in self.operators]
         if len(set(ops)) != len(ops):
             raise ValueError("operators: names must be unique")
+        self._topics_apart()
         return self
+
+    def _topics_apart(self) -> None:
+        """Outputs sharing a topic share its record schema (several counts or matches into one
+        topic is fine: their records name their operator), and no output is an input: a topic
+        with two record schemas (a batch that can never be written) or an output read back as
+        input (a feedback loop) is refused here, before anything runs."""
+        uses = [(self.late_topic, "late", "outputs.late"), (self.dead_letter_topic, "dead_letter", "outputs.dead_letter")]
+        for op in self.operators:
+            schemas = op.result_topics(self)
+            uses += [(topic, schemas[topic], f"operators.{op.name} ({role} output)") for role, topic in op.roles().items()]
+        if self.reference is not None and self.reference.output:
+            uses.append((self.reference.output, "enriched", "reference.output"))
+        inputs = {s.topic: f"sources.{s.name}.topic" for s in self.sources}
+        writers: dict[str, tuple[str, str]] = {}
+        for topic, schema, where in uses:
+            if topic in inputs:
+                raise ValueError(f"{where}: topic {topic!r} is also the input {inputs[topic]}: the job would read "
+                                 "its own output back (a feedback loop); write to another topic")
+            first = writers.setdefault(topic, (schema, where))
+            if first[0] != schema:
+                raise ValueError(f"{where}: topic {topic!r} already gets {first[0]!r} records from {first[1]}, "
+                                 f"this output writes {schema!r} records: one topic holds one record schema; "
+                                 "give this output a topic of its own")
 
     # Derived names ---------------------------------------------------------------------
     @property

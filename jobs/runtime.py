@@ -22,7 +22,7 @@ import numpy as np
 
 from jobs import rows
 from jobs.config import JobConfig, State
-from jobs.serde import default_store
+from jobs.fields import check_fields
 from operators.columns import ColumnTimeLayer, EventColumns
 from operators.errors import EventRejected, StateError
 from operators.events import OutputBatch
@@ -107,8 +107,7 @@ def plan(cfg: JobConfig) -> Plan:
         reference = ReferenceJoinSettings(fast_stream=fast, reference_stream=cfg.reference.source,
                                           missing=cfg.reference.missing, sync=cfg.reference.sync)
         streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
-    for s in cfg.sources:
-        default_store().get(s.schema_name)  # an unknown schema fails here, before Spark starts
+    check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
     cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
     return Plan(streams=streams, fast=fast, reference=reference,
                 operators=tuple(operator_spec(op, cfg) for op in cfg.operators),

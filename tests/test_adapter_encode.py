@@ -239,10 +239,10 @@ def test_a_batch_with_dead_letters_and_control_rows_gives_integer_ctis_to_the_op
 BULK_OPERATORS = {
     "bins": [{"kind": "bins", "name": "per_100", "bin_size": 100, "measures": ["amount"],
               "outputs": {"incremental": "bi", "updated": "bu", "final": "bf"}}],
-    "bins, two measures": [{"kind": "bins", "name": "n", "bin_size": 70, "measures": ["amount", "i"],
+    "bins, two measures": [{"kind": "bins", "name": "n", "bin_size": 70, "measures": ["amount", "event_time"],
                             "outputs": {"final": "bf", "updated": "bu"}}],
     "count": [{"kind": "count", "name": "per_key_events", "window": {"events": 4}, "output": "c2",
-               "predicate": "kind == 'a'"},
+               "predicate": "type == 'a'"},
               {"kind": "count", "name": "per_key_time", "window": {"time": 300}, "epsilon": 0.1, "output": "c1"}],
 }
 

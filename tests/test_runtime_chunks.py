@@ -42,7 +42,7 @@ def where(rt, key):
 
 
 def ev(key, t, i=0, **fields):
-    return Event(key, t, t, {"kind": "a", "amount": 1.0, **fields}, 0, i, "tx")
+    return Event(key, t, t, {"type": "a", "amount": 1.0, **fields}, 0, i, "tx")
 
 
 COUNT_EVENTS = {"kind": "count", "name": "last_5", "window": {"events": 5}, "emit": "per_event", "output": "c"}
@@ -83,14 +83,14 @@ def test_an_untouched_chunk_is_decoded_when_its_window_empties_and_then_dropped(
 
 
 def test_a_run_times_out_at_its_within_though_its_key_sees_no_more_events():
-    pattern = {"within_ms": 60_000, "stages": [{"name": "a", "where": "kind == 'a'"}, {"name": "b", "where": "kind == 'b'"}]}
+    pattern = {"within_ms": 60_000, "stages": [{"name": "a", "where": "type == 'a'"}, {"name": "b", "where": "type == 'b'"}]}
     rt = spread(GroupRuntime(job({"kind": "match", "name": "a_b", "output": "m", "timed_out": "m-late",
                                   "pattern": pattern})))
     other = other_than(rt, "k")
     _, rt = batch(rt, [ev("k", T0)], T0 + 1)
-    out, rt = batch(rt, [ev(other, T0 + 30_000, 1, kind="x")], T0 + 30_001)
+    out, rt = batch(rt, [ev(other, T0 + 30_000, 1, type="x")], T0 + 30_001)
     assert where(rt, "k") not in rt.loaded and not [o for _, o, _ in out if o.role == "timed_out"]
-    out, rt = batch(rt, [ev(other, T0 + 70_000, 2, kind="x")], T0 + 70_001)
+    out, rt = batch(rt, [ev(other, T0 + 70_000, 2, type="x")], T0 + 70_001)
     assert where(rt, "k") in rt.loaded
     assert [(o.role, o.record["key"]) for _, o, _ in out] == [("timed_out", "k")]
     assert rt.live_keys() == 0

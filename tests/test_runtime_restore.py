@@ -19,10 +19,10 @@ OPERATORS = {
     "count": [{"kind": "count", "name": "per_key_time", "window": {"time": 300}, "epsilon": 0.1, "output": "c1",
                "emit": "per_event"},
               {"kind": "count", "name": "per_key_events", "window": {"events": 4}, "output": "c2",
-               "predicate": "kind == 'a'"}],
+               "predicate": "type == 'a'"}],
     "match": [{"kind": "match", "name": "a_then_b", "output": "m", "timed_out": "m-timed-out",
-               "pattern": {"within_ms": 400, "stages": [{"name": "a", "where": "kind == 'a'"},
-                                                          {"name": "b", "where": "kind == 'b'"}]}}],
+               "pattern": {"within_ms": 400, "stages": [{"name": "a", "where": "type == 'a'"},
+                                                          {"name": "b", "where": "type == 'b'"}]}}],
     "count with a key TTL": [{"kind": "count", "name": "last_4", "window": {"events": 4}, "output": "c3",
                               "emit": "per_event"}],
     "bins": [{"kind": "bins", "name": "per_100", "bin_size": 100, "measures": ["amount"],
@@ -40,10 +40,12 @@ def plan_for(kind: str):
 
 
 def with_fields(batches):
-    """The generated events with fields the operators read (a kind, an amount)."""
+    """The generated events with fields of the transaction schema the operators read (a type, an
+    amount, the event time)."""
     def dress(e: Event) -> Event:
         i = e.fields["i"]
-        return Event(e.key, e.start, e.end, {"i": i, "kind": "ab"[i % 3 % 2], "amount": float(i % 7) + 0.5},
+        return Event(e.key, e.start, e.end, {"i": i, "type": "ab"[i % 3 % 2], "amount": float(i % 7) + 0.5,
+                                                  "event_time": e.start},
                      e.partition, e.offset, e.stream)
     return [{p: [dress(e) for e in records] for p, records in batch.items()} for batch in batches]
 

@@ -25,7 +25,7 @@ def job(ttl=None, operators=None):
 
 
 def feed(rt, key: str, t: int, cti: int) -> list[dict]:
-    rt.offer_many([Event(key, t, t, {"kind": "a"}, 0, t, "tx")])
+    rt.offer_many([Event(key, t, t, {"type": "a"}, 0, t, "tx")])
     return [o.record for _, o, _ in rt.advance(cti)]
 
 
@@ -61,13 +61,13 @@ def test_a_ttl_drops_a_silent_keys_count_and_its_next_event_starts_afresh():
 
 
 def test_a_ttl_drops_partial_matches_of_a_pattern_without_within():
-    pattern = {"stages": [{"name": "a", "where": "kind == 'a'"}, {"name": "b", "where": "kind == 'b'"}]}
+    pattern = {"stages": [{"name": "a", "where": "type == 'a'"}, {"name": "b", "where": "type == 'b'"}]}
     op = [{"kind": "match", "name": "a_b", "output": "m", "pattern": pattern}]
     for ttl, matched in ((None, 1), ("5m", 0)):
         rt = GroupRuntime(job(ttl, op))
         feed(rt, "k", T0, T0 + 1)                       # a partial match a…
         feed(rt, "other", T0 + 20 * MIN, T0 + 20 * MIN + 1)
-        rt.offer_many([Event("k", T0 + 21 * MIN, T0 + 21 * MIN, {"kind": "b"}, 0, 9, "tx")])
+        rt.offer_many([Event("k", T0 + 21 * MIN, T0 + 21 * MIN, {"type": "b"}, 0, 9, "tx")])
         out = rt.advance(T0 + 21 * MIN + 1)
         assert sum(o.role == "match" for _, o, _ in out) == matched
 

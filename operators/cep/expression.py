@@ -184,12 +184,18 @@ _OPERATOR_NAMES = {
 class CompiledExpression:
     """A parsed, checked expression; call it with a record (and a CEP match context)."""
 
-    __slots__ = ("text", "uses_match_context", "stage_references", "_evaluate")
+    __slots__ = ("text", "uses_match_context", "stage_references", "field_paths", "_evaluate")
 
-    def __init__(self, text: str, evaluate: Evaluator, stage_references: frozenset[str]) -> None:
+    def __init__(self, text: str, evaluate: Evaluator, stage_references: frozenset[str],
+                 field_paths: frozenset[tuple[str, ...]] = frozenset()) -> None:
         self.text = text
         self._evaluate = evaluate
         self.stage_references = stage_references
+        #: The record fields the expression reads: ``("amount",)`` for a bare name,
+        #: ``("reference", "risk_threshold")`` for ``name.attr``, ``("country",)`` for
+        #: ``first('a').country`` (a field of a matched event). What a config check compares
+        #: with the stream's schema.
+        self.field_paths = field_paths
         self.uses_match_context = bool(stage_references)
 
     def __call__(self, record: Any, ctx: Any = None) -> Any:
@@ -231,7 +237,7 @@ def compile_expression(text: str, *, match_functions: bool = False) -> CompiledE
         raise ExpressionError(f"expression {source!r} is too complex ({nodes} nodes)")
     builder = _Builder(source, match_functions)
     evaluate = builder.build(tree.body)
-    return CompiledExpression(source, evaluate, frozenset(builder.stage_references))
+    return CompiledExpression(source, evaluate, frozenset(builder.stage_references), frozenset(builder.field_paths))
 
 
 class _Builder:
@@ -239,6 +245,7 @@ class _Builder:
         self.text = text
         self.match_functions = match_functions
         self.stage_references: set[str] = set()
+        self.field_paths: set[tuple[str, ...]] = set()
 
     def fail(self, node: ast.AST, message: str) -> ExpressionError:
         column = getattr(node, "col_offset", None)
@@ -269,6 +276,7 @@ class _Builder:
             return lambda env: constant
         if name.startswith("_"):
             raise self.fail(node, f"field names starting with '_' are not allowed ({name})")
+        self.field_paths.add((name,))
 
         def field(env: Env) -> Any:
             record = env[0]
@@ -283,6 +291,12 @@ class _Builder:
             raise self.fail(node, f"attributes starting with '_' are not allowed ({node.attr})")
         inner = self.build(node.value)
         attr = node.attr
+        base = node.value
+        if isinstance(base, ast.Name) and (base.id,) in self.field_paths:
+            self.field_paths.add((base.id, attr))
+        elif (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+              and base.func.id in ("first", "last", "prev")):
+            self.field_paths.add((attr,))
         return lambda env: field_of(inner(env), attr)
 
     def _Subscript(self, node: ast.Subscript) -> Evaluator:
@@ -445,6 +459,8 @@ class _Builder:
         if name == "count":
             return lambda env: len(events(env))
         field_arg = args[1]
+        if isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            self.field_paths.add((node.args[1].value,))
 
         def values(env: Env) -> list[Any]:
             key = field_arg(env)
