@@ -131,15 +131,39 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
     return totals
 
 
+#: What a checkpoint directory ctiflow runs in may hold: Spark's entries and ctiflow's (``ctiflow-*``).
+CHECKPOINT_ENTRIES = frozenset({"offsets", "commits", "metadata", "sources", "state", ".metadata.crc"})
+
+
+def check_checkpoint_dir(checkpoint: Path) -> None:
+    """Refuse, before Spark starts, a checkpoint directory that holds something neither Spark's
+    checkpoint nor ctiflow put there: a mistyped ``spark.checkpoint`` must not make a job write
+    into (or clean up) a user's folder."""
+    if not checkpoint.exists():
+        return
+    if not checkpoint.is_dir():
+        raise ConfigError(f"spark.checkpoint: {checkpoint} is a file, not a directory; give a new or empty directory")
+    foreign = sorted(p.name for p in checkpoint.iterdir()
+                     if p.name not in CHECKPOINT_ENTRIES and not p.name.startswith(("ctiflow-", ".ctiflow-")))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
+        raise ConfigError(f"spark.checkpoint: {checkpoint} is not a ctiflow checkpoint (it holds {shown}); give a "
+                          "new or empty directory (ctiflow keeps a job's offsets and state there)")
+
+
 def reset_uncommitted_checkpoint(checkpoint: Path) -> bool:
     """A run killed before its first micro-batch committed can leave operator state but no
     committed batch; Spark 4 then refuses to plan batch 0 if it has to plan it again
     (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). None of that state was committed, so it goes;
     everything else stays: the offset log (Spark replays batch 0 over exactly the offsets it
     logged, from the starting offsets the source saved, so its output is the same and the sink's
-    replay markers skip what landed), the markers and the key-group labels."""
+    replay markers skip what landed), the markers and the key-group labels.
+
+    Only a checkpoint ctiflow made is touched: one with its key-group labels
+    (``ctiflow-groups.json``, written before Spark's first batch)."""
     state = checkpoint / "state"
-    if not state.is_dir() or any((checkpoint / "commits").glob("[0-9]*")):
+    if (not (checkpoint / "ctiflow-groups.json").is_file() or not state.is_dir()
+            or any((checkpoint / "commits").glob("[0-9]*"))):
         return False
     shutil.rmtree(state)
     return True

@@ -38,7 +38,7 @@ from pathlib import Path
 from jobs.config import JobConfig, duration_ms
 from jobs.kafka import create_topics, public_client, topic_partitions, wait_for_broker
 from jobs.checkpoint import (check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
-                             reset_uncommitted_checkpoint, start_file, write_atomically)
+                             reset_uncommitted_checkpoint, start_file, write_atomically, check_checkpoint_dir)
 from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
                            records_read, summary_line)
 from jobs.runtime import Plan, plan as make_plan
@@ -229,7 +229,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   client)
-    check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir))  # refused before Spark starts
+    check_checkpoint_dir(Path(cfg.checkpoint_dir))  # refused before Spark starts
+    check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir))
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     spark = spark or spark_session(cfg)
     prog = progress_path(cfg)

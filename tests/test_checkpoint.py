@@ -85,6 +85,26 @@ def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_pa
     assert (tmp_path / "state/0/0/2.zip").exists()
 
 
+def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_checkpoint(tmp_path):
+    """A mistyped ``spark.checkpoint`` naming a user's folder that happens to hold ``state/``:
+    nothing in it is deleted, and the run is refused before Spark starts."""
+    from jobs.pipeline import check_checkpoint_dir, reset_uncommitted_checkpoint
+
+    for name in ("state/thesis.tex", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert not reset_uncommitted_checkpoint(tmp_path)
+    assert (tmp_path / "state/thesis.tex").exists()
+    with pytest.raises(ConfigError, match=r"spark.checkpoint: .* is not a ctiflow checkpoint \(it holds notes.txt\)"):
+        check_checkpoint_dir(tmp_path)
+    (tmp_path / "notes.txt").unlink()
+    assert not reset_uncommitted_checkpoint(tmp_path)  # only state/: still not ctiflow's (no key-group labels)
+    assert (tmp_path / "state/thesis.tex").exists()
+    check_checkpoint_dir(tmp_path / "new")  # a new directory is fine
+    with pytest.raises(ConfigError, match="is a file"):
+        check_checkpoint_dir(tmp_path / "state" / "thesis.tex")
+
+
 def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in_the_checkpoint(tmp_path):
     from jobs.config import parse
     from jobs.pipeline import progress_path, read_counters
