@@ -13,13 +13,15 @@ config class here, one operator module and one schema.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, field_validator,
+                      model_validator)
 
 from operators.bins import Binner, BinSettings
 from operators.cep.operator import MatchOperator, MatchSettings
@@ -59,20 +61,50 @@ _DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+#: The longest duration a job may give (100 years): event times are ms since 1970 in a long.
+MAX_DURATION_MS = 100 * 365 * 86_400_000
+
+
 def duration_ms(value: Any) -> int:
-    """Durations as ms: an int (ms) or a string like '5s', '10m', '1h', '-1ms'."""
+    """Durations as ms: an int (ms) or a string like '5s', '10m', '1h', '-1ms'; at most
+    :data:`MAX_DURATION_MS` either way."""
     if isinstance(value, bool):
         raise ValueError("a duration must be a number of ms or a string like '5s'")
+    ms = None
     if isinstance(value, int):
-        return value
-    if isinstance(value, str):
+        ms = value
+    elif isinstance(value, str):
         m = _DURATION.match(value)
         if m:
-            return int(m.group(1)) * _UNIT_MS[m.group(2)]
-    raise ValueError(f"{value!r} is not a duration; use ms (e.g. 5000) or '5s', '10m', '1h'")
+            ms = int(m.group(1)) * _UNIT_MS[m.group(2)]
+    if ms is None:
+        raise ValueError(f"{value!r} is not a duration; use ms (e.g. 5000) or '5s', '10m', '1h'")
+    if abs(ms) > MAX_DURATION_MS:
+        raise ValueError(f"{value!r} is longer than 100 years; give a duration like '5m', '7d'")
+    return ms
 
 
-Duration = Annotated[int, Field(description="ms, or '5s' / '10m' / '1h'")]
+#: A duration in the JSON schema: ms, or a string with a unit.
+DURATION_JSON = {"anyOf": [{"type": "integer", "description": "ms"},
+                           {"type": "string", "pattern": _DURATION.pattern, "examples": ["500ms", "5s", "10m", "1h", "7d"]}]}
+Duration = Annotated[int, WithJsonSchema(DURATION_JSON), Field(description="ms, or '5s' / '10m' / '1h'")]
+
+
+def _settings_as_text(v: Any) -> Any:
+    """Client and Spark settings are strings; an unquoted YAML number or boolean (``linger.ms: 5``,
+    ``enable.idempotence: true``) is taken as its text (booleans lower-case, as both expect)."""
+    if not isinstance(v, dict):
+        return v
+    out = {}
+    for key, value in v.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            value = str(value)
+        elif not isinstance(value, str):
+            raise ValueError(f"{key}: give a string, number or boolean, not {type(value).__name__}")
+        out[key] = value
+    return out
 
 
 class Strict(BaseModel):
@@ -108,6 +140,7 @@ class Kafka(Strict):
         "secret librdkafka settings (ssl.key.password, ...); those written in client move here"))
 
     _ot = field_validator("outage_timeout", mode="before")(lambda v: duration_ms(v))
+    _c = field_validator("client", mode="before")(_settings_as_text)
 
     @model_validator(mode="before")
     @classmethod
@@ -188,9 +221,10 @@ class Cti(Strict):
     @field_validator("idle_timeout")
     @classmethod
     def _idle_positive(cls, v):
-        if v <= 0:
-            raise ValueError("idle_timeout must be positive, e.g. '60s' (how long a partition may have nothing "
-                             "to read before it stops holding the CTI back)")
+        if v < 1000:
+            raise ValueError("idle_timeout must be at least '1s', e.g. '60s' (how long a partition may have nothing "
+                             "to read before it stops holding the CTI back; shorter, a partition turns idle between "
+                             "two reads and its next events are late)")
         return v
 
 
@@ -217,9 +251,31 @@ class Source(Strict):
     @field_validator("starting_offsets")
     @classmethod
     def _offsets(cls, v: str) -> str:
-        if v in ("earliest", "latest") or v.lstrip().startswith("{"):
+        if v in ("earliest", "latest"):
             return v
-        raise ValueError("use 'earliest', 'latest' or JSON like '{\"topic\": {\"0\": 42}}'")
+        example = "use 'earliest', 'latest' or JSON like '{\"topic\": {\"0\": 42}}' (partition → offset; -2 earliest, -1 latest)"
+        try:
+            parsed = json.loads(v)
+        except ValueError as exc:
+            raise ValueError(f"not JSON ({exc}); {example}") from None
+        if not isinstance(parsed, dict) or not all(isinstance(p, dict) for p in parsed.values()):
+            raise ValueError(example)
+        for parts in parsed.values():
+            for part, offset in parts.items():
+                if not part.lstrip("-").isdigit() or int(part) < 0:
+                    raise ValueError(f"partition {part!r} is not a partition number; {example}")
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
+                    raise ValueError(f"offset {offset!r} of partition {part} is not an offset; {example}")
+        return v
+
+    @model_validator(mode="after")
+    def _offsets_topic(self):
+        if self.starting_offsets not in ("earliest", "latest"):
+            topics = set(json.loads(self.starting_offsets))
+            if topics != {self.topic}:
+                raise ValueError(f"source {self.name!r}: starting_offsets names {sorted(topics)}, but the source reads "
+                                 f"{self.topic!r}: give offsets for {self.topic!r} only")
+        return self
 
     @model_validator(mode="after")
     def _shape(self):
@@ -329,14 +385,38 @@ class BinsOp(Strict):
                                    policy=ViolationPolicy(fast.cti.policy))
 
 
+def _pattern_durations(spec: Any, where: str) -> Any:
+    """A pattern (or stage) with ``within: '10m'`` / ``window: '1m'`` written as the pattern
+    API's ``within_ms`` / ``window_ms``, through its stages and groups."""
+    if not isinstance(spec, dict):
+        return spec
+    spec = dict(spec)
+    for short in ("within", "window"):
+        if short in spec:
+            if f"{short}_ms" in spec:
+                raise ValueError(f"{where}: give {short} or {short}_ms, not both")
+            try:
+                spec[f"{short}_ms"] = duration_ms(spec.pop(short))
+            except ValueError as exc:
+                raise ValueError(f"{where}.{short}: {exc}") from None
+    for key in ("stages", "group"):
+        if isinstance(spec.get(key), list):
+            spec[key] = [_pattern_durations(stage, f"{where}.stage {stage.get('name')!r}" if isinstance(stage, dict)
+                                            else where) for stage in spec[key]]
+    return spec
+
+
 class MatchOp(Strict):
     """Complex-event pattern matching with Flink CEP's semantics, per key."""
 
     kind: Literal["match"]
     name: str
-    pattern: dict[str, Any] = Field(description="Flink's Pattern API as YAML (operators/cep/declarative.py)")
+    pattern: dict[str, Any] = Field(description="Flink's Pattern API as YAML (operators/cep/declarative.py); "
+                                    "`within` / `window` take durations like '10m' (or ms as within_ms / window_ms)")
     output: str
     timed_out: str | None = Field(None, description="topic for partial matches whose `within` expired (optional)")
+
+    _p = field_validator("pattern", mode="before")(lambda v: _pattern_durations(v, "pattern"))
 
     _o = field_validator("output")(lambda v: check_topic_name(v, "output"))
 
@@ -351,7 +431,10 @@ class MatchOp(Strict):
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts."""
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None)
-        settings.pattern_object()
+        try:
+            settings.pattern_object()
+        except CtiflowError as exc:
+            raise ConfigError(f"operators.{self.name}.pattern: {exc}") from None
         return MatchOperator, settings
 
 
@@ -407,6 +490,8 @@ class Spark(Strict):
     checkpoint: str | None = Field(None, description="checkpoint directory (default: $CTIFLOW_HOME/checkpoints/<job>); "
                                    "shared by every executor in a cluster", **env("CTIFLOW_CHECKPOINT"))
     conf: dict[str, str] = Field(default_factory=dict, description="any Spark setting")
+
+    _c = field_validator("conf", mode="before")(_settings_as_text)
 
     @field_validator("trigger")
     @classmethod
@@ -625,12 +710,58 @@ def parse(raw: Any, origin: str = "<config>") -> JobConfig:
 ENV_OVERRIDES = env_overrides()
 
 
+#: The most values a job file may expand to (YAML aliases repeat a node without repeating its text).
+MAX_YAML_VALUES = 100_000
+
+
+class _JobLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    silently): a job file's second ``delay:`` is a mistake, not an override."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping (first on line {seen[key] + 1}); "
+                    "keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(value: Any, limit: int) -> int:
+    """How many values ``value`` holds once its shared (aliased) parts count once per use; stops
+    counting past ``limit``. Memoised per object, so a billion-laughs file costs its own size."""
+    sizes: dict[int, int] = {}
+
+    def size(v: Any) -> int:
+        if not isinstance(v, (dict, list)):
+            return 1
+        known = sizes.get(id(v))
+        if known is None:
+            known, children = 1, (list(v.keys()) + list(v.values())) if isinstance(v, dict) else v
+            for child in children:
+                known += size(child)
+                if known > limit:
+                    break
+            sizes[id(v)] = known
+        return known
+
+    return size(value)
+
+
 def load(path: str | Path) -> JobConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such job configuration file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_JobLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a job configuration") from None
+    if _expanded_size(raw, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise ConfigError(f"{path}: expands to more than {MAX_YAML_VALUES:,} values (YAML aliases `*name` repeat "
+                          "what they name): write the configuration out, or use fewer nested aliases")
     return parse(raw, str(path))

@@ -112,3 +112,121 @@ def test_every_field_error_is_reported_at_once():
     lines = [line for line in refused(raw).splitlines() if line.startswith("  - ")]
     assert [line.split(":")[0] for line in lines] == [
         "  - sources.flows.end_field", "  - sources.flows.measures", "  - operators.bytes_per_minute.measures"]
+
+
+# -- bounded validation (issue 28, item 6) and the smaller refusals (item 11) ----------------------
+
+MINIMAL = {"job": "x", "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
+                                    "time_field": "event_time"}],
+           "operators": [{"kind": "passthrough", "output": "o"}]}
+
+
+def minimal(**changes) -> dict:
+    raw = copy.deepcopy(MINIMAL)
+    for path, value in changes.items():
+        node = raw
+        *parents, leaf = path.split("__")
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        node[leaf] = value
+    return raw
+
+
+def parse_refused(raw: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("times", [{"times": 1001}, {"times": 10 ** 7}, {"times": [2, 10 ** 9]}, {"times_or_more": 5000}])
+def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
+    from jobs.runtime import plan
+
+    raw = copy.deepcopy(TRANSACTIONS)
+    op(raw, "login-brute-force")["pattern"]["stages"][0]["quantifier"] = times
+    with pytest.raises(ConfigError, match="is more than 1000 .each repetition is a state"):
+        plan(parse(raw))
+
+
+@pytest.mark.parametrize("expression, reason", [
+    ("((9**999)**999)**999 > amount", "would have more than 4096 bits"),
+    ("amount > 0 and 'a' * 10**9 == type", "more than 1000000 items"),
+    ("-" * 600 + "amount > 1", "nested too deeply"),
+    ("(" * 300 + "amount" + ")" * 300 + " > 1", "too many nested parentheses"),
+])
+def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spark(expression, reason):
+    from jobs.runtime import plan
+
+    for where in ("predicate", "where"):
+        raw = copy.deepcopy(TRANSACTIONS)
+        if where == "predicate":
+            op(raw, "high_value_last_10k")["predicate"] = expression
+        else:
+            op(raw, "two-countries-then-large")["pattern"]["stages"][2]["where"] = expression
+        with pytest.raises(ConfigError, match=reason):
+            plan(parse(raw))
+
+
+def test_arithmetic_on_fields_is_bounded_per_event():
+    from operators.cep.expression import ExpressionError, compile_expression
+
+    with pytest.raises(ExpressionError, match="more than 4096 bits"):
+        compile_expression("(amount ** 999) ** 999 > 1")({"amount": 9})
+    with pytest.raises(ExpressionError, match="more than 1000000 items"):
+        compile_expression("type * amount")({"type": "ab", "amount": 10 ** 6})
+    assert compile_expression("amount ** 3 + 2 ** 10")({"amount": 2}) == 1032
+
+
+def test_a_yaml_alias_bomb_and_a_key_given_twice_are_refused(tmp_path):
+    from jobs.config import load
+
+    text = yaml.safe_dump(MINIMAL) + 'x0: &a0 [{name: s, where: "amount > 1"}]\n'
+    for i in range(1, 10):
+        text += f"x{i}: &a{i} [" + ", ".join(f"{{name: g{j}, group: *a{i - 1}}}" for j in range(9)) + "]\n"
+    (tmp_path / "bomb.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="expands to more than 100,000 values"):
+        load(tmp_path / "bomb.yaml")
+    (tmp_path / "twice.yaml").write_text(yaml.safe_dump(MINIMAL) + "job: y\n")
+    with pytest.raises(ConfigError, match="key 'job' is given twice in one mapping"):
+        load(tmp_path / "twice.yaml")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"sources__0__starting_offsets": '{"tx": {0: 5'}, "starting_offsets: not JSON"),
+    ({"sources__0__starting_offsets": '{"tx": {"0": "five"}}'}, "offset 'five' of partition 0 is not an offset"),
+    ({"sources__0__starting_offsets": '{"other": {"0": 5}}'}, "starting_offsets names ['other'], but the source reads 'tx'"),
+    ({"sources__0__cti": {"idle_timeout": "1ms"}}, "idle_timeout must be at least '1s'"),
+    ({"sources__0__cti": {"delay": "99999999999d"}}, "'99999999999d' is longer than 100 years"),
+    ({"sources__0__cti": {"delay": 86399999999913600000}}, "is longer than 100 years"),
+    ({"kafka": {"client": {"linger.ms": [5]}}}, "linger.ms: give a string, number or boolean, not list"),
+])
+def test_small_mistakes_get_a_message_that_names_the_fix(changes, message):
+    assert message in parse_refused(minimal(**changes))
+
+
+def test_unquoted_numbers_and_booleans_in_client_and_spark_settings_are_their_text():
+    cfg = parse(minimal(kafka={"client": {"linger.ms": 5, "enable.idempotence": True}},
+                        spark={"conf": {"spark.sql.shuffle.partitions": 4}}))
+    assert cfg.kafka.client == {"linger.ms": "5", "enable.idempotence": "true"}
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+
+
+def test_durations_are_accepted_with_units_everywhere_including_within():
+    raw = copy.deepcopy(TRANSACTIONS)
+    pattern = op(raw, "login-brute-force")["pattern"]
+    del pattern["within_ms"]
+    pattern["within"] = "5m"
+    pattern["stages"][0]["window"] = "30s"
+    got = next(o for o in parse(raw).operators if o.name == "login-brute-force").pattern
+    assert got["within_ms"] == 300_000 and got["stages"][0]["window_ms"] == 30_000
+    pattern["within_ms"] = 1
+    assert "give within or within_ms, not both" in parse_refused(raw)
+
+
+def test_the_json_schema_types_durations_as_ms_or_text():
+    from jobs.config import JobConfig
+
+    schema = JobConfig.model_json_schema()
+    delay = schema["$defs"]["Cti"]["properties"]["delay"]
+    kinds = {branch["type"] for branch in delay["anyOf"]}
+    assert kinds == {"integer", "string"}

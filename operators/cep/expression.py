@@ -39,7 +39,10 @@ from operators.errors import ConfigError, EventRejected
 
 MAX_LENGTH = 10_000
 MAX_NODES = 2_000
+MAX_DEPTH = 100  # nesting levels (the builder recurses once per level)
 MAX_EXPONENT = 1_000
+MAX_INT_BITS = 4_096  # an integer result larger than this is an error, not minutes of arithmetic
+MAX_SEQUENCE = 1_000_000  # characters (or items) a repeated or joined string/list may have
 
 Env = tuple[Any, Any]  # (record, match context or None)
 Evaluator = Callable[[Env], Any]
@@ -161,13 +164,37 @@ _COMPARISONS: dict[type, Callable[[Any, Any], bool]] = {
 def _power(base: Any, exponent: Any) -> Any:
     if isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
         raise ArithmeticError(f"exponent {exponent} is larger than {MAX_EXPONENT}")
+    if (type(base) is int and type(exponent) is int and exponent > 0 and abs(base) > 1
+            and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS):
+        raise ArithmeticError(f"the result of ** would have more than {MAX_INT_BITS} bits")
     return base**exponent
 
 
+def _bounded(value: Any) -> Any:
+    """``value`` if it is within the size limits (an int of at most :data:`MAX_INT_BITS` bits, a
+    string or tuple of at most :data:`MAX_SEQUENCE` items), else :class:`ArithmeticError`."""
+    if type(value) is int and value.bit_length() > MAX_INT_BITS:
+        raise ArithmeticError(f"an integer result has more than {MAX_INT_BITS} bits")
+    return value
+
+
+def _multiply(a: Any, b: Any) -> Any:
+    for seq, times in ((a, b), (b, a)):
+        if isinstance(seq, (str, tuple)) and isinstance(times, int) and len(seq) * times > MAX_SEQUENCE:
+            raise ArithmeticError(f"a repeated string or list would have more than {MAX_SEQUENCE} items")
+    return _bounded(a * b)
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, tuple)) and isinstance(b, (str, tuple)) and len(a) + len(b) > MAX_SEQUENCE:
+        raise ArithmeticError(f"a joined string or list would have more than {MAX_SEQUENCE} items")
+    return _bounded(a + b)
+
+
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: lambda a, b: a + b,
+    ast.Add: _add,
     ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
+    ast.Mult: _multiply,
     ast.Div: lambda a, b: a / b,
     ast.FloorDiv: lambda a, b: a // b,
     ast.Mod: lambda a, b: a % b,
@@ -232,12 +259,31 @@ def compile_expression(text: str, *, match_functions: bool = False) -> CompiledE
         raise ExpressionError(
             f"invalid expression {source!r}: {exc.msg} at column {exc.offset}"
         ) from None
+    except (RecursionError, MemoryError):
+        raise ExpressionError(f"expression {source[:60]!r}… is nested too deeply (at most {MAX_DEPTH} levels)") from None
     nodes = sum(1 for _ in ast.walk(tree))
     if nodes > MAX_NODES:
         raise ExpressionError(f"expression {source!r} is too complex ({nodes} nodes)")
+    if _depth(tree.body) > MAX_DEPTH:
+        raise ExpressionError(f"expression {source[:60]!r}… is nested too deeply (at most {MAX_DEPTH} levels)")
     builder = _Builder(source, match_functions)
     evaluate = builder.build(tree.body)
     return CompiledExpression(source, evaluate, frozenset(builder.stage_references), frozenset(builder.field_paths))
+
+
+def _depth(node: ast.AST) -> int:
+    """How deeply ``node`` nests (iteratively: a deep tree must not exhaust the stack here)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _constant(node: ast.AST) -> bool:
+    """``node`` reads no field and calls nothing: its value is known when it is compiled."""
+    return not any(isinstance(n, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(node))
 
 
 class _Builder:
@@ -345,6 +391,12 @@ class _Builder:
         if isinstance(node.op, ast.Not):
             return lambda env: not operand(env)
         if isinstance(node.op, ast.USub):
+            if _constant(node):
+                try:
+                    value = -operand(None)
+                except TypeError as exc:
+                    raise self.fail(node, f"TypeError: {exc}") from None
+                return lambda env: value
             return lambda env: -operand(env)
         if isinstance(node.op, ast.UAdd):
             return lambda env: +operand(env)
@@ -358,6 +410,12 @@ class _Builder:
                 f"operator {type(node.op).__name__} is not allowed (allowed: + - * / // % **)",
             )
         left, right = self.build(node.left), self.build(node.right)
+        if _constant(node):  # folded now: an error in constant arithmetic is a config error
+            try:
+                value = op(left(None), right(None))
+            except (ArithmeticError, TypeError, ValueError) as exc:
+                raise self.fail(node, f"{type(exc).__name__}: {exc}") from None
+            return lambda env: value
         return lambda env: op(left(env), right(env))
 
     def _Compare(self, node: ast.Compare) -> Evaluator:

@@ -170,6 +170,10 @@ class Quantifier:
         )
 
 
+#: The largest number of repetitions a stage may name (``times``, ``times_or_more``).
+MAX_TIMES = 1_000
+
+
 class Times:
     """How often a times/looping stage occurs, and the optional per-loop window (ms)."""
 
@@ -185,6 +189,12 @@ class Times:
             raise PatternError(
                 f"stage {stage!r}: the maximum number of times must be an integer >= the "
                 f"minimum {from_}, got {to!r}"
+            )
+        if to > MAX_TIMES:
+            raise PatternError(
+                f"stage {stage!r}: times up to {to} is more than {MAX_TIMES} (each repetition is a "
+                "state of the compiled pattern); count larger runs with one_or_more / times_or_more "
+                "and a condition on count('stage')"
             )
         self.from_ = from_
         self.to = to
