@@ -406,6 +406,14 @@ def _pattern_durations(spec: Any, where: str) -> Any:
     return spec
 
 
+def _has_within(spec: Any) -> bool:
+    """The pattern, or one of its stages, bounds its runs in time."""
+    if not isinstance(spec, dict):
+        return False
+    return spec.get("within_ms") is not None or any(
+        _has_within(stage) for key in ("stages", "group") for stage in spec.get(key) or [])
+
+
 class MatchOp(Strict):
     """Complex-event pattern matching with Flink CEP's semantics, per key."""
 
@@ -415,6 +423,9 @@ class MatchOp(Strict):
                                     "`within` / `window` take durations like '10m' (or ms as within_ms / window_ms)")
     output: str
     timed_out: str | None = Field(None, description="topic for partial matches whose `within` expired (optional)")
+    max_partial_matches: int | None = Field(10_000, ge=1, le=10_000_000, description=(
+        "at most this many partial matches (runs in flight) per key; an event arriving while its key holds more "
+        "goes to the dead-letter topic (counted as refused) instead of growing the state; null: no bound"))
 
     _p = field_validator("pattern", mode="before")(lambda v: _pattern_durations(v, "pattern"))
 
@@ -430,7 +441,8 @@ class MatchOp(Strict):
 
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts."""
-        settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None)
+        settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None,
+                                 max_partial_matches=self.max_partial_matches)
         try:
             settings.pattern_object()
         except CtiflowError as exc:
@@ -610,6 +622,17 @@ class JobConfig(Strict):
                 raise ValueError(f"{where}: topic {topic!r} already gets {first[0]!r} records from {first[1]}, "
                                  f"this output writes {schema!r} records: one topic holds one record schema; "
                                  "give this output a topic of its own")
+
+    def warnings(self) -> list[str]:
+        """What is allowed but probably not meant (printed by ``run`` and ``check``)."""
+        found = []
+        if self.state.ttl is None:
+            for op in self.operators:
+                if isinstance(op, MatchOp) and not _has_within(op.pattern):
+                    found.append(f"operators.{op.name}: the pattern has no within and state.ttl is not set: a partial "
+                                 "match that never completes stays in the state for ever (up to max_partial_matches "
+                                 "per key); give the pattern a within (e.g. within: 10m) or set state.ttl")
+        return found
 
     # Derived names ---------------------------------------------------------------------
     @property

@@ -230,3 +230,46 @@ def test_the_json_schema_types_durations_as_ms_or_text():
     delay = schema["$defs"]["Cti"]["properties"]["delay"]
     kinds = {branch["type"] for branch in delay["anyOf"]}
     assert kinds == {"integer", "string"}
+
+
+# -- CEP partial matches are bounded per key (issue 28, item 5) ------------------------------------
+
+EXPLODING = {"within_ms": 10 ** 9, "stages": [
+    {"name": "a", "where": "amount > 0", "quantifier": "one_or_more", "allow_combinations": True},
+    {"name": "b", "contiguity": "followed_by_any", "where": "amount < 0"}]}
+
+
+def test_a_pattern_whose_runs_double_per_event_stops_at_the_limit_and_refuses_the_key_s_next_events():
+    """one_or_more + allow_combinations doubles the runs per event (2^14 after 14 events without
+    a bound); with max_partial_matches the key's runs stop near the limit, the events that find
+    it exceeded are refused (dead letters in a job), and another key still matches."""
+    from operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit
+    from operators.time import Event
+
+    limit = 100
+    operator = MatchOperator(MatchSettings(pattern=EXPLODING, name="x", max_partial_matches=limit))
+    refused = 0
+    for t in range(40):
+        try:
+            operator.process(Event("hot", 1000 + t, 1000 + t, {"amount": 1.0}))
+        except PartialMatchLimit as exc:
+            refused += 1
+            assert "key 'hot' holds" in str(exc) and "max_partial_matches 100" in str(exc)
+        assert operator.partial_match_count() <= 2 * limit + 1
+    assert refused >= 30
+    operator.process(Event("calm", 2000, 2000, {"amount": 1.0}))
+    out = operator.process(Event("calm", 2001, 2001, {"amount": -1.0}))
+    assert [o.record["key"] for o in out] == ["calm"]
+
+
+def test_match_operators_are_bounded_by_default_and_an_unbounded_pattern_is_warned_about():
+    raw = copy.deepcopy(MINIMAL)
+    raw["operators"] = [{"kind": "match", "name": "boom", "output": "m",
+                         "pattern": {k: v for k, v in EXPLODING.items() if k != "within_ms"}}]
+    cfg = parse(raw)
+    assert cfg.operators[0].max_partial_matches == 10_000
+    assert [w.split(":")[0] for w in cfg.warnings()] == ["operators.boom"]
+    assert "no within and state.ttl is not set" in cfg.warnings()[0]
+    raw["state"] = {"ttl": "1d"}
+    assert parse(raw).warnings() == []
+    assert parse(TRANSACTIONS).warnings() == []  # both patterns have a within

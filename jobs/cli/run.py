@@ -34,6 +34,8 @@ def run(config: JobFile,
 
     cfg = load(config)
     plan(cfg)  # builds every operator once: pattern/predicate errors surface before Spark starts
+    for warning in cfg.warnings():
+        console.print(f"[yellow]warning[/]: {warning}", highlight=False)
     try:
         summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout)
     finally:

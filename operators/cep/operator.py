@@ -38,7 +38,7 @@ from operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_matches,
 from operators.cep.declarative import pattern_from_dict, pattern_name
 from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
 from operators.cep.pattern import Pattern
-from operators.errors import PatternError
+from operators.errors import EventRejected, PatternError
 from operators.operator import Output, process_rows
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
@@ -60,6 +60,10 @@ class MatchSettings:
     name: str | None = None
     key_field: str | None = None
     emit_timed_out: bool = True
+    #: At most this many runs in flight per key (the waiting start included); an event arriving
+    #: while its key holds more is refused (:class:`PartialMatchLimit`: a dead letter) instead of
+    #: growing the state further. ``None``: no bound (Flink's behaviour).
+    max_partial_matches: int | None = None
 
     def pattern_object(self) -> Pattern:
         """The pattern, fully validated: built (declarative form) and compiled once, so every
@@ -149,6 +153,10 @@ def start_filter(plan: NfaPlan):
     return idle
 
 
+class PartialMatchLimit(EventRejected):
+    """An event refused because its key already holds ``max_partial_matches`` runs."""
+
+
 class MatchOperator:
     """Flink-CEP matching per key; see the module docstring for records and flushing."""
 
@@ -175,6 +183,15 @@ class MatchOperator:
         if state is None:
             state = NfaState.initial(self.plan)
             self._states[key] = state
+        limit = self.settings.max_partial_matches
+        if limit is not None and len(state.partial_matches) > limit:
+            # Counted before this event's time prunes expired runs: the CTI prunes them every
+            # micro-batch, so the count is at most one batch stale. Checked before any output is
+            # built: refusing loses nothing of what the key emitted.
+            raise PartialMatchLimit(
+                f"key {key!r} holds {len(state.partial_matches)} partial matches, more than "
+                f"max_partial_matches {limit}: event refused (bound the pattern with within, "
+                "or raise the limit)")
         nfa = self._nfa
         nfa.state = state
         timestamp = event.start
