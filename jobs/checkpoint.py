@@ -131,6 +131,55 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
     return totals
 
 
+class CounterReader:
+    """:func:`read_counters` of a growing progress file, reading only what was appended since the
+    last call (a job calls it after every batch: re-reading days of lines each time would cost
+    seconds a batch). A batch is replayed only while it is the newest (Spark commits a batch
+    before it starts the next), so every batch but the newest is folded into running totals;
+    a line still being written waits for its newline."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.settled: dict[str, int] = {}
+        self.newest: dict | None = None
+        self.gauges_of = -1  # the batch the settled gauges are from: the highest folded
+
+    def _fold(self, rec: dict) -> None:
+        batch = rec["batch"]
+        rec = {k: v for k, v in rec.items() if k not in ("batch", "time")}
+        for gauge in GAUGES & set(rec):
+            value = rec.pop(gauge)
+            if batch >= self.gauges_of:
+                self.settled[gauge] = value
+        self.gauges_of = max(self.gauges_of, batch)
+        merge_metrics(self.settled, rec)
+
+    def __call__(self) -> dict:
+        if self.path.exists():
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+            whole = data[:data.rfind(b"\n") + 1]
+            self.offset += len(whole)
+            for line in whole.splitlines():
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                if self.newest is not None and rec["batch"] != self.newest["batch"]:
+                    self._fold(self.newest)
+                self.newest = rec  # a replay of the newest batch replaces its earlier attempt
+        if self.newest is None:
+            return dict(self.settled)
+        saved = self.settled, self.gauges_of
+        self.settled = dict(self.settled)
+        try:
+            self._fold(self.newest)
+            return self.settled
+        finally:
+            self.settled, self.gauges_of = saved
+
+
 #: What a checkpoint directory ctiflow runs in may hold: Spark's entries and ctiflow's (``ctiflow-*``).
 CHECKPOINT_ENTRIES = frozenset({"offsets", "commits", "metadata", "sources", "state", ".metadata.crc"})
 

@@ -228,6 +228,10 @@ class Cti(Strict):
         return v
 
 
+#: Records a micro-batch reads at most when neither max_offsets_per_trigger nor frequency.events says.
+DEFAULT_BATCH_RECORDS = 200_000
+
+
 class Source(Strict):
     """An input topic: its Avro schema, the entity key, the event time, and its CTI settings."""
 
@@ -240,13 +244,20 @@ class Source(Strict):
     shape: Shape = Field(Shape.POINT, description="point: one instant; interval: start–end; edge: valid until the next version of its key")
     partitions: int = Field(2, ge=1, le=1024, description="partitions when ctiflow creates the topic")
     starting_offsets: str = Field("earliest", description="earliest, latest, or JSON {topic: {partition: offset}}")
-    max_offsets_per_trigger: int | None = Field(None, ge=1, description="at most this many records a micro-batch")
+    max_offsets_per_trigger: int | None = Field(None, ge=1, description=(
+        f"at most this many records a micro-batch (default {DEFAULT_BATCH_RECORDS:,}: a backlog is read in "
+        "batches of this size, not all at once)"))
     measures: list[str] = Field(default_factory=list, description="numeric fields that must be finite")
     cti: Cti = Cti()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     _topic = field_validator("topic")(lambda v: check_topic_name(v))
+
+    @property
+    def batch_records(self) -> int:
+        """The most records one micro-batch reads from this source."""
+        return self.max_offsets_per_trigger or self.cti.frequency.events or DEFAULT_BATCH_RECORDS
 
     @field_validator("starting_offsets")
     @classmethod

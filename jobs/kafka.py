@@ -339,12 +339,20 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
 
 def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
                timeout: float = 10.0, registry_url: str | None = None) -> list[dict]:
-    """Every record of a topic (from the beginning) decoded to dicts (any ctiflow schema, either
-    framing); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
-    Used by ``ctiflow consume``, the plots, the demo, the benchmarks and the tests."""
+    """Every record of a topic (from the beginning) decoded to dicts: :func:`iter_topic` as a list.
+    Used by the plots, the demo, the benchmarks and the tests."""
+    return list(iter_topic(bootstrap, topic, client, max_records, registry_url))
+
+
+def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
+               registry_url: str | None = None) -> Iterator[dict]:
+    """A topic's records as they are now, partition by partition from the beginning, decoded to
+    dicts (any ctiflow schema, either framing) one range at a time (a large topic is never held
+    in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
+    Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
     decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None,
                               subject=f"{topic}-value")
-    records = []
+    n = 0
     cons = consumer(bootstrap, client)
     try:
         for part in topic_partitions(bootstrap, topic, client):
@@ -357,12 +365,12 @@ def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
                             rec = decode(m.value)
                         except Exception as exc:  # noqa: BLE001 - shown, not hidden
                             rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
-                        records.append(rec)
-                        if max_records and len(records) >= max_records:
-                            return records
+                        yield rec
+                        n += 1
+                        if max_records and n >= max_records:
+                            return
     finally:
         cons.close()
-    return records
 
 
 def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,

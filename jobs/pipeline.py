@@ -37,7 +37,7 @@ from pathlib import Path
 
 from jobs.config import JobConfig, duration_ms
 from jobs.kafka import create_topics, public_client, topic_partitions, wait_for_broker
-from jobs.checkpoint import (check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
+from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
                              reset_uncommitted_checkpoint, start_file, write_atomically, check_checkpoint_dir)
 from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
                            records_read, summary_line)
@@ -154,7 +154,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         key_field=src.key_field, time_field=src.time_field, end_field=src.end_field, shape=src.shape,
         key_groups=cfg.key_groups, group_labels=tuple(labels) if labels is not None else None,
         starting_offsets=src.starting_offsets,
-        max_offsets_per_trigger=src.max_offsets_per_trigger or src.cti.frequency.events,
+        max_offsets_per_trigger=src.batch_records,
         measures=tuple(src.measures), client=public_client(cfg.kafka.client),
         schema_registry=cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
@@ -234,6 +234,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     spark = spark or spark_session(cfg)
     prog = progress_path(cfg)
+    counters_now = CounterReader(prog)
     query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
     started = time.monotonic()
     batches: dict[int, dict] = {}  # batch id → its progress (idle triggers repeat an id: keep the first)
@@ -246,7 +247,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         if fresh and not first_batch:
             first_batch.append(time.monotonic() - entered)  # polled every 0.5 s
         if fresh and on_progress:
-            counters = read_counters(prog)
+            counters = counters_now()
             for p in fresh:
                 on_progress(p, counters)
 

@@ -279,3 +279,31 @@ def test_a_changed_count_is_refused_by_the_check_run_makes_before_spark(tmp_path
     assert check_key_groups(6, tmp_path)["key_groups"] == 6
     with pytest.raises(ConfigError, match=r"spark.key_groups is 2.*written with 6.*set spark.key_groups to 6"):
         check_key_groups(2, tmp_path)
+
+
+def test_the_counter_reader_reads_only_what_was_appended_and_sums_as_read_counters(tmp_path):
+    """Equal to :func:`read_counters` after every append — replays of the newest batch, a
+    gauge, a line still being written — while reading each byte of the file once."""
+    import random
+
+    from jobs.checkpoint import CounterReader
+    from jobs.pipeline import read_counters
+
+    rng = random.Random(5)
+    path = tmp_path / "ctiflow-progress.jsonl"
+    reader = CounterReader(path)
+    assert reader() == {}
+    text = ""
+    for batch in range(60):
+        for _attempt in range(rng.choice([1, 1, 1, 2, 3])):  # a replayed batch: one line per attempt
+            rec = {"batch": batch, "time": float(batch), "received": rng.randint(0, 9), "late": rng.randint(0, 2),
+                   "cti": 1000 * batch - rng.randint(0, 500), "state_bytes": rng.randint(100, 999)}
+            line = json.dumps(rec) + "\n"
+            cut = rng.randint(1, len(line) - 1)
+            path.write_text(text + line[:cut])  # the sink mid-write: the reader waits for the newline
+            partial = reader()
+            text += line
+            path.write_text(text)
+            assert reader() == read_counters(path), batch
+        assert partial is not None
+    assert reader.offset == len(text.encode())

@@ -78,7 +78,7 @@ def consume(topic: Topic,
     bs = bootstrap_servers(bootstrap)
     kafka.wait_for_broker(bs)
     if not follow and from_beginning:
-        for record in kafka.read_topic(bs, topic, max_records=max_records, registry_url=registry):
+        for record in kafka.iter_topic(bs, topic, max_records=max_records, registry_url=registry):
             out.print_json(_json(record)) if sys.stdout.isatty() else print(_json(record))
         return
     try:
