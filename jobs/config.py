@@ -608,10 +608,9 @@ class JobConfig(Strict):
         ops = [o.name for o in self.operators]
         if len(set(ops)) != len(ops):
             raise ValueError("operators: names must be unique")
-        self._topics_apart()
         return self
 
-    def _topics_apart(self) -> None:
+    def topic_errors(self) -> list[str]:
         """Outputs sharing a topic share its record schema (several counts or matches into one
         topic is fine: their records name their operator), and no output is an input: a topic
         with two record schemas (a batch that can never be written) or an output read back as
@@ -624,15 +623,18 @@ class JobConfig(Strict):
             uses.append((self.reference.output, "enriched", "reference.output"))
         inputs = {s.topic: f"sources.{s.name}.topic" for s in self.sources}
         writers: dict[str, tuple[str, str]] = {}
+        errors = []
         for topic, schema, where in uses:
             if topic in inputs:
-                raise ValueError(f"{where}: topic {topic!r} is also the input {inputs[topic]}: the job would read "
-                                 "its own output back (a feedback loop); write to another topic")
+                errors.append(f"{where}: topic {topic!r} is also the input {inputs[topic]}: the job would read "
+                              "its own output back (a feedback loop); write to another topic")
+                continue
             first = writers.setdefault(topic, (schema, where))
             if first[0] != schema:
-                raise ValueError(f"{where}: topic {topic!r} already gets {first[0]!r} records from {first[1]}, "
-                                 f"this output writes {schema!r} records: one topic holds one record schema; "
-                                 "give this output a topic of its own")
+                errors.append(f"{where}: topic {topic!r} already gets {first[0]!r} records from {first[1]}, "
+                              f"this output writes {schema!r} records: one topic holds one record schema; "
+                              "give this output a topic of its own")
+        return errors
 
     def warnings(self) -> list[str]:
         """What is allowed but probably not meant (printed by ``run`` and ``check``)."""

@@ -59,9 +59,10 @@ def _stage_expressions(stages: Any, label: str) -> Iterator[tuple[str, str]]:
 
 
 def field_errors(cfg: JobConfig, store: SchemaStore | None = None) -> list[str]:
-    """Every field of ``cfg`` that its schema does not have or has with an unusable type."""
+    """Every field of ``cfg`` that its schema does not have or has with an unusable type, after
+    the topics that collide or loop (:meth:`JobConfig.topic_errors`)."""
     store = store or default_store()
-    errors: list[str] = []
+    errors: list[str] = cfg.topic_errors()
     schemas: dict[str, dict[str, set[str]]] = {}
     for s in cfg.sources:
         try:
@@ -131,4 +132,4 @@ def check_fields(cfg: JobConfig, origin: str = "<config>", store: SchemaStore | 
     if len(errors) == 1:
         raise ConfigError(f"{origin}: {errors[0]}")
     if errors:
-        raise ConfigError("\n".join([f"{origin}: fields that do not fit the schemas", *(f"  - {e}" for e in errors)]))
+        raise ConfigError("\n".join([f"{origin}: fields and topics that do not fit", *(f"  - {e}" for e in errors)]))

@@ -13,7 +13,7 @@ from jobs.serde import FRAMINGS
 
 runner = CliRunner()
 
-COMMANDS = [[], ["up"], ["down"], ["status"], ["doctor"], ["produce"], ["consume"], ["run"], ["drain"], ["demo"],
+COMMANDS = [[], ["up"], ["down"], ["status"], ["doctor"], ["produce"], ["consume"], ["run"], ["drain"], ["check"], ["demo"],
             ["demo-data"], ["bench"], ["topics"], ["topics", "create"], ["topics", "list"], ["schemas"],
             ["schemas", "list"], ["schemas", "register"], ["schemas", "job"], ["plot"], ["plot", "counts"], ["plot", "bins"],
             ["conformance"], ["conformance", "cep"], ["users"], ["users", "create"]]
@@ -96,3 +96,35 @@ def test_the_job_schema_documents_the_yaml_with_choices_and_overrides():
                     and name not in ("kind", "name", "output", "topic", "job", "late", "partitions")]
     assert undocumented == [], undocumented
     assert "sasl_password" in defs["Kafka"]["properties"] and "password" not in json.dumps(schema.get("default", {}))
+
+
+def test_check_reports_every_error_of_a_job_file_at_once_without_kafka_or_spark(tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "demo-transactions.yaml"
+    text = (example.read_text().replace("amount > 1000", "amout > 1000").replace("times: 3}", "times: 3000}")
+            .replace("output: matches\n    timed_out", "output: counts\n    timed_out"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + "  conf: {spark.checkpoint.compress: true}\n")
+    result = runner.invoke(app, ["check", str(example), str(bad)], env={"COLUMNS": "400"})
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"ok      {example}: job 'demo-transactions'")
+    errors = [line.removeprefix(f"error   {bad}: ") for line in lines if line.startswith("error")]
+    assert [e.split(":")[0] for e in errors] == [
+        "operators.login-brute-force (match output)",  # a match into the counts topic
+        "operators.high_value_last_10k.predicate",  # amout
+        "operators.two-countries-then-large.pattern.stage 'large'.where",  # amout
+        "operators.login-brute-force.pattern"]  # times 3000
+    assert "has no field 'amout'; its fields: id, account" in errors[1]
+
+
+def test_check_lists_every_invalid_field_of_the_model(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("job: x\nsources:\n  - {name: tx, topic: t, schema: transaction, key_field: account, "
+                   "time_field: event_time, cti: {delay: soon, idle_timeout: 1ms}}\n"
+                   "operators:\n  - {kind: count, name: c, window: {events: 0}, output: o}\n")
+    result = runner.invoke(app, ["check", str(bad)], env={"COLUMNS": "400"})
+    assert result.exit_code == 1
+    fields = [line.split(": ")[1] for line in result.output.splitlines() if line.startswith("error")]
+    assert fields == ["sources.0.cti.delay", "sources.0.cti.idle_timeout", "operators.0.count.window.events"]

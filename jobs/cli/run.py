@@ -59,3 +59,26 @@ def drain(config: JobFile):
 
     Stop the running job first; ``drain`` continues from its checkpoint."""
     run(config, until_end=True)
+
+
+@app.command()
+def check(configs: Annotated[list[Path], typer.Argument(help="job YAML files")]):
+    """Check job files without Kafka or Spark: every configuration, schema-field, predicate and
+    pattern error at once, each with its file, field and fix; warnings too. Exit 1 on an error."""
+    from jobs.check import check_job
+
+    failed = False
+    for path in configs:
+        report = check_job(path)
+        for error in report.errors:
+            out.print(f"[red]error[/]   {path}: {error}", highlight=False, soft_wrap=True)
+        for warning in report.warnings:
+            out.print(f"[yellow]warning[/] {path}: {warning}", highlight=False, soft_wrap=True)
+        if report.ok:
+            cfg = report.config
+            out.print(f"[green]ok[/]      {path}: job {cfg.job!r}, {len(cfg.sources)} source(s), "
+                      f"{len(cfg.operators)} operator(s), writes {', '.join(sorted(cfg.result_topics()))}",
+                      highlight=False, soft_wrap=True)
+        failed |= not report.ok
+    if failed:
+        raise typer.Exit(1)

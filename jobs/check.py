@@ -1,0 +1,69 @@
+"""``ctiflow check``: everything a job file gets wrong, found at once, without Kafka or Spark.
+
+Runs what ``ctiflow run`` runs before Spark starts — YAML, the configuration model, the fields
+against the Avro schemas (:mod:`jobs.fields`), every operator's predicate and pattern, the
+checkpoint directory — but collects every error instead of stopping at the first, each prefixed
+with the file and the config field, and adds the warnings (:meth:`JobConfig.warnings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.checkpoint import check_checkpoint_dir, check_key_groups
+from jobs.config import JobConfig, load
+from jobs.fields import field_errors
+from operators.errors import ConfigError, CtiflowError
+
+
+@dataclass
+class Report:
+    """One job file's findings: ``errors`` (the job would be refused) and ``warnings``."""
+
+    path: Path
+    config: JobConfig | None = None
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _lines(exc: CtiflowError, path: Path) -> list[str]:
+    """A (possibly multi-line) error as one line per problem, without the file prefix."""
+    text = str(exc)
+    lines = [line.strip().removeprefix("- ") for line in text.splitlines()]
+    head = lines[0]
+    for prefix in (f"{path}: ", "<config>: "):
+        head = head.removeprefix(prefix)
+    rest = lines[1:]
+    if rest and head.endswith(("invalid job configuration", "fields and topics that do not fit")):
+        return rest
+    return [head, *rest]
+
+
+def check_job(path: str | Path) -> Report:
+    """Every error and warning of the job file at ``path``."""
+    path = Path(path)
+    report = Report(path)
+    try:
+        cfg = load(path)
+    except ConfigError as exc:
+        report.errors += _lines(exc, path)
+        return report
+    report.config = cfg
+    report.errors += field_errors(cfg)
+    for op in cfg.operators:
+        try:
+            op.operator(cfg)
+        except CtiflowError as exc:
+            report.errors += _lines(exc, path)
+    for probe in (check_checkpoint_dir, lambda p: check_key_groups(cfg.key_groups, p)):
+        try:
+            probe(Path(cfg.checkpoint_dir))
+        except ConfigError as exc:
+            report.errors += _lines(exc, path)
+    report.warnings += cfg.warnings()
+    return report
