@@ -45,6 +45,21 @@ def check_topic_name(name: str, field: str = "topic") -> str:
     return name
 
 
+#: The embedded broker's port unless ``CTIFLOW_BROKER_PORT`` says otherwise.
+EMBEDDED_PORT = 19092
+
+
+def broker_port() -> int:
+    """The embedded broker's port: ``CTIFLOW_BROKER_PORT``, else :data:`EMBEDDED_PORT`."""
+    raw = os.environ.get("CTIFLOW_BROKER_PORT", "").strip()
+    if not raw:
+        return EMBEDDED_PORT
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise ConfigError(f"CTIFLOW_BROKER_PORT={raw!r} is not a port: set it to a number from 1 to 65535, "
+                          f"or unset it (default {EMBEDDED_PORT})")
+    return int(raw)
+
+
 def home() -> Path:
     """Where ctiflow keeps its files by default (``CTIFLOW_HOME``, else ``./.ctiflow``): the
     embedded stack's pid files and logs, and checkpoints without a configured path."""
@@ -112,18 +127,43 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
 
+#: Schema Registry client settings that are secrets (confluent-kafka's names).
+REGISTRY_SECRET_KEYS = frozenset({"basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret",
+                                  "ssl.key.password", "ssl.key.location.password"})
+
+
 class SchemaRegistry(Strict):
     """A Confluent Schema Registry (optional; without one, records use Avro single-object encoding)."""
 
     url: str | None = Field(None, description="e.g. http://schema-registry:8081", **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
-    config: dict[str, str] = Field(default_factory=dict, description="basic.auth.user.info etc.")
+    config: dict[str, str] = Field(default_factory=dict, description=(
+        "confluent-kafka registry client settings, e.g. basic.auth.credentials.source; secrets written here "
+        "(basic.auth.user.info, bearer.auth.token, ...) are kept apart like the Kafka client's"))
+    secrets: dict[str, SecretStr] = Field(default_factory=dict, exclude=True, description=(
+        "secret registry settings; those written in config move here (never printed, never in Spark options)"))
+
+    _c = field_validator("config", mode="before")(lambda v: _settings_as_text(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _take_secrets(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            config = dict(data["config"])
+            moved = {k: str(config.pop(k)) for k in sorted(REGISTRY_SECRET_KEYS & set(config))}
+            data = {**data, "config": config, "secrets": {**moved, **(data.get("secrets") or {})}}
+        return data
+
+    def client_config(self) -> dict[str, str]:
+        """Every registry client setting, secrets included: for this process's client only."""
+        return {**self.config, **{k: v.get_secret_value() for k, v in self.secrets.items()}}
 
 
 class Kafka(Strict):
     """The Kafka cluster: connection, client settings, credentials, framing."""
 
-    bootstrap_servers: str = Field("127.0.0.1:19092", description="host:port[,host:port]; default: the embedded broker",
-                                   **env("CTIFLOW_BOOTSTRAP"))
+    bootstrap_servers: str = Field(default_factory=lambda: f"127.0.0.1:{broker_port()}", description=(
+        "host:port[,host:port]; default: the embedded broker (127.0.0.1, port CTIFLOW_BROKER_PORT or 19092)"),
+        **env("CTIFLOW_BOOTSTRAP"))
     client: dict[str, str] = Field(default_factory=dict, description=(
         "any librdkafka setting, e.g. security.protocol, sasl.mechanism; secrets written here (sasl.password, "
         "ssl.key.password, ...) are kept apart and never reach Spark options, logs or errors"))
@@ -575,7 +615,7 @@ class JobConfig(Strict):
     """A job: Kafka sources → CTIs → [reference join] → operators → result topics."""
 
     job: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
-    kafka: Kafka = Kafka()
+    kafka: Kafka = Field(default_factory=Kafka)
     sources: list[Source] = Field(min_length=1)
     reference: Reference | None = None
     operators: list[OperatorConfig] = Field(min_length=1)

@@ -39,17 +39,22 @@ def redact(text: str, client: dict[str, str] | None) -> str:
     return text
 
 
+#: Secret librdkafka settings other than SASL's (JSON), for executors' clients (see :func:`env_credentials`).
+CLIENT_SECRETS_ENV = "CTIFLOW_CLIENT_SECRETS"
+
+
 def env_credentials() -> dict[str, str]:
     """SASL/SCRAM credentials from ``CTIFLOW_SASL_USERNAME`` / ``CTIFLOW_SASL_PASSWORD``: how
     executors' clients get them (``spark.executorEnv``, set from the job's config by
     :func:`jobs.pipeline.spark_session`, or the container's environment), never from a Spark
     option. The driver passes :meth:`jobs.config.Kafka.client_config` explicitly."""
+    secrets = json.loads(os.environ.get(CLIENT_SECRETS_ENV) or "{}")  # ssl.key.password etc.
     user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
     if not (user and password):
-        return {}
+        return secrets
     return {"security.protocol": os.environ.get("CTIFLOW_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
             "sasl.mechanism": os.environ.get("CTIFLOW_SASL_MECHANISM", "SCRAM-SHA-256"),
-            "sasl.username": user, "sasl.password": password}
+            "sasl.username": user, "sasl.password": password, **secrets}
 
 
 def base_config(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, str]:
@@ -338,19 +343,20 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
 
 
 def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
-               timeout: float = 10.0, registry_url: str | None = None) -> list[dict]:
+               timeout: float = 10.0, registry_url: str | None = None,
+               registry_config: dict[str, str] | None = None) -> list[dict]:
     """Every record of a topic (from the beginning) decoded to dicts: :func:`iter_topic` as a list.
     Used by the plots, the demo, the benchmarks and the tests."""
-    return list(iter_topic(bootstrap, topic, client, max_records, registry_url))
+    return list(iter_topic(bootstrap, topic, client, max_records, registry_url, registry_config))
 
 
 def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
-               registry_url: str | None = None) -> Iterator[dict]:
+               registry_url: str | None = None, registry_config: dict[str, str] | None = None) -> Iterator[dict]:
     """A topic's records as they are now, partition by partition from the beginning, decoded to
     dicts (any ctiflow schema, either framing) one range at a time (a large topic is never held
     in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
-    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None,
+    decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
                               subject=f"{topic}-value")
     n = 0
     cons = consumer(bootstrap, client)
@@ -374,12 +380,13 @@ def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
 
 
 def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,
-                 max_records: int | None = None, registry_url: str | None = None) -> Iterator[dict]:
+                 max_records: int | None = None, registry_url: str | None = None,
+                 registry_config: dict[str, str] | None = None) -> Iterator[dict]:
     """A topic's records decoded as they arrive (any ctiflow schema, either framing), from the
     beginning or only those written from now on, until ``max_records`` or for ever. A record
     that does not decode raises :class:`~operators.errors.DecodeError`. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
-    decode = AvroDeserializer(None, registry=registry_client(registry_url) if registry_url else None,
+    decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
                               subject=f"{topic}-value")
     parts = topic_partitions(bootstrap, topic, client)
     cons = consumer(bootstrap, client)

@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 from jobs.config import JobConfig, duration_ms
-from jobs.kafka import create_topics, public_client, topic_partitions, wait_for_broker
+from jobs.serde import REGISTRY_SECRETS_ENV
+from jobs.kafka import CLIENT_SECRETS_ENV, create_topics, public_client, topic_partitions, wait_for_broker
 from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
                              reset_uncommitted_checkpoint, start_file, write_atomically, check_checkpoint_dir)
 from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
@@ -57,11 +58,18 @@ def spark_log_path() -> Path:
 
 
 def executor_credentials(cfg: JobConfig) -> dict[str, str]:
-    """The SASL credentials of the job's config, as the variables the executors' clients read."""
+    """The job's secrets (SASL, other secret client settings such as ``ssl.key.password``, the
+    registry's) as the variables the executors' clients read (:func:`jobs.kafka.env_credentials`,
+    :func:`jobs.serde.registry_client`). Spark redacts these names in its UI and logs."""
     k = cfg.kafka
-    if not (k.sasl_username and k.sasl_password):
-        return {}
-    return {"CTIFLOW_SASL_USERNAME": k.sasl_username, "CTIFLOW_SASL_PASSWORD": k.sasl_password.get_secret_value()}
+    found = {}
+    if k.sasl_username and k.sasl_password:
+        found |= {"CTIFLOW_SASL_USERNAME": k.sasl_username, "CTIFLOW_SASL_PASSWORD": k.sasl_password.get_secret_value()}
+    if k.client_secrets:
+        found[CLIENT_SECRETS_ENV] = json.dumps({n: v.get_secret_value() for n, v in k.client_secrets.items()})
+    if k.schema_registry.secrets:
+        found[REGISTRY_SECRETS_ENV] = json.dumps({n: v.get_secret_value() for n, v in k.schema_registry.secrets.items()})
+    return found
 
 
 def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):

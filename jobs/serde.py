@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import struct
 import time
 from dataclasses import dataclass
@@ -105,11 +106,17 @@ def default_store() -> SchemaStore:
     return _default_store
 
 
+#: Secret registry settings (JSON) for clients on executors: set from the job's config through
+#: ``spark.executorEnv`` (:func:`jobs.pipeline.executor_credentials`), never a Spark option.
+REGISTRY_SECRETS_ENV = "CTIFLOW_REGISTRY_SECRETS"
+
+
 def registry_client(url: str, config: dict[str, str] | None = None):
-    """confluent-kafka's Schema Registry client (``mock://…`` gives its in-memory mock)."""
+    """confluent-kafka's Schema Registry client (``mock://…`` gives its in-memory mock), with the
+    secret settings of :data:`REGISTRY_SECRETS_ENV` when that is set."""
     from confluent_kafka.schema_registry import SchemaRegistryClient  # only with a registry: it pulls in httpx
 
-    conf = {"url": url, **(config or {})}
+    conf = {"url": url, **json.loads(os.environ.get(REGISTRY_SECRETS_ENV) or "{}"), **(config or {})}
     return SchemaRegistryClient.new_client(conf) if url.startswith("mock://") else SchemaRegistryClient(conf)
 
 

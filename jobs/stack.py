@@ -18,10 +18,10 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from jobs.config import home  # noqa: F401 - re-exported: where ctiflow keeps its files
+from jobs.config import EMBEDDED_PORT, home  # noqa: F401 - re-exported: where ctiflow keeps its files
 from operators.errors import StackError
 
-DEFAULT_PORT = 19092
+DEFAULT_PORT = EMBEDDED_PORT
 
 
 def free_port() -> int:

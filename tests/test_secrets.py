@@ -32,7 +32,8 @@ def test_a_password_in_the_file_stays_in_the_config_and_out_of_dumps_options_and
     assert client["sasl.username"] == "alice" and client["sasl.mechanism"] == "SCRAM-SHA-256"
     from jobs.pipeline import executor_credentials
 
-    assert executor_credentials(cfg) == {"CTIFLOW_SASL_USERNAME": "alice", "CTIFLOW_SASL_PASSWORD": SECRET}
+    assert executor_credentials(cfg) == {"CTIFLOW_SASL_USERNAME": "alice", "CTIFLOW_SASL_PASSWORD": SECRET,
+                                         "CTIFLOW_CLIENT_SECRETS": json.dumps({"ssl.key.password": "k3y-" + SECRET})}
 
 
 def test_credentials_from_the_environment_are_declared_overrides(monkeypatch):
@@ -63,3 +64,79 @@ def test_config_errors_do_not_echo_the_password(monkeypatch):
         assert SECRET not in str(exc)
     else:
         raise AssertionError("an invalid topic name must be refused")
+
+
+def registry_spec() -> dict:
+    raw = spec(**{"ssl.key.password": "k3y-" + SECRET, "ssl.ca.location": "/etc/ca.pem"})
+    raw["kafka"]["schema_registry"] = {"url": "http://registry:8081", "config": {
+        "basic.auth.credentials.source": "USER_INFO", "basic.auth.user.info": f"alice:{SECRET}"}}
+    return raw
+
+
+def test_registry_credentials_are_kept_apart_and_reach_executors_only_through_their_environment(monkeypatch):
+    from jobs.pipeline import executor_credentials
+
+    monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    cfg = parse(registry_spec())
+    registry = cfg.kafka.schema_registry
+    assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.model_dump()) and SECRET not in repr(registry)
+    assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
+    assert registry.client_config() == {"basic.auth.credentials.source": "USER_INFO",
+                                        "basic.auth.user.info": f"alice:{SECRET}"}
+    env = executor_credentials(cfg)
+    assert json.loads(env["CTIFLOW_REGISTRY_SECRETS"]) == {"basic.auth.user.info": f"alice:{SECRET}"}
+    assert json.loads(env["CTIFLOW_CLIENT_SECRETS"]) == {"ssl.key.password": "k3y-" + SECRET}
+
+
+def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch):
+    """``ssl.key.password`` used to stop at the driver: executors' Kafka clients (source, sink)
+    and registry clients now read what ``spark.executorEnv`` gives them."""
+    import jobs.serde
+    from jobs.kafka import env_credentials
+    from jobs.pipeline import executor_credentials
+
+    monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    for var, value in executor_credentials(parse(registry_spec())).items():
+        monkeypatch.setenv(var, value)
+    assert env_credentials()["ssl.key.password"] == "k3y-" + SECRET
+    assert base_config("b:1", {"security.protocol": "SSL"})["ssl.key.password"] == "k3y-" + SECRET
+    seen = {}
+
+    class Recording:
+        def __init__(self, conf):
+            seen.update(conf)
+
+    monkeypatch.setattr("confluent_kafka.schema_registry.SchemaRegistryClient", Recording)
+    jobs.serde.registry_client("http://registry:8081", {"basic.auth.credentials.source": "USER_INFO"})
+    assert seen == {"url": "http://registry:8081", "basic.auth.credentials.source": "USER_INFO",
+                    "basic.auth.user.info": f"alice:{SECRET}"}
+
+
+def test_the_tools_connect_as_the_job_does_with_config(tmp_path, monkeypatch):
+    import yaml
+
+    from jobs.cli.parameters import connection
+
+    monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(registry_spec()))
+    conn = connection(None, None, path)
+    assert conn.bootstrap == "127.0.0.1:19092" and conn.registry_url == "http://registry:8081"
+    assert conn.client["ssl.key.password"] == "k3y-" + SECRET and conn.client["ssl.ca.location"] == "/etc/ca.pem"
+    assert conn.registry_config["basic.auth.user.info"] == f"alice:{SECRET}"
+    assert connection("b:9", "http://other:1", path).bootstrap == "b:9"  # flags win
+    assert connection(None, None, None).client == {}
+
+
+def test_the_broker_port_variable_is_checked_and_used_by_jobs_too(monkeypatch):
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    monkeypatch.setenv("CTIFLOW_BROKER_PORT", "19555")
+    assert parse(spec()).kafka.bootstrap_servers == "127.0.0.1:19555"
+    monkeypatch.setenv("CTIFLOW_BROKER_PORT", "abc")
+    result = CliRunner().invoke(app, ["consume", "-t", "x"])
+    assert result.exit_code != 0 and "CTIFLOW_BROKER_PORT='abc' is not a port" in str(result.exception)
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 2 and "CTIFLOW_BROKER_PORT" in result.output

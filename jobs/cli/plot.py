@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from jobs.cli.consoles import out
-from jobs.cli.parameters import Bootstrap, bootstrap_servers
+from jobs.cli.parameters import Bootstrap, JobFile, connection
 from jobs.config import load
 from jobs.kafka import read_topic
 from jobs.testing.oracle import exact_counts
@@ -26,9 +26,14 @@ def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
     """Estimate with its guaranteed bounds over application time (and the exact count with --config)."""
     from jobs.plot import plot_counts  # here: matplotlib is slow to import
 
-    bs = bootstrap_servers(bootstrap)
-    records = read_topic(bs, topic)
-    exact = exact_counts(load(config), records, lambda name: read_topic(bs, name)) if config else None
+    conn = connection(bootstrap, None, config)
+
+    def read(name: str) -> list[dict]:
+        return read_topic(conn.bootstrap, name, conn.client, registry_url=conn.registry_url,
+                          registry_config=conn.registry_config)
+
+    records = read(topic)
+    exact = exact_counts(load(config), records, read) if config else None
     out.print(f"wrote {plot_counts(records, str(out_png), exact=exact)} from {len(records)} records")
 
 
@@ -36,10 +41,13 @@ def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
 def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
          final_topic: Annotated[Optional[str], typer.Option("--final-topic")] = None,
          out_png: Annotated[Path, typer.Option("--out")] = Path("bins.png"),
-         bootstrap: Bootstrap = None):
+         bootstrap: Bootstrap = None,
+         config: JobFile = None):
     """Bins per key over time; updated revisions converge on the final value."""
     from jobs.plot import plot_bins  # here: matplotlib is slow to import
 
-    bs = bootstrap_servers(bootstrap)
-    records = read_topic(bs, topic) + (read_topic(bs, final_topic) if final_topic else [])
+    conn = connection(bootstrap, None, config)
+    records = [r for name in filter(None, (topic, final_topic))
+               for r in read_topic(conn.bootstrap, name, conn.client, registry_url=conn.registry_url,
+                                   registry_config=conn.registry_config)]
     out.print(f"wrote {plot_bins(records, str(out_png))} from {len(records)} records")

@@ -12,8 +12,8 @@ from rich.progress import Progress
 
 from jobs import kafka
 from jobs.cli.consoles import console, out
-from jobs.cli.parameters import Bootstrap, Registry, bootstrap_servers
-from jobs.serde import AvroSerializer, registry_client
+from jobs.cli.parameters import Bootstrap, JobFile, Registry, connection
+from jobs.serde import AvroSerializer
 
 app = typer.Typer()
 
@@ -39,14 +39,16 @@ def produce(topic: Topic,
                 help="single-object encoding (no registry) or Confluent (needs --registry)",
             )] = Framing.SINGLE_OBJECT,
             registry: Registry = None,
-            bootstrap: Bootstrap = None):
+            bootstrap: Bootstrap = None,
+            config: JobFile = None):
     """Produce JSON lines to a topic as Avro (validated against the schema)."""
+    conn = connection(bootstrap, registry, config)
     confluent = framing is Framing.CONFLUENT
     serializer = AvroSerializer(schema, framing=framing.value, subject=f"{topic}-value",
-                                registry=registry_client(registry) if confluent and registry else None)
-    bs = bootstrap_servers(bootstrap)
-    kafka.wait_for_broker(bs)
-    kafka.topic_partitions(bs, topic)
+                                registry=conn.registry() if confluent else None)
+    bs = conn.bootstrap
+    kafka.wait_for_broker(bs, conn.client)
+    kafka.topic_partitions(bs, topic, conn.client)
 
     def rejected(line: int, error: Exception) -> None:
         console.print(f"[yellow]line {line} skipped:[/yellow] {error}")
@@ -54,7 +56,7 @@ def produce(topic: Topic,
     lines = sys.stdin if file == "-" else open(file)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"producing to {topic}", total=None)
-        done = kafka.produce(bs, topic, lines, serializer, key_field, on_rejected=rejected,
+        done = kafka.produce(bs, topic, lines, serializer, key_field, conn.client, on_rejected=rejected,
                              on_progress=lambda sent: progress.update(task, completed=sent))
     out.print(f"produced {done.sent - done.unflushed} records to {topic}"
               + (f", {done.rejected} lines rejected" if done.rejected else ""))
@@ -73,17 +75,21 @@ def consume(topic: Topic,
             follow: Annotated[bool, typer.Option(
                 "--follow", "-f", help="keep waiting for new records")] = False,
             registry: Registry = None,
-            bootstrap: Bootstrap = None):
+            bootstrap: Bootstrap = None,
+            config: JobFile = None):
     """Print a topic's records as JSON lines (any ctiflow schema, either framing)."""
-    bs = bootstrap_servers(bootstrap)
-    kafka.wait_for_broker(bs)
+    conn = connection(bootstrap, registry, config)
+    bs = conn.bootstrap
+    kafka.wait_for_broker(bs, conn.client)
     if not follow and from_beginning:
-        for record in kafka.iter_topic(bs, topic, max_records=max_records, registry_url=registry):
+        for record in kafka.iter_topic(bs, topic, conn.client, max_records=max_records, registry_url=conn.registry_url,
+                                       registry_config=conn.registry_config):
             out.print_json(_json(record)) if sys.stdout.isatty() else print(_json(record))
         return
     try:
-        for record in kafka.follow_topic(bs, topic, from_beginning=from_beginning, max_records=max_records,
-                                         registry_url=registry):
+        for record in kafka.follow_topic(bs, topic, conn.client, from_beginning=from_beginning,
+                                         max_records=max_records, registry_url=conn.registry_url,
+                                         registry_config=conn.registry_config):
             print(json.dumps(record, default=str), flush=True)
     except KeyboardInterrupt:
         pass

@@ -39,7 +39,7 @@ def register(config: Annotated[Path, typer.Option("--config", "-c", help="the jo
     if not url:
         raise CtiflowError("no Schema Registry configured: "
                            "set kafka.schema_registry.url or CTIFLOW_SCHEMA_REGISTRY_URL")
-    client = registry_client(url, cfg.kafka.schema_registry.config)
+    client = registry_client(url, cfg.kafka.schema_registry.client_config())
     topics = {s.topic: s.schema_name for s in cfg.sources} | cfg.result_topics()
     for topic, schema in topics.items():
         schema_id = client.register_schema(f"{topic}-value", Schema(default_store().get(schema).text, "AVRO"))

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from jobs import kafka
 from jobs.cli.consoles import out
-from jobs.cli.parameters import Bootstrap, bootstrap_servers
+from jobs.cli.parameters import Bootstrap, JobFile, connection
 from jobs.config import load
 
 app = typer.Typer(no_args_is_help=True, help="Create and list Kafka topics.")
@@ -24,29 +24,25 @@ def create(names: Annotated[Optional[list[str]], typer.Argument(help="topic name
            bootstrap: Bootstrap = None):
     """Create topics (tansu cannot add partitions later: choose the count now)."""
     wanted = {n: partitions for n in names or []}
-    client = None
     if config:
-        cfg = load(config)
-        bootstrap = bootstrap or cfg.kafka.bootstrap_servers
-        client = cfg.kafka.client_config()
-        wanted.update(cfg.topics())
+        wanted.update(load(config).topics())
     if not wanted:
         raise typer.BadParameter("name at least one topic or give --config JOB.yaml")
     for n in wanted:
         kafka.check_topic_name(n)
-    bs = bootstrap_servers(bootstrap)
-    kafka.wait_for_broker(bs, client)
-    created = kafka.create_topics(bs, wanted, client)
+    conn = connection(bootstrap, None, config)
+    kafka.wait_for_broker(conn.bootstrap, conn.client)
+    created = kafka.create_topics(conn.bootstrap, wanted, conn.client)
     for n in wanted:
         out.print(f"{n}: {'created' if n in created else 'exists'} ({wanted[n]} partitions)")
 
 
 @app.command("list")
-def list_(bootstrap: Bootstrap = None):
+def list_(bootstrap: Bootstrap = None, config: JobFile = None):
     """List topics and their partition counts."""
-    bs = bootstrap_servers(bootstrap)
-    kafka.wait_for_broker(bs)
+    conn = connection(bootstrap, None, config)
+    kafka.wait_for_broker(conn.bootstrap, conn.client)
     table = Table("topic", "partitions")
-    for name, partitions in sorted(kafka.list_topics(bs).items()):
+    for name, partitions in sorted(kafka.list_topics(conn.bootstrap, conn.client).items()):
         table.add_row(name, str(partitions))
     out.print(table)
