@@ -54,16 +54,22 @@ def check_job(path: str | Path) -> Report:
         report.errors += _lines(exc, path)
         return report
     report.config = cfg
-    report.errors += field_errors(cfg)
+    report.errors += config_errors(cfg, path)
+    report.warnings += cfg.warnings()
+    return report
+
+
+def config_errors(cfg: JobConfig, path: str | Path = "<config>") -> list[str]:
+    """Every error of a parsed configuration: topics, fields, predicates, patterns, checkpoint."""
+    errors = field_errors(cfg)
     for op in cfg.operators:
         try:
             op.operator(cfg)
         except CtiflowError as exc:
-            report.errors += _lines(exc, path)
+            errors += _lines(exc, Path(path))
     for probe in (check_checkpoint_dir, lambda p: check_key_groups(cfg.key_groups, p)):
         try:
             probe(Path(cfg.checkpoint_dir))
         except ConfigError as exc:
-            report.errors += _lines(exc, path)
-    report.warnings += cfg.warnings()
-    return report
+            errors += _lines(exc, Path(path))
+    return errors

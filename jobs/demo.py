@@ -18,11 +18,12 @@ from rich.table import Table
 
 from jobs import kafka, pipeline, progress, stack
 from jobs.config import load
+from jobs.serde import bundled_dir
 from jobs.plot import plot_bins, plot_counts
 from jobs.serde import AvroSerializer
 from jobs.testing import workload
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = bundled_dir("examples")
 JOBS = ("demo-transactions.yaml", "demo-flows.yaml")
 
 

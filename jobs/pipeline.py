@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from jobs.config import JobConfig, duration_ms
-from jobs.serde import REGISTRY_SECRETS_ENV
+from jobs.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from jobs.kafka import CLIENT_SECRETS_ENV, create_topics, public_client, topic_partitions, wait_for_broker
 from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
                              reset_uncommitted_checkpoint, start_file, write_atomically, check_checkpoint_dir)
@@ -69,6 +69,8 @@ def executor_credentials(cfg: JobConfig) -> dict[str, str]:
         found[CLIENT_SECRETS_ENV] = json.dumps({n: v.get_secret_value() for n, v in k.client_secrets.items()})
     if k.schema_registry.secrets:
         found[REGISTRY_SECRETS_ENV] = json.dumps({n: v.get_secret_value() for n, v in k.schema_registry.secrets.items()})
+    if os.environ.get(SCHEMA_PATH_ENV):  # not a secret, but the executors' decoders need the same schemas
+        found[SCHEMA_PATH_ENV] = os.environ[SCHEMA_PATH_ENV]
     return found
 
 
@@ -124,12 +126,17 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     if fresh:
         print(f"Spark's own log: {log}", file=sys.stderr, flush=True)
-    from jobs.sink import KafkaSink  # (imports pyspark: see above)
+    register_data_sources(spark)
+    return spark
+
+
+def register_data_sources(spark) -> None:
+    """ctiflow's Kafka source (``ctiflow_kafka``) and exactly-once sink (``ctiflow_kafka_sink``)."""
+    from jobs.sink import KafkaSink  # (imports pyspark: see spark_session)
     from jobs.source import KafkaSource
 
     spark.dataSource.register(KafkaSource)
     spark.dataSource.register(KafkaSink)
-    return spark
 
 
 def stop_session() -> None:
@@ -225,21 +232,27 @@ def _signals_stop_gracefully():
             signal.signal(s, h)
 
 
-def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,
-        max_batches: int | None = None) -> RunSummary:
-    """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
-    ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
-    entered = time.monotonic()
-    first_batch: list[float] = []  # seconds from here to the first completed batch (recovery time on a restart)
+def prepare(cfg: JobConfig) -> None:
+    """Everything before Spark: the broker answers, the input topics exist, the result topics are
+    created, the checkpoint is this job's and fits the config (each refusal one clear error)."""
     client = cfg.kafka.client_config()  # with credentials: this process's own clients
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   client)
-    check_checkpoint_dir(Path(cfg.checkpoint_dir))  # refused before Spark starts
+    check_checkpoint_dir(Path(cfg.checkpoint_dir))
     check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir))
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
+
+
+def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,
+        max_batches: int | None = None) -> RunSummary:
+    """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
+    ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
+    entered = time.monotonic()
+    first_batch: list[float] = []  # seconds from here to the first completed batch (recovery time on a restart)
+    prepare(cfg)
     spark = spark or spark_session(cfg)
     prog = progress_path(cfg)
     counters_now = CounterReader(prog)

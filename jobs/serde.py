@@ -33,7 +33,24 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from jobs.avro_columns import Node, Reader, compile_schema, read_body, record_reader
 from operators.errors import DecodeError, SchemaError, invalid_choice
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+def bundled_dir(name: str) -> Path:
+    """A directory shipped with ctiflow: beside the packages in a source checkout (an editable
+    install), else inside the installed ``ctiflow`` package (a wheel maps it there)."""
+    beside = Path(__file__).resolve().parent.parent / name
+    if beside.is_dir():
+        return beside
+    import importlib.util  # finds the package without importing it (ctiflow imports this module)
+
+    spec = importlib.util.find_spec("ctiflow")
+    return Path(next(iter(spec.submodule_search_locations))) / name
+
+
+#: The schemas ctiflow ships (inputs of the examples, and every result topic's).
+SCHEMA_DIR = bundled_dir("schemas")
+#: Where users keep their own ``.avsc`` files: directories separated by ``os.pathsep``, read
+#: after :data:`SCHEMA_DIR` (a user's schema of the same name wins). Executors get the variable
+#: from the driver (``spark.executorEnv``); the directories must exist there too.
+SCHEMA_PATH_ENV = "CTIFLOW_SCHEMA_PATH"
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
 FRAMINGS = ("single_object", "confluent")
@@ -63,14 +80,17 @@ class SchemaStore:
     """Every ``.avsc`` under a directory (recursively, so ``schemas/versions/`` holds older
     writer versions), addressable by name (file stem) and by fingerprint."""
 
-    def __init__(self, directory: Path = SCHEMA_DIR):
+    def __init__(self, directory: Path = SCHEMA_DIR, *more: Path):
         self.directory = Path(directory)
+        self.directories = [self.directory, *map(Path, more)]
         self._by_name: dict[str, StoredSchema] = {}
         self._by_fp: dict[bytes, StoredSchema] = {}
-        if not self.directory.is_dir():
-            raise SchemaError(f"schema directory {self.directory} does not exist")
-        for path in sorted(self.directory.rglob("*.avsc")):
-            self.add(path.stem, path.read_text())
+        for directory in self.directories:
+            if not directory.is_dir():
+                raise SchemaError(f"schema directory {directory} does not exist"
+                                  + (f" (from {SCHEMA_PATH_ENV})" if directory != self.directory else ""))
+            for path in sorted(directory.rglob("*.avsc")):
+                self.add(path.stem, path.read_text())
 
     def add(self, name: str, text: str) -> StoredSchema:
         try:
@@ -87,7 +107,9 @@ class SchemaStore:
             return self._by_name[name]
         except KeyError:
             known = ", ".join(sorted(self._by_name))
-            raise SchemaError(f"unknown schema {name!r}; known schemas: {known} (files in {self.directory})") from None
+            where = ", ".join(map(str, self.directories))
+            raise SchemaError(f"unknown schema {name!r}; known schemas: {known} (files in {where}; add "
+                              f"directories of your own with {SCHEMA_PATH_ENV})") from None
 
     def by_fingerprint(self, fp: bytes) -> StoredSchema | None:
         return self._by_fp.get(fp)
@@ -100,9 +122,11 @@ _default_store: SchemaStore | None = None
 
 
 def default_store() -> SchemaStore:
+    """ctiflow's schemas plus the directories in ``CTIFLOW_SCHEMA_PATH`` (read once per process)."""
     global _default_store
     if _default_store is None:
-        _default_store = SchemaStore()
+        extra = [p for p in os.environ.get(SCHEMA_PATH_ENV, "").split(os.pathsep) if p.strip()]
+        _default_store = SchemaStore(SCHEMA_DIR, *extra)
     return _default_store
 
 

@@ -7,7 +7,8 @@ function-local import cannot hide a cycle), resolved to this project's modules, 
 * no import cycle between modules (a package's ``__init__`` counts as a module);
 * ``operators`` imports nothing of ``jobs``, ``bench``, ``pyspark`` or ``confluent_kafka``;
 * no module of the data path reaches ``jobs.testing``, the CLI or ``bench``, even indirectly;
-* nothing outside the CLI package (``jobs.cli`` and its modules) imports the CLI.
+* nothing outside the CLI package (``jobs.cli`` and its modules) imports the CLI;
+* ``ctiflow`` (the public Python API) sits on top: nothing of ours imports it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("operators", "jobs", "bench")
+PACKAGES = ("ctiflow", "operators", "jobs", "bench")
 #: The Spark data path, in the order data flows; what a running job imports.
 DATA_PATH = ("jobs.config", "jobs.kafka", "jobs.serde", "jobs.source", "jobs.rows", "jobs.runtime",
              "jobs.adapter", "jobs.sink", "jobs.checkpoint", "jobs.progress", "jobs.pipeline", "jobs.stack")
@@ -126,6 +127,12 @@ def test_operators_depend_on_nothing_of_spark_kafka_or_the_jobs():
         if wrong:
             bad[name] = sorted(wrong)
     assert bad == {}
+
+
+def test_the_public_api_package_is_on_top_nothing_of_ours_imports_it():
+    users = {name for name, deps in graph().items() if any(d.split(".")[0] == "ctiflow" for d in deps)
+             and name.split(".")[0] != "ctiflow"}
+    assert users == set()
 
 
 def test_only_the_cli_imports_the_cli():
