@@ -1,0 +1,560 @@
+"""SQL row pattern recognition: ``SELECT * FROM t MATCH_RECOGNIZE (…)`` parsed into a :class:`Query`.
+
+The grammar is Flink's ``MATCH_RECOGNIZE`` (SQL:2016 row pattern recognition as Flink 2.x
+accepts it) plus ``ALL ROWS PER MATCH`` and ``MATCH_NUMBER()`` from the standard. Hand-written
+(a small recursive-descent parser) because what a user needs from it is an error that points at
+the spot — line, column, a caret and what is supported instead — and because the ``PATTERN``
+sub-language and ``WITHIN INTERVAL`` are not in the SQL parsers available here.
+
+Errors are :class:`SqlError` (a :class:`~operators.errors.PatternError`): ``message``,
+``line``, ``column`` (1-based) and :meth:`SqlError.render` for the caret display.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.errors import PatternError
+
+
+class SqlError(PatternError):
+    """A query that does not parse, or uses something unsupported, at ``line``:``column``."""
+
+    def __init__(self, message: str, text: str = "", pos: int = 0) -> None:
+        self.message = message
+        self.text = text
+        self.pos = pos
+        self.line = text.count("\n", 0, pos) + 1
+        self.column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        super().__init__(f"line {self.line}, column {self.column}: {message}")
+
+    def render(self) -> str:
+        """The message, the query line and a caret under the spot."""
+        start = self.text.rfind("\n", 0, self.pos) + 1
+        end = self.text.find("\n", self.pos)
+        source = self.text[start:end if end >= 0 else len(self.text)]
+        return f"{self}\n  {source}\n  {' ' * (self.column - 1)}^"
+
+
+# -- tokens -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Token:
+    kind: str  # "name", "quoted", "number", "string", "op", "end"
+    text: str
+    pos: int
+
+    @property
+    def upper(self) -> str:
+        return self.text.upper() if self.kind == "name" else self.text
+
+
+_TOKEN = re.compile(r"""
+    (?P<space>\s+|--[^\n]*|/\*.*?\*/)
+  | (?P<number>\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_$]*)
+  | (?P<quoted>`(?:[^`]|``)*`)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<op><>|!=|<=|>=|\|\||[-+*/%=<>(),.?{}|;^$])
+""", re.VERBOSE | re.DOTALL)
+
+
+def tokenize(text: str) -> list[Token]:
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            what = "an unterminated string" if text[pos] in "'`" else f"character {text[pos]!r}"
+            raise SqlError(f"unexpected {what}", text, pos)
+        kind = m.lastgroup
+        if kind != "space":
+            value = m.group()
+            if kind == "quoted":
+                value = value[1:-1].replace("``", "`")
+            elif kind == "string":
+                value = value[1:-1].replace("''", "'")
+            tokens.append(Token(kind, value, pos))
+        pos = m.end()
+    tokens.append(Token("end", "", len(text)))
+    return tokens
+
+
+# -- the tree -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Expr:
+    """An expression node: ``kind`` and its parts; ``pos`` for errors."""
+
+    kind: str  # literal, column, call, unary, binary, case, is_null, between, in, cast, interval, star
+    pos: int
+    value: Any = None  # literal value; column (variable or None, name); call/unary/binary operator name
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class PatternVar:
+    name: str
+    pos: int
+    min: int = 1
+    max: int | None = 1  # None: unbounded
+    greedy: bool = True
+    quantified: bool = False
+
+
+@dataclass(frozen=True)
+class Measure:
+    name: str
+    expr: Expr
+    running: bool  # RUNNING (default in ALL ROWS PER MATCH) or FINAL
+
+
+@dataclass
+class Query:
+    text: str
+    table: str
+    partition_by: list[str]
+    order_by: list[tuple[str, bool, int]]  # (column, ascending, pos)
+    measures: list[Measure]
+    all_rows: bool
+    skip: tuple[str, str | None]  # ("to_next_row" | "past_last_row" | "to_first" | "to_last", variable)
+    pattern: list[PatternVar]
+    within_ms: int | None
+    define: dict[str, Expr] = field(default_factory=dict)
+    define_pos: dict[str, int] = field(default_factory=dict)
+    alias: str | None = None
+
+
+_INTERVAL_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+_RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "MEASURES", "ONE", "ALL", "ROW",
+             "ROWS", "PER", "MATCH", "AFTER", "SKIP", "PATTERN", "WITHIN", "DEFINE", "AS", "AND", "OR", "NOT",
+             "CASE", "WHEN", "THEN", "ELSE", "END", "IS", "NULL", "TRUE", "FALSE", "IN", "BETWEEN", "INTERVAL",
+             "RUNNING", "FINAL", "CAST", "SUBSET", "LIKE"}
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.i = 0
+
+    # -- helpers --------------------------------------------------------------------------------
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def peek(self, ahead: int = 1) -> Token:
+        return self.tokens[min(self.i + ahead, len(self.tokens) - 1)]
+
+    def fail(self, message: str, token: Token | None = None) -> SqlError:
+        return SqlError(message, self.text, (token or self.tok).pos)
+
+    def at(self, *words: str) -> bool:
+        return all(self.peek(k).upper == w for k, w in enumerate(words))
+
+    def accept(self, *words: str) -> bool:
+        if self.at(*words):
+            self.i += len(words)
+            return True
+        return False
+
+    def expect(self, *words: str, hint: str = "") -> None:
+        if not self.accept(*words):
+            got = self.tok.text or "the end of the query"
+            raise self.fail(f"expected {' '.join(words)}, found {got!r}" + (f" ({hint})" if hint else ""))
+
+    def identifier(self, what: str) -> str:
+        tok = self.tok
+        if tok.kind == "quoted" or (tok.kind == "name" and tok.upper not in _RESERVED):
+            self.i += 1
+            return tok.text
+        raise self.fail(f"expected {what}, found {tok.text or 'the end of the query'!r}")
+
+    def integer(self, what: str) -> int:
+        tok = self.tok
+        if tok.kind != "number" or not tok.text.isdigit():
+            raise self.fail(f"expected {what} (a non-negative integer), found {tok.text or 'the end'!r}")
+        self.i += 1
+        return int(tok.text)
+
+    # -- the statement --------------------------------------------------------------------------
+    def query(self) -> Query:
+        self.expect("SELECT", hint="a query is SELECT * FROM <table> MATCH_RECOGNIZE (...)")
+        if not self.accept("*"):
+            raise self.fail("only SELECT * is supported: list the output columns in MEASURES")
+        self.expect("FROM")
+        table = self.identifier("a table name")
+        self.expect("MATCH_RECOGNIZE", hint="row pattern recognition is all this statement does")
+        self.expect("(")
+        partition_by: list[str] = []
+        if self.accept("PARTITION", "BY"):
+            partition_by.append(self.identifier("a partition column"))
+            while self.accept(","):
+                partition_by.append(self.identifier("a partition column"))
+        order_by = []
+        if not self.at("ORDER", "BY"):
+            raise self.fail("MATCH_RECOGNIZE needs ORDER BY <time column> (rows are matched in time order)")
+        self.expect("ORDER", "BY")
+        while True:
+            pos = self.tok.pos
+            column = self.identifier("an ORDER BY column")
+            ascending = True
+            if self.accept("DESC"):
+                ascending = False
+            else:
+                self.accept("ASC")
+            order_by.append((column, ascending, pos))
+            if not self.accept(","):
+                break
+        measures = self.measures() if self.accept("MEASURES") else []
+        all_rows = False
+        if self.accept("ONE", "ROW", "PER", "MATCH"):
+            pass
+        elif self.accept("ALL", "ROWS", "PER", "MATCH"):
+            all_rows = True
+            if self.at("SHOW") or self.at("OMIT") or self.at("WITH"):
+                raise self.fail("ALL ROWS PER MATCH options (SHOW/OMIT EMPTY MATCHES, WITH UNMATCHED ROWS) are "
+                                "not supported; write ALL ROWS PER MATCH alone")
+        skip = ("past_last_row", None)  # Flink's default: AFTER MATCH SKIP PAST LAST ROW
+        if self.accept("AFTER", "MATCH", "SKIP"):
+            skip = self.skip()
+        if self.at("SUBSET"):
+            raise self.fail("SUBSET is not supported (Flink has no union variables); repeat the condition instead")
+        self.expect("PATTERN")
+        pattern = self.pattern()
+        within = None
+        if self.accept("WITHIN"):
+            within = self.interval()
+        define, define_pos = {}, {}
+        if self.accept("DEFINE"):
+            while True:
+                pos = self.tok.pos
+                name = self.identifier("a pattern variable")
+                if name in define:
+                    raise self.fail(f"variable {name} is defined twice", self.tokens[self.i - 1])
+                self.expect("AS")
+                define[name], define_pos[name] = self.expression(), pos
+                if not self.accept(","):
+                    break
+        self.expect(")", hint="the MATCH_RECOGNIZE clause ends here")
+        alias = None
+        if self.accept("AS"):
+            alias = self.identifier("an alias")
+        elif self.tok.kind in ("name", "quoted") and self.tok.upper not in _RESERVED:
+            alias = self.identifier("an alias")
+        self.accept(";")
+        if self.tok.kind != "end":
+            raise self.fail(f"unexpected {self.tok.text!r} after the query")
+        return Query(self.text, table, partition_by, order_by, measures, all_rows, skip, pattern, within,
+                     define, define_pos, alias)
+
+    def measures(self) -> list[Measure]:
+        out = []
+        while True:
+            running = None
+            if self.accept("RUNNING"):
+                running = True
+            elif self.accept("FINAL"):
+                running = False
+            expr = self.expression()
+            if not self.accept("AS"):
+                raise self.fail("each measure needs a name: <expression> AS <name>")
+            name = self.identifier("a measure name")
+            out.append(Measure(name, expr, running if running is not None else True))
+            if not self.accept(","):
+                return out
+
+    def skip(self) -> tuple[str, str | None]:
+        if self.accept("TO", "NEXT", "ROW"):
+            return ("to_next_row", None)
+        if self.accept("PAST", "LAST", "ROW"):
+            return ("past_last_row", None)
+        if self.accept("TO", "FIRST"):
+            return ("to_first", self.identifier("a pattern variable"))
+        if self.accept("TO", "LAST"):
+            return ("to_last", self.identifier("a pattern variable"))
+        if self.accept("TO"):
+            return ("to_last", self.identifier("a pattern variable"))  # SKIP TO v = SKIP TO LAST v
+        raise self.fail("expected TO NEXT ROW, PAST LAST ROW, TO FIRST <variable> or TO LAST <variable>")
+
+    def interval(self) -> int:
+        start = self.tok
+        self.expect("INTERVAL", hint="WITHIN takes INTERVAL '10' MINUTE")
+        tok = self.tok
+        if tok.kind == "string":
+            amount_text = tok.text.strip()
+        elif tok.kind == "number":
+            amount_text = tok.text
+        else:
+            raise self.fail("expected the interval's amount as a string, e.g. INTERVAL '10' MINUTE")
+        self.i += 1
+        unit_tok = self.tok
+        unit = unit_tok.upper.rstrip("S") if unit_tok.kind == "name" else ""
+        if unit not in _INTERVAL_MS:
+            raise self.fail(f"expected an interval unit ({', '.join(_INTERVAL_MS)}), found {unit_tok.text!r}")
+        self.i += 1
+        try:
+            amount = float(amount_text)
+        except ValueError:
+            raise SqlError(f"interval amount {amount_text!r} is not a number", self.text, tok.pos) from None
+        ms = int(round(amount * _INTERVAL_MS[unit]))
+        if ms <= 0:
+            raise SqlError("WITHIN needs a positive interval", self.text, start.pos)
+        return ms
+
+    # -- PATTERN --------------------------------------------------------------------------------
+    def pattern(self) -> list[PatternVar]:
+        self.expect("(", hint="PATTERN (A B+ C)")
+        out = self.pattern_seq()
+        self.expect(")")
+        if not out:
+            raise self.fail("PATTERN needs at least one variable")
+        return out
+
+    def pattern_seq(self) -> list[PatternVar]:
+        out: list[PatternVar] = []
+        while True:
+            tok = self.tok
+            if tok.text == "|":
+                raise self.fail("alternation (|) is not supported (Flink's CEP has no branching patterns); "
+                                "write one query per alternative, or one variable whose DEFINE has OR")
+            if tok.upper == "PERMUTE":
+                raise self.fail("PERMUTE is not supported (as in Flink); list the orders you need as queries")
+            if tok.text == "{" and self.peek().text == "-":
+                raise self.fail("exclusion {- -} is not supported (as in Flink)")
+            if tok.text == "^" or tok.text == "$":
+                raise self.fail("anchors ^ and $ are not supported (as in Flink)")
+            if tok.text == "(":
+                self.i += 1
+                inner = self.pattern_seq()
+                self.expect(")")
+                if self.tok.text in ("*", "+", "?", "{"):
+                    raise self.fail("a quantifier on a group is not supported (Flink: group patterns are not "
+                                    "supported yet); quantify single variables")
+                out.extend(inner)
+                continue
+            if tok.kind not in ("name", "quoted") or tok.text == ")":
+                return out
+            self.i += 1
+            out.append(self.quantified(PatternVar(tok.text, tok.pos)))
+
+    def quantified(self, var: PatternVar) -> PatternVar:
+        tok = self.tok
+        lo, hi = 1, 1
+        if tok.text == "*":
+            lo, hi = 0, None
+        elif tok.text == "+":
+            lo, hi = 1, None
+        elif tok.text == "?":
+            lo, hi = 0, 1
+        elif tok.text == "{":
+            self.i += 1
+            lo = 0 if self.tok.text == "," else self.integer("the minimum repetitions")
+            hi = lo
+            if self.accept(","):
+                hi = None if self.tok.text == "}" else self.integer("the maximum repetitions")
+            if self.tok.text != "}":
+                raise self.fail("expected } closing the quantifier, e.g. {2}, {2,}, {2,5} or {,5}")
+            if hi is not None and hi < lo:
+                raise self.fail(f"the quantifier's maximum {hi} is below its minimum {lo}")
+        else:
+            return var
+        self.i += 1
+        greedy = True
+        if self.tok.text == "?":
+            greedy = False
+            self.i += 1
+        return PatternVar(var.name, var.pos, lo, hi, greedy, True)
+
+    # -- expressions ----------------------------------------------------------------------------
+    def expression(self) -> Expr:
+        return self.disjunction()
+
+    def disjunction(self) -> Expr:
+        left = self.conjunction()
+        while self.at("OR"):
+            pos = self.tok.pos
+            self.i += 1
+            left = Expr("binary", pos, "OR", (left, self.conjunction()))
+        return left
+
+    def conjunction(self) -> Expr:
+        left = self.negation()
+        while self.at("AND"):
+            pos = self.tok.pos
+            self.i += 1
+            left = Expr("binary", pos, "AND", (left, self.negation()))
+        return left
+
+    def negation(self) -> Expr:
+        if self.at("NOT"):
+            pos = self.tok.pos
+            self.i += 1
+            return Expr("unary", pos, "NOT", (self.negation(),))
+        return self.comparison()
+
+    def comparison(self) -> Expr:
+        left = self.additive()
+        while True:
+            tok = self.tok
+            if tok.text in ("=", "<>", "!=", "<", "<=", ">", ">="):
+                self.i += 1
+                op = "<>" if tok.text == "!=" else tok.text
+                left = Expr("binary", tok.pos, op, (left, self.additive()))
+            elif self.at("IS"):
+                self.i += 1
+                negated = self.accept("NOT")
+                if self.accept("NULL"):
+                    left = Expr("is_null", tok.pos, negated, (left,))
+                elif self.at("TRUE") or self.at("FALSE"):
+                    value = self.tok.upper == "TRUE"
+                    self.i += 1
+                    left = Expr("is_bool", tok.pos, (value, negated), (left,))
+                else:
+                    raise self.fail("expected NULL, TRUE or FALSE after IS")
+            elif self.at("NOT", "BETWEEN") or self.at("BETWEEN"):
+                negated = self.accept("NOT")
+                self.expect("BETWEEN")
+                low = self.additive()
+                self.expect("AND")
+                left = Expr("between", tok.pos, negated, (left, low, self.additive()))
+            elif self.at("NOT", "IN") or self.at("IN"):
+                negated = self.accept("NOT")
+                self.expect("IN")
+                self.expect("(")
+                items = [self.expression()]
+                while self.accept(","):
+                    items.append(self.expression())
+                self.expect(")")
+                left = Expr("in", tok.pos, negated, (left, *items))
+            elif self.at("NOT", "LIKE") or self.at("LIKE"):
+                negated = self.accept("NOT")
+                self.expect("LIKE")
+                left = Expr("like", tok.pos, negated, (left, self.additive()))
+            else:
+                return left
+
+    def additive(self) -> Expr:
+        left = self.multiplicative()
+        while self.tok.text in ("+", "-", "||"):
+            tok = self.tok
+            self.i += 1
+            left = Expr("binary", tok.pos, tok.text, (left, self.multiplicative()))
+        return left
+
+    def multiplicative(self) -> Expr:
+        left = self.unary()
+        while self.tok.text in ("*", "/", "%"):
+            tok = self.tok
+            self.i += 1
+            left = Expr("binary", tok.pos, tok.text, (left, self.unary()))
+        return left
+
+    def unary(self) -> Expr:
+        tok = self.tok
+        if tok.text in ("-", "+"):
+            self.i += 1
+            return Expr("unary", tok.pos, tok.text, (self.unary(),))
+        return self.primary()
+
+    def primary(self) -> Expr:
+        tok = self.tok
+        if tok.kind == "number":
+            self.i += 1
+            is_int = re.fullmatch(r"\d+", tok.text) is not None
+            return Expr("literal", tok.pos, int(tok.text) if is_int else float(tok.text))
+        if tok.kind == "string":
+            self.i += 1
+            return Expr("literal", tok.pos, tok.text)
+        if tok.text == "(":
+            self.i += 1
+            inner = self.expression()
+            self.expect(")")
+            return inner
+        if tok.kind == "name":
+            word = tok.upper
+            if word in ("TRUE", "FALSE"):
+                self.i += 1
+                return Expr("literal", tok.pos, word == "TRUE")
+            if word == "NULL":
+                self.i += 1
+                return Expr("literal", tok.pos, None)
+            if word == "CASE":
+                return self.case()
+            if word == "CAST":
+                return self.cast()
+            if word == "INTERVAL":
+                return Expr("literal", tok.pos, self.interval())
+            if self.peek().text == "(":
+                return self.call()
+        if tok.kind in ("name", "quoted") and tok.upper not in _RESERVED:
+            self.i += 1
+            if self.tok.text == ".":
+                self.i += 1
+                column = self.identifier("a column name")
+                return Expr("column", tok.pos, (tok.text, column))
+            return Expr("column", tok.pos, (None, tok.text))
+        raise self.fail(f"expected an expression, found {tok.text or 'the end of the query'!r}")
+
+    def call(self) -> Expr:
+        tok = self.tok
+        name = tok.upper
+        self.i += 2
+        if name == "COUNT" and self.tok.text == "*":
+            self.i += 1
+            self.expect(")")
+            return Expr("call", tok.pos, "COUNT", (Expr("star", tok.pos, None),))
+        if self.accept("DISTINCT"):
+            raise self.fail("DISTINCT in an aggregate is not supported in MATCH_RECOGNIZE (as in Flink)")
+        args: list[Expr] = []
+        if self.tok.text != ")":
+            args.append(self.expression())
+            while self.accept(","):
+                args.append(self.expression())
+        self.expect(")", hint=f"{name}(...) ends here")
+        return Expr("call", tok.pos, name, tuple(args))
+
+    def case(self) -> Expr:
+        pos = self.tok.pos
+        self.i += 1
+        subject = None if self.at("WHEN") else self.expression()
+        branches = []
+        while self.accept("WHEN"):
+            cond = self.expression()
+            self.expect("THEN")
+            branches.append((cond, self.expression()))
+        if not branches:
+            raise self.fail("CASE needs at least one WHEN … THEN …")
+        otherwise = self.expression() if self.accept("ELSE") else Expr("literal", pos, None)
+        self.expect("END", hint="CASE … END")
+        return Expr("case", pos, subject, (tuple(branches), otherwise))
+
+    def cast(self) -> Expr:
+        pos = self.tok.pos
+        self.i += 1
+        self.expect("(")
+        inner = self.expression()
+        self.expect("AS")
+        type_tok = self.tok
+        type_name = self.identifier("a type name").upper()
+        if self.accept("("):  # DECIMAL(10, 2), VARCHAR(20): precision is not kept
+            while self.tok.text != ")" and self.tok.kind != "end":
+                self.i += 1
+            self.expect(")")
+        if type_name not in CAST_TYPES:
+            raise SqlError(f"CAST to {type_name} is not supported; use one of {', '.join(sorted(CAST_TYPES))}",
+                           self.text, type_tok.pos)
+        self.expect(")")
+        return Expr("cast", pos, type_name, (inner,))
+
+
+#: Types CAST accepts, by what the value becomes.
+CAST_TYPES = {"INT": "int", "INTEGER": "int", "BIGINT": "int", "SMALLINT": "int", "TINYINT": "int",
+              "DOUBLE": "float", "FLOAT": "float", "REAL": "float", "DECIMAL": "float",
+              "STRING": "str", "VARCHAR": "str", "CHAR": "str", "BOOLEAN": "bool"}
+
+
+def parse(text: str) -> Query:
+    """Parse one ``SELECT * FROM <table> MATCH_RECOGNIZE (…)`` statement."""
+    if not isinstance(text, str) or not text.strip():
+        raise SqlError("the query is empty", text or "", 0)
+    return _Parser(text).query()
