@@ -33,7 +33,7 @@ def test_every_clause_lands_in_the_query():
 
 def test_the_defaults_are_flinks():
     q = parse("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A) DEFINE A AS TRUE)")
-    assert q.skip == ("past_last_row", None) and not q.all_rows and q.partition_by == [] and q.within_ms is None
+    assert q.skip == ("to_next_row", None) and not q.all_rows and q.partition_by == [] and q.within_ms is None
 
 
 @pytest.mark.parametrize("query, spot, message", [

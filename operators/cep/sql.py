@@ -214,7 +214,7 @@ class _Parser:
             if self.at("SHOW") or self.at("OMIT") or self.at("WITH"):
                 raise self.fail("ALL ROWS PER MATCH options (SHOW/OMIT EMPTY MATCHES, WITH UNMATCHED ROWS) are "
                                 "not supported; write ALL ROWS PER MATCH alone")
-        skip = ("past_last_row", None)  # Flink's default: AFTER MATCH SKIP PAST LAST ROW
+        skip = ("to_next_row", None)  # the default (SQL:2016, Calcite, Flink): AFTER MATCH SKIP TO NEXT ROW
         if self.accept("AFTER", "MATCH", "SKIP"):
             skip = self.skip()
         if self.at("SUBSET"):

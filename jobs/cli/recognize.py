@@ -1,0 +1,54 @@
+"""``ctiflow recognize``: a ``MATCH_RECOGNIZE`` query over a JSON-lines file, before deploying it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from jobs.cli.consoles import console
+
+app = typer.Typer()
+
+
+def to_json(row: dict) -> str:
+    """One output row as JSON: timestamps as SQL TIMESTAMP(3) text, columns in output order."""
+    from operators.cep.recognize import Timestamp
+
+    return json.dumps({k: str(v) if isinstance(v, Timestamp) else v for k, v in row.items()}, ensure_ascii=False)
+
+
+@app.command()
+def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file with SELECT * FROM t MATCH_RECOGNIZE (…)")],
+              events: Annotated[Path, typer.Option("--events", "-e", help="JSON lines: one row per line, fields = columns")]):
+    """Run a MATCH_RECOGNIZE query over a JSON-lines file and print one JSON object per output row.
+
+    Rows are ordered by the ORDER BY columns (the first is the time: epoch milliseconds or an ISO
+    timestamp), ties in file order; the end of the file closes every WITHIN. The output rows are
+    the partition columns and the measures, in emission order."""
+    from operators.cep.recognize import recognize as run
+    from operators.cep.sql import SqlError
+
+    text = query.read_text()
+    rows = []
+    with events.open() as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise typer.BadParameter(f"{events}:{number}: not JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise typer.BadParameter(f"{events}:{number}: a row must be a JSON object")
+            rows.append(row)
+    try:
+        out = run(text, rows)
+    except SqlError as exc:
+        console.print(f"[red]error:[/red] {escape(f'{query}: {exc.render() if exc.text else exc}')}", highlight=False)
+        raise typer.Exit(2) from None
+    for row in out:
+        print(to_json(row))

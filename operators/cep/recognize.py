@@ -1,0 +1,783 @@
+"""``MATCH_RECOGNIZE`` on the CEP engine: a parsed :class:`~operators.cep.sql.Query` becomes a
+:class:`~operators.cep.pattern.Pattern` (the same NFA the Pattern API and YAML stages use) whose
+conditions evaluate ``DEFINE``, and ``MEASURES`` are computed from each match.
+
+Semantics are Flink's (flink-table-planner ``CommonExecMatch`` / ``MatchCodeGenerator``):
+
+* variables are concatenated with strict contiguity (``next``); ``A*`` → one_or_more, optional,
+  consecutive, greedy; ``A+`` → one_or_more, consecutive, greedy; ``A?`` → optional;
+  ``A{n}`` → times(n); ``A{n,m}`` / ``A{n,}`` → times / times_or_more, consecutive, greedy;
+  a trailing ``?`` makes a quantifier reluctant (not greedy); ``WITHIN`` bounds the match;
+* in ``DEFINE X``, ``X.col`` and a bare ``col`` are the current row, ``Y.col`` is ``Y``'s last
+  row so far; ``FIRST``/``LAST(X.col, n)`` and aggregates over ``X`` see ``X``'s rows plus the
+  current row, over a bare column all rows of the match so far plus the current row;
+  ``PREV(Y.col, n)`` is ``LAST(Y.col, n)`` (own variable: only offset 0);
+* ``MEASURES`` are final (evaluated on the whole match): ``X.col`` is ``X``'s last row, a bare
+  column the match's last row; a variable with no rows gives NULL (``COUNT`` 0);
+  ``MATCH_ROWTIME()`` is the time of the row that completed the match;
+* rows are matched in ``ORDER BY`` order (time first, ascending; ties by the other columns, then
+  in arrival order), per ``PARTITION BY`` value; at the end of input every ``WITHIN`` closes and
+  unfinished partial matches are dropped.
+
+Beyond Flink (SQL:2016): ``ALL ROWS PER MATCH`` (one row per matched row: partition columns,
+order columns, measures — ``RUNNING`` by default — then the other columns), ``CLASSIFIER()``
+and ``MATCH_NUMBER()``. Values follow SQL's three-valued logic: NULL compares as unknown, and a
+condition holds only when it is TRUE.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from operators.cep.compiler import can_produce_empty_matches, compile_pattern
+from operators.cep.conditions import IterativeCondition
+from operators.cep.nfa import Nfa, NfaState
+from operators.cep.pattern import Pattern, QuantifierProperty
+from operators.cep.skip_strategy import AfterMatchSkipStrategy
+from operators.cep.sql import CAST_TYPES, Expr, Query, SqlError, parse
+
+STAR = "*"  # the universal pattern variable: every row of the match
+NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")
+AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT")
+END_OF_TIME = 2 ** 62
+
+
+class Timestamp(int):
+    """Epoch milliseconds that print as an SQL ``TIMESTAMP(3)`` (UTC): the ORDER BY column and
+    ``MATCH_ROWTIME()``."""
+
+    def __str__(self) -> str:
+        moment = _dt.datetime(1970, 1, 1) + _dt.timedelta(milliseconds=int(self))
+        return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+    __repr__ = __str__
+
+
+def to_millis(value: Any) -> int:
+    """An ORDER BY time value: epoch ms, or an ISO-8601 timestamp (UTC unless it says otherwise)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{value!r} is not a time")
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = str(value).strip().replace(" ", "T", 1)
+    moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return int(round(moment.timestamp() * 1000))
+
+
+# -- rows ---------------------------------------------------------------------------------------
+class Row(dict):
+    """An input row: its columns, plus its time and its place in the input (ties keep it)."""
+
+    __slots__ = ("time", "seq")
+
+
+# -- the compiled query -------------------------------------------------------------------------
+@dataclass
+class Recognizer:
+    """A query compiled once: its pattern, its condition and measure evaluators."""
+
+    query: Query
+    pattern: Pattern
+    variables: list[str]
+    time_column: str
+    measures: list[tuple[str, Callable[[dict, Row | None, int, bool], Any]]]
+
+    def run(self, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Every output row for ``rows`` (a bounded input), in emission order."""
+        return list(self.rows(rows))
+
+    def rows(self, rows: Iterable[Mapping[str, Any]]):
+        q = self.query
+        prepared = []
+        for seq, raw in enumerate(rows):
+            row = Row(raw)
+            try:
+                row.time = to_millis(raw.get(self.time_column))
+            except (TypeError, ValueError) as exc:
+                raise SqlError(f"row {seq + 1}: ORDER BY column {self.time_column!r} must be epoch milliseconds "
+                               f"or an ISO timestamp, got {raw.get(self.time_column)!r} ({exc})",
+                               q.text, q.order_by[0][2]) from None
+            row[self.time_column] = Timestamp(row.time)
+            row.seq = seq
+            prepared.append(row)
+        prepared.sort(key=self._sort_key)
+        plan = compile_pattern(self.pattern)
+        nfa = Nfa(plan)
+        states: dict[tuple, NfaState] = {}
+        numbers: dict[tuple, int] = {}
+        last_time: dict[tuple, int] = {}
+        for row in prepared:
+            key = tuple(row.get(c) for c in q.partition_by)
+            state = states.get(key)
+            if state is None:
+                state = states[key] = NfaState.initial(plan)
+            nfa.state = state
+            if last_time.get(key) != row.time:  # Flink: advanceTime once per timestamp, then its rows
+                last_time[key] = row.time
+                matches, _ = nfa.advance_time_with_ids(row.time)
+                yield from self._emit(key, matches, numbers)
+            yield from self._emit(key, nfa.process_with_ids(row, row.time), numbers)
+        for key, state in states.items():  # the end of input: every WITHIN closes
+            nfa.state = state
+            matches, _ = nfa.advance_time_with_ids(END_OF_TIME)
+            yield from self._emit(key, matches, numbers)
+
+    def _sort_key(self, row: Row):
+        parts: list[Any] = [row.time]
+        for column, ascending, _ in self.query.order_by[1:]:
+            value = row.get(column)
+            parts.append((value is None, _Desc(value) if not ascending else _Asc(value)))
+        parts.append(row.seq)
+        return tuple(parts)
+
+    def _emit(self, key: tuple, matches, numbers: dict) -> Iterable[dict[str, Any]]:
+        q = self.query
+        for match, _ids in matches:
+            numbers[key] = number = numbers.get(key, 0) + 1
+            match = {name: match.get(name, []) for name in self.variables}
+            base = dict(zip(q.partition_by, key))
+            if not q.all_rows:
+                out = dict(base)
+                for name, measure in self.measures:
+                    out[name] = measure(match, None, number, False)
+                yield out
+                continue
+            ordered = sorted(((row, var) for var, rows in match.items() for row in rows), key=lambda rv: rv[0].seq)
+            for upto, (row, var) in enumerate(ordered):
+                running = {name: [r for r in rows if r.seq <= row.seq] for name, rows in match.items()}
+                out = dict(base)
+                for column, _, _ in q.order_by:
+                    out.setdefault(column, row.get(column))
+                for name, measure in self.measures:
+                    out[name] = measure(running, (row, var), number, True) if _running(q, name) else \
+                        measure(match, (row, var), number, True)
+                for column, value in row.items():
+                    out.setdefault(column, value)
+                yield out
+
+
+def _running(q: Query, name: str) -> bool:
+    return next(m.running for m in q.measures if m.name == name)
+
+
+class _Asc:
+    __slots__ = ("v",)
+
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        return self.v is not None and other.v is not None and self.v < other.v
+
+    def __eq__(self, other):
+        return self.v == other.v
+
+
+class _Desc(_Asc):
+    def __lt__(self, other):
+        return self.v is not None and other.v is not None and self.v > other.v
+
+
+# -- compiling ----------------------------------------------------------------------------------
+def compile_query(query: Query | str, columns: Iterable[str] | None = None) -> Recognizer:
+    """Validate ``query`` as Flink does and build its :class:`Recognizer`. ``columns``: the
+    input's columns when known (a reference to another one is an error naming it)."""
+    q = parse(query) if isinstance(query, str) else query
+    known = None if columns is None else set(columns)
+    fail = _Failer(q.text)
+    names = [v.name for v in q.pattern]
+    for var in q.pattern:
+        if names.count(var.name) > 1:
+            raise fail("Pattern variables must be unique (as in Flink): rename the second "
+                       f"{var.name}", _positions(q, var.name)[1])
+    for name in q.define:
+        if name not in names:
+            raise fail(f"DEFINE {name}: {name} is not a variable of the PATTERN ({', '.join(names)})",
+                       q.define_pos[name])
+    time_column, ascending, time_pos = q.order_by[0]
+    if not ascending:
+        raise fail("the first ORDER BY column is the time and must be ascending", time_pos)
+    for column, _, pos in q.order_by + [(c, True, q.text.find(c)) for c in q.partition_by]:
+        if known is not None and column not in known:
+            raise fail(f"column {column!r} is not in the input ({', '.join(sorted(known))})", max(pos, 0))
+    partition = set(q.partition_by)
+    for m in q.measures:
+        if m.name in partition:
+            raise fail(f"measure {m.name} has the name of a PARTITION BY column (Flink: columns ambiguously "
+                       "defined); rename the measure", m.expr.pos)
+    checker = _Checker(q, fail, names, known)
+    for name, expr in q.define.items():
+        checker.check(expr, define=name)
+    for m in q.measures:
+        checker.check(m.expr, define=None)
+        if not m.running and not q.all_rows:
+            pass  # FINAL is what ONE ROW PER MATCH means anyway
+    pattern = _translate(q, fail, names)
+    measures = [(m.name, _measure(m.expr, names)) for m in q.measures]
+    return Recognizer(q, pattern, names, time_column, measures)
+
+
+def _positions(q: Query, name: str) -> list[int]:
+    return [v.pos for v in q.pattern if v.name == name]
+
+
+class _Failer:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self, message: str, pos: int) -> SqlError:
+        return SqlError(message, self.text, pos)
+
+
+def _skip(q: Query, fail, names: list[str]) -> AfterMatchSkipStrategy:
+    kind, var = q.skip
+    if kind == "to_next_row":
+        return AfterMatchSkipStrategy.skip_to_next()
+    if kind == "past_last_row":
+        return AfterMatchSkipStrategy.skip_past_last_event()
+    if var not in names:
+        raise fail(f"AFTER MATCH SKIP TO {var}: {var} is not a variable of the PATTERN", q.text.upper().find("SKIP"))
+    strategy = AfterMatchSkipStrategy.skip_to_first(var) if kind == "to_first" else \
+        AfterMatchSkipStrategy.skip_to_last(var)
+    return strategy.throw_exception_on_miss()
+
+
+def _translate(q: Query, fail, names: list[str]) -> Pattern:
+    """The Pattern Flink's ``PatternVisitor`` builds (see the module docstring)."""
+    pattern: Pattern | None = None
+    for var in q.pattern:
+        pattern = Pattern.begin(var.name, _skip(q, fail, names)) if pattern is None else pattern.next(var.name)
+        expr = q.define.get(var.name)
+        pattern.where(IterativeCondition(_condition(expr, var.name, names)) if expr is not None else (lambda row: True))
+        lo, hi, greedy = var.min, var.max, var.greedy
+        optional = lo == 0 and hi == 1
+        if lo == 0 and hi is None:
+            pattern.one_or_more().optional().consecutive()
+        elif lo == 1 and hi is None:
+            pattern.one_or_more().consecutive()
+        elif optional:
+            pattern.optional()
+        elif hi is not None:
+            if lo == 0:  # {0,m}: optional, then 1 to m (CEP's times(0, m))
+                pattern.times(1, hi).optional()
+            else:
+                pattern.times(lo, hi)
+            if (lo, hi) != (1, 1):
+                pattern.consecutive()
+        else:
+            pattern.times_or_more(lo).consecutive()
+        if not greedy and optional:
+            raise fail("a reluctant optional variable (A?? or A{0,1}?) is not supported (as in Flink): write A?",
+                       var.pos)
+        if greedy and not (optional or lo == hi):
+            pattern.greedy()
+    assert pattern is not None
+    if q.within_ms is not None:
+        pattern.within(q.within_ms)
+    if can_produce_empty_matches(pattern):
+        raise fail("the pattern can match no row at all (every variable is optional); make one variable "
+                   "mandatory (as Flink requires)", q.pattern[0].pos)
+    if pattern.quantifier.has(QuantifierProperty.GREEDY):
+        raise fail(f"a greedy quantifier on the last variable ({q.pattern[-1].name}) is not supported (as in "
+                   "Flink): end the pattern with a single variable or a reluctant quantifier (+?, *?)",
+                   q.pattern[-1].pos)
+    compile_pattern(pattern)  # every error the CEP compiler raises, now
+    return pattern
+
+
+# -- checking -----------------------------------------------------------------------------------
+FUNCTIONS: dict[str, tuple[int, int | None]] = {
+    "ABS": (1, 1), "MOD": (2, 2), "POWER": (2, 2), "SQRT": (1, 1), "FLOOR": (1, 1), "CEIL": (1, 1),
+    "CEILING": (1, 1), "UPPER": (1, 1), "LOWER": (1, 1), "CHAR_LENGTH": (1, 1), "CHARACTER_LENGTH": (1, 1),
+    "TRIM": (1, 1), "CONCAT": (1, None), "COALESCE": (1, None), "NULLIF": (2, 2), "IF": (3, 3),
+}
+MATCH_FUNCTIONS = ("MATCH_ROWTIME", "CLASSIFIER", "MATCH_NUMBER")
+
+
+class _Checker:
+    """What Flink's validator refuses, with the spot: unknown variables and columns, navigation
+    and aggregates mixing variables, nested navigation, PREV on the variable being defined."""
+
+    def __init__(self, q: Query, fail, names: list[str], known: set[str] | None) -> None:
+        self.q, self.fail, self.names, self.known = q, fail, set(names), known
+
+    def check(self, expr: Expr, define: str | None, inside: str | None = None) -> None:
+        kind = expr.kind
+        if kind == "column":
+            var, column = expr.value
+            if var is not None and var not in self.names:
+                raise self.fail(f"{var}.{column}: {var} is not a variable of the PATTERN", expr.pos)
+            if self.known is not None and column not in self.known:
+                where = f"DEFINE {define}" if define else "MEASURES"
+                raise self.fail(f"{where}: column {column!r} is not in the input ({', '.join(sorted(self.known))})",
+                                expr.pos)
+            return
+        if kind == "call":
+            name = expr.value
+            if name in NAVIGATION:
+                if inside is not None:
+                    raise self.fail(f"{name} inside {inside}: navigation cannot be nested or aggregated", expr.pos)
+                if not 1 <= len(expr.args) <= 2:
+                    raise self.fail(f"{name} takes a column and an optional offset", expr.pos)
+                if len(expr.args) == 2 and not (expr.args[1].kind == "literal" and isinstance(expr.args[1].value, int)
+                                                and expr.args[1].value >= 0):
+                    raise self.fail(f"the offset of {name} must be a non-negative integer literal", expr.args[1].pos)
+                variables = _variables(expr.args[0])
+                if len(variables) > 1:
+                    raise self.fail(f"{name} over several pattern variables ({', '.join(sorted(variables))})",
+                                    expr.pos)
+                if name in ("PREV", "NEXT"):
+                    if define is None:
+                        raise self.fail(f"{name} cannot be used in MEASURES (use FIRST or LAST)", expr.pos)
+                    offset = expr.args[1].value if len(expr.args) == 2 else 1
+                    if name == "NEXT" or (offset != 0 and (variables or {define}) == {define}
+                                          and variables != set()):
+                        raise self.fail(f"{name} on the variable being defined needs physical offsets, which "
+                                        "Flink does not support within a partition: use LAST(" 
+                                        f"{define}.col, n) for the n-th previous row of {define}", expr.pos)
+                self.check(expr.args[0], define, inside=name)
+                return
+            if name in AGGREGATES:
+                if inside is not None:
+                    raise self.fail(f"{name} inside {inside}: aggregates cannot be nested or navigated", expr.pos)
+                if len(expr.args) != 1:
+                    raise self.fail(f"{name} takes one argument", expr.pos)
+                if expr.args[0].kind == "star":
+                    if name != "COUNT":
+                        raise self.fail(f"{name}(*) is not valid; only COUNT(*)", expr.pos)
+                    return
+                variables = _variables(expr.args[0])
+                if len(variables) > 1:
+                    raise self.fail(f"{name} over several pattern variables ({', '.join(sorted(variables))}): an "
+                                    "aggregate must be applied to a single pattern variable", expr.pos)
+                if not variables and not _columns(expr.args[0]):
+                    raise self.fail(f"{name}: no pattern variable or column specified in the aggregate", expr.pos)
+                self.check(expr.args[0], define, inside=name)
+                return
+            if name in MATCH_FUNCTIONS:
+                if define is not None:
+                    raise self.fail(f"{name}() can only be used in MEASURES", expr.pos)
+                if name != "MATCH_ROWTIME" and expr.args:
+                    raise self.fail(f"{name}() takes no arguments", expr.pos)
+                return
+            if name in ("RUNNING", "FINAL"):
+                raise self.fail(f"{name} is a keyword before a measure", expr.pos)
+            arity = FUNCTIONS.get(name)
+            if arity is None:
+                raise self.fail(f"function {name} is not supported; supported: "
+                                f"{', '.join(sorted([*FUNCTIONS, *NAVIGATION[:3], *AGGREGATES, *MATCH_FUNCTIONS]))}",
+                                expr.pos)
+            lo, hi = arity
+            if len(expr.args) < lo or (hi is not None and len(expr.args) > hi):
+                raise self.fail(f"{name} takes {lo}{'' if hi == lo else ' or more' if hi is None else f' to {hi}'} "
+                                "argument(s)", expr.pos)
+        if kind == "case":
+            branches, otherwise = expr.args
+            parts = [p for branch in branches for p in branch] + [otherwise]
+            if expr.value is not None:
+                parts.append(expr.value)
+            for part in parts:
+                self.check(part, define, inside)
+            return
+        for arg in expr.args:
+            if isinstance(arg, Expr):
+                self.check(arg, define, inside)
+
+
+def _variables(expr: Expr) -> set[str]:
+    found = set()
+    if expr.kind == "column" and expr.value[0] is not None:
+        found.add(expr.value[0])
+    for sub in _children(expr):
+        found |= _variables(sub)
+    return found
+
+
+def _columns(expr: Expr) -> bool:
+    return expr.kind == "column" or any(_columns(sub) for sub in _children(expr))
+
+
+def _children(expr: Expr) -> list[Expr]:
+    if expr.kind == "case":
+        branches, otherwise = expr.args
+        out = [p for branch in branches for p in branch] + [otherwise]
+        return out + ([expr.value] if expr.value is not None else [])
+    return [a for a in expr.args if isinstance(a, Expr)]
+
+
+# -- evaluating ---------------------------------------------------------------------------------
+class _Scope:
+    """What a column reference and a navigation see: rows per variable, in time order."""
+
+    __slots__ = ("rows_of", "current", "define", "classifier", "number", "completed")
+
+    def __init__(self, rows_of: Callable[[str], list[Row]], current: Row | None, define: str | None,
+                 classifier: str | None = None, number: int = 0, completed: Row | None = None) -> None:
+        self.rows_of = rows_of
+        self.current = current
+        self.define = define
+        self.classifier = classifier
+        self.number = number
+        self.completed = completed
+
+
+def _condition(expr: Expr, var: str, order: list[str]) -> Callable[[Row, Any], bool]:
+    evaluate = _compile(expr)
+
+    def test(row: Row, ctx) -> bool:
+        def rows_of(name: str) -> list[Row]:
+            if name == STAR:
+                out = []
+                for n in order:
+                    out.extend(ctx.get_events_for_pattern(n))
+                out.append(row)
+                return out
+            rows = list(ctx.get_events_for_pattern(name))
+            if name == var:
+                rows.append(row)
+            return rows
+
+        return evaluate(_Scope(rows_of, row, var)) is True
+
+    return test
+
+
+def _measure(expr: Expr, order: list[str]):
+    evaluate = _compile(expr)
+
+    def value(match: dict[str, list[Row]], at: tuple[Row, str] | None, number: int, all_rows: bool) -> Any:
+        def rows_of(name: str) -> list[Row]:
+            if name == STAR:
+                return sorted((r for n in order for r in match.get(n, ())), key=lambda r: r.seq)
+            return match.get(name, [])
+
+        every = rows_of(STAR)
+        completed = every[-1] if every else None
+        classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
+                                                       None)
+        return _sql_value(evaluate(_Scope(rows_of, None, None, classifier, number, completed)))
+
+    return value
+
+
+def _sql_value(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+def _compile(expr: Expr) -> Callable[[_Scope], Any]:
+    """A closure evaluating ``expr`` in a scope (three-valued logic: ``None`` is NULL)."""
+    kind = expr.kind
+    if kind == "literal":
+        value = expr.value
+        return lambda s: value
+    if kind == "column":
+        var, column = expr.value
+
+        def column_value(s: _Scope) -> Any:
+            if s.define is not None and (var is None or var == s.define):
+                return s.current.get(column)
+            rows = s.rows_of(var if var is not None else STAR)
+            return rows[-1].get(column) if rows else None
+
+        return column_value
+    if kind == "unary":
+        inner = _compile(expr.args[0])
+        if expr.value == "NOT":
+            return lambda s: (lambda v: None if v is None else not v)(inner(s))
+        if expr.value == "-":
+            return lambda s: (lambda v: None if v is None else -v)(inner(s))
+        return inner
+    if kind == "binary":
+        return _binary(expr)
+    if kind == "is_null":
+        inner, negated = _compile(expr.args[0]), expr.value
+        return lambda s: (inner(s) is None) != negated
+    if kind == "is_bool":
+        inner, (value, negated) = _compile(expr.args[0]), expr.value
+        return lambda s: (inner(s) is value) != negated
+    if kind == "between":
+        v, lo, hi = (_compile(a) for a in expr.args)
+        negated = expr.value
+
+        def between(s: _Scope) -> Any:
+            x, a, b = v(s), lo(s), hi(s)
+            result = _and(_cmp(">=", x, a), _cmp("<=", x, b))
+            return None if result is None else result != negated
+
+        return between
+    if kind == "in":
+        v, *items = (_compile(a) for a in expr.args)
+        negated = expr.value
+
+        def in_(s: _Scope) -> Any:
+            x = v(s)
+            result: Any = False
+            for item in items:
+                eq = _cmp("=", x, item(s))
+                if eq is True:
+                    result = True
+                    break
+                if eq is None:
+                    result = None
+            return None if result is None else result != negated
+
+        return in_
+    if kind == "like":
+        v, pattern = (_compile(a) for a in expr.args)
+        negated = expr.value
+
+        def like(s: _Scope) -> Any:
+            x, p = v(s), pattern(s)
+            if x is None or p is None:
+                return None
+            regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(p))
+            return (re.fullmatch(regex, str(x), re.DOTALL) is not None) != negated
+
+        return like
+    if kind == "case":
+        return _case(expr)
+    if kind == "cast":
+        inner, target = _compile(expr.args[0]), CAST_TYPES[expr.value]
+        return lambda s: _cast(inner(s), target)
+    if kind == "call":
+        return _call(expr)
+    raise SqlError(f"{kind} is not supported here", "", expr.pos)
+
+
+def _and(a: Any, b: Any) -> Any:
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return True
+
+
+def _or(a: Any, b: Any) -> Any:
+    if a is True or b is True:
+        return True
+    if a is None or b is None:
+        return None
+    return False
+
+
+_COMPARE = {"=": lambda a, b: a == b, "<>": lambda a, b: a != b, "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _cmp(op: str, a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    try:
+        return _COMPARE[op](a, b)
+    except TypeError:
+        raise SqlError(f"cannot compare {_type(a)} {a!r} with {_type(b)} {b!r} ({op})", "", 0) from None
+
+
+def _type(v: Any) -> str:
+    return {bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", str: "STRING", Timestamp: "TIMESTAMP"}.get(
+        type(v), type(v).__name__)
+
+
+def _java_div(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
+        if b == 0:
+            raise SqlError("division by zero", "", 0)
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    return a / b if b != 0 else (math.copysign(math.inf, a) if a else math.nan)
+
+
+def _java_mod(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise SqlError("division by zero", "", 0)
+        return int(math.fmod(a, b))
+    return math.fmod(a, b)
+
+
+_ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _java_div,
+          "%": _java_mod, "||": lambda a, b: f"{a}{b}"}
+
+
+def _binary(expr: Expr) -> Callable[[_Scope], Any]:
+    op = expr.value
+    left, right = _compile(expr.args[0]), _compile(expr.args[1])
+    if op == "AND":
+        return lambda s: (lambda a: False if a is False else _and(a, right(s)))(left(s))
+    if op == "OR":
+        return lambda s: (lambda a: True if a is True else _or(a, right(s)))(left(s))
+    if op in _COMPARE:
+        return lambda s: _cmp(op, left(s), right(s))
+    arith = _ARITH[op]
+
+    def arithmetic(s: _Scope) -> Any:
+        a, b = left(s), right(s)
+        if a is None or b is None:
+            return None
+        if op == "||":
+            return arith(_text(a), _text(b))
+        try:
+            result = arith(a, b)
+        except TypeError:
+            raise SqlError(f"cannot apply {op} to {_type(a)} {a!r} and {_type(b)} {b!r}", "", expr.pos) from None
+        if isinstance(a, Timestamp) and not isinstance(b, Timestamp) and op in "+-":
+            return Timestamp(result)
+        return result
+
+    return arithmetic
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    return str(v)
+
+
+def _case(expr: Expr) -> Callable[[_Scope], Any]:
+    branches, otherwise = expr.args
+    subject = _compile(expr.value) if expr.value is not None else None
+    compiled = [(_compile(c), _compile(v)) for c, v in branches]
+    fallback = _compile(otherwise)
+
+    def case(s: _Scope) -> Any:
+        x = subject(s) if subject is not None else None
+        for cond, value in compiled:
+            hit = _cmp("=", x, cond(s)) if subject is not None else cond(s)
+            if hit is True:
+                return value(s)
+        return fallback(s)
+
+    return case
+
+
+def _cast(v: Any, target: str) -> Any:
+    if v is None:
+        return None
+    if target == "str":
+        return _text(v)
+    if target == "bool":
+        return v if isinstance(v, bool) else str(v).strip().lower() == "true"
+    if target == "int":
+        return int(float(v)) if isinstance(v, str) else int(v)
+    return float(v)
+
+
+def _call(expr: Expr) -> Callable[[_Scope], Any]:
+    name = expr.value
+    if name in NAVIGATION:
+        return _navigation(expr)
+    if name in AGGREGATES:
+        return _aggregate(expr)
+    if name == "MATCH_ROWTIME":
+        return lambda s: None if s.completed is None else Timestamp(s.completed.time)
+    if name == "CLASSIFIER":
+        return lambda s: s.classifier
+    if name == "MATCH_NUMBER":
+        return lambda s: s.number
+    args = [_compile(a) for a in expr.args]
+    if name == "COALESCE":
+        return lambda s: next((v for v in (a(s) for a in args) if v is not None), None)
+    if name == "IF":
+        cond, then, other = args
+        return lambda s: then(s) if cond(s) is True else other(s)
+    if name == "NULLIF":
+        a, b = args
+        return lambda s: (lambda x, y: None if _cmp("=", x, y) is True else x)(a(s), b(s))
+    if name == "CONCAT":
+        return lambda s: (lambda vs: None if any(v is None for v in vs) else "".join(map(_text, vs)))(
+            [a(s) for a in args])
+    function = _SCALARS[name]
+
+    def call(s: _Scope) -> Any:
+        values = [a(s) for a in args]
+        if any(v is None for v in values):
+            return None
+        try:
+            return function(*values)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise SqlError(f"{name}({', '.join(map(repr, values))}): {exc}", "", expr.pos) from None
+
+    return call
+
+
+_SCALARS: dict[str, Callable[..., Any]] = {
+    "ABS": abs, "MOD": _java_mod, "POWER": lambda a, b: float(a) ** float(b), "SQRT": lambda a: math.sqrt(a),
+    "FLOOR": lambda a: math.floor(a) if isinstance(a, float) else a,
+    "CEIL": lambda a: math.ceil(a) if isinstance(a, float) else a,
+    "UPPER": lambda a: str(a).upper(), "LOWER": lambda a: str(a).lower(), "CHAR_LENGTH": lambda a: len(str(a)),
+    "TRIM": lambda a: str(a).strip(" "),
+}
+_SCALARS["CEILING"] = _SCALARS["CEIL"]
+_SCALARS["CHARACTER_LENGTH"] = _SCALARS["CHAR_LENGTH"]
+
+
+def _navigation(expr: Expr) -> Callable[[_Scope], Any]:
+    name = expr.value
+    inner = _compile(expr.args[0])
+    offset = expr.args[1].value if len(expr.args) == 2 else (1 if name in ("PREV", "NEXT") else 0)
+    variables = _variables(expr.args[0])
+    var = next(iter(variables)) if variables else STAR
+    first = name == "FIRST"
+
+    def navigate(s: _Scope) -> Any:
+        if name == "PREV" and var == s.define:  # PREV(X.col, 0): the current row
+            rows = s.rows_of(var)
+        else:
+            rows = s.rows_of(var)
+            if s.define is not None and name == "PREV":  # PREV(Y.col, n) is LAST(Y.col, n)
+                pass
+        if len(rows) <= offset:
+            return None
+        row = rows[offset] if first else rows[len(rows) - offset - 1]
+        return inner(_Scope(lambda n: [row], row, None, s.classifier, s.number, s.completed))
+
+    return navigate
+
+
+def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
+    name = expr.value
+    arg = expr.args[0]
+    if arg.kind == "star":
+        return lambda s: len(s.rows_of(STAR))
+    inner = _compile(arg)
+    variables = _variables(arg)
+    var = next(iter(variables)) if variables else STAR
+
+    def aggregate(s: _Scope) -> Any:
+        values = []
+        for row in s.rows_of(var):
+            v = inner(_Scope(lambda n, row=row: [row], row, None, s.classifier, s.number, s.completed))
+            if v is not None:
+                values.append(v)
+        if name == "COUNT":
+            return len(values)
+        if not values:
+            return None
+        if name == "SUM":
+            return sum(values)
+        if name == "MIN":
+            return min(values)
+        if name == "MAX":
+            return max(values)
+        total = sum(values)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return _java_div(total, len(values))  # AVG of integers is an integer (Flink)
+        return total / len(values)
+
+    return aggregate
+
+
+def recognize(query: str, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Run ``query`` over ``rows`` (a bounded input): the output rows in emission order."""
+    rows = list(rows)
+    columns = set().union(*(r.keys() for r in rows)) if rows else None
+    return compile_query(query, columns).run(rows)
