@@ -132,31 +132,72 @@ def test_final_bins_equal_the_exhaustive_oracle_and_conserve_measures(stack, spa
     assert math.isclose(sum(r["measures"]["bytes"] for r in final) + late_bytes, float(total), rel_tol=1e-9)
 
 
-def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack, spark, tmp_path):
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import CTI_INFINITY, Event
-
-    pattern = {"within_ms": 300_000, "skip": "skip_past_last_event",
+BRUTE_FORCE = {"within_ms": 300_000, "skip": "skip_past_last_event",
                "stages": [{"name": "failures", "where": "type == 'login_failed'", "quantifier": {"times": 3},
                            "consecutive": True},
                           {"name": "success", "contiguity": "next", "where": "type == 'login_ok'"}]}
-    records = workload.transactions(2000, accounts=15, seed=5, disorder_ms=3000, scenario_rate=0.05)
-    src, matches = stack.topic("cep-in"), stack.topic("cep-out")
+
+#: The same pattern as SQL (Flink's translation: strict contiguity, times(3) consecutive, WITHIN).
+BRUTE_FORCE_SQL = """SELECT * FROM tx MATCH_RECOGNIZE (
+  PARTITION BY account ORDER BY event_time
+  MEASURES FIRST(F.event_time) AS first_time, S.event_time AS last_time, COUNT(F.id) AS failures,
+           S.country AS login_country
+  AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (F{3} S) WITHIN INTERVAL '5' MINUTE
+  DEFINE F AS F.type = 'login_failed', S AS S.type = 'login_ok'
+)"""
+
+
+def brute_force_run(stack, spark, tmp_path, name: str, operator: dict, seed: int):
+    """Out-of-order, multi-partition logins through a one-operator job; → (the job's config, the
+    input records, the Pattern API operator's matches run stepwise over the admitted events in
+    order: the oracle)."""
+    from operators.cep.operator import MatchOperator, MatchSettings
+    from operators.time import CTI_INFINITY, Event
+
+    records = workload.transactions(2000, accounts=15, seed=seed, disorder_ms=3000, scenario_rate=0.05)
+    src, out = stack.topic(f"{name}-in"), stack.topic(f"{name}-out")
     kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
     produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
-    cfg = job(stack, tmp_path, job="match", sources=[tx_source(src, "10s")],
-              operators=[{"kind": "match", "name": "brute-force", "pattern": pattern, "output": matches}],
-              outputs={"late": stack.topic("cep-late"), "dead_letter": stack.topic("cep-dlq")})
+    cfg = job(stack, tmp_path, job=name, sources=[tx_source(src, "10s")], operators=[{**operator, "output": out}],
+              outputs={"late": stack.topic(f"{name}-late"), "dead_letter": stack.topic(f"{name}-dlq")})
     run(cfg, spark)
-
     checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
     assert all(c.status == oracle.ADMITTED for c in checked)  # disorder stays within the delay
-    stepwise = MatchOperator(MatchSettings(pattern=pattern, name="brute-force", emit_timed_out=False))
+    assert records != sorted(records, key=lambda r: r["event_time"])  # the input really was out of order
+    stepwise = MatchOperator(MatchSettings(pattern=BRUTE_FORCE, name="brute-force", emit_timed_out=False))
     expected = []
     for c in sorted(checked, key=lambda c: c.order):
         expected += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset, "tx"))
     expected += stepwise.advance_to(CTI_INFINITY)
-    want = sorted((o.record["key"], o.record["first_time"], o.record["last_time"]) for o in expected if o.role == "match")
-    got = sorted((r["key"], r["first_time"], r["last_time"]) for r in read(stack, matches))
+    return cfg, records, [o.record for o in expected if o.role == "match"]
+
+
+def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack, spark, tmp_path):
+    cfg, _, expected = brute_force_run(stack, spark, tmp_path, "cep", {"kind": "match", "name": "brute-force",
+                                                                       "pattern": BRUTE_FORCE}, seed=5)
+    want = sorted((m["key"], m["first_time"], m["last_time"]) for m in expected)
+    got = sorted((r["key"], r["first_time"], r["last_time"]) for r in read(stack, cfg.operators[0].output))
     assert want and got == want
-    assert records != sorted(records, key=lambda r: r["event_time"])  # the input really was out of order
+
+
+def test_a_match_recognize_job_finds_what_the_equivalent_pattern_api_job_finds(stack, spark, tmp_path):
+    """The SQL form of the brute-force pattern as a job: its typed records (partition column,
+    measures) are the Pattern API operator's matches."""
+    from jobs.recognize import derived_schemas
+    from jobs.runtime import register_schemas
+
+    cfg, records, expected = brute_force_run(stack, spark, tmp_path, "sql", {
+        "kind": "match", "name": "brute-force-sql", "sql": BRUTE_FORCE_SQL}, seed=6)
+    by_id = {r["id"]: r for r in records}
+    want = sorted((m["key"], m["first_time"], m["last_time"], 3,
+                   by_id[json.loads(m["stages"][-1]["events"][-1])["id"]]["country"]) for m in expected)
+    register_schemas(derived_schemas(cfg))  # this process decodes the derived record schema
+    got = sorted((r["account"], millis(r["first_time"]), millis(r["last_time"]), r["failures"], r["login_country"])
+                 for r in read(stack, cfg.operators[0].output))
+    assert want and got == want
+
+
+def millis(value) -> int:
+    """A timestamp-millis field as epoch ms, whether the decoder gave an int or a datetime."""
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)

@@ -47,7 +47,7 @@ from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.avro_encode import ResultEncoder
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
-from jobs.runtime import Counters, GroupRuntime, Plan
+from jobs.runtime import Counters, GroupRuntime, Plan, register_schemas
 from jobs.serde import AvroSerializer, registry_client
 from operators.columns import EventColumns
 from operators.time import CTI_INFINITY
@@ -135,6 +135,7 @@ class OperatorProcessor(StatefulProcessor):
         self.state = handle.getValueState("header", _STATE)
         self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
+        register_schemas(self.plan.schemas)  # an executor's store has only the files: add the derived ones
         self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
                                                subject=f"{topic}-value", validate=False)
                          for topic, schema in self.topic_schemas.items()}

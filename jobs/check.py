@@ -14,6 +14,7 @@ from pathlib import Path
 from jobs.checkpoint import check_checkpoint_dir, check_key_groups
 from jobs.config import JobConfig, load
 from jobs.fields import field_errors
+from jobs.recognize import operator_of
 from operators.errors import ConfigError, CtiflowError
 
 
@@ -32,16 +33,15 @@ class Report:
 
 
 def _lines(exc: CtiflowError, path: Path) -> list[str]:
-    """A (possibly multi-line) error as one line per problem, without the file prefix."""
+    """An error as one entry per problem, without the file prefix (a query's caret display
+    stays with its message)."""
     text = str(exc)
-    lines = [line.strip().removeprefix("- ") for line in text.splitlines()]
-    head = lines[0]
+    first, *rest = text.splitlines()
     for prefix in (f"{path}: ", "<config>: "):
-        head = head.removeprefix(prefix)
-    rest = lines[1:]
-    if rest and head.endswith(("invalid job configuration", "fields and topics that do not fit")):
-        return rest
-    return [head, *rest]
+        first = first.removeprefix(prefix)
+    if rest and first.endswith(("invalid job configuration", "fields and topics that do not fit")):
+        return [line.strip().removeprefix("- ") for line in rest]
+    return ["\n".join([first, *rest])]
 
 
 def check_job(path: str | Path) -> Report:
@@ -64,7 +64,7 @@ def config_errors(cfg: JobConfig, path: str | Path = "<config>") -> list[str]:
     errors = field_errors(cfg)
     for op in cfg.operators:
         try:
-            op.operator(cfg)
+            operator_of(op, cfg)
         except CtiflowError as exc:
             errors += _lines(exc, Path(path))
     for probe in (check_checkpoint_dir, lambda p: check_key_groups(cfg.key_groups, p)):

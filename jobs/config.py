@@ -470,8 +470,13 @@ class MatchOp(Strict):
 
     kind: Literal["match"]
     name: str
-    pattern: dict[str, Any] = Field(description="Flink's Pattern API as YAML (operators/cep/declarative.py); "
-                                    "`within` / `window` take durations like '10m' (or ms as within_ms / window_ms)")
+    pattern: dict[str, Any] | None = Field(None, description=(
+        "Flink's Pattern API as YAML (operators/cep/declarative.py); `within` / `window` take durations like "
+        "'10m' (or ms as within_ms / window_ms). Give this or sql"))
+    sql: str | None = Field(None, description=(
+        "instead of pattern: SELECT * FROM <source> MATCH_RECOGNIZE (PARTITION BY <key field> ORDER BY <time field> "
+        "MEASURES … PATTERN (…) DEFINE …), Flink's row pattern recognition; the output topic's records are the "
+        "partition column and the measures, typed (`ctiflow schemas derived JOB.yaml` prints the schema)"))
     output: str
     timed_out: str | None = Field(None, description="topic for partial matches whose `within` expired (optional)")
     max_partial_matches: int | None = Field(10_000, ge=1, le=10_000_000, description=(
@@ -482,22 +487,47 @@ class MatchOp(Strict):
 
     _o = field_validator("output")(lambda v: check_topic_name(v, "output"))
 
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.pattern is None) == (self.sql is None):
+            raise ValueError(f"operators.{self.name}: give exactly one of pattern (Flink's Pattern API as YAML) or "
+                             "sql (a MATCH_RECOGNIZE query)")
+        return self
+
     def roles(self) -> dict[str, str]:
         return {"match": self.output, **({"timed_out": self.timed_out} if self.timed_out else {})}
 
+    @property
+    def bounded(self) -> bool:
+        """The pattern bounds its runs in time (``within``, or the query's ``WITHIN``)."""
+        if self.pattern is not None:
+            return _has_within(self.pattern)
+        from operators.cep.sql import SqlError, parse
+
+        try:
+            return parse(self.sql).within_ms is not None
+        except SqlError:
+            return True  # the operator's own check reports the query
+
+    @property
+    def schema_name(self) -> str:
+        """The output topic's record schema: ``match``, or one derived from the query's MEASURES."""
+        return "match" if self.sql is None else "recognize_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
+
     def result_topics(self, job: "JobConfig") -> dict[str, str]:
-        return {self.output: "match", **({self.timed_out: "timed_out_match"} if self.timed_out else {})}
+        return {self.output: self.schema_name, **({self.timed_out: "timed_out_match"} if self.timed_out else {})}
 
     needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
 
     def operator(self, job: "JobConfig"):
-        """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts."""
+        """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts.
+        A ``sql`` operator needs the input's schema too: :func:`jobs.recognize.operator_of` builds it."""
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None,
-                                 max_partial_matches=self.max_partial_matches)
+                                 max_partial_matches=self.max_partial_matches, sql=self.sql)
         try:
             settings.pattern_object()
         except CtiflowError as exc:
-            raise ConfigError(f"operators.{self.name}.pattern: {exc}") from None
+            raise ConfigError(f"operators.{self.name}.{'pattern' if self.sql is None else 'sql'}: {exc}") from None
         return MatchOperator, settings
 
 
@@ -681,7 +711,7 @@ class JobConfig(Strict):
         found = []
         if self.state.ttl is None:
             for op in self.operators:
-                if isinstance(op, MatchOp) and not _has_within(op.pattern):
+                if isinstance(op, MatchOp) and not op.bounded:
                     found.append(f"operators.{op.name}: the pattern has no within and state.ttl is not set: a partial "
                                  "match that never completes stays in the state for ever (up to max_partial_matches "
                                  "per key); give the pattern a within (e.g. within: 10m) or set state.ttl")

@@ -120,7 +120,7 @@ def field_errors(cfg: JobConfig, store: SchemaStore | None = None) -> list[str]:
         elif isinstance(op, BinsOp):
             for m in op.measures:
                 need(f"{label}.measures", fast, m, NUMERIC, "a prorated measure")
-        elif isinstance(op, MatchOp):
+        elif isinstance(op, MatchOp) and op.pattern is not None:  # a query's columns: its own check
             for where, text in _stage_expressions(op.pattern.get("stages"), f"{label}.pattern"):
                 expression(where, text, True)
     return errors

@@ -23,6 +23,8 @@ import numpy as np
 from jobs import rows
 from jobs.config import JobConfig, State
 from jobs.fields import check_fields
+from jobs.recognize import derived_schemas, operator_of
+from jobs.serde import default_store
 from operators.columns import ColumnTimeLayer, EventColumns
 from operators.errors import EventRejected, StateError
 from operators.events import OutputBatch
@@ -74,6 +76,9 @@ class Plan:
     cache_chunks: int = State.model_fields["cache_chunks"].default
     #: False when an operator must see every key in one state (a global count): one chunk
     chunked: bool = True
+    #: record schemas the operators derive (name → Avro JSON): every process that encodes or
+    #: decodes their topics adds them to its schema store (:func:`register_schemas`)
+    schemas: dict[str, str] = field(default_factory=dict)
 
     @property
     def handles_adjust(self) -> bool:
@@ -94,7 +99,7 @@ def _time_settings(src) -> AdvanceTimeSettings:
 
 def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
     """The pure operator behind one configured operator (the config class builds it)."""
-    cls, settings = op.operator(cfg)
+    cls, settings = operator_of(op, cfg)
     return OperatorSpec(op.name, cls, settings, op.roles())
 
 
@@ -108,6 +113,8 @@ def plan(cfg: JobConfig) -> Plan:
                                           missing=cfg.reference.missing, sync=cfg.reference.sync)
         streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
     check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
+    schemas = derived_schemas(cfg)
+    register_schemas(schemas)
     cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
     return Plan(streams=streams, fast=fast, reference=reference,
                 operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
@@ -116,7 +123,14 @@ def plan(cfg: JobConfig) -> Plan:
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
                 topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
                 key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
-                chunked=not any(op.needs_every_key for op in cfg.operators))
+                chunked=not any(op.needs_every_key for op in cfg.operators), schemas=schemas)
+
+
+def register_schemas(schemas: dict[str, str]) -> None:
+    """Add derived record schemas (name → Avro JSON) to this process's schema store."""
+    store = default_store()
+    for name, text in schemas.items():
+        store.add(name, text)
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:

@@ -273,3 +273,60 @@ def test_match_operators_are_bounded_by_default_and_an_unbounded_pattern_is_warn
     raw["state"] = {"ttl": "1d"}
     assert parse(raw).warnings() == []
     assert parse(TRANSACTIONS).warnings() == []  # both patterns have a within
+
+
+# -- MATCH_RECOGNIZE in jobs (issue 26) ----------------------------------------------------------------
+SQL = """SELECT * FROM transactions MATCH_RECOGNIZE (
+  PARTITION BY account ORDER BY event_time
+  MEASURES FIRST(F.event_time) AS first_failure, COUNT(F.id) AS failures, S.amount AS amount,
+           S.country AS login_country, MATCH_ROWTIME() AS matched_at
+  AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (F{3,} S) WITHIN INTERVAL '10' MINUTE
+  DEFINE F AS F.type = 'login_failed', S AS S.type = 'login_ok'
+)"""
+
+
+def sql_job(sql: str = SQL) -> dict:
+    raw = copy.deepcopy(MINIMAL)
+    raw["sources"][0]["name"] = "transactions"
+    raw["operators"] = [{"kind": "match", "name": "brute-force", "sql": sql, "output": "brute-force"}]
+    return raw
+
+
+def test_a_sql_operator_derives_its_output_schema_from_the_measures():
+    import json
+
+    from jobs.check import config_errors
+    from jobs.recognize import derived_schemas
+
+    cfg = parse(sql_job())
+    assert config_errors(cfg) == [] and cfg.warnings() == []
+    assert cfg.result_topics()["brute-force"] == "recognize_brute_force"
+    schema = json.loads(derived_schemas(cfg)["recognize_brute_force"])
+    timestamp = {"type": "long", "logicalType": "timestamp-millis"}
+    assert [(f["name"], f["type"]) for f in schema["fields"]] == [
+        ("account", ["null", "string"]), ("first_failure", ["null", timestamp]), ("failures", "long"),
+        ("amount", ["null", "double"]), ("login_country", ["null", "string"]), ("matched_at", timestamp)]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda q: q.replace("PARTITION BY account", "PARTITION BY country"),
+     "PARTITION BY must be the job's key field 'account'"),
+    (lambda q: q.replace("ORDER BY event_time", "ORDER BY event_time, id"), "ORDER BY must be the source's time field"),
+    (lambda q: q.replace("COUNT(F.id)", "COUNT(F.idd)"), "column 'idd' is not in the input"),
+    (lambda q: q.replace("S)", "S+)"), "greedy quantifier on the last variable"),
+])
+def test_a_sql_operator_that_does_not_fit_its_job_is_refused_with_a_caret(change, message):
+    from jobs.check import config_errors
+
+    errors = config_errors(parse(sql_job(change(SQL))))
+    assert len(errors) == 1 and message in errors[0] and errors[0].startswith("operators.brute-force.sql: line ")
+    assert errors[0].splitlines()[-1].strip() == "^"
+
+
+def test_a_match_operator_takes_a_pattern_or_a_query_not_both():
+    raw = sql_job()
+    raw["operators"][0]["pattern"] = {"stages": [{"name": "a"}]}
+    assert "give exactly one of pattern" in parse_refused(raw)
+    del raw["operators"][0]["pattern"], raw["operators"][0]["sql"]
+    assert "give exactly one of pattern" in parse_refused(raw)

@@ -12,7 +12,7 @@ QUERY = """SELECT * FROM events MATCH_RECOGNIZE (
   MEASURES FIRST(A.event_time) AS start_t, FINAL LAST(B.amount) AS amt, COUNT(*) AS n, CLASSIFIER() AS c
   ALL ROWS PER MATCH
   AFTER MATCH SKIP TO FIRST B
-  PATTERN (A{3} B+? (C D) E{,2}) WITHIN INTERVAL '10' MINUTE
+  PATTERN (A{3} B+? (C D) E{0,2}) WITHIN INTERVAL '10' MINUTE
   DEFINE A AS A.type = 'login_failed', B AS B.amount > PREV(B.amount, 1) AND SUM(B.amount) < 100,
     C AS CASE WHEN amount IS NULL THEN FALSE ELSE amount BETWEEN 1 AND 5 END
 ) AS T"""

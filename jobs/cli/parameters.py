@@ -53,6 +53,11 @@ def connection(bootstrap: str | None = None, registry: str | None = None, config
     """The flags win over the job file, the job file over the defaults."""
     if config is None:
         return Connection(bootstrap_servers(bootstrap), {}, registry)
-    kafka_cfg = load(config).kafka
+    cfg = load(config)
+    from jobs.recognize import derived_schemas  # the job's derived output schemas decode its topics
+    from jobs.runtime import register_schemas
+
+    register_schemas(derived_schemas(cfg))
+    kafka_cfg = cfg.kafka
     return Connection(bootstrap or kafka_cfg.bootstrap_servers, kafka_cfg.client_config(),
                       registry or kafka_cfg.schema_registry.url, kafka_cfg.schema_registry.client_config())

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from jobs import progress
 from jobs.cli.consoles import console, out
@@ -71,9 +72,9 @@ def check(configs: Annotated[list[Path], typer.Argument(help="job YAML files")])
     for path in configs:
         report = check_job(path)
         for error in report.errors:
-            out.print(f"[red]error[/]   {path}: {error}", highlight=False, soft_wrap=True)
+            out.print(f"[red]error[/]   {escape(f'{path}: {error}')}", highlight=False, soft_wrap=True)
         for warning in report.warnings:
-            out.print(f"[yellow]warning[/] {path}: {warning}", highlight=False, soft_wrap=True)
+            out.print(f"[yellow]warning[/] {escape(f'{path}: {warning}')}", highlight=False, soft_wrap=True)
         if report.ok:
             cfg = report.config
             out.print(f"[green]ok[/]      {path}: job {cfg.job!r}, {len(cfg.sources)} source(s), "

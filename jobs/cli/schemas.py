@@ -12,6 +12,8 @@ from rich.table import Table
 from jobs.cli.consoles import out
 from jobs.cli.parameters import Registry
 from jobs.config import JobConfig, load
+from jobs.recognize import derived_schemas
+from jobs.runtime import register_schemas
 from jobs.serde import default_store, registry_client
 from operators.errors import CtiflowError
 
@@ -35,6 +37,7 @@ def register(config: Annotated[Path, typer.Option("--config", "-c", help="the jo
     from confluent_kafka.schema_registry import Schema  # here: the registry client (httpx) is slow to import
 
     cfg = load(config)
+    register_schemas(derived_schemas(cfg))
     url = registry or cfg.kafka.schema_registry.url
     if not url:
         raise CtiflowError("no Schema Registry configured: "
@@ -51,3 +54,17 @@ def job():
     """The job YAML's JSON schema: every field, its type, default, choices, description and the
     ``CTIFLOW_*`` variable that overrides it (``env``). Editors validate YAML against it."""
     print(json.dumps(JobConfig.model_json_schema(by_alias=True), indent=2))
+
+
+@app.command("derived")
+def derived(config: Annotated[Path, typer.Argument(help="the job's YAML")]):
+    """The record schemas a job derives: a MATCH_RECOGNIZE operator's output (partition column and
+    measures, typed), as Avro JSON — what its output topic holds and a consumer reads."""
+    cfg = load(config)
+    schemas = derived_schemas(cfg)
+    if not schemas:
+        out.print(f"{config}: no derived schemas (only sql match operators derive one)")
+    for topic, schema in cfg.result_topics().items():
+        if schema in schemas:
+            print(f"# {topic}-value")
+            print(json.dumps(json.loads(schemas[schema]), indent=2))

@@ -56,7 +56,7 @@ class MatchSettings:
     expired (role ``timed_out``).
     """
 
-    pattern: Pattern | Mapping[str, Any]
+    pattern: Pattern | Mapping[str, Any] | None
     name: str | None = None
     key_field: str | None = None
     emit_timed_out: bool = True
@@ -64,10 +64,27 @@ class MatchSettings:
     #: while its key holds more is refused (:class:`PartialMatchLimit`: a dead letter) instead of
     #: growing the state further. ``None``: no bound (Flink's behaviour).
     max_partial_matches: int | None = None
+    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`operators.cep.recognize`): its PATTERN and
+    #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns.
+    sql: str | None = None
+    columns: tuple[str, ...] | None = None
+
+    def recognizer(self):
+        """The compiled ``sql`` (None without one), once per settings object."""
+        if self.sql is None:
+            return None
+        from operators.cep.recognize import compile_query
+
+        cached = _RECOGNIZERS.get(id(self))
+        if cached is None or cached[0] is not self:
+            cached = _RECOGNIZERS[id(self)] = (self, compile_query(self.sql, self.columns))
+        return cached[1]
 
     def pattern_object(self) -> Pattern:
         """The pattern, fully validated: built (declarative form) and compiled once, so every
         error Flink would raise at build or compile time surfaces here, before a job starts."""
+        if self.sql is not None:
+            return self.recognizer().pattern
         if isinstance(self.pattern, Pattern):
             pattern = self.pattern
         elif isinstance(self.pattern, Mapping):
@@ -100,6 +117,7 @@ def fields_json(fields: Any) -> str:
 
 
 _COMPILED: dict[int, tuple[MatchSettings, NfaPlan, str, Any]] = {}
+_RECOGNIZERS: dict[int, tuple[MatchSettings, Any]] = {}
 
 
 def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any]:
@@ -170,6 +188,8 @@ class MatchOperator:
         self._has_windows = self.plan.has_windows
         self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
+        self._sql = settings.recognizer()
+        self._numbers: dict[str, int] = {}  # MATCH_NUMBER per key (counted from this operator's start)
         #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
         #: first use (a batch decodes the keys it has events for or that are due, not the others)
         self._raw: dict[str, tuple[int, bytes]] = {}
@@ -198,12 +218,12 @@ class MatchOperator:
         outputs: list[Output] = []
         if self._has_windows or state.completed_matches:
             matches, timed_out = nfa.advance_time_with_ids(timestamp)
-            self._emit(key, matches, timed_out, outputs)
+            self._emit(key, matches, timed_out, outputs, timestamp)
         else:
             state.buffer.advance_time(timestamp)
         matches = nfa.process_with_ids(event.fields, timestamp)
         if matches:
-            self._emit(key, matches, (), outputs)
+            self._emit(key, matches, (), outputs, timestamp)
         return outputs
 
     def process_columns(self, cols) -> list[tuple[int, Any]]:
@@ -241,7 +261,7 @@ class MatchOperator:
             state = self._states[key]
             nfa.state = state
             matches, timed_out = nfa.advance_time_with_ids(cti)
-            self._emit(key, matches, timed_out, outputs)
+            self._emit(key, matches, timed_out, outputs, cti)
             if flush or state.is_idle():
                 del self._states[key]
         return outputs
@@ -367,10 +387,18 @@ class MatchOperator:
         matches: Any,
         timed_out: Any,
         outputs: list[Output],
+        emitted: int = 0,
     ) -> None:
         match: IdentifiedMatch
-        for match in matches:
-            outputs.append(Output("match", self._record(key, match[0], match[1])))
+        if self._sql is not None:
+            for match in matches:
+                self._numbers[key] = number = self._numbers.get(key, 0) + 1
+                rows = {name: match[0].get(name, []) for name in self._sql.variables}
+                outputs.append(Output("match", self._sql.one_row(self._sql.partition_values(rows), rows, number,
+                                                                 emitted)))
+        else:
+            for match in matches:
+                outputs.append(Output("match", self._record(key, match[0], match[1])))
         timeout: IdentifiedTimeout
         for timeout in timed_out:
             record = self._record(key, timeout[0], timeout[1])

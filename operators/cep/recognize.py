@@ -14,7 +14,8 @@ Semantics are Flink's (flink-table-planner ``CommonExecMatch`` / ``MatchCodeGene
   ``PREV(Y.col, n)`` is ``LAST(Y.col, n)`` (own variable: only offset 0);
 * ``MEASURES`` are final (evaluated on the whole match): ``X.col`` is ``X``'s last row, a bare
   column the match's last row; a variable with no rows gives NULL (``COUNT`` 0);
-  ``MATCH_ROWTIME()`` is the time of the row that completed the match;
+  ``MATCH_ROWTIME()`` is the time at which the NFA released the match (the row it was
+  processing: a match held back behind an earlier partial match comes out with a later row);
 * rows are matched in ``ORDER BY`` order (time first, ascending; ties by the other columns, then
   in arrival order), per ``PARTITION BY`` value; at the end of input every ``WITHIN`` closes and
   unfinished partial matches are dropped.
@@ -40,11 +41,12 @@ from operators.cep.nfa import Nfa, NfaState
 from operators.cep.pattern import Pattern, QuantifierProperty
 from operators.cep.skip_strategy import AfterMatchSkipStrategy
 from operators.cep.sql import CAST_TYPES, Expr, Query, SqlError, parse
+from operators.errors import PatternError
 
 STAR = "*"  # the universal pattern variable: every row of the match
 NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")
 AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT")
-END_OF_TIME = 2 ** 62
+END_OF_TIME = 2 ** 63 - 1  # Flink's final watermark (Long.MAX_VALUE)
 
 
 class Timestamp(int):
@@ -87,7 +89,7 @@ class Recognizer:
     pattern: Pattern
     variables: list[str]
     time_column: str
-    measures: list[tuple[str, Callable[[dict, Row | None, int, bool], Any]]]
+    measures: list[tuple[str, Callable[[dict, tuple | None, int, int], Any]]]
 
     def run(self, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Every output row for ``rows`` (a bounded input), in emission order."""
@@ -108,6 +110,8 @@ class Recognizer:
             row.seq = seq
             prepared.append(row)
         prepared.sort(key=self._sort_key)
+        for position, row in enumerate(prepared):  # from here on, seq is the place in matching order
+            row.seq = position
         plan = compile_pattern(self.pattern)
         nfa = Nfa(plan)
         states: dict[tuple, NfaState] = {}
@@ -122,12 +126,24 @@ class Recognizer:
             if last_time.get(key) != row.time:  # Flink: advanceTime once per timestamp, then its rows
                 last_time[key] = row.time
                 matches, _ = nfa.advance_time_with_ids(row.time)
-                yield from self._emit(key, matches, numbers)
-            yield from self._emit(key, nfa.process_with_ids(row, row.time), numbers)
+                yield from self._emit(key, matches, numbers, row.time)
+            yield from self._emit(key, nfa.process_with_ids(row, row.time), numbers, row.time)
         for key, state in states.items():  # the end of input: every WITHIN closes
             nfa.state = state
             matches, _ = nfa.advance_time_with_ids(END_OF_TIME)
-            yield from self._emit(key, matches, numbers)
+            yield from self._emit(key, matches, numbers, END_OF_TIME)
+
+    def one_row(self, base: dict[str, Any], match: dict[str, list], number: int, emitted: int) -> dict[str, Any]:
+        """ONE ROW PER MATCH: ``base`` (the partition columns) and the measures, final."""
+        out = dict(base)
+        for name, measure in self.measures:
+            out[name] = measure(match, None, number, emitted)
+        return out
+
+    def partition_values(self, match: dict[str, list]) -> dict[str, Any]:
+        """The partition columns of a match, from its first row (as Flink takes them)."""
+        first = next((rows[0] for rows in match.values() if rows), {})
+        return {c: first.get(c) for c in self.query.partition_by}
 
     def _sort_key(self, row: Row):
         parts: list[Any] = [row.time]
@@ -137,17 +153,17 @@ class Recognizer:
         parts.append(row.seq)
         return tuple(parts)
 
-    def _emit(self, key: tuple, matches, numbers: dict) -> Iterable[dict[str, Any]]:
+    def _emit(self, key: tuple, matches, numbers: dict, emitted: int) -> Iterable[dict[str, Any]]:
+        """Output rows for ``matches``, which the NFA released at time ``emitted`` (the row it was
+        processing, or the end of input): ``MATCH_ROWTIME()`` is that time, as in Flink, where a
+        match held back behind an earlier partial match comes out with a later row."""
         q = self.query
         for match, _ids in matches:
             numbers[key] = number = numbers.get(key, 0) + 1
             match = {name: match.get(name, []) for name in self.variables}
             base = dict(zip(q.partition_by, key))
             if not q.all_rows:
-                out = dict(base)
-                for name, measure in self.measures:
-                    out[name] = measure(match, None, number, False)
-                yield out
+                yield self.one_row(base, match, number, emitted)
                 continue
             ordered = sorted(((row, var) for var, rows in match.items() for row in rows), key=lambda rv: rv[0].seq)
             for upto, (row, var) in enumerate(ordered):
@@ -156,8 +172,8 @@ class Recognizer:
                 for column, _, _ in q.order_by:
                     out.setdefault(column, row.get(column))
                 for name, measure in self.measures:
-                    out[name] = measure(running, (row, var), number, True) if _running(q, name) else \
-                        measure(match, (row, var), number, True)
+                    out[name] = measure(running, (row, var), number, emitted) if _running(q, name) else \
+                        measure(match, (row, var), number, emitted)
                 for column, value in row.items():
                     out.setdefault(column, value)
                 yield out
@@ -250,9 +266,30 @@ def _skip(q: Query, fail, names: list[str]) -> AfterMatchSkipStrategy:
 
 
 def _translate(q: Query, fail, names: list[str]) -> Pattern:
-    """The Pattern Flink's ``PatternVisitor`` builds (see the module docstring)."""
+    """The Pattern Flink's ``PatternVisitor`` builds (see the module docstring); an error the
+    Pattern API raises (as Flink's would) points at the variable it concerns."""
+    current = q.pattern[0].pos
+    try:
+        return _build(q, fail, names)
+    except SqlError:
+        raise
+    except PatternError as exc:
+        for var in q.pattern:  # which variable: the first whose prefix of the pattern fails
+            try:
+                _build(Query(**{**vars(q), "pattern": q.pattern[:q.pattern.index(var) + 1]}), fail, names,
+                       partial=True)
+            except PatternError:
+                current = var.pos
+                break
+        raise fail(str(exc), current) from None
+
+
+def _build(q: Query, fail, names: list[str], partial: bool = False) -> Pattern:
     pattern: Pattern | None = None
     for var in q.pattern:
+        if var.min is None:  # {,m}: Calcite's minimum -1, which CEP's times() refuses
+            raise fail("{,m} is not supported (Flink: the from should be a positive number greater than 0); "
+                       "write {0,m}", var.pos)
         pattern = Pattern.begin(var.name, _skip(q, fail, names)) if pattern is None else pattern.next(var.name)
         expr = q.define.get(var.name)
         pattern.where(IterativeCondition(_condition(expr, var.name, names)) if expr is not None else (lambda row: True))
@@ -265,10 +302,7 @@ def _translate(q: Query, fail, names: list[str]) -> Pattern:
         elif optional:
             pattern.optional()
         elif hi is not None:
-            if lo == 0:  # {0,m}: optional, then 1 to m (CEP's times(0, m))
-                pattern.times(1, hi).optional()
-            else:
-                pattern.times(lo, hi)
+            pattern.times(lo, hi)  # {0,m}: CEP's times(0, m) makes the stage optional
             if (lo, hi) != (1, 1):
                 pattern.consecutive()
         else:
@@ -279,6 +313,8 @@ def _translate(q: Query, fail, names: list[str]) -> Pattern:
         if greedy and not (optional or lo == hi):
             pattern.greedy()
     assert pattern is not None
+    if partial:
+        return pattern
     if q.within_ms is not None:
         pattern.within(q.within_ms)
     if can_produce_empty_matches(pattern):
@@ -416,16 +452,16 @@ def _children(expr: Expr) -> list[Expr]:
 class _Scope:
     """What a column reference and a navigation see: rows per variable, in time order."""
 
-    __slots__ = ("rows_of", "current", "define", "classifier", "number", "completed")
+    __slots__ = ("rows_of", "current", "define", "classifier", "number", "emitted")
 
     def __init__(self, rows_of: Callable[[str], list[Row]], current: Row | None, define: str | None,
-                 classifier: str | None = None, number: int = 0, completed: Row | None = None) -> None:
+                 classifier: str | None = None, number: int = 0, emitted: int | None = None) -> None:
         self.rows_of = rows_of
         self.current = current
         self.define = define
         self.classifier = classifier
         self.number = number
-        self.completed = completed
+        self.emitted = emitted
 
 
 def _condition(expr: Expr, var: str, order: list[str]) -> Callable[[Row, Any], bool]:
@@ -452,17 +488,17 @@ def _condition(expr: Expr, var: str, order: list[str]) -> Callable[[Row, Any], b
 def _measure(expr: Expr, order: list[str]):
     evaluate = _compile(expr)
 
-    def value(match: dict[str, list[Row]], at: tuple[Row, str] | None, number: int, all_rows: bool) -> Any:
+    def value(match: dict[str, list[Row]], at: tuple[Row, str] | None, number: int, emitted: int) -> Any:
         def rows_of(name: str) -> list[Row]:
             if name == STAR:
-                return sorted((r for n in order for r in match.get(n, ())), key=lambda r: r.seq)
+                return [r for n in order for r in match.get(n, ())]  # pattern order: time order (Flink)
             return match.get(name, [])
 
         every = rows_of(STAR)
         completed = every[-1] if every else None
         classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
                                                        None)
-        return _sql_value(evaluate(_Scope(rows_of, None, None, classifier, number, completed)))
+        return _sql_value(evaluate(_Scope(rows_of, None, None, classifier, number, emitted)))
 
     return value
 
@@ -678,7 +714,7 @@ def _call(expr: Expr) -> Callable[[_Scope], Any]:
     if name in AGGREGATES:
         return _aggregate(expr)
     if name == "MATCH_ROWTIME":
-        return lambda s: None if s.completed is None else Timestamp(s.completed.time)
+        return lambda s: None if s.emitted is None else Timestamp(s.emitted)
     if name == "CLASSIFIER":
         return lambda s: s.classifier
     if name == "MATCH_NUMBER":
@@ -738,7 +774,7 @@ def _navigation(expr: Expr) -> Callable[[_Scope], Any]:
         if len(rows) <= offset:
             return None
         row = rows[offset] if first else rows[len(rows) - offset - 1]
-        return inner(_Scope(lambda n: [row], row, None, s.classifier, s.number, s.completed))
+        return inner(_Scope(lambda n: [row], row, None, s.classifier, s.number, s.emitted))
 
     return navigate
 
@@ -755,7 +791,7 @@ def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
     def aggregate(s: _Scope) -> Any:
         values = []
         for row in s.rows_of(var):
-            v = inner(_Scope(lambda n, row=row: [row], row, None, s.classifier, s.number, s.completed))
+            v = inner(_Scope(lambda n, row=row: [row], row, None, s.classifier, s.number, s.emitted))
             if v is not None:
                 values.append(v)
         if name == "COUNT":
@@ -781,3 +817,97 @@ def recognize(query: str, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, A
     rows = list(rows)
     columns = set().union(*(r.keys() for r in rows)) if rows else None
     return compile_query(query, columns).run(rows)
+
+
+# -- the output's Avro schema -------------------------------------------------------------------
+TIMESTAMP = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+def output_schema(recognizer: Recognizer, column_types: Mapping[str, Any], name: str) -> dict:
+    """The Avro record schema of ONE ROW PER MATCH output: the partition columns with their
+    types, then each measure typed from its expression (``column_types``: the input's Avro
+    field types; the ORDER BY column is a ``timestamp-millis``). A measure is nullable unless it
+    cannot be NULL (``COUNT``, ``MATCH_ROWTIME()``, ``MATCH_NUMBER()``)."""
+    q = recognizer.query
+    types = {c: _base(t) for c, t in column_types.items()}
+    types[recognizer.time_column] = TIMESTAMP
+    fields = [{"name": c, "type": ["null", types.get(c, "string")], "default": None} for c in q.partition_by]
+    for m in q.measures:
+        avro, nullable = _typeof(m.expr, types)
+        fields.append({"name": m.name, "type": ["null", avro] if nullable else avro,
+                       **({"default": None} if nullable else {})})
+    return {"type": "record", "name": name, "namespace": "ctiflow.recognize",
+            "doc": "MATCH_RECOGNIZE output: partition columns, then measures", "fields": fields}
+
+
+def _base(avro_type: Any) -> Any:
+    """A field's type without its null branch (the first other branch of a union)."""
+    if isinstance(avro_type, list):
+        others = [t for t in avro_type if t != "null"]
+        return _base(others[0]) if others else "string"
+    if isinstance(avro_type, Mapping) and avro_type.get("logicalType") == "timestamp-millis":
+        return TIMESTAMP
+    if isinstance(avro_type, Mapping):
+        return _base(avro_type.get("type"))
+    return {"int": "long", "float": "double"}.get(avro_type, avro_type)
+
+
+def _numeric(*types: Any) -> Any:
+    return "double" if "double" in types else "long"
+
+
+def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
+    """``(Avro type, nullable)`` of ``expr``'s values."""
+    kind = expr.kind
+    if kind == "literal":
+        v = expr.value
+        return ({bool: "boolean", int: "long", float: "double", str: "string"}.get(type(v), "string"), v is None)
+    if kind == "column":
+        return types.get(expr.value[1], "string"), True
+    if kind in ("is_null", "is_bool"):
+        return "boolean", False
+    if kind in ("between", "in", "like", "unary") and (kind != "unary" or expr.value == "NOT"):
+        return "boolean", True
+    if kind == "unary":
+        return _typeof(expr.args[0], types)
+    if kind == "binary":
+        if expr.value in ("AND", "OR", "=", "<>", "<", "<=", ">", ">="):
+            return "boolean", True
+        if expr.value == "||":
+            return "string", True
+        left, right = _typeof(expr.args[0], types)[0], _typeof(expr.args[1], types)[0]
+        if left == TIMESTAMP and expr.value in "+-" and right != TIMESTAMP:
+            return TIMESTAMP, True
+        return _numeric(left, right), True
+    if kind == "case":
+        branches, otherwise = expr.args
+        for _, value in branches:
+            t, _ = _typeof(value, types)
+            if not (value.kind == "literal" and value.value is None):
+                return t, True
+        return _typeof(otherwise, types)[0], True
+    if kind == "cast":
+        return {"int": "long", "float": "double", "str": "string", "bool": "boolean"}[CAST_TYPES[expr.value]], True
+    if kind == "call":
+        name = expr.value
+        if name == "COUNT":
+            return "long", False
+        if name == "MATCH_NUMBER":
+            return "long", False
+        if name == "MATCH_ROWTIME":
+            return TIMESTAMP, False
+        if name == "CLASSIFIER":
+            return "string", False
+        inner = _typeof(expr.args[0], types)[0] if expr.args and expr.args[0].kind != "star" else "long"
+        if name in NAVIGATION or name in ("MIN", "MAX", "COALESCE", "NULLIF", "ABS", "FLOOR", "CEIL", "CEILING"):
+            return inner, True
+        if name in ("SUM", "AVG", "MOD"):
+            return _numeric(inner), True
+        if name in ("POWER", "SQRT"):
+            return "double", True
+        if name in ("CHAR_LENGTH", "CHARACTER_LENGTH"):
+            return "long", True
+        if name == "IF":
+            return _typeof(expr.args[1], types)[0], True
+        return "string", True
+    return "string", True

@@ -95,7 +95,7 @@ class Expr:
 class PatternVar:
     name: str
     pos: int
-    min: int = 1
+    min: int | None = 1  # None: {,m} (no minimum given)
     max: int | None = 1  # None: unbounded
     greedy: bool = True
     quantified: bool = False
@@ -225,6 +225,9 @@ class _Parser:
         if self.accept("WITHIN"):
             within = self.interval()
         define, define_pos = {}, {}
+        if not self.at("DEFINE"):
+            raise self.fail("expected DEFINE <variable> AS <condition>, … (required, as in SQL and Flink; a "
+                            "variable left out matches every row)")
         if self.accept("DEFINE"):
             while True:
                 pos = self.tok.pos
@@ -348,13 +351,13 @@ class _Parser:
             lo, hi = 0, 1
         elif tok.text == "{":
             self.i += 1
-            lo = 0 if self.tok.text == "," else self.integer("the minimum repetitions")
+            lo = None if self.tok.text == "," else self.integer("the minimum repetitions")
             hi = lo
             if self.accept(","):
                 hi = None if self.tok.text == "}" else self.integer("the maximum repetitions")
             if self.tok.text != "}":
                 raise self.fail("expected } closing the quantifier, e.g. {2}, {2,}, {2,5} or {,5}")
-            if hi is not None and hi < lo:
+            if hi is not None and lo is not None and hi < lo:
                 raise self.fail(f"the quantifier's maximum {hi} is below its minimum {lo}")
         else:
             return var

@@ -1,0 +1,69 @@
+"""``MATCH_RECOGNIZE`` in jobs: a ``sql`` match operator checked against its job and its input's
+Avro schema, its settings, and the record schema its MEASURES derive.
+
+Here, not in :mod:`jobs.config` (which stays a leaf of ``operators``), because it reads the
+schema store (:mod:`jobs.serde`). :func:`operator_of` is how the runtime and ``ctiflow check``
+build every configured operator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jobs.config import JobConfig, MatchOp
+from jobs.serde import default_store
+from operators.cep.operator import MatchOperator, MatchSettings
+from operators.cep.recognize import output_schema
+from operators.cep.sql import SqlError
+from operators.errors import ConfigError, CtiflowError
+
+
+def operator_of(op, job: JobConfig) -> tuple[type, Any]:
+    """``(operator class, settings)`` of a configured operator (``sql`` ones checked here)."""
+    if isinstance(op, MatchOp) and op.sql is not None:
+        return MatchOperator, sql_settings(op, job)[0]
+    return op.operator(job)
+
+
+def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, Any]]:
+    """The settings of a ``sql`` operator and its input's field types; the query is checked
+    against the job: PARTITION BY its key field, ORDER BY its time field, ONE ROW PER MATCH,
+    columns of the source's schema (a :class:`ConfigError` with the query's caret display)."""
+    src = job.source(job.reference.fast) if job.reference else job.sources[0]
+    types = {f["name"]: f["type"] for f in default_store().get(src.schema_name).parsed["fields"]}
+    settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
+                             max_partial_matches=op.max_partial_matches, sql=op.sql, columns=tuple(types))
+    try:
+        q = settings.recognizer().query
+        upper = q.text.upper()
+        if q.partition_by != [src.key_field]:
+            raise SqlError(f"PARTITION BY must be the job's key field {src.key_field!r} (the job keeps state per key): "
+                           f"write PARTITION BY {src.key_field}", q.text, upper.find("MATCH_RECOGNIZE"))
+        if q.order_by[0][0] != src.time_field or len(q.order_by) > 1:
+            raise SqlError(f"ORDER BY must be the source's time field {src.time_field!r} alone (the job orders events "
+                           f"by it; ties keep their arrival order): write ORDER BY {src.time_field}",
+                           q.text, q.order_by[0][2])
+        if q.all_rows:
+            raise SqlError("ALL ROWS PER MATCH is for `ctiflow recognize`; a job writes ONE ROW PER MATCH",
+                           q.text, upper.find("ALL ROWS"))
+        if "MATCH_NUMBER" in upper:
+            raise SqlError("MATCH_NUMBER() is for `ctiflow recognize`; a job's state does not number matches",
+                           q.text, upper.find("MATCH_NUMBER"))
+        settings.pattern_object()
+    except SqlError as exc:
+        raise ConfigError(f"operators.{op.name}.sql: {exc.render()}") from None
+    except CtiflowError as exc:
+        raise ConfigError(f"operators.{op.name}.sql: {exc}") from None
+    return settings, types
+
+
+def derived_schemas(job: JobConfig) -> dict[str, str]:
+    """Record schemas the job's operators derive (name → Avro JSON): a ``sql`` match operator's
+    output, from its MEASURES (:func:`operators.cep.recognize.output_schema`)."""
+    found = {}
+    for op in job.operators:
+        if isinstance(op, MatchOp) and op.sql is not None:
+            settings, types = sql_settings(op, job)
+            found[op.schema_name] = json.dumps(output_schema(settings.recognizer(), types, op.schema_name))
+    return found
