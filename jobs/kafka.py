@@ -11,6 +11,7 @@ watermark lags the last producer batch (see :func:`true_end_offset`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -61,15 +62,20 @@ def base_config(bootstrap: str, client: dict[str, str] | None = None) -> dict[st
     return {"bootstrap.servers": bootstrap, **env_credentials(), **(client or {})}
 
 
+#: librdkafka's log lines go through Python logging (warnings and errors reach stderr, its info
+#: chatter — e.g. "Purging 1 unserved events" when a client closes — does not).
+LIBRDKAFKA_LOG = logging.getLogger("ctiflow.librdkafka")
+
+
 def admin(bootstrap: str, client: dict[str, str] | None = None) -> AdminClient:
-    return AdminClient(base_config(bootstrap, client))
+    return AdminClient(base_config(bootstrap, client), logger=LIBRDKAFKA_LOG)
 
 
 def producer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Producer:
     """An idempotent, acks=all producer (result topics never lose or reorder a record on retry)."""
     conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "batch.num.messages": 10000,
             "compression.type": "lz4", **base_config(bootstrap, client), **extra}
-    return Producer(conf)
+    return Producer(conf, logger=LIBRDKAFKA_LOG)
 
 
 def send(prod: Producer, topic: str, value: bytes, key: bytes | None = None, **kwargs) -> None:
@@ -144,7 +150,7 @@ def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> C
     conf = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
             **base_config(bootstrap, client), **extra}
-    return Consumer(conf)
+    return Consumer(conf, logger=LIBRDKAFKA_LOG)
 
 
 def wait_for_broker(bootstrap: str, client: dict[str, str] | None = None, timeout: float = 15.0) -> None:
