@@ -8,7 +8,7 @@ Flink installed: every row identical, in order within a partition, and every que
 rejects rejected too.
 
     bash bench/setup_flink.sh                       # once: .venv-flink with apache-flink
-    .venv-flink/bin/python bench/recognize_flink.py --cases 2000 --seed 1
+    .venv-flink/bin/python bench/recognize_flink.py --cases 2000 --seed 1   # --resume continues a file
 
 The streams look like real topics: several partitions at uneven rates, equal timestamps
 (ties keep arrival order), NULLs. No row is late: the watermark trails by a day, so Flink
@@ -166,36 +166,70 @@ def flink_error(exc: Exception) -> str:
     return (lines[-1] if lines else text.splitlines()[0])[:500]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args(argv)
+#: What a failing PyFlink / mini-cluster says (not Flink's answer to a query): the case is retried
+#: in a fresh process.
+INFRASTRUCTURE = ("PickleException", "Py4JNetworkError", "Could not create actor system", "Py4JError",
+                  "Address already in use")
+
+
+def record(seed: int, first: int, last: int, out_path: Path) -> int:
+    """Cases ``first`` … ``last - 1`` of ``seed``, appended to ``out_path``; exit code 3 (after
+    writing what was recorded) when PyFlink itself fails."""
     import pyflink
 
     flink = Flink()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    started, rejected = time.monotonic(), 0
-    with args.out.open("w") as out:
-        for n in range(args.cases):
-            rng = random.Random(f"{args.seed}/{n}")
+    with out_path.open("a") as out:
+        for n in range(first, last):
+            rng = random.Random(f"{seed}/{n}")
             text, rows = query(rng), events(rng)
-            case = {"name": f"flink-{args.seed}-{n:04d}", "query": text, "columns": COLUMNS,
+            case = {"name": f"flink-{seed}-{n:04d}", "query": text, "columns": COLUMNS,
                     "events": [[r[c] for c in COLUMNS] for r in rows], "flink": pyflink.version.__version__}
             try:
                 case["output"], case["rows"] = flink.run(text, rows)
                 case["error"] = None
             except Exception as exc:  # noqa: BLE001 - Flink's refusal is the recorded answer
-                if "PickleException" in str(exc) or "Py4JNetworkError" in str(exc):
-                    raise  # PyFlink itself failed: not Flink's answer to the query
+                if any(marker in str(exc) for marker in INFRASTRUCTURE):
+                    print(f"case {n}: PyFlink failed ({flink_error(exc)[:120]}); a fresh process retries it",
+                          file=sys.stderr)
+                    return 3
                 case["output"], case["rows"], case["error"] = None, None, flink_error(exc)
-                rejected += 1
             out.write(json.dumps(case) + "\n")
             out.flush()
-            if n % 50 == 49:
-                print(f"{n + 1} cases, {rejected} rejected, {time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(f"wrote {args.cases} cases ({rejected} rejected by Flink) to {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--resume", action="store_true", help="keep the cases already in --out, record the rest")
+    ap.add_argument("--chunk", type=int, default=150, help="cases per PyFlink process (its mini-cluster leaks)")
+    ap.add_argument("--worker", nargs=2, type=int, metavar=("FIRST", "LAST"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return record(args.seed, args.worker[0], args.worker[1], args.out)
+    import subprocess
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        args.out.write_text("")
+    started, failures = time.monotonic(), 0
+    while True:
+        done = sum(1 for line in args.out.read_text().splitlines() if line.strip())
+        if done >= args.cases:
+            break
+        code = subprocess.run([sys.executable, __file__, "--seed", str(args.seed), "--out", str(args.out),
+                               "--worker", str(done), str(min(done + args.chunk, args.cases))]).returncode
+        now = sum(1 for line in args.out.read_text().splitlines() if line.strip())
+        failures = 0 if now > done else failures + 1
+        if code not in (0, 3) or failures >= 3:
+            print(f"stopped at {now} cases (exit {code})", file=sys.stderr)
+            return 1
+        print(f"{now} cases, {time.monotonic() - started:.0f} s", file=sys.stderr)
+    cases = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+    rejected = sum(c["error"] is not None for c in cases)
+    print(f"wrote {len(cases)} cases ({rejected} rejected by Flink) to {args.out}", file=sys.stderr)
     return 0
 
 

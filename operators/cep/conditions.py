@@ -50,14 +50,17 @@ class Condition:
 
 class SimpleCondition(Condition):
     """Wraps ``predicate(event) -> bool``; ``expression``: the compiled expression it
-    evaluates, when it came from one (its column form, :func:`column_condition`)."""
+    evaluates, when it came from one (its column form, :func:`column_condition`);
+    ``column_form``: a ready column form instead (``truth(columns, n)``, as
+    :func:`column_condition` returns), e.g. a SQL ``DEFINE``'s."""
 
-    __slots__ = ("predicate", "expression")
+    __slots__ = ("predicate", "expression", "column_form")
 
-    def __init__(self, predicate: Callable[[Any], Any], expression: Any = None) -> None:
+    def __init__(self, predicate: Callable[[Any], Any], expression: Any = None, column_form: Any = None) -> None:
         super().__init__(False)
         self.predicate = predicate
         self.expression = expression
+        self.column_form = column_form
 
     def test(self, event: Any, ctx: MatchContext | None) -> bool:
         return bool(self.predicate(event))
@@ -264,6 +267,8 @@ def column_condition(condition: Condition | None) -> Callable[[Mapping[str, Any]
     if condition.iterative:
         return None
     if isinstance(condition, SimpleCondition):
+        if condition.column_form is not None:
+            return condition.column_form
         return column_truth(condition.expression) if condition.expression is not None else None
     if isinstance(condition, NotCondition):
         inner = column_condition(condition.inner)

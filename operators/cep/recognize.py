@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.cep.compiler import can_produce_empty_matches, compile_pattern
-from operators.cep.conditions import IterativeCondition
+from operators.cep.conditions import IterativeCondition, SimpleCondition
 from operators.cep.nfa import Nfa, NfaState
 from operators.cep.pattern import Pattern, QuantifierProperty
 from operators.cep.skip_strategy import AfterMatchSkipStrategy
@@ -292,7 +292,11 @@ def _build(q: Query, fail, names: list[str], partial: bool = False) -> Pattern:
                        "write {0,m}", var.pos)
         pattern = Pattern.begin(var.name, _skip(q, fail, names)) if pattern is None else pattern.next(var.name)
         expr = q.define.get(var.name)
-        pattern.where(IterativeCondition(_condition(expr, var.name, names)) if expr is not None else (lambda row: True))
+        if expr is None:  # a variable without DEFINE matches every row
+            pattern.where(lambda row: True)
+        else:
+            condition = _condition(expr, var.name, names)
+            pattern.where(condition if isinstance(condition, SimpleCondition) else IterativeCondition(condition))
         lo, hi, greedy = var.min, var.max, var.greedy
         optional = lo == 0 and hi == 1
         if lo == 0 and hi is None:
@@ -464,8 +468,69 @@ class _Scope:
         self.emitted = emitted
 
 
-def _condition(expr: Expr, var: str, order: list[str]) -> Callable[[Row, Any], bool]:
+def _current_row_only(expr: Expr, var: str) -> bool:
+    """``expr`` reads the row being tested and nothing else of the match (a simple condition:
+    the NFA need not build a context for it)."""
+    if expr.kind == "call" and expr.value in (*NAVIGATION, *AGGREGATES, *MATCH_FUNCTIONS):
+        return False
+    if expr.kind == "column" and expr.value[0] not in (None, var):
+        return False
+    return all(_current_row_only(sub, var) for sub in _children(expr))
+
+
+_FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _column_form(expr: Expr):
+    """``truth(columns, n) → bool array`` for a DEFINE made of ``column <op> literal``
+    comparisons joined by AND / OR (what a start filter needs to skip rows in bulk), or None.
+    Exact under SQL's three-valued logic: a comparison with NULL is unknown, and AND / OR of
+    unknowns is TRUE exactly when it is TRUE with every unknown taken as FALSE (no NOT here)."""
+    import numpy as np
+
+    if expr.kind == "binary" and expr.value in ("AND", "OR"):
+        left, right = _column_form(expr.args[0]), _column_form(expr.args[1])
+        if left is None or right is None:
+            return None
+        join = np.logical_and if expr.value == "AND" else np.logical_or
+
+        def both(columns, n):
+            a, b = left(columns, n), right(columns, n)
+            return None if a is None or b is None else join(a, b)
+
+        return both
+    if expr.kind != "binary" or expr.value not in _FLIP:
+        return None
+    a, b = expr.args
+    op = expr.value
+    if a.kind == "literal" and b.kind == "column":
+        a, b, op = b, a, _FLIP[op]
+    if a.kind != "column" or b.kind != "literal" or b.value is None or isinstance(b.value, bool):
+        return None
+    column, literal = a.value[1], b.value
+    compare = _COMPARE[op]
+
+    def truth(columns, n):
+        values = columns.get(column)
+        if values is None:
+            return np.zeros(n, bool)  # the column is absent: NULL everywhere
+        if values.dtype.kind in "if" and isinstance(literal, (int, float)):
+            return compare(values, literal) & ~np.isnan(values) if values.dtype.kind == "f" else compare(values, literal)
+        if values.dtype.kind == "O" and isinstance(literal, str):
+            if not all(v is None or type(v) is str for v in values.tolist()):
+                return None
+            return np.fromiter((v is not None and compare(v, literal) for v in values.tolist()), bool, n)
+        return None  # another mix of types: row by row
+
+    return truth
+
+
+def _condition(expr: Expr, var: str, order: list[str]):
+    """DEFINE ``var`` as a condition: simple when it reads only the current row, else iterative."""
     evaluate = _compile(expr)
+    if _current_row_only(expr, var):
+        return SimpleCondition(lambda row: evaluate(_Scope(None, row, var)) is True,
+                               column_form=_column_form(expr))
 
     def test(row: Row, ctx) -> bool:
         def rows_of(name: str) -> list[Row]:
