@@ -140,3 +140,39 @@ def test_what_flink_refuses_is_refused_with_the_spot(query, message):
     with pytest.raises(SqlError) as err:
         compile_query(query, ["ts", "price", "id"])
     assert message in err.value.message and err.value.render().count("^") == 1
+
+
+EXAMPLES = sorted((__import__("pathlib").Path(__file__).resolve().parent.parent / "examples" / "recognize").glob("*.sql"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_readme_queries_run_on_the_demo_workload(path):
+    from jobs.testing import workload
+
+    got = recognize(path.read_text(), workload.transactions(20_000, seed=11, scenario_rate=0.05))
+    assert got and all(r["account"] for r in got)
+
+
+def test_the_brute_force_query_finds_what_the_demo_jobs_pattern_finds():
+    """examples/recognize/brute-force.sql and the demo job's YAML pattern (Pattern API form) over
+    the same rows in time order: the same matches, two front ends on one NFA."""
+    from pathlib import Path
+
+    import yaml
+
+    from jobs.testing import workload
+    from operators.cep.operator import MatchOperator, MatchSettings
+    from operators.time import CTI_INFINITY, Event
+
+    records = sorted(workload.transactions(4000, seed=12, scenario_rate=0.08), key=lambda r: r["event_time"])
+    sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "brute-force.sql").read_text()
+    got = [(r["account"], int(r["first_failure"]), int(r["login_time"])) for r in recognize(sql, records)]
+    demo = yaml.safe_load((Path(__file__).resolve().parent.parent / "examples" / "demo-transactions.yaml").read_text())
+    pattern = next(o for o in demo["operators"] if o["name"] == "login-brute-force")["pattern"]
+    op = MatchOperator(MatchSettings(pattern=pattern, name="b", emit_timed_out=False))
+    out = []
+    for r in records:
+        out += op.process(Event(r["account"], r["event_time"], r["event_time"], r))
+    out += op.advance_to(CTI_INFINITY)
+    want = [(o.record["key"], o.record["first_time"], o.record["last_time"]) for o in out if o.role == "match"]
+    assert want and sorted(got) == sorted(want)
