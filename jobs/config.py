@@ -436,6 +436,49 @@ class BinsOp(Strict):
                                    policy=ViolationPolicy(fast.cti.policy))
 
 
+def _pattern_json_schema() -> dict:
+    """The JSON schema of a declarative pattern (:mod:`operators.cep.declarative`), for editors
+    and ``ctiflow schemas job`` (a group's inner stages are typed as objects: JSON schema
+    recursion would need a ``$defs`` entry the model's generator does not know)."""
+    from operators.cep.declarative import CONTIGUITY, NEGATION, SKIPS
+    from operators.cep.pattern import WithinType
+
+    within_types = {"enum": [t.value for t in WithinType]}
+    count = {"type": "integer", "minimum": 0, "maximum": 1000}
+    stage = {
+        "type": "object", "additionalProperties": False, "required": ["name"],
+        "description": "one stage of a pattern (Flink's Pattern API, snake_case)",
+        "properties": {
+            "name": {"type": "string"}, "contiguity": {"enum": sorted(CONTIGUITY)}, "negation": {"enum": sorted(NEGATION)},
+            "where": {"type": "string", "description": "an expression over the record's fields"},
+            "or": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "until": {"type": "string"}, "subtype": {"type": "string"},
+            "quantifier": {"anyOf": [
+                {"enum": ["one", "optional", "one_or_more", "zero_or_more"]},
+                {"type": "object", "additionalProperties": False, "required": ["times"], "properties": {
+                    "times": {"anyOf": [count, {"type": "array", "items": count, "minItems": 2, "maxItems": 2}]}}},
+                {"type": "object", "additionalProperties": False, "required": ["times_or_more"],
+                 "properties": {"times_or_more": count}}]},
+            "greedy": {"type": "boolean"}, "consecutive": {"type": "boolean"},
+            "allow_combinations": {"type": "boolean"}, "optional": {"type": "boolean"},
+            "window": DURATION_JSON, "window_ms": {"type": "integer", "minimum": 0},
+            "within": DURATION_JSON, "within_ms": {"type": "integer", "minimum": 0}, "within_type": within_types,
+            "group": {"type": "array", "minItems": 1, "description": "the stages of a group (each as a stage)",
+                      "items": {"type": "object"}},
+        }}
+    pattern = {
+        "type": "object", "additionalProperties": False, "required": ["stages"],
+        "properties": {
+            "name": {"type": "string"}, "within": DURATION_JSON, "within_ms": {"type": "integer", "minimum": 0},
+            "within_type": within_types,
+            "skip": {"anyOf": [{"enum": list(SKIPS)}, {"type": "object", "properties": {
+                "skip_to_first": {"type": "string"}, "skip_to_last": {"type": "string"},
+                "throw_on_miss": {"type": "boolean"}}}]},
+            "stages": {"type": "array", "minItems": 1, "items": stage},
+        }}
+    return pattern
+
+
 def _pattern_durations(spec: Any, where: str) -> Any:
     """A pattern (or stage) with ``within: '10m'`` / ``window: '1m'`` written as the pattern
     API's ``within_ms`` / ``window_ms``, through its stages and groups."""
@@ -470,7 +513,8 @@ class MatchOp(Strict):
 
     kind: Literal["match"]
     name: str
-    pattern: dict[str, Any] | None = Field(None, description=(
+    pattern: Annotated[dict[str, Any] | None, WithJsonSchema(
+        {"anyOf": [_pattern_json_schema(), {"type": "null"}]})] = Field(None, description=(
         "Flink's Pattern API as YAML (operators/cep/declarative.py); `within` / `window` take durations like "
         "'10m' (or ms as within_ms / window_ms). Give this or sql"))
     sql: str | None = Field(None, description=(

@@ -330,3 +330,23 @@ def test_a_match_operator_takes_a_pattern_or_a_query_not_both():
     assert "give exactly one of pattern" in parse_refused(raw)
     del raw["operators"][0]["pattern"], raw["operators"][0]["sql"]
     assert "give exactly one of pattern" in parse_refused(raw)
+
+
+def test_the_job_files_validate_against_the_models_json_schema_as_an_editor_would():
+    """``ctiflow schemas job`` is what editors validate YAML with: durations as text, patterns
+    typed stage by stage (a misspelt stage key is caught there too)."""
+    import jsonschema
+
+    from jobs.config import JobConfig
+
+    schema = JobConfig.model_json_schema(by_alias=True)
+    for raw in (TRANSACTIONS, FLOWS, sql_job()):
+        jsonschema.validate(raw, schema)
+    raw = copy.deepcopy(TRANSACTIONS)
+    op(raw, "login-brute-force")["pattern"]["stages"][0]["quantifer"] = {"times": 3}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(raw, schema)
+    raw = copy.deepcopy(TRANSACTIONS)
+    raw["sources"][0]["cti"]["delay"] = "thirty seconds"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(raw, schema)
