@@ -9,6 +9,7 @@ prorated bins), prints what came out of every result topic and stops what it sta
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -99,18 +100,40 @@ def _report(results: dict[str, list[dict]], out: Console) -> None:
         elif recs and "reason" in recs[0]:
             what = ", ".join(f"{k}: {v}" for k, v in Counter(r["reason"].split(":")[0] for r in recs).items())
         elif recs and "error" in recs[0]:
-            what = ", ".join(f"{k}: {v}" for k, v in Counter(r["error"].split(":")[0] + ":" + r["error"].split(":")[1][:30]
-                                                              for r in recs).most_common(4))
+            what = ", ".join(f"{k} ×{v}" for k, v in Counter(reason_code(r["error"]) for r in recs).most_common())
         elif recs and "reference_missing" in recs[0]:
             what = f"{sum(1 for r in recs if not r['reference_missing'])} enriched with a reference version"
         table.add_row(topic, str(len(recs)), what)
     out.print(table)
+    for topic, recs in results.items():
+        if recs and "error" in recs[0] and "stage" in recs[0]:
+            out.print(f"[bold]{topic}[/bold]: one whole example of each reason")
+            examples = {}
+            for r in recs:
+                examples.setdefault(reason_code(r["error"]), r)
+            for code, r in examples.items():
+                out.print(f"  {code}: partition {r['partition']} offset {r['offset']}: {r['error']}",
+                          highlight=False, soft_wrap=True)
     for topic in ("counts", "matches", "bins-final"):
         recs = results.get(topic) or []
         if recs:
             out.print(f"[bold]{topic}[/bold] (last 3):")
             for r in recs[-3:]:
                 out.print(_short(r))
+
+
+def reason_code(error: str) -> str:
+    """A dead letter's reason in a few whole words, to group by: its stage and the first part of
+    the message that says something once its details (quoted names, ``name=value``, numbers,
+    parentheses) are taken out — ``decode: Avro body does not decode with schema``,
+    ``validate: missing key field``, ``validate: absurd event time``."""
+    stage, _, rest = error.partition(": ")
+    for part in re.split(r"[:;]", re.sub(r"\(.*", "", rest)):
+        words = re.sub(r"'[^']*'|\"[^\"]*\"|\S+=\S*|\d[\w.]*", " ", part)
+        words = " ".join(words.split()).strip(" ,.")
+        if words:
+            return f"{stage}: {words}"
+    return stage
 
 
 def _short(rec: dict) -> str:
