@@ -21,6 +21,7 @@ from jobs import kafka, pipeline, progress, stack
 from jobs.config import load
 from jobs.serde import bundled_dir
 from jobs.plot import plot_bins, plot_counts
+from jobs.testing.oracle import exact_counts
 from jobs.serde import AvroSerializer
 from jobs.testing import workload
 
@@ -77,7 +78,10 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             for topic in cfg.result_topics():
                 results[topic] = kafka.read_topic(bootstrap, topic)
         _report(results, out)
-        _plots(results, work, out)
+        counting = next((c for c in cfgs if "counts" in c.result_topics()), None)
+        exact = (exact_counts(counting, results["counts"], lambda name: results.get(name) or kafka.read_topic(
+            bootstrap, name)) if counting is not None and results.get("counts") else None)
+        _plots(results, work, out, exact)
         return results
     finally:
         if spark is not None:
@@ -143,9 +147,9 @@ def _short(rec: dict) -> str:
     return "  " + ", ".join(f"{k}={v}" for k, v in keep.items())
 
 
-def _plots(results: dict[str, list[dict]], work: Path, out: Console) -> None:
+def _plots(results: dict[str, list[dict]], work: Path, out: Console, exact=None) -> None:
     if results.get("counts"):
-        out.print(f"plot: {plot_counts(results['counts'], str(work / 'counts.png'))}")
+        out.print(f"plot: {plot_counts(results['counts'], str(work / 'counts.png'), exact=exact)}")
     bins = (results.get("bins-updated") or []) + (results.get("bins-final") or [])
     if bins:
         out.print(f"plot: {plot_bins(bins, str(work / 'bins.png'))}")

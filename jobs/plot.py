@@ -92,7 +92,8 @@ def _exact_series(exact: Any) -> dict[tuple[str | None, str], list[tuple[int, fl
 def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact: Any = None,
                 size: tuple[int, int] = DEFAULT_SIZE) -> Path:
     """Estimate with its guaranteed band ``[lower, upper]`` over application time, one panel per
-    ``(counter, key)`` — the ``MAX_SERIES`` with the most records (ties by name).
+    ``(counter, key)`` — the ``MAX_SERIES`` most active: the largest estimates, then the most
+    records (ties by name).
 
     The exact count is drawn when known: from ``exact`` — records with ``key``, ``time``,
     ``exact`` and optionally ``counter`` (e.g. :func:`jobs.testing.oracle.sliding_counts`), or a mapping
@@ -108,7 +109,8 @@ def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact
     if not series:
         _empty(fig, title, "count records")
         return _save(fig, out_png)
-    chosen = sorted(series, key=lambda s: (-len(series[s]), s))[:MAX_SERIES]
+    # the most active series: the largest counts, then the most records (not keys that step 0 → 1)
+    chosen = sorted(series, key=lambda s: (-max(r["estimate"] for r in series[s]), -len(series[s]), s))[:MAX_SERIES]
     rows, cols = _grid(len(chosen))
     for i, (counter, key) in enumerate(chosen):
         recs = sorted(series[(counter, key)], key=lambda r: r["time"])
