@@ -134,7 +134,7 @@ def reason_code(error: str) -> str:
     stage, _, rest = error.partition(": ")
     for part in re.split(r"[:;]", re.sub(r"\(.*", "", rest)):
         words = re.sub(r"'[^']*'|\"[^\"]*\"|\S+=\S*|\d[\w.]*", " ", part)
-        words = " ".join(words.split()).strip(" ,.")
+        words = " ".join(words.split()).replace(" ,", ",").strip(" ,.")
         if words:
             return f"{stage}: {words}"
     return stage

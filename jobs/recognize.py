@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from jobs.config import JobConfig, MatchOp
+from jobs.fields import base_types
 from jobs.serde import default_store
 from operators.cep.operator import MatchOperator, MatchSettings
 from operators.cep.recognize import output_schema
@@ -33,7 +34,8 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
     src = job.source(job.reference.fast) if job.reference else job.sources[0]
     types = {f["name"]: f["type"] for f in default_store().get(src.schema_name).parsed["fields"]}
     settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
-                             max_partial_matches=op.max_partial_matches, sql=op.sql, columns=tuple(types))
+                             max_partial_matches=op.max_partial_matches, sql=op.sql,
+                             columns=tuple((name, family(t)) for name, t in types.items()))
     try:
         q = settings.recognizer().query
         upper = q.text.upper()
@@ -56,6 +58,18 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
     except CtiflowError as exc:
         raise ConfigError(f"operators.{op.name}.sql: {exc}") from None
     return settings, types
+
+
+def family(avro_type: Any) -> str | None:
+    """The type family (:func:`operators.cep.recognize.compile_query`) of an Avro field type."""
+    kinds = base_types(avro_type) - {"null"}
+    if kinds and kinds <= {"int", "long", "float", "double"}:
+        return "number"
+    if kinds == {"string"} or kinds <= {"string", "enum"}:
+        return "string"
+    if kinds == {"boolean"}:
+        return "boolean"
+    return None
 
 
 def derived_schemas(job: JobConfig) -> dict[str, str]:

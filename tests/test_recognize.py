@@ -176,3 +176,30 @@ def test_the_brute_force_query_finds_what_the_demo_jobs_pattern_finds():
     out += op.advance_to(CTI_INFINITY)
     want = [(o.record["key"], o.record["first_time"], o.record["last_time"]) for o in out if o.role == "match"]
     assert want and sorted(got) == sorted(want)
+
+
+@pytest.mark.parametrize("define, message", [
+    ("A.tag > 5", "DEFINE A: A.tag (STRING) > 5 (NUMBER): the types do not match"),
+    ("A.price + A.tag > 1", "DEFINE A: + needs numbers, A.tag (STRING) is not one"),
+    ("A.price", "DEFINE A: the condition is A.price (NUMBER), not a BOOLEAN"),
+    ("SUM(A.tag) > 1", "DEFINE A: SUM needs numbers, A.tag (STRING) is not one"),
+    ("A.tag LIKE 3", "LIKE needs strings"),
+])
+def test_a_type_error_names_the_clause_the_variable_and_the_column(define, message):
+    data = [{"ts": 1000, "price": 3, "tag": "a"}, {"ts": 2000, "price": None, "tag": "b"}]
+    with pytest.raises(SqlError) as err:
+        recognize(f"SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts PATTERN (A B) DEFINE A AS {define})", data)
+    assert message in err.value.message and "^" in err.value.render()
+
+
+def test_a_type_error_in_a_job_query_is_refused_with_the_schema_types():
+    from jobs.check import config_errors
+    from jobs.config import parse
+
+    sql = ("SELECT * FROM tx MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time MEASURES A.amount AS a "
+           "PATTERN (A B) DEFINE A AS A.country > 3)")
+    cfg = parse({"job": "t", "sources": [{"name": "tx", "topic": "t", "schema": "transaction", "key_field": "account",
+                                          "time_field": "event_time"}],
+                 "operators": [{"kind": "match", "name": "m", "sql": sql, "output": "o"}]})
+    [error] = config_errors(cfg)
+    assert "DEFINE A: A.country (STRING) > 3 (NUMBER)" in error

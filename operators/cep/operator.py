@@ -65,9 +65,10 @@ class MatchSettings:
     #: growing the state further. ``None``: no bound (Flink's behaviour).
     max_partial_matches: int | None = None
     #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`operators.cep.recognize`): its PATTERN and
-    #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns.
+    #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
+    #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
-    columns: tuple[str, ...] | None = None
+    columns: tuple[tuple[str, str | None], ...] | None = None
 
     def recognizer(self):
         """The compiled ``sql`` (None without one), once per settings object."""
@@ -77,7 +78,8 @@ class MatchSettings:
 
         cached = _RECOGNIZERS.get(id(self))
         if cached is None or cached[0] is not self:
-            cached = _RECOGNIZERS[id(self)] = (self, compile_query(self.sql, self.columns))
+            columns = None if self.columns is None else dict(self.columns)
+            cached = _RECOGNIZERS[id(self)] = (self, compile_query(self.sql, columns))
         return cached[1]
 
     def pattern_object(self) -> Pattern:

@@ -202,11 +202,14 @@ class _Desc(_Asc):
 
 
 # -- compiling ----------------------------------------------------------------------------------
-def compile_query(query: Query | str, columns: Iterable[str] | None = None) -> Recognizer:
+def compile_query(query: Query | str, columns: Iterable[str] | Mapping[str, str] | None = None) -> Recognizer:
     """Validate ``query`` as Flink does and build its :class:`Recognizer`. ``columns``: the
-    input's columns when known (a reference to another one is an error naming it)."""
+    input's columns when known (a reference to another one is an error naming it); as a
+    mapping column → type family (``number``, ``string``, ``boolean``), also the types: an
+    operation on incompatible types is an error naming the variable and the column."""
     q = parse(query) if isinstance(query, str) else query
     known = None if columns is None else set(columns)
+    families = dict(columns) if isinstance(columns, Mapping) else {}
     fail = _Failer(q.text)
     names = [v.name for v in q.pattern]
     for var in q.pattern:
@@ -235,6 +238,14 @@ def compile_query(query: Query | str, columns: Iterable[str] | None = None) -> R
         checker.check(m.expr, define=None)
         if not m.running and not q.all_rows:
             pass  # FINAL is what ONE ROW PER MATCH means anyway
+    if families:
+        families[time_column] = "timestamp"
+        types = _Types(families, fail)
+        for name, expr in q.define.items():
+            types.of(expr, f"DEFINE {name}")
+            types.condition(expr, f"DEFINE {name}")
+        for m in q.measures:
+            types.of(m.expr, f"MEASURES {m.name}")
     pattern = _translate(q, fail, names)
     measures = [(m.name, _measure(m.expr, names)) for m in q.measures]
     return Recognizer(q, pattern, names, time_column, measures)
@@ -429,6 +440,121 @@ class _Checker:
         for arg in expr.args:
             if isinstance(arg, Expr):
                 self.check(arg, define, inside)
+
+
+class _Types:
+    """Type families of expressions (``number``, ``string``, ``boolean``, ``timestamp``; None:
+    unknown, e.g. NULL or a column of mixed values): what Flink's validator refuses as a type
+    error — comparing or computing with values of different families — refused with the spot,
+    the clause and the column."""
+
+    def __init__(self, families: Mapping[str, str], fail) -> None:
+        self.families, self.fail = families, fail
+
+    def _describe(self, expr: Expr, family: str | None) -> str:
+        if expr.kind == "column":
+            var, column = expr.value
+            return f"{var + '.' if var else ''}{column} ({(family or 'unknown').upper()})"
+        if expr.kind == "literal":
+            return f"{expr.value!r} ({(family or 'NULL').upper()})"
+        return f"an expression of type {(family or 'unknown').upper()}"
+
+    def _same(self, op: str, a: Expr, b: Expr, where: str, pos: int) -> None:
+        fa, fb = self.of(a, where), self.of(b, where)
+        if fa and fb and fa != fb:
+            raise self.fail(f"{where}: {self._describe(a, fa)} {op} {self._describe(b, fb)}: the types do not "
+                            "match (CAST one side, or compare like with like)", pos)
+
+    def condition(self, expr: Expr, where: str) -> None:
+        family = self.of(expr, where)
+        if family not in (None, "boolean"):
+            raise self.fail(f"{where}: the condition is {self._describe(expr, family)}, not a BOOLEAN", expr.pos)
+
+    def of(self, expr: Expr, where: str) -> str | None:
+        kind = expr.kind
+        if kind == "literal":
+            v = expr.value
+            return None if v is None else "boolean" if isinstance(v, bool) else \
+                "number" if isinstance(v, (int, float)) else "string"
+        if kind == "column":
+            return self.families.get(expr.value[1])
+        if kind in ("is_null", "is_bool"):
+            for arg in expr.args:
+                self.of(arg, where)
+            return "boolean"
+        if kind == "unary":
+            inner = self.of(expr.args[0], where)
+            if expr.value == "NOT":
+                if inner not in (None, "boolean"):
+                    raise self.fail(f"{where}: NOT of {self._describe(expr.args[0], inner)}", expr.pos)
+                return "boolean"
+            if inner not in (None, "number"):
+                raise self.fail(f"{where}: {expr.value} of {self._describe(expr.args[0], inner)}", expr.pos)
+            return inner
+        if kind == "binary":
+            op = expr.value
+            a, b = expr.args
+            if op in ("AND", "OR"):
+                for side in (a, b):
+                    family = self.of(side, where)
+                    if family not in (None, "boolean"):
+                        raise self.fail(f"{where}: {op} of {self._describe(side, family)}", side.pos)
+                return "boolean"
+            if op in _COMPARE:
+                self._same(op, a, b, where, expr.pos)
+                return "boolean"
+            if op == "||":
+                self.of(a, where), self.of(b, where)
+                return "string"
+            fa, fb = self.of(a, where), self.of(b, where)
+            if fa == "timestamp" and fb in (None, "number") and op in "+-":
+                return "timestamp"
+            for side, family in ((a, fa), (b, fb)):
+                if family not in (None, "number"):
+                    raise self.fail(f"{where}: {op} needs numbers, {self._describe(side, family)} is not one", expr.pos)
+            return "number"
+        if kind == "between":
+            self._same("BETWEEN", expr.args[0], expr.args[1], where, expr.pos)
+            self._same("BETWEEN", expr.args[0], expr.args[2], where, expr.pos)
+            return "boolean"
+        if kind == "in":
+            for item in expr.args[1:]:
+                self._same("IN", expr.args[0], item, where, expr.pos)
+            return "boolean"
+        if kind == "like":
+            for side in expr.args:
+                family = self.of(side, where)
+                if family not in (None, "string"):
+                    raise self.fail(f"{where}: LIKE needs strings, {self._describe(side, family)} is not one", expr.pos)
+            return "boolean"
+        if kind == "case":
+            branches, otherwise = expr.args
+            for cond, _ in branches:
+                if expr.value is None:
+                    self.condition(cond, where)
+            found = [f for f in (self.of(v, where) for _, v in branches) if f] + [self.of(otherwise, where)]
+            return next((f for f in found if f), None)
+        if kind == "cast":
+            self.of(expr.args[0], where)
+            return {"int": "number", "float": "number", "str": "string", "bool": "boolean"}[CAST_TYPES[expr.value]]
+        if kind == "call":
+            name = expr.value
+            args = [a for a in expr.args if a.kind != "star"]
+            inner = [self.of(a, where) for a in args]
+            if name in ("SUM", "AVG") and inner and inner[0] not in (None, "number"):
+                raise self.fail(f"{where}: {name} needs numbers, {self._describe(args[0], inner[0])} is not one",
+                                expr.pos)
+            if name in ("COUNT", "MATCH_NUMBER", "CHAR_LENGTH", "CHARACTER_LENGTH", "SUM", "AVG", "ABS", "MOD",
+                        "POWER", "SQRT", "FLOOR", "CEIL", "CEILING"):
+                return "number"
+            if name in ("UPPER", "LOWER", "TRIM", "CONCAT", "CLASSIFIER"):
+                return "string"
+            if name == "MATCH_ROWTIME":
+                return "timestamp"
+            if name == "IF":
+                return inner[1] or inner[2]
+            return inner[0] if inner else None  # FIRST LAST PREV MIN MAX COALESCE NULLIF
+        return None
 
 
 def _variables(expr: Expr) -> set[str]:
@@ -880,8 +1006,19 @@ def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
 def recognize(query: str, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Run ``query`` over ``rows`` (a bounded input): the output rows in emission order."""
     rows = list(rows)
-    columns = set().union(*(r.keys() for r in rows)) if rows else None
-    return compile_query(query, columns).run(rows)
+    return compile_query(query, column_families(rows) if rows else None).run(rows)
+
+
+def column_families(rows: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:
+    """Each column's type family from the values it holds (None: only NULLs, or mixed)."""
+    seen: dict[str, set[str]] = {}
+    for row in rows:
+        for column, value in row.items():
+            kinds = seen.setdefault(column, set())
+            if value is not None:
+                kinds.add("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+                          else "string" if isinstance(value, str) else "other")
+    return {c: next(iter(k)) if len(k) == 1 and k != {"other"} else None for c, k in seen.items()}
 
 
 # -- the output's Avro schema -------------------------------------------------------------------
