@@ -203,3 +203,21 @@ def test_a_type_error_in_a_job_query_is_refused_with_the_schema_types():
                  "operators": [{"kind": "match", "name": "m", "sql": sql, "output": "o"}]})
     [error] = config_errors(cfg)
     assert "DEFINE A: A.country (STRING) > 3 (NUMBER)" in error
+
+
+def test_a_sql_operator_reports_partial_matches_whose_within_expired_to_the_timed_out_role():
+    """In a job, a query's timed-out partial matches keep their topic (Flink's SQL drops them):
+    the same records the Pattern API operator writes there."""
+    from operators.cep.operator import MatchOperator, MatchSettings
+    from operators.time import Event
+
+    sql = ("SELECT * FROM tx MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time MEASURES COUNT(F.id) AS n "
+           "PATTERN (F{3} S) WITHIN INTERVAL '5' SECOND DEFINE F AS F.type = 'login_failed', S AS S.type = 'login_ok')")
+    op = MatchOperator(MatchSettings(None, name="bf", sql=sql, emit_timed_out=True))
+    out = []
+    for i in range(2):
+        out += op.process(Event("a1", 1000 * i, 1000 * i, {"id": str(i), "account": "a1", "event_time": 1000 * i,
+                                                             "type": "login_failed"}))
+    out += op.advance_to(10_000)
+    assert [(o.role, o.record["first_time"], o.record["timed_out_at"]) for o in out] == [
+        ("timed_out", 0, 5000), ("timed_out", 1000, 6000)]
