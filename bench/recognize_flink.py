@@ -2,7 +2,7 @@
 
 Random queries over random event streams, each run through Flink's SQL ``MATCH_RECOGNIZE``
 (PyFlink from the package index, a local mini-cluster, event time), written to
-``tests/data/recognize/flink-cases.jsonl`` with Flink's output rows or its error. The test suite
+``tests/data/recognize/flink-cases.jsonl.gz`` with Flink's output rows or its error. The test suite
 (``tests/test_recognize_flink.py``) replays them through :mod:`operators.cep.recognize` with no
 Flink installed: every row identical, in order within a partition, and every query Flink
 rejects rejected too.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
 import random
 import sys
@@ -229,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{now} cases, {time.monotonic() - started:.0f} s", file=sys.stderr)
     cases = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
     rejected = sum(c["error"] is not None for c in cases)
-    print(f"wrote {len(cases)} cases ({rejected} rejected by Flink) to {args.out}", file=sys.stderr)
+    packed = args.out.with_suffix(".jsonl.gz")  # what the repository keeps (a tenth of the size)
+    with gzip.open(packed, "wt", compresslevel=9) as out:
+        out.write(args.out.read_text())
+    args.out.unlink()
+    print(f"wrote {len(cases)} cases ({rejected} rejected by Flink) to {packed}", file=sys.stderr)
     return 0
 
 

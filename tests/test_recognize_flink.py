@@ -5,6 +5,7 @@ within a partition — and every query Flink rejects is rejected here too."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -18,9 +19,13 @@ CASES = Path(__file__).resolve().parent / "data" / "recognize"
 
 
 def load(path: Path = CASES) -> list[dict]:
-    """Every recorded case: of one file, or of every ``flink-cases*.jsonl`` in a directory."""
-    files = sorted(path.glob("flink-cases*.jsonl")) if path.is_dir() else [path]
-    return [json.loads(line) for f in files if f.exists() for line in f.read_text().splitlines() if line.strip()]
+    """Every recorded case: of one file, or of every ``flink-cases*.jsonl[.gz]`` in a directory."""
+    files = sorted(path.glob("flink-cases*.jsonl*")) if path.is_dir() else [path]
+    cases = []
+    for f in files:
+        with gzip.open(f, "rt") if f.suffix == ".gz" else f.open() as lines:
+            cases += [json.loads(line) for line in lines if line.strip()]
+    return cases
 
 
 def by_partition(columns: list[str], rows: list[list], partition: int) -> dict[tuple, list[list]]:
