@@ -221,3 +221,13 @@ def test_a_sql_operator_reports_partial_matches_whose_within_expired_to_the_time
     out += op.advance_to(10_000)
     assert [(o.role, o.record["first_time"], o.record["timed_out_at"]) for o in out] == [
         ("timed_out", 0, 5000), ("timed_out", 1000, 6000)]
+
+
+def test_the_order_by_column_may_be_iso_timestamps_and_prints_as_sql_timestamps():
+    data = [{"ts": t, "price": p} for t, p in [("2026-01-01T00:00:02Z", 5), ("2026-01-01 00:00:01.250", 1),
+                                                ("2026-01-01T01:00:03+01:00", 9)]]
+    q = ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES FIRST(A.ts) AS a, B.ts AS b, MATCH_ROWTIME() AS m "
+         "AFTER MATCH SKIP PAST LAST ROW PATTERN (A B) DEFINE A AS A.price < 3, B AS B.price > 3)")
+    [row] = recognize(q, data)  # sorted by time: 01.250 (1), 02 (5), 03 (9, written in +01:00)
+    assert {k: str(v) for k, v in row.items()} == {
+        "a": "2026-01-01 00:00:01.250", "b": "2026-01-01 00:00:02.000", "m": "2026-01-01 00:00:02.000"}
