@@ -526,6 +526,9 @@ class MatchOp(Strict):
     max_partial_matches: int | None = Field(10_000, ge=1, le=10_000_000, description=(
         "at most this many partial matches (runs in flight) per key; an event arriving while its key holds more "
         "goes to the dead-letter topic (counted as refused) instead of growing the state; null: no bound"))
+    max_buffered_events: int | None = Field(100_000, ge=1, le=100_000_000, description=(
+        "at most this many events kept per key for its partial matches (what the key's state bytes grow with); "
+        "an event arriving while its key keeps more goes to the dead-letter topic likewise; null: no bound"))
 
     _p = field_validator("pattern", mode="before")(lambda v: _pattern_durations(v, "pattern"))
 
@@ -567,7 +570,8 @@ class MatchOp(Strict):
         """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts.
         A ``sql`` operator needs the input's schema too: :func:`jobs.recognize.operator_of` builds it."""
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None,
-                                 max_partial_matches=self.max_partial_matches, sql=self.sql)
+                                 max_partial_matches=self.max_partial_matches,
+                                 max_buffered_events=self.max_buffered_events, sql=self.sql)
         try:
             settings.pattern_object()
         except CtiflowError as exc:

@@ -34,7 +34,8 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
     src = job.source(job.reference.fast) if job.reference else job.sources[0]
     types = {f["name"]: f["type"] for f in default_store().get(src.schema_name).parsed["fields"]}
     settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
-                             max_partial_matches=op.max_partial_matches, sql=op.sql,
+                             max_partial_matches=op.max_partial_matches,
+                             max_buffered_events=op.max_buffered_events, sql=op.sql,
                              columns=tuple((name, family(t)) for name, t in types.items()))
     try:
         q = settings.recognizer().query

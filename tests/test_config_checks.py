@@ -350,3 +350,23 @@ def test_the_job_files_validate_against_the_models_json_schema_as_an_editor_woul
     raw["sources"][0]["cti"]["delay"] = "thirty seconds"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(raw, schema)
+
+
+def test_a_key_that_keeps_too_many_events_for_its_runs_has_its_next_events_refused():
+    """The second bound: events kept per key (the shared buffer, what its state bytes grow with),
+    with relaxed contiguity and no within: every purchase is kept for a b that never comes."""
+    from operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit
+    from operators.time import Event
+
+    pattern = {"stages": [{"name": "a", "where": "amount > 0", "quantifier": "one_or_more"},
+                          {"name": "b", "contiguity": "followed_by", "where": "amount < 0"}]}
+    operator = MatchOperator(MatchSettings(pattern=pattern, name="x", max_buffered_events=50))
+    refused = []
+    for t in range(80):
+        try:
+            operator.process(Event("hot", 1000 + t, 1000 + t, {"amount": 1.0}))
+        except PartialMatchLimit as exc:
+            refused.append(str(exc))
+    assert refused and "keeps 51 events" in refused[0] and "max_buffered_events 50" in refused[0]
+    assert operator.buffered_event_count() <= 51
+    assert parse(sql_job()).operators[0].max_buffered_events == 100_000

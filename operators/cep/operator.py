@@ -64,6 +64,9 @@ class MatchSettings:
     #: while its key holds more is refused (:class:`PartialMatchLimit`: a dead letter) instead of
     #: growing the state further. ``None``: no bound (Flink's behaviour).
     max_partial_matches: int | None = None
+    #: At most this many events kept per key for its runs (the shared buffer, what the key's state
+    #: bytes grow with); an event arriving while its key keeps more is refused likewise.
+    max_buffered_events: int | None = None
     #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`operators.cep.recognize`): its PATTERN and
     #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
@@ -214,6 +217,11 @@ class MatchOperator:
                 f"key {key!r} holds {len(state.partial_matches)} partial matches, more than "
                 f"max_partial_matches {limit}: event refused (bound the pattern with within, "
                 "or raise the limit)")
+        kept = self.settings.max_buffered_events
+        if kept is not None and len(state.buffer.events) > kept:
+            raise PartialMatchLimit(
+                f"key {key!r} keeps {len(state.buffer.events)} events for its partial matches, more than "
+                f"max_buffered_events {kept}: event refused (bound the pattern with within, or raise the limit)")
         nfa = self._nfa
         nfa.state = state
         timestamp = event.start
