@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.serde import AvroDeserializer, AvroSerializer, SchemaStore, registry_client
+from jobs.testing.workload import zigzag
 from operators.errors import DecodeError, SchemaError
 
 TX = {"id": "1", "account": "acct-1", "event_time": 1_767_225_600_000, "type": "purchase", "amount": 12.5,
@@ -99,19 +100,6 @@ def test_mutating_one_byte_of_a_valid_record_never_crashes_the_decoder(pos, byte
 HOSTILE_ARRAY = {"type": "record", "name": "Basket", "fields": [{"name": "items", "type": {"type": "array", "items": "long"}}]}
 
 
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def _framed(schema_id: int, body: bytes) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big") + body
 
@@ -124,7 +112,7 @@ def test_with_a_registry_only_the_topics_subject_names_writer_schemas():
     reg = registry_client("mock://subject-test")
     good = AvroSerializer("transaction", framing="confluent", registry=reg, subject="tx-value")(TX)
     other = reg.register_schema("baskets-value", Schema(json.dumps(HOSTILE_ARRAY), "AVRO"))
-    hostile = _framed(other, _zigzag(2 ** 60) + b"\x02" * 26)
+    hostile = _framed(other, zigzag(2 ** 60) + b"\x02" * 26)
     assert len(hostile) == 40
     decode = AvroDeserializer("transaction", registry=reg, subject="tx-value")
     assert decode(good) == TX
@@ -146,9 +134,9 @@ def test_a_forged_array_count_in_the_topics_own_schema_is_bounded_by_the_bytes_l
     reg = registry_client("mock://bound-test")
     own = reg.register_schema("baskets-value", Schema(json.dumps(HOSTILE_ARRAY), "AVRO"))
     decode = AvroDeserializer(None, registry=reg, subject="baskets-value")
-    assert decode(_framed(own, _zigzag(2) + _zigzag(7) + _zigzag(-1) + b"\x00")) == {"items": [7, -1]}
+    assert decode(_framed(own, zigzag(2) + zigzag(7) + zigzag(-1) + b"\x00")) == {"items": [7, -1]}
     with pytest.raises(DecodeError, match="bytes left"):
-        decode(_framed(own, _zigzag(2 ** 60) + b"\x02" * 26))
+        decode(_framed(own, zigzag(2 ** 60) + b"\x02" * 26))
 
 
 def default_schema_text(name: str) -> str:

@@ -780,20 +780,22 @@ def _compile(expr: Expr) -> Callable[[_Scope], Any]:
     raise SqlError(f"{kind} is not supported here", "", expr.pos)
 
 
-def _and(a: Any, b: Any) -> Any:
-    if a is False or b is False:
-        return False
+def _kleene(a: Any, b: Any, dominant: bool) -> Any:
+    """SQL's three-valued AND (``dominant`` False) and OR (True): the dominant value wins, else
+    NULL if either side is NULL."""
+    if a is dominant or b is dominant:
+        return dominant
     if a is None or b is None:
         return None
-    return True
+    return not dominant
+
+
+def _and(a: Any, b: Any) -> Any:
+    return _kleene(a, b, False)
 
 
 def _or(a: Any, b: Any) -> Any:
-    if a is True or b is True:
-        return True
-    if a is None or b is None:
-        return None
-    return False
+    return _kleene(a, b, True)
 
 
 _COMPARE = {"=": lambda a, b: a == b, "<>": lambda a, b: a != b, "<": lambda a, b: a < b,
