@@ -518,9 +518,10 @@ class MatchOp(Strict):
         "Flink's Pattern API as YAML (operators/cep/declarative.py); `within` / `window` take durations like "
         "'10m' (or ms as within_ms / window_ms). Give this or sql"))
     sql: str | None = Field(None, description=(
-        "instead of pattern: SELECT * FROM <source> MATCH_RECOGNIZE (PARTITION BY <key field> ORDER BY <time field> "
-        "MEASURES … PATTERN (…) DEFINE …), Flink's row pattern recognition; the output topic's records are the "
-        "partition column and the measures, typed (`ctiflow schemas derived JOB.yaml` prints the schema)"))
+        "instead of pattern: SELECT * FROM <source> MATCH_RECOGNIZE (PARTITION BY <key field>[, …] ORDER BY "
+        "<time field>[, …] MEASURES … PATTERN (…) DEFINE …), Flink's row pattern recognition; the output topic's "
+        "records are the partition columns and the measures, typed (`ctiflow schemas derived JOB.yaml` prints the "
+        "schema)"))
     output: str
     timed_out: str | None = Field(None, description="topic for partial matches whose `within` expired (optional)")
     max_partial_matches: int | None = Field(10_000, ge=1, le=10_000_000, description=(

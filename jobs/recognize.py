@@ -15,7 +15,7 @@ from jobs.config import JobConfig, MatchOp
 from jobs.fields import base_types
 from jobs.serde import default_store
 from operators.cep.operator import MatchOperator, MatchSettings
-from operators.cep.recognize import output_schema
+from operators.cep.recognize import compile_query, output_schema
 from operators.cep.sql import SqlError
 from operators.errors import ConfigError, CtiflowError
 
@@ -29,30 +29,24 @@ def operator_of(op, job: JobConfig) -> tuple[type, Any]:
 
 def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, Any]]:
     """The settings of a ``sql`` operator and its input's field types; the query is checked
-    against the job: PARTITION BY its key field, ORDER BY its time field, ONE ROW PER MATCH,
+    against the job: PARTITION BY includes its key field, ORDER BY starts with its time field,
     columns of the source's schema (a :class:`ConfigError` with the query's caret display)."""
     src = job.source(job.reference.fast) if job.reference else job.sources[0]
     types = {f["name"]: f["type"] for f in default_store().get(src.schema_name).parsed["fields"]}
-    settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
-                             max_partial_matches=op.max_partial_matches,
-                             max_buffered_events=op.max_buffered_events, sql=op.sql,
-                             columns=tuple((name, family(t)) for name, t in types.items()))
+    columns = tuple((name, family(t)) for name, t in types.items())
     try:
-        q = settings.recognizer().query
-        upper = q.text.upper()
-        if q.partition_by != [src.key_field]:
-            raise SqlError(f"PARTITION BY must be the job's key field {src.key_field!r} (the job keeps state per key): "
-                           f"write PARTITION BY {src.key_field}", q.text, upper.find("MATCH_RECOGNIZE"))
-        if q.order_by[0][0] != src.time_field or len(q.order_by) > 1:
-            raise SqlError(f"ORDER BY must be the source's time field {src.time_field!r} alone (the job orders events "
-                           f"by it; ties keep their arrival order): write ORDER BY {src.time_field}",
-                           q.text, q.order_by[0][2])
-        if q.all_rows:
-            raise SqlError("ALL ROWS PER MATCH is for `ctiflow recognize`; a job writes ONE ROW PER MATCH",
-                           q.text, upper.find("ALL ROWS"))
-        if "MATCH_NUMBER" in upper:
-            raise SqlError("MATCH_NUMBER() is for `ctiflow recognize`; a job's state does not number matches",
-                           q.text, upper.find("MATCH_NUMBER"))
+        q = compile_query(op.sql, dict(columns)).query
+        if src.key_field not in q.partition_by:
+            raise SqlError(f"PARTITION BY must include the job's key field {src.key_field!r} (the job keeps state, "
+                           f"chunks and TTL per key): write PARTITION BY {', '.join([src.key_field, *q.partition_by])}",
+                           q.text, q.text.upper().find("PARTITION"))
+        if q.order_by[0][0] != src.time_field:
+            raise SqlError(f"ORDER BY must start with the source's time field {src.time_field!r} (the job orders "
+                           f"events by it): write ORDER BY {src.time_field}", q.text, q.order_by[0][2])
+        settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
+                                 max_partial_matches=op.max_partial_matches,
+                                 max_buffered_events=op.max_buffered_events, sql=op.sql, columns=columns,
+                                 partition_columns=tuple(c for c in q.partition_by if c != src.key_field))
         settings.pattern_object()
     except SqlError as exc:
         raise ConfigError(f"operators.{op.name}.sql: {exc.render()}") from None

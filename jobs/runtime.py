@@ -27,7 +27,7 @@ from jobs.recognize import derived_schemas, operator_of
 from jobs.serde import default_store
 from operators.columns import ColumnTimeLayer, EventColumns
 from operators.errors import EventRejected, StateError
-from operators.events import OutputBatch
+from operators.events import OutputBatch, record_maker
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
@@ -669,15 +669,21 @@ class GroupRuntime:
         for i, spec in enumerate(plan.operators):
             if keys:
                 first = loaded[of[0]].ops[i]
+                order = _tie_order(spec, cols, events)
                 if cols is not None and getattr(first, "process_columns", None) is not None:
-                    self._feed_columns(i, spec, cols, of, out)
+                    if order is None:
+                        self._feed_columns(i, spec, cols, of, out)
+                    else:
+                        self._feed_columns(i, spec, cols.take(order), [of[j] for j in order], out)
                 else:
                     if events is None:
                         events = cols.events()
+                    mine, mine_of = (events, of) if order is None else ([events[j] for j in order],
+                                                                         [of[j] for j in order])
                     if getattr(first, "process_batch", None) is not None and not first.emits_per_event:
-                        self._feed_many(i, spec, events, of, out)
+                        self._feed_many(i, spec, mine, mine_of, out)
                     else:
-                        self._feed_each(i, spec, events, of, out)
+                        self._feed_each(i, spec, mine, mine_of, out)
             if cti is not None:
                 for c in sorted(touch):
                     self._advance_op(spec, loaded[c].ops[i], cti, out)
@@ -703,7 +709,7 @@ class GroupRuntime:
             out.extend((self._topic(spec, b.role), b, None) for b in op.advance_to_columns(cti))
             return
         for o in op.advance_to(cti):
-            out.append((self._topic(spec, o.role), o, o.record.get("key")))
+            out.append((self._topic(spec, o.role), o, _kafka_key(o, None)))
 
     def _refused(self, spec: OperatorSpec, e: Event, exc: EventRejected, out: list) -> None:
         """The operator refused this event's data (e.g. a measure it cannot prorate): it goes to
@@ -723,7 +729,7 @@ class GroupRuntime:
                 self._refused(spec, e, exc, out)
                 continue
             for o in produced:
-                out.append((self._topic(spec, o.role), o, o.record.get("key", e.key)))
+                out.append((self._topic(spec, o.role), o, _kafka_key(o, e.key)))
 
     def _feed_many(self, i: int, spec: OperatorSpec, events: list[Event], of: list[int], out: list) -> None:
         """Operator ``i`` takes each chunk's events in one ``process_batch`` call. It emits only
@@ -769,7 +775,7 @@ class GroupRuntime:
                 self._refused(spec, cols.event(j), r, out)
             else:
                 key = cols.key[j]
-                out.extend((self._topic(spec, o.role), o, o.record.get("key", key)) for o in r)
+                out.extend((self._topic(spec, o.role), o, _kafka_key(o, key)) for o in r)
 
     def _expire_keys(self, chunk: Chunk, seen_now, cti: int) -> None:
         """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)
@@ -785,9 +791,40 @@ class GroupRuntime:
             return
         horizon = cti - self.plan.ttl
         expired = [key for key, last in seen.items() if last < horizon]
-        forgets = [op.forget for op in chunk.ops if hasattr(op, "forget")]
         for key in expired:
             del seen[key]
-            for forget in forgets:
-                forget(key)
+        for op in chunk.ops:
+            if hasattr(op, "forget_keys"):
+                op.forget_keys(expired)
+            elif hasattr(op, "forget"):
+                for key in expired:
+                    op.forget(key)
         self.counters.expired_keys += len(expired)
+
+
+def _kafka_key(o: Output, default: str | None) -> str | None:
+    """A result record's Kafka key: the operator's (:attr:`Output.key`), its ``key`` field, or ``default``."""
+    return o.key if o.key is not None else o.record.get("key", default)
+
+
+def _tie_order(spec: OperatorSpec, cols: EventColumns | None, events: list[Event] | None) -> np.ndarray | None:
+    """The order in which an operator whose input is ordered by time and then by further columns
+    (a MATCH_RECOGNIZE ``ORDER BY t, c…``) takes the released events: release order with the rows
+    of each time sorted by those columns; None when that is the release order. A release holds
+    every event of each time it covers (those of a later arrival are late), so sorting within it
+    is the query's order."""
+    recognizer = getattr(spec.settings, "recognizer", None)
+    ties = recognizer().tie_key() if recognizer is not None and spec.settings.sql is not None else None
+    if ties is None:
+        return None
+    starts = cols.start if cols is not None else np.fromiter((e.start for e in events), np.int64)
+    if len(starts) < 2 or not (starts[1:] == starts[:-1]).any():
+        return None
+    if cols is not None and cols.dicts is None:
+        names = tuple(c for c, _, _ in spec.settings.recognizer().query.order_by[1:])
+        fields = list(map(record_maker(names), *(cols.fields[c].tolist() for c in names)))
+    else:
+        fields = cols.dicts if cols is not None else [e.fields for e in events]
+    starts_list = starts.tolist()
+    order = sorted(range(len(fields)), key=lambda j: (starts_list[j], ties(fields[j]), j))
+    return np.asarray(order, np.int64)

@@ -77,12 +77,15 @@ class Output:
     """One result record and the role ("count", "match", "timed_out", "bin_final", …) of its topic.
 
     ``encoded``: the record's original bytes when it is an input record passed on unchanged
-    (``Event.raw``); the job writes them as they are if their schema is the topic's.
+    (``Event.raw``); the job writes them as they are if their schema is the topic's. ``key``:
+    the Kafka key, when the record has no ``key`` field that is it (MATCH_RECOGNIZE rows).
     Immutable by convention (not ``frozen``: see :class:`Event`)."""
 
     role: str
     record: dict[str, Any]
     encoded: bytes | None = None
+    #: the Kafka key of the record when its ``key`` field is not it (None: ``record["key"]``)
+    key: str | None = None
 
 
 @functools.lru_cache(maxsize=256)

@@ -58,8 +58,8 @@ def _state(op) -> dict:
     """Each key's due CTI and state (the snapshot's content, whatever the order of its keys)."""
     import pickle
 
-    version, fingerprint, keyed = pickle.loads(op.snapshot())
-    return {key: (due, pickle.loads(blob)) for key, (due, blob) in keyed.items()}
+    version, fingerprint, keyed, numbers = pickle.loads(op.snapshot())
+    return {key: (due, pickle.loads(blob)) for key, (due, blob) in keyed.items()} | {"numbers": numbers}
 
 
 def _per_event(op, chunk):

@@ -311,8 +311,9 @@ def test_a_sql_operator_derives_its_output_schema_from_the_measures():
 
 @pytest.mark.parametrize("change, message", [
     (lambda q: q.replace("PARTITION BY account", "PARTITION BY country"),
-     "PARTITION BY must be the job's key field 'account'"),
-    (lambda q: q.replace("ORDER BY event_time", "ORDER BY event_time, id"), "ORDER BY must be the source's time field"),
+     "PARTITION BY must include the job's key field 'account'"),
+    (lambda q: q.replace("ORDER BY event_time", "ORDER BY id, event_time"),
+     "ORDER BY must start with the source's time field"),
     (lambda q: q.replace("COUNT(F.id)", "COUNT(F.idd)"), "column 'idd' is not in the input"),
     (lambda q: q.replace("S)", "S+)"), "greedy quantifier on the last variable"),
 ])

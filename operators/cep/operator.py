@@ -42,7 +42,13 @@ from operators.errors import EventRejected, PatternError
 from operators.operator import Output, process_rows
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
-_SNAPSHOT_VERSION = 2  # 2: each key pickled on its own, with its due CTI
+_SNAPSHOT_VERSION = 3  # 2: each key pickled on its own, with its due CTI; 3: + MATCH_NUMBER counts
+_PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
+
+
+def _job_key(key: str) -> str:
+    """The event key of a partition key (:meth:`MatchOperator._key`)."""
+    return key.rpartition(_PART)[0]
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class MatchSettings:
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
     columns: tuple[tuple[str, str | None], ...] | None = None
+    #: PARTITION BY columns besides the event's key (a ``sql`` job): runs are kept per key and
+    #: these columns' values, addressed (chunks, TTL) by the key alone
+    partition_columns: tuple[str, ...] = ()
 
     def recognizer(self):
         """The compiled ``sql`` (None without one), once per settings object."""
@@ -194,7 +203,10 @@ class MatchOperator:
         self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
         self._sql = settings.recognizer()
-        self._numbers: dict[str, int] = {}  # MATCH_NUMBER per key (counted from this operator's start)
+        #: MATCH_NUMBER() of the partition's last match, kept (and snapshotted) when a measure reads it
+        self._numbers: dict[str, int] = {}
+        self._numbered = self._sql is not None and self._sql.numbered
+        self._composite = bool(settings.partition_columns)
         #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
         #: first use (a batch decodes the keys it has events for or that are due, not the others)
         self._raw: dict[str, tuple[int, bytes]] = {}
@@ -245,7 +257,8 @@ class MatchOperator:
         :class:`Event`: processing it would leave the key as it is, idle."""
         n = len(cols)
         rows: Any = range(n)
-        idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None else None
+        idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None \
+            and not self._composite else None
         if idle is not None and idle.any():
             live = set(self._states)
             live.update(self._raw)
@@ -283,13 +296,14 @@ class MatchOperator:
         dumps = pickle.dumps
         for key, state in self._states.items():
             keyed[key] = (self._state_due(state), dumps(state.to_plain(), protocol=pickle.HIGHEST_PROTOCOL))
-        return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), keyed), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), keyed, self._numbers),
+                            protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
         operator = cls(settings)
-        version, fingerprint, keyed = pickle.loads(data)
-        if version != _SNAPSHOT_VERSION:
+        version, fingerprint, keyed, *numbers = pickle.loads(data)
+        if version not in (2, _SNAPSHOT_VERSION):
             raise PatternError(f"unsupported match operator snapshot version {version}")
         if fingerprint != operator._fingerprint():
             raise PatternError(
@@ -297,6 +311,7 @@ class MatchOperator:
                 "(its NFA states differ); start from empty state after changing a pattern"
             )
         operator._raw = keyed
+        operator._numbers = numbers[0] if numbers else {}
         return operator
 
     def _decode(self, key: str) -> NfaState:
@@ -312,8 +327,9 @@ class MatchOperator:
         return tuple(sorted((s.name, s.type.value) for s in self.plan.states.values()))
 
     def live_keys(self) -> set[str]:
-        """Keys with a partial match in flight."""
-        return set(self._states) | set(self._raw)
+        """Event keys with a partial match in flight (or a MATCH_NUMBER count kept)."""
+        keys = set(self._states) | set(self._raw) | set(self._numbers)
+        return {_job_key(k) for k in keys} if self._composite else keys
 
     def next_due(self) -> int:
         """The earliest CTI that times a run out (``within`` from its first event, or a stage's
@@ -352,9 +368,9 @@ class MatchOperator:
         """This operator's keys split by ``where(key)`` into operators of the same settings, each
         holding exactly its keys' partial matches; ``self`` is not used afterwards."""
         parts: dict[int, MatchOperator] = {}
-        for held in ("_states", "_raw"):
+        for held in ("_states", "_raw", "_numbers"):
             for key, value in getattr(self, held).items():
-                d = where(key)
+                d = where(_job_key(key) if self._composite else key)
                 part = parts.get(d)
                 if part is None:
                     part = parts[d] = MatchOperator(self.settings)
@@ -362,9 +378,20 @@ class MatchOperator:
         return parts
 
     def forget(self, key: str) -> None:
-        """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire)."""
-        self._states.pop(key, None)
-        self._raw.pop(key, None)
+        """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire) and
+        its MATCH_NUMBER count (numbering starts again at 1 after it)."""
+        self.forget_keys((key,))
+
+    def forget_keys(self, keys) -> None:
+        """:meth:`forget` for many event keys (one pass over the partitions with further
+        PARTITION BY columns)."""
+        held = (self._states, self._raw, self._numbers)
+        if self._composite:
+            keys = set(keys)
+            keys = [k for d in held for k in d if _job_key(k) in keys]
+        for key in keys:
+            for d in held:
+                d.pop(key, None)
 
     # -- inspection -------------------------------------------------------------------------------
     @property
@@ -385,6 +412,13 @@ class MatchOperator:
 
     # -- records ----------------------------------------------------------------------------------
     def _key(self, event: Event) -> str:
+        """The partition an event's runs belong to: its key (or ``key_field``), and with further
+        PARTITION BY columns ``key + NUL + JSON of their values`` (JSON escapes NUL, so the key is
+        everything before the last NUL)."""
+        if self._composite:
+            fields = event.fields
+            values = [fields.get(c) for c in self.settings.partition_columns]
+            return event.key + _PART + json.dumps(values, separators=(",", ":"), default=str)
         field = self.settings.key_field
         if field is None:
             return event.key
@@ -400,12 +434,19 @@ class MatchOperator:
         emitted: int = 0,
     ) -> None:
         match: IdentifiedMatch
-        if self._sql is not None:
-            for match in matches:
-                self._numbers[key] = number = self._numbers.get(key, 0) + 1
-                rows = {name: match[0].get(name, []) for name in self._sql.variables}
-                outputs.append(Output("match", self._sql.one_row(self._sql.partition_values(rows), rows, number,
-                                                                 emitted)))
+        sql = self._sql
+        if sql is not None:
+            job_key = _job_key(key) if self._composite else key
+            all_rows = sql.query.all_rows
+            for events, ids in matches:
+                number = 0
+                if self._numbered:
+                    self._numbers[key] = number = self._numbers.get(key, 0) + 1
+                rows = {name: events.get(name, []) for name in sql.variables}
+                if all_rows:
+                    rows = _ranked(rows, ids)
+                outputs.extend(Output("match", record, key=job_key)
+                               for record in sql.outputs(sql.partition_values(rows), rows, number, emitted))
         else:
             for match in matches:
                 outputs.append(Output("match", self._record(key, match[0], match[1])))
@@ -419,7 +460,11 @@ class MatchOperator:
         every_id = sorted(eid for stage_ids in ids.values() for eid in stage_ids)
         first, last = every_id[0], every_id[-1]
         identity = repr([(stage, stage_ids) for stage, stage_ids in ids.items()])
+        if self._composite:  # event ids count per partition: the partition's values tell them apart
+            identity += key
         digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
+        if self._composite:
+            key = _job_key(key)
         return {
             "pattern": self.name,
             "key": key,
@@ -431,3 +476,19 @@ class MatchOperator:
                 for stage, stage_events in events.items()
             ],
         }
+
+
+def _ranked(rows: dict[str, list[Any]], ids: MatchIds) -> dict[str, list[Any]]:
+    """A match's rows as :class:`operators.cep.recognize.Row` s whose ``seq`` is their place in
+    the partition's order (the buffer ids ``(time, n-th at that time)`` sort as the rows were
+    processed), for ALL ROWS PER MATCH."""
+    from operators.cep.recognize import Row
+
+    ranked: dict[str, list[Any]] = {}
+    for name, fields in rows.items():
+        out = ranked[name] = []
+        for f, (time, n) in zip(fields, ids.get(name, ())):
+            row = Row(f)
+            row.time, row.seq = time, (time, n)
+            out.append(row)
+    return ranked

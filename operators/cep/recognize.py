@@ -109,7 +109,8 @@ class Recognizer:
             row[self.time_column] = Timestamp(row.time)
             row.seq = seq
             prepared.append(row)
-        prepared.sort(key=self._sort_key)
+        ties = self.tie_key()
+        prepared.sort(key=lambda row: (row.time, *(ties(row) if ties else ()), row.seq))
         for position, row in enumerate(prepared):  # from here on, seq is the place in matching order
             row.seq = position
         plan = compile_pattern(self.pattern)
@@ -145,38 +146,60 @@ class Recognizer:
         first = next((rows[0] for rows in match.values() if rows), {})
         return {c: first.get(c) for c in self.query.partition_by}
 
-    def _sort_key(self, row: Row):
-        parts: list[Any] = [row.time]
-        for column, ascending, _ in self.query.order_by[1:]:
-            value = row.get(column)
-            parts.append((value is None, _Desc(value) if not ascending else _Asc(value)))
-        parts.append(row.seq)
-        return tuple(parts)
-
     def _emit(self, key: tuple, matches, numbers: dict, emitted: int) -> Iterable[dict[str, Any]]:
         """Output rows for ``matches``, which the NFA released at time ``emitted`` (the row it was
         processing, or the end of input): ``MATCH_ROWTIME()`` is that time, as in Flink, where a
         match held back behind an earlier partial match comes out with a later row."""
-        q = self.query
         for match, _ids in matches:
             numbers[key] = number = numbers.get(key, 0) + 1
             match = {name: match.get(name, []) for name in self.variables}
-            base = dict(zip(q.partition_by, key))
-            if not q.all_rows:
-                yield self.one_row(base, match, number, emitted)
-                continue
-            ordered = sorted(((row, var) for var, rows in match.items() for row in rows), key=lambda rv: rv[0].seq)
-            for upto, (row, var) in enumerate(ordered):
-                running = {name: [r for r in rows if r.seq <= row.seq] for name, rows in match.items()}
-                out = dict(base)
-                for column, _, _ in q.order_by:
-                    out.setdefault(column, row.get(column))
-                for name, measure in self.measures:
-                    out[name] = measure(running, (row, var), number, emitted) if _running(q, name) else \
-                        measure(match, (row, var), number, emitted)
-                for column, value in row.items():
-                    out.setdefault(column, value)
-                yield out
+            yield from self.outputs(dict(zip(self.query.partition_by, key)), match, number, emitted)
+
+    def outputs(self, base: dict[str, Any], match: dict[str, list], number: int,
+                emitted: int) -> Iterable[dict[str, Any]]:
+        """The output rows of one match (``match``: variable → its rows, each a :class:`Row`
+        whose ``seq`` orders the rows of the partition): ONE ROW PER MATCH → the partition
+        columns ``base`` and the final measures; ALL ROWS PER MATCH → per matched row in order:
+        ``base``, the ORDER BY columns, the measures (RUNNING ones over the rows up to it) and
+        the row's other columns."""
+        q = self.query
+        if not q.all_rows:
+            yield self.one_row(base, match, number, emitted)
+            return
+        ordered = sorted(((row, var) for var, rows in match.items() for row in rows), key=lambda rv: rv[0].seq)
+        for row, var in ordered:
+            running = {name: [r for r in rows if r.seq <= row.seq] for name, rows in match.items()}
+            out = dict(base)
+            for column, _, _ in q.order_by:
+                out.setdefault(column, row.get(column))
+            for name, measure in self.measures:
+                out[name] = measure(running, (row, var), number, emitted) if _running(q, name) else \
+                    measure(match, (row, var), number, emitted)
+            for column, value in row.items():
+                out.setdefault(column, value)
+            yield out
+
+    @property
+    def numbered(self) -> bool:
+        """A measure reads ``MATCH_NUMBER()`` (a job then keeps each partition's count of matches)."""
+        return any(_calls(m.expr, "MATCH_NUMBER") for m in self.query.measures)
+
+    def tie_key(self):
+        """``(start, fields) → sort key`` ordering rows of one time by the further ORDER BY
+        columns (NULLs last, then arrival); None when the query orders by time alone."""
+        ties = self.query.order_by[1:]
+        if not ties:
+            return None
+
+        def key(fields: Mapping[str, Any]) -> tuple:
+            return tuple((fields.get(c) is None, _Asc(fields.get(c)) if asc else _Desc(fields.get(c)))
+                         for c, asc, _ in ties)
+
+        return key
+
+
+def _calls(expr: Expr, name: str) -> bool:
+    return (expr.kind == "call" and expr.value == name) or any(_calls(sub, name) for sub in _children(expr))
 
 
 def _running(q: Query, name: str) -> bool:
@@ -1028,20 +1051,40 @@ TIMESTAMP = {"type": "long", "logicalType": "timestamp-millis"}
 
 
 def output_schema(recognizer: Recognizer, column_types: Mapping[str, Any], name: str) -> dict:
-    """The Avro record schema of ONE ROW PER MATCH output: the partition columns with their
-    types, then each measure typed from its expression (``column_types``: the input's Avro
-    field types; the ORDER BY column is a ``timestamp-millis``). A measure is nullable unless it
-    cannot be NULL (``COUNT``, ``MATCH_ROWTIME()``, ``MATCH_NUMBER()``)."""
+    """The Avro record schema of the output rows (:meth:`Recognizer.outputs`): the partition
+    columns with their types, then each measure typed from its expression (``column_types``: the
+    input's Avro field types; the ORDER BY time column is a ``timestamp-millis``); ALL ROWS PER
+    MATCH adds the ORDER BY columns before the measures and the input's other columns after
+    them, as the input types them. A measure is nullable unless it cannot be NULL (``COUNT``,
+    ``MATCH_ROWTIME()``, ``MATCH_NUMBER()``, ``CLASSIFIER()``); columns are nullable."""
     q = recognizer.query
     types = {c: _base(t) for c, t in column_types.items()}
     types[recognizer.time_column] = TIMESTAMP
-    fields = [{"name": c, "type": ["null", types.get(c, "string")], "default": None} for c in q.partition_by]
+    fields: dict[str, dict] = {}
+
+    def column(c: str, avro: Any) -> None:
+        fields.setdefault(c, {"name": c, "type": _nullable(avro), "default": None})
+
+    for c in q.partition_by:
+        column(c, types.get(c, "string"))
+    if q.all_rows:
+        for c, _, _ in q.order_by:
+            column(c, types.get(c, "string"))
     for m in q.measures:
         avro, nullable = _typeof(m.expr, types)
-        fields.append({"name": m.name, "type": ["null", avro] if nullable else avro,
-                       **({"default": None} if nullable else {})})
+        fields[m.name] = {"name": m.name, "type": ["null", avro] if nullable else avro,
+                          **({"default": None} if nullable else {})}
+    if q.all_rows:
+        for c, t in column_types.items():
+            column(c, TIMESTAMP if c == recognizer.time_column else t)
     return {"type": "record", "name": name, "namespace": "ctiflow.recognize",
-            "doc": "MATCH_RECOGNIZE output: partition columns, then measures", "fields": fields}
+            "doc": "MATCH_RECOGNIZE output: partition columns, then measures", "fields": list(fields.values())}
+
+
+def _nullable(avro: Any) -> list:
+    """``avro`` as a union with ``null`` first (a union's own branches kept)."""
+    branches = avro if isinstance(avro, list) else [avro]
+    return ["null", *(b for b in branches if b != "null")]
 
 
 def _base(avro_type: Any) -> Any:
