@@ -79,15 +79,18 @@ class ComposeStack(Stack):
         files = [a for f in COMPOSE_FILES for a in ("-f", str(ROOT / f))]
         return ["docker", "compose", "-p", COMPOSE_PROJECT, *files, *args]
 
-    def job_command(self, spec: dict, name: str, *, until_end: bool = True, detach: bool = False) -> list[str]:
+    def job_command(self, spec: dict, name: str, *, until_end: bool = True, detach: bool = False,
+                    as_service: bool = False) -> list[str]:
         """`docker compose run` of ``ctiflow run`` for a job spec, in a container named ``name``,
-        with its own checkpoint on the shared volume (``/checkpoints/<name>``)."""
+        with its own checkpoint on the shared volume (``/checkpoints/<name>``); ``as_service``:
+        reachable as ``job-flows`` on the compose network (where Prometheus scrapes)."""
         import yaml
 
         path = self.job_dir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
         path.chmod(0o644)
-        return self.command("run", *(["-d"] if detach else ["--rm"]), "--no-deps", "--name", name,
+        return self.command("run", *(["-d"] if detach else ["--rm"]), *(["--use-aliases"] if as_service else []),
+                            "--no-deps", "--name", name,
                             "-e", f"CTIFLOW_CHECKPOINT=/checkpoints/{name}", "-v", f"{self.job_dir}:/jobs:ro",
                             "job-flows", "run", f"/jobs/{name}.yaml", *(["--until-end"] if until_end else []))
 

@@ -281,3 +281,96 @@ def test_a_broker_restart_is_waited_out_and_the_results_equal_the_oracle(compose
     stack.run_job(spec, name)  # drain: the rest from the checkpoint, final CTI (as `ctiflow drain`)
     figures = assert_equals_oracle(stack, flows, outs, len(raw), earlier=before)
     print(f"[compose] broker restarted once: {figures}")
+
+
+def prometheus(query_path: str, **params) -> dict:
+    """Prometheus's HTTP API on the host (published on 127.0.0.1:9090)."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    url = f"http://127.0.0.1:9090{query_path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=10) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def instant(query: str) -> list[tuple[dict, float]]:
+    return [(r["metric"], float(r["value"][1])) for r in prometheus("/api/v1/query", query=query)["result"]]
+
+
+def firing(alert: str, **labels) -> bool:
+    return any(a["labels"].get("alertname") == alert and a["state"] == "firing"
+               and all(a["labels"].get(k) == v for k, v in labels.items())
+               for a in prometheus("/api/v1/alerts")["alerts"])
+
+
+def eventually(check, timeout: float, what: str, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except OSError as exc:  # Prometheus not answering yet
+            last = exc
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stack):
+    """The compose stack's Prometheus (deploy/prometheus/): its configuration and rules pass
+    promtool; it scrapes a running job (as the job-flows service) with the values the input
+    implies, the driver's and the master's Spark metrics; CtiflowDeadLettersRising fires after a
+    burst of malformed records and CtiflowJobDown after the job's container stops — neither before."""
+    stack = compose_stack
+    checked = subprocess.run(stack.command("run", "--rm", "--no-deps", "--entrypoint", "promtool", "prometheus",
+                                           "check", "config", "/etc/ctiflow/prometheus.yml"),
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout + checked.stderr, checked.stdout + checked.stderr
+    subprocess.run(stack.command("up", "-d", "--wait", "--no-deps", "prometheus"), check=True, capture_output=True,
+                   timeout=300)
+    flows = workload.flows(600, devices=6, seed=61, rate_per_s=0.5, late_fraction=0.03, late_by_ms=900_000)
+    src = stack.topic("prom-in")
+    outs = {k: stack.topic(f"prom-{k}") for k in ("counts", "final", "incremental", "late", "dlq")}
+    kafka.create_topics(stack.bootstrap, {src: 1, **{t: 1 for t in outs.values()}})
+    produce(stack.bootstrap, src, "flow", flows, "device")  # no malformed record yet
+    name = f"prom-{uuid.uuid4().hex[:6]}"
+    spec = flows_job(stack, name, src, outs)
+    spec["spark"]["trigger"] = "2s"
+    spec["sources"][0]["cti"]["idle_timeout"] = "10m"
+    subprocess.run(stack.job_command(spec, name, until_end=False, detach=True, as_service=True), check=True,
+                   capture_output=True, timeout=120)
+    try:
+        eventually(lambda: instant(f'sum(ctiflow_records_received_total{{job="{name}"}})') == [({}, len(flows))],
+                   300, f"Prometheus has {name}'s input counted")
+        assert instant(f'ctiflow_records_dead_letter_total{{job="{name}"}}')[0][1] == 0
+        frontier = max(f["start_time"] for f in flows)
+        cti = instant(f'ctiflow_partition_cti_timestamp_seconds{{job="{name}",stream="flows",partition="0"}}')
+        assert cti and cti[0][1] == pytest.approx((frontier - DELAY_MS) / 1000)
+        assert instant(f'ctiflow_state_keys{{job="{name}",operator="flows_per_device_10m"}}')[0][1] > 0
+        written = {m["topic"]: v for m, v in instant(f'ctiflow_records_written_total{{job="{name}"}}')}
+        assert written.get(outs["counts"], 0) > 0 and not written.get(outs["dlq"])
+        assert instant('up{job="ctiflow",instance="job-flows:9464"}')[0][1] == 1
+        eventually(lambda: instant('up{job="spark-driver",instance="job-flows:4040"}') == [
+            ({"__name__": "up", "job": "spark-driver", "instance": "job-flows:4040"}, 1.0)], 60,
+            "the driver's Spark metrics are scraped")
+        assert instant('count({job="spark-driver",__name__=~"metrics_.*"})')[0][1] > 10  # Spark's own series
+        assert instant('up{job="spark-master"}')[0][1] == 1
+        assert instant('count({job="spark-master",__name__=~"metrics_master_.*"})')[0][1] > 0
+
+        time.sleep(12)  # two more evaluations with every record counted and none dead-lettered
+        assert not firing("CtiflowDeadLettersRising", job=name)
+        produce_as_one_batch(stack.bootstrap, src, [], [b"\x00burst %d" % i for i in range(50)])
+        eventually(lambda: instant(f'ctiflow_records_dead_letter_total{{job="{name}"}}')[0][1] == 50, 120,
+                   "the burst is counted")
+        eventually(lambda: firing("CtiflowDeadLettersRising", job=name), 60, "CtiflowDeadLettersRising fires")
+
+        assert not firing("CtiflowJobDown", instance="job-flows:9464")
+        stack.docker("stop", "-t", "60", name)
+        eventually(lambda: firing("CtiflowJobDown", instance="job-flows:9464"), 90, "CtiflowJobDown fires")
+    finally:
+        stack.docker("rm", "-f", name, check=False)
+        subprocess.run(stack.command("stop", "prometheus"), capture_output=True, timeout=120)

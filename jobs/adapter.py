@@ -185,6 +185,7 @@ class OperatorProcessor(StatefulProcessor):
         self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))
         runtime.counters.cti = runtime.cti
         runtime.counters.live_keys = runtime.live_keys()
+        runtime.counters.partitions = runtime.partition_gauges()
         yield from self._encode(out, dead, runtime.counters, started)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:

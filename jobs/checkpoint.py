@@ -20,7 +20,7 @@ from pathlib import Path
 import mmh3
 
 from jobs.config import JobConfig
-from jobs.progress import GAUGES, merge_metrics
+from jobs.progress import is_gauge, merge_metrics
 from operators.errors import ConfigError
 
 
@@ -125,7 +125,7 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
     totals: dict[str, int] = {}
     for batch in sorted(last):
         rec = {k: v for k, v in last[batch].items() if k not in ("batch", "time")}
-        for gauge in GAUGES & set(rec):
+        for gauge in [k for k in rec if is_gauge(k)]:
             totals[gauge] = rec.pop(gauge)  # the state after the latest batch, not a sum over batches
         merge_metrics(totals, rec)
     return totals
@@ -148,7 +148,7 @@ class CounterReader:
     def _fold(self, rec: dict) -> None:
         batch = rec["batch"]
         rec = {k: v for k, v in rec.items() if k not in ("batch", "time")}
-        for gauge in GAUGES & set(rec):
+        for gauge in [k for k in rec if is_gauge(k)]:
             value = rec.pop(gauge)
             if batch >= self.gauges_of:
                 self.settled[gauge] = value

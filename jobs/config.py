@@ -690,6 +690,21 @@ class Outputs(Strict):
     partitions: int = Field(2, ge=1, le=1024)
 
 
+class Metrics(Strict):
+    """Prometheus metrics of the running job (:mod:`jobs.metrics`), served by its driver process."""
+
+    port: int | None = Field(None, ge=0, le=65535, description=(
+        "serve Prometheus metrics at http://<host>:<port>/metrics (0: any free port, printed at start); "
+        "null: off (the embedded default; docker compose turns it on)"), **env("CTIFLOW_METRICS_PORT"))
+    host: str = Field("127.0.0.1", description=(
+        "the address the metrics endpoint listens on: 127.0.0.1 on a host, 0.0.0.0 in a container (for "
+        "Prometheus on the compose network)"), **env("CTIFLOW_METRICS_HOST"))
+    spark_ui_port: int | None = Field(None, ge=1, le=65535, description=(
+        "also Spark's own metrics: the driver's UI on this port with Spark's Prometheus servlet "
+        "(/metrics/prometheus, /metrics/executors/prometheus); null: Spark's UI stays off"),
+        **env("CTIFLOW_SPARK_UI_PORT"))
+
+
 class JobConfig(Strict):
     """A job: Kafka sources → CTIs → [reference join] → operators → result topics."""
 
@@ -701,6 +716,7 @@ class JobConfig(Strict):
     outputs: Outputs = Outputs()
     state: State = State()
     spark: Spark = Spark()
+    metrics: Metrics = Metrics()
 
     @model_validator(mode="after")
     def _cross(self):

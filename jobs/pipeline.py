@@ -43,6 +43,7 @@ from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, prog
 from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
                            records_read, summary_line)
 from jobs.runtime import Plan, plan as make_plan
+from jobs.metrics import start as start_metrics
 from operators.time import CTI_NONE
 
 
@@ -106,6 +107,7 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         "spark.python.worker.reuse": "true",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        **(spark_metrics(cfg.metrics.spark_ui_port) if cfg and cfg.metrics.spark_ui_port else {}),
         **(spark_cfg.conf if spark_cfg else {}),
         # The executors' Kafka clients get credentials from their environment (jobs.kafka.env_credentials),
         # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs.
@@ -128,6 +130,16 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         print(f"Spark's own log: {log}", file=sys.stderr, flush=True)
     register_data_sources(spark)
     return spark
+
+
+def spark_metrics(port: int) -> dict[str, str]:
+    """Spark's own metrics in Prometheus's format: the driver's UI on ``port`` with Spark's
+    Prometheus servlet (``/metrics/prometheus``: the driver's metrics system;
+    ``/metrics/executors/prometheus``: every executor's)."""
+    return {"spark.ui.enabled": "true", "spark.ui.port": str(port), "spark.ui.prometheus.enabled": "true",
+            "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+            "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+            "spark.metrics.appStatusSource.enabled": "true"}
 
 
 def register_data_sources(spark) -> None:
@@ -254,6 +266,9 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     first_batch: list[float] = []  # seconds from here to the first completed batch (recovery time on a restart)
     prepare(cfg)
     spark = spark or spark_session(cfg)
+    metrics = start_metrics(cfg)
+    if metrics is not None:
+        print(f"{cfg.job}: metrics at http://{cfg.metrics.host}:{metrics.port}/metrics", file=sys.stderr, flush=True)
     prog = progress_path(cfg)
     counters_now = CounterReader(prog)
     query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
@@ -267,10 +282,13 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
             batches.setdefault(p["batchId"], p)
         if fresh and not first_batch:
             first_batch.append(time.monotonic() - entered)  # polled every 0.5 s
-        if fresh and on_progress:
+        if fresh and (on_progress or metrics):
             counters = counters_now()
             for p in fresh:
-                on_progress(p, counters)
+                if metrics:
+                    metrics.update(p, counters)
+                if on_progress:
+                    on_progress(p, counters)
 
     with _signals_stop_gracefully() as signals:
         try:
@@ -286,6 +304,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         finally:
             if query.isActive:
                 query.stop()
+            if metrics is not None:
+                metrics.close()
     collect()
     progress = [batches[b] for b in sorted(batches)]
     mine = read_counters(prog, set(batches))

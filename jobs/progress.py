@@ -24,15 +24,25 @@ class RunSummary:
 
 
 #: Counters that describe the job's state after a micro-batch, not work done in it: summed over
-#: key groups within a batch, and over batches the last batch's value is the job's.
+#: key groups within a batch, and over batches the last batch's value is the job's (also per
+#: operator: ``state_bytes@<operator>``).
 GAUGES = frozenset({"state_bytes", "live_keys"})
+#: Gauges every key group reports alike (each sees every partition's frontier): the maximum within
+#: a batch, the last batch's over batches — ``cti@<stream>/<partition>``, ``idle@…``.
+SHARED_GAUGES = frozenset({"cti", "idle"})
+
+
+def is_gauge(name: str) -> bool:
+    """A per-batch state value (the last batch's counts), not a count to add up over batches."""
+    base, at, _ = name.partition("@")
+    return base in GAUGES or (at and base in SHARED_GAUGES)
 
 
 def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
-    """Counters add up (within a batch, also :data:`GAUGES`); ``cti`` (the same in every key
-    group) is a maximum."""
+    """Counters add up (within a batch, also :data:`GAUGES`); ``cti`` and the
+    :data:`SHARED_GAUGES` (the same in every key group) are a maximum."""
     for name, n in more.items():
-        if name == "cti":
+        if name.partition("@")[0] in SHARED_GAUGES:
             totals[name] = max(totals.get(name, n), n)
         else:
             totals[name] = totals.get(name, 0) + n

@@ -170,6 +170,9 @@ class Counters:
     state_us: int = 0       # time spent decoding and encoding state (header and chunks), µs
     python_us: int = 0      # the key group's whole call in the Python worker (state, operators, encoding), µs
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
+    #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
+    partitions: dict = field(default_factory=dict)
+    ops: dict = field(default_factory=dict)
 
     def count(self, stream: str, partition: int, late: bool) -> None:
         slot = self.by_partition.get((stream, partition))  # per event: no string built here
@@ -180,10 +183,16 @@ class Counters:
 
     def metrics(self) -> dict[str, int]:
         """Flat ``name → int`` (what the sink sums; ``cti`` it takes the maximum of)."""
-        out = {k: v for k, v in vars(self).items() if k != "by_partition"}
+        out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops")}
         for (stream, partition), (received, late) in self.by_partition.items():
             out[f"received@{stream}/{partition}"] = received
             out[f"late@{stream}/{partition}"] = late
+        for (stream, partition), (cti, idle) in self.partitions.items():
+            out[f"cti@{stream}/{partition}"] = cti
+            out[f"idle@{stream}/{partition}"] = idle
+        for name, (size, keys) in self.ops.items():
+            out[f"state_bytes@{name}"] = size
+            out[f"live_keys@{name}"] = keys
         return out
 
 
@@ -223,11 +232,12 @@ class Chunk:
     ``cti`` is the CTI its operators were last advanced to: a chunk nothing was due in is left
     as bytes for as many micro-batches as it stays so, and is caught up (``advance_to`` the CTI
     the group's operators are at) before it next sees events. ``stored``: its size in the store
-    when it was read, ``(bytes, keys)`` (the header keeps the totals)."""
+    when it was read, ``(bytes, keys, per operator (bytes, keys))`` (the header keeps the totals;
+    the operators' part is ``()`` for a chunk not stored yet)."""
 
     __slots__ = ("ops", "last_seen", "cti", "stored")
 
-    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple[int, int] = (0, 0)):
+    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ())):
         self.ops = ops
         self.last_seen = last_seen
         self.cti = cti
@@ -298,11 +308,13 @@ class GroupRuntime:
             self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
             self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
             self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
+            self.op_totals = [[0, 0] for _ in plan.operators]  # per operator: [bytes, keys] over the stored chunks
             return
         started = time.perf_counter()
         with _restoring("the key group's time layer"):
             (layer, join, enriched, self.ended, clocks, self.ops_cti, self.due, (self.level, self.split),
-             (self.stored_keys, self.stored_bytes), operators) = pickle.loads(header)
+             (self.stored_keys, self.stored_bytes, *op_totals), operators) = pickle.loads(header)
+            self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in plan.operators]
             self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
             self.layer = self._new_layer(layer)
         if operators != self._operator_names():
@@ -357,12 +369,13 @@ class GroupRuntime:
             got = Chunk([spec.build() for spec in self.plan.operators], {}, CTI_NONE)
         else:
             with _restoring(f"state chunk {c}"):
-                cti, blobs, last_seen, keys = pickle.loads(blob)
+                cti, blobs, last_seen, keys, *op_keys = pickle.loads(blob)
             ops = []
             for spec, op_blob in zip(self.plan.operators, blobs):
                 with _restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                     ops.append(spec.build(op_blob))
-            got = Chunk(ops, last_seen, cti, (len(blob), keys))
+            got = Chunk(ops, last_seen, cti,
+                        (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs)))))
         self.loaded[c] = got
         self.counters.chunks_loaded += 1
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
@@ -401,7 +414,7 @@ class GroupRuntime:
                         if chunk.cti > CTI_NONE and op.advance_to(chunk.cti):
                             raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
                     ops.append(op)
-                self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0))
+                self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()))
 
     def commit(self) -> bytes:
         """Split chunks if the keys outgrew them, write the chunks this call decoded back to
@@ -411,17 +424,20 @@ class GroupRuntime:
         started = time.perf_counter()
         ttl = self.plan.ttl
         for c, chunk in sorted(self.loaded.items()):
-            keys = len(chunk.live_keys())
-            old_bytes, old_keys = chunk.stored
+            sets = [op.live_keys() for op in chunk.ops]
+            keys = len(set(chunk.last_seen).union(*sets))
+            old_bytes, old_keys, old_ops = chunk.stored
             if keys == 0:
                 if old_bytes:
                     del self.chunks[c]
                 self.due.pop(c, None)
-                size = 0
+                size, ops = 0, ()
             else:
-                blob = pickle.dumps((chunk.cti, [op.snapshot() for op in chunk.ops], chunk.last_seen, keys), protocol=5)
+                snaps = [op.snapshot() for op in chunk.ops]
+                blob = pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets]), protocol=5)
                 self.chunks[c] = blob
                 size = len(blob)
+                ops = tuple((len(b), len(k)) for b, k in zip(snaps, sets))
                 due = chunk.due(ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
@@ -430,13 +446,17 @@ class GroupRuntime:
                 self.counters.state_written += size
             self.stored_bytes += size - old_bytes
             self.stored_keys += keys - old_keys
-            chunk.stored = (size, keys)
+            for total, new, old in zip(self.op_totals, ops or [(0, 0)] * len(sets), old_ops or [(0, 0)] * len(sets)):
+                total[0] += new[0] - old[0]
+                total[1] += new[1] - old[1]
+            chunk.stored = (size, keys, ops)
         header = pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
                                None if self.enriched is None else self.enriched.snapshot(), self.ended,
                                {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.due,
-                               (self.level, self.split), (self.stored_keys, self.stored_bytes),
+                               (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals),
                                self._operator_names()), protocol=5)
         self.counters.state_bytes = len(header) + self.stored_bytes
+        self.counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, self.op_totals)}
         self.counters.state_written += len(header)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
@@ -558,6 +578,15 @@ class GroupRuntime:
     def assign(self, stream: str, partitions, idle) -> None:
         """``stream``'s partitions and the idle ones, as the source planned this micro-batch."""
         self.clocks[stream].assign(partitions, idle)
+
+    def partition_gauges(self) -> dict:
+        """``(stream, partition) → (the partition's CTI, idle 0/1)`` (CTI: its frontier − the stream's delay)."""
+        out = {}
+        for stream, clock in self.clocks.items():
+            for p in sorted(clock.partitions | set(clock.frontier)):
+                frontier = clock.frontier.get(p)
+                out[(stream, p)] = (CTI_NONE if frontier is None else frontier - clock.delay, int(p in clock.idle))
+        return out
 
     def next_cti(self) -> int:
         """The CTI the micro-batch ends with: per stream the min over its non-idle partitions

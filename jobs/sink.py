@@ -246,6 +246,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         written = skipped = seq = 0
         metrics: dict[str, int] = {}
+        per_topic: dict[str, int] = {}  # records written per topic (→ written@<topic>)
         q_header, b_header, t_header = query.encode(), str(batch).encode(), str(task).encode()
         for topic, key, value in records(iterator, metrics):
             n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
@@ -258,11 +259,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             headers = [(H_QUERY, q_header), (H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
             kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
             written += 1
+            per_topic[topic] = per_topic.get(topic, 0) + 1
             if written % 10000 == 0:
                 prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")
+        metrics.update((f"written@{topic}", n) for topic, n in per_topic.items())
         return SinkCommit(written, skipped, metrics)
 
     def commit(self, messages, batchId: int) -> None:

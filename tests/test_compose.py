@@ -649,3 +649,29 @@ def test_build_secrets_default_to_an_empty_file_and_are_never_copied():
         for line in text.splitlines():
             if line.startswith(("COPY", "ADD")):
                 assert "secret" not in line and "wheels" not in line, f"{dockerfile.name}: {line}"
+
+
+# -- monitoring ---------------------------------------------------------------------------------
+def test_prometheus_scrapes_every_job_service_where_its_metrics_are_served(base):
+    """deploy/prometheus/prometheus.yml names each job service at the ports the service's
+    environment gives its metrics (CTIFLOW_METRICS_PORT) and Spark's UI (CTIFLOW_SPARK_UI_PORT);
+    the rule file it loads is the one the service mounts."""
+    prom = base["services"]["prometheus"]
+    assert "./deploy/prometheus:/etc/ctiflow:ro" in prom["volumes"]
+    assert any(p.startswith("127.0.0.1:") for p in prom["ports"])
+    conf = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {c["job_name"]: {t for s in c["static_configs"] for t in s["targets"]} for c in conf["scrape_configs"]}
+    envs = {name: environment(base["services"][name]) for name in JOB_SERVICES}
+    assert targets["ctiflow"] == {f"{n}:{e['CTIFLOW_METRICS_PORT']}" for n, e in envs.items()}
+    assert targets["spark-driver"] == targets["spark-executors"] == {f"{n}:{e['CTIFLOW_SPARK_UI_PORT']}"
+                                                                      for n, e in envs.items()}
+    assert all(e["CTIFLOW_METRICS_HOST"] == "0.0.0.0" for e in envs.values())  # reachable on the network
+    assert [f.removeprefix("/etc/ctiflow/") for f in conf["rule_files"]] == ["alerts.yml"]
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
+    names = {r["alert"] for r in rules}
+    assert {"CtiflowJobDown", "CtiflowDeadLettersRising", "CtiflowLateShareHigh", "CtiflowCtiStalled",
+            "CtiflowConsumerLagGrowing"} <= names
+    metric_names = set(re.findall(r"ctiflow_[a-z_]+", (ROOT / "jobs" / "metrics.py").read_text()))
+    for rule in rules:  # every series a rule reads is one the jobs export
+        for used in re.findall(r"ctiflow_[a-z_]+", rule["expr"]):
+            assert used in metric_names, f"{rule['alert']}: {used} is not exported by jobs/metrics.py"

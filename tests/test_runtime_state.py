@@ -35,8 +35,9 @@ def test_a_damaged_operator_state_names_the_operator_and_the_fix():
     plan = job(COUNT, BINS)
     layout, header, chunks = pickle.loads(snapshot_with_events(plan))
     (c, blob), = chunks.items()  # one key: one chunk
-    cti, ops, last_seen, keys = pickle.loads(blob)
-    damaged = pickle.dumps((layout, header, {c: pickle.dumps((cti, [ops[0], b"\x00not a snapshot"], last_seen, keys))}),
+    cti, ops, last_seen, keys, op_keys = pickle.loads(blob)
+    damaged = pickle.dumps((layout, header, {c: pickle.dumps((cti, [ops[0], b"\x00not a snapshot"], last_seen, keys,
+                                                                 op_keys))}),
                            5)
     rt = GroupRuntime(plan, damaged)  # chunks are decoded when a batch needs them
     with pytest.raises(StateError, match=r"operator 'per_minute' \(Binner\).*new spark.checkpoint"):

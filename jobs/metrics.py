@@ -1,0 +1,263 @@
+"""A running job's Prometheus metrics, served by its driver process (``metrics.port``).
+
+What the driver knows after each micro-batch — the job's counters summed over its key groups
+(:class:`jobs.runtime.Counters`, through the progress file) and Spark's progress of the batch —
+is exposed through ``prometheus_client`` (its HTTP server, in a daemon thread): nothing on the
+data path calls into it. Names follow Prometheus's conventions: the unit in the name, ``_total``
+for counters, labels of low cardinality only (job, stream, partition, operator, topic, stage;
+never a key). Counters count over every run of the job's checkpoint (they restart from the
+checkpoint's totals, as Prometheus expects of a restarted process's counters).
+
+=====================================================  =======================================
+``ctiflow_info{job}``                                   1; ``version`` label
+``ctiflow_cti_timestamp_seconds{job}``                  the job's CTI (min over its streams)
+``ctiflow_partition_cti_timestamp_seconds{…}``          a partition's CTI: its frontier − delay
+``ctiflow_partition_event_time_lag_seconds{…}``         wall clock − the partition's CTI
+``ctiflow_partition_idle{…}``                           1 while the source counts it idle
+``ctiflow_partition_offsets_behind{…}``                 the partition's end − the next offset read
+``ctiflow_records_received_total{…}``                   per stream and partition; ``…_late_total``
+``ctiflow_records_released_total{job}``                 and ``…_dead_letter_total``, ``…_refused_total``;
+``ctiflow_late_records_written_total{job}``             ``ctiflow_keys_expired_total{job}`` (state.ttl)
+``ctiflow_records_written_total{job,topic}``            result records per topic
+``ctiflow_batches_total{job}``                          micro-batches completed by this process
+``ctiflow_batch_duration_seconds{job}``                 histogram of a batch's whole duration
+``ctiflow_last_batch_duration_seconds{job,stage}``      the last batch's parts (Spark's durationMs)
+``ctiflow_last_batch_timestamp_seconds{job}``           when the last batch completed
+``ctiflow_state_bytes{job,operator}``                   state size per operator (and ``operator=""``: all)
+``ctiflow_state_keys{job,operator}``                    keys with state per operator
+=====================================================  =======================================
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+
+from jobs.config import JobConfig
+from jobs.progress import records_read
+from operators.events import CTI_INFINITY, CTI_NONE
+
+#: Batch duration buckets (seconds): micro-batches take 0.1 s to minutes.
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 90, 150, 300, float("inf"))
+
+
+def _seconds(ms: int) -> float | None:
+    return None if ms is None or ms <= CTI_NONE or ms >= CTI_INFINITY else ms / 1000
+
+
+class JobMetrics:
+    """The job's metrics for one driver process: :meth:`update` after each micro-batch,
+    :meth:`serve` to expose them; a ``prometheus_client`` collector (:meth:`collect`)."""
+
+    def __init__(self, cfg: JobConfig, *, ends=None, clock=time.time) -> None:
+        from prometheus_client import CollectorRegistry, Histogram
+
+        self.cfg = cfg
+        self.job = cfg.job
+        self.clock = clock
+        self._ends = ends  # (topic, [partitions]) → {partition: end offset}; None: not probed
+        self._lock = threading.Lock()
+        self.counters: dict = {}
+        self.progress: dict | None = None
+        self.behind: dict[tuple[str, int], int] = {}
+        self.batches = 0
+        self.last_batch_at: float | None = None
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.batch_seconds = Histogram("ctiflow_batch_duration_seconds", "a micro-batch's whole duration (Spark's "
+                                       "triggerExecution)", ["job"], buckets=BATCH_BUCKETS, registry=self.registry)
+        self.registry.register(self)
+        self.server = None
+        self.port: int | None = None
+
+    # -- input ------------------------------------------------------------------------------------
+    def update(self, progress: dict, counters: dict) -> None:
+        """One completed micro-batch: its Spark progress and the job's counters after it."""
+        behind = self._offsets_behind(progress)
+        with self._lock:
+            self.progress, self.counters = progress, dict(counters)
+            self.behind.update(behind)
+            self.batches += 1
+            self.last_batch_at = self.clock()
+        self.batch_seconds.labels(self.job).observe(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000)
+
+    def _offsets_behind(self, progress: dict) -> dict[tuple[str, int], int]:
+        """Per stream and partition: the partition's end (high watermark) − the batch's end offset."""
+        if self._ends is None:
+            return {}
+        import json
+
+        out = {}
+        for src, sp in zip(self.cfg.sources, progress.get("sources", [])):
+            end = sp.get("endOffset")
+            end = json.loads(end) if isinstance(end, str) else end
+            read = {int(p): int(v) for p, v in (end or {}).items() if str(p).isdigit()}
+            if not read:
+                continue
+            try:
+                ends = self._ends(src.topic, sorted(read))
+            except Exception:  # noqa: BLE001 - a broker hiccup: keep the last figures, never fail the job
+                continue
+            for p, offset in read.items():
+                if p in ends:
+                    out[(src.name, p)] = max(0, ends[p] - offset)
+        return out
+
+    # -- output -----------------------------------------------------------------------------------
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Start the HTTP endpoint (``/metrics``); → the port it listens on."""
+        from prometheus_client import start_http_server
+
+        self.server, thread = start_http_server(port, host, registry=self.registry)
+        self.port = self.server.server_port
+        return self.port
+
+    def close(self) -> None:
+        getattr(self._ends, "close", lambda: None)()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def collect(self) -> Iterable:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        with self._lock:
+            c, progress, behind = dict(self.counters), self.progress, dict(self.behind)
+            batches, last_at = self.batches, self.last_batch_at
+        job, now = self.job, self.clock()
+        yield InfoMetricFamily("ctiflow", "the job and ctiflow's version", value={"job": job, "version": _version()})
+
+        cti = GaugeMetricFamily("ctiflow_cti_timestamp_seconds", "the job's CTI (application time, epoch s): "
+                                "every stream's CTI combined by min", labels=["job"])
+        lag = GaugeMetricFamily("ctiflow_event_time_lag_seconds", "wall clock − the job's CTI", labels=["job"])
+        seconds = _seconds(c.get("cti"))
+        if seconds is not None:
+            cti.add_metric([job], seconds)
+            lag.add_metric([job], now - seconds)
+        yield cti
+        yield lag
+
+        labels = ["job", "stream", "partition"]
+        p_cti = GaugeMetricFamily("ctiflow_partition_cti_timestamp_seconds", "a partition's CTI: the largest event "
+                                  "time read from it − the stream's delay (epoch s)", labels=labels)
+        p_lag = GaugeMetricFamily("ctiflow_partition_event_time_lag_seconds", "wall clock − the partition's CTI",
+                                  labels=labels)
+        p_idle = GaugeMetricFamily("ctiflow_partition_idle", "1 while the source counts the partition idle (left out "
+                                   "of the stream's CTI)", labels=labels)
+        p_behind = GaugeMetricFamily("ctiflow_partition_offsets_behind", "records not read yet: the partition's end "
+                                     "offset − the offset after the last batch", labels=labels)
+        received = CounterMetricFamily("ctiflow_records_received_total", "input records read (events, reference "
+                                       "versions, undecodable records)", labels=labels)
+        late = CounterMetricFamily("ctiflow_records_late_total", "input records behind the CTI (to the late topic)",
+                                   labels=labels)
+        for name, value in sorted(c.items()):
+            kind, at, where = name.partition("@")
+            if not at or kind not in ("cti", "idle", "received", "late") or "/" not in where:
+                continue
+            stream, partition = where.rsplit("/", 1)
+            key = [job, stream, partition]
+            if kind == "cti":
+                s = _seconds(value)
+                if s is not None:
+                    p_cti.add_metric(key, s)
+                    p_lag.add_metric(key, now - s)
+            elif kind == "idle":
+                p_idle.add_metric(key, value)
+            elif kind == "received":
+                received.add_metric(key, value)
+            else:
+                late.add_metric(key, value)
+        for (stream, partition), n in sorted(behind.items()):
+            p_behind.add_metric([job, stream, str(partition)], n)
+        yield from (p_cti, p_lag, p_idle, p_behind, received, late)
+
+        for metric, name, what in (
+                ("ctiflow_records_released_total", "released", "events released to the operators in application-time "
+                 "order"),
+                ("ctiflow_records_dead_letter_total", "dead_letter", "input records that did not decode or validate "
+                 "(to the dead-letter topic)"),
+                ("ctiflow_records_refused_total", "refused", "released events an operator refused (to the dead-letter "
+                 "topic)"),
+                ("ctiflow_late_records_written_total", "late_records", "records written to the late topic"),
+                ("ctiflow_keys_expired_total", "expired_keys", "keys whose state the key TTL dropped")):
+            family = CounterMetricFamily(metric, what, labels=["job"])
+            family.add_metric([job], c.get(name, 0))
+            yield family
+        written = CounterMetricFamily("ctiflow_records_written_total", "result records written, per topic",
+                                      labels=["job", "topic"])
+        for name, value in sorted(c.items()):
+            if name.startswith("written@"):
+                written.add_metric([job, name.removeprefix("written@")], value)
+        yield written
+
+        state = GaugeMetricFamily("ctiflow_state_bytes", "keyed state after the last batch (operator \"\": all of it, "
+                                  "time layer included)", labels=["job", "operator"])
+        keys = GaugeMetricFamily("ctiflow_state_keys", "keys with state after the last batch", labels=["job", "operator"])
+        if "state_bytes" in c:
+            state.add_metric([job, ""], c["state_bytes"])
+            keys.add_metric([job, ""], c.get("live_keys", 0))
+        for name, value in sorted(c.items()):
+            if name.startswith("state_bytes@"):
+                state.add_metric([job, name.removeprefix("state_bytes@")], value)
+            elif name.startswith("live_keys@"):
+                keys.add_metric([job, name.removeprefix("live_keys@")], value)
+        yield state
+        yield keys
+
+        count = CounterMetricFamily("ctiflow_batches_total", "micro-batches this process completed", labels=["job"])
+        count.add_metric([job], batches)
+        yield count
+        parts = GaugeMetricFamily("ctiflow_last_batch_duration_seconds", "the last micro-batch's stages (Spark's "
+                                  "durationMs: triggerExecution is the whole)", labels=["job", "stage"])
+        records = GaugeMetricFamily("ctiflow_last_batch_records", "Kafka records the last micro-batch read",
+                                    labels=["job"])
+        at = GaugeMetricFamily("ctiflow_last_batch_timestamp_seconds", "when the last micro-batch completed (epoch s)",
+                               labels=["job"])
+        if progress is not None:
+            for stage, ms in sorted(progress.get("durationMs", {}).items()):
+                parts.add_metric([job, stage], ms / 1000)
+            n = records_read(progress)
+            if n is not None:
+                records.add_metric([job], n)
+            at.add_metric([job], last_at)
+        yield from (parts, records, at)
+
+
+def kafka_ends(cfg: JobConfig):
+    """``(topic, partitions) → {partition: high watermark}`` over one consumer of the job's
+    connection (the reported end; tansu's lags by its last producer batch)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from jobs.kafka import LIBRDKAFKA_LOG, base_config
+
+    conf = {**base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client_config()),
+            "group.id": f"ctiflow-metrics-{cfg.job}", "enable.auto.commit": False}
+    consumer: list = []
+
+    def ends(topic: str, partitions: list[int]) -> dict[int, int]:
+        if not consumer:
+            consumer.append(Consumer(conf, logger=LIBRDKAFKA_LOG))
+        return {p: consumer[0].get_watermark_offsets(TopicPartition(topic, p), timeout=2, cached=False)[1]
+                for p in partitions}
+
+    ends.close = lambda: consumer and consumer.pop().close()
+    return ends
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ctiflow")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def start(cfg: JobConfig) -> JobMetrics | None:
+    """The job's metrics, served if ``metrics.port`` is set (else None)."""
+    if cfg.metrics.port is None:
+        return None
+    metrics = JobMetrics(cfg, ends=kafka_ends(cfg))
+    metrics.serve(cfg.metrics.port, cfg.metrics.host)
+    return metrics
