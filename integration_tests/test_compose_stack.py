@@ -12,7 +12,9 @@ the CTIs) are known to the oracle, as in ``test_operators``."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -361,6 +363,12 @@ def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stac
         assert instant('up{job="spark-master"}')[0][1] == 1
         assert instant('count({job="spark-master",__name__=~"metrics_master_.*"})')[0][1] > 0
 
+        # `ctiflow status` reads the stack's Prometheus (its default when given no job): the job's line.
+        view = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--once"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "COLUMNS": "90"})
+        assert view.returncode == 0, view.stderr
+        line = next(row for row in view.stdout.splitlines() if row.startswith(f"{name}: CTI "))
+        assert "dead-letter 0" in line and "state " in line and "lag " in line, line
         time.sleep(12)  # two more evaluations with every record counted and none dead-lettered
         assert not firing("CtiflowDeadLettersRising", job=name)
         produce_as_one_batch(stack.bootstrap, src, [], [b"\x00burst %d" % i for i in range(50)])

@@ -5,6 +5,10 @@ records as read back from each topic, each partition's CTI from its own largest 
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import urllib.request
 from collections import Counter
 
@@ -45,10 +49,18 @@ def test_the_metrics_endpoint_reports_what_the_job_did(stack, spark, tmp_path):
               operators=[{"kind": "count", "name": "per_account", "window": {"time": "1h"}, "output": outs["count"]}],
               outputs={"late": outs["late"], "dead_letter": outs["dlq"]}, metrics={"port": port})
     scrapes: list[dict] = []
+    views: dict[int, str] = {}
 
     def scrape(progress, counters):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             scrapes.append(samples(r.read().decode()))
+        if len(scrapes) == 2:  # `ctiflow status` against the running job (its metrics stay put until we return)
+            for width in (200, 80):
+                done = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--once", "--url",
+                                       f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True,
+                                      timeout=60, env={**os.environ, "COLUMNS": str(width)})
+                assert done.returncode == 0, done.stderr
+                views[width] = done.stdout
 
     summary = run(cfg, spark, on_progress=scrape)
     assert len(scrapes) == summary.batches > 2
@@ -83,8 +95,21 @@ def test_the_metrics_endpoint_reports_what_the_job_did(stack, spark, tmp_path):
     assert value("ctiflow_batch_duration_seconds_count") == summary.batches
     assert value("ctiflow_last_batch_duration_seconds", stage="triggerExecution") > 0
     assert value("ctiflow_state_keys", operator="per_account") is not None
-    mid = scrapes[len(scrapes) // 2]
-    keys = mid.get(("ctiflow_state_keys", tuple(sorted((j, ("operator", "per_account"))))))
-    size = mid.get(("ctiflow_state_bytes", tuple(sorted((j, ("operator", "per_account"))))))
-    assert 0 < keys <= 20 and size > 0  # mid-run: the accounts' histograms
+    op = tuple(sorted((j, ("operator", "per_account"))))
+    keys, size = max((s.get(("ctiflow_state_keys", op), 0), s.get(("ctiflow_state_bytes", op), 0)) for s in scrapes)
+    assert 0 < keys <= 20 and size > 0  # during the run: the accounts' histograms
     assert any(name == "ctiflow_info" and dict(labels)["job"] == "metrics" for name, labels in last)
+
+    # The status view showed the figures of that moment: a table per job, a line per partition.
+    second = scrapes[1]
+    wide = views[200].splitlines()
+    assert any(line.startswith("metrics ") or " metrics " in line for line in wide[:3]), views[200]
+    for p in range(PARTITIONS):
+        received = second[("ctiflow_records_received_total", (("job", "metrics"), ("partition", str(p)),
+                                                             ("stream", "tx")))]
+        row = next(line for line in wide if re.match(rf"[^a-z]*tx\s*[│|]\s*{p}\s", line))
+        assert f"{received:,.0f}" in row, (row, received)
+    narrow = views[80].strip().splitlines()
+    assert len(narrow) == 1 and narrow[0].startswith("metrics: CTI "), views[80]
+    dead = second[("ctiflow_records_dead_letter_total", (("job", "metrics"),))]
+    assert f"dead-letter {dead:,.0f}" in narrow[0]

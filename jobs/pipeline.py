@@ -304,9 +304,11 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         finally:
             if query.isActive:
                 query.stop()
-            if metrics is not None:
-                metrics.close()
-    collect()
+            try:
+                collect()  # the batches that finished since the last poll
+            finally:
+                if metrics is not None:
+                    metrics.close()
     progress = [batches[b] for b in sorted(batches)]
     mine = read_counters(prog, set(batches))
     counters = read_counters(prog)

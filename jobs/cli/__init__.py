@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, topics
+from jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, status, topics
 from jobs.cli.consoles import console
 from jobs.kafka import env_credentials, read_topic, redact  # noqa: F401 - read_topic re-exported
 from operators.errors import CtiflowError
@@ -23,6 +23,7 @@ app = typer.Typer(
 app.add_typer(stack.app)
 app.add_typer(records.app)
 app.add_typer(run.app)
+app.add_typer(status.app)
 app.add_typer(recognize.app)
 app.add_typer(demo.app)
 app.add_typer(bench.app)

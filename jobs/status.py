@@ -1,0 +1,243 @@
+"""``ctiflow status``: the running jobs of a stack, read from their Prometheus metrics.
+
+Where the figures come from: each job's own endpoint (``metrics.port``, :mod:`jobs.metrics`;
+the embedded stack) or the compose stack's Prometheus (its HTTP API: the latest value of every
+``ctiflow_*`` series). Either way the same samples are turned into one :class:`JobStatus` per
+job and drawn with rich: per partition the CTI, event-time lag, records not read yet, input rate,
+late and dead-letter counts; per job the state size and the last batch. Rates are the change
+between two reads divided by the time between them (the first read has none).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+from jobs.progress import format_cti
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str, timeout: float = 5.0) -> Samples:
+    """One job endpoint's samples (``/metrics`` text)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        text = r.read().decode()
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def from_prometheus(base: str, timeout: float = 5.0) -> Samples:
+    """The latest value of every ``ctiflow_*`` series Prometheus holds (``/api/v1/query``)."""
+    query = urllib.parse.urlencode({"query": '{__name__=~"ctiflow_.*"}'})
+    with urllib.request.urlopen(f"{base.rstrip('/')}/api/v1/query?{query}", timeout=timeout) as r:
+        body = json.loads(r.read())
+    if body.get("status") != "success":
+        raise OSError(f"Prometheus at {base}: {body.get('error', body)}")
+    out: Samples = {}
+    for row in body["data"]["result"]:
+        labels = dict(row["metric"])
+        name = labels.pop("__name__")
+        labels.pop("instance", None)
+        out[(name, tuple(sorted(labels.items())))] = float(row["value"][1])
+    return out
+
+
+@dataclass
+class PartitionStatus:
+    stream: str
+    partition: str
+    cti: float | None = None  # epoch s
+    lag: float | None = None  # s
+    idle: bool = False
+    behind: float | None = None
+    received: float = 0
+    late: float = 0
+    rate: float | None = None  # records/s since the previous read
+
+
+@dataclass
+class JobStatus:
+    job: str
+    cti: float | None = None
+    lag: float | None = None
+    partitions: list[PartitionStatus] = field(default_factory=list)
+    dead_letter: float = 0
+    refused: float = 0
+    written: float = 0
+    state_bytes: float | None = None
+    state_keys: float | None = None
+    last_batch_at: float | None = None
+    last_batch_seconds: float | None = None
+    batches: float = 0
+    rate: float | None = None  # input records/s since the previous read
+
+
+def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elapsed: float | None = None,
+            now: float | None = None) -> dict[str, JobStatus]:
+    """The samples (of any number of jobs) as one :class:`JobStatus` each; with the previous
+    read and the seconds since, the input rates."""
+    now = time.time() if now is None else now
+    jobs: dict[str, JobStatus] = {}
+
+    def job(labels: dict) -> JobStatus:
+        name = labels.get("job", "?")
+        return jobs.setdefault(name, JobStatus(name))
+
+    parts: dict[tuple[str, str, str], PartitionStatus] = {}
+    for (name, labels), value in samples.items():
+        lab = dict(labels)
+        j = job(lab)
+        if "partition" in lab:
+            key = (j.job, lab.get("stream", ""), lab["partition"])
+            p = parts.get(key)
+            if p is None:
+                p = parts[key] = PartitionStatus(key[1], key[2])
+                j.partitions.append(p)
+            if name == "ctiflow_partition_cti_timestamp_seconds":
+                p.cti = value
+            elif name == "ctiflow_partition_event_time_lag_seconds":
+                p.lag = value
+            elif name == "ctiflow_partition_idle":
+                p.idle = value >= 1
+            elif name == "ctiflow_partition_offsets_behind":
+                p.behind = value
+            elif name == "ctiflow_records_received_total":
+                p.received = value
+            elif name == "ctiflow_records_late_total":
+                p.late = value
+            continue
+        if name == "ctiflow_cti_timestamp_seconds":
+            j.cti = value
+        elif name == "ctiflow_event_time_lag_seconds":
+            j.lag = value
+        elif name == "ctiflow_records_dead_letter_total":
+            j.dead_letter = value
+        elif name == "ctiflow_records_refused_total":
+            j.refused = value
+        elif name == "ctiflow_records_written_total":
+            j.written += value
+        elif name == "ctiflow_state_bytes" and lab.get("operator") == "":
+            j.state_bytes = value
+        elif name == "ctiflow_state_keys" and lab.get("operator") == "":
+            j.state_keys = value
+        elif name == "ctiflow_last_batch_timestamp_seconds":
+            j.last_batch_at = value
+        elif name == "ctiflow_last_batch_duration_seconds" and lab.get("stage") == "triggerExecution":
+            j.last_batch_seconds = value
+        elif name == "ctiflow_batches_total":
+            j.batches = value
+    jobs.pop("?", None)
+    for j in jobs.values():
+        # The lag as of now (a Prometheus value may be a scrape old): wall clock − CTI.
+        if j.cti is not None:
+            j.lag = now - j.cti
+        for p in j.partitions:
+            if p.cti is not None:
+                p.lag = now - p.cti
+        j.partitions.sort(key=lambda p: (p.stream, int(p.partition) if p.partition.isdigit() else p.partition))
+        before = (previous or {}).get(j.job)
+        if before is not None and elapsed:
+            old = {(p.stream, p.partition): p.received for p in before.partitions}
+            for p in j.partitions:
+                if (p.stream, p.partition) in old:
+                    p.rate = max(0.0, p.received - old[(p.stream, p.partition)]) / elapsed
+            j.rate = sum(p.rate or 0 for p in j.partitions)
+    return dict(sorted(jobs.items()))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = abs(seconds)
+    text = f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h" if s < 172800 \
+        else f"{s / 86400:.1f} d"
+    return ("-" if seconds < 0 else "") + text
+
+
+def _count(n: float | None) -> str:
+    return "-" if n is None else f"{n:,.0f}"
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _rate(r: float | None) -> str:
+    return "-" if r is None else f"{r:,.0f}/s"
+
+
+def one_line(j: JobStatus, now: float) -> str:
+    """A job in one line (narrow terminals)."""
+    since = None if j.last_batch_at is None else now - j.last_batch_at
+    return (f"{j.job}: CTI {format_cti(None if j.cti is None else int(j.cti * 1000))} lag {_duration(j.lag)} "
+            f"in {_rate(j.rate)} late {_count(sum(p.late for p in j.partitions))} "
+            f"dead-letter {_count(j.dead_letter + j.refused)} state {_bytes(j.state_bytes)} "
+            f"batch {_duration(since)} ago")
+
+
+def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, source: str = ""):
+    """A rich renderable of every job: a table per job (partition rows), or one line per job
+    when the terminal is narrower than 100 columns."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    now = time.time() if now is None else now
+    if not jobs:
+        return Text(f"no ctiflow job reports metrics{f' at {source}' if source else ''} yet")
+    if width < 100:
+        return Group(*(Text(one_line(j, now), no_wrap=True, overflow="ellipsis") for j in jobs.values()))
+    tables = []
+    for j in jobs.values():
+        since = None if j.last_batch_at is None else now - j.last_batch_at
+        title = (f"[b]{j.job}[/b]  CTI {format_cti(None if j.cti is None else int(j.cti * 1000))}  "
+                 f"lag {_duration(j.lag)}  written {_count(j.written)}  dead-letter {_count(j.dead_letter)}"
+                 f" (refused {_count(j.refused)})  state {_bytes(j.state_bytes)}, {_count(j.state_keys)} keys  "
+                 f"batches {_count(j.batches)}, last {_duration(j.last_batch_seconds)}, {_duration(since)} ago")
+        t = Table(expand=False)
+        for col in ("stream", "partition", "CTI", "lag", "behind", "in/s", "received", "late", "idle"):
+            t.add_column(col, justify="left" if col in ("stream", "CTI") else "right")
+        for p in j.partitions:
+            t.add_row(p.stream, p.partition, format_cti(None if p.cti is None else int(p.cti * 1000)),
+                      _duration(p.lag), _count(p.behind), _rate(p.rate), _count(p.received), _count(p.late),
+                      "idle" if p.idle else "")
+        tables += [Text.from_markup(title), t]
+    return Group(*tables)
+
+
+@dataclass
+class Watch:
+    """Where ``ctiflow status`` reads: job endpoints and/or a Prometheus."""
+
+    urls: list[str]
+    prometheus: str | None = None
+
+    def read(self) -> tuple[Samples, list[str]]:
+        """Every source's samples merged; → (samples, the sources that did not answer)."""
+        samples: Samples = {}
+        failed = []
+        for url in self.urls:
+            try:
+                samples.update(scrape(url))
+            except (OSError, ValueError) as exc:
+                failed.append(f"{url} ({exc})")
+        if self.prometheus:
+            try:
+                samples.update(from_prometheus(self.prometheus))
+            except (OSError, ValueError) as exc:
+                failed.append(f"{self.prometheus} ({exc})")
+        return samples, failed
