@@ -80,6 +80,22 @@ class JobStatus:
     rate: float | None = None  # input records/s since the previous read
 
 
+#: partition series → :class:`PartitionStatus` field
+_PARTITION_FIELDS = {"ctiflow_partition_cti_timestamp_seconds": "cti", "ctiflow_partition_idle": "idle",
+                     "ctiflow_partition_offsets_behind": "behind", "ctiflow_records_received_total": "received",
+                     "ctiflow_records_late_total": "late"}
+#: job series → (:class:`JobStatus` field, the (label, value) a sample must have, or None); written: summed over topics
+_JOB_FIELDS = {"ctiflow_cti_timestamp_seconds": ("cti", None),
+               "ctiflow_records_dead_letter_total": ("dead_letter", None),
+               "ctiflow_records_refused_total": ("refused", None),
+               "ctiflow_records_written_total": ("written", None),
+               "ctiflow_state_bytes": ("state_bytes", ("operator", "")),
+               "ctiflow_state_keys": ("state_keys", ("operator", "")),
+               "ctiflow_last_batch_timestamp_seconds": ("last_batch_at", None),
+               "ctiflow_last_batch_duration_seconds": ("last_batch_seconds", ("stage", "triggerExecution")),
+               "ctiflow_batches_total": ("batches", None)}
+
+
 def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elapsed: float | None = None,
             now: float | None = None) -> dict[str, JobStatus]:
     """The samples (of any number of jobs) as one :class:`JobStatus` each; with the previous
@@ -101,39 +117,14 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
             if p is None:
                 p = parts[key] = PartitionStatus(key[1], key[2])
                 j.partitions.append(p)
-            if name == "ctiflow_partition_cti_timestamp_seconds":
-                p.cti = value
-            elif name == "ctiflow_partition_event_time_lag_seconds":
-                p.lag = value
-            elif name == "ctiflow_partition_idle":
-                p.idle = value >= 1
-            elif name == "ctiflow_partition_offsets_behind":
-                p.behind = value
-            elif name == "ctiflow_records_received_total":
-                p.received = value
-            elif name == "ctiflow_records_late_total":
-                p.late = value
+            attr = _PARTITION_FIELDS.get(name)
+            if attr is not None:
+                setattr(p, attr, value >= 1 if attr == "idle" else value)
             continue
-        if name == "ctiflow_cti_timestamp_seconds":
-            j.cti = value
-        elif name == "ctiflow_event_time_lag_seconds":
-            j.lag = value
-        elif name == "ctiflow_records_dead_letter_total":
-            j.dead_letter = value
-        elif name == "ctiflow_records_refused_total":
-            j.refused = value
-        elif name == "ctiflow_records_written_total":
-            j.written += value
-        elif name == "ctiflow_state_bytes" and lab.get("operator") == "":
-            j.state_bytes = value
-        elif name == "ctiflow_state_keys" and lab.get("operator") == "":
-            j.state_keys = value
-        elif name == "ctiflow_last_batch_timestamp_seconds":
-            j.last_batch_at = value
-        elif name == "ctiflow_last_batch_duration_seconds" and lab.get("stage") == "triggerExecution":
-            j.last_batch_seconds = value
-        elif name == "ctiflow_batches_total":
-            j.batches = value
+        attr, want = _JOB_FIELDS.get(name, (None, None))
+        if attr is None or (want is not None and lab.get(want[0]) != want[1]):
+            continue
+        setattr(j, attr, getattr(j, attr) + value if attr == "written" else value)
     jobs.pop("?", None)
     for j in jobs.values():
         # The lag as of now (a Prometheus value may be a scrape old): wall clock − CTI.
