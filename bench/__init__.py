@@ -6,15 +6,24 @@ from __future__ import annotations
 from rich.console import Console
 
 BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale", "peers", "latency")
+#: Run only when named (not part of ``all``): the soak takes ``minutes`` (30 by default).
+LONG_BENCHES = ("soak",)
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
-                   trigger: int | None = None) -> None:
+                   trigger: int | None = None, minutes: float | None = None) -> None:
     out = out or Console(width=200)
     names = BENCHES if which == "all" else (which,)
     for name in names:
-        if name not in BENCHES:
-            raise SystemExit(f'Invalid benchmark "{name}". Valid choices are: all, {", ".join(BENCHES)}.')
+        if name not in BENCHES + LONG_BENCHES:
+            raise SystemExit(f'Invalid benchmark "{name}". Valid choices are: all, '
+                             f'{", ".join(BENCHES + LONG_BENCHES)}.')
+        if name == "soak":
+            from bench.soak import main as soak_main
+
+            result = soak_main(out, minutes=30.0 if minutes is None else minutes)
+            if not result["ok"]:
+                raise SystemExit("soak: the results do not match the oracle (see above)")
         if name == "source":
             from bench.spark_jobs import bench_source
 

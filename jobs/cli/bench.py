@@ -25,6 +25,7 @@ class Benchmark(str, Enum):
     SCALE = "scale"
     PEERS = "peers"
     LATENCY = "latency"
+    SOAK = "soak"
     ALL = "all"
 
 
@@ -33,6 +34,8 @@ def bench(which: Annotated[Benchmark, typer.Argument(help="the benchmark to run,
           events: Annotated[Optional[int], typer.Option(help="events per run (default per benchmark)")] = None,
           trigger: Annotated[Optional[int], typer.Option(
               min=1000, help="events per micro-batch for every Spark variant of adapter, bins, scale and peers "
-                             "(default: 200000, 50000, 200000 and 100000)")] = None):
+                             "(default: 200000, 50000, 200000 and 100000)")] = None,
+          minutes: Annotated[Optional[float], typer.Option(
+              min=0.5, help="how long the soak runs (default 30; soak is not part of all)")] = None):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
-    run_benchmarks(which.value, events=events, out=Console(width=200), trigger=trigger)
+    run_benchmarks(which.value, events=events, out=Console(width=200), trigger=trigger, minutes=minutes)
