@@ -12,7 +12,7 @@ Jobs (Kafka → Spark → Kafka), configured as in a job YAML::
 
 The operators themselves are plain Python state machines (no Spark, no Kafka): feed them
 :class:`Event` objects, move time on with ``advance_to(cti)``, read their :class:`Output`
-records; ``snapshot()`` / ``restore()`` keep their state. See the README's "Python API".
+records; ``snapshot()`` / ``restore()`` keep their state. See docs/guide/jobs.md, "Python API".
 
 The Spark parts (:func:`run`, :func:`stream`, :func:`spark_session`) import PySpark when first
 used; ``import ctiflow`` alone does not.

@@ -1,4 +1,4 @@
-"""ctiflow from Python (the README's "Python API"; a test runs this file as it is).
+"""ctiflow from Python (the docs' "Python API", docs/guide/jobs.md; a test runs this file as it is).
 
 1. An operator alone — no Spark, no Kafka: three failed logins in a row, then a success.
 2. A whole job: records produced to Kafka, the job run on Spark until the input is drained,

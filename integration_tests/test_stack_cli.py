@@ -163,12 +163,12 @@ def test_sigterm_stops_a_running_job_cleanly_and_the_next_run_continues(stack, t
 
 @pytest.mark.spark
 def test_the_readme_python_api_example_runs_as_written(stack, tmp_path):
-    """examples/python_api.py, shown verbatim in the README, run against the embedded broker:
+    """examples/python_api.py, shown verbatim in the docs (Jobs and the command line), run against the embedded broker:
     the operator alone finds acct-1's brute force; the job (Kafka → Spark → Kafka) both accounts'."""
     example = ROOT / "examples" / "python_api.py"
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "guide" / "jobs.md").read_text()
     body = example.read_text().split('"""', 2)[2].strip()
-    assert body in readme, "the README's Python API section must show examples/python_api.py as it is"
+    assert body in page, "docs/guide/jobs.md's Python API section must show examples/python_api.py as it is"
     env = {**os.environ, "CTIFLOW_BROKER_PORT": str(stack.port), "CTIFLOW_HOME": str(tmp_path / "home")}
     env.pop("CTIFLOW_BOOTSTRAP", None)
     result = subprocess.run([sys.executable, str(example)], env=env, cwd=tmp_path, capture_output=True, text=True,

@@ -75,7 +75,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             per_batch = min(src.batch_records for src in cfg.sources)
             console.print(f"running job [bold]{cfg.job}[/bold] (bounded, flush at end) in micro-batches of at most "
                           f"{per_batch:,} records per source (a CTI each) — small on purpose, so the records/s below "
-                          "are the demo's pacing, not ctiflow's speed (`./dev bench`, README → Performance) …")
+                          "are the demo's pacing, not ctiflow's speed (`./dev bench`, docs/performance.md) …")
             summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=progress.printer(console, "  "))
             out.print(pipeline.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
             for topic in cfg.result_topics():

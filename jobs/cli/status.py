@@ -27,7 +27,9 @@ def status(configs: Annotated[Optional[list[Path]], typer.Argument(
                     "when no job or --url is given")] = None,
            once: Annotated[bool, typer.Option("--once", help="print the view once and exit")] = False,
            interval: Annotated[float, typer.Option(min=0.5, help="seconds between reads")] = 2.0):
-    """Per job and partition: CTI, event-time lag, records not read yet, input rate, late and
+    """A live view of the running jobs, from their metrics (or the compose stack's Prometheus).
+
+    Per job and partition: CTI, event-time lag, records not read yet, input rate, late and
     dead-letter counts, state size and the last micro-batch — redrawn every --interval seconds
     (Ctrl-C stops), one line per job when the terminal is narrow."""
     from rich.live import Live
