@@ -177,8 +177,14 @@ def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack,
     cfg, _, expected = brute_force_run(stack, spark, tmp_path, "cep", {"kind": "match", "name": "brute-force",
                                                                        "pattern": BRUTE_FORCE}, seed=5)
     want = sorted((m["key"], m["first_time"], m["last_time"]) for m in expected)
-    got = sorted((r["key"], r["first_time"], r["last_time"]) for r in read(stack, cfg.operators[0].output))
+    found = read(stack, cfg.operators[0].output)
+    got = sorted((r["key"], r["first_time"], r["last_time"]) for r in found)
     assert want and got == want
+    # the job's records carry the matched events as typed records (the operator alone: JSON text)
+    def events(m, parse):
+        return (m["key"], m["first_time"], m["last_time"]), [[parse(e) for e in s["events"]] for s in m["stages"]]
+
+    assert dict(events(m, json.loads) for m in expected) == dict(events(r, lambda e: e) for r in found)
 
 
 def test_a_match_recognize_job_finds_what_the_equivalent_pattern_api_job_finds(stack, spark, tmp_path):

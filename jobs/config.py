@@ -563,7 +563,9 @@ class MatchOp(Strict):
         return "match" if self.sql is None else "recognize_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
 
     def result_topics(self, job: "JobConfig") -> dict[str, str]:
-        return {self.output: self.schema_name, **({self.timed_out: "timed_out_match"} if self.timed_out else {})}
+        matches = self.schema_name if self.sql is not None else matched_events_schema(job, "match")
+        return {self.output: matches,
+                **({self.timed_out: matched_events_schema(job, "timed_out_match")} if self.timed_out else {})}
 
     needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
 
@@ -572,12 +574,22 @@ class MatchOp(Strict):
         A ``sql`` operator needs the input's schema too: :func:`jobs.recognize.operator_of` builds it."""
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None,
                                  max_partial_matches=self.max_partial_matches,
-                                 max_buffered_events=self.max_buffered_events, sql=self.sql)
+                                 max_buffered_events=self.max_buffered_events, sql=self.sql,
+                                 structured_events=True)
         try:
             settings.pattern_object()
         except CtiflowError as exc:
             raise ConfigError(f"operators.{self.name}.{'pattern' if self.sql is None else 'sql'}: {exc}") from None
         return MatchOperator, settings
+
+
+def matched_events_schema(job: "JobConfig", base: str) -> str:
+    """The record schema of a job's match (``base`` = ``match``) or timed-out match
+    (``timed_out_match``) records: ``schemas/<base>.avsc`` with each event typed as the matched
+    stream's record — the source's, or with a reference join the enriched one — so it is named
+    after that stream (every match operator of a job shares it; ``jobs.recognize`` derives it)."""
+    stream = job.reference.fast if job.reference else job.sources[0].name
+    return f"{base}_{re.sub(r'[^A-Za-z0-9_]', '_', stream)}" + ("_enriched" if job.reference else "")
 
 
 class PassthroughOp(Strict):

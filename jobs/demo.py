@@ -79,7 +79,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=progress.printer(console, "  "))
             out.print(pipeline.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
             for topic in cfg.result_topics():
-                results[topic] = kafka.read_topic(bootstrap, topic)
+                results[topic] = kafka.read_topic(bootstrap, topic)  # (pipeline.run registered derived schemas)
         _report(results, out)
         counting = next((c for c in cfgs if "counts" in c.result_topics()), None)
         exact = (exact_counts(counting, results["counts"], lambda name: results.get(name) or kafka.read_topic(

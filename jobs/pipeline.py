@@ -256,6 +256,10 @@ def prepare(cfg: JobConfig) -> None:
     check_checkpoint_dir(Path(cfg.checkpoint_dir))
     check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir))
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
+    from jobs.recognize import derived_schemas
+    from jobs.runtime import register_schemas
+
+    register_schemas(derived_schemas(cfg))  # this process can decode the job's result topics too
 
 
 def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,

@@ -46,6 +46,7 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
         settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
                                  max_partial_matches=op.max_partial_matches,
                                  max_buffered_events=op.max_buffered_events, sql=op.sql, columns=columns,
+                                 structured_events=True,
                                  partition_columns=tuple(c for c in q.partition_by if c != src.key_field))
         settings.pattern_object()
     except SqlError as exc:
@@ -69,10 +70,50 @@ def family(avro_type: Any) -> str | None:
 
 def derived_schemas(job: JobConfig) -> dict[str, str]:
     """Record schemas the job's operators derive (name → Avro JSON): a ``sql`` match operator's
-    output, from its MEASURES (:func:`operators.cep.recognize.output_schema`)."""
+    output, from its MEASURES (:func:`operators.cep.recognize.output_schema`); match and
+    timed-out match records with their events typed as the input's records
+    (:func:`matched_events_record`)."""
     found = {}
     for op in job.operators:
-        if isinstance(op, MatchOp) and op.sql is not None:
+        if not isinstance(op, MatchOp):
+            continue
+        if op.sql is not None:
             settings, types = sql_settings(op, job)
             found[op.schema_name] = json.dumps(output_schema(settings.recognizer(), types, op.schema_name))
+        for role, base in (("match", "match"), ("timed_out", "timed_out_match")):
+            topic = op.roles().get(role)
+            name = op.result_topics(job).get(topic) if topic else None
+            if name and name.startswith(base + "_") and name not in found:
+                found[name] = json.dumps(matched_events_record(job, base, name))
     return found
+
+
+#: fields a reference join adds to each fast event (they win over same-named event fields)
+REFERENCE_FIELDS = ("reference", "reference_valid_from", "reference_missing")
+
+
+def matched_events_record(job: JobConfig, base: str, name: str) -> dict:
+    """``schemas/<base>.avsc`` under ``name``, each stage's events typed as the matched stream's
+    record (:func:`jobs.config.matched_events_schema`)."""
+    store = default_store()
+    schema = json.loads(store.get(base).text)
+    fast = job.source(job.reference.fast) if job.reference else job.sources[0]
+    event = json.loads(store.get(fast.schema_name).text)
+    if job.reference:
+        reference = json.loads(store.get(job.source(job.reference.source).schema_name).text)
+        event = {"type": "record", "name": event["name"] + "Enriched", "namespace": "ctiflow.result",
+                 "doc": "the fast event with the reference version valid at its time",
+                 "fields": [f for f in event["fields"] if f["name"] not in REFERENCE_FIELDS] + [
+                     {"name": "reference", "type": ["null", reference], "default": None},
+                     {"name": "reference_valid_from", "type": ["null", "long"], "default": None},
+                     {"name": "reference_missing", "type": "boolean"}]}
+    schema["name"] = "".join(part.capitalize() for part in name.split("_"))
+    schema["doc"] = f"{schema['doc'].split(':')[0]}: the events per stage, each a {event['name']} record."
+    for field in schema["fields"]:
+        if field["name"] == "stages":
+            stage = field["type"]["items"]
+            stage["name"] = schema["name"] + "Stage"
+            for f in stage["fields"]:
+                if f["name"] == "events":
+                    f["type"] = {"type": "array", "items": event}
+    return schema

@@ -81,15 +81,27 @@ def consume(topic: Topic,
     conn = connection(bootstrap, registry, config)
     bs = conn.bootstrap
     kafka.wait_for_broker(bs, conn.client)
+    hinted = config is not None
+
+    def hint(record: dict) -> None:
+        nonlocal hinted
+        if not hinted and "unknown schema fingerprint" in str(record.get("_undecodable", "")):
+            hinted = True
+            console.print("[yellow]hint[/]: a record's schema is not among the schema files: results of match and "
+                          "MATCH_RECOGNIZE operators use a schema their job derives — add --config JOB.yaml",
+                          highlight=False)
+
     if not follow and from_beginning:
         for record in kafka.iter_topic(bs, topic, conn.client, max_records=max_records, registry_url=conn.registry_url,
                                        registry_config=conn.registry_config):
+            hint(record)
             out.print_json(_json(record)) if sys.stdout.isatty() else print(_json(record))
         return
     try:
         for record in kafka.follow_topic(bs, topic, conn.client, from_beginning=from_beginning,
                                          max_records=max_records, registry_url=conn.registry_url,
                                          registry_config=conn.registry_config):
+            hint(record)
             print(json.dumps(record, default=str), flush=True)
     except KeyboardInterrupt:
         pass

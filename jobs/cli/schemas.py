@@ -63,7 +63,7 @@ def derived(config: Annotated[Path, typer.Argument(help="the job's YAML")]):
     cfg = load(config)
     schemas = derived_schemas(cfg)
     if not schemas:
-        out.print(f"{config}: no derived schemas (only sql match operators derive one)")
+        out.print(f"{config}: no derived schemas (match operators derive their records' schemas)")
     for topic, schema in cfg.result_topics().items():
         if schema in schemas:
             print(f"# {topic}-value")

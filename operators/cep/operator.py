@@ -12,6 +12,9 @@ Records (see ``schemas/match.avsc`` and ``schemas/timed_out_match.avsc``)::
     {"pattern": "...", "key": "...", "match_id": "...", "first_time": t0, "last_time": t1,
      "stages": [{"stage": "a", "events": ["{...json of the fields...}", ...]}, ...]}
 
+(with ``structured_events``, as in jobs, each event is its fields' mapping instead of JSON text:
+the job derives the record schema from its input's, :func:`jobs.recognize.derived_schemas`)
+
 plus ``"timed_out_at"`` for a timed-out partial match. ``match_id`` is
 ``key:first.n-last.n:digest`` built from the buffer ids ``(time, n-th event at that time)`` of
 all matched events, so it is a function of the input alone (two matches with the same first and
@@ -78,6 +81,9 @@ class MatchSettings:
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
     columns: tuple[tuple[str, str | None], ...] | None = None
+    #: the records' events as their field mappings (a job's derived schema types them: the input's
+    #: record) instead of JSON text (``schemas/match.avsc``)
+    structured_events: bool = False
     #: PARTITION BY columns besides the event's key (a ``sql`` job): runs are kept per key and
     #: these columns' values, addressed (chunks, TTL) by the key alone
     partition_columns: tuple[str, ...] = ()
@@ -465,6 +471,7 @@ class MatchOperator:
         digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
         if self._composite:
             key = _job_key(key)
+        structured = self.settings.structured_events
         return {
             "pattern": self.name,
             "key": key,
@@ -472,7 +479,7 @@ class MatchOperator:
             "first_time": first[0],
             "last_time": last[0],
             "stages": [
-                {"stage": stage, "events": [fields_json(e) for e in stage_events]}
+                {"stage": stage, "events": [dict(e) if structured else fields_json(e) for e in stage_events]}
                 for stage, stage_events in events.items()
             ],
         }
