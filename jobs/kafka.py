@@ -294,10 +294,6 @@ def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], time
     return ends
 
 
-#: seconds without a record, inside a range known to hold records, before a read starts its fetch afresh
-REFETCH_AFTER = 15.0
-
-
 @dataclass(frozen=True)
 class Message:
     partition: int
@@ -316,8 +312,7 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
         return
     cons.assign([TopicPartition(topic, partition, start)])
     try:
-        idle_since = reassigned = time.monotonic()
-        position = start
+        idle_since = time.monotonic()
         while True:
             msgs = cons.consume(num_messages=batch, timeout=POLL)
             out: list[Message] = []
@@ -341,20 +336,12 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
                     finished = True
                     break
             if out:
-                idle_since = reassigned = time.monotonic()
-                position = out[-1].offset() + 1 if raw else out[-1].offset + 1
+                idle_since = time.monotonic()
                 yield out
             elif not msgs:
-                now = time.monotonic()
-                if now - idle_since > 60:
+                if time.monotonic() - idle_since > 60:
                     raise StackError(f"{topic}[{partition}]: no data for 60 s while reading offsets "
                                      f"{start}..{end}; is the broker up and the data still there?")
-                if now - reassigned > REFETCH_AFTER:
-                    # A fetch that stays empty though the range's records exist: start the partition's
-                    # fetch afresh at the next offset (seen once on tansu under steady produce).
-                    cons.unassign()
-                    cons.assign([TopicPartition(topic, partition, position)])
-                    reassigned = now
             if finished:
                 return
     finally:
