@@ -43,7 +43,12 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
     from jobs.serde import AvroSerializer
 
     ser = AvroSerializer("flow", validate=False)
-    prod = kafka.producer(bootstrap)
+    # Records leave in producer batches of ≈ 0.5 s (≈ 80 a partition), as a producer that favours
+    # throughput sends them: the embedded broker (tansu 0.6, memory storage) slows down with the
+    # number of batches a partition holds — reading the last 1,000 records took 21 ms at 10,000
+    # batches, 844 ms at 20,000, and no fetch returned within 60 s at 40,000 (5-record batches,
+    # measured 2026-11-26) — which a producer sending every record at once reaches in minutes.
+    prod = kafka.producer(bootstrap, **{"linger.ms": 500})
     rng = random.Random(7)
     last = [0] * PARTITIONS  # each partition's starts never go back by more than 5 minutes: never late
     start = time.monotonic()
