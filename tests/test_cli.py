@@ -13,7 +13,7 @@ from jobs.serde import FRAMINGS
 
 runner = CliRunner()
 
-COMMANDS = [[], ["up"], ["down"], ["status"], ["doctor"], ["produce"], ["consume"], ["run"], ["drain"], ["check"], ["demo"],
+COMMANDS = [[], ["up"], ["down"], ["broker"], ["status"], ["doctor"], ["produce"], ["consume"], ["run"], ["drain"], ["check"], ["demo"],
             ["demo-data"], ["bench"], ["topics"], ["topics", "create"], ["topics", "list"], ["schemas"],
             ["schemas", "list"], ["schemas", "register"], ["schemas", "job"], ["schemas", "derived"], ["recognize"], ["plot"], ["plot", "counts"], ["plot", "bins"],
             ["conformance"], ["conformance", "cep"], ["users"], ["users", "create"]]

@@ -138,5 +138,5 @@ def test_the_broker_port_variable_is_checked_and_used_by_jobs_too(monkeypatch):
     monkeypatch.setenv("CTIFLOW_BROKER_PORT", "abc")
     result = CliRunner().invoke(app, ["consume", "-t", "x"])
     assert result.exit_code != 0 and "CTIFLOW_BROKER_PORT='abc' is not a port" in str(result.exception)
-    result = CliRunner().invoke(app, ["status"])
+    result = CliRunner().invoke(app, ["broker"])
     assert result.exit_code == 2 and "CTIFLOW_BROKER_PORT" in result.output

@@ -36,8 +36,8 @@ def down(port: Port = DEFAULT_PORT):
 
 
 @app.command()
-def status(port: Port = DEFAULT_PORT):
-    """Is the embedded broker running, and does it answer?"""
+def broker(port: Port = DEFAULT_PORT):
+    """Is the embedded broker running, and does it answer? (`ctiflow status` watches jobs.)"""
     st = embedded.status(port)
     answers = st.running and embedded.broker_ready(st.bootstrap)
     out.print(f"broker on {st.bootstrap}: {'running' if st.running else 'stopped'}"

@@ -54,6 +54,12 @@ def status(configs: Annotated[Optional[list[Path]], typer.Argument(
         return jobs, failed, now
 
     jobs, failed, at = read(None, None)
+    if failed and not jobs and len(failed) == len(urls) + (watch.prometheus is not None):
+        for f in failed:
+            console.print(f"[red]error:[/red] not answering: {f}", highlight=False)
+        console.print("nothing to watch: run a job with metrics.port set (or CTIFLOW_METRICS_PORT) and give its "
+                      "YAML or --url, or --prometheus for a Prometheus that scrapes the jobs", highlight=False)
+        raise typer.Exit(1)
     if once:
         for f in failed:
             console.print(f"[yellow]not answering[/]: {f}", highlight=False)
