@@ -207,7 +207,7 @@ def test_the_docs_dead_letter_replay_snippet_sends_the_original_bytes_back(stack
     cons = kafka.consumer(stack.bootstrap, {}, **{"group.id": "replay-check"})
     try:
         end = kafka.true_end_offset(cons, source, 0, 0, timeout=5.0)
-        got = [(m.key(), m.value()) for msgs in kafka.read_range(cons, source, 0, 0, end) for m in msgs]
+        got = [(m.key, m.value) for msgs in kafka.read_range(cons, source, 0, 0, end) for m in msgs]
     finally:
         cons.close()
     assert got == fixed
