@@ -99,6 +99,11 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
     for c in sorted(admitted, key=lambda c: c.order):
         want += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset))
     want += stepwise.advance_to(CTI_INFINITY)
+    from jobs.config import parse
+    from jobs.recognize import derived_schemas
+    from jobs.runtime import register_schemas
+
+    register_schemas(derived_schemas(parse(spec, "chaos")))  # the job (other processes) derived the match schema
     got = read(stack, topics["matches"])
     assert Counter(r["match_id"] for r in got) == Counter(o.record["match_id"] for o in want if o.role == "match")
     # Late: exactly the oracle's late events, once each.
