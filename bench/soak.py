@@ -15,6 +15,7 @@ of each bin adding up to it — nothing lost, nothing twice.
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -137,7 +138,7 @@ def main(out: Console | None = None, *, minutes: float = 30.0, rate: float = 500
             read = {}
             for src in p.get("sources", []):
                 end = src.get("endOffset")
-                end = __import__("json").loads(end) if isinstance(end, str) else end
+                end = json.loads(end) if isinstance(end, str) else end
                 read.update({int(k): int(v) for k, v in (end or {}).items() if str(k).isdigit()})
             try:
                 high = ends(topic, sorted(read))

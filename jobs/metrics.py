@@ -30,6 +30,7 @@ checkpoint's totals, as Prometheus expects of a restarted process's counters).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterable
@@ -85,8 +86,6 @@ class JobMetrics:
         """Per stream and partition: the partition's end (high watermark) − the batch's end offset."""
         if self._ends is None:
             return {}
-        import json
-
         out = {}
         for src, sp in zip(self.cfg.sources, progress.get("sources", [])):
             end = sp.get("endOffset")
