@@ -15,8 +15,8 @@ from jobs.config import JobConfig, MatchOp
 from jobs.fields import base_types
 from jobs.serde import default_store
 from operators.cep.operator import MatchOperator, MatchSettings
-from operators.cep.recognize import compile_query, output_schema
-from operators.cep.sql import SqlError
+from operators.cep.recognize import output_schema
+from operators.cep.sql import SqlError, parse
 from operators.errors import ConfigError, CtiflowError
 
 
@@ -35,7 +35,7 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
     types = {f["name"]: f["type"] for f in default_store().get(src.schema_name).parsed["fields"]}
     columns = tuple((name, family(t)) for name, t in types.items())
     try:
-        q = compile_query(op.sql, dict(columns)).query
+        q = parse(op.sql)  # compiled (columns and types checked) once, by settings.pattern_object() below
         if src.key_field not in q.partition_by:
             raise SqlError(f"PARTITION BY must include the job's key field {src.key_field!r} (the job keeps state, "
                            f"chunks and TTL per key): write PARTITION BY {', '.join([src.key_field, *q.partition_by])}",
