@@ -210,7 +210,7 @@ def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
                 fields = got.fields
                 values = encode.encode({c: fields.column(c) for c in fields.column_names}, fields.num_rows)
                 for key, value in zip(got.keys.to_pylist(), values.to_pylist()):
-                    prod.produce(out_topic, value, key.encode(), partition=p)
+                    kafka.send(prod, out_topic, value, key.encode(), partition=p)
                 prod.poll(0)
                 n += len(msgs)
                 lat.append((time.perf_counter() - t) * 1000)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs import rows
 from jobs.avro_columns import Node, compile_schema
@@ -313,28 +314,48 @@ class ResultEncoder:
                                                         self.headers[topic])
         return encoder
 
+    def _value(self, topic: str, o) -> bytes:
+        """An :class:`Output`'s bytes: as they came if they carry the topic's schema, else encoded."""
+        raw = o.encoded
+        return raw if raw is not None and raw.startswith(self.headers[topic]) else self.serializers[topic](o.record)
+
+    def _as_they_came(self, topic: str, raw) -> pa.Array | None:
+        """Records passed on unchanged (their original bytes, ``raw``) as one binary array, if
+        every one was kept and carries the topic's schema; None if any must be encoded."""
+        values = pa.array(raw, pa.binary())
+        if values.null_count:
+            return None
+        header = self.headers[topic]
+        if header and len(values) and not pc.all(pc.starts_with(values, pattern=header)).as_py():
+            return None
+        return values
+
     def packs(self, out: list, dead: list, counters) -> rows.ResultPacks:
         """``counters.late_records`` counts the records written to the late topic."""
-        enc, headers, late = self.serializers, self.headers, self.late_topic
+        enc, late = self.serializers, self.late_topic
         packs = rows.ResultPacks()
         for topic, o, k in out:
             if type(o) is OutputBatch:
                 if topic == late:
                     counters.late_records += o.n
-                encoder = self.bulk(topic)
-                if encoder.bulk:
-                    packs.add_batch(topic, rows.result_batch(o.columns.get("key"), encoder.encode(o.columns, o.n),
-                                                             o.role))
-                    continue
-                for r in o.records():
-                    key = r.get("key")
-                    packs.add(topic, None if key is None else str(key).encode(), enc[topic](r), o.role)
+                keys = o.keys if o.keys is not None else o.columns.get("key")
+                if o.raw is not None:
+                    values = self._as_they_came(topic, o.raw)
+                    if values is not None:
+                        packs.add_batch(topic, rows.result_batch(keys, values, o.role))
+                        continue
+                else:
+                    encoder = self.bulk(topic)
+                    if encoder.bulk:
+                        packs.add_batch(topic, rows.result_batch(keys, encoder.encode(o.columns, o.n), o.role))
+                        continue
+                for one in o.outputs():  # record by record, as the Output items below
+                    key = one.key if one.key is not None else one.record.get("key")
+                    packs.add(topic, None if key is None else str(key).encode(), self._value(topic, one), o.role)
                 continue
             if topic == late:
                 counters.late_records += 1
-            raw = o.encoded
-            value = raw if raw is not None and raw.startswith(headers[topic]) else enc[topic](o.record)
-            packs.add(topic, None if k is None else str(k).encode(), value, o.role)
+            packs.add(topic, None if k is None else str(k).encode(), self._value(topic, o), o.role)
         dlq = self.dead_letter_topic
         for rec in dead:
             packs.add(dlq, rec["key"], enc[dlq](rec), "dead_letter")

@@ -277,7 +277,8 @@ class GroupRuntime:
     :class:`jobs.adapter.WarmChunks`); a chunk found there is used instead of read and decoded.
     The runtime takes them over: they are mutated by the call, and :meth:`still_warm` says which
     chunks are current after :meth:`commit`. ``batched``: operators' CTI records come as
-    :class:`~operators.events.OutputBatch` items (:meth:`_advance_op`), for the job's bulk encoder.
+    :class:`~operators.events.OutputBatch` items (:meth:`_advance_op`), as do the records of an
+    operator that passes released columns on (``pass_columns``), for the job's bulk encoder.
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
@@ -699,7 +700,11 @@ class GroupRuntime:
             if keys:
                 first = loaded[of[0]].ops[i]
                 order = _tie_order(spec, cols, events)
-                if cols is not None and getattr(first, "process_columns", None) is not None:
+                if (self.batched and cols is not None and cols.dicts is None and order is None
+                        and getattr(first, "pass_columns", None) is not None):
+                    batch = first.pass_columns(cols)
+                    out.append((self._topic(spec, batch.role), batch, None))
+                elif cols is not None and getattr(first, "process_columns", None) is not None:
                     if order is None:
                         self._feed_columns(i, spec, cols, of, out)
                     else:

@@ -126,11 +126,17 @@ class OutputBatch:
     """Result records of one role as columns, in record order: ``columns`` maps each field
     (in the record's field order) to a NumPy array, a list, a :class:`MapColumn`, or one
     scalar shared by every record. An operator returns one instead of ``n`` :class:`Output` s
-    so that the job can encode them in bulk; :meth:`outputs` gives the records one by one."""
+    so that the job can encode them in bulk; :meth:`outputs` gives the records one by one.
+
+    ``raw`` (optional): each record's bytes as it arrived (input records passed on unchanged,
+    like :attr:`Output.encoded`; None entries: none kept); ``keys`` (optional): each record's
+    Kafka key, where it is not the ``key`` column."""
 
     role: str
     columns: dict[str, Any]
     n: int
+    raw: Any = None
+    keys: Any = None
 
     def __len__(self) -> int:
         return self.n
@@ -148,4 +154,6 @@ class OutputBatch:
         return list(map(record_maker(tuple(self.columns)), *cols))
 
     def outputs(self) -> list[Output]:
-        return [Output(self.role, r) for r in self.records()]
+        raw = [None] * self.n if self.raw is None else list(self.raw)
+        keys = [None] * self.n if self.keys is None else list(self.keys)
+        return [Output(self.role, r, e, k) for r, e, k in zip(self.records(), raw, keys)]

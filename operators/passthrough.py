@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.events import CTI_INFINITY, Event, Output
+from operators.events import CTI_INFINITY, Event, Output, OutputBatch
 
 
 class Passthrough:
@@ -18,6 +18,16 @@ class Passthrough:
 
     def process(self, event: Event) -> list[Output]:
         return [Output("passthrough", event.fields, event.raw)]
+
+    def pass_columns(self, cols) -> OutputBatch:
+        """:meth:`process` for every row of ``cols`` (:class:`operators.columns.EventColumns`
+        with one record layout, no ``dicts``) at once, in row order: the rows' records and
+        original bytes, each keyed as ``process``'s record would be (its ``key`` field if the
+        record has one, else the event's key). Stateless, so one call serves every chunk."""
+        keys = cols.key
+        if "key" in cols.fields:
+            keys = [None if k is None else str(k) for k in cols.fields["key"].tolist()]
+        return OutputBatch("passthrough", cols.fields, len(cols), raw=cols.raw, keys=keys)
 
     def advance_to(self, cti: int) -> list[Output]:
         return []

@@ -283,3 +283,49 @@ def test_results_encoded_in_bulk_are_the_records_encoded_one_by_one(data, kind):
         seen += len(frames[0][0])
     assert seen or not any(events.values())
     assert bulk.counters.outputs == single.counters.outputs
+
+
+@settings(max_examples=60, deadline=None)
+@given(partitioned_input(), st.lists(st.sampled_from(["same", "foreign", "none"]), min_size=1, max_size=7))
+def test_records_passed_on_as_columns_are_those_passed_on_one_by_one(data, kinds):
+    """The identity job's path (a batched runtime passes the released columns on as one batch,
+    their bytes kept where they carry the topic's schema) writes the bytes, keys and order that
+    the unbatched runtime's one ``Output`` per event writes — with every event's bytes kept, some
+    kept in another schema, some not kept — on several partitions with disorder and late events."""
+    pytest.importorskip("pyspark")
+    import dataclasses
+
+    from jobs.runtime import GroupRuntime
+
+    events, batches = data
+    _, proc = _processor(_Handle(), delay="50ms")
+    txs = workload.transactions(64, seed=11)
+    same, foreign = AvroSerializer("transaction"), AvroSerializer("flow")
+    flow = foreign(workload.flows(1)[0])
+
+    def dress(e):
+        i = e.fields["i"]
+        rec = {**txs[i % len(txs)], "account": e.key, "event_time": e.start}
+        kind = kinds[i % len(kinds)]
+        return dataclasses.replace(e, fields=rec, raw=same(rec) if kind == "same" else flow if kind == "foreign" else None)
+
+    bulk, single = GroupRuntime(proc.plan, batched=True), GroupRuntime(proc.plan)
+    seen = 0
+    for b, batch in enumerate(batches):
+        batch = {p: [dress(e) for e in recs] for p, recs in batch.items()}
+        frames = []
+        for rt in (bulk, single):
+            for p, recs in batch.items():
+                if recs:
+                    rt.observe("s", p, max(e.start for e in recs))
+            rt.assign("s", sorted(events), [])
+            out = rt.offer_many([e for p in sorted(batch) for e in batch[p]])
+            out += rt.advance(CTI_INFINITY if b == len(batches) - 1 and rt.end_of_input("s") else rt.next_cti())
+            c = Counters()
+            frames.append((_sink_records(next(proc._encode(out, [], c))), c.late_records))
+        assert frames[0] == frames[1]
+        for topic, key, value in frames[0][0]:
+            if topic == "out":
+                assert AvroDeserializer("transaction")(value)["account"] == key.decode()
+                seen += 1
+    assert bulk.counters.outputs == single.counters.outputs == seen

@@ -194,3 +194,30 @@ def test_packs_read_as_columns_keep_their_records():
     assert [(e.key, e.start, e.end, e.fields, e.partition, e.offset, e.raw) for e in cols.events()] == [
         (k, s, e, r, 2, o, b) for k, s, e, r, o, b in items]
     assert [type(v) for v in cols.events()[0].fields.values()] == [int, float, str, type(None), bool]
+
+
+@pytest.mark.parametrize("with_key_field", [False, True])
+def test_passthrough_passes_columns_on_as_process_passes_each_event(with_key_field):
+    """``Passthrough.pass_columns`` gives, in row order, each event's record, bytes and Kafka key
+    as ``process`` gives them one by one (the key: a record's ``key`` field if it has one)."""
+    from operators.events import OutputBatch
+    from operators.passthrough import Passthrough
+
+    events = []
+    for i in range(9):
+        fields = {"n": i, "name": f"r{i}"}
+        if with_key_field:
+            fields = {"key": None if i == 4 else i * 10, **fields}
+        events.append(Event(f"k{i % 3}", 100 + i, 100 + i, fields, i % 2, i, "s",
+                            raw=None if i == 2 else f"bytes-{i}".encode()))
+    op = Passthrough()
+    batch = op.pass_columns(EventColumns.from_events(events))
+    assert type(batch) is OutputBatch and batch.role == "passthrough" and len(batch) == len(events)
+
+    def kafka_key(o, event_key):  # as the job keys a record (jobs.runtime._kafka_key, then str)
+        k = o.key if o.key is not None else o.record.get("key", event_key)
+        return None if k is None else str(k)
+
+    expected = [(o.role, o.record, o.encoded, kafka_key(o, e.key)) for e in events for o in op.process(e)]
+    got = [(o.role, o.record, o.encoded, kafka_key(o, None)) for o in batch.outputs()]
+    assert got == expected
