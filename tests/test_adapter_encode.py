@@ -254,6 +254,19 @@ def _sink_records(frame) -> list[tuple]:
     return list(records(iter([pa.RecordBatch.from_pandas(frame)]), {}))
 
 
+def _written(proc, rt, batch: dict, partitions: list[int], last: bool) -> tuple[list, int]:
+    """One micro-batch of ``batch`` (partition → events) through runtime ``rt`` and the
+    processor's encoder: (the sink's ``(topic, key, value)`` records, late records counted)."""
+    for p, recs in batch.items():
+        if recs:
+            rt.observe("s", p, max(e.start for e in recs))
+    rt.assign("s", partitions, [])
+    out = rt.offer_many([e for p in sorted(batch) for e in batch[p]])
+    out += rt.advance(CTI_INFINITY if last and rt.end_of_input("s") else rt.next_cti())
+    c = Counters()
+    return _sink_records(next(proc._encode(out, [], c))), c.late_records
+
+
 @settings(max_examples=60, deadline=None)
 @given(partitioned_input(), st.sampled_from(sorted(BULK_OPERATORS)))
 def test_results_encoded_in_bulk_are_the_records_encoded_one_by_one(data, kind):
@@ -268,17 +281,7 @@ def test_results_encoded_in_bulk_are_the_records_encoded_one_by_one(data, kind):
     bulk, single = GroupRuntime(proc.plan, batched=True), GroupRuntime(proc.plan)
     seen = 0
     for b, batch in enumerate(with_fields(batches)):
-        frames = []
-        for rt in (bulk, single):
-            for p, recs in batch.items():
-                if recs:
-                    rt.observe("s", p, max(e.start for e in recs))
-            rt.assign("s", sorted(events), [])
-            mine = [e for p in sorted(batch) for e in batch[p]]
-            out = rt.offer_many(mine)
-            out += rt.advance(CTI_INFINITY if b == len(batches) - 1 and rt.end_of_input("s") else rt.next_cti())
-            c = Counters()
-            frames.append((_sink_records(next(proc._encode(out, [], c))), c.late_records))
+        frames = [_written(proc, rt, batch, sorted(events), b == len(batches) - 1) for rt in (bulk, single)]
         assert frames[0] == frames[1]
         seen += len(frames[0][0])
     assert seen or not any(events.values())
@@ -313,16 +316,7 @@ def test_records_passed_on_as_columns_are_those_passed_on_one_by_one(data, kinds
     seen = 0
     for b, batch in enumerate(batches):
         batch = {p: [dress(e) for e in recs] for p, recs in batch.items()}
-        frames = []
-        for rt in (bulk, single):
-            for p, recs in batch.items():
-                if recs:
-                    rt.observe("s", p, max(e.start for e in recs))
-            rt.assign("s", sorted(events), [])
-            out = rt.offer_many([e for p in sorted(batch) for e in batch[p]])
-            out += rt.advance(CTI_INFINITY if b == len(batches) - 1 and rt.end_of_input("s") else rt.next_cti())
-            c = Counters()
-            frames.append((_sink_records(next(proc._encode(out, [], c))), c.late_records))
+        frames = [_written(proc, rt, batch, sorted(events), b == len(batches) - 1) for rt in (bulk, single)]
         assert frames[0] == frames[1]
         for topic, key, value in frames[0][0]:
             if topic == "out":
