@@ -193,7 +193,8 @@ class OperatorProcessor(StatefulProcessor):
 
     # -- internals -------------------------------------------------------------------
     def _load(self) -> GroupRuntime:
-        header = self.state.get()[0] if self.state.exists() else None
+        row = self.state.get()  # None before the group's first batch (one state call, not two)
+        header = None if row is None else row[0]
         return GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(header), batched=True)
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:

@@ -103,6 +103,9 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         "spark.ui.enabled": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # A commit writes the batch's changes, not a snapshot of the store (snapshots are made in
+        # the background): measured under "Where the time goes" (docs/performance.md).
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
         "spark.python.worker.reuse": "true",
         "spark.driver.memory": "2g",

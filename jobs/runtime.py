@@ -364,7 +364,7 @@ class GroupRuntime:
             self.counters.chunks_cached += 1
             return got
         started = time.perf_counter()
-        if blob is None:
+        if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
             blob = self.chunks.get(c)
         if blob is None:
             got = Chunk([spec.build() for spec in self.plan.operators], {}, CTI_NONE)
