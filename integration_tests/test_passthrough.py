@@ -96,3 +96,48 @@ def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, 
     # Kept with the checkpoint: the same labels on restart, whatever the partition count now.
     assert group_labels(groups, partitions + 1, tmp_path) == labels
 
+
+
+def test_late_records_of_an_identity_job_carry_the_fields_its_packs_left_out(stack, spark, tmp_path):
+    """An identity job's packs carry records' bytes, not their fields (no operator reads them):
+    the late topic still gets every late record's fields as they were produced. Three partitions
+    at uneven rates, disorder within the delay, stragglers an hour behind at the end of each."""
+    import json
+    import random
+
+    rnd = random.Random(7)
+    sizes = {0: 600, 1: 250, 2: 90}
+    events, stragglers, where = [], [], {}
+    for p, n in sizes.items():
+        step = 36_000_000 // n  # each partition spans the same ten hours at its own rate
+        for i in range(n):
+            rec = {"id": f"p{p}-{i}", "account": f"acct-{rnd.randrange(23)}", "event_time": T0 + i * step - rnd.randrange(2000),
+                   "type": rnd.choice(["purchase", "refund"]), "amount": round(rnd.uniform(1, 900), 2),
+                   "currency": "EUR", "country": rnd.choice(["DE", "FR"]), "merchant": rnd.choice([None, "m-1", "m-2"])}
+            events.append(rec)
+            where[rec["id"]] = p
+        for j in range(3):
+            rec = {**events[-1], "id": f"late-p{p}-{j}", "event_time": T0 - 3_600_000 + j, "merchant": [None, "x", "y"][j]}
+            stragglers.append(rec)
+            where[rec["id"]] = p
+    src, out = stack.topic("ptl-in"), stack.topic("ptl-out")
+    kafka.create_topics(stack.bootstrap, {src: 3})
+    produce(stack.bootstrap, src, "transaction", events + stragglers, "account",
+            partition_of=lambda i, rec: where[rec["id"]])
+    cfg = job(stack, tmp_path, job="ptl", sources=[{"name": "tx", "topic": src, "schema": "transaction",
+                                                    "key_field": "account", "time_field": "event_time",
+                                                    "max_offsets_per_trigger": 200, "cti": {"delay": "5s"}}],
+              operators=[{"kind": "passthrough", "output": out}],
+              outputs={"late": stack.topic("ptl-late"), "dead_letter": stack.topic("ptl-dlq")})
+    run(cfg, spark)
+
+    late = read(stack, cfg.late_topic)
+    expected = {r["id"]: json.dumps(r, default=str, sort_keys=True) for r in stragglers}
+    got = {json.loads(r["fields_json"])["id"]: r["fields_json"] for r in late}
+    assert got == expected
+    assert {(r["partition"], r["offset"]) for r in late} == {(p, sizes[p] + j) for p in sizes for j in range(3)}
+    passed = read(stack, out)
+    assert sorted(r["id"] for r in passed) == sorted(r["id"] for r in events)
+    for key in {r["account"] for r in passed}:
+        times = [r["event_time"] for r in passed if r["account"] == key]
+        assert times == sorted(times)

@@ -122,12 +122,34 @@ class WarmChunks:
 _WARM = WarmChunks()
 
 
+def _field_decoder(options: dict[str, str]):
+    """``list of Avro bytes → field columns`` (an Arrow table) with the source's own decoder,
+    built on first use (:class:`jobs.rows.BytesFields`)."""
+    decoder = None
+
+    def decode(values: list) -> "pa.Table":
+        nonlocal decoder
+        if decoder is None:
+            from jobs.source import RecordDecoder
+
+            decoder = RecordDecoder(options, None)
+        got = decoder.decoded(values)
+        if got.errors:
+            raise RuntimeError(f"records the source decoded fail to decode again: {list(got.errors.values())[:3]} "
+                               "(a bug in ctiflow)")
+        return got.fields
+
+    return decode
+
+
 class OperatorProcessor(StatefulProcessor):
-    def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None):
+    def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
+                 sources: dict[str, dict[str, str]] | None = None):
         self.plan = plan
         self.topic_schemas = topics          # topic → schema name
         self.framing = framing
         self.registry = registry
+        self.sources = sources or {}         # stream → its source's options (jobs.source.SourceOptions)
 
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -140,6 +162,8 @@ class OperatorProcessor(StatefulProcessor):
                                                subject=f"{topic}-value", validate=False)
                          for topic, schema in self.topic_schemas.items()}
         self.results = ResultEncoder(self.encoders, self.plan.late_topic, self.plan.dead_letter_topic)
+        for stream, options in self.sources.items():  # packs that carry only bytes decode with these
+            rows.FIELD_DECODERS[stream] = _field_decoder(options)
 
     def close(self) -> None:
         pass

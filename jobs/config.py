@@ -609,6 +609,7 @@ class PassthroughOp(Strict):
 
     needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
     passes_records: ClassVar[bool] = True  # the source must keep every record's bytes
+    reads_fields: ClassVar[bool] = False  # passes records on: their fields only for late records
 
     def operator(self, job: "JobConfig"):
         return Passthrough, None
@@ -832,6 +833,14 @@ class JobConfig(Strict):
     def passes_records(self) -> bool:
         """An operator passes input records on unchanged (the source keeps their bytes)."""
         return any(getattr(op, "passes_records", False) for op in self.operators)
+
+    @property
+    def reads_fields(self) -> bool:
+        """Something reads the records' fields in the stateful stage (an operator, a reference
+        join): the source packs them. Else the records' bytes travel alone and are decoded there
+        only for what needs them (a late record; a result topic whose schema is another)."""
+        return (self.reference is not None or len(self.sources) > 1
+                or any(getattr(op, "reads_fields", True) for op in self.operators))
 
     def source(self, name: str) -> Source:
         return next(s for s in self.sources if s.name == name)

@@ -190,7 +190,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
         flush_at_end=flush and src.cti.flush_at_end, start_file=str(start_file(cfg, src)), packed=packed,
         # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
-        keep_values=not packed or cfg.passes_records)
+        keep_values=not packed or cfg.passes_records, pack_fields=not packed or cfg.reads_fields)
 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
@@ -208,7 +208,9 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
-                                  cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None)
+                                  cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
+                                  sources={src.name: source_options(cfg, src, until_end, labels).to_options()
+                                           for src in cfg.sources})
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),

@@ -37,7 +37,7 @@ the source already has; reading one is zero-copy until the adapter asks for Pyth
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,8 @@ PACK_META = [("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end",
              ("meta_offset", pa.int64()), ("meta_value", pa.binary())]
 #: Schema metadata of a pack: the fields that hold nested values as JSON text.
 JSON_FIELDS = b"ctiflow.json_fields"
+#: Schema metadata of a pack without field columns: the record's field names, in order.
+FIELD_NAMES = b"ctiflow.field_names"
 
 
 def _ipc(batch: pa.RecordBatch) -> bytes:
@@ -95,14 +97,19 @@ def _ipc(batch: pa.RecordBatch) -> bytes:
 
 
 def pack_columns(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, values,
-                 json_fields: tuple[str, ...] = ()) -> bytes:
+                 json_fields: tuple[str, ...] = (), with_fields: bool = True) -> bytes:
     """A pack from columns: the records' ``fields`` and, per record, its key, start, end, offset
-    and Avro bytes (``values`` may be all null)."""
+    and Avro bytes (``values`` may be all null). ``with_fields=False`` (every record's bytes
+    kept): only the field *names* travel (schema metadata), the reader decodes the bytes when
+    it needs the values (:class:`BytesFields`)."""
     meta = [pa.array(keys, pa.string()), pa.array(starts, pa.int64()), pa.array(ends, pa.int64()),
             pa.array(offsets, pa.int64()), pa.array(values, pa.binary())]
+    metadata = {JSON_FIELDS: json.dumps(list(json_fields)).encode()}
+    if not with_fields:
+        metadata[FIELD_NAMES] = json.dumps(list(fields.schema.names)).encode()
+        fields = pa.table({})
     columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns] + meta
-    schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META],
-                       metadata={JSON_FIELDS: json.dumps(list(json_fields)).encode()})
+    schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META], metadata=metadata)
     return _ipc(pa.RecordBatch.from_arrays(columns, schema=schema))
 
 
@@ -124,21 +131,86 @@ def _numpy(column: pa.Array, as_json: bool) -> np.ndarray:
     return object_array(column.to_pylist())
 
 
+#: stream → the function that decodes its records' bytes into field columns (an Arrow table
+#: in the reader schema's layout, as the source packs them): set where packs without field
+#: columns are read (:class:`jobs.adapter.OperatorProcessor`), used by :class:`BytesFields`.
+FIELD_DECODERS: dict = {}
+
+
+class BytesFields(Mapping):
+    """The field columns of records whose packs carried only their bytes: names known, values
+    decoded from ``raw`` (every row's Avro bytes) on first use of any column — all columns at
+    once, by the stream's decoder (:data:`FIELD_DECODERS`, the source's own), so the values are
+    those a pack with field columns would hold. What an identity job's records need only for a
+    late record or a result topic in another schema. :meth:`take` and :meth:`concat` stay lazy;
+    pickles as its bytes (the reorder buffer in state)."""
+
+    __slots__ = ("stream", "names", "json_fields", "raw", "_columns")
+
+    def __init__(self, stream: str, names: tuple[str, ...], json_fields: tuple[str, ...], raw: np.ndarray) -> None:
+        self.stream, self.names, self.json_fields, self.raw = stream, tuple(names), tuple(json_fields), raw
+        self._columns: dict[str, np.ndarray] | None = None
+
+    def _decoded(self) -> dict[str, np.ndarray]:
+        if self._columns is None:
+            n = len(self.raw)
+            table = FIELD_DECODERS[self.stream](list(self.raw)) if n else None
+            if table is not None and table.num_rows != n:
+                raise RuntimeError(f"stream {self.stream!r}: {n - table.num_rows} records the source decoded do not "
+                                   "decode again (a bug in ctiflow)")
+            as_json = set(self.json_fields)
+            self._columns = {name: _numpy(table.column(name).combine_chunks(), name in as_json) if n else
+                             np.empty(0, object) for name in self.names}
+        return self._columns
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.names:
+            raise KeyError(name)
+        return self._decoded()[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def take(self, index, raw: np.ndarray) -> "BytesFields":
+        """The rows ``index``, whose bytes are ``raw`` (the taken bytes column, shared)."""
+        return BytesFields(self.stream, self.names, self.json_fields, raw)
+
+    @staticmethod
+    def concat(parts: list["BytesFields"], raw: np.ndarray) -> "BytesFields":
+        first = parts[0]
+        return BytesFields(first.stream, first.names, first.json_fields, raw)
+
+    def __reduce__(self):
+        return BytesFields, (self.stream, self.names, self.json_fields, self.raw)
+
+
 def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
     """The events of a pack row as columns, in offset order."""
     batches = list(pa.ipc.open_stream(pack))
     batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
     schema = batch.schema
-    as_json = set(json.loads((schema.metadata or {}).get(JSON_FIELDS, b"[]")))
-    fields = {name: _numpy(batch.column(i), name in as_json)
-              for i, name in enumerate(schema.names) if not name.startswith("meta_")}
+    metadata = schema.metadata or {}
+    as_json = set(json.loads(metadata.get(JSON_FIELDS, b"[]")))
     meta = {name: batch.column(schema.get_field_index(name)) for name, _ in PACK_META}
     value = meta["meta_value"]
     n = batch.num_rows
+    raw = None if value.null_count == n else value.to_numpy(zero_copy_only=False)
+    if FIELD_NAMES in metadata:
+        if value.null_count:
+            raise ValueError("a pack without field columns must keep every record's bytes")
+        fields = BytesFields(stream, tuple(json.loads(metadata[FIELD_NAMES])), tuple(sorted(as_json)), raw)
+    else:
+        fields = {name: _numpy(batch.column(i), name in as_json)
+                  for i, name in enumerate(schema.names) if not name.startswith("meta_")}
     return EventColumns(stream, meta["meta_key"].to_numpy(zero_copy_only=False),
                         meta["meta_start"].to_numpy(), meta["meta_end"].to_numpy(),
-                        np.full(n, partition, np.int64), meta["meta_offset"].to_numpy(), fields,
-                        None if value.null_count == n else value.to_numpy(zero_copy_only=False))
+                        np.full(n, partition, np.int64), meta["meta_offset"].to_numpy(), fields, raw)
 
 
 def pack_items(pack: bytes) -> list[tuple]:

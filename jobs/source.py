@@ -122,10 +122,13 @@ class SourceOptions:
     start_file: str | None = None  # where the first batch's start offsets are kept
     packed: bool = False  # columns=packed: the operator pipeline's rows (jobs.rows)
     keep_values: bool = True  # values=all: every row keeps its Avro bytes (else only failed rows)
+    pack_fields: bool = True  # fields=packed: packs carry field columns (else only names: jobs.rows.BytesFields)
 
     def __post_init__(self):
         if not self.stream:
             object.__setattr__(self, "stream", self.topic)
+        if not self.pack_fields and not self.keep_values:
+            raise ValueError("packs without field columns need every record's bytes (values=all)")
 
     def to_options(self) -> dict[str, str]:
         opts = {"bootstrap": self.bootstrap, "topic": self.topic, "schema": self.schema, "stream": self.stream,
@@ -134,7 +137,8 @@ class SourceOptions:
                 "measures": json.dumps(list(self.measures)), "client": json.dumps(self.client),
                 "outage_timeout": str(self.outage_timeout), "idle_timeout": str(self.idle_timeout),
                 "flush_at_end": "true" if self.flush_at_end else "false",
-                "columns": "packed" if self.packed else "all", "values": "all" if self.keep_values else "errors"}
+                "columns": "packed" if self.packed else "all", "values": "all" if self.keep_values else "errors",
+                "fields": "packed" if self.pack_fields else "bytes"}
         if self.group_labels is not None:
             opts["group_labels"] = json.dumps(list(self.group_labels))
         if self.max_offsets_per_trigger:
@@ -159,7 +163,8 @@ class SourceOptions:
                    schema_registry=json.loads(o["schema_registry"]) if o.get("schema_registry") else None,
                    outage_timeout=float(o.get("outage_timeout", "120")), idle_timeout=float(o.get("idle_timeout", "60")),
                    flush_at_end=o.get("flush_at_end", "true") == "true", start_file=o.get("start_file") or None,
-                   packed=o.get("columns", "all") == "packed", keep_values=o.get("values", "all") == "all")
+                   packed=o.get("columns", "all") == "packed", keep_values=o.get("values", "all") == "all",
+                   pack_fields=o.get("fields", "packed") != "bytes")
 
     @staticmethod
     def parsed(options) -> "SourceOptions":
@@ -443,6 +448,8 @@ class RecordDecoder:
         # values=errors: good rows leave meta_value null (only dead letters need the bytes,
         # unless an operator passes records on unchanged); less to shuffle and to keep in state.
         self.keep_values = options.keep_values
+        # fields=bytes: no operator reads the fields, the bytes travel alone (jobs.rows.BytesFields).
+        self.pack_fields = options.pack_fields
         self.frontier: int | None = None  # the largest start of a good record decoded so far
         self._bulk: dict[bytes, ColumnDecoder | DecodeError | None] = {}
 
@@ -687,7 +694,8 @@ class RecordDecoder:
             sel = np.nonzero(group == g)[0]
             take = pa.array(sel)
             blob = rows.pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel], got.ends[sel],
-                                     offsets[index[sel]], kept.take(take), tuple(self.nested_fields))
+                                     offsets[index[sel]], kept.take(take), tuple(self.nested_fields),
+                                     with_fields=self.pack_fields)
             packs.append((int(g), int(offsets[index[sel[0]]]), int(got.starts[sel].max()), blob))
         dead = [(self.labels[part % self.groups], int(offsets[i]), got.errors[i], values[i], msgs[i].key(),
                  msgs[i].timestamp()[1]) for i in sorted(got.errors)]

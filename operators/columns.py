@@ -57,6 +57,9 @@ class TakenFields(Mapping):
             column = self._taken[name] = self._source[name][self._index]
         return column
 
+    def __contains__(self, name) -> bool:
+        return name in self._source
+
     def __iter__(self):
         return iter(self._source)
 
@@ -135,12 +138,20 @@ class EventColumns:
 
     def take(self, index: np.ndarray) -> "EventColumns":
         """The rows ``index`` (an integer or boolean array), in that order."""
+        raw = None if self.raw is None else self.raw[index]
         return EventColumns(self.stream, self.key[index], self.start[index], self.end[index], self.partition[index],
-                            self.offset[index], TakenFields(self.fields, index) if self.fields else {},
-                            None if self.raw is None else self.raw[index],
+                            self.offset[index], self._taken_fields(index, raw), raw,
                             None if self.adjusted is None else self.adjusted[index],
                             None if self.original_start is None else self.original_start[index],
                             None if self.dicts is None else [self.dicts[i] for i in np.arange(len(self))[index].tolist()])
+
+    def _taken_fields(self, index, raw) -> Mapping[str, np.ndarray]:
+        fields = self.fields
+        if not fields:
+            return {}
+        if hasattr(fields, "take"):  # lazy columns of the rows' bytes (jobs.rows.BytesFields): stay lazy
+            return fields.take(index, raw)
+        return TakenFields(fields, index)
 
     @staticmethod
     def concat(parts: Sequence["EventColumns"]) -> "EventColumns":
@@ -156,11 +167,14 @@ class EventColumns:
             adjusted = cat([p.adjusted if p.adjusted is not None else np.zeros(len(p), bool) for p in parts])
             original = cat([p.original_start if p.original_start is not None else p.start for p in parts])
         dicts = None if all(p.dicts is None for p in parts) else [d for p in parts for d in p.records()]
+        lazy = type(first.fields)
+        if hasattr(lazy, "concat") and all(type(p.fields) is lazy for p in parts):
+            fields = lazy.concat([p.fields for p in parts], raw)
+        else:
+            fields = {n: cat([p.fields[n] for p in parts]) for n in first.fields}
         return EventColumns(first.stream, cat([p.key for p in parts]), cat([p.start for p in parts]),
                             cat([p.end for p in parts]), cat([p.partition for p in parts]),
-                            cat([p.offset for p in parts]),
-                            {n: cat([p.fields[n] for p in parts]) for n in first.fields}, raw, adjusted, original,
-                            dicts)
+                            cat([p.offset for p in parts]), fields, raw, adjusted, original, dicts)
 
     def records(self) -> list[dict[str, Any]]:
         """Each row's fields as a dict (in field order), as :attr:`Event.fields` holds them."""
