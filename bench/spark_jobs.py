@@ -280,17 +280,19 @@ def passthrough_to_kafka(spark, bootstrap: str, spec: dict, home: str, out_topic
 class _Forward:
     """A ``StatefulProcessor`` that forwards each group's records unchanged (or, with
     ``forward=False``, only unpacks them and emits nothing): Spark's stateful plumbing (shuffle,
-    Python worker, Arrow both ways) with no work of ours — the ceiling any operator on
-    ``transformWithStateInPandas`` can reach here. (Defined lazily: PySpark classes are
-    imported only when a benchmark runs.)"""
+    Python worker, Arrow both ways, one state update a group) with the least work of ours — the
+    packs' columns read (:func:`jobs.rows.unpack_columns`) and each record's bytes passed on as
+    one Arrow array, no time layer, no operator. (Defined lazily: PySpark classes are imported
+    only when a benchmark runs.)"""
 
     @staticmethod
     def make(forward: bool = True):
         import pandas as pd
+        import pyarrow as pa
         from pyspark.sql.streaming import StatefulProcessor
 
         from jobs.alloc import cyclic_gc_paused
-        from jobs.rows import pack_items, result_pack
+        from jobs.rows import result_batch, result_pack, unpack_columns
 
         class Forward(StatefulProcessor):
             def init(self, handle) -> None:
@@ -300,11 +302,11 @@ class _Forward:
                 out = []
                 with cyclic_gc_paused():  # as the adapter does (jobs.alloc)
                     for r in rows:
-                        events = [pack_items(p) for p in r["meta_pack"] if p is not None]
+                        packs = [unpack_columns(p, "s", 0) for p in r["meta_pack"] if p is not None]
                         if forward:
-                            packs = [result_pack([(k.encode(), v, "passthrough") for k, _s, _e, _r, _o, v in pack])
-                                     for pack in events]
-                            out.append(pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": packs,
+                            values = [result_pack([result_batch(c.key, pa.array(c.raw, pa.binary()), "passthrough")])
+                                      for c in packs]
+                            out.append(pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": values,
                                                      "kind": "pack"}))
                 self.state.update((1,))
                 yield from out
@@ -325,7 +327,7 @@ def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool
     out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward), OUTPUT_SCHEMA, "Append", "None")
     if forward:
         return _to_kafka(out, bootstrap, "bench-forward-out", home,
-                         "Spark stateful plumbing alone (rows forwarded, no operator) → Kafka")
+                         "Spark stateful plumbing alone (bytes forwarded, no time layer, no operator) → Kafka")
     with PeakMemory(without_broker) as mem:
         q = (out.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-{name}")
              .trigger(availableNow=True).start())

@@ -154,7 +154,11 @@ class BytesFields(Mapping):
     def _decoded(self) -> dict[str, np.ndarray]:
         if self._columns is None:
             n = len(self.raw)
-            table = FIELD_DECODERS[self.stream](list(self.raw)) if n else None
+            decode = FIELD_DECODERS.get(self.stream)
+            if decode is None:
+                raise RuntimeError(f"stream {self.stream!r}: its packs carry records' bytes only and this process has "
+                                   "no decoder for them (jobs.rows.FIELD_DECODERS; a bug in ctiflow)")
+            table = decode(list(self.raw)) if n else None
             if table is not None and table.num_rows != n:
                 raise RuntimeError(f"stream {self.stream!r}: {n - table.num_rows} records the source decoded do not "
                                    "decode again (a bug in ctiflow)")
