@@ -62,7 +62,21 @@ def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, 
     assert outcome["min"] == []
 
 
-def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path):
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+@pytest.mark.parametrize("changelog", [("true", "true"), ("false", "true"), ("true", "false")],
+                         ids=["changelog-on", "checkpoint-without-changelog-then-on", "with-changelog-then-off"])
+def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog):
+    """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
+    a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs."""
+    try:
+        _restart(stack, spark, tmp_path, changelog)
+    finally:
+        spark.conf.set(CHANGELOG, "true")
+
+
+def _restart(stack, spark, tmp_path, changelog):
     flows = workload.flows(1500, devices=5, seed=21, rate_per_s=0.5)
     src, final = stack.topic("restart-in"), stack.topic("restart-final")
     kafka.create_topics(stack.bootstrap, {src: 2})
@@ -78,10 +92,12 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
               spark={"trigger": "500ms"})
     # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
+    spark.conf.set(CHANGELOG, changelog[0])
     first = run(cfg, spark, until_end=False, max_batches=4, timeout=60)
     partial = read(stack, final)
     assert 0 < first.records < len(flows)
     # Second run from the checkpoint: bounded, drains and flushes.
+    spark.conf.set(CHANGELOG, changelog[1])
     run(cfg, spark)
     got = read(stack, final)
     assert len(got) > len(partial)

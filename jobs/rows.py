@@ -32,6 +32,9 @@ the record's fields as typed columns in the reader schema's order (nested values
 named in the schema's metadata) and the ``meta_key``, ``meta_start``, ``meta_end``,
 ``meta_offset`` and ``meta_value`` columns (:data:`PACK_META`). Writing one is a copy of columns
 the source already has; reading one is zero-copy until the adapter asks for Python values.
+When nothing in the stateful stage reads the fields (identity operators only), a pack carries
+the records' bytes and only the field *names* (``ctiflow.field_names`` metadata); the adapter
+decodes the bytes when it needs the values (:class:`BytesFields`).
 """
 
 from __future__ import annotations
