@@ -65,19 +65,24 @@ def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, 
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
-@pytest.mark.parametrize("changelog", [("true", "true"), ("false", "true"), ("true", "false")],
-                         ids=["changelog-on", "checkpoint-without-changelog-then-on", "with-changelog-then-off"])
-def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog):
+@pytest.mark.parametrize("changelog,long_buffer", [(("true", "true"), False), (("false", "true"), False),
+                                                   (("true", "false"), False), (("true", "true"), True)],
+                         ids=["changelog-on", "checkpoint-without-changelog-then-on", "with-changelog-then-off",
+                              "header-in-parts"])
+def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog, long_buffer):
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
-    a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs."""
+    a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; and
+    with a reorder buffer of ~2,400 events (a 1 h CTI delay), whose header is stored in parts
+    (``header_parts``, jobs.adapter) when the first run stops."""
     try:
-        _restart(stack, spark, tmp_path, changelog)
+        _restart(stack, spark, tmp_path, changelog, long_buffer)
     finally:
         spark.conf.set(CHANGELOG, "true")
 
 
-def _restart(stack, spark, tmp_path, changelog):
-    flows = workload.flows(1500, devices=5, seed=21, rate_per_s=0.5)
+def _restart(stack, spark, tmp_path, changelog, long_buffer=False):
+    n, rate, delay, per_batch = (3000, 1.0, 3_600_000, 600) if long_buffer else (1500, 0.5, 360_000, 100)
+    flows = workload.flows(n, devices=5, seed=21, rate_per_s=rate)
     src, final = stack.topic("restart-in"), stack.topic("restart-final")
     kafka.create_topics(stack.bootstrap, {src: 2})
     partition = lambda key: 0 if key in ("dev-000", "dev-001", "dev-002") else 1  # noqa: E731 - 3 : 2 devices
@@ -85,8 +90,8 @@ def _restart(stack, spark, tmp_path, changelog):
     cfg = job(stack, tmp_path, job="restart",
               sources=[{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
                         "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 2,
-                        "measures": ["bytes", "packets"], "max_offsets_per_trigger": 100,
-                        "cti": {"delay": "6m", "policy": "drop", "idle_timeout": "1h"}}],
+                        "measures": ["bytes", "packets"], "max_offsets_per_trigger": per_batch,
+                        "cti": {"delay": delay, "policy": "drop", "idle_timeout": "1h"}}],
               operators=[{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
                           "outputs": {"final": final}}],
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
@@ -102,7 +107,7 @@ def _restart(stack, spark, tmp_path, changelog):
     got = read(stack, final)
     assert len(got) > len(partial)
     events = oracle.to_events(flows, "device", "start_time", "end_time", partition_of=partition)
-    checked = oracle.check(events, 360_000, batches=oracle.spread_batches(events, 100))
+    checked = oracle.check(events, delay, batches=oracle.spread_batches(events, per_batch))
     expected = oracle.final_bins(checked, 60_000, 0, ["bytes"])
     assert len(got) == len(expected)  # every bin exactly once across the restart
     for r in got:

@@ -5,7 +5,8 @@ source and carried as a label that Spark's partitioner spreads evenly, see
 :func:`jobs.pipeline.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
 of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
-reorder buffer, CTI clocks, reference join, chunk index) is one ``ValueState`` ("header"), and
+reorder buffer, CTI clocks, reference join, chunk index) is one ``ValueState`` ("header"; a
+large one in parts, ``ListState`` "header_parts": :meth:`OperatorProcessor._store`), and
 the operators' keyed state is a ``MapState`` ("chunks") of chunks of about ``state.chunk_keys``
 keys, of which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`);
 chunks this worker committed and still holds decoded are used without a read (:class:`WarmChunks`).
@@ -120,6 +121,9 @@ class WarmChunks:
 
 #: this worker's (one per Python process; Spark reuses workers across micro-batches)
 _WARM = WarmChunks()
+#: the header value when the header is in the ``header_parts`` list (a pickled header starts
+#: with pickle's protocol opcode, never with this); the token follows, as after any header
+HEADER_IN_PARTS = b"ctiflow:header-in-parts"
 
 
 def _field_decoder(options: dict[str, str]):
@@ -155,6 +159,7 @@ class OperatorProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState("header", _STATE)
+        self.parts = handle.getListState("header_parts", _STATE)
         self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
         register_schemas(self.plan.schemas)  # an executor's store has only the files: add the derived ones
@@ -183,7 +188,7 @@ class OperatorProcessor(StatefulProcessor):
     def _batch(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         frames = list(frames)  # (Spark's Arrow batches arrive as this is iterated)
         started = time.perf_counter()
-        runtime = self._load()
+        stored, runtime = self._load()
         got = rows.read_input(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True))
         for stream, partition, start in got.frontiers:
             runtime.observe(stream, partition, start)
@@ -205,8 +210,7 @@ class OperatorProcessor(StatefulProcessor):
         else:
             out = runtime.offer_many(got.events)
         out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
-        header = runtime.commit()
-        self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))
+        self._store(stored, runtime)
         runtime.counters.cti = runtime.cti
         runtime.counters.live_keys = runtime.live_keys()
         runtime.counters.partitions = runtime.partition_gauges()
@@ -216,10 +220,30 @@ class OperatorProcessor(StatefulProcessor):
         return iter(())  # no timers: every group gets control rows every micro-batch
 
     # -- internals -------------------------------------------------------------------
-    def _load(self) -> GroupRuntime:
+    def _load(self) -> tuple[bytes | None, GroupRuntime]:
+        """→ the stored header value and the group's runtime, from the header's bytes (in the
+        value state, or in ``header_parts`` when the value is :data:`HEADER_IN_PARTS`)."""
         row = self.state.get()  # None before the group's first batch (one state call, not two)
-        header = None if row is None else row[0]
-        return GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(header), batched=True)
+        stored = header = None if row is None else row[0]
+        if stored is not None and stored.startswith(HEADER_IN_PARTS):
+            header = b"".join(part for (part,) in self.parts.get())
+        return stored, GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(stored),
+                                    batched=True)
+
+    def _store(self, stored: bytes | None, runtime: GroupRuntime) -> None:
+        """Commit ``runtime``. A header of more than :data:`jobs.rows.PACK_BYTES` (a long
+        reorder buffer) goes to the ``header_parts`` list in parts of that size, with
+        :data:`HEADER_IN_PARTS` in the value state: one large value is several G1 "humongous"
+        copies in the state server's JVM each write and read (measured under "Memory",
+        docs/performance.md). Parts a larger header left are cleared."""
+        header = runtime.commit()
+        size = rows.PACK_BYTES
+        if len(header) > size:
+            self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])
+            header = HEADER_IN_PARTS
+        elif stored is not None and stored.startswith(HEADER_IN_PARTS):
+            self.parts.clear()
+        self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded (:class:`jobs.avro_encode.ResultEncoder`) and packed per

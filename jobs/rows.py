@@ -74,6 +74,12 @@ OUTPUT_SCHEMA = StructType([
 OUTPUT_DDL = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in OUTPUT_SCHEMA.fields)
 #: Result records per output row.
 PACK_SIZE = 10_000
+#: A pack's size bound (input packs per key group of a fetch, result packs): a pack is one binary
+#: value in the driver JVM (shuffle rows, Arrow hand-offs), and one of 512 KiB or more is a G1
+#: "humongous" object — allocated outside the young generation, each such allocation a
+#: collection, and the heap grows to cope (1 MiB regions: heaps under 4 GiB). Measured under
+#: "Memory" in docs/performance.md.
+PACK_BYTES = 128 * 1024
 PACK, METRICS = "pack", "metrics"
 
 
@@ -362,32 +368,39 @@ def result_batch(keys, values: pa.Array, role: str) -> pa.RecordBatch:
 
 
 class ResultPacks:
-    """Result records → packs of at most :data:`PACK_SIZE` per topic, in output order: records
+    """Result records → packs of at most :data:`PACK_SIZE` records and about :data:`PACK_BYTES`
+    (a single larger record is a pack of its own) per topic, in output order: records
     one at a time (:meth:`add`) or as Arrow batches (:meth:`add_batch`)."""
 
     def __init__(self) -> None:
         self.order: list[tuple[str, list]] = []
         self._open: dict[str, list] = {}  # topic → [items, rows]
 
-    def _pack(self, topic: str) -> list:
+    def _pack(self, topic: str, size: int) -> list:
         pack = self._open.get(topic)
-        if pack is None or pack[1] >= PACK_SIZE:
-            pack = self._open[topic] = [[], 0]
+        if pack is None or pack[1] >= PACK_SIZE or (pack[1] and pack[2] + size > PACK_BYTES):
+            pack = self._open[topic] = [[], 0, 0]  # items, records, bytes
             self.order.append((topic, pack[0]))
         return pack
 
     def add(self, topic: str, key: bytes | None, value: bytes, role: str) -> None:
-        pack = self._pack(topic)
+        size = len(value) + (len(key) if key else 0)
+        pack = self._pack(topic, size)
         pack[0].append((key, value, role))
         pack[1] += 1
+        pack[2] += size
 
     def add_batch(self, topic: str, batch: pa.RecordBatch) -> None:
-        at = 0
+        """``batch``'s records in order, split where a pack reaches :data:`PACK_SIZE` records
+        or :data:`PACK_BYTES` (by the batch's mean record size)."""
+        at, each = 0, max(1, batch.nbytes // max(1, batch.num_rows))
         while at < batch.num_rows:
-            pack = self._pack(topic)
-            take = min(PACK_SIZE - pack[1], batch.num_rows - at)
+            pack = self._pack(topic, each)
+            room = min(PACK_SIZE - pack[1], max(1, (PACK_BYTES - pack[2]) // each))
+            take = min(room, batch.num_rows - at)
             pack[0].append(batch.slice(at, take))
             pack[1] += take
+            pack[2] += take * each
             at += take
 
 

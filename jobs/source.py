@@ -691,12 +691,13 @@ class RecordDecoder:
         kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
         packs: list[tuple[int, int, int, bytes]] = []
         for g in np.unique(group):
-            sel = np.nonzero(group == g)[0]
-            take = pa.array(sel)
-            blob = rows.pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel], got.ends[sel],
-                                     offsets[index[sel]], kept.take(take), tuple(self.nested_fields),
-                                     with_fields=self.pack_fields)
-            packs.append((int(g), int(offsets[index[sel[0]]]), int(got.starts[sel].max()), blob))
+            chosen = np.nonzero(group == g)[0]
+            for sel in np.array_split(chosen, self._pack_count(got, kept, len(chosen))):
+                take = pa.array(sel)
+                blob = rows.pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel], got.ends[sel],
+                                         offsets[index[sel]], kept.take(take), tuple(self.nested_fields),
+                                         with_fields=self.pack_fields)
+                packs.append((int(g), int(offsets[index[sel[0]]]), int(got.starts[sel].max()), blob))
         dead = [(self.labels[part % self.groups], int(offsets[i]), got.errors[i], values[i], msgs[i].key(),
                  msgs[i].timestamp()[1]) for i in sorted(got.errors)]
         names = self.arrow.names
@@ -710,6 +711,13 @@ class RecordDecoder:
         cols["meta_stream"] = [self.stream] * n
         cols["meta_partition"] = [part] * n
         return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
+
+    def _pack_count(self, got: Decoded, kept: pa.Array, n: int) -> int:
+        """How many packs ``n`` of the fetch's good records take to stay under about
+        :data:`jobs.rows.PACK_BYTES` each (by the fetch's mean record size); a group's packs are
+        consecutive runs of its records, so sorting packs by first offset still sorts events."""
+        each = ((got.fields.nbytes if self.pack_fields else 0) + kept.nbytes + got.keys.nbytes) / max(1, len(got.index)) + 32
+        return max(1, min(n, int(np.ceil(n * each / rows.PACK_BYTES))))
 
     def frontier_rows(self, partition: int) -> pa.RecordBatch:
         """One frontier row per key group: ``partition`` has been read up to :attr:`frontier`."""

@@ -24,6 +24,9 @@ class _Handle:
     def getMapState(self, name, key_schema, value_schema):
         return None
 
+    def getListState(self, name, schema):
+        return None
+
 
 def _processor(handle, delay: str = "0s", operators=None):
     """An identity (pass-through) job's processor, initialised on ``handle`` without Spark."""
@@ -62,12 +65,12 @@ def test_unchanged_records_keep_their_bytes_only_with_the_topics_schema():
 
 def test_the_sink_unpacks_result_records_in_order_and_sums_metrics():
     """What the adapter packs is what the sink writes: every record, in order, packs split
-    at PACK_SIZE; metrics rows are summed, not written."""
+    at PACK_SIZE records or PACK_BYTES; metrics rows are summed, not written."""
     pytest.importorskip("pyspark")
     import pyarrow as pa
 
     from jobs.adapter import PACK_SIZE
-    from jobs.rows import pack_events
+    from jobs.rows import PACK_BYTES, pack_events
     from jobs.sink import records
 
     cfg, proc = _processor(_Handle())
@@ -76,7 +79,11 @@ def test_the_sink_unpacks_result_records_in_order_and_sums_metrics():
     dead = [{"source_topic": "t", "partition": 0, "offset": 7, "key": None, "value": b"x", "error": "decode: bad",
              "stage": "decode", "kafka_timestamp": None}]
     frame = next(proc._encode(outs, dead, Counters(received=3)))
-    assert frame["kind"].tolist() == ["pack", "pack", "pack", "metrics"]
+    assert frame["kind"].tolist()[-1] == "metrics" and set(frame["kind"].tolist()[:-1]) == {"pack"}
+    sizes = [pa.ipc.open_stream(v).read_all() for v in frame["value"].tolist()[:-1]]
+    assert len(sizes) >= 3 and all(t.num_rows <= PACK_SIZE for t in sizes)
+    assert all(t.num_rows == 1 or sum(len(k or b"") + len(v) for k, v in zip(t.column("key").to_pylist(),
+               t.column("value").to_pylist())) <= PACK_BYTES * 1.1 for t in sizes)
     metrics: dict = {}
     got = list(records(iter([pa.RecordBatch.from_pandas(frame)]), metrics))
     assert [t for t, _, _ in got] == ["out"] * len(recs) + [cfg.dead_letter_topic]
@@ -120,18 +127,39 @@ class _Map:
         return iter(list(self.values.items()))
 
 
+class _List:
+    """PySpark's ``ListState`` calls the adapter makes, over a list."""
+
+    def __init__(self):
+        self.values = []
+
+    def get(self):
+        return iter(list(self.values))
+
+    def put(self, values):
+        self.values = list(values)
+
+    def clear(self):
+        self.values = []
+
+
 class _Timers:
-    """The handle calls ``init``/``_finish`` make: one value state, one map state, timers."""
+    """The handle calls ``init``/``_finish`` make: one value state, one map state, one list
+    state, timers."""
 
     def __init__(self):
         self.state = _State()
         self.chunks = _Map()
+        self.parts = _List()
 
     def getValueState(self, name, schema):
         return self.state
 
     def getMapState(self, name, key_schema, value_schema):
         return self.chunks
+
+    def getListState(self, name, schema):
+        return self.parts
 
     def listTimers(self):
         return []

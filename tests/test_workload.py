@@ -427,6 +427,37 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
     assert all(r["meta_partition"] == 3 for r in packs)
 
 
+def test_a_fetch_larger_than_a_pack_splits_each_key_groups_records_into_consecutive_runs():
+    """Packs stay under about PACK_BYTES (a larger one is a "humongous" object in the driver
+    JVM): a group's records go in several packs, each a run of consecutive records; sorted by
+    first offset (as the adapter does) and concatenated they are the group's records in order."""
+    pytest.importorskip("pyspark")
+    import zlib
+
+    from jobs.rows import PACK_BYTES, pack_items
+    from jobs.serde import AvroSerializer
+    from jobs.source import RecordDecoder, arrow_schema
+
+    good = workload.transactions(6000, seed=11)
+    encoded = [AvroSerializer("transaction")(r) for r in good]
+    avro = json.loads(default_store().get("transaction").text)
+    decoder = RecordDecoder({**SOURCE_OPTIONS["transaction"], "key_groups": "2", "values": "all",
+                             "group_labels": "[0, 1]"}, arrow_schema(avro, typed=False))
+    rows = decoder.batch([_Message(v, 500 + i, partition=1) for i, v in enumerate(encoded)]).to_pylist()
+    expected: dict[int, list] = {}
+    for i, rec in enumerate(good):
+        expected.setdefault(zlib.crc32(rec["account"].encode()) % 2, []).append(500 + i)
+    assert sum(len(v) for v in expected.values()) == len(good)
+    for group, offsets in expected.items():
+        mine = sorted((r for r in rows if r["meta_group"] == group), key=lambda r: r["meta_offset"])
+        assert len(mine) >= 2, "6,000 records a fetch are more than one pack a group"
+        assert all(len(r["meta_pack"]) <= PACK_BYTES * 1.1 for r in mine)
+        items = [pack_items(r["meta_pack"]) for r in mine]
+        assert [e[4] for pack in items for e in pack] == offsets
+        assert [r["meta_offset"] for r in mine] == [pack[0][4] for pack in items]
+        assert [r["meta_start"] for r in mine] == [max(e[1] for e in pack) for pack in items]
+
+
 def test_good_records_still_decode():
     from jobs.serde import AvroSerializer
 
