@@ -374,7 +374,7 @@ class ResultPacks:
 
     def __init__(self) -> None:
         self.order: list[tuple[str, list]] = []
-        self._open: dict[str, list] = {}  # topic → [items, rows]
+        self._open: dict[str, list] = {}  # topic → [items, records, bytes]
 
     def _pack(self, topic: str, size: int) -> list:
         pack = self._open.get(topic)
