@@ -109,6 +109,8 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
         "spark.python.worker.reuse": "true",
+        # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared (jobs.spark_daemon)
+        "spark.python.daemon.module": "jobs.spark_daemon",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         **(spark_metrics(cfg.metrics.spark_ui_port) if cfg and cfg.metrics.spark_ui_port else {}),
