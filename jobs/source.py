@@ -690,9 +690,12 @@ class RecordDecoder:
         group = self._group_of(got.keys)
         kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
         packs: list[tuple[int, int, int, bytes]] = []
+        each = self._record_bytes(got, kept)
         for g in np.unique(group):
             chosen = np.nonzero(group == g)[0]
-            for sel in np.array_split(chosen, self._pack_count(got, kept, len(chosen))):
+            # consecutive runs of the group's records, each about PACK_BYTES: sorting packs by first offset sorts events
+            count = max(1, min(len(chosen), int(np.ceil(len(chosen) * each / rows.PACK_BYTES))))
+            for sel in np.array_split(chosen, count):
                 take = pa.array(sel)
                 blob = rows.pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel], got.ends[sel],
                                          offsets[index[sel]], kept.take(take), tuple(self.nested_fields),
@@ -712,12 +715,10 @@ class RecordDecoder:
         cols["meta_partition"] = [part] * n
         return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
 
-    def _pack_count(self, got: Decoded, kept: pa.Array, n: int) -> int:
-        """How many packs ``n`` of the fetch's good records take to stay under about
-        :data:`jobs.rows.PACK_BYTES` each (by the fetch's mean record size); a group's packs are
-        consecutive runs of its records, so sorting packs by first offset still sorts events."""
-        each = ((got.fields.nbytes if self.pack_fields else 0) + kept.nbytes + got.keys.nbytes) / max(1, len(got.index)) + 32
-        return max(1, min(n, int(np.ceil(n * each / rows.PACK_BYTES))))
+    def _record_bytes(self, got: Decoded, kept: pa.Array) -> float:
+        """A good record's mean size in a pack of this fetch (what splits packs at
+        :data:`jobs.rows.PACK_BYTES`)."""
+        return ((got.fields.nbytes if self.pack_fields else 0) + kept.nbytes + got.keys.nbytes) / max(1, len(got.index)) + 32
 
     def frontier_rows(self, partition: int) -> pa.RecordBatch:
         """One frontier row per key group: ``partition`` has been read up to :attr:`frontier`."""
