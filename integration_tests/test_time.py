@@ -72,7 +72,7 @@ CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabl
 def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog, long_buffer):
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
     a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; and
-    with a reorder buffer of ~2,400 events (a 1 h CTI delay), whose header is stored in parts
+    with a reorder buffer of 2,400 events or more (a 1 h CTI delay), whose header is stored in parts
     (``header_parts``, jobs.adapter) when the first run stops."""
     try:
         _restart(stack, spark, tmp_path, changelog, long_buffer)
@@ -81,7 +81,9 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
 
 
 def _restart(stack, spark, tmp_path, changelog, long_buffer=False):
-    n, rate, delay, per_batch = (3000, 1.0, 3_600_000, 600) if long_buffer else (1500, 0.5, 360_000, 100)
+    # The first run stops after max_batches, polled every 0.5 s: a batch or two more may finish
+    # before the stop, so the topic holds well over 4 batches (6000 = 10 batches of 600).
+    n, rate, delay, per_batch = (6000, 2.0, 3_600_000, 600) if long_buffer else (1500, 0.5, 360_000, 100)
     flows = workload.flows(n, devices=5, seed=21, rate_per_s=rate)
     src, final = stack.topic("restart-in"), stack.topic("restart-final")
     kafka.create_topics(stack.bootstrap, {src: 2})
