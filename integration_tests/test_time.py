@@ -72,7 +72,7 @@ CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabl
 def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog, long_buffer):
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
     a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; and
-    with a reorder buffer of 2,400 events or more (a 1 h CTI delay), whose header is stored in parts
+    with a reorder buffer of 16,000 events or more (a 1 h CTI delay), whose header is stored in parts
     (``header_parts``, jobs.adapter) when the first run stops."""
     try:
         _restart(stack, spark, tmp_path, changelog, long_buffer)
@@ -82,8 +82,9 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
 
 def _restart(stack, spark, tmp_path, changelog, long_buffer=False):
     # The first run stops after max_batches, polled every 0.5 s: a batch or two more may finish
-    # before the stop, so the topic holds well over 4 batches (6000 = 10 batches of 600).
-    n, rate, delay, per_batch = (6000, 2.0, 3_600_000, 600) if long_buffer else (1500, 0.5, 360_000, 100)
+    # before the stop, so the topic holds well over 4 batches (40,000 = 10 batches of 4,000; the
+    # 16,000+ events buffered at the stop, in one key group, make a compressed header of parts).
+    n, rate, delay, per_batch = (40_000, 10.0, 3_600_000, 4000) if long_buffer else (1500, 0.5, 360_000, 100)
     flows = workload.flows(n, devices=5, seed=21, rate_per_s=rate)
     src, final = stack.topic("restart-in"), stack.topic("restart-final")
     kafka.create_topics(stack.bootstrap, {src: 2})
@@ -97,12 +98,16 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False):
               operators=[{"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
                           "outputs": {"final": final}}],
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
-              spark={"trigger": "500ms"})
+              spark={"trigger": "500ms", **({"key_groups": 1} if long_buffer else {})})
     # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
     spark.conf.set(CHANGELOG, changelog[0])
     first = run(cfg, spark, until_end=False, max_batches=4, timeout=60)
     partial = read(stack, final)
     assert 0 < first.records < len(flows)
+    if long_buffer:  # the header is in parts (Spark's state data source reads the checkpoint)
+        parts = (spark.read.format("statestore").option("path", cfg.spark.checkpoint)
+                 .option("stateVarName", "header_parts").load().collect())
+        assert len(parts) >= 2
     # Second run from the checkpoint: bounded, drains and flushes.
     spark.conf.set(CHANGELOG, changelog[1])
     run(cfg, spark)

@@ -36,11 +36,13 @@ group every batch.
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
@@ -124,6 +126,30 @@ _WARM = WarmChunks()
 #: the header value when the header is in the ``header_parts`` list (a pickled header starts
 #: with pickle's protocol opcode, never with this); the token follows, as after any header
 HEADER_IN_PARTS = b"ctiflow:header-in-parts"
+#: a compressed header starts with this, then its size and the zstd frame's (little-endian
+#: uint64 each), then the frame (the token follows, as after any header)
+HEADER_ZSTD = b"ctiflow:zstd"
+_SIZES = struct.Struct("<QQ")
+#: zstd level 3: a bins header (the reorder buffer: pickled NumPy columns and strings) shrinks
+#: 5-7x in a few ms a MB; every byte not stored is not copied by the state server, the state
+#: store's write batch, its changelog and memtable (measured under "State", docs/performance.md)
+_ZSTD = pa.Codec("zstd", compression_level=3)
+
+
+def compressed(header: bytes) -> bytes:
+    """``header`` as the state store holds it: :data:`HEADER_ZSTD`, the sizes, a zstd frame."""
+    frame = _ZSTD.compress(header, asbytes=True)
+    return HEADER_ZSTD + _SIZES.pack(len(header), len(frame)) + frame
+
+
+def expanded(stored: bytes | None) -> bytes | None:
+    """The header of a stored value (:func:`compressed`, or a pickled header as written before
+    2026-11-26, returned as it is); bytes after the frame (the token) are ignored."""
+    if stored is None or not stored.startswith(HEADER_ZSTD):
+        return stored
+    at = len(HEADER_ZSTD) + _SIZES.size
+    size, length = _SIZES.unpack_from(stored, len(HEADER_ZSTD))
+    return _ZSTD.decompress(memoryview(stored)[at:at + length], decompressed_size=size, asbytes=True)
 
 
 def _field_decoder(options: dict[str, str]):
@@ -227,16 +253,26 @@ class OperatorProcessor(StatefulProcessor):
         stored = header = None if row is None else row[0]
         if stored is not None and stored.startswith(HEADER_IN_PARTS):
             header = b"".join(part for (part,) in self.parts.get())
-        return stored, GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(stored),
-                                    batched=True)
+        started = time.perf_counter()
+        header = expanded(header)
+        expanding = time.perf_counter() - started
+        runtime = GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(stored), batched=True)
+        runtime.counters.state_us += int(expanding * 1e6)
+        return stored, runtime
 
     def _store(self, stored: bytes | None, runtime: GroupRuntime) -> None:
-        """Commit ``runtime``. A header of more than :data:`jobs.rows.PACK_BYTES` (a long
+        """Commit ``runtime``; the header is stored :func:`compressed`. One of more than :data:`jobs.rows.PACK_BYTES` (a long
         reorder buffer) goes to the ``header_parts`` list in parts of that size, with
         :data:`HEADER_IN_PARTS` in the value state: one large value is several G1 "humongous"
         copies in the state server's JVM each write and read (measured under "Memory",
         docs/performance.md). Parts a larger header left are cleared."""
-        header = runtime.commit()
+        raw = runtime.commit()
+        started = time.perf_counter()
+        header = compressed(raw)
+        counters = runtime.counters  # what the store holds: the compressed header
+        counters.state_us += int((time.perf_counter() - started) * 1e6)
+        counters.state_written += len(header) - len(raw)
+        counters.state_bytes += len(header) - len(raw)
         size = rows.PACK_BYTES
         if len(header) > size:
             self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])

@@ -198,14 +198,18 @@ def expected_releases(n: int = 3) -> list[list[str]]:
     return out
 
 
-def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_on_a_replay():
-    """A reorder buffer of ~3,000 events makes a header far above PACK_BYTES: it goes to the
-    ``header_parts`` list in parts of at most PACK_BYTES (a single large value is a G1
-    humongous object in the state server). The next batch, a replay after the store rolled
-    back, and a worker that keeps no chunks decoded release what the oracle says, batch by
-    batch; once the buffer is flushed the parts are cleared."""
+def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_on_a_replay(monkeypatch):
+    """A reorder buffer of ~3,000 events makes a header far above PACK_BYTES (lowered to 8 KiB
+    here: the stored header is compressed, a few tens of KiB): it goes to the ``header_parts``
+    list in parts of at most PACK_BYTES (a single large value is a G1 humongous object in the
+    state server). The next batch, a replay after the store rolled back, and a worker that
+    keeps no chunks decoded release what the oracle says, batch by batch; once the buffer is
+    flushed the parts are cleared."""
+    from jobs import rows
     from jobs.adapter import HEADER_IN_PARTS
-    from jobs.rows import PACK_BYTES
+
+    PACK_BYTES = 8 * 1024
+    monkeypatch.setattr(rows, "PACK_BYTES", PACK_BYTES)
 
     frames, _ = uneven_batches()
     expected = expected_releases()
@@ -229,3 +233,35 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     assert [r["id"] for _, r in results(last, topics)] == expected[2]
     assert not t.peekValueState("header", 3)[0].startswith(HEADER_IN_PARTS)
     assert not t.peekListState("header_parts", 3)
+
+
+def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_loads():
+    """The header goes to the state store as a zstd frame (HEADER_ZSTD, its sizes, the frame,
+    the token); a checkpoint written before (a plain pickled header + token, in the value state
+    or in parts) loads as it is: the next batch releases what the oracle says."""
+    import pickle
+
+    from jobs.adapter import HEADER_IN_PARTS, HEADER_ZSTD, WarmChunks, expanded
+
+    frames, _ = uneven_batches()
+    expected = expected_releases()
+    t, topics = make_tester({"sources": [SLOW], "operators": PASS})
+    t.testInPandas(3, frames[0])
+    (stored,) = t.peekValueState("header", 3)
+    if stored.startswith(HEADER_IN_PARTS):
+        stored = b"".join(p for (p,) in t.peekListState("header_parts", 3))
+    assert stored.startswith(HEADER_ZSTD)
+    header = expanded(stored)
+    pickle.loads(header)  # a whole pickled header came back
+    assert len(stored) < len(header) / 3  # 3,000 buffered events: far smaller stored
+    assert expanded(stored + b"t" * WarmChunks.TOKEN_BYTES) == header  # the token after the frame is ignored
+    assert expanded(header) == header and expanded(None) is None
+    for old in ("in the value state", "in parts"):  # what the code before compression stored
+        before, _ = make_tester({"sources": [SLOW], "operators": PASS})
+        if old == "in parts":
+            before.updateValueState("header", 3, (HEADER_IN_PARTS + b"t" * WarmChunks.TOKEN_BYTES,))
+            before.updateListState("header_parts", 3, [(header[at:at + 4096],) for at in range(0, len(header), 4096)])
+        else:
+            before.updateValueState("header", 3, (header + b"t" * WarmChunks.TOKEN_BYTES,))
+        assert [r["id"] for _, r in results(before.testInPandas(3, frames[1]), topics)] == expected[1], old
+        assert before.peekValueState("header", 3)[0].startswith((HEADER_ZSTD, HEADER_IN_PARTS))
