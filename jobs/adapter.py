@@ -132,7 +132,8 @@ HEADER_ZSTD = b"ctiflow:zstd"
 _SIZES = struct.Struct("<QQ")
 #: zstd level 3: a bins header (the reorder buffer: pickled NumPy columns and strings) shrinks
 #: 5-7x in a few ms a MB; every byte not stored is not copied by the state server, the state
-#: store's write batch, its changelog and memtable (measured under "State", docs/performance.md)
+#: store's write batch, its changelog and memtable (measured: "After the compressed header",
+#: docs/performance.md)
 _ZSTD = pa.Codec("zstd", compression_level=3)
 
 
@@ -261,8 +262,9 @@ class OperatorProcessor(StatefulProcessor):
         return stored, runtime
 
     def _store(self, stored: bytes | None, runtime: GroupRuntime) -> None:
-        """Commit ``runtime``; the header is stored :func:`compressed`. One of more than :data:`jobs.rows.PACK_BYTES` (a long
-        reorder buffer) goes to the ``header_parts`` list in parts of that size, with
+        """Commit ``runtime``; the header is stored :func:`compressed`. One of more than
+        :data:`jobs.rows.PACK_BYTES` (a long reorder buffer) goes to the ``header_parts`` list in
+        parts of that size, with
         :data:`HEADER_IN_PARTS` in the value state: one large value is several G1 "humongous"
         copies in the state server's JVM each write and read (measured under "Memory",
         docs/performance.md). Parts a larger header left are cleared."""
