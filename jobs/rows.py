@@ -203,6 +203,77 @@ class BytesFields(Mapping):
         return BytesFields, (self.stream, self.names, self.json_fields, self.raw)
 
 
+def _rows_of(table: pa.Table, index) -> pa.Table:
+    """The rows ``index`` (a slice, or an integer or boolean array) of ``table``, in that order."""
+    if isinstance(index, slice):
+        start, stop, step = index.indices(table.num_rows)
+        if step == 1:
+            return table.slice(start, max(0, stop - start))
+        index = np.arange(start, stop, step)
+    index = np.asarray(index)
+    index = np.flatnonzero(index) if index.dtype == bool else index.astype(np.int64, copy=False)
+    return table.take(pa.array(index, pa.int64()))
+
+
+class ArrowFields(Mapping):
+    """The field columns of a pack's records kept as Arrow (``table``), each converted to the
+    NumPy column :class:`EventColumns` promises (:func:`_numpy`) on first use and cached: an
+    operator that reads two fields of a wide record converts two columns, and the fields no
+    operator reads (strings above all) never become Python objects. :meth:`take` and
+    :meth:`concat` work on the Arrow columns (and carry the converted ones along); pickles as
+    one Arrow IPC stream (the reorder buffer in state: no Python object per value)."""
+
+    __slots__ = ("table", "json_fields", "_columns")
+
+    def __init__(self, table: pa.Table | pa.RecordBatch, json_fields: tuple[str, ...] = (),
+                 columns: dict[str, np.ndarray] | None = None) -> None:
+        self.table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        self.json_fields = tuple(json_fields)
+        self._columns: dict[str, np.ndarray] = {} if columns is None else columns
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        column = self._columns.get(name)
+        if column is None:
+            if name not in self.table.schema.names:
+                raise KeyError(name)
+            column = self._columns[name] = _numpy(self.table.column(name).combine_chunks(), name in self.json_fields)
+        return column
+
+    def __contains__(self, name) -> bool:
+        return name in self.table.schema.names
+
+    def __iter__(self):
+        return iter(self.table.schema.names)
+
+    def __len__(self) -> int:
+        return self.table.num_columns
+
+    def take(self, index, raw: np.ndarray | None = None) -> "ArrowFields":
+        """The rows ``index`` (a slice, or an integer or boolean array), in that order."""
+        return ArrowFields(_rows_of(self.table, index), self.json_fields,
+                           {name: column[index] for name, column in self._columns.items()})
+
+    @staticmethod
+    def concat(parts: list["ArrowFields"], raw: np.ndarray | None = None) -> "ArrowFields":
+        """The rows of ``parts`` one after the other (the same fields)."""
+        first = parts[0]
+        table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
+        converted = set(first._columns).intersection(*(p._columns for p in parts[1:]))
+        return ArrowFields(table, first.json_fields,
+                           {name: np.concatenate([p._columns[name] for p in parts]) for name in converted})
+
+    def __reduce__(self):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.table.schema) as writer:
+            writer.write_table(self.table)
+        return _arrow_fields, (sink.getvalue().to_pybytes(), self.json_fields)
+
+
+def _arrow_fields(ipc: bytes, json_fields: tuple[str, ...]) -> ArrowFields:
+    """An :class:`ArrowFields` from its pickled form (an Arrow IPC stream)."""
+    return ArrowFields(pa.ipc.open_stream(ipc).read_all(), json_fields)
+
+
 def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
     """The events of a pack row as columns, in offset order."""
     batches = list(pa.ipc.open_stream(pack))
@@ -219,8 +290,8 @@ def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
             raise ValueError("a pack without field columns must keep every record's bytes")
         fields = BytesFields(stream, tuple(json.loads(metadata[FIELD_NAMES])), tuple(sorted(as_json)), raw)
     else:
-        fields = {name: _numpy(batch.column(i), name in as_json)
-                  for i, name in enumerate(schema.names) if not name.startswith("meta_")}
+        names = [name for name in schema.names if not name.startswith("meta_")]
+        fields = ArrowFields(batch.select(names), tuple(sorted(as_json & set(names))))
     return EventColumns(stream, meta["meta_key"].to_numpy(zero_copy_only=False),
                         meta["meta_start"].to_numpy(), meta["meta_end"].to_numpy(),
                         np.full(n, partition, np.int64), meta["meta_offset"].to_numpy(), fields, raw)

@@ -1,0 +1,114 @@
+"""A pack's field columns stay Arrow (:class:`jobs.rows.ArrowFields`) until an operator reads
+one: the values read are the records that were packed — through takes (integer, boolean,
+slice), concatenations and the state's pickling — and a column nobody reads is never converted.
+The oracle is the records as produced (the workload's dicts), indexed in plain Python."""
+
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from jobs.rows import ArrowFields, pack_columns, unpack_columns
+from jobs.serde import AvroSerializer
+from jobs.testing import workload
+from operators.columns import EventColumns
+
+SOURCES = {
+    "transaction": ({"key_field": "account", "time_field": "event_time"}, lambda: workload.transactions(80, seed=7)),
+    "flow": ({"key_field": "device", "time_field": "start_time", "end_field": "end_time", "shape": "interval"},
+             lambda: workload.flows(80, seed=7)),
+}
+
+
+def _packed(schema: str) -> tuple[EventColumns, list[dict]]:
+    """Records → Avro → the source's bulk decode → one pack → unpacked columns, and the records."""
+    pytest.importorskip("pyspark")
+    from jobs.source import RecordDecoder, SourceOptions
+
+    spec, make = SOURCES[schema]
+    records = make()
+    options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema=schema, stream=schema, packed=True,
+                            keep_values=False, **spec).to_options()
+    decoder = RecordDecoder(options, None)
+    got = decoder.decoded([AvroSerializer(schema)(r) for r in records])
+    assert not got.errors
+    n = len(records)
+    pack = pack_columns(got.fields, got.keys, got.starts, got.ends, np.arange(n) * 2, pa.nulls(n, pa.binary()),
+                        tuple(decoder.nested_fields))
+    return unpack_columns(pack, schema, 1), records
+
+
+def _values(cols: EventColumns, name: str) -> list:
+    return cols.fields[name].tolist()
+
+
+@pytest.mark.parametrize("schema", sorted(SOURCES))
+def test_fields_read_as_the_records_written_through_takes_concats_and_pickling(schema):
+    cols, records = _packed(schema)
+    assert isinstance(cols.fields, ArrowFields) and cols.fields._columns == {}
+    assert list(cols.fields) == list(records[0])
+    index = np.array([5, 0, 79, 3, 3, 41])
+    mask = np.zeros(len(records), bool)
+    mask[[1, 2, 60]] = True
+    picks = {
+        "integers": (cols.take(index), [records[i] for i in index.tolist()]),
+        "mask": (cols.take(mask), [records[i] for i in (1, 2, 60)]),
+        "slice": (cols.take(slice(10, 30)), records[10:30]),
+        "empty": (cols.take(np.array([], np.int64)), []),
+    }
+    taken, expected = picks["integers"]
+    sliced, expected_slice = picks["slice"]
+    both = EventColumns.concat([sliced, taken])
+    picks["concat"] = (both, expected_slice + expected)
+    picks["pickled"] = (pickle.loads(pickle.dumps(both, protocol=5)), expected_slice + expected)
+    picks["take of a concat"] = (both.take(np.array([25, 0])), [expected[5], expected_slice[0]])
+    for what, (got, want) in picks.items():
+        assert isinstance(got.fields, ArrowFields), what
+        assert got.records() == want, what
+    assert cols.fields._columns == {}  # taking and concatenating converted nothing
+
+
+def test_only_the_fields_read_are_converted_and_converted_columns_travel_along():
+    cols, records = _packed("flow")
+    measures = cols.fields["bytes"]
+    assert measures.dtype == np.float64 and measures.tolist() == [r["bytes"] for r in records]
+    assert set(cols.fields._columns) == {"bytes"}
+    taken = cols.take(np.array([3, 1]))
+    assert set(taken.fields._columns) == {"bytes"}  # taken with the rows, not converted again
+    assert taken.fields["bytes"].tolist() == [records[3]["bytes"], records[1]["bytes"]]
+    both = EventColumns.concat([taken, cols.take(slice(0, 2))])
+    assert set(both.fields._columns) == {"bytes"}
+    fresh, _ = _packed("flow")
+    mixed = EventColumns.concat([both, fresh.take(slice(5, 6))])
+    assert set(mixed.fields._columns) == set()  # not every part had it converted: converted on use
+    assert _values(mixed, "bytes") == [records[i]["bytes"] for i in (3, 1, 0, 1, 5)]
+    restored = pickle.loads(pickle.dumps(taken, protocol=5))
+    assert restored.fields._columns == {} and _values(restored, "device") == [records[3]["device"], records[1]["device"]]
+    assert "protocol" in cols.fields and "nope" not in cols.fields
+    with pytest.raises(KeyError):
+        cols.fields["nope"]
+    assert cols.fields.get("nope") is None
+
+
+def test_arrow_fields_concatenate_with_plain_columns():
+    """State written before the fields stayed Arrow holds plain columns (a dict of arrays): a
+    release concatenates both kinds."""
+    cols, records = _packed("transaction")
+    old = EventColumns.from_events(cols.take(slice(0, 4)).events())
+    assert type(old.fields) is dict
+    both = EventColumns.concat([old, cols.take(slice(4, 9))])
+    assert both.records() == records[:9]
+
+
+def test_nested_values_and_nulls_read_as_written():
+    items = [("a", 1, 2, {"n": 1, "tags": ["x", "y"], "maybe": None, "s": "é"}, 10, None),
+             ("b", 3, 3, {"n": 2, "tags": [], "maybe": 7, "s": ""}, 11, None)]
+    fields = pa.Table.from_pylist([it[3] for it in items])
+    fields = fields.set_column(1, "tags", pa.array(['["x", "y"]', "[]"]))  # nested values travel as JSON text
+    pack = pack_columns(fields, ["a", "b"], [1, 3], [2, 3], [10, 11], [None, None], ("tags",))
+    cols = unpack_columns(pack, "s", 0)
+    assert isinstance(cols.fields, ArrowFields)
+    again = pickle.loads(pickle.dumps(cols.take(np.array([1, 0])), protocol=5))
+    assert again.records() == [items[1][3], items[0][3]]
+    assert cols.fields["n"].dtype == np.int64 and cols.fields["maybe"].dtype == object
