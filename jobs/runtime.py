@@ -676,7 +676,7 @@ class GroupRuntime:
         else:
             address = self.address
             of_key = {k: address(k) for k in set(keys)}
-            of = [of_key[k] for k in keys]
+            of = list(map(of_key.__getitem__, keys))
         touch = set(of)
         if cti is not None:
             if cti >= CTI_INFINITY:

@@ -538,7 +538,11 @@ class Binner:
         lo = 0
         for i in np.flatnonzero(~fast).tolist() + [n]:
             if i > lo:  # keys get their ids in the order process() would give them
-                kid = np.array([key_ids[k] if k in key_ids else key_id(k) for k in keys[lo:i]], np.int64)
+                run = keys[lo:i]
+                for k in dict.fromkeys(run):  # the run's keys in order of first appearance
+                    if k not in key_ids:
+                        key_id(k)
+                kid = np.fromiter(map(key_ids.__getitem__, run), np.int64, len(run))
                 self._seal()
                 self._b_parts.append((s[lo:i], e[lo:i], kid, values[lo:i], None))
             if i < n:
