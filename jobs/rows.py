@@ -203,40 +203,39 @@ class BytesFields(Mapping):
         return BytesFields, (self.stream, self.names, self.json_fields, self.raw)
 
 
-def _rows_of(table: pa.Table, index) -> pa.Table:
-    """The rows ``index`` (a slice, or an integer or boolean array) of ``table``, in that order."""
-    if isinstance(index, slice):
-        start, stop, step = index.indices(table.num_rows)
-        if step == 1:
-            return table.slice(start, max(0, stop - start))
-        index = np.arange(start, stop, step)
-    index = np.asarray(index)
-    index = np.flatnonzero(index) if index.dtype == bool else index.astype(np.int64, copy=False)
-    return table.take(pa.array(index, pa.int64()))
-
-
 class ArrowFields(Mapping):
-    """The field columns of a pack's records kept as Arrow (``table``), each converted to the
-    NumPy column :class:`EventColumns` promises (:func:`_numpy`) on first use and cached: an
-    operator that reads two fields of a wide record converts two columns, and the fields no
-    operator reads (strings above all) never become Python objects. :meth:`take` and
-    :meth:`concat` work on the Arrow columns (and carry the converted ones along); pickles as
-    one Arrow IPC stream (the reorder buffer in state: no Python object per value)."""
+    """The field columns of a pack's records kept as Arrow, each converted to the NumPy column
+    :class:`EventColumns` promises (:func:`_numpy`) on first use: an operator that reads two
+    fields of a wide record converts two columns, and the fields no operator reads (strings
+    above all) never become Python objects.
 
-    __slots__ = ("table", "json_fields", "_columns")
+    A view: the rows ``index`` (None: all, in order) of ``table``. :meth:`take` composes the
+    index and copies nothing; a column read is converted once for the whole table (shared by
+    every view of it) and indexed with NumPy; the Arrow rows are taken only where they are
+    needed as Arrow — :meth:`concat` and pickling (the reorder buffer in state, one Arrow IPC
+    stream: no Python object per value)."""
+
+    __slots__ = ("table", "index", "json_fields", "_columns", "_converted")
 
     def __init__(self, table: pa.Table | pa.RecordBatch, json_fields: tuple[str, ...] = (),
+                 index: np.ndarray | None = None, converted: dict[str, np.ndarray] | None = None,
                  columns: dict[str, np.ndarray] | None = None) -> None:
         self.table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        self.index = index
         self.json_fields = tuple(json_fields)
-        self._columns: dict[str, np.ndarray] = {} if columns is None else columns
+        self._converted = {} if converted is None else converted  # the whole table's, shared by its views
+        self._columns = {} if columns is None else columns  # this view's rows
 
     def __getitem__(self, name: str) -> np.ndarray:
         column = self._columns.get(name)
         if column is None:
-            if name not in self.table.schema.names:
-                raise KeyError(name)
-            column = self._columns[name] = _numpy(self.table.column(name).combine_chunks(), name in self.json_fields)
+            whole = self._converted.get(name)
+            if whole is None:
+                if name not in self.table.schema.names:
+                    raise KeyError(name)
+                whole = self._converted[name] = _numpy(self.table.column(name).combine_chunks(),
+                                                       name in self.json_fields)
+            column = self._columns[name] = whole if self.index is None else whole[self.index]
         return column
 
     def __contains__(self, name) -> bool:
@@ -248,24 +247,36 @@ class ArrowFields(Mapping):
     def __len__(self) -> int:
         return self.table.num_columns
 
+    def converted(self) -> set[str]:
+        """The fields whose NumPy column this view has without converting Arrow again."""
+        return set(self._columns) | (set(self._converted) if self.index is None else set())
+
     def take(self, index, raw: np.ndarray | None = None) -> "ArrowFields":
         """The rows ``index`` (a slice, or an integer or boolean array), in that order."""
-        return ArrowFields(_rows_of(self.table, index), self.json_fields,
+        rows = np.arange(self.table.num_rows)[index] if self.index is None else self.index[index]
+        return ArrowFields(self.table, self.json_fields, rows, self._converted,
                            {name: column[index] for name, column in self._columns.items()})
+
+    def arrow(self) -> pa.Table:
+        """The view's rows as an Arrow table."""
+        if self.index is None:
+            return self.table
+        return self.table.take(pa.array(self.index, pa.int64()))
 
     @staticmethod
     def concat(parts: list["ArrowFields"], raw: np.ndarray | None = None) -> "ArrowFields":
         """The rows of ``parts`` one after the other (the same fields)."""
         first = parts[0]
-        table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
-        converted = set(first._columns).intersection(*(p._columns for p in parts[1:]))
+        table = pa.concat_tables([p.arrow() for p in parts], promote_options="permissive")
+        read = set(first._columns).intersection(*(p._columns for p in parts[1:]))
         return ArrowFields(table, first.json_fields,
-                           {name: np.concatenate([p._columns[name] for p in parts]) for name in converted})
+                           converted={name: np.concatenate([p._columns[name] for p in parts]) for name in read})
 
     def __reduce__(self):
+        table = self.arrow()
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, self.table.schema) as writer:
-            writer.write_table(self.table)
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
         return _arrow_fields, (sink.getvalue().to_pybytes(), self.json_fields)
 
 

@@ -46,7 +46,7 @@ def _values(cols: EventColumns, name: str) -> list:
 @pytest.mark.parametrize("schema", sorted(SOURCES))
 def test_fields_read_as_the_records_written_through_takes_concats_and_pickling(schema):
     cols, records = _packed(schema)
-    assert isinstance(cols.fields, ArrowFields) and cols.fields._columns == {}
+    assert isinstance(cols.fields, ArrowFields) and cols.fields.converted() == set()
     assert list(cols.fields) == list(records[0])
     index = np.array([5, 0, 79, 3, 3, 41])
     mask = np.zeros(len(records), bool)
@@ -63,28 +63,32 @@ def test_fields_read_as_the_records_written_through_takes_concats_and_pickling(s
     picks["concat"] = (both, expected_slice + expected)
     picks["pickled"] = (pickle.loads(pickle.dumps(both, protocol=5)), expected_slice + expected)
     picks["take of a concat"] = (both.take(np.array([25, 0])), [expected[5], expected_slice[0]])
+    assert cols.fields.converted() == set() and both.fields.converted() == set()  # taking converted nothing
     for what, (got, want) in picks.items():
         assert isinstance(got.fields, ArrowFields), what
         assert got.records() == want, what
-    assert cols.fields._columns == {}  # taking and concatenating converted nothing
 
 
-def test_only_the_fields_read_are_converted_and_converted_columns_travel_along():
+def test_only_the_fields_read_are_converted_once_for_all_views():
     cols, records = _packed("flow")
+    taken = cols.take(np.array([3, 1]))
+    assert taken.fields["bytes"].tolist() == [records[3]["bytes"], records[1]["bytes"]]
+    assert taken.fields.converted() == {"bytes"}
+    assert cols.fields.converted() == {"bytes"}  # converted for the whole pack, once, shared by its views
     measures = cols.fields["bytes"]
     assert measures.dtype == np.float64 and measures.tolist() == [r["bytes"] for r in records]
-    assert set(cols.fields._columns) == {"bytes"}
-    taken = cols.take(np.array([3, 1]))
-    assert set(taken.fields._columns) == {"bytes"}  # taken with the rows, not converted again
-    assert taken.fields["bytes"].tolist() == [records[3]["bytes"], records[1]["bytes"]]
+    again = cols.take(slice(5, 7)).take(np.array([1, 0]))  # a view of a view: one index into the pack
+    assert again.fields["bytes"].tolist() == [records[6]["bytes"], records[5]["bytes"]]
     both = EventColumns.concat([taken, cols.take(slice(0, 2))])
-    assert set(both.fields._columns) == {"bytes"}
+    assert both.fields.converted() == {"bytes"}  # every part had it: concatenated, not converted again
     fresh, _ = _packed("flow")
     mixed = EventColumns.concat([both, fresh.take(slice(5, 6))])
-    assert set(mixed.fields._columns) == set()  # not every part had it converted: converted on use
+    assert mixed.fields.converted() == set()  # not every part had it: converted on use
     assert _values(mixed, "bytes") == [records[i]["bytes"] for i in (3, 1, 0, 1, 5)]
     restored = pickle.loads(pickle.dumps(taken, protocol=5))
-    assert restored.fields._columns == {} and _values(restored, "device") == [records[3]["device"], records[1]["device"]]
+    assert restored.fields.converted() == set()
+    assert _values(restored, "device") == [records[3]["device"], records[1]["device"]]
+    assert restored.fields.table.num_rows == 2  # a view pickles its own rows, not the whole pack
     assert "protocol" in cols.fields and "nope" not in cols.fields
     with pytest.raises(KeyError):
         cols.fields["nope"]
