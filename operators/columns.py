@@ -149,7 +149,7 @@ class EventColumns:
         fields = self.fields
         if not fields:
             return {}
-        if hasattr(fields, "take"):  # lazy columns of the rows' bytes (jobs.rows.BytesFields): stay lazy
+        if hasattr(fields, "take"):  # lazy columns (jobs.rows.ArrowFields, BytesFields): stay lazy
             return fields.take(index, raw)
         return TakenFields(fields, index)
 
