@@ -6,7 +6,8 @@ key per CTI) and each trigger interval:
 1. the job's maximum: a bounded run over a backlog of transactions, 100k a micro-batch (events/s
    after the first batch, same session);
 2. a producer thread sends transactions at **half that rate** for ``seconds``, event time = the
-   wall clock at produce time, to a 3-partition topic, while the job runs with that trigger;
+   wall clock at produce time, to a 3-partition topic, while the job runs with that trigger (a
+   micro-batch may read three trigger intervals' worth: ``max_offsets_per_trigger``);
 3. afterwards both topics are read back: an input record's produce time is its Kafka
    timestamp, a result's arrival its Kafka timestamp (the sink's produce). Identity: latency of
    each record (matched by ``id``). Count: for each event, the first count record of its key
@@ -139,7 +140,10 @@ def main(out: Console | None = None, *, seconds: float = 90.0, backlog: int = 50
             for trigger in TRIGGERS:
                 topic, out_topic = f"lat-{kind}-{trigger}", f"lat-{kind}-{trigger}-out"
                 kafka.create_topics(bootstrap, {topic: 3})
-                cfg = _job(kind, topic, out_topic, trigger, None)
+                # A batch may read all that arrived in three trigger intervals: the default cap
+                # (DEFAULT_BATCH_RECORDS, 200k) is below what a 5 s trigger brings at this rate,
+                # and the job would fall behind by the difference every batch.
+                cfg = _job(kind, topic, out_topic, trigger, int(3 * rate * int(trigger.rstrip("s"))))
                 cfg = {**cfg, "kafka": {"bootstrap_servers": bootstrap},
                        "spark": {**cfg["spark"], "checkpoint": f"{home}/ck-{topic}"}}
                 stop = threading.Event()
