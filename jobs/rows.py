@@ -268,9 +268,9 @@ class ArrowFields(Mapping):
         """The rows of ``parts`` one after the other (the same fields)."""
         first = parts[0]
         table = pa.concat_tables([p.arrow() for p in parts], promote_options="permissive")
-        read = set(first._columns).intersection(*(p._columns for p in parts[1:]))
+        read = first.converted().intersection(*(p.converted() for p in parts[1:]))
         return ArrowFields(table, first.json_fields,
-                           converted={name: np.concatenate([p._columns[name] for p in parts]) for name in read})
+                           converted={name: np.concatenate([p[name] for p in parts]) for name in read})
 
     def __reduce__(self):
         table = self.arrow()
