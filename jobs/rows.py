@@ -40,7 +40,7 @@ decodes the bytes when it needs the values (:class:`BytesFields`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +49,7 @@ import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from jobs.progress import merge_metrics
-from operators.columns import EventColumns, object_array
+from operators.columns import EventColumns, LazyFields, object_array
 from operators.events import Event
 
 #: ``meta_`` columns of every input row, in order (Arrow types).
@@ -146,7 +146,7 @@ def _numpy(column: pa.Array, as_json: bool) -> np.ndarray:
 FIELD_DECODERS: dict = {}
 
 
-class BytesFields(Mapping):
+class BytesFields(LazyFields):
     """The field columns of records whose packs carried only their bytes: names known, values
     decoded from ``raw`` (every row's Avro bytes) on first use of any column — all columns at
     once, by the stream's decoder (:data:`FIELD_DECODERS`, the source's own), so the values are
@@ -181,17 +181,7 @@ class BytesFields(Mapping):
             raise KeyError(name)
         return self._decoded()[name]
 
-    def __contains__(self, name) -> bool:
-        return name in self.names
-
-    def __iter__(self):
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
     def take(self, index, raw: np.ndarray) -> "BytesFields":
-        """The rows ``index``, whose bytes are ``raw`` (the taken bytes column, shared)."""
         return BytesFields(self.stream, self.names, self.json_fields, raw)
 
     @staticmethod
@@ -203,7 +193,7 @@ class BytesFields(Mapping):
         return BytesFields, (self.stream, self.names, self.json_fields, self.raw)
 
 
-class ArrowFields(Mapping):
+class ArrowFields(LazyFields):
     """The field columns of a pack's records kept as Arrow, each converted to the NumPy column
     :class:`EventColumns` promises (:func:`_numpy`) on first use: an operator that reads two
     fields of a wide record converts two columns, and the fields no operator reads (strings
@@ -238,21 +228,15 @@ class ArrowFields(Mapping):
             column = self._columns[name] = whole if self.index is None else whole[self.index]
         return column
 
-    def __contains__(self, name) -> bool:
-        return name in self.table.schema.names
-
-    def __iter__(self):
-        return iter(self.table.schema.names)
-
-    def __len__(self) -> int:
-        return self.table.num_columns
+    @property
+    def names(self) -> list[str]:
+        return self.table.schema.names
 
     def converted(self) -> set[str]:
         """The fields whose NumPy column this view has without converting Arrow again."""
         return set(self._columns) | (set(self._converted) if self.index is None else set())
 
     def take(self, index, raw: np.ndarray | None = None) -> "ArrowFields":
-        """The rows ``index`` (a slice, or an integer or boolean array), in that order."""
         rows = np.arange(self.table.num_rows)[index] if self.index is None else self.index[index]
         return ArrowFields(self.table, self.json_fields, rows, self._converted,
                            {name: column[index] for name, column in self._columns.items()})

@@ -27,7 +27,7 @@ from operators.events import CTI_INFINITY, CTI_NONE, Event, Output, record_maker
 from operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, AdvanceTimeSettings, TimeLayer,
                             ViolationPolicy, late_record)
 
-__all__ = ["EventColumns", "ColumnTimeLayer", "record_maker"]
+__all__ = ["EventColumns", "ColumnTimeLayer", "LazyFields", "record_maker"]
 
 
 def object_array(values: Sequence[Any]) -> np.ndarray:
@@ -35,7 +35,39 @@ def object_array(values: Sequence[Any]) -> np.ndarray:
     return np.fromiter(values, object, count=len(values))
 
 
-class TakenFields(Mapping):
+class LazyFields(Mapping):
+    """Field columns (a field name → NumPy array mapping) that make a column only when it is
+    read, and stay lazy through :meth:`take` and :meth:`concat`: the protocol
+    :class:`EventColumns` relies on to move rows without touching the fields no operator reads.
+    A subclass gives ``names`` (the fields, in record order), ``__getitem__``, ``take`` and,
+    where its parts can be joined lazily, ``concat``."""
+
+    __slots__ = ()
+
+    names: Sequence[str]
+
+    def __contains__(self, name) -> bool:
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def take(self, index, raw: np.ndarray | None) -> "LazyFields":
+        """The rows ``index`` (a slice, or an integer or boolean array), in that order, whose
+        records' bytes are ``raw`` (the taken bytes column, shared; None: none kept)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def concat(parts: Sequence["LazyFields"], raw: np.ndarray | None) -> Mapping[str, np.ndarray]:
+        """The rows of ``parts`` (all of this type, the same fields) one after the other; by
+        default every column concatenated now."""
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+class TakenFields(LazyFields):
     """The field columns of the rows ``index`` of ``source`` (a field name → array mapping),
     each column taken on first use: an operator that reads two fields of a wide record copies
     two columns, not all of them. Pickles as the plain dict of every column taken."""
@@ -51,20 +83,18 @@ class TakenFields(Mapping):
         self._source, self._index = source, index
         self._taken: dict[str, np.ndarray] = {}
 
+    @property
+    def names(self) -> Mapping[str, np.ndarray]:
+        return self._source
+
     def __getitem__(self, name: str) -> np.ndarray:
         column = self._taken.get(name)
         if column is None:
             column = self._taken[name] = self._source[name][self._index]
         return column
 
-    def __contains__(self, name) -> bool:
-        return name in self._source
-
-    def __iter__(self):
-        return iter(self._source)
-
-    def __len__(self) -> int:
-        return len(self._source)
+    def take(self, index, raw: np.ndarray | None = None) -> "TakenFields":
+        return TakenFields(self, index)
 
     def __reduce__(self):
         return dict, (dict(self.items()),)
@@ -149,9 +179,7 @@ class EventColumns:
         fields = self.fields
         if not fields:
             return {}
-        if hasattr(fields, "take"):  # lazy columns (jobs.rows.ArrowFields, BytesFields): stay lazy
-            return fields.take(index, raw)
-        return TakenFields(fields, index)
+        return fields.take(index, raw) if isinstance(fields, LazyFields) else TakenFields(fields, index)
 
     @staticmethod
     def concat(parts: Sequence["EventColumns"]) -> "EventColumns":
@@ -168,7 +196,7 @@ class EventColumns:
             original = cat([p.original_start if p.original_start is not None else p.start for p in parts])
         dicts = None if all(p.dicts is None for p in parts) else [d for p in parts for d in p.records()]
         lazy = type(first.fields)
-        if hasattr(lazy, "concat") and all(type(p.fields) is lazy for p in parts):
+        if issubclass(lazy, LazyFields) and all(type(p.fields) is lazy for p in parts):
             fields = lazy.concat([p.fields for p in parts], raw)
         else:
             fields = {n: cat([p.fields[n] for p in parts]) for n in first.fields}
