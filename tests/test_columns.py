@@ -221,3 +221,28 @@ def test_passthrough_passes_columns_on_as_process_passes_each_event(with_key_fie
     expected = [(o.role, o.record, o.encoded, kafka_key(o, e.key)) for e in events for o in op.process(e)]
     got = [(o.role, o.record, o.encoded, kafka_key(o, None)) for o in batch.outputs()]
     assert got == expected
+
+
+def test_plain_field_columns_follow_takes_of_takes_and_concats():
+    """Plain (dict) field columns through takes of takes — slices, integer and boolean indexes —
+    and concatenation: each row keeps its own record (the oracle: the records as Python lists,
+    indexed by hand); a column never read is never taken; pickled, the columns are a plain dict."""
+    import pickle
+
+    rng = np.random.default_rng(7)
+    n = 40
+    records = [{"n": int(i), "s": f"v{i}", "x": float(i) / 4} for i in range(n)]
+    events = [Event(f"k{i % 3}", i, i + 1, r, partition=i % 2, offset=i, stream="s") for i, r in enumerate(records)]
+    cols = EventColumns.from_events(events)
+    rows = list(range(n))
+    for index in (slice(3, 35), rng.permutation(32)[:20], rng.random(20) < 0.6, slice(None, None, -1)):
+        cols = cols.take(np.asarray(index) if not isinstance(index, slice) else np.arange(len(cols))[index])
+        rows = [rows[i] for i in (np.arange(len(rows))[index] if isinstance(index, slice) else
+                                  np.flatnonzero(index) if np.asarray(index).dtype == bool else index)]
+    assert cols.fields["n"].tolist() == [records[i]["n"] for i in rows]
+    assert "s" not in cols.fields._taken  # not read: not taken
+    both = EventColumns.concat([cols, cols.take(np.arange(len(cols))[::2])])
+    assert both.records() == [records[i] for i in rows + rows[::2]]
+    loaded = pickle.loads(pickle.dumps(cols.fields))
+    assert type(loaded) is dict and {k: v.tolist() for k, v in loaded.items()} == {
+        name: [records[i][name] for i in rows] for name in ("n", "s", "x")}
