@@ -381,6 +381,8 @@ class Binner:
 
     def _grow(self, need: int) -> None:
         cap = self._cap
+        if need <= cap:
+            return
         while cap < need:
             cap *= 2
         old = (self._kid, self._k, self._live, self._touched, self._rev, self._cev, self._iev,
@@ -734,14 +736,15 @@ class Binner:
             return []
         self._rev[touched] += 1
         emit = np.union1d(touched, final) if self._incremental or self._updated else final
-        kids = self._kid[emit]
-        uniq_kids, inv = np.unique(kids, return_inverse=True)
-        names = [self._keys[i] for i in uniq_kids.tolist()]
-        rank = np.empty(len(names), np.int64)
-        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
-        emit = emit[np.lexsort((self._k[emit], rank[inv.reshape(-1)]))]
-
-        out = self._records(emit, kfin, cti)
+        out: list[OutputBatch] = []
+        if len(emit):  # (final only, touched bins that stay open: nothing to order)
+            kids = self._kid[emit]
+            uniq_kids, inv = np.unique(kids, return_inverse=True)
+            names = [self._keys[i] for i in uniq_kids.tolist()]
+            rank = np.empty(len(names), np.int64)
+            rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+            emit = emit[np.lexsort((self._k[emit], rank[inv.reshape(-1)]))]
+            out = self._records(emit, kfin, cti)
 
         self._touched[touched] = False
         if self._incremental:
@@ -840,7 +843,11 @@ class Binner:
         """
         self._flush()
         live = np.flatnonzero(self._live[: self._hi])
-        used, kid = np.unique(self._kid[live], return_inverse=True)
+        kids = self._kid[live]
+        present = np.zeros(len(self._keys), np.bool_)  # key ids are < len(_keys): no sort needed
+        present[kids] = True
+        used = np.flatnonzero(present)
+        kid = (np.cumsum(present) - 1)[kids]  # each slot's key id among the used ones, in id order
         pending = bool(self._touched[live].any())
         header = {
             "bin_size": self.settings.bin_size,
@@ -922,8 +929,11 @@ class Binner:
         binner = cls(settings)
         n, m = header["slots"], binner._m
         binner._cti = header["cti"]
-        for key in header["keys"]:
-            binner._key_id(key)
+        keys = header["keys"]  # distinct (the snapshot lists each used key id's key once)
+        binner._keys = keys
+        binner._key_ids = dict(zip(keys, range(len(keys))))
+        if len(binner._key_ids) != len(keys):
+            raise ValueError("not a binner snapshot (a key listed twice)")
 
         def take(dtype: str, count: int) -> np.ndarray:
             nonlocal pos

@@ -417,3 +417,23 @@ def test_keys_without_open_bins_are_forgotten_and_open_ones_kept():
     assert [(r["key"], r["bin_start"]) for r in final if r["key"] != "stay"] == [("k4-1", 480)]
     stay = [r for r in by_role(out, "bin_final") if r["key"] == "stay"]
     assert [r["bin_start"] for r in stay] == list(range(480, 1000, 60))
+
+
+def test_a_snapshot_listing_a_key_twice_is_refused():
+    """The key table is rebuilt in one step from the snapshot's list, which must be distinct."""
+    import struct
+
+    b = binner()
+    b.process(flow("x", 0, 200, bytes_=7))
+    b.process(flow("y", 10, 20, bytes_=3))
+    data = b.snapshot()
+    magic = data[:data.index(b"{")  - 4]
+    (hlen,) = struct.unpack_from("<I", data, len(magic))
+    header = json.loads(data[len(magic) + 4: len(magic) + 4 + hlen])
+    assert header["keys"] == ["x", "y"]
+    header["keys"] = ["x", "x"]
+    head = json.dumps(header, separators=(",", ":")).encode()
+    tampered = magic + struct.pack("<I", len(head)) + head + data[len(magic) + 4 + hlen:]
+    with pytest.raises(ValueError, match="listed twice"):
+        Binner.restore(b.settings, tampered)
+    assert Binner.restore(b.settings, data).advance_to(CTI_INFINITY) == b.advance_to(CTI_INFINITY)
