@@ -17,7 +17,7 @@ become Python objects (their late record needs the event's fields).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ class LazyFields(Mapping):
 
     __slots__ = ()
 
-    names: Sequence[str]
+    names: Collection[str]
 
     def __contains__(self, name) -> bool:
         return name in self.names
@@ -84,8 +84,8 @@ class TakenFields(LazyFields):
         self._taken: dict[str, np.ndarray] = {}
 
     @property
-    def names(self) -> Mapping[str, np.ndarray]:
-        return self._source
+    def names(self) -> Collection[str]:
+        return self._source.keys()
 
     def __getitem__(self, name: str) -> np.ndarray:
         column = self._taken.get(name)
