@@ -423,17 +423,19 @@ def test_a_snapshot_listing_a_key_twice_is_refused():
     """The key table is rebuilt in one step from the snapshot's list, which must be distinct."""
     import struct
 
+    from operators.bins import _SNAPSHOT_MAGIC as MAGIC
+
     b = binner()
     b.process(flow("x", 0, 200, bytes_=7))
     b.process(flow("y", 10, 20, bytes_=3))
     data = b.snapshot()
-    magic = data[:data.index(b"{")  - 4]
-    (hlen,) = struct.unpack_from("<I", data, len(magic))
-    header = json.loads(data[len(magic) + 4: len(magic) + 4 + hlen])
+    (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
+    at = len(MAGIC) + 4
+    header = json.loads(data[at: at + hlen])
     assert header["keys"] == ["x", "y"]
     header["keys"] = ["x", "x"]
     head = json.dumps(header, separators=(",", ":")).encode()
-    tampered = magic + struct.pack("<I", len(head)) + head + data[len(magic) + 4 + hlen:]
+    tampered = MAGIC + struct.pack("<I", len(head)) + head + data[at + hlen:]
     with pytest.raises(ValueError, match="listed twice"):
         Binner.restore(b.settings, tampered)
     assert Binner.restore(b.settings, data).advance_to(CTI_INFINITY) == b.advance_to(CTI_INFINITY)

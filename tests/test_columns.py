@@ -236,9 +236,10 @@ def test_plain_field_columns_follow_takes_of_takes_and_concats():
     cols = EventColumns.from_events(events)
     rows = list(range(n))
     for index in (slice(3, 35), rng.permutation(32)[:20], rng.random(20) < 0.6, slice(None, None, -1)):
-        cols = cols.take(np.asarray(index) if not isinstance(index, slice) else np.arange(len(cols))[index])
-        rows = [rows[i] for i in (np.arange(len(rows))[index] if isinstance(index, slice) else
-                                  np.flatnonzero(index) if np.asarray(index).dtype == bool else index)]
+        if isinstance(index, slice):
+            index = np.arange(len(cols))[index]
+        cols = cols.take(index)
+        rows = [rows[i] for i in (np.flatnonzero(index) if index.dtype == bool else index)]
     assert cols.fields["n"].tolist() == [records[i]["n"] for i in rows]
     assert "s" not in cols.fields._taken  # not read: not taken
     both = EventColumns.concat([cols, cols.take(np.arange(len(cols))[::2])])
