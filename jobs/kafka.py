@@ -10,7 +10,9 @@ watermark lags the last producer batch (see :func:`true_end_offset`).
 
 from __future__ import annotations
 
+import bisect
 import json
+from operator import methodcaller
 import logging
 import os
 import time
@@ -307,45 +309,52 @@ class Message:
 def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
                batch: int = 10000, raw: bool = False) -> Iterator[list]:
     """Every record of ``topic[partition]`` with start ≤ offset < end, in lists of ≤ ``batch``
-    (confluent-kafka ``Message`` objects when ``raw``, else :class:`Message`)."""
+    (confluent-kafka ``Message`` objects when ``raw``, else :class:`Message`).
+
+    Each ``consume`` asks for no more than the range still needs: it returns as soon as that many
+    have arrived instead of waiting out its timeout for messages past the range. A fetch is
+    checked with C-level ``map`` calls, not a Python step per message (the source reads every
+    record through here)."""
     if end <= start:
         return
     cons.assign([TopicPartition(topic, partition, start)])
     try:
         idle_since = time.monotonic()
+        expected = start  # the next offset wanted
         while True:
-            msgs = cons.consume(num_messages=batch, timeout=POLL)
-            out: list[Message] = []
-            finished = False
-            for msg in msgs:
-                err = msg.error()
-                if err:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(err)
-                off = msg.offset()
-                if off >= end:
-                    finished = True
-                    break
-                if raw:
-                    out.append(msg)
-                else:
-                    ts_type, ts = msg.timestamp()
-                    out.append(Message(partition, off, msg.key(), msg.value(), ts if ts_type else None, msg.headers()))
-                if off + 1 >= end:
-                    finished = True
-                    break
+            msgs = cons.consume(num_messages=max(1, min(batch, end - expected)), timeout=POLL)
+            errors = list(map(_ERROR, msgs))
+            if errors.count(None) != len(errors):  # end-of-partition events (or a failure) among them
+                for err in errors:
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
+                msgs = [m for m, err in zip(msgs, errors) if err is None]
+            offsets = list(map(_OFFSET, msgs))
+            cut = bisect.bisect_left(offsets, end)  # one partition: offsets ascend
+            out = msgs if cut == len(msgs) else msgs[:cut]
             if out:
                 idle_since = time.monotonic()
-                yield out
+                expected = offsets[cut - 1] + 1
+                if raw:
+                    yield out
+                else:
+                    yield [Message(partition, m.offset(), m.key(), m.value(), *_timestamp(m), m.headers()) for m in out]
             elif not msgs:
                 if time.monotonic() - idle_since > 60:
                     raise StackError(f"{topic}[{partition}]: no data for 60 s while reading offsets "
                                      f"{start}..{end}; is the broker up and the data still there?")
-            if finished:
+            if cut < len(msgs) or expected >= end:
                 return
     finally:
         cons.unassign()
+
+
+_ERROR, _OFFSET = methodcaller("error"), methodcaller("offset")
+
+
+def _timestamp(msg) -> tuple[int | None]:
+    ts_type, ts = msg.timestamp()
+    return (ts if ts_type else None,)
 
 
 def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,

@@ -249,12 +249,27 @@ class ArrowFields(LazyFields):
 
     @staticmethod
     def concat(parts: list["ArrowFields"], raw: np.ndarray | None = None) -> "ArrowFields":
-        """The rows of ``parts`` one after the other (the same fields)."""
+        """The rows of ``parts`` one after the other: every field of any part, in the order of
+        the part with the most fields (the rows of a projected part are null in the fields it
+        dropped)."""
         first = parts[0]
         table = pa.concat_tables([p.arrow() for p in parts], promote_options="permissive")
+        widest = max((p.table.schema.names for p in parts), key=len)
+        if table.schema.names != widest:
+            table = table.select(widest + [n for n in table.schema.names if n not in widest])
         read = first.converted().intersection(*(p.converted() for p in parts[1:]))
-        return ArrowFields(table, first.json_fields,
+        json_fields = sorted(set().union(*(p.json_fields for p in parts)))
+        return ArrowFields(table, tuple(json_fields),
                            converted={name: np.concatenate([p[name] for p in parts]) for name in read})
+
+    def project(self, names) -> "ArrowFields":
+        """The view with only the fields ``names`` (those it has), in its own order."""
+        kept = [n for n in self.table.schema.names if n in names]
+        if len(kept) == self.table.num_columns:
+            return self
+        return ArrowFields(self.table.select(kept), tuple(n for n in self.json_fields if n in kept), self.index,
+                           {n: c for n, c in self._converted.items() if n in kept},
+                           {n: c for n, c in self._columns.items() if n in kept})
 
     def __reduce__(self):
         table = self.arrow()

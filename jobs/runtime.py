@@ -85,6 +85,24 @@ class Plan:
         return all(getattr(op.cls, "handles_adjust", False) for op in self.operators)
 
     @property
+    def fields_read(self) -> tuple[str, ...] | None:
+        """The only record fields the operators read of an event on their common path (their
+        classes' ``fields_read(settings)``); None when one may read any (it has no such method)."""
+        names: list[str] = []
+        for op in self.operators:
+            reads = getattr(op.cls, "fields_read", None)
+            got = None if reads is None else reads(op.settings)
+            if got is None:
+                return None
+            names.extend(n for n in got if n not in names)
+        return tuple(names)
+
+    def needs_records(self, cols: EventColumns) -> bool:
+        """Whether an operator may read all fields of a row of ``cols`` (its ``needs_records``:
+        a refusal, a late record)."""
+        return any(op.cls.needs_records(op.settings, cols) for op in self.operators if hasattr(op.cls, "needs_records"))
+
+    @property
     def columnar(self) -> bool:
         """One input stream and no reference join: the time layer keeps events as columns
         (:class:`operators.columns.ColumnTimeLayer`) and operators that can take columns get them."""
@@ -331,8 +349,9 @@ class GroupRuntime:
         if plan.columnar:
             ((stream, settings),) = plan.streams.items()
             if data is None:
-                return ColumnTimeLayer(stream, settings, handles_adjust=plan.handles_adjust)
-            return ColumnTimeLayer.restore(stream, settings, data, handles_adjust=plan.handles_adjust)
+                return ColumnTimeLayer(stream, settings, plan.handles_adjust, plan.fields_read, plan.needs_records)
+            return ColumnTimeLayer.restore(stream, settings, data, plan.handles_adjust, plan.fields_read,
+                                           plan.needs_records)
         if data is None:
             return TimeLayer(plan.streams, handles_adjust=plan.handles_adjust)
         return TimeLayer.restore(plan.streams, data, handles_adjust=plan.handles_adjust)

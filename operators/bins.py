@@ -342,6 +342,30 @@ class Binner:
 
     handles_adjust = True
 
+    @classmethod
+    def fields_read(cls, settings: BinSettings) -> tuple[str, ...]:
+        """The fields a binner reads of an event on its common path (see :meth:`needs_records`)."""
+        return tuple(settings.measures)
+
+    @classmethod
+    def needs_records(cls, settings: BinSettings, cols) -> bool:
+        """Whether a row of ``cols`` (:class:`operators.columns.EventColumns`) may take the exact
+        path of :meth:`process_columns` — ADJUSTed, odd times, too many bins, measures that are
+        not finite numbers — where its late record or its refusal carries all its fields."""
+        if not len(cols):
+            return False
+        if cols.adjusted is not None and cols.adjusted.any():
+            return True
+        s, e = cols.start, cols.end
+        common = (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT) & ((e - s) < settings.bin_size * (settings.max_bins_per_event - 1))
+        if not common.all():
+            return True
+        for name in settings.measures:
+            col = cols.fields.get(name)
+            if col is None or col.dtype.kind not in "iubf" or (col.dtype.kind == "f" and not np.isfinite(col).all()):
+                return True
+        return False
+
     def __init__(self, settings: BinSettings) -> None:
         if not isinstance(settings, BinSettings):
             raise ConfigError(f"Binner needs BinSettings, got {type(settings).__name__}")

@@ -17,7 +17,7 @@ become Python objects (their late record needs the event's fields).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,12 @@ class LazyFields(Mapping):
         """The rows of ``parts`` (all of this type, the same fields) one after the other; by
         default every column concatenated now."""
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+    def project(self, names: Collection[str]) -> "LazyFields":
+        """Only the fields ``names`` (others dropped), where this type can drop fields; by
+        default all of them, unchanged. A type that drops fields must concatenate with parts
+        that kept them (their rows then have no value for the dropped fields)."""
+        return self
 
 
 class TakenFields(LazyFields):
@@ -175,6 +181,19 @@ class EventColumns:
                             None if self.original_start is None else self.original_start[index],
                             None if self.dicts is None else [self.dicts[i] for i in np.arange(len(self))[index].tolist()])
 
+    def project(self, names: Collection[str]) -> "EventColumns":
+        """These rows with only the fields ``names`` that the fields' type can drop
+        (:meth:`LazyFields.project`); every other column as it is. For a buffer whose rows no
+        reader asks other fields of (:class:`ColumnTimeLayer`'s ``keep_fields``)."""
+        fields = self.fields
+        if self.dicts is not None or not isinstance(fields, LazyFields):
+            return self
+        kept = fields.project(names)
+        if kept is fields:
+            return self
+        return EventColumns(self.stream, self.key, self.start, self.end, self.partition, self.offset, kept, self.raw,
+                            self.adjusted, self.original_start, None)
+
     def _taken_fields(self, index, raw) -> Mapping[str, np.ndarray]:
         fields = self.fields
         if not fields:
@@ -258,12 +277,19 @@ class ColumnTimeLayer:
     reorder buffer's: released + late = offered; releases concatenate in application-time
     order."""
 
-    def __init__(self, stream: str, settings: AdvanceTimeSettings, handles_adjust: bool = False) -> None:
+    def __init__(self, stream: str, settings: AdvanceTimeSettings, handles_adjust: bool = False,
+                 keep_fields: Collection[str] | None = None,
+                 needs_records: Callable[["EventColumns"], bool] | None = None) -> None:
         if settings.frequency is not None or settings.import_from is not None:
             raise ConfigError("ColumnTimeLayer takes its CTIs from the caller: no frequency, no import_from")
         self.stream = stream
         self.policy = ViolationPolicy(settings.policy)
         self.handles_adjust = handles_adjust
+        #: the only fields anything reads of a released event (None: any field may be read); a
+        #: snapshot keeps just these of the buffered rows (:meth:`snapshot`) unless
+        #: ``needs_records`` says a row of them may have all its fields read
+        self.keep_fields = None if keep_fields is None else tuple(keep_fields)
+        self.needs_records = needs_records
         self._cti = CTI_NONE
         self._pending = CTI_NONE
         self._held: EventColumns | None = None     # sorted
@@ -350,14 +376,32 @@ class ColumnTimeLayer:
         return everything.take(slice(0, cut)) if cut else None
 
     def snapshot(self) -> bytes:
-        return pickle.dumps(("columns", 1, self._cti, self._pending, self._held, self._arrived), protocol=5)
+        """The layer as bytes. With ``keep_fields``, the buffered rows keep only those fields
+        (where their type can drop fields, :meth:`EventColumns.project`) — unless a row may
+        have all its fields read: ``needs_records`` says so (an operator's refusal or late
+        record carries the whole record), or a row is ADJUSTed and the operator writes its late
+        record (``handles_adjust``). The buffer is most of a long CTI delay's state; what is not
+        stored is not copied through Spark's state server, store and changelog."""
+        held, arrived = self._held, self._arrived
+        if self.keep_fields is not None:
+            held = None if held is None else self._kept(held)
+            arrived = [self._kept(a) for a in arrived]
+        return pickle.dumps(("columns", 1, self._cti, self._pending, held, arrived), protocol=5)
+
+    def _kept(self, cols: EventColumns) -> EventColumns:
+        if self.handles_adjust and cols.adjusted is not None and cols.adjusted.any():
+            return cols
+        if self.needs_records is not None and self.needs_records(cols):
+            return cols
+        return cols.project(self.keep_fields)
 
     @classmethod
     def restore(cls, stream: str, settings: AdvanceTimeSettings, data: bytes,
-                handles_adjust: bool = False) -> "ColumnTimeLayer":
+                handles_adjust: bool = False, keep_fields: Collection[str] | None = None,
+                needs_records: Callable[["EventColumns"], bool] | None = None) -> "ColumnTimeLayer":
         """From :meth:`snapshot` bytes, or from a :class:`~operators.time.TimeLayer` snapshot of
         the same single stream (state written before the layer kept columns)."""
-        layer = cls(stream, settings, handles_adjust)
+        layer = cls(stream, settings, handles_adjust, keep_fields, needs_records)
         got = pickle.loads(data)
         if got[0] == "columns":
             _, _version, layer._cti, layer._pending, layer._held, layer._arrived = got

@@ -68,6 +68,10 @@ class Operator(Protocol):
     # operators of the same settings (operator-wide clocks copied), each with exactly its keys'
     # state; the runtime splits a state chunk with it when chunks grow. Without it, an operator's
     # keys all stay in one chunk.
+    # Optional: ``fields_read(settings)`` (a classmethod) → the only record fields the operator
+    # reads of an event (``Event.fields`` / the field columns); the reorder buffer then stores
+    # just those of the events it holds (:class:`operators.columns.ColumnTimeLayer`). Without
+    # it, any field may be read and all are kept.
     # Optional: ``forget(key)`` drops everything the operator keeps for ``key`` (the job's key
     # TTL, ``state.ttl``: a key with no event for that long in application time). Operators
     # whose state the CTI bounds anyway (bins) need not implement it.

@@ -116,3 +116,19 @@ def test_nested_values_and_nulls_read_as_written():
     again = pickle.loads(pickle.dumps(cols.take(np.array([1, 0])), protocol=5))
     assert again.records() == [items[1][3], items[0][3]]
     assert cols.fields["n"].dtype == np.int64 and cols.fields["maybe"].dtype == object
+
+
+def test_a_projected_view_concatenates_with_full_rows_in_the_full_field_order():
+    """The reorder buffer's stored rows keep only the fields read (``project``); joined with new
+    rows that have every field, the fields come in the record's order again, the stored rows'
+    dropped fields are null and the kept ones read as written."""
+    cols, records = _packed("flow")
+    old = cols.take(np.arange(10, 20)).fields.project(["packets", "bytes"])
+    assert list(old) == ["bytes", "packets"]  # the record's order, not the request's
+    assert old.project(["bytes", "packets", "nope"]) is old
+    restored = pickle.loads(pickle.dumps(old))
+    new = cols.take(np.arange(30, 35)).fields
+    both = ArrowFields.concat([restored, new])
+    assert list(both) == list(records[0])
+    assert both["bytes"].tolist() == [r["bytes"] for r in records[10:20] + records[30:35]]
+    assert both["id"].tolist() == [None] * 10 + [r["id"] for r in records[30:35]]
