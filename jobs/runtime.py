@@ -91,6 +91,8 @@ class Plan:
         names: list[str] = []
         for op in self.operators:
             reads = getattr(op.cls, "fields_read", None)
+            if reads is not None and not hasattr(op.cls, "needs_records"):
+                raise TypeError(f"{op.cls.__name__} has fields_read but no needs_records (operators/operator.py)")
             got = None if reads is None else reads(op.settings)
             if got is None:
                 return None

@@ -71,7 +71,10 @@ class Operator(Protocol):
     # Optional: ``fields_read(settings)`` (a classmethod) → the only record fields the operator
     # reads of an event (``Event.fields`` / the field columns); the reorder buffer then stores
     # just those of the events it holds (:class:`operators.columns.ColumnTimeLayer`). Without
-    # it, any field may be read and all are kept.
+    # it, any field may be read and all are kept. An operator with it must also have
+    # ``needs_records(settings, columns)`` (a classmethod) → True when a row of ``columns`` may
+    # be refused or otherwise have its whole record read (a refusal's dead letter and a late
+    # record carry every field): the buffer is then stored whole.
     # Optional: ``forget(key)`` drops everything the operator keeps for ``key`` (the job's key
     # TTL, ``state.ttl``: a key with no event for that long in application time). Operators
     # whose state the CTI bounds anyway (bins) need not implement it.
