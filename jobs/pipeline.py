@@ -301,8 +301,16 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     batches: dict[int, dict] = {}  # batch id → its progress (idle triggers repeat an id: keep the first)
 
     def collect() -> None:
-        # Idle triggers report the last batch again, without ``addBatch``: not a batch.
-        fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
+        # Idle triggers report the last batch again, without ``addBatch``: not a batch. The last
+        # progress alone (one JSON) when it is the only new batch; all recent ones (up to 100,
+        # each with its state metrics: CPU the driver shares with the job) only after a jump.
+        last = query.lastProgress
+        if last is None or last["batchId"] in batches:
+            return
+        if "addBatch" in last["durationMs"] and (last["batchId"] - 1 in batches or (not batches and last["batchId"] == 0)):
+            fresh = [last]
+        else:
+            fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
         for p in fresh:
             batches.setdefault(p["batchId"], p)
         if fresh and not first_batch:
