@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import bisect
 import json
-from operator import methodcaller
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition

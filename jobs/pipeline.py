@@ -307,7 +307,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
         last = query.lastProgress
         if last is None or last["batchId"] in batches:
             return
-        if "addBatch" in last["durationMs"] and (last["batchId"] - 1 in batches or (not batches and last["batchId"] == 0)):
+        follows = last["batchId"] - 1 in batches or (not batches and last["batchId"] == 0)
+        if "addBatch" in last["durationMs"] and follows:
             fresh = [last]
         else:
             fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]

@@ -38,11 +38,11 @@ the same idle set, and therefore the same CTI.
 from __future__ import annotations
 
 import json
-from operator import methodcaller
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import methodcaller
 from pathlib import Path
 
 import numpy as np

@@ -357,7 +357,8 @@ class Binner:
         if cols.adjusted is not None and cols.adjusted.any():
             return True
         s, e = cols.start, cols.end
-        common = (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT) & ((e - s) < settings.bin_size * (settings.max_bins_per_event - 1))
+        span = settings.bin_size * (settings.max_bins_per_event - 1)  # as Binner._span_check
+        common = (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT) & ((e - s) < span)
         if not common.all():
             return True
         for name in settings.measures:
