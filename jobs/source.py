@@ -42,7 +42,6 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from operator import methodcaller
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +54,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.checkpoint import write_atomically
-from jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
+from jobs.kafka import (MESSAGE_OFFSET, MESSAGE_PARTITION, MESSAGE_TIMESTAMP, MESSAGE_VALUE, consumer, low_offset,
+                        read_range, topic_partitions, true_end_offsets)
 from jobs.avro_columns import ColumnDecoder, arrow_type, compile_schema, read_body
 from jobs.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, default_store, registry_client
 from operators.errors import DecodeError, StackError
@@ -65,8 +65,6 @@ FRONTIER = rows.FRONTIER  # re-exported: the row kinds and their columns are job
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = CTI_INFINITY  # an edge's end while it is current
-#: A fetch's fields, read with C-level ``map`` calls rather than a Python step per message.
-_VALUE, _OFFSET, _TIMESTAMP, _PARTITION = map(methodcaller, ("value", "offset", "timestamp", "partition"))
 
 
 def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
@@ -639,7 +637,7 @@ class RecordDecoder:
 
     def batch(self, msgs) -> pa.RecordBatch:
         """Kafka messages (confluent-kafka ``Message`` objects) → one Arrow record batch."""
-        values = list(map(_VALUE, msgs))
+        values = list(map(MESSAGE_VALUE, msgs))
         got = self.decoded(values)
         if len(got.starts):
             top = int(got.starts.max())
@@ -648,9 +646,9 @@ class RecordDecoder:
         if "meta_pack" in self.arrow.names:
             return self._packed_batch(msgs, values, got)
         n_good = got.fields.num_rows
-        offsets = np.fromiter(map(_OFFSET, msgs), np.int64, len(msgs))
-        kafka_ts = [ts for _, ts in map(_TIMESTAMP, msgs)]
-        partitions = list(map(_PARTITION, msgs))
+        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
+        kafka_ts = [ts for _, ts in map(MESSAGE_TIMESTAMP, msgs)]
+        partitions = list(map(MESSAGE_PARTITION, msgs))
         good_cols = {name: got.fields.column(name) for name in got.fields.column_names}
         index = got.index
         good_cols.update(
@@ -689,7 +687,7 @@ class RecordDecoder:
         part = msgs[0].partition() if msgs else 0
         if msgs and msgs[-1].partition() != part:  # packs and their order assume one partition a fetch
             raise ValueError(f"a fetch spans partitions {part} and {msgs[-1].partition()}; read one partition at a time")
-        offsets = np.fromiter(map(_OFFSET, msgs), np.int64, len(msgs))
+        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
         index = got.index
         group = self._group_of(got.keys)
         kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
