@@ -379,8 +379,7 @@ class ColumnTimeLayer:
         """The layer as bytes. With ``keep_fields``, the buffered rows keep only those fields
         (where their type can drop fields, :meth:`EventColumns.project`) — unless a row may
         have all its fields read: ``needs_records`` says so (an operator's refusal or late
-        record carries the whole record), or a row is ADJUSTed and the operator writes its late
-        record (``handles_adjust``). The buffer is most of a long CTI delay's state; what is not
+        record — e.g. the binner's share of an ADJUSTed event — carries the whole record). The buffer is most of a long CTI delay's state; what is not
         stored is not copied through Spark's state server, store and changelog."""
         held, arrived = self._held, self._arrived
         if self.keep_fields is not None:
@@ -389,8 +388,6 @@ class ColumnTimeLayer:
         return pickle.dumps(("columns", 1, self._cti, self._pending, held, arrived), protocol=5)
 
     def _kept(self, cols: EventColumns) -> EventColumns:
-        if self.handles_adjust and cols.adjusted is not None and cols.adjusted.any():
-            return cols
         if self.needs_records is not None and self.needs_records(cols):
             return cols
         return cols.project(self.keep_fields)
