@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -65,22 +67,25 @@ def test_import_keeps_pace_with_a_silent_reference_stream_and_min_stalls(stack, 
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
-@pytest.mark.parametrize("changelog,long_buffer", [(("true", "true"), False), (("false", "true"), False),
-                                                   (("true", "false"), False), (("true", "true"), True)],
+@pytest.mark.parametrize("changelog,long_buffer,layout", [(("true", "true"), False, 3), (("false", "true"), False, 3),
+                                                          (("true", "false"), False, 3), (("true", "true"), True, 3),
+                                                          (("true", "true"), True, 2)],
                          ids=["changelog-on", "checkpoint-without-changelog-then-on", "with-changelog-then-off",
-                              "header-in-parts"])
-def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog, long_buffer):
+                              "header-in-parts", "state-layout-2-header-in-parts"])
+def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog, long_buffer,
+                                                                  layout):
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
-    a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; and
-    with a reorder buffer of 16,000 events or more (a 1 h CTI delay), whose header is stored in parts
-    (``header_parts``, jobs.adapter) when the first run stops."""
+    a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; with
+    a reorder buffer of 16,000 events or more (a 1 h CTI delay), whose header is stored in parts
+    (jobs.adapter.GroupState) when the first run stops; and in a checkpoint of state layout 2
+    (three state variables, before 2026-11-26), which keeps its layout."""
     try:
-        _restart(stack, spark, tmp_path, changelog, long_buffer)
+        _restart(stack, spark, tmp_path, changelog, long_buffer, layout)
     finally:
         spark.conf.set(CHANGELOG, "true")
 
 
-def _restart(stack, spark, tmp_path, changelog, long_buffer=False):
+def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
     # The first run stops after max_batches, polled every 0.5 s: a batch or two more may finish
     # before the stop, so the topic holds well over 4 batches (40,000 = 10 batches of 4,000; the
     # 16,000+ events buffered at the stop, in one key group, make a compressed header of parts).
@@ -99,14 +104,24 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False):
                           "outputs": {"final": final}}],
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
               spark={"trigger": "500ms", **({"key_groups": 1} if long_buffer else {})})
+    if layout != 3:  # a checkpoint started by the ctiflow of that layout
+        from jobs.checkpoint import group_labels, state_layout
+        groups = Path(cfg.spark.checkpoint) / "ctiflow-groups.json"
+        group_labels(cfg.key_groups, int(spark.conf.get("spark.sql.shuffle.partitions")), Path(cfg.spark.checkpoint))
+        groups.write_text(json.dumps({**json.loads(groups.read_text()), "state_layout": layout}))
+        assert state_layout(Path(cfg.spark.checkpoint)) == layout
     # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
     spark.conf.set(CHANGELOG, changelog[0])
     first = run(cfg, spark, until_end=False, max_batches=4, timeout=60)
     partial = read(stack, final)
     assert 0 < first.records < len(flows)
     if long_buffer:  # the header is in parts (Spark's state data source reads the checkpoint)
-        parts = (spark.read.format("statestore").option("path", cfg.spark.checkpoint)
-                 .option("stateVarName", "header_parts").load().collect())
+        reader = spark.read.format("statestore").option("path", cfg.spark.checkpoint)
+        if layout == 2:
+            parts = reader.option("stateVarName", "header_parts").load().collect()
+        else:
+            entries = reader.option("stateVarName", "state").load()
+            parts = entries.where(entries.user_map_key.chunk < -1).collect()
         assert len(parts) >= 2
     # Second run from the checkpoint: bounded, drains and flushes.
     spark.conf.set(CHANGELOG, changelog[1])

@@ -5,11 +5,12 @@ source and carried as a label that Spark's partitioner spreads evenly, see
 :func:`jobs.pipeline.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
 of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
-reorder buffer, CTI clocks, reference join, chunk index) is one ``ValueState`` ("header"; a
-large one in parts, ``ListState`` "header_parts": :meth:`OperatorProcessor._store`), and
-the operators' keyed state is a ``MapState`` ("chunks") of chunks of about ``state.chunk_keys``
-keys, of which a batch reads and writes only those it touches (:class:`jobs.runtime.GroupRuntime`);
-chunks this worker committed and still holds decoded are used without a read (:class:`WarmChunks`).
+reorder buffer, CTI clocks, reference join, chunk index) is one value (the "header"; a large
+one in parts: :meth:`OperatorProcessor._store`), and the operators' keyed state is in chunks of
+about ``state.chunk_keys`` keys, of which a batch reads and writes only those it touches
+(:class:`jobs.runtime.GroupRuntime`); both live in the group's one ``MapState``
+(:class:`GroupState`). Chunks this worker committed and still holds decoded are used without a
+read (:class:`WarmChunks`).
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
@@ -49,6 +50,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.avro_encode import ResultEncoder
+from jobs.checkpoint import STATE_LAYOUT
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan, register_schemas
 from jobs.serde import AvroSerializer, registry_client
@@ -60,9 +62,10 @@ _CHUNK = StructType([StructField("chunk", IntegerType())])
 
 
 class ChunkStore:
-    """A key group's state chunks in Spark's state store (``MapState``: chunk number → bytes),
-    shaped like the dict :class:`~jobs.runtime.GroupRuntime` keeps them in elsewhere. One state
-    call per chunk read or written; chunks nobody asks for are never read."""
+    """A key group's state chunks in Spark's state store (``MapState``: chunk number ≥ 0 →
+    bytes), shaped like the dict :class:`~jobs.runtime.GroupRuntime` keeps them in elsewhere. One
+    state call per chunk read or written; chunks nobody asks for are never read; entries under
+    negative numbers are not chunks (:class:`GroupState`)."""
 
     def __init__(self, state):
         self.state = state
@@ -78,7 +81,86 @@ class ChunkStore:
         self.state.removeKey((chunk,))
 
     def items(self):
-        return (((k[0]), v[0]) for k, v in self.state.iterator())
+        return ((k[0], v[0]) for k, v in self.state.iterator() if k[0] >= 0)
+
+
+class GroupState:
+    """A key group's state in Spark's state store, layout 3 (:data:`jobs.checkpoint.STATE_LAYOUT`):
+    one ``MapState`` ("state") holds the chunks under their numbers (:class:`ChunkStore`), the
+    header's stored value under :data:`HEADER` and, when that value is
+    :data:`HEADER_IN_PARTS` + the count (uint32, little-endian), the header's parts under
+    ``HEADER − 1``, ``HEADER − 2``, ….
+
+    One state variable, not three: Spark's state server registers every state variable in every
+    task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 20 ms a
+    task a micro-batch for the two this layout drops (docs/performance.md, "One state variable")."""
+
+    HEADER = -1
+    NAME = "state"
+
+    def __init__(self, handle: StatefulProcessorHandle):
+        self.map = handle.getMapState(self.NAME, _CHUNK, _STATE)
+        self.chunks = ChunkStore(self.map)
+
+    def read(self) -> tuple[bytes | None, bytes | None]:
+        """→ (the header's stored value, the stored header: its parts joined when in parts)."""
+        row = self.map.getValue((self.HEADER,))
+        stored = None if row is None else row[0]
+        count = self._parts(stored)
+        if not count:
+            return stored, stored
+        return stored, b"".join(self.map.getValue((self.HEADER - 1 - i,))[0] for i in range(count))
+
+    def write(self, stored: bytes | None, header: bytes, seal) -> None:
+        """Store ``header`` (whole, or in parts of :data:`jobs.rows.PACK_BYTES`; parts of a
+        larger earlier header are removed) and ``seal(value)`` as the header's value."""
+        size = rows.PACK_BYTES
+        count = 0
+        if len(header) > size:
+            for count, at in enumerate(range(0, len(header), size), 1):
+                self.map.updateValue((self.HEADER - count,), (header[at:at + size],))
+            header = HEADER_IN_PARTS + _COUNT.pack(count)
+        for stale in range(count, self._parts(stored)):
+            self.map.removeKey((self.HEADER - 1 - stale,))
+        self.map.updateValue((self.HEADER,), (seal(header),))
+
+    @staticmethod
+    def _parts(stored: bytes | None) -> int:
+        if stored is None or not stored.startswith(HEADER_IN_PARTS):
+            return 0
+        return _COUNT.unpack_from(stored, len(HEADER_IN_PARTS))[0]
+
+
+class LegacyGroupState(GroupState):
+    """Layout 2 (checkpoints written before 2026-11-26): the header's value in a ``ValueState``
+    ("header"), its parts in a ``ListState`` ("header_parts", the value then just
+    :data:`HEADER_IN_PARTS`), the chunks in a ``MapState`` ("chunks"). Such a checkpoint keeps
+    its layout: Spark's checkpoint records its state variables."""
+
+    def __init__(self, handle: StatefulProcessorHandle):
+        self.value = handle.getValueState("header", _STATE)
+        self.parts = handle.getListState("header_parts", _STATE)
+        self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
+
+    def read(self) -> tuple[bytes | None, bytes | None]:
+        row = self.value.get()  # None before the group's first batch (one state call, not two)
+        stored = None if row is None else row[0]
+        if stored is not None and stored.startswith(HEADER_IN_PARTS):
+            return stored, b"".join(part for (part,) in self.parts.get())
+        return stored, stored
+
+    def write(self, stored: bytes | None, header: bytes, seal) -> None:
+        size = rows.PACK_BYTES
+        if len(header) > size:
+            self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])
+            header = HEADER_IN_PARTS
+        elif stored is not None and stored.startswith(HEADER_IN_PARTS):
+            self.parts.clear()
+        self.value.update((seal(header),))
+
+
+#: the state layouts this version reads (:data:`jobs.checkpoint.STATE_LAYOUT` is the one it writes)
+GROUP_STATES = {2: LegacyGroupState, 3: GroupState}
 
 
 class WarmChunks:
@@ -123,9 +205,10 @@ class WarmChunks:
 
 #: this worker's (one per Python process; Spark reuses workers across micro-batches)
 _WARM = WarmChunks()
-#: the header value when the header is in the ``header_parts`` list (a pickled header starts
-#: with pickle's protocol opcode, never with this); the token follows, as after any header
+#: the header value when the header is stored in parts (:class:`GroupState`; a pickled or
+#: compressed header never starts with this); the token follows, as after any header
 HEADER_IN_PARTS = b"ctiflow:header-in-parts"
+_COUNT = struct.Struct("<I")
 #: a compressed header starts with this, then its size and the zstd frame's (little-endian
 #: uint64 each), then the frame (the token follows, as after any header)
 HEADER_ZSTD = b"ctiflow:zstd"
@@ -175,8 +258,11 @@ def _field_decoder(options: dict[str, str]):
 
 class OperatorProcessor(StatefulProcessor):
     def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
-                 sources: dict[str, dict[str, str]] | None = None):
+                 sources: dict[str, dict[str, str]] | None = None, state_layout: int = STATE_LAYOUT):
+        if state_layout not in GROUP_STATES:
+            raise ValueError(f"state layout {state_layout}: this ctiflow reads {sorted(GROUP_STATES)}")
         self.plan = plan
+        self.state_layout = state_layout     # the checkpoint's (jobs.checkpoint.state_layout)
         self.topic_schemas = topics          # topic → schema name
         self.framing = framing
         self.registry = registry
@@ -185,9 +271,7 @@ class OperatorProcessor(StatefulProcessor):
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("header", _STATE)
-        self.parts = handle.getListState("header_parts", _STATE)
-        self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
+        self.group = GROUP_STATES[self.state_layout](handle)
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
         register_schemas(self.plan.schemas)  # an executor's store has only the files: add the derived ones
         self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
@@ -250,24 +334,19 @@ class OperatorProcessor(StatefulProcessor):
     def _load(self) -> tuple[bytes | None, GroupRuntime]:
         """→ the stored header value and the group's runtime, from the header's bytes (in the
         value state, or in ``header_parts`` when the value is :data:`HEADER_IN_PARTS`)."""
-        row = self.state.get()  # None before the group's first batch (one state call, not two)
-        stored = header = None if row is None else row[0]
-        if stored is not None and stored.startswith(HEADER_IN_PARTS):
-            header = b"".join(part for (part,) in self.parts.get())
+        stored, header = self.group.read()  # (None, None) before the group's first batch
         started = time.perf_counter()
         header = expanded(header)
         expanding = time.perf_counter() - started
-        runtime = GroupRuntime(self.plan, header=header, chunks=self.chunks, warm=_WARM.take(stored), batched=True)
+        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=_WARM.take(stored), batched=True)
         runtime.counters.state_us += int(expanding * 1e6)
         return stored, runtime
 
     def _store(self, stored: bytes | None, runtime: GroupRuntime) -> None:
         """Commit ``runtime``; the header is stored :func:`compressed`. One of more than
-        :data:`jobs.rows.PACK_BYTES` (a long reorder buffer) goes to the ``header_parts`` list in
-        parts of that size, with
-        :data:`HEADER_IN_PARTS` in the value state: one large value is several G1 "humongous"
-        copies in the state server's JVM each write and read (measured under "Memory",
-        docs/performance.md). Parts a larger header left are cleared."""
+        :data:`jobs.rows.PACK_BYTES` (a long reorder buffer) is stored in parts of that size
+        (:meth:`GroupState.write`): one large value is several G1 "humongous" copies in the state
+        server's JVM each write and read (measured under "Memory", docs/performance.md)."""
         raw = runtime.commit()
         started = time.perf_counter()
         header = compressed(raw)
@@ -275,13 +354,8 @@ class OperatorProcessor(StatefulProcessor):
         counters.state_us += int((time.perf_counter() - started) * 1e6)
         counters.state_written += len(header) - len(raw)
         counters.state_bytes += len(header) - len(raw)
-        size = rows.PACK_BYTES
-        if len(header) > size:
-            self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])
-            header = HEADER_IN_PARTS
-        elif stored is not None and stored.startswith(HEADER_IN_PARTS):
-            self.parts.clear()
-        self.state.update((_WARM.put(header, runtime.still_warm(), self.plan.cache_chunks),))
+        warm = runtime.still_warm()
+        self.group.write(stored, header, lambda value: _WARM.put(value, warm, self.plan.cache_chunks))
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded (:class:`jobs.avro_encode.ResultEncoder`) and packed per

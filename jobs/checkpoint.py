@@ -24,9 +24,13 @@ from jobs.progress import is_gauge, merge_metrics
 from operators.errors import ConfigError
 
 
-#: How keyed state is laid out in Spark's state store (:class:`jobs.runtime.GroupRuntime`): 2 is a
-#: header ``ValueState`` and a ``MapState`` of key chunks per key group; before it (no entry), one blob.
-STATE_LAYOUT = 2
+#: How a key group's state is laid out in Spark's state store, the layout new checkpoints get:
+#: 3 is one ``MapState`` holding the header and the key chunks (:class:`jobs.adapter.GroupState`);
+#: 2 (still read) a header ``ValueState``, its parts' ``ListState`` and a ``MapState`` of key chunks;
+#: before 2 (no entry), one blob (refused).
+STATE_LAYOUT = 3
+#: the layouts this version reads; a checkpoint keeps the layout it was started with
+STATE_LAYOUTS_READ = (2, 3)
 
 
 def check_key_groups(groups: int, checkpoint: Path) -> dict | None:
@@ -42,7 +46,11 @@ def check_key_groups(groups: int, checkpoint: Path) -> dict | None:
                               "the ctiflow version that wrote it")
         return None
     saved = json.loads(path.read_text())
-    if saved.get("state_layout") != STATE_LAYOUT:
+    if saved.get("state_layout", 0) > STATE_LAYOUT:
+        raise ConfigError(f"the checkpoint {checkpoint} was written by a newer ctiflow (state layout "
+                          f"{saved['state_layout']}; this version writes {STATE_LAYOUT}): run that version, or "
+                          "start from a new checkpoint (spark.checkpoint)")
+    if saved.get("state_layout") not in STATE_LAYOUTS_READ:
         raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept each key group's "
                           "state in one blob; this version keeps it in chunks of keys and cannot read it: start "
                           "from a new checkpoint (spark.checkpoint), or finish the old one with the ctiflow version "
@@ -73,6 +81,13 @@ def group_labels(groups: int, partitions: int, checkpoint: Path | None = None) -
         write_atomically(path, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels,
                                            "state_layout": STATE_LAYOUT}))
     return labels
+
+
+def state_layout(checkpoint: Path) -> int:
+    """The state layout of the checkpoint (after :func:`group_labels` has checked or created it):
+    :data:`STATE_LAYOUT` for a new one, the one it was started with otherwise."""
+    path = checkpoint / "ctiflow-groups.json"
+    return json.loads(path.read_text()).get("state_layout", STATE_LAYOUT) if path.exists() else STATE_LAYOUT
 
 
 def _spread_labels(groups: int, partitions: int) -> list[int]:

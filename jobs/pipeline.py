@@ -40,7 +40,8 @@ from jobs.config import JobConfig, duration_ms
 from jobs.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from jobs.kafka import CLIENT_SECRETS_ENV, create_topics, public_client, topic_partitions, wait_for_broker
 from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
-                             reset_uncommitted_checkpoint, start_file, write_atomically, check_checkpoint_dir)
+                             reset_uncommitted_checkpoint, start_file, state_layout, write_atomically,
+                             check_checkpoint_dir)
 from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
                            records_read, summary_line)
 from jobs.runtime import Plan, plan as make_plan
@@ -226,7 +227,8 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
                                   cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
                                   sources={src.name: source_options(cfg, src, until_end, labels).to_options()
-                                           for src in cfg.sources})
+                                           for src in cfg.sources},
+                                  state_layout=state_layout(Path(cfg.checkpoint_dir)))
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),

@@ -13,6 +13,7 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql.streaming import TwsTester  # noqa: E402
 
 from jobs.adapter import OperatorProcessor  # noqa: E402
+from jobs.checkpoint import STATE_LAYOUT  # noqa: E402
 from jobs.config import parse  # noqa: E402
 from jobs.rows import pack_events  # noqa: E402
 from jobs.runtime import plan  # noqa: E402
@@ -46,10 +47,27 @@ def control(stream: str, partitions: list[int], flush: bool = False, idle: list[
             "meta_control": json.dumps({"partitions": partitions, "idle": list(idle), "flush": flush})}
 
 
-def make_tester(spec: dict) -> tuple[TwsTester, dict]:
+def make_tester(spec: dict, layout: int = STATE_LAYOUT) -> tuple[TwsTester, dict]:
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"}, **spec}, "t")
-    proc = OperatorProcessor(plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
+    proc = OperatorProcessor(plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, state_layout=layout)
     return TwsTester(proc), cfg.result_topics()
+
+
+#: each state layout's variables: (name, kind)
+VARIABLES = {3: [("state", "map")], 2: [("header", "value"), ("header_parts", "list"), ("chunks", "map")]}
+
+
+def snapshot(t: TwsTester, key, layout: int = STATE_LAYOUT) -> list:
+    """Everything the group has in the state store (to roll back to: :func:`roll_back`)."""
+    peek = {"value": t.peekValueState, "list": t.peekListState, "map": t.peekMapState}
+    return [(name, kind, peek[kind](name, key)) for name, kind in VARIABLES[layout]]
+
+
+def roll_back(t: TwsTester, key, snap: list) -> None:
+    """The state store goes back to ``snap``: a micro-batch is replayed."""
+    update = {"value": t.updateValueState, "list": t.updateListState, "map": t.updateMapState}
+    for name, kind, value in snap:
+        update[kind](name, key, value)
 
 
 def results(frame: pd.DataFrame, topics: dict[str, str]) -> list[tuple[str, dict]]:
@@ -74,17 +92,17 @@ def test_a_group_with_no_records_of_its_own_is_advanced_by_another_partitions_fr
     assert [r["id"] for _, r in results(second, topics)] == ["t0"]  # CTI = min(5000, 9000) − 1000
 
 
-def test_a_replayed_batch_yields_the_same_records_in_the_same_order():
-    t, topics = make_tester({"sources": [TX], "operators": PASS})
+@pytest.mark.parametrize("layout", [3, 2])
+def test_a_replayed_batch_yields_the_same_records_in_the_same_order(layout):
+    t, topics = make_tester({"sources": [TX], "operators": PASS}, layout)
     t.testInPandas(3, pd.DataFrame([pack("tx", 0, 0, [tx(i, T0 + i * 100) for i in range(20)]),
                                     frontier("tx", 0, T0 + 1900), frontier("tx", 1, T0), control("tx", [0, 1])]))
-    before, chunks = t.peekValueState("header", 3), t.peekMapState("chunks", 3)
+    before = snapshot(t, 3, layout)
     batch = pd.DataFrame([pack("tx", 1, 0, [tx(100 + i, T0 + 50 + i * 100, "b") for i in range(20)]),
                           pack("tx", 0, 20, [tx(20 + i, T0 + 2000 + i * 100) for i in range(20)]),
                           frontier("tx", 0, T0 + 3900), frontier("tx", 1, T0 + 1950), control("tx", [0, 1])])
     once = results(t.testInPandas(3, batch), topics)
-    t.updateValueState("header", 3, before)  # the state store rolls back to the last commit
-    t.updateMapState("chunks", 3, chunks)
+    roll_back(t, 3, before)  # the state store rolls back to the last commit
     again = results(t.testInPandas(3, batch.iloc[::-1].reset_index(drop=True)), topics)  # any row order
     assert once == again
     starts = [r["event_time"] for topic, r in once if topic == "out"]
@@ -121,23 +139,23 @@ def count_batch(first: int, n: int, t0: int) -> pd.DataFrame:
     return pd.DataFrame([pack("tx", 0, first, recs), frontier("tx", 0, t0 + n * 10 + 5000), control("tx", [0])])
 
 
-def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_replay_reads_the_store():
+@pytest.mark.parametrize("layout", [3, 2])
+def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_replay_reads_the_store(layout):
     """jobs.adapter.WarmChunks: a batch after a commit of this worker takes its chunks decoded
     (no state-store read); a replay of that batch after the store rolled back must not see the
     chunks the first attempt changed (a count per key would count its events twice)."""
-    t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
+    t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY}, layout)
     first = t.testInPandas(5, count_batch(0, 20, T0))
     assert metrics_of(first)["chunks_cached"] == 0
-    before, chunks = t.peekValueState("header", 5), t.peekMapState("chunks", 5)
+    before = snapshot(t, 5, layout)
     batch = count_batch(20, 20, T0 + 10_000)
     once = t.testInPandas(5, batch)
     assert metrics_of(once)["chunks_cached"] > 0
-    t.updateValueState("header", 5, before)  # the store rolls back: the micro-batch is replayed
-    t.updateMapState("chunks", 5, chunks)
+    roll_back(t, 5, before)  # the store rolls back: the micro-batch is replayed
     again = t.testInPandas(5, batch)
     assert metrics_of(again)["chunks_cached"] == 0
     # the reference: a worker that keeps nothing decoded (state.cache_chunks = 0)
-    ref, _ = make_tester({"sources": [TX], "operators": COUNT_PER_KEY, "state": {"cache_chunks": 0}})
+    ref, _ = make_tester({"sources": [TX], "operators": COUNT_PER_KEY, "state": {"cache_chunks": 0}}, layout)
     ref.testInPandas(5, count_batch(0, 20, T0))
     expected = ref.testInPandas(5, batch)
     assert metrics_of(expected)["chunks_cached"] == 0
@@ -198,13 +216,23 @@ def expected_releases(n: int = 3) -> list[list[str]]:
     return out
 
 
-def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_on_a_replay(monkeypatch):
+def stored_header(t: TwsTester, key, layout: int) -> tuple[bytes, list[bytes]]:
+    """(the header's stored value, its stored parts in order) as the state store holds them."""
+    if layout == 2:
+        return t.peekValueState("header", key)[0], [p for (p,) in t.peekListState("header_parts", key)]
+    entries = {k[0]: v[0] for k, v in t.peekMapState("state", key).items()}
+    return entries[-1], [entries[k] for k in sorted((k for k in entries if k < -1), reverse=True)]
+
+
+@pytest.mark.parametrize("layout", [3, 2])
+def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_on_a_replay(monkeypatch, layout):
     """A reorder buffer of ~3,000 events makes a header far above PACK_BYTES (lowered to 8 KiB
-    here: the stored header is compressed, a few tens of KiB): it goes to the ``header_parts``
-    list in parts of at most PACK_BYTES (a single large value is a G1 humongous object in the
-    state server). The next batch, a replay after the store rolled back, and a worker that
-    keeps no chunks decoded release what the oracle says, batch by batch; once the buffer is
-    flushed the parts are cleared."""
+    here: the stored header is compressed, a few tens of KiB): it is stored in parts of at most
+    PACK_BYTES (a single large value is a G1 humongous object in the state server): in layout 3
+    as map entries -2, -3, … (the value names their count), in layout 2 in the ``header_parts``
+    list. The next batch, a replay after the store rolled back, and a worker that keeps no
+    chunks decoded release what the oracle says, batch by batch; once the buffer is flushed the
+    parts are gone."""
     from jobs import rows
     from jobs.adapter import HEADER_IN_PARTS
 
@@ -214,25 +242,45 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     frames, _ = uneven_batches()
     expected = expected_releases()
     assert expected[0] == [] and expected[1] and sum(map(len, expected)) == 6000  # batch 0: all wait
-    t, topics = make_tester({"sources": [SLOW], "operators": PASS})
-    cold, _ = make_tester({"sources": [SLOW], "operators": PASS, "state": {"cache_chunks": 0}})
+    t, topics = make_tester({"sources": [SLOW], "operators": PASS}, layout)
+    cold, _ = make_tester({"sources": [SLOW], "operators": PASS, "state": {"cache_chunks": 0}}, layout)
     first = t.testInPandas(3, frames[0])
     assert [r["id"] for _, r in results(first, topics)] == expected[0]
-    header, parts = t.peekValueState("header", 3), t.peekListState("header_parts", 3)
-    assert header[0].startswith(HEADER_IN_PARTS) and len(parts) >= 2
-    assert all(len(p[0]) <= PACK_BYTES for p in parts)
+    value, parts = stored_header(t, 3, layout)
+    assert value.startswith(HEADER_IN_PARTS) and len(parts) >= 2
+    assert all(len(p) <= PACK_BYTES for p in parts)
+    before = snapshot(t, 3, layout)
     second = t.testInPandas(3, frames[1])
     assert [r["id"] for _, r in results(second, topics)] == expected[1]
-    t.updateValueState("header", 3, header)  # the store rolls back: batch 1 is replayed
-    t.updateListState("header_parts", 3, parts)
+    roll_back(t, 3, before)  # the store rolls back: batch 1 is replayed
     again = t.testInPandas(3, frames[1])
     assert [r["id"] for _, r in results(again, topics)] == expected[1]
     for b, frame in enumerate(frames):
         assert [r["id"] for _, r in results(cold.testInPandas(3, frame), topics)] == expected[b]
-    last = t.testInPandas(3, frames[2])  # the flush: nothing stays buffered, the parts are cleared
+    last = t.testInPandas(3, frames[2])  # the flush: nothing stays buffered, the parts are removed
     assert [r["id"] for _, r in results(last, topics)] == expected[2]
-    assert not t.peekValueState("header", 3)[0].startswith(HEADER_IN_PARTS)
-    assert not t.peekListState("header_parts", 3)
+    value, parts = stored_header(t, 3, layout)
+    assert not value.startswith(HEADER_IN_PARTS) and parts == []
+
+
+def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
+    """Layout 3: parts beyond the count the value names are removed when a header shrinks, and
+    a header read joins exactly the parts the value names."""
+    from jobs import rows
+    from jobs.adapter import HEADER_IN_PARTS, GroupState
+
+    frames, _ = uneven_batches()
+    t, _ = make_tester({"sources": [SLOW], "operators": PASS})
+    monkeypatch.setattr(rows, "PACK_BYTES", 4 * 1024)
+    t.testInPandas(3, frames[0])
+    _, many = stored_header(t, 3, 3)
+    monkeypatch.setattr(rows, "PACK_BYTES", 16 * 1024)
+    t.testInPandas(3, frames[1])  # the buffer is about as large, the parts four times as large
+    value, fewer = stored_header(t, 3, 3)
+    count = int.from_bytes(value[len(HEADER_IN_PARTS):len(HEADER_IN_PARTS) + 4], "little")
+    assert 2 <= count == len(fewer) < len(many)
+    keys = sorted(k[0] for k in t.peekMapState("state", 3))
+    assert [k for k in keys if k < 0] == list(range(GroupState.HEADER - count, GroupState.HEADER + 1))
 
 
 def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_loads():
@@ -247,17 +295,16 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     expected = expected_releases()
     t, topics = make_tester({"sources": [SLOW], "operators": PASS})
     t.testInPandas(3, frames[0])
-    (stored,) = t.peekValueState("header", 3)
-    if stored.startswith(HEADER_IN_PARTS):
-        stored = b"".join(p for (p,) in t.peekListState("header_parts", 3))
+    value, parts = stored_header(t, 3, STATE_LAYOUT)
+    stored = b"".join(parts) if value.startswith(HEADER_IN_PARTS) else value
     assert stored.startswith(HEADER_ZSTD)
     header = expanded(stored)
     pickle.loads(header)  # a whole pickled header came back
     assert len(stored) < len(header) / 3  # 3,000 buffered events: far smaller stored
     assert expanded(stored + b"t" * WarmChunks.TOKEN_BYTES) == header  # the token after the frame is ignored
     assert expanded(header) == header and expanded(None) is None
-    for old in ("in the value state", "in parts"):  # what the code before compression stored
-        before, _ = make_tester({"sources": [SLOW], "operators": PASS})
+    for old in ("in the value state", "in parts"):  # what the code before compression stored (layout 2)
+        before, _ = make_tester({"sources": [SLOW], "operators": PASS}, 2)
         if old == "in parts":
             before.updateValueState("header", 3, (HEADER_IN_PARTS + b"t" * WarmChunks.TOKEN_BYTES,))
             before.updateListState("header_parts", 3, [(header[at:at + 4096],) for at in range(0, len(header), 4096)])

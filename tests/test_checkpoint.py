@@ -36,6 +36,28 @@ def test_a_checkpoint_of_the_one_blob_state_layout_is_refused_before_spark(tmp_p
     assert group_labels(8, 2, tmp_path / "fresh") != list(range(8))  # 0..7 land 3 : 5 on 2 partitions
 
 
+def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_its_own(tmp_path):
+    from jobs.checkpoint import STATE_LAYOUT, state_layout
+
+    group_labels(8, 2, tmp_path / "new")
+    assert state_layout(tmp_path / "new") == STATE_LAYOUT == 3
+    assert state_layout(tmp_path / "not-started") == 3
+    for layout, expected in ((2, 2), (3, 3)):
+        ck = tmp_path / f"layout{layout}"
+        (ck / "commits").mkdir(parents=True)
+        (ck / "commits" / "4").write_text("v1")
+        (ck / "ctiflow-groups.json").write_text(json.dumps({"key_groups": 8, "partitions": 2, "labels": [1] * 8,
+                                                            "state_layout": layout}))
+        assert group_labels(8, 2, ck) == [1] * 8  # accepted, its labels kept
+        assert state_layout(ck) == expected
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "ctiflow-groups.json").write_text(json.dumps({"key_groups": 8, "partitions": 2, "labels": [1] * 8,
+                                                           "state_layout": 4}))
+    with pytest.raises(ConfigError, match="newer ctiflow.*state layout 4"):
+        group_labels(8, 2, newer)
+
+
 def test_a_replayed_batchs_counters_count_once(tmp_path):
     """The sink appends a progress line per attempt of a batch; a crash after the first
     attempt's line must not count the replayed batch twice."""
