@@ -523,7 +523,8 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
     peers: list[Peer] = []
     if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
-            n, limit = events or 1_000_000, trigger or BATCH  # 10 micro-batches: 9 measured, one slow batch moves a rate by ~10 %, not 30
+            # 30 micro-batches, the last 15 measured (bench.spark_jobs.WARM_UP): the JIT's warm-up left out
+            n, limit = events or 3_000_000, trigger or BATCH
             for kind, run, title in (
                     ("bins", bench_bins, f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins"),
                     ("count", bench_count, f"count: {n:,} transactions, 1,000 accounts, 3 partitions")):

@@ -89,7 +89,17 @@ def _pss(process: psutil.Process) -> int:
         return process.memory_info().rss
 
 
+#: The share of a query's micro-batches left out of its rate: the JVM's JIT is still compiling
+#: Spark's code paths for the query during its first dozens of batches, and not equally for both
+#: sides of a comparison (measured over 30 batches of 100k flows, a batch's mean per third: the
+#: Spark SQL proration 1,111 → 777 → 712 ms, ctiflow's bins 770 → 705 → 681 ms;
+#: docs/performance.md, "Warm-up"). A rate over the first batches compares warm-ups.
+WARM_UP = 0.5
+
+
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
+    """A query's figures over its micro-batches after the :data:`WARM_UP` share (the first batch
+    at least: it is reported apart)."""
     from jobs.pipeline import records_read
 
     def read(p: dict) -> int:  # a first batch has no start offset: it is reported apart anyway
@@ -97,7 +107,7 @@ def figures(name: str, progress: list[dict], peak: int) -> Figures:
         return p["numInputRows"] if n is None else n
 
     batches = [p for p in progress if read(p) > 0]
-    steady = batches[1:] or batches
+    steady = batches[max(1, int(len(batches) * WARM_UP)):] or batches
     durations = [p["durationMs"]["triggerExecution"] for p in steady]
     ordered = sorted(durations) or [0]
     return Figures(name, sum(records_read(p) or 0 for p in steady), sum(durations) / 1000, len(batches),
