@@ -92,8 +92,9 @@ class GroupState:
     ``HEADER − 1``, ``HEADER − 2``, ….
 
     One state variable, not three: Spark's state server registers every state variable in every
-    task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 20 ms a
-    task a micro-batch for the two this layout drops (docs/performance.md, "One state variable")."""
+    task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 15 ms of
+    a key group's call a micro-batch for the two this layout drops (docs/performance.md, "One
+    state variable and no process starts")."""
 
     HEADER = -1
     NAME = "state"
@@ -131,7 +132,7 @@ class GroupState:
         return _COUNT.unpack_from(stored, len(HEADER_IN_PARTS))[0]
 
 
-class LegacyGroupState(GroupState):
+class LegacyGroupState:
     """Layout 2 (checkpoints written before 2026-11-26): the header's value in a ``ValueState``
     ("header"), its parts in a ``ListState`` ("header_parts", the value then just
     :data:`HEADER_IN_PARTS`), the chunks in a ``MapState`` ("chunks"). Such a checkpoint keeps
@@ -143,6 +144,7 @@ class LegacyGroupState(GroupState):
         self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
 
     def read(self) -> tuple[bytes | None, bytes | None]:
+        """(:meth:`GroupState.read`)"""
         row = self.value.get()  # None before the group's first batch (one state call, not two)
         stored = None if row is None else row[0]
         if stored is not None and stored.startswith(HEADER_IN_PARTS):
@@ -150,6 +152,7 @@ class LegacyGroupState(GroupState):
         return stored, stored
 
     def write(self, stored: bytes | None, header: bytes, seal) -> None:
+        """(:meth:`GroupState.write`)"""
         size = rows.PACK_BYTES
         if len(header) > size:
             self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])
@@ -332,8 +335,8 @@ class OperatorProcessor(StatefulProcessor):
 
     # -- internals -------------------------------------------------------------------
     def _load(self) -> tuple[bytes | None, GroupRuntime]:
-        """→ the stored header value and the group's runtime, from the header's bytes (in the
-        value state, or in ``header_parts`` when the value is :data:`HEADER_IN_PARTS`)."""
+        """→ the stored header value and the group's runtime, from the header's bytes
+        (:meth:`GroupState.read`)."""
         stored, header = self.group.read()  # (None, None) before the group's first batch
         started = time.perf_counter()
         header = expanded(header)

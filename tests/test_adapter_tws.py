@@ -263,6 +263,15 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     assert not value.startswith(HEADER_IN_PARTS) and parts == []
 
 
+def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_other():
+    from jobs.adapter import GROUP_STATES
+    from jobs.checkpoint import STATE_LAYOUTS_READ
+
+    assert sorted(GROUP_STATES) == sorted(STATE_LAYOUTS_READ) and STATE_LAYOUT in GROUP_STATES
+    with pytest.raises(ValueError, match="state layout 1"):
+        make_tester({"sources": [TX], "operators": PASS}, 1)
+
+
 def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
     """Layout 3: parts beyond the count the value names are removed when a header shrinks, and
     a header read joins exactly the parts the value names."""
