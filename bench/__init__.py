@@ -31,7 +31,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "adapter":
             from bench.spark_jobs import bench_adapter
 
-            bench_adapter(events or 1_200_000, out, trigger or 200_000)
+            bench_adapter(events or 2_400_000, out, trigger or 200_000)  # 12 batches, 6 measured (WARM_UP)
         elif name == "count":
             from bench.count_operator import main as count_main
 
