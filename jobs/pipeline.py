@@ -111,9 +111,9 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         # Checkpoint files (offset and commit logs, state changelogs) through Hadoop's FileSystem
         # API, not FileContext: without Hadoop's native library, every FileContext rename runs
         # `readlink` as a child process four times (measured: ≈ 70 checkpoint-file process starts
-        # a micro-batch; the state commit 33 → 3 ms a partition, docs/performance.md "Process
-        # starts"). A checkpoint is a local path (shared volume in a cluster), where rename(2) is
-        # atomic, which is what this manager needs.
+        # a micro-batch; the state commit 33 → 3 ms a partition, docs/performance.md "One state
+        # variable and no process starts"). A checkpoint is a local path (shared volume in a
+        # cluster), where rename(2) is atomic, which is what this manager needs.
         "spark.sql.streaming.checkpointFileManagerClass":
             "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
