@@ -1,6 +1,7 @@
 """``ctiflow bench peers``: each result kind beside what a Spark user would write without ctiflow.
 
-Like for like: in one process, over the *same* input topic and the *same* micro-batch size, both
+Like for like: in one process, over the *same* input topic and the *same* micro-batch size, after
+one unmeasured round of both sides (:func:`warm_up`: the JVM's JIT), both
 sides write their results through the same Kafka sink (``ctiflow_kafka_sink``), Avro-encoded in
 the same framing (single-object). The native side encodes with a pandas UDF over fastavro — what
 a PySpark user without the spark-avro jar writes. The native query writing to ``noop`` is printed
@@ -18,7 +19,8 @@ as context: the engine's own floor, not the peer.
   PyFlink is not installed.
 
 Peak memory (PSS of the process tree: :class:`bench.spark_jobs.PeakMemory`) is compared with
-each side run again **alone**, in a new process with its own Spark (:func:`alone`): in the shared
+each side run again **alone**, in a new process with its own Spark (:func:`alone`; the query
+once unmeasured, then measured): in the shared
 session a JVM keeps the heap earlier queries grew, so the ladder's memory column is the session's
 high-water mark so far, not a query's own.
 
@@ -217,20 +219,25 @@ def _alone_main(arg: str) -> None:
     what, bootstrap, spec, suffix = a["what"], a["bootstrap"], a["spec"], a["suffix"]
     home = os.environ["CTIFLOW_HOME"]
     spark = spark_session()
-    try:
+
+    def query(tag: str = "") -> Figures:
         if what == "bins-peer":
-            f = run_native(native_bins(spark, bootstrap, spec), "append", home, what, bootstrap,
-                           "peers-bins-native" + suffix)
-        elif what == "count-peer":
-            f = run_native(native_count(spark, bootstrap, spec, INTERESTING), "update", home, what, bootstrap,
-                           "peers-count-native" + suffix)
-        elif what in ("bins-final", "bins-three"):
+            return run_native(native_bins(spark, bootstrap, spec), "append", home, what + tag, bootstrap,
+                              "peers-bins-native" + suffix + tag)
+        if what == "count-peer":
+            return run_native(native_count(spark, bootstrap, spec, INTERESTING), "update", home, what + tag,
+                              bootstrap, "peers-count-native" + suffix + tag)
+        if what in ("bins-final", "bins-three"):
             outs = FINAL if what == "bins-final" else THREE
-            f = run_job(spark, bins_job(spec, {k: v + suffix for k, v in outs.items()}), bootstrap, home, what, True)
-        elif what == "count":
-            f = run_job(spark, count_job(spec, "peers-counts" + suffix), bootstrap, home, what, True)
-        else:
-            raise ValueError(f"unknown query {what!r}")
+            return run_job(spark, bins_job(spec, {k: v + suffix + tag for k, v in outs.items()}), bootstrap, home,
+                           what + tag, True)
+        if what == "count":
+            return run_job(spark, count_job(spec, "peers-counts" + suffix + tag), bootstrap, home, what + tag, True)
+        raise ValueError(f"unknown query {what!r}")
+
+    try:
+        warm_up(query)  # the same query first, unmeasured: its JVM's JIT (see warm_up)
+        f = query()
     finally:
         spark.stop()
     print(json.dumps(asdict(f)))
@@ -346,14 +353,33 @@ class Ladder:
         return [self.source, self.native_noop, self.native, self.plumbing, *self.ours]
 
 
+#: Suffix of the unmeasured warm-up round's names and topics (:func:`warm_up`).
+WARM_UP_TAG = "-warm-up"
+
+
+def warm_up(*queries) -> None:
+    """Run each of ``queries`` (called with :data:`WARM_UP_TAG`, for its names and topics) once,
+    unmeasured, before any measured query of a comparison.
+
+    The driver JVM's JIT keeps compiling Spark's per-micro-batch code (analysis, planning,
+    scheduling, the state store) for minutes: over a 30-batch bins query it still spent ≈ 0.3 of
+    a core on compilation at the end (``jstat -compiler``), and a query inherits what the queries
+    before it had compiled — in a shared session whichever side runs later gains. One round of
+    both sides first puts both on compiled code (measured: a second round in the same JVM moves
+    neither side by more than the noise)."""
+    for query in queries:
+        query(WARM_UP_TAG)
+
+
 def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console,
                rate_per_s: float = 200.0) -> tuple[list[Peer], Ladder]:
     topic = "peers-flows"
     produce(bootstrap, topic, "flow", _flows(events, rate_per_s), "device")
     spec = flow_spec(topic, limit)
-    source_noop(spark, bootstrap, spec, home, "bins-warm-up")  # JIT and Python workers warm: the first rung is not penalised
-    floor = source_noop(spark, bootstrap, spec, home, "bins-source")
     native = native_bins(spark, bootstrap, spec)
+    warm_up(lambda tag: run_native(native, "append", home, f"bins peer{tag}", bootstrap, f"peers-bins-native{tag}"),
+            lambda tag: run_job(spark, bins_job(spec, {"final": f"peers-bins{tag}"}), bootstrap, home, f"bins{tag}", True))
+    floor = source_noop(spark, bootstrap, spec, home, "bins-source")
     noop = run_native(native, "append", home, "Spark SQL explode + window agg (append) → noop [floor]")
     peer = run_native(native, "append", home, "Spark SQL explode + window agg (append) → Kafka (pandas UDF Avro)",
                       bootstrap, "peers-bins-native")
@@ -378,14 +404,15 @@ def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: 
     topic, result = "peers-tx", "peers-counts"
     produce(bootstrap, topic, "transaction", _transactions(events), "account")
     spec = tx_spec(topic, limit)
-    source_noop(spark, bootstrap, spec, home, "count-warm-up")
-    floor = source_noop(spark, bootstrap, spec, home, "count-source")
     native = native_count(spark, bootstrap, spec, INTERESTING)
+    job = count_job(spec, result)
+    warm_up(lambda tag: run_native(native, "update", home, f"count peer{tag}", bootstrap, f"peers-count-native{tag}"),
+            lambda tag: run_job(spark, count_job(spec, result + tag), bootstrap, home, f"count{tag}", True))
+    floor = source_noop(spark, bootstrap, spec, home, "count-source")
     noop = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → noop [floor]")
     peer = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → Kafka (pandas UDF Avro)",
                       bootstrap, "peers-count-native")
     plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="count-plumbing", without_broker=True)
-    job = count_job(spec, result)
     ours = run_job(spark, job, bootstrap, home, "ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka", True)
     # The error ours actually had: every count record against the exact count at its time.
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap}})
@@ -523,7 +550,8 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
     peers: list[Peer] = []
     if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
-            # 30 micro-batches, the last 15 measured (bench.spark_jobs.WARM_UP): the JIT's warm-up left out
+            # 30 micro-batches, the last 15 measured (bench.spark_jobs.WARM_UP), after a round of both
+            # sides unmeasured (warm_up): the JIT's warm-up left out
             n, limit = events or 3_000_000, trigger or BATCH
             for kind, run, title in (
                     ("bins", bench_bins, f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins"),
