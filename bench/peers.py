@@ -42,7 +42,7 @@ import pandas as pd  # noqa: F401 - the pandas UDF's type hints are resolved in 
 from rich.console import Console
 from rich.table import Table
 
-from bench.spark_jobs import Figures, PeakMemory, bench_stack, figures, plumbing_ceiling, run_job
+from bench.spark_jobs import Figures, PeakMemory, bench_stack, figures, plumbing_ceiling, run_job, warm_up
 
 BIN = 60_000
 HOUR = 3_600_000
@@ -351,24 +351,6 @@ class Ladder:
 
     def rungs(self) -> list[Figures]:
         return [self.source, self.native_noop, self.native, self.plumbing, *self.ours]
-
-
-#: Suffix of the unmeasured warm-up round's names and topics (:func:`warm_up`).
-WARM_UP_TAG = "-warm-up"
-
-
-def warm_up(*queries) -> None:
-    """Run each of ``queries`` (called with :data:`WARM_UP_TAG`, for its names and topics) once,
-    unmeasured, before any measured query of a comparison.
-
-    The driver JVM's JIT keeps compiling Spark's per-micro-batch code (analysis, planning,
-    scheduling, the state store) for minutes: over a 30-batch bins query it still spent ≈ 0.3 of
-    a core on compilation at the end (``jstat -compiler``), and a query inherits what the queries
-    before it had compiled — in a shared session whichever side runs later gains. One round of
-    both sides first puts both on compiled code (measured: a second round in the same JVM moves
-    neither side by more than the noise)."""
-    for query in queries:
-        query(WARM_UP_TAG)
 
 
 def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console,
