@@ -183,6 +183,8 @@ def state_figures(op: Any) -> dict[str, int]:
     """What the operator holds now: snapshot bytes, partial matches, stored events and nodes of
     the shared buffers, and the events a store without sharing would hold (every partial match
     with its own copy of its events)."""
+    from operators.cep.contiguous_buffer import ContiguousBuffer
+
     partial = held = stored = nodes = copies = 0
     event_bytes = run_bytes = 0
     dumps = pickle.dumps
@@ -190,13 +192,17 @@ def state_figures(op: Any) -> dict[str, int]:
     for state in op._states.values():  # inspection only (the operator exposes counts, not paths)
         buffer = state.buffer
         stored += len(buffer.events)
-        nodes += len(buffer.nodes)
         held += len(state.completed_matches)
-        plain_events, plain_nodes, _counts = buffer.to_plain()
+        runs = ([tuple(cs) for cs in state.partial_matches.items()],
+                [tuple(cs) for cs in state.completed_matches.items()])
+        if isinstance(buffer, ContiguousBuffer):  # runs are paths: no nodes
+            _tag, _first, plain_events, _locks, _counts = buffer.to_plain()
+            plain_nodes = []
+        else:
+            plain_events, plain_nodes, _counts = buffer.to_plain()
+        nodes += len(plain_nodes)
         event_bytes += len(dumps(plain_events, protocol=pickle.HIGHEST_PROTOCOL))
-        run_bytes += len(dumps((plain_nodes, [tuple(cs) for cs in state.partial_matches.items()],
-                                [tuple(cs) for cs in state.completed_matches.items()]),
-                               protocol=pickle.HIGHEST_PROTOCOL))
+        run_bytes += len(dumps((plain_nodes, *runs), protocol=pickle.HIGHEST_PROTOCOL))
         for cs in state.partial_matches.items():
             if cs.start_event_id is None:
                 continue

@@ -679,6 +679,20 @@ class GroupRuntime:
         raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} that has "
                            f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
 
+    def _routed(self, spec: OperatorSpec, o: Output, event_key: str | None) -> tuple:
+        """``(topic, record, Kafka key)`` of one operator output. Role ``dead_letter`` is a
+        result the operator refused (a match whose measure failed on its rows): ``{"error",
+        "value"}`` becomes a dead-letter record of the job's input stream (no one partition or
+        offset: ``-1``), its value the rows as JSON."""
+        if o.role != "dead_letter":
+            return (self._topic(spec, o.role), o, _kafka_key(o, event_key))
+        key = o.key if o.key is not None else event_key
+        record = rows.dead_letter(self.plan.topics.get(self.plan.fast, self.plan.fast), -1, -1,
+                                  None if key is None else str(key).encode(),
+                                  json.dumps(o.record["value"], default=str).encode(),
+                                  f"operator {spec.name}: {o.record['error']}", stage="operator")
+        return (self.plan.dead_letter_topic, Output("dead_letter", record), key)
+
     def _feed(self, events, cti: int | None, out: list) -> None:
         """Released events (:class:`Event` objects, :class:`EventColumns` or None) into every
         operator of their key's chunk, then (unless ``cti`` is None) the CTI into every chunk that
@@ -763,8 +777,7 @@ class GroupRuntime:
         if self.batched and hasattr(op, "advance_to_columns"):
             out.extend((self._topic(spec, b.role), b, None) for b in op.advance_to_columns(cti))
             return
-        for o in op.advance_to(cti):
-            out.append((self._topic(spec, o.role), o, _kafka_key(o, None)))
+        out.extend(self._routed(spec, o, None) for o in op.advance_to(cti))
 
     def _refused(self, spec: OperatorSpec, e: Event, exc: EventRejected, out: list) -> None:
         """The operator refused this event's data (e.g. a measure it cannot prorate): it goes to
@@ -781,10 +794,10 @@ class GroupRuntime:
             try:
                 produced = loaded[c].ops[i].process(e)
             except EventRejected as exc:
+                out.extend(self._routed(spec, o, e.key) for o in exc.outputs)
                 self._refused(spec, e, exc, out)
                 continue
-            for o in produced:
-                out.append((self._topic(spec, o.role), o, _kafka_key(o, e.key)))
+            out.extend(self._routed(spec, o, e.key) for o in produced)
 
     def _feed_many(self, i: int, spec: OperatorSpec, events: list[Event], of: list[int], out: list) -> None:
         """Operator ``i`` takes each chunk's events in one ``process_batch`` call. It emits only
@@ -830,7 +843,7 @@ class GroupRuntime:
                 self._refused(spec, cols.event(j), r, out)
             else:
                 key = cols.key[j]
-                out.extend((self._topic(spec, o.role), o, _kafka_key(o, key)) for o in r)
+                out.extend(self._routed(spec, o, key) for o in r)
 
     def _expire_keys(self, chunk: Chunk, seen_now, cti: int) -> None:
         """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)

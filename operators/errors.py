@@ -29,7 +29,11 @@ class EventRejected(CtiflowError, ValueError):
     number, an expression that fails on the record, an event that cannot be prorated). The
     job writes the event to the dead-letter topic with this message and keeps running; every
     other exception from an operator is a bug and fails the micro-batch. (Also a ValueError,
-    which these refusals were before.)"""
+    which these refusals were before.) ``outputs``: records the operator emitted for the same
+    call before it refused the event (e.g. matches released by time passing); the job writes
+    them as usual."""
+
+    outputs: list = []
 
 
 class PatternError(CtiflowError):

@@ -29,12 +29,15 @@ from operators.events import Event, Output  # noqa: F401 - Output is re-exported
 def process_rows(process: Callable[[Event], list[Output]], rows: Iterable[int],
                  events: Iterable[Event]) -> list[tuple[int, Any]]:
     """``process`` each event, in order: → ``(row, outputs)`` for each row that produced records
-    and ``(row, EventRejected)`` for each refused one (a ``process_columns`` result)."""
+    and ``(row, EventRejected)`` for each refused one (a ``process_columns`` result), after
+    ``(row, outputs)`` when the refusal carries records emitted before it."""
     got: list[tuple[int, Any]] = []
     for row, event in zip(rows, events):
         try:
             produced = process(event)
         except EventRejected as exc:
+            if exc.outputs:
+                got.append((row, exc.outputs))
             got.append((row, exc))
             continue
         if produced:

@@ -33,7 +33,7 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
     from operators.cep.sql import SqlError
 
     text = query.read_text()
-    rows = []
+    rows, lines = [], []
     with events.open() as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -45,10 +45,18 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
             if not isinstance(row, dict):
                 raise typer.BadParameter(f"{events}:{number}: a row must be a JSON object")
             rows.append(row)
+            lines.append(number)
+    refused: list[tuple[int, str]] = []
     try:
-        out = run(text, rows)
+        out = run(text, rows, refused)
     except SqlError as exc:
         console.print(f"[red]error:[/red] {escape(f'{query}: {exc.render() if exc.text else exc}')}", highlight=False)
         raise typer.Exit(2) from None
     for row in out:
         print(to_json(row))
+    for number, reason in refused:  # as a job dead-letters them: the rest is matched without them
+        console.print(f"[yellow]refused:[/yellow] {escape(f'{events}:{lines[number - 1]}: {reason}')}",
+                      highlight=False)
+    if refused:
+        console.print(f"{len(refused)} row(s) refused; the others were matched as if they had not come",
+                      highlight=False)

@@ -173,6 +173,9 @@ class NfaPlan:
     timeout_handling: bool
     has_iterative_conditions: bool
     stage_names: tuple[str, ...] = field(default=())
+    #: No state but the start ignores an event: every run takes a contiguous range of events
+    #: (:mod:`operators.cep.contiguous_buffer` holds the runs)
+    contiguous: bool = False
 
     @property
     def has_windows(self) -> bool:
@@ -723,6 +726,7 @@ def compile_pattern(pattern: Pattern, timeout_handling: bool = False) -> NfaPlan
         timeout_handling=timeout_handling,
         has_iterative_conditions=any(c is not None and c.iterative for c in conditions),
         stage_names=tuple(_stage_names(pattern)),
+        contiguous=all(t.action is not IGNORE for s in states.values() if not s.is_start for t in s.transitions),
     )
 
 

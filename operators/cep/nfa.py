@@ -22,11 +22,13 @@ the order of edges in shared-buffer nodes and, with skip strategies, which match
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from operators.cep.compiler import IGNORE, PROCEED, NfaPlan, State
 from operators.cep.conditions import ALWAYS
 from operators.cep.heap import BinaryHeap
+from operators.cep.contiguous_buffer import PLAIN_TAG, ContiguousBuffer, revive_path
 from operators.cep.shared_buffer import EventId, NodeId, SharedBuffer
 
 _MAX_KEY = (2**63 - 1, 2**31 - 1)
@@ -63,7 +65,9 @@ def _start_state(name: str, version: tuple[int, ...] = (1,)) -> ComputationState
 
 
 class NfaState:
-    """Per-key mutable state: partial matches, held-back completed matches, shared buffer."""
+    """Per-key mutable state: partial matches, held-back completed matches, and the buffer of
+    their events — a :class:`SharedBuffer`, or for a strictly contiguous plan a
+    :class:`ContiguousBuffer` (where ``previous_entry`` is a run's path, not a node)."""
 
     __slots__ = ("partial_matches", "completed_matches", "buffer")
 
@@ -71,7 +75,7 @@ class NfaState:
         self,
         partial_matches: BinaryHeap[ComputationState],
         completed_matches: BinaryHeap[ComputationState],
-        buffer: SharedBuffer,
+        buffer: SharedBuffer | ContiguousBuffer,
     ) -> None:
         self.partial_matches = partial_matches
         self.completed_matches = completed_matches
@@ -82,7 +86,7 @@ class NfaState:
         return cls(
             BinaryHeap(_order_key, [_start_state(plan.start_state)]),
             BinaryHeap(_order_key),
-            SharedBuffer(),
+            ContiguousBuffer() if plan.contiguous else SharedBuffer(),
         )
 
     def is_idle(self) -> bool:
@@ -106,12 +110,15 @@ class NfaState:
     @classmethod
     def from_plain(cls, data: tuple[Any, ...]) -> "NfaState":
         partial, completed, buffer = data
+        contiguous = buffer[0] == PLAIN_TAG
 
         def revive(raw: Any) -> ComputationState:
             state, entry, version, start_ts, prev_ts, start_id = raw
+            if entry is not None:
+                entry = revive_path(entry) if contiguous else (tuple(entry[0]), entry[1])
             return ComputationState(
                 state,
-                ((tuple(entry[0]), entry[1]) if entry is not None else None),
+                entry,
                 tuple(version),
                 start_ts,
                 prev_ts,
@@ -122,7 +129,7 @@ class NfaState:
         return cls(
             BinaryHeap(_order_key, [revive(r) for r in partial]),
             BinaryHeap(_order_key, [revive(r) for r in completed]),
-            SharedBuffer.from_plain(buffer),
+            ContiguousBuffer.from_plain(buffer) if contiguous else SharedBuffer.from_plain(buffer),
         )
 
     def snapshot(self) -> bytes:
@@ -141,18 +148,27 @@ class _Context:
 
     __slots__ = ("_buffer", "_state", "_timestamp", "_matched")
 
-    def __init__(self, buffer: SharedBuffer, state: ComputationState, timestamp: int) -> None:
+    def __init__(self, buffer: SharedBuffer | ContiguousBuffer, state: ComputationState,
+                 timestamp: int) -> None:
         self._buffer = buffer
         self._state = state
         self._timestamp = timestamp
         self._matched: Match | None = None
 
     def get_events_for_pattern(self, name: str) -> list[Any]:
+        return list(self.events_view(name))
+
+    def events_view(self, name: str | None) -> Sequence[Any]:
+        """The events of stage ``name`` (None: every stage's, in order) in this partial match,
+        oldest first, read-only: a view without copying where the buffer has one."""
+        buffer = self._buffer
+        if isinstance(buffer, ContiguousBuffer):
+            return buffer.stage_view(self._state.previous_entry, name)
         if self._matched is None:
-            self._matched = self._buffer.materialize(
-                _extract_current_matches(self._buffer, self._state)
-            )
-        return list(self._matched.get(name, ()))
+            self._matched = buffer.materialize(_extract_current_matches(buffer, self._state))
+        if name is None:
+            return [event for events in self._matched.values() for event in events]
+        return self._matched.get(name, ())
 
     @property
     def timestamp(self) -> int:
@@ -160,7 +176,7 @@ class _Context:
 
 
 def _extract_current_matches(
-    buffer: SharedBuffer, state: ComputationState
+    buffer: SharedBuffer | ContiguousBuffer, state: ComputationState
 ) -> dict[str, list[EventId]]:
     if state.previous_entry is None:
         return {}
@@ -173,7 +189,7 @@ class _EventHandle:
 
     __slots__ = ("event", "timestamp", "event_id", "_buffer")
 
-    def __init__(self, event: Any, timestamp: int, buffer: SharedBuffer) -> None:
+    def __init__(self, event: Any, timestamp: int, buffer: SharedBuffer | ContiguousBuffer) -> None:
         self.event = event
         self.timestamp = timestamp
         self.event_id: EventId | None = None
@@ -187,6 +203,13 @@ class _EventHandle:
     def close(self) -> None:
         if self.event_id is not None:
             self._buffer.release_event(self.event_id)
+
+    def undo(self) -> None:
+        """The event was not processed after all: no trace of it stays in the buffer (its id
+        is given to the next event of its time)."""
+        if self.event_id is not None:
+            self._buffer.unregister_event(self.event_id)
+            self.event_id = None
 
 
 def _self_increase(ignore_branches: int, take_branches: int) -> int:
@@ -305,7 +328,11 @@ class Nfa:
 
     # -- events -----------------------------------------------------------------------------------
     def process_with_ids(self, event: Any, timestamp: int) -> list[IdentifiedMatch]:
-        """:meth:`process`, with the buffer ids of every matched event."""
+        """:meth:`process`, with the buffer ids of every matched event.
+
+        All or nothing: when a condition raises on this event, every run it had started or moved
+        is released again and the exception propagates with the state as it was before the event
+        (the runs' own releases wait until every run has been computed)."""
         nfa_state = self.state
         buffer = nfa_state.buffer
         handle = _EventHandle(event, timestamp, buffer)
@@ -313,8 +340,19 @@ class Nfa:
             new_partial: BinaryHeap[ComputationState] = BinaryHeap(_order_key)
             potential: BinaryHeap[ComputationState] = BinaryHeap(_order_key)
             states = self._states
-            for cs in nfa_state.partial_matches.view():
-                next_states = self._compute_next_states(cs, handle)
+            runs = nfa_state.partial_matches.view()
+            produced: list[list[ComputationState]] = []  # per run, what it became (locks held)
+            try:
+                for cs in runs:
+                    produced.append([])
+                    self._compute_next_states(cs, handle, produced[-1])
+            except BaseException:
+                for next_states in produced:
+                    for ns in next_states:
+                        buffer.release_node(ns.previous_entry, ns.version)
+                handle.undo()
+                raise
+            for next_states in produced:
                 retain = []
                 discard = False
                 for ns in next_states:
@@ -326,12 +364,14 @@ class Nfa:
                         buffer.release_node(ns.previous_entry, ns.version)
                     else:
                         retain.append(ns)
-                if discard:
-                    for ns in retain:
+                for ns in retain:
+                    if discard:
                         buffer.release_node(ns.previous_entry, ns.version)
-                else:
-                    for ns in retain:
+                    else:
                         new_partial.offer(ns)
+            for cs in runs:
+                if cs.previous_entry is not None:
+                    buffer.release_node(cs.previous_entry, cs.version)
             matches: list[IdentifiedMatch] = []
             self._emit_matches(potential, new_partial, matches)
             nfa_state.partial_matches = new_partial
@@ -372,13 +412,16 @@ class Nfa:
             buffer.release_node(earliest.previous_entry, earliest.version)
 
     def _compute_next_states(
-        self, cs: ComputationState, handle: _EventHandle
-    ) -> list[ComputationState]:
+        self, cs: ComputationState, handle: _EventHandle, result: list[ComputationState]
+    ) -> None:
+        """Flink's ``computeNextStates``: the runs ``cs`` becomes on this event, appended to
+        ``result`` as each takes its locks (the caller releases ``cs`` itself)."""
         buffer = self.state.buffer
         states = self._states
         state = states[cs.state]
         event = handle.event
         ctx = _Context(buffer, cs, handle.timestamp) if self._iterative else None
+        contiguous = isinstance(buffer, ContiguousBuffer)
 
         # Decision graph: follow PROCEED edges on this event, collect TAKE / IGNORE edges.
         edges = []
@@ -409,7 +452,6 @@ class Nfa:
         total_take_to_skip = take_to_visit
         version = cs.version
         is_start = state.is_start
-        result: list[ComputationState] = []
         for edge in edges:
             if edge.action is IGNORE:
                 if is_start:
@@ -430,7 +472,9 @@ class Nfa:
             else:  # TAKE
                 next_state = edge.target
                 current_version = _increase(version, take_to_visit)
-                next_version = current_version + (0,)
+                # A run's version grows a digit per event taken (Flink's Dewey numbers label the
+                # shared buffer's edges); a contiguous buffer's path is the run, so it need not.
+                next_version = current_version if contiguous else current_version + (0,)
                 take_to_visit -= 1
                 event_id = handle.get_id()
                 new_entry = buffer.put(edge.source.stage, event_id, cs.previous_entry,
@@ -452,10 +496,6 @@ class Nfa:
         if is_start:
             start_version = _increase(version, _self_increase(ignore_branches, take_branches))
             result.append(_start_state(cs.state, start_version))
-
-        if cs.previous_entry is not None:
-            buffer.release_node(cs.previous_entry, cs.version)
-        return result
 
     @staticmethod
     def _final_state_after_proceed(state: State, event: Any, ctx: Any) -> State | None:

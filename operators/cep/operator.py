@@ -249,7 +249,11 @@ class MatchOperator:
             self._emit(key, matches, timed_out, outputs, timestamp)
         else:
             state.buffer.advance_time(timestamp)
-        matches = nfa.process_with_ids(event.fields, timestamp)
+        try:
+            matches = nfa.process_with_ids(event.fields, timestamp)
+        except EventRejected as exc:  # a condition failed on the event: the runs are as before it
+            exc.outputs = outputs  # what time passing emitted before it is not lost
+            raise
         if matches:
             self._emit(key, matches, (), outputs, timestamp)
         return outputs
@@ -451,8 +455,14 @@ class MatchOperator:
                 rows = {name: events.get(name, []) for name in sql.variables}
                 if all_rows:
                     rows = _ranked(rows, ids)
-                outputs.extend(Output("match", record, key=job_key)
-                               for record in sql.outputs(sql.partition_values(rows), rows, number, emitted))
+                try:
+                    records = list(sql.outputs(sql.partition_values(rows), rows, number, emitted))
+                except EventRejected as exc:  # a measure failed on the match's rows: the match is refused
+                    every = [dict(r) for _, r in sorted(((i, r) for name, rs in events.items()
+                                                         for i, r in zip(ids.get(name, ()), rs)), key=_FIRST)]
+                    outputs.append(Output("dead_letter", {"error": str(exc), "value": every}, key=job_key))
+                    continue
+                outputs.extend(Output("match", record, key=job_key) for record in records)
         else:
             for match in matches:
                 outputs.append(Output("match", self._record(key, match[0], match[1])))
@@ -483,6 +493,10 @@ class MatchOperator:
                 for stage, stage_events in events.items()
             ],
         }
+
+
+def _FIRST(pair: tuple) -> Any:
+    return pair[0]
 
 
 def _ranked(rows: dict[str, list[Any]], ids: MatchIds) -> dict[str, list[Any]]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from operators.cep.nfa import Nfa, NfaState
 from operators.cep.pattern import Pattern, QuantifierProperty
 from operators.cep.skip_strategy import AfterMatchSkipStrategy
 from operators.cep.sql import CAST_TYPES, Expr, Query, SqlError, parse
-from operators.errors import PatternError
+from operators.errors import EventRejected, PatternError
 
 STAR = "*"  # the universal pattern variable: every row of the match
 NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")
@@ -77,7 +77,7 @@ def to_millis(value: Any) -> int:
 class Row(dict):
     """An input row: its columns, plus its time and its place in the input (ties keep it)."""
 
-    __slots__ = ("time", "seq")
+    __slots__ = ("time", "seq", "number")
 
 
 # -- the compiled query -------------------------------------------------------------------------
@@ -91,14 +91,21 @@ class Recognizer:
     time_column: str
     measures: list[tuple[str, Callable[[dict, tuple | None, int, int], Any]]]
 
-    def run(self, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Every output row for ``rows`` (a bounded input), in emission order."""
-        return list(self.rows(rows))
+    def run(self, rows: Iterable[Mapping[str, Any]], refused: list | None = None) -> list[dict[str, Any]]:
+        """Every output row for ``rows`` (a bounded input), in emission order; see :meth:`rows`."""
+        return list(self.rows(rows, refused))
 
-    def rows(self, rows: Iterable[Mapping[str, Any]]):
+    def rows(self, rows: Iterable[Mapping[str, Any]], refused: list | None = None):
+        """The output rows, in emission order. A row a DEFINE fails on (:class:`RowRefused`) or
+        a match a measure fails on (:class:`MatchRefused`) is left out as if it had not come,
+        and ``(row number from 1, reason)`` appended to ``refused`` (the match's: its last
+        row's); without the list, the refusal is raised."""
         q = self.query
         prepared = []
         for seq, raw in enumerate(rows):
+            if not isinstance(raw, Mapping):
+                raise SqlError(f"row {seq + 1}: a row must be an object of columns, got {type(raw).__name__}",
+                               q.text, 0)
             row = Row(raw)
             try:
                 row.time = to_millis(raw.get(self.time_column))
@@ -107,7 +114,7 @@ class Recognizer:
                                f"or an ISO timestamp, got {raw.get(self.time_column)!r} ({exc})",
                                q.text, q.order_by[0][2]) from None
             row[self.time_column] = Timestamp(row.time)
-            row.seq = seq
+            row.seq = row.number = seq + 1
             prepared.append(row)
         ties = self.tie_key()
         prepared.sort(key=lambda row: (row.time, *(ties(row) if ties else ()), row.seq))
@@ -127,12 +134,19 @@ class Recognizer:
             if last_time.get(key) != row.time:  # Flink: advanceTime once per timestamp, then its rows
                 last_time[key] = row.time
                 matches, _ = nfa.advance_time_with_ids(row.time)
-                yield from self._emit(key, matches, numbers, row.time)
-            yield from self._emit(key, nfa.process_with_ids(row, row.time), numbers, row.time)
+                yield from self._emit(key, matches, numbers, row.time, refused)
+            try:
+                matches = nfa.process_with_ids(row, row.time)
+            except RowRefused as exc:
+                if refused is None:
+                    raise
+                refused.append((row.number, str(exc)))
+                continue
+            yield from self._emit(key, matches, numbers, row.time, refused)
         for key, state in states.items():  # the end of input: every WITHIN closes
             nfa.state = state
             matches, _ = nfa.advance_time_with_ids(END_OF_TIME)
-            yield from self._emit(key, matches, numbers, END_OF_TIME)
+            yield from self._emit(key, matches, numbers, END_OF_TIME, refused)
 
     def one_row(self, base: dict[str, Any], match: dict[str, list], number: int, emitted: int) -> dict[str, Any]:
         """ONE ROW PER MATCH: ``base`` (the partition columns) and the measures, final."""
@@ -146,14 +160,21 @@ class Recognizer:
         first = next((rows[0] for rows in match.values() if rows), {})
         return {c: first.get(c) for c in self.query.partition_by}
 
-    def _emit(self, key: tuple, matches, numbers: dict, emitted: int) -> Iterable[dict[str, Any]]:
+    def _emit(self, key: tuple, matches, numbers: dict, emitted: int, refused: list | None) -> Iterable[dict]:
         """Output rows for ``matches``, which the NFA released at time ``emitted`` (the row it was
         processing, or the end of input): ``MATCH_ROWTIME()`` is that time, as in Flink, where a
         match held back behind an earlier partial match comes out with a later row."""
         for match, _ids in matches:
             numbers[key] = number = numbers.get(key, 0) + 1
             match = {name: match.get(name, []) for name in self.variables}
-            yield from self.outputs(dict(zip(self.query.partition_by, key)), match, number, emitted)
+            try:
+                out = list(self.outputs(dict(zip(self.query.partition_by, key)), match, number, emitted))
+            except MatchRefused as exc:
+                if refused is None:
+                    raise
+                refused.append((max(r.number for rows in match.values() for r in rows), str(exc)))
+                continue
+            yield from out
 
     def outputs(self, base: dict[str, Any], match: dict[str, list], number: int,
                 emitted: int) -> Iterable[dict[str, Any]]:
@@ -270,7 +291,7 @@ def compile_query(query: Query | str, columns: Iterable[str] | Mapping[str, str]
         for m in q.measures:
             types.of(m.expr, f"MEASURES {m.name}")
     pattern = _translate(q, fail, names)
-    measures = [(m.name, _measure(m.expr, names)) for m in q.measures]
+    measures = [(m.name, _measure(m.name, m.expr, names)) for m in q.measures]
     return Recognizer(q, pattern, names, time_column, measures)
 
 
@@ -674,32 +695,85 @@ def _column_form(expr: Expr):
     return truth
 
 
+class RowRefused(EventRejected):
+    """A ``DEFINE`` failed on a row's data (a CAST of ``'DE'`` to INT, an integer division by
+    zero, …): the row is refused — a job writes it to the dead-letter topic with this reason and
+    matches the rest as if it had not come (:meth:`Nfa.process_with_ids` is all or nothing)."""
+
+
+class MatchRefused(EventRejected):
+    """A ``MEASURES`` expression failed on a match's rows: the match is not emitted; a job
+    writes it to the dead-letter topic with this reason."""
+
+
+#: What evaluating an expression raises when the *data* is the problem (never a bug of ours:
+#: the evaluator turns Python's own errors on values into these).
+DATA_ERRORS = (SqlError, ArithmeticError, ValueError)
+
+
+def _guarded(evaluate: Callable[[_Scope], Any], clause: str) -> Callable[[_Scope], Any]:
+    """``evaluate``, with a failure on the data raised as :class:`RowRefused` naming ``clause``."""
+
+    def guarded(scope: _Scope) -> Any:
+        try:
+            return evaluate(scope)
+        except DATA_ERRORS as exc:
+            reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
+            raise RowRefused(f"{clause}: {reason}") from None
+
+    return guarded
+
+
 def _condition(expr: Expr, var: str, order: list[str]):
     """DEFINE ``var`` as a condition: simple when it reads only the current row, else iterative."""
-    evaluate = _compile(expr)
+    evaluate = _guarded(_compile(expr), f"DEFINE {var}")
     if _current_row_only(expr, var):
         return SimpleCondition(lambda row: evaluate(_Scope(None, row, var)) is True,
                                column_form=_column_form(expr))
 
     def test(row: Row, ctx) -> bool:
-        def rows_of(name: str) -> list[Row]:
-            if name == STAR:
-                out = []
-                for n in order:
-                    out.extend(ctx.get_events_for_pattern(n))
-                out.append(row)
-                return out
-            rows = list(ctx.get_events_for_pattern(name))
-            if name == var:
-                rows.append(row)
-            return rows
+        def rows_of(name: str) -> Sequence[Row]:
+            if name == STAR:  # the rows of the match so far in time order, then this one
+                return _Then(ctx.events_view(None), row)
+            rows = ctx.events_view(name)
+            return _Then(rows, row) if name == var else rows
 
         return evaluate(_Scope(rows_of, row, var)) is True
 
     return test
 
 
-def _measure(expr: Expr, order: list[str]):
+class _Then(Sequence):
+    """``rows`` followed by ``last``, without copying ``rows`` (a DEFINE reads the run's rows
+    and the row being tested: O(1) per navigation however long the run)."""
+
+    __slots__ = ("_rows", "_last", "_n")
+
+    def __init__(self, rows: Sequence[Row], last: Row) -> None:
+        self._rows, self._last, self._n = rows, last, len(rows)
+
+    def __len__(self) -> int:
+        return self._n + 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n + 1))]
+        if index < 0:
+            index += self._n + 1
+        if index == self._n:
+            return self._last
+        if not 0 <= index < self._n:
+            raise IndexError(index)
+        return self._rows[index]
+
+    def __iter__(self):
+        yield from self._rows
+        yield self._last
+
+
+def _measure(name: str, expr: Expr, order: list[str]):
+    """MEASURES ``name``: ``value(match, at, number, emitted)``; a failure on the match's data
+    raises :class:`MatchRefused`."""
     evaluate = _compile(expr)
 
     def value(match: dict[str, list[Row]], at: tuple[Row, str] | None, number: int, emitted: int) -> Any:
@@ -712,7 +786,11 @@ def _measure(expr: Expr, order: list[str]):
         completed = every[-1] if every else None
         classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
                                                        None)
-        return _sql_value(evaluate(_Scope(rows_of, None, None, classifier, number, emitted)))
+        try:
+            return _sql_value(evaluate(_Scope(rows_of, None, None, classifier, number, emitted)))
+        except DATA_ERRORS as exc:
+            reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
+            raise MatchRefused(f"MEASURES {name}: {reason} (the match of {len(every)} rows is not emitted)") from None
 
     return value
 
@@ -744,7 +822,7 @@ def _compile(expr: Expr) -> Callable[[_Scope], Any]:
         if expr.value == "NOT":
             return lambda s: (lambda v: None if v is None else not v)(inner(s))
         if expr.value == "-":
-            return lambda s: (lambda v: None if v is None else -v)(inner(s))
+            return lambda s: _negate(inner(s), expr.pos)
         return inner
     if kind == "binary":
         return _binary(expr)
@@ -803,6 +881,14 @@ def _compile(expr: Expr) -> Callable[[_Scope], Any]:
     raise SqlError(f"{kind} is not supported here", "", expr.pos)
 
 
+def _negate(v: Any, pos: int) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SqlError(f"cannot negate {_type(v)} {v!r}", "", pos)
+    return -v
+
+
 def _kleene(a: Any, b: Any, dominant: bool) -> Any:
     """SQL's three-valued AND (``dominant`` False) and OR (True): the dominant value wins, else
     NULL if either side is NULL."""
@@ -852,7 +938,10 @@ def _java_mod(a: Any, b: Any) -> Any:
     if isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise SqlError("division by zero", "", 0)
-        return int(math.fmod(a, b))
+        r = abs(a) % abs(b)  # Java's %: the sign of the dividend (exact for any size)
+        return r if a >= 0 else -r
+    if b == 0 or math.isinf(a) or math.isnan(a) or math.isnan(b):
+        return math.nan  # Java: x % 0.0 is NaN
     return math.fmod(a, b)
 
 
@@ -918,9 +1007,36 @@ def _cast(v: Any, target: str) -> Any:
         return _text(v)
     if target == "bool":
         return v if isinstance(v, bool) else str(v).strip().lower() == "true"
-    if target == "int":
-        return int(float(v)) if isinstance(v, str) else int(v)
-    return float(v)
+    try:
+        if target == "int":
+            return int(float(v)) if isinstance(v, str) else int(v)
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise SqlError(f"CAST({_text(v) if isinstance(v, str) else v!r} AS {_CAST_NAMES[target]}) is not possible",
+                       "", 0) from None
+
+
+_CAST_NAMES = {"int": "BIGINT", "float": "DOUBLE"}
+
+
+def _power(a: Any, b: Any) -> float:
+    """Java's ``Math.pow`` (Flink's POWER): NaN where there is no real result, ±Infinity on
+    overflow — never an exception."""
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        odd = float(b).is_integer() and abs(b) < 2 ** 53 and int(b) % 2 == 1
+        return -math.inf if a < 0 and odd else math.inf
+    except ValueError:
+        if a == 0 and b < 0:
+            return math.inf
+        return math.nan
+
+
+def _sqrt(a: Any) -> float:
+    """Java's ``Math.sqrt``: NaN below zero."""
+    a = float(a)
+    return math.sqrt(a) if a >= 0 else math.nan
 
 
 def _call(expr: Expr) -> Callable[[_Scope], Any]:
@@ -955,14 +1071,14 @@ def _call(expr: Expr) -> Callable[[_Scope], Any]:
             return None
         try:
             return function(*values)
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise SqlError(f"{name}({', '.join(map(repr, values))}): {exc}", "", expr.pos) from None
 
     return call
 
 
 _SCALARS: dict[str, Callable[..., Any]] = {
-    "ABS": abs, "MOD": _java_mod, "POWER": lambda a, b: float(a) ** float(b), "SQRT": lambda a: math.sqrt(a),
+    "ABS": abs, "MOD": _java_mod, "POWER": _power, "SQRT": _sqrt,
     "FLOOR": lambda a: math.floor(a) if isinstance(a, float) else a,
     "CEIL": lambda a: math.ceil(a) if isinstance(a, float) else a,
     "UPPER": lambda a: str(a).upper(), "LOWER": lambda a: str(a).lower(), "CHAR_LENGTH": lambda a: len(str(a)),
@@ -1028,10 +1144,11 @@ def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
     return aggregate
 
 
-def recognize(query: str, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Run ``query`` over ``rows`` (a bounded input): the output rows in emission order."""
+def recognize(query: str, rows: Iterable[Mapping[str, Any]], refused: list | None = None) -> list[dict[str, Any]]:
+    """Run ``query`` over ``rows`` (a bounded input): the output rows in emission order
+    (``refused``: see :meth:`Recognizer.rows`)."""
     rows = list(rows)
-    return compile_query(query, column_families(rows) if rows else None).run(rows)
+    return compile_query(query, column_families(rows) if rows else None).run(rows, refused)
 
 
 def column_families(rows: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:

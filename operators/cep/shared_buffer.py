@@ -116,6 +116,16 @@ class SharedBuffer:
             else:
                 wrapper[1] -= 1
 
+    def unregister_event(self, event_id: EventId) -> None:
+        """Undo :meth:`register_event` of the newest event (no node holds it any more)."""
+        self.release_event(event_id)
+        timestamp, n = event_id
+        if self.events_count.get(timestamp) == n + 1:
+            if n:
+                self.events_count[timestamp] = n
+            else:
+                del self.events_count[timestamp]
+
     def advance_time(self, timestamp: int) -> None:
         """No event before ``timestamp`` will come: forget the per-timestamp counters."""
         counts = self.events_count
