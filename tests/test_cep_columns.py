@@ -67,7 +67,9 @@ def _per_event(op, chunk):
     for i, e in enumerate(chunk):
         try:
             out = op.process(e)
-        except EventRejected as exc:
+        except EventRejected as exc:  # what time passing emitted before the refusal comes first
+            if exc.outputs:
+                got.append((i, [o.record for o in exc.outputs]))
             got.append((i, str(exc)))
             continue
         if out:
