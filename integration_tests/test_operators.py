@@ -204,6 +204,59 @@ def test_a_match_recognize_job_finds_what_the_equivalent_pattern_api_job_finds(s
     assert want and got == want
 
 
+#: The brute-force pattern whose DEFINEs divide by an amount: 0-based CAST(-1.0) + 1 is zero, so a
+#: record with amount -1 fails every F condition (the start state tries each record as F).
+POISONED_SQL = BRUTE_FORCE_SQL.replace(
+    "DEFINE F AS F.type = 'login_failed', S AS S.type = 'login_ok'",
+    "DEFINE F AS 100 / (CAST(F.amount AS INT) + 1) >= 0 AND F.type = 'login_failed',\n"
+    "         S AS 100 / (CAST(S.amount AS INT) + 1) >= 0 AND S.type = 'login_ok'")
+
+
+def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_rest(stack, spark, tmp_path):
+    """Poison records (an integer division by zero in DEFINE) on every partition: each is in the
+    dead-letter topic with the reason, the job runs to the end, and its matches are the Pattern API
+    operator's over the admitted records without them (as if they had not come)."""
+    from jobs.recognize import derived_schemas
+    from jobs.runtime import register_schemas
+    from operators.cep.operator import MatchOperator, MatchSettings
+    from operators.time import CTI_INFINITY, Event
+
+    assert POISONED_SQL != BRUTE_FORCE_SQL
+    records = workload.transactions(2000, accounts=15, seed=9, disorder_ms=3000, scenario_rate=0.05)
+    assert all(r["amount"] != -1.0 for r in records)
+    poisoned = set()
+    for p in range(PARTITIONS):  # four records of every kind on each partition, spread over the run
+        on_p = [i for i, r in enumerate(records) if partition_of_key(r["account"]) == p]
+        for i in on_p[10::len(on_p) // 4][:4]:
+            records[i] = {**records[i], "amount": -1.0}
+            poisoned.add(records[i]["id"])
+    src, out, dlq = stack.topic("sql-poison-in"), stack.topic("sql-poison-out"), stack.topic("sql-poison-dlq")
+    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
+    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
+    cfg = job(stack, tmp_path, job="sql-poison", sources=[tx_source(src, "10s")],
+              operators=[{"kind": "match", "name": "poisoned", "sql": POISONED_SQL, "output": out}],
+              outputs={"late": stack.topic("sql-poison-late"), "dead_letter": dlq})
+    run(cfg, spark)
+    checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
+    assert all(c.status == oracle.ADMITTED for c in checked)
+    stepwise = MatchOperator(MatchSettings(pattern=BRUTE_FORCE, name="brute-force", emit_timed_out=False))
+    expected = []
+    for c in sorted(checked, key=lambda c: c.order):
+        if c.fields["id"] not in poisoned:
+            expected += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition,
+                                               c.event.offset, "tx"))
+    expected += stepwise.advance_to(CTI_INFINITY)
+    want = sorted((o.record["key"], o.record["first_time"], o.record["last_time"]) for o in expected
+                  if o.role == "match")
+    register_schemas(derived_schemas(cfg))
+    got = sorted((r["account"], millis(r["first_time"]), millis(r["last_time"])) for r in read(stack, out))
+    assert len(want) > 5 and got == want
+    letters = read(stack, dlq)
+    assert sorted(json.loads(d["value"])["id"] for d in letters) == sorted(poisoned)
+    assert all(d["stage"] == "operator" and "DEFINE F: division by zero" in d["error"] for d in letters)
+    assert {d["partition"] for d in letters} == set(range(PARTITIONS))
+
+
 def millis(value) -> int:
     """A timestamp-millis field as epoch ms, whether the decoder gave an int or a datetime."""
     return value if isinstance(value, int) else int(value.timestamp() * 1000)

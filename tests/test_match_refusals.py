@@ -1,0 +1,168 @@
+"""A record a condition fails on is refused as if it had not come, and a busy key's state grows
+with its events, not with its runs × their length — for SQL ``MATCH_RECOGNIZE`` and the Pattern
+API alike (one NFA, one buffer per plan shape).
+
+Oracles: Flink's own recorded answers (``tests/data/recognize``) for the queries with poison rows
+added; the same operator fed without the poison events for the Pattern API."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from operators.cep.operator import MatchOperator, MatchSettings
+from operators.cep.recognize import Timestamp, column_families, compile_query
+from operators.cep.sql import Expr, parse
+from operators.errors import EventRejected
+from operators.time import CTI_INFINITY, Event
+from tests.test_recognize_flink import RECORDED, by_partition, same
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO_COUNTRIES = (ROOT / "examples" / "recognize" / "two-countries.sql").read_text()
+
+
+def _poisoned(query_text: str):
+    """The query with ``CAST(chk AS INT) = 1 AND (…)`` before every variable's DEFINE (one
+    without a DEFINE gets ``TRUE``): on a row whose ``chk`` is ``'1'`` each condition is what it
+    was; on ``'x'`` the first condition tried fails (CAST), and the start state tries one on
+    every row."""
+    q = parse(query_text)
+    check = Expr("binary", 0, "=", (Expr("cast", 0, "INT", (Expr("column", 0, (None, "chk")),)),
+                                     Expr("literal", 0, 1)))
+    for var in q.pattern:
+        original = q.define.get(var.name, Expr("literal", 0, True))
+        q.define[var.name] = Expr("binary", 0, "AND", (check, original))
+        q.define_pos.setdefault(var.name, var.pos)
+    return q
+
+
+ANSWERED = [c for c in RECORDED if c["error"] is None]
+
+
+@pytest.mark.parametrize("case", ANSWERED[::3], ids=[c["name"] for c in ANSWERED[::3]])
+def test_rows_a_define_fails_on_are_refused_and_the_rest_gives_flinks_answer(case):
+    rng = random.Random(case["name"])
+    rows, poison = [], set()
+    for values in case["events"]:
+        row = {**dict(zip(case["columns"], values)), "chk": "1"}
+        rows.append(row)
+        if rng.random() < 0.15:  # a copy at the same time and partition that fails every DEFINE
+            rows.append({**row, "chk": "x"})
+            poison.add(len(rows))
+    refused: list = []
+    got = compile_query(_poisoned(case["query"]), column_families(rows)).run(rows, refused)
+    assert sorted(n for n, _ in refused) == sorted(poison)
+    assert all("CAST('x' AS BIGINT) is not possible" in reason for _, reason in refused)
+    columns = case["output"]
+    ours = [[str(r.get(c)) if isinstance(r.get(c), Timestamp) else r.get(c) for c in columns] for r in got]
+    partition = sum(1 for c in columns if c in ("part",))
+    theirs, mine = by_partition(columns, case["rows"], partition), by_partition(columns, ours, partition)
+    assert mine.keys() == theirs.keys()
+    for key in theirs:
+        assert len(mine[key]) == len(theirs[key])
+        assert all(all(same(x, y) for x, y in zip(m, t)) for m, t in zip(mine[key], theirs[key]))
+
+
+def test_some_poisoned_cases_match_something():
+    assert sum(bool(c["rows"]) for c in ANSWERED[::3]) > 300
+
+
+#: Pattern API stages whose conditions fail on a record with a string ``note`` (compared with a
+#: number): iterative and simple, with a window so that time passing emits too.
+PATTERNS = [
+    {"within_ms": 40, "stages": [
+        {"name": "a", "where": "kind == 'a' and note > 0"},
+        {"name": "b", "contiguity": "followed_by", "where": "amount > first('a').amount and note > 0",
+         "quantifier": "one_or_more"},
+        {"name": "c", "contiguity": "followed_by", "where": "kind == 'c' and note > 0"}]},
+    {"skip": "skip_past_last_event", "stages": [
+        {"name": "a", "where": "note > 0"},
+        {"name": "b", "contiguity": "next", "where": "note > 0 and kind != 'a'", "quantifier": "one_or_more",
+         "consecutive": True},
+        {"name": "c", "contiguity": "next", "where": "kind == 'c' and note > 0"}]},
+]
+
+
+@st.composite
+def streams(draw):
+    n = draw(st.integers(5, 60))
+    events, t = [], 1000
+    for i in range(n):
+        t += draw(st.integers(0, 9))
+        fields = {"kind": draw(st.sampled_from("abc")), "amount": float(draw(st.integers(0, 5))), "note": 1}
+        key = draw(st.sampled_from(["k0", "k1"]))
+        events.append(Event(key, t, t, fields, 0, i, "s"))
+        if draw(st.integers(0, 5)) == 0:  # a poison event at the same time and key
+            events.append(Event(key, t, t, {**fields, "note": "x"}, 0, -1, "s"))
+    return events
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(range(len(PATTERNS))), streams())
+def test_a_refused_event_leaves_the_pattern_api_operator_as_if_it_had_not_come(which, events):
+    settings_ = MatchSettings(pattern=PATTERNS[which], emit_timed_out=True)
+    fed, clean = MatchOperator(settings_), MatchOperator(settings_)
+    got, want = [], []
+    for e in events:
+        try:
+            got += fed.process(e)
+        except EventRejected as exc:
+            assert e.fields["note"] == "x" and "failed on record" in str(exc)
+            got += exc.outputs
+            continue
+        assert e.fields["note"] != "x" or fed.snapshot() == clean.snapshot()
+        want += clean.process(e)
+    assert [o.record for o in got] == [o.record for o in want]
+    assert fed.snapshot() == clean.snapshot()
+    assert [o.record for o in fed.advance_to(CTI_INFINITY)] == [o.record for o in clean.advance_to(CTI_INFINITY)]
+
+
+def _hot_key(n: int) -> list[Event]:
+    """One account's purchases 100 ms apart, countries alternating, none large: every row starts
+    a run that waits (for ten minutes) for a large purchase."""
+    t0 = 1_767_225_600_000
+    return [Event("acct", t0 + i * 100, t0 + i * 100,
+                  {"account": "acct", "event_time": t0 + i * 100, "type": "purchase", "amount": 10.0,
+                   "country": "DE" if i % 2 else "FR"}, 0, i, "tx") for i in range(n)]
+
+
+#: The Pattern API form of two-countries.sql: X*? (any rows) before LARGE is relaxed contiguity.
+TWO_COUNTRIES_PATTERN = {
+    "skip": "skip_past_last_event", "within_ms": 600_000, "stages": [
+        {"name": "HOME", "where": "type == 'purchase'"},
+        {"name": "ABROAD", "contiguity": "next", "where": "type == 'purchase' and country != last('HOME').country"},
+        {"name": "LARGE", "contiguity": "followed_by", "where": "type == 'purchase' and amount > 1000"}]}
+
+
+def _state_bytes(settings_: MatchSettings, n: int) -> tuple[int, int]:
+    op = MatchOperator(settings_)
+    for e in _hot_key(n):
+        op.process(e)
+    return len(op.snapshot()), op.partial_match_count()
+
+
+def test_a_hot_keys_sql_state_grows_with_its_events_as_the_pattern_apis_does():
+    sql = MatchSettings(pattern=None, sql=TWO_COUNTRIES, emit_timed_out=False)
+    api = MatchSettings(pattern=TWO_COUNTRIES_PATTERN, emit_timed_out=False)
+    small, runs_small = _state_bytes(sql, 200)
+    large, runs_large = _state_bytes(sql, 600)
+    assert runs_large >= 3 * runs_small - 3  # every row started a run that is still alive
+    assert large < 3.6 * small  # linear in the events (3×); runs × their length would be ≥ 9×
+    api_large, _ = _state_bytes(api, 600)
+    assert large < 2 * api_large
+
+
+def test_the_buffered_events_limit_bounds_a_sql_key():
+    limited = MatchSettings(pattern=None, sql=TWO_COUNTRIES, emit_timed_out=False, max_buffered_events=100)
+    op = MatchOperator(limited)
+    refused = 0
+    for e in _hot_key(400):
+        try:
+            op.process(e)
+        except EventRejected:
+            refused += 1
+    assert refused >= 250 and op.buffered_event_count() <= 101
