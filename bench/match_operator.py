@@ -128,6 +128,22 @@ SQL_FORMS = {
 }
 
 
+#: The hot key: ``examples/recognize/two-countries.sql`` (a purchase, one in another country, any
+#: rows, a large purchase, within ten minutes) on one account whose purchases (100 ms apart,
+#: countries alternating, none large) each start a run that waits the whole window.
+HOT_KEY_SQL_FILE = REPO / "examples" / "recognize" / "two-countries.sql"
+#: Its Pattern API form: ``X*?`` (any rows) before LARGE is relaxed contiguity. A literal: see PATTERNS.
+HOT_KEY_PATTERN = {
+    "name": "two_countries", "skip": "skip_past_last_event", "within_ms": 600_000,
+    "stages": [
+        {"name": "HOME", "where": "type == 'purchase'"},
+        {"name": "ABROAD", "contiguity": "next", "where": "type == 'purchase' and country != last('HOME').country"},
+        {"name": "LARGE", "contiguity": "followed_by", "where": "type == 'purchase' and amount > 1000"},
+    ],
+}
+HOT_KEY_EVENTS = (200, 600, 1_800)
+
+
 # ---------------------------------------------------------------------------------------------
 # Workload
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +173,13 @@ def make_records(events: int, keys: int = 1_000, seed: int = 7, start_ms: int = 
     return out
 
 
+def hot_key_records(n: int, start_ms: int = T0) -> list[dict[str, Any]]:
+    """One account's ``n`` purchases of 10.00, 100 ms apart, countries alternating FR / DE."""
+    return [{"id": f"h{i:06d}", "account": "acct-hot", "event_time": start_ms + 100 * i, "type": "purchase",
+             "amount": 10.0, "currency": "EUR", "country": "DE" if i % 2 else "FR", "merchant": None}
+            for i in range(n)]
+
+
 def to_events(records: list[dict[str, Any]]) -> list[Any]:
     from operators.time import Event
 
@@ -164,13 +187,15 @@ def to_events(records: list[dict[str, Any]]) -> list[Any]:
                   partition=0, offset=i, stream="transactions") for i, r in enumerate(records)]
 
 
-def write_csv(records: list[dict[str, Any]], path: str | Path) -> Path:
-    """The columns Flink reads: account, ts (ms), type, amount (``repr`` keeps doubles exact)."""
+def write_csv(records: list[dict[str, Any]], path: str | Path, country: bool = False) -> Path:
+    """The columns Flink reads: account, ts (ms), type, amount (``repr`` keeps doubles exact)
+    and with ``country`` the country (the hot key's query reads it)."""
     path = Path(path)
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         for r in records:
-            w.writerow((r["account"], r["event_time"], r["type"], repr(r["amount"])))
+            w.writerow((r["account"], r["event_time"], r["type"], repr(r["amount"]),
+                        *((r["country"],) if country else ())))
     return path
 
 
@@ -286,6 +311,39 @@ def run_operator(spec: dict[str, Any] | None, events: list[Any], *, cti_every: i
             "matches": counts["match"], "timed_out": counts.get("timed_out", 0),
             "state_samples": samples, "peak": peak, "at_peak": at_peak,
             "final_state_bytes": len(op.snapshot())}
+
+
+def run_hot_key(sizes: tuple[int, ...] = HOT_KEY_EVENTS, *, flink: bool = True,
+                flink_timeout: float = 600) -> list[dict[str, Any]]:
+    """Per size: the hot key through the SQL operator and the Pattern API operator (each event one
+    ``process`` call, timed; the state = the key's snapshot bytes after the last event) and, with
+    PyFlink installed, Flink's MATCH_RECOGNIZE on the same rows (net of reading them; after a
+    size that fails or times out, larger ones are not tried)."""
+    from operators.cep.operator import MatchOperator, MatchSettings
+
+    sql = HOT_KEY_SQL_FILE.read_text()
+    python = flink_python() if flink else None
+    out = []
+    for n in sizes:
+        records = hot_key_records(n)
+        events = to_events(records)
+        row: dict[str, Any] = {"events": n}
+        for form, settings in (("sql", MatchSettings(pattern=None, sql=sql, emit_timed_out=False)),
+                               ("pattern_api", MatchSettings(pattern=HOT_KEY_PATTERN, emit_timed_out=False))):
+            op = MatchOperator(settings)
+            gc.collect()
+            t0 = time.perf_counter()
+            for e in events:
+                op.process(e)
+            seconds = time.perf_counter() - t0
+            row[form] = {"seconds": seconds, "state_bytes": len(op.snapshot()),
+                         "partial_matches": op.partial_match_count(), "buffered": op.buffered_event_count()}
+        if python is not None and not any("error" in (r.get("flink") or {}) for r in out):
+            with tempfile.TemporaryDirectory(prefix="ctiflow-bench-hot-") as tmp:
+                path = write_csv(records, Path(tmp) / "hot.csv", country=True)
+                row["flink"] = run_flink(python, path, "hot_key", timeout=flink_timeout)
+        out.append(row)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,8 +473,9 @@ def run_flink(python: Path, events_file: Path, name: str, *, parallelism: int = 
 def run(events: int = 1_000_000, *, keys: int = 1_000, step_ms: int = 1, cti_every: int = 10_000,
         sample_every: int | None = None, key_groups: int = 8, seed: int = 7,
         patterns: list[str] | None = None, flink: bool = True, end_to_end: bool = True,
-        flink_parallelism: int = 1) -> dict[str, Any]:
-    """Every pattern through the operator alone, end to end and (if installed) Flink."""
+        flink_parallelism: int = 1, hot_key: tuple[int, ...] | None = HOT_KEY_EVENTS) -> dict[str, Any]:
+    """Every pattern through the operator alone, end to end and (if installed) Flink; then the
+    hot key (:func:`run_hot_key`)."""
     names = list(PATTERNS) if patterns is None else patterns
     unknown = [p for p in names if p not in PATTERNS]
     if unknown:
@@ -454,6 +513,8 @@ def run(events: int = 1_000_000, *, keys: int = 1_000, step_ms: int = 1, cti_eve
     finally:
         if tmp is not None:
             tmp.cleanup()
+    if hot_key:
+        result["hot_key"] = run_hot_key(hot_key, flink=flink)
     return result
 
 
@@ -523,7 +584,38 @@ def tables(r: dict[str, Any]) -> list[Any]:
                   f"{p.get('run_bytes', 0):,}",
                   f"{p['run_bytes'] / partial:,.0f}" if partial else "-",
                   f"{e2e['peak_state_bytes']:,}" if e2e else "-")
-    return [t, s]
+    tables_ = [t, s]
+    if r.get("hot_key"):
+        tables_.append(hot_key_table(r["hot_key"], installed if flink is not None else None))
+    return tables_
+
+
+def hot_key_table(rows: list[dict[str, Any]], flink_installed: bool | None) -> Any:
+    """One row per size: time and state of the SQL form, the Pattern API form, their ratio, Flink."""
+    from rich.table import Table
+
+    t = Table(title="hot key: one account, a purchase every 100 ms, countries alternating, no large purchase "
+                    "(examples/recognize/two-countries.sql)")
+    for col in ("events", "SQL s", "SQL state bytes", "SQL partial matches", "Pattern API s",
+                "Pattern API state bytes", "SQL / Pattern API (time, state)", "Flink s (net of scan)"):
+        t.add_column(col, justify="right")
+    for row in rows:
+        q, p = row["sql"], row["pattern_api"]
+        f = row.get("flink")
+        if flink_installed is None:
+            flink_cell = "skipped"
+        elif not flink_installed:
+            flink_cell = "not installed"
+        elif f is None:
+            flink_cell = "not tried (a smaller size failed)"
+        elif "error" in f:
+            flink_cell = f["error"][:40]
+        else:
+            flink_cell = f"{f['seconds'] - f['scan_seconds']:.1f}"
+        t.add_row(f"{row['events']:,}", f"{q['seconds']:.2f}", f"{q['state_bytes']:,}", f"{q['partial_matches']:,}",
+                  f"{p['seconds']:.2f}", f"{p['state_bytes']:,}",
+                  f"{q['seconds'] / p['seconds']:.2f}× / {q['state_bytes'] / p['state_bytes']:.2f}×", flink_cell)
+    return t
 
 
 def notes(r: dict[str, Any]) -> list[str]:
@@ -577,11 +669,12 @@ def main(argv: list[str] | int | None = None) -> dict[str, Any]:
     parser.add_argument("--no-flink", action="store_true", help="skip the Flink comparison")
     parser.add_argument("--no-end-to-end", action="store_true", help="operator alone only")
     parser.add_argument("--flink-parallelism", type=int, default=1)
+    parser.add_argument("--no-hot-key", action="store_true", help="skip the hot-key rows")
     parser.add_argument("--json", type=Path, help="also write the raw figures to this file")
     args = parser.parse_args(argv)
     r = run(args.events, keys=args.keys, step_ms=args.step_ms, cti_every=args.cti_every, key_groups=args.key_groups,
             patterns=args.pattern, flink=not args.no_flink, end_to_end=not args.no_end_to_end,
-            flink_parallelism=args.flink_parallelism)
+            flink_parallelism=args.flink_parallelism, hot_key=None if args.no_hot_key else HOT_KEY_EVENTS)
     from rich.console import Console
 
     console = Console(width=200)

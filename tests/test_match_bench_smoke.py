@@ -19,7 +19,16 @@ from bench.match_operator import PATTERNS, notes, run, tables
 def small():
     # 50 accounts, one event every 20 ms: each account sees about one event per second of
     # application time, as with the default 1,000 accounts at one event per millisecond.
-    return run(events=5000, keys=50, step_ms=20, cti_every=500, flink=False)
+    return run(events=5000, keys=50, step_ms=20, cti_every=500, flink=False, hot_key=(60, 180))
+
+
+def test_the_hot_key_rows_compare_the_sql_form_with_the_pattern_api_form(small):
+    rows = small["hot_key"]
+    assert [r["events"] for r in rows] == [60, 180]
+    for r in rows:  # every row started a run that waits for a large purchase
+        assert r["sql"]["partial_matches"] == r["pattern_api"]["partial_matches"] == r["events"]
+        assert r["sql"]["buffered"] == r["events"]
+    assert rows[1]["sql"]["state_bytes"] < 3.6 * rows[0]["sql"]["state_bytes"]
 
 
 def test_every_pattern_matches_and_end_to_end_agrees_with_the_operator(small):

@@ -8,12 +8,12 @@ added; the same operator fed without the poison events for the Pattern API."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.match_operator import HOT_KEY_PATTERN, HOT_KEY_SQL_FILE, hot_key_records, to_events
 from operators.cep.operator import MatchOperator, MatchSettings
 from operators.cep.recognize import Timestamp, column_families, compile_query
 from operators.cep.sql import Expr, parse
@@ -21,8 +21,7 @@ from operators.errors import EventRejected
 from operators.time import CTI_INFINITY, Event
 from tests.test_recognize_flink import RECORDED, by_partition, same
 
-ROOT = Path(__file__).resolve().parent.parent
-TWO_COUNTRIES = (ROOT / "examples" / "recognize" / "two-countries.sql").read_text()
+TWO_COUNTRIES = HOT_KEY_SQL_FILE.read_text()
 
 
 def _poisoned(query_text: str):
@@ -124,18 +123,7 @@ def test_a_refused_event_leaves_the_pattern_api_operator_as_if_it_had_not_come(w
 def _hot_key(n: int) -> list[Event]:
     """One account's purchases 100 ms apart, countries alternating, none large: every row starts
     a run that waits (for ten minutes) for a large purchase."""
-    t0 = 1_767_225_600_000
-    return [Event("acct", t0 + i * 100, t0 + i * 100,
-                  {"account": "acct", "event_time": t0 + i * 100, "type": "purchase", "amount": 10.0,
-                   "country": "DE" if i % 2 else "FR"}, 0, i, "tx") for i in range(n)]
-
-
-#: The Pattern API form of two-countries.sql: X*? (any rows) before LARGE is relaxed contiguity.
-TWO_COUNTRIES_PATTERN = {
-    "skip": "skip_past_last_event", "within_ms": 600_000, "stages": [
-        {"name": "HOME", "where": "type == 'purchase'"},
-        {"name": "ABROAD", "contiguity": "next", "where": "type == 'purchase' and country != last('HOME').country"},
-        {"name": "LARGE", "contiguity": "followed_by", "where": "type == 'purchase' and amount > 1000"}]}
+    return to_events(hot_key_records(n))
 
 
 def _state_bytes(settings_: MatchSettings, n: int) -> tuple[int, int]:
@@ -147,7 +135,7 @@ def _state_bytes(settings_: MatchSettings, n: int) -> tuple[int, int]:
 
 def test_a_hot_keys_sql_state_grows_with_its_events_as_the_pattern_apis_does():
     sql = MatchSettings(pattern=None, sql=TWO_COUNTRIES, emit_timed_out=False)
-    api = MatchSettings(pattern=TWO_COUNTRIES_PATTERN, emit_timed_out=False)
+    api = MatchSettings(pattern=HOT_KEY_PATTERN, emit_timed_out=False)
     small, runs_small = _state_bytes(sql, 200)
     large, runs_large = _state_bytes(sql, 600)
     assert runs_large >= 3 * runs_small - 3  # every row started a run that is still alive
