@@ -109,7 +109,7 @@ class Recognizer:
             row = Row(raw)
             try:
                 row.time = to_millis(raw.get(self.time_column))
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise SqlError(f"row {seq + 1}: ORDER BY column {self.time_column!r} must be epoch milliseconds "
                                f"or an ISO timestamp, got {raw.get(self.time_column)!r} ({exc})",
                                q.text, q.order_by[0][2]) from None
@@ -127,6 +127,11 @@ class Recognizer:
         last_time: dict[tuple, int] = {}
         for row in prepared:
             key = tuple(row.get(c) for c in q.partition_by)
+            if any(isinstance(v, (dict, list)) for v in key):
+                column = next(c for c in q.partition_by if isinstance(row.get(c), (dict, list)))
+                raise SqlError(f"row {row.number}: PARTITION BY column {column!r} holds a "
+                               f"{'record' if isinstance(row.get(column), dict) else 'list'}; partition by "
+                               "columns of plain values", q.text, q.text.upper().find("PARTITION"))
             state = states.get(key)
             if state is None:
                 state = states[key] = NfaState.initial(plan)

@@ -12,7 +12,10 @@ Errors are :class:`SqlError` (a :class:`~operators.errors.PatternError`): ``mess
 
 from __future__ import annotations
 
+import math
 import re
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,11 +134,30 @@ _RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "M
              "RUNNING", "FINAL", "CAST", "SUBSET", "LIKE"}
 
 
+#: Bounds that keep a hostile query from exhausting the stack or the CPU (as the YAML expressions'
+#: ``operators.cep.expression``): nesting levels of an expression or a pattern group, the length
+#: of the query, the BIGINT range of an integer literal.
+MAX_DEPTH = 100
+MAX_QUERY_LENGTH = 100_000
+BIGINT_MAX = 2 ** 63 - 1
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.depth = 0
+
+    def nested(self, parse, *args):
+        """``parse(*args)`` one nesting level deeper (an error past :data:`MAX_DEPTH`)."""
+        if self.depth >= MAX_DEPTH:
+            raise self.fail(f"nested more than {MAX_DEPTH} levels deep; write it flatter")
+        self.depth += 1
+        try:
+            return parse(*args)
+        finally:
+            self.depth -= 1
 
     # -- helpers --------------------------------------------------------------------------------
     @property
@@ -299,6 +321,9 @@ class _Parser:
             amount = float(amount_text)
         except ValueError:
             raise SqlError(f"interval amount {amount_text!r} is not a number", self.text, tok.pos) from None
+        if not math.isfinite(amount) or not 0 <= amount * _INTERVAL_MS[unit] <= BIGINT_MAX:
+            raise SqlError(f"interval amount {amount_text!r} is not a finite number of milliseconds in the BIGINT "
+                           "range", self.text, tok.pos)
         ms = int(round(amount * _INTERVAL_MS[unit]))
         if ms <= 0:
             raise SqlError("WITHIN needs a positive interval", self.text, start.pos)
@@ -328,7 +353,7 @@ class _Parser:
                 raise self.fail("anchors ^ and $ are not supported (as in Flink)")
             if tok.text == "(":
                 self.i += 1
-                inner = self.pattern_seq()
+                inner = self.nested(self.pattern_seq)
                 self.expect(")")
                 if self.tok.text in ("*", "+", "?", "{"):
                     raise self.fail("a quantifier on a group is not supported (Flink: group patterns are not "
@@ -370,7 +395,7 @@ class _Parser:
 
     # -- expressions ----------------------------------------------------------------------------
     def expression(self) -> Expr:
-        return self.disjunction()
+        return self.nested(self.disjunction)
 
     def disjunction(self) -> Expr:
         left = self.conjunction()
@@ -392,7 +417,7 @@ class _Parser:
         if self.at("NOT"):
             pos = self.tok.pos
             self.i += 1
-            return Expr("unary", pos, "NOT", (self.negation(),))
+            return Expr("unary", pos, "NOT", (self.nested(self.negation),))
         return self.comparison()
 
     def comparison(self) -> Expr:
@@ -456,15 +481,22 @@ class _Parser:
         tok = self.tok
         if tok.text in ("-", "+"):
             self.i += 1
-            return Expr("unary", tok.pos, tok.text, (self.unary(),))
+            return Expr("unary", tok.pos, tok.text, (self.nested(self.unary),))
         return self.primary()
 
     def primary(self) -> Expr:
         tok = self.tok
         if tok.kind == "number":
             self.i += 1
-            is_int = re.fullmatch(r"\d+", tok.text) is not None
-            return Expr("literal", tok.pos, int(tok.text) if is_int else float(tok.text))
+            if re.fullmatch(r"\d+", tok.text) is not None:
+                if len(tok.text) > 19 or int(tok.text) > BIGINT_MAX:
+                    raise self.fail(f"integer literal {tok.text[:30]}{'…' if len(tok.text) > 30 else ''} is out of "
+                                    "the BIGINT range (as in Flink); write it as a DOUBLE, e.g. 1e30", tok)
+                return Expr("literal", tok.pos, int(tok.text))
+            value = float(tok.text)
+            if value == float("inf"):
+                raise self.fail(f"number {tok.text[:30]} is out of the DOUBLE range", tok)
+            return Expr("literal", tok.pos, value)
         if tok.kind == "string":
             self.i += 1
             return Expr("literal", tok.pos, tok.text)
@@ -560,4 +592,19 @@ def parse(text: str) -> Query:
     """Parse one ``SELECT * FROM <table> MATCH_RECOGNIZE (…)`` statement."""
     if not isinstance(text, str) or not text.strip():
         raise SqlError("the query is empty", text or "", 0)
-    return _Parser(text).query()
+    if len(text) > MAX_QUERY_LENGTH:
+        raise SqlError(f"the query is longer than {MAX_QUERY_LENGTH:,} characters", text, MAX_QUERY_LENGTH)
+    with deep_enough():
+        return _Parser(text).query()
+
+
+@contextmanager
+def deep_enough(frames: int = 20_000):
+    """Python's recursion limit raised to ``frames`` for a while: a query nested
+    :data:`MAX_DEPTH` levels deep takes ≈ 10 frames a level to parse, check and compile."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, frames))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
