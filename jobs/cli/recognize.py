@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -54,6 +55,7 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
         raise typer.Exit(2) from None
     for row in out:
         print(to_json(row))
+    sys.stdout.flush()  # the results before the messages about them
     for number, reason in refused:  # as a job dead-letters them: the rest is matched without them
         console.print(f"[yellow]refused:[/yellow] {escape(f'{events}:{lines[number - 1]}: {reason}')}",
                       highlight=False)

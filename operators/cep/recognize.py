@@ -45,7 +45,7 @@ from operators.errors import EventRejected, PatternError
 
 STAR = "*"  # the universal pattern variable: every row of the match
 NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")
-AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT")
+AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT", "LISTAGG")
 END_OF_TIME = 2 ** 63 - 1  # Flink's final watermark (Long.MAX_VALUE)
 
 
@@ -447,7 +447,12 @@ class _Checker:
             if name in AGGREGATES:
                 if inside is not None:
                     raise self.fail(f"{name} inside {inside}: aggregates cannot be nested or navigated", expr.pos)
-                if len(expr.args) != 1:
+                if name == "LISTAGG":
+                    if len(expr.args) not in (1, 2):
+                        raise self.fail("LISTAGG takes a column and an optional separator", expr.pos)
+                    if len(expr.args) == 2 and not (expr.args[1].kind == "literal" and isinstance(expr.args[1].value, str)):
+                        raise self.fail("the separator of LISTAGG must be a string literal", expr.args[1].pos)
+                elif len(expr.args) != 1:
                     raise self.fail(f"{name} takes one argument", expr.pos)
                 if expr.args[0].kind == "star":
                     if name != "COUNT":
@@ -590,13 +595,16 @@ class _Types:
             name = expr.value
             args = [a for a in expr.args if a.kind != "star"]
             inner = [self.of(a, where) for a in args]
+            if name == "LISTAGG" and inner and inner[0] not in (None, "string"):
+                raise self.fail(f"{where}: LISTAGG needs strings, {self._describe(args[0], inner[0])} is not one (CAST "
+                                "it AS STRING)", expr.pos)
             if name in ("SUM", "AVG") and inner and inner[0] not in (None, "number"):
                 raise self.fail(f"{where}: {name} needs numbers, {self._describe(args[0], inner[0])} is not one",
                                 expr.pos)
             if name in ("COUNT", "MATCH_NUMBER", "CHAR_LENGTH", "CHARACTER_LENGTH", "SUM", "AVG", "ABS", "MOD",
                         "POWER", "SQRT", "FLOOR", "CEIL", "CEILING"):
                 return "number"
-            if name in ("UPPER", "LOWER", "TRIM", "CONCAT", "CLASSIFIER"):
+            if name in ("UPPER", "LOWER", "TRIM", "CONCAT", "CLASSIFIER", "LISTAGG"):
                 return "string"
             if name == "MATCH_ROWTIME":
                 return "timestamp"
@@ -1124,6 +1132,7 @@ def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
     inner = _compile(arg)
     variables = _variables(arg)
     var = next(iter(variables)) if variables else STAR
+    separator = expr.args[1].value if len(expr.args) == 2 else ","
 
     def aggregate(s: _Scope) -> Any:
         values = []
@@ -1135,6 +1144,8 @@ def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
             return len(values)
         if not values:
             return None
+        if name == "LISTAGG":  # Flink's: the non-NULL values in row order, joined
+            return separator.join(map(_text, values))
         if name == "SUM":
             return sum(values)
         if name == "MIN":
@@ -1272,6 +1283,8 @@ def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
             return inner, True
         if name in ("SUM", "AVG", "MOD"):
             return _numeric(inner), True
+        if name == "LISTAGG":
+            return "string", True
         if name in ("POWER", "SQRT"):
             return "double", True
         if name in ("CHAR_LENGTH", "CHARACTER_LENGTH"):

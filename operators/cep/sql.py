@@ -50,7 +50,16 @@ class Token:
 
     @property
     def upper(self) -> str:
-        return self.text.upper() if self.kind == "name" else self.text
+        """A keyword or symbol as written upper-case; "" for literals and quoted names (a string
+        ``'AND'`` is never the keyword)."""
+        if self.kind == "name":
+            return self.text.upper()
+        return self.text if self.kind == "op" else ""
+
+    @property
+    def sym(self) -> str:
+        """The symbol of an operator token; "" for every other kind (a string ``'-'`` is not minus)."""
+        return self.text if self.kind == "op" else ""
 
 
 _TOKEN = re.compile(r"""
@@ -342,25 +351,28 @@ class _Parser:
         out: list[PatternVar] = []
         while True:
             tok = self.tok
-            if tok.text == "|":
+            if tok.sym == "|":
                 raise self.fail("alternation (|) is not supported (Flink's CEP has no branching patterns); "
                                 "write one query per alternative, or one variable whose DEFINE has OR")
             if tok.upper == "PERMUTE":
                 raise self.fail("PERMUTE is not supported (as in Flink); list the orders you need as queries")
-            if tok.text == "{" and self.peek().text == "-":
+            if tok.sym == "{" and self.peek().sym == "-":
                 raise self.fail("exclusion {- -} is not supported (as in Flink)")
-            if tok.text == "^" or tok.text == "$":
+            if tok.sym == "^" or tok.sym == "$":
                 raise self.fail("anchors ^ and $ are not supported (as in Flink)")
-            if tok.text == "(":
+            if tok.sym == "(":
                 self.i += 1
                 inner = self.nested(self.pattern_seq)
                 self.expect(")")
-                if self.tok.text in ("*", "+", "?", "{"):
-                    raise self.fail("a quantifier on a group is not supported (Flink: group patterns are not "
-                                    "supported yet); quantify single variables")
+                if self.tok.sym in ("*", "+", "?", "{"):
+                    if len(inner) != 1 or inner[0].quantified:  # Flink unwraps (A)+ to A+, nothing more
+                        raise self.fail("a quantifier on a group of several variables (or of a quantified one) "
+                                        "is not supported (Flink: group patterns are not supported yet); "
+                                        "quantify single variables")
+                    inner = [self.quantified(inner[0])]
                 out.extend(inner)
                 continue
-            if tok.kind not in ("name", "quoted") or tok.text == ")":
+            if tok.kind not in ("name", "quoted") or tok.sym == ")":
                 return out
             self.i += 1
             out.append(self.quantified(PatternVar(tok.text, tok.pos)))
@@ -368,19 +380,19 @@ class _Parser:
     def quantified(self, var: PatternVar) -> PatternVar:
         tok = self.tok
         lo, hi = 1, 1
-        if tok.text == "*":
+        if tok.sym == "*":
             lo, hi = 0, None
-        elif tok.text == "+":
+        elif tok.sym == "+":
             lo, hi = 1, None
-        elif tok.text == "?":
+        elif tok.sym == "?":
             lo, hi = 0, 1
-        elif tok.text == "{":
+        elif tok.sym == "{":
             self.i += 1
-            lo = None if self.tok.text == "," else self.integer("the minimum repetitions")
+            lo = None if self.tok.sym == "," else self.integer("the minimum repetitions")
             hi = lo
             if self.accept(","):
-                hi = None if self.tok.text == "}" else self.integer("the maximum repetitions")
-            if self.tok.text != "}":
+                hi = None if self.tok.sym == "}" else self.integer("the maximum repetitions")
+            if self.tok.sym != "}":
                 raise self.fail("expected } closing the quantifier, e.g. {2}, {2,}, {2,5} or {,5}")
             if hi is not None and lo is not None and hi < lo:
                 raise self.fail(f"the quantifier's maximum {hi} is below its minimum {lo}")
@@ -388,7 +400,7 @@ class _Parser:
             return var
         self.i += 1
         greedy = True
-        if self.tok.text == "?":
+        if self.tok.sym == "?":
             greedy = False
             self.i += 1
         return PatternVar(var.name, var.pos, lo, hi, greedy, True)
@@ -424,7 +436,7 @@ class _Parser:
         left = self.additive()
         while True:
             tok = self.tok
-            if tok.text in ("=", "<>", "!=", "<", "<=", ">", ">="):
+            if tok.sym in ("=", "<>", "!=", "<", "<=", ">", ">="):
                 self.i += 1
                 op = "<>" if tok.text == "!=" else tok.text
                 left = Expr("binary", tok.pos, op, (left, self.additive()))
@@ -463,7 +475,7 @@ class _Parser:
 
     def additive(self) -> Expr:
         left = self.multiplicative()
-        while self.tok.text in ("+", "-", "||"):
+        while self.tok.sym in ("+", "-", "||"):
             tok = self.tok
             self.i += 1
             left = Expr("binary", tok.pos, tok.text, (left, self.multiplicative()))
@@ -471,7 +483,7 @@ class _Parser:
 
     def multiplicative(self) -> Expr:
         left = self.unary()
-        while self.tok.text in ("*", "/", "%"):
+        while self.tok.sym in ("*", "/", "%"):
             tok = self.tok
             self.i += 1
             left = Expr("binary", tok.pos, tok.text, (left, self.unary()))
@@ -479,7 +491,7 @@ class _Parser:
 
     def unary(self) -> Expr:
         tok = self.tok
-        if tok.text in ("-", "+"):
+        if tok.sym in ("-", "+"):
             self.i += 1
             return Expr("unary", tok.pos, tok.text, (self.nested(self.unary),))
         return self.primary()
@@ -500,7 +512,7 @@ class _Parser:
         if tok.kind == "string":
             self.i += 1
             return Expr("literal", tok.pos, tok.text)
-        if tok.text == "(":
+        if tok.sym == "(":
             self.i += 1
             inner = self.expression()
             self.expect(")")
@@ -519,11 +531,11 @@ class _Parser:
                 return self.cast()
             if word == "INTERVAL":
                 return Expr("literal", tok.pos, self.interval())
-            if self.peek().text == "(":
+            if self.peek().sym == "(":
                 return self.call()
         if tok.kind in ("name", "quoted") and tok.upper not in _RESERVED:
             self.i += 1
-            if self.tok.text == ".":
+            if self.tok.sym == ".":
                 self.i += 1
                 column = self.identifier("a column name")
                 return Expr("column", tok.pos, (tok.text, column))
@@ -534,14 +546,14 @@ class _Parser:
         tok = self.tok
         name = tok.upper
         self.i += 2
-        if name == "COUNT" and self.tok.text == "*":
+        if name == "COUNT" and self.tok.sym == "*":
             self.i += 1
             self.expect(")")
             return Expr("call", tok.pos, "COUNT", (Expr("star", tok.pos, None),))
         if self.accept("DISTINCT"):
             raise self.fail("DISTINCT in an aggregate is not supported in MATCH_RECOGNIZE (as in Flink)")
         args: list[Expr] = []
-        if self.tok.text != ")":
+        if self.tok.sym != ")":
             args.append(self.expression())
             while self.accept(","):
                 args.append(self.expression())
@@ -572,7 +584,7 @@ class _Parser:
         type_tok = self.tok
         type_name = self.identifier("a type name").upper()
         if self.accept("("):  # DECIMAL(10, 2), VARCHAR(20): precision is not kept
-            while self.tok.text != ")" and self.tok.kind != "end":
+            while self.tok.sym != ")" and self.tok.kind != "end":
                 self.i += 1
             self.expect(")")
         if type_name not in CAST_TYPES:
