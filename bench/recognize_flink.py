@@ -9,6 +9,8 @@ rejects rejected too.
 
     bash bench/setup_flink.sh                       # once: .venv-flink with apache-flink
     .venv-flink/bin/python bench/recognize_flink.py --cases 2000 --seed 1   # --resume continues a file
+    .venv-flink/bin/python bench/recognize_flink.py --cases 600 --seed 3 --time-types \
+        --out tests/data/recognize/flink-cases-3.jsonl    # BIGINT/TIMESTAMP time, LISTAGG, (A)+
 
 The streams look like real topics: several partitions at uneven rates, equal timestamps
 (ties keep arrival order), NULLs. No row is late: the watermark trails by a day, so Flink
@@ -29,6 +31,10 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "recognize" / "flink-cases.jsonl"
 COLUMNS = ["id", "part", "ts", "price", "tag", "amt"]
+#: ``--time-types``: also the table's ``ts_ms`` (the BIGINT epoch ms beside the TIMESTAMP rowtime
+#: ``ts``), and queries that do arithmetic on it, TIMESTAMPDIFF and INTERVAL arithmetic on ``ts``,
+#: LISTAGG, and quantified parenthesised variables ``(A)+`` (the gaps a held-out suite found).
+TIME_COLUMNS = [*COLUMNS, "ts_ms"]
 T0 = 1_767_225_600_000
 
 
@@ -56,8 +62,18 @@ QUANTIFIERS = ["", "", "", "", "", "*", "+", "+", "?", "{2}", "{1,3}", "{2,}", "
 LAST_QUANTIFIERS = ["", "", "", "", "{2}", "+?", "*?", "{1,3}?", "{2,}?", "?", "{3}", "+", "??"]
 
 
-def condition(rng: random.Random, var: str, earlier: list[str]) -> str:
+def condition(rng: random.Random, var: str, earlier: list[str], time_types: bool = False) -> str:
     k, other = rng.randint(2, 15), rng.choice(earlier) if earlier else None
+    if time_types and rng.random() < 0.5:
+        options = [f"{var}.ts_ms - FIRST(ts_ms) < {k * 1000}", f"{var}.ts < FIRST(ts) + INTERVAL '{k}' SECOND",
+                   f"TIMESTAMPDIFF(SECOND, FIRST(ts), {var}.ts) <= {k}", f"{var}.ts_ms > {T0 + k * 1000}",
+                   f"{var}.ts_ms - LAST({var}.ts_ms, 1) < {k * 1000} OR LAST({var}.ts_ms, 1) IS NULL"]
+        if other:
+            options += [f"{var}.ts_ms - {other}.ts_ms < {k * 1000}",
+                        f"TIMESTAMPDIFF(SECOND, {other}.ts, {var}.ts) < {k}",
+                        f"{var}.ts <= {other}.ts + INTERVAL '{k}' SECOND"]
+        text = rng.choice(options)
+        return f"({text}) AND ({condition(rng, var, earlier)})" if rng.random() < 0.3 else text
     options = [
         f"{var}.tag = '{rng.choice('abc')}'", f"tag = '{rng.choice('abc')}'", f"{var}.price > {k}",
         f"price < {k}", f"{var}.price > LAST({var}.price, 1) OR LAST({var}.price, 1) IS NULL",
@@ -84,9 +100,13 @@ def condition(rng: random.Random, var: str, earlier: list[str]) -> str:
     return text
 
 
-def measures(rng: random.Random, names: list[str]) -> list[str]:
+def measures(rng: random.Random, names: list[str], time_types: bool = False) -> list[str]:
     def pick():
         v = rng.choice(names)
+        if time_types and rng.random() < 0.5:
+            return rng.choice([f"LAST({v}.ts_ms) - FIRST({v}.ts_ms)", f"LISTAGG({v}.tag, '|')", f"LISTAGG({v}.tag)",
+                               f"TIMESTAMPDIFF(SECOND, FIRST({v}.ts), LAST(ts))", "LAST(ts_ms)", f"FIRST({v}.ts_ms)",
+                               "LISTAGG(tag, '')", f"{v}.ts_ms + 1"])
         return rng.choice([f"FIRST({v}.id)", f"LAST({v}.id)", f"COUNT({v}.id)", f"SUM({v}.price)", f"MAX({v}.price)",
                            f"MIN({v}.amt)", f"AVG({v}.price)", f"AVG({v}.amt)", f"{v}.price", "FIRST(id)", "LAST(id)",
                            "LAST(id, 1)", "COUNT(*)", "MATCH_ROWTIME()", f"FIRST({v}.ts)", f"{v}.tag",
@@ -95,20 +115,24 @@ def measures(rng: random.Random, names: list[str]) -> list[str]:
     return [f"{pick()} AS m{i}" for i in range(rng.randint(1, 4))]
 
 
-def query(rng: random.Random) -> str:
+def query(rng: random.Random, time_types: bool = False) -> str:
     names = list("ABCD")[:rng.choices([1, 2, 3, 4], [3, 5, 3, 1])[0]]
-    pattern = " ".join(n + rng.choice(QUANTIFIERS if n != names[-1] else LAST_QUANTIFIERS) for n in names)
+    items = [(n, rng.choice(QUANTIFIERS if n != names[-1] else LAST_QUANTIFIERS)) for n in names]
+    if time_types:  # now and then a quantified parenthesised variable: (A)+
+        pattern = " ".join(f"({n}){q}" if q and rng.random() < 0.35 else n + q for n, q in items)
+    else:
+        pattern = " ".join(n + q for n, q in items)
     if rng.random() < 0.02:
         pattern = pattern.replace(names[0], names[0] + "{,2}", 1) if pattern[1:2] in (" ", "") else pattern
     defined = [n for n in names if rng.random() < 0.85]
-    define = ", ".join(f"{n} AS {condition(rng, n, names[:names.index(n)])}" for n in defined)
+    define = ", ".join(f"{n} AS {condition(rng, n, names[:names.index(n)], time_types)}" for n in defined)
     target = rng.choice(names[1:] if len(names) > 1 and rng.random() < 0.85 else names)  # TO FIRST <first variable>
     skip = rng.choice(["", "AFTER MATCH SKIP TO NEXT ROW", "AFTER MATCH SKIP PAST LAST ROW",  # fails on every match
                        f"AFTER MATCH SKIP TO FIRST {target}", f"AFTER MATCH SKIP TO LAST {target}"])
     within = f" WITHIN INTERVAL '{rng.choice([2, 5, 30, 90])}' SECOND" if rng.random() < 0.25 else ""
     partition = "PARTITION BY part " if rng.random() < 0.8 else ""
     order = "ORDER BY ts" + (", id DESC" if rng.random() < 0.1 else "")
-    return (f"SELECT * FROM events MATCH_RECOGNIZE (\n  {partition}{order}\n  MEASURES {', '.join(measures(rng, names))}\n"
+    return (f"SELECT * FROM events MATCH_RECOGNIZE (\n  {partition}{order}\n  MEASURES {', '.join(measures(rng, names, time_types))}\n"
             f"  ONE ROW PER MATCH\n  {skip}\n  PATTERN ({pattern}){within}\n"
             + (f"  DEFINE {define}\n" if define else "") + ")")
 
@@ -173,7 +197,7 @@ INFRASTRUCTURE = ("PickleException", "Py4JNetworkError", "Could not create actor
                   "Address already in use")
 
 
-def record(seed: int, first: int, last: int, out_path: Path) -> int:
+def record(seed: int, first: int, last: int, out_path: Path, time_types: bool = False) -> int:
     """Cases ``first`` … ``last - 1`` of ``seed``, appended to ``out_path``; exit code 3 (after
     writing what was recorded) when PyFlink itself fails."""
     import pyflink
@@ -182,9 +206,12 @@ def record(seed: int, first: int, last: int, out_path: Path) -> int:
     with out_path.open("a") as out:
         for n in range(first, last):
             rng = random.Random(f"{seed}/{n}")
-            text, rows = query(rng), events(rng)
-            case = {"name": f"flink-{seed}-{n:04d}", "query": text, "columns": COLUMNS,
-                    "events": [[r[c] for c in COLUMNS] for r in rows], "flink": pyflink.version.__version__}
+            text, rows = query(rng, time_types), events(rng)
+            columns = TIME_COLUMNS if time_types else COLUMNS
+            for r in rows:
+                r["ts_ms"] = r["ts"]  # the table's BIGINT beside the rowtime
+            case = {"name": f"flink-{seed}-{n:04d}", "query": text, "columns": columns,
+                    "events": [[r[c] for c in columns] for r in rows], "flink": pyflink.version.__version__}
             try:
                 case["output"], case["rows"] = flink.run(text, rows)
                 case["error"] = None
@@ -206,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--resume", action="store_true", help="keep the cases already in --out, record the rest")
     ap.add_argument("--chunk", type=int, default=150, help="cases per PyFlink process (its mini-cluster leaks)")
+    ap.add_argument("--time-types", action="store_true", help="queries over ts_ms (BIGINT) and ts (TIMESTAMP), "
+                    "LISTAGG, (A)+ (see TIME_COLUMNS)")
     ap.add_argument("--worker", nargs=2, type=int, metavar=("FIRST", "LAST"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        return record(args.seed, args.worker[0], args.worker[1], args.out)
+        return record(args.seed, args.worker[0], args.worker[1], args.out, args.time_types)
     import subprocess
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -221,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         if done >= args.cases:
             break
         code = subprocess.run([sys.executable, __file__, "--seed", str(args.seed), "--out", str(args.out),
+                               *(["--time-types"] if args.time_types else []),
                                "--worker", str(done), str(min(done + args.chunk, args.cases))]).returncode
         now = sum(1 for line in args.out.read_text().splitlines() if line.strip())
         failures = 0 if now > done else failures + 1

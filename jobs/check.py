@@ -35,6 +35,9 @@ class Report:
 def _lines(exc: CtiflowError, path: Path) -> list[str]:
     """An error as one entry per problem, without the file prefix (a query's caret display
     stays with its message)."""
+    problems = getattr(exc, "problems", None)
+    if problems:
+        return [problem.removeprefix(f"{path}: ") for problem in problems]
     text = str(exc)
     first, *rest = text.splitlines()
     for prefix in (f"{path}: ", "<config>: "):

@@ -579,7 +579,9 @@ class MatchOp(Strict):
         try:
             settings.pattern_object()
         except CtiflowError as exc:
-            raise ConfigError(f"operators.{self.name}.{'pattern' if self.sql is None else 'sql'}: {exc}") from None
+            where = f"operators.{self.name}.{'pattern' if self.sql is None else 'sql'}"
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            raise ConfigError(problems=[f"{where}: {problem}" for problem in problems]) from None
         return MatchOperator, settings
 
 

@@ -50,7 +50,7 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
                                  partition_columns=tuple(c for c in q.partition_by if c != src.key_field))
         settings.pattern_object()
     except SqlError as exc:
-        raise ConfigError(f"operators.{op.name}.sql: {exc.render()}") from None
+        raise ConfigError(problems=[f"operators.{op.name}.sql: {text}" for text in exc.render_all()]) from None
     except CtiflowError as exc:
         raise ConfigError(f"operators.{op.name}.sql: {exc}") from None
     return settings, types
@@ -58,6 +58,8 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
 
 def family(avro_type: Any) -> str | None:
     """The type family (:func:`operators.cep.recognize.compile_query`) of an Avro field type."""
+    if _logical(avro_type) in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis"):
+        return "timestamp"  # a plain long stays a BIGINT (epoch ms you can subtract)
     kinds = base_types(avro_type) - {"null"}
     if kinds and kinds <= {"int", "long", "float", "double"}:
         return "number"
@@ -66,6 +68,14 @@ def family(avro_type: Any) -> str | None:
     if kinds == {"boolean"}:
         return "boolean"
     return None
+
+
+def _logical(avro_type: Any) -> str | None:
+    """The logical type of a field type (of its one non-null branch in a union)."""
+    if isinstance(avro_type, list):
+        others = [t for t in avro_type if t != "null"]
+        return _logical(others[0]) if len(others) == 1 else None
+    return avro_type.get("logicalType") if isinstance(avro_type, dict) else None
 
 
 def derived_schemas(job: JobConfig) -> dict[str, str]:

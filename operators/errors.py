@@ -13,7 +13,12 @@ class CtiflowError(Exception):
 
 
 class ConfigError(CtiflowError):
-    """A configuration value is missing or invalid; the message names the field and the fix."""
+    """A configuration value is missing or invalid; the message names the field and the fix.
+    ``problems``: each problem on its own when there are several (the message joins them)."""
+
+    def __init__(self, message: str = "", problems: list[str] | None = None) -> None:
+        super().__init__(message if problems is None else "\n".join(problems))
+        self.problems = problems
 
 
 class SchemaError(CtiflowError):
@@ -37,7 +42,12 @@ class EventRejected(CtiflowError, ValueError):
 
 
 class PatternError(CtiflowError):
-    """A CEP pattern is malformed (names the stage and the problem)."""
+    """A CEP pattern is malformed (names the stage and the problem). ``problems``: each problem
+    on its own when several were found at once."""
+
+    def __init__(self, message: str = "", problems: list[str] | None = None) -> None:
+        super().__init__(message if problems is None else "\n".join(problems))
+        self.problems = problems
 
 
 class StackError(CtiflowError):

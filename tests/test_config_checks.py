@@ -303,9 +303,9 @@ def test_a_sql_operator_derives_its_output_schema_from_the_measures():
     assert config_errors(cfg) == [] and cfg.warnings() == []
     assert cfg.result_topics()["brute-force"] == "recognize_brute_force"
     schema = json.loads(derived_schemas(cfg)["recognize_brute_force"])
-    timestamp = {"type": "long", "logicalType": "timestamp-millis"}
+    timestamp = {"type": "long", "logicalType": "timestamp-millis"}  # MATCH_ROWTIME(); event_time is a long
     assert [(f["name"], f["type"]) for f in schema["fields"]] == [
-        ("account", ["null", "string"]), ("first_failure", ["null", timestamp]), ("failures", "long"),
+        ("account", ["null", "string"]), ("first_failure", ["null", "long"]), ("failures", "long"),
         ("amount", ["null", "double"]), ("login_country", ["null", "string"]), ("matched_at", timestamp)]
 
 
@@ -371,3 +371,24 @@ def test_a_key_that_keeps_too_many_events_for_its_runs_has_its_next_events_refus
     assert refused and "keeps 51 events" in refused[0] and "max_buffered_events 50" in refused[0]
     assert operator.buffered_event_count() <= 51
     assert parse(sql_job()).operators[0].max_buffered_events == 100_000
+
+
+def test_every_error_of_one_query_and_one_pattern_is_shown_at_once():
+    from jobs.check import config_errors
+
+    query = SQL.replace("COUNT(F.id)", "COUNT(F.idd)").replace("S.country AS", "SUM(S.country) AS") \
+               .replace("F.type = 'login_failed'", "F.amount > 'x'")
+    raw = sql_job(query)
+    raw["operators"].append({"kind": "match", "name": "yaml", "output": "yaml-out", "pattern": {"stages": [
+        {"name": "a", "where": "type == 'login_failed'"},
+        {"name": "b", "contiguity": "next", "where": "amount > first('zz').amount"},
+        {"name": "c", "contiguity": "next", "where": "amount >"}]}})
+    errors = config_errors(parse(raw))
+    sql = [e for e in errors if e.startswith("operators.brute-force.sql: line ")]
+    assert len(sql) == 3 and all(e.splitlines()[-1].strip() == "^" for e in sql)
+    assert [m for m in ("column 'idd'", "SUM needs numbers", "the types do not match") if any(m in e for e in sql)] \
+        == ["column 'idd'", "SUM needs numbers", "the types do not match"]
+    yaml_errors = [e for e in errors if e.startswith("operators.yaml.pattern: ")]
+    assert len(yaml_errors) == 2
+    assert "reads stage 'zz', which the pattern does not have (its stages: a, b, c)" in yaml_errors[0]
+    assert "invalid expression 'amount >'" in yaml_errors[1]

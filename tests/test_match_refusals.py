@@ -19,7 +19,7 @@ from operators.cep.recognize import Timestamp, column_families, compile_query
 from operators.cep.sql import Expr, parse
 from operators.errors import EventRejected
 from operators.time import CTI_INFINITY, Event
-from tests.test_recognize_flink import RECORDED, by_partition, same
+from tests.test_recognize_flink import RECORDED, TYPES, by_partition, same
 
 TWO_COUNTRIES = HOT_KEY_SQL_FILE.read_text()
 
@@ -53,7 +53,7 @@ def test_rows_a_define_fails_on_are_refused_and_the_rest_gives_flinks_answer(cas
             rows.append({**row, "chk": "x"})
             poison.add(len(rows))
     refused: list = []
-    got = compile_query(_poisoned(case["query"]), column_families(rows)).run(rows, refused)
+    got = compile_query(_poisoned(case["query"]), {**column_families(rows), **TYPES}).run(rows, refused)
     assert sorted(n for n, _ in refused) == sorted(poison)
     assert all("CAST('x' AS BIGINT) is not possible" in reason for _, reason in refused)
     columns = case["output"]

@@ -95,8 +95,7 @@ def test_recognize_refuses_a_row_a_define_fails_on_and_matches_the_rest(tmp_path
     result = CliRunner().invoke(app, ["recognize", "--query", str(query), "--events", str(events)])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
-    assert [json.loads(line) for line in result.stdout.splitlines()] == [
-        {"a": "1970-01-01 00:00:00.001", "b": "1970-01-01 00:00:00.003"}]  # rows 1 and 3: row 2 never came
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"a": 1, "b": 3}]  # row 2 never came
     messages = result.stderr.replace("\n", " ")
     assert f"{events}:2: DEFINE " in messages and ": CAST('DE' AS BIGINT) is not possible" in messages
     assert "1 row(s) refused" in messages

@@ -41,13 +41,18 @@ def same(a, b) -> bool:
     return a == b and type(a) is type(b) or (a == b and {type(a), type(b)} <= {int, float})
 
 
+#: The recorder's table (``bench/recognize_flink.py``): ``ts`` is a TIMESTAMP(3) rowtime computed
+#: from epoch milliseconds, ``ts_ms`` (where recorded) those milliseconds as a BIGINT.
+TYPES = {"ts": "timestamp"}
+
+
 def replay(case: dict) -> None:
     events = [dict(zip(case["columns"], values)) for values in case["events"]]
     if case["error"] is not None:
         with pytest.raises(CtiflowError):
-            recognize(case["query"], events)
+            recognize(case["query"], events, types=TYPES)
         return
-    got = recognize(case["query"], events)
+    got = recognize(case["query"], events, types=TYPES)
     columns = case["output"]
     ours = [[str(r.get(c)) if isinstance(r.get(c), Timestamp) else r.get(c) for c in columns] for r in got]
     assert all(list(r) == columns for r in got), (columns, got[:1])

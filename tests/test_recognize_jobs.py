@@ -168,4 +168,12 @@ def test_all_rows_per_match_derives_a_schema_with_every_column():
                      "country", "merchant"]
     types = {f["name"]: f["type"] for f in schema["fields"]}
     assert types["so_far"] == "long" and types["var"] == "string" and types["amount"] == ["null", "double"]
-    assert types["event_time"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+    assert types["event_time"] == ["null", "long"]  # the input's plain long: a BIGINT, as declared
+
+
+def test_the_time_columns_type_is_the_declared_one():
+    from jobs.recognize import family
+
+    assert family(["null", "long"]) == "number"  # epoch ms you can subtract: B.event_time - A.event_time
+    assert family({"type": "long", "logicalType": "timestamp-millis"}) == "timestamp"
+    assert family(["null", {"type": "long", "logicalType": "timestamp-millis"}]) == "timestamp"

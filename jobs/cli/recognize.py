@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -24,12 +24,17 @@ def to_json(row: dict) -> str:
 
 @app.command()
 def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file with SELECT * FROM t MATCH_RECOGNIZE (…)")],
-              events: Annotated[Path, typer.Option("--events", "-e", help="JSON lines: one row per line, fields = columns")]):
+              events: Annotated[Path, typer.Option("--events", "-e", help="JSON lines: one row per line, fields = columns")],
+              timestamp: Annotated[Optional[list[str]], typer.Option(
+                  "--timestamp", help="a column of epoch milliseconds that is a TIMESTAMP(3) (repeatable; "
+                                      "otherwise an integer column is a BIGINT)")] = None):
     """Run a MATCH_RECOGNIZE query over a JSON-lines file and print one JSON object per output row.
 
-    Rows are ordered by the ORDER BY columns (the first is the time: epoch milliseconds or an ISO
-    timestamp), ties in file order; the end of the file closes every WITHIN. The output rows are
-    the partition columns and the measures, in emission order."""
+    Rows are ordered by the ORDER BY columns (the first is the time: epoch milliseconds, a BIGINT
+    unless --timestamp names it, or ISO timestamps, a TIMESTAMP), ties in file order; the end of the
+    file closes every WITHIN. The output rows are the partition columns and the measures, in
+    emission order. A row a DEFINE fails on is refused (listed on standard error) and the others
+    matched as if it had not come."""
     from operators.cep.recognize import recognize as run
     from operators.cep.sql import SqlError
 
@@ -49,7 +54,7 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
             lines.append(number)
     refused: list[tuple[int, str]] = []
     try:
-        out = run(text, rows, refused)
+        out = run(text, rows, refused, types={c: "timestamp" for c in timestamp or ()})
     except SqlError as exc:
         console.print(f"[red]error:[/red] {escape(f'{query}: {exc.render() if exc.text else exc}')}", highlight=False)
         raise typer.Exit(2) from None

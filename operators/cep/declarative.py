@@ -61,12 +61,46 @@ def pattern_from_dict(spec: Mapping[str, Any]) -> Pattern:
     name = spec.get("name", "pattern")
     skip = skip_from_spec(spec.get("skip"))
     stages = spec.get("stages")
+    problems = condition_problems(stages)
+    if problems:
+        raise PatternError(problems=problems)
     pattern = _sequence(stages, skip, where=f"pattern {name!r}")
     within = spec.get("within_ms")
     if within is not None:
         pattern.within(_non_negative_int(within, "pattern", "within_ms"),
                        _within_type(spec.get("within_type"), "pattern"))
     return pattern
+
+
+def condition_problems(stages: Any) -> list[str]:
+    """Every stage condition (``where``, ``or``, ``until``) that does not compile, or whose
+    ``first('x')`` / ``count('x')`` / … names no stage of the pattern, at once (an empty list
+    when the stages are not a list of named stages: :func:`_sequence` says what is wrong)."""
+    named: list[Mapping[str, Any]] = []
+
+    def walk(items: Any) -> None:
+        if isinstance(items, Sequence) and not isinstance(items, (str, bytes)):
+            for stage in items:
+                if isinstance(stage, Mapping) and isinstance(stage.get("name"), str):
+                    named.append(stage)
+                    walk(stage.get("group"))
+
+    walk(stages)
+    names = [stage["name"] for stage in named]
+    problems = []
+    for stage in named:
+        for key in ("where", "or", "until"):
+            texts = stage.get(key)
+            for text in ([texts] if isinstance(texts, str) else texts if isinstance(texts, list) else []):
+                try:
+                    references = compile_expression(text, match_functions=True).stage_references
+                except ExpressionError as exc:
+                    problems.append(f"stage {stage['name']!r}: {key!r}: {exc}")
+                    continue
+                for ref in sorted(references - set(names)):
+                    problems.append(f"stage {stage['name']!r}: {key!r}: {text!r} reads stage {ref!r}, which the "
+                                    f"pattern does not have (its stages: {', '.join(names)})")
+    return problems
 
 
 def pattern_name(spec: Mapping[str, Any], default: str = "pattern") -> str:

@@ -90,6 +90,9 @@ class Recognizer:
     variables: list[str]
     time_column: str
     measures: list[tuple[str, Callable[[dict, tuple | None, int, int], Any]]]
+    #: The time column is a TIMESTAMP(3) (declared so, ISO text, or of unknown type); else a
+    #: BIGINT of epoch milliseconds, which keeps its type (arithmetic, measures as numbers)
+    timestamp: bool = True
 
     def run(self, rows: Iterable[Mapping[str, Any]], refused: list | None = None) -> list[dict[str, Any]]:
         """Every output row for ``rows`` (a bounded input), in emission order; see :meth:`rows`."""
@@ -113,7 +116,8 @@ class Recognizer:
                 raise SqlError(f"row {seq + 1}: ORDER BY column {self.time_column!r} must be epoch milliseconds "
                                f"or an ISO timestamp, got {raw.get(self.time_column)!r} ({exc})",
                                q.text, q.order_by[0][2]) from None
-            row[self.time_column] = Timestamp(row.time)
+            if self.timestamp:
+                row[self.time_column] = Timestamp(row.time)
             row.seq = row.number = seq + 1
             prepared.append(row)
         ties = self.tie_key()
@@ -281,23 +285,29 @@ def compile_query(query: Query | str, columns: Iterable[str] | Mapping[str, str]
             raise fail(f"measure {m.name} has the name of a PARTITION BY column (Flink: columns ambiguously "
                        "defined); rename the measure", m.expr.pos)
     checker = _Checker(q, fail, names, known)
-    for name, expr in q.define.items():
-        checker.check(expr, define=name)
-    for m in q.measures:
-        checker.check(m.expr, define=None)
-        if not m.running and not q.all_rows:
-            pass  # FINAL is what ONE ROW PER MATCH means anyway
+    time_family = families.get(time_column)
+    timestamp = time_family in (None, "timestamp", "string")  # ISO text is a TIMESTAMP; a BIGINT stays one
+    types = None
     if families:
-        families[time_column] = "timestamp"
+        families[time_column] = "timestamp" if timestamp else time_family
         types = _Types(families, fail)
-        for name, expr in q.define.items():
-            types.of(expr, f"DEFINE {name}")
-            types.condition(expr, f"DEFINE {name}")
-        for m in q.measures:
-            types.of(m.expr, f"MEASURES {m.name}")
+    found: list[SqlError] = []  # every DEFINE and measure checked: all their errors at once
+    for clause, expr, define in ([(f"DEFINE {n}", e, n) for n, e in q.define.items()]
+                                 + [(f"MEASURES {m.name}", m.expr, None) for m in q.measures]):
+        try:
+            checker.check(expr, define=define)
+            if types is not None:
+                types.of(expr, clause)
+                if define is not None:
+                    types.condition(expr, clause)
+        except SqlError as exc:
+            found.append(exc)
+    if found:
+        found[0].others = found[1:]
+        raise found[0]
     pattern = _translate(q, fail, names)
     measures = [(m.name, _measure(m.name, m.expr, names)) for m in q.measures]
-    return Recognizer(q, pattern, names, time_column, measures)
+    return Recognizer(q, pattern, names, time_column, measures, timestamp)
 
 
 def _positions(q: Query, name: str) -> list[int]:
@@ -397,6 +407,7 @@ FUNCTIONS: dict[str, tuple[int, int | None]] = {
     "ABS": (1, 1), "MOD": (2, 2), "POWER": (2, 2), "SQRT": (1, 1), "FLOOR": (1, 1), "CEIL": (1, 1),
     "CEILING": (1, 1), "UPPER": (1, 1), "LOWER": (1, 1), "CHAR_LENGTH": (1, 1), "CHARACTER_LENGTH": (1, 1),
     "TRIM": (1, 1), "CONCAT": (1, None), "COALESCE": (1, None), "NULLIF": (2, 2), "IF": (3, 3),
+    "TIMESTAMPDIFF": (3, 3),
 }
 MATCH_FUNCTIONS = ("MATCH_ROWTIME", "CLASSIFIER", "MATCH_NUMBER")
 
@@ -563,6 +574,9 @@ class _Types:
             fa, fb = self.of(a, where), self.of(b, where)
             if fa == "timestamp" and fb in (None, "number") and op in "+-":
                 return "timestamp"
+            if fa == fb == "timestamp" and op == "-":
+                raise self.fail(f"{where}: {self._describe(a, fa)} - {self._describe(b, fb)}: the difference of two "
+                                "TIMESTAMPs is TIMESTAMPDIFF(SECOND, earlier, later) (as in Flink)", expr.pos)
             for side, family in ((a, fa), (b, fb)):
                 if family not in (None, "number"):
                     raise self.fail(f"{where}: {op} needs numbers, {self._describe(side, family)} is not one", expr.pos)
@@ -595,6 +609,12 @@ class _Types:
             name = expr.value
             args = [a for a in expr.args if a.kind != "star"]
             inner = [self.of(a, where) for a in args]
+            if name == "TIMESTAMPDIFF":
+                for arg, family in zip(args[1:], inner[1:]):
+                    if family not in (None, "timestamp"):
+                        raise self.fail(f"{where}: TIMESTAMPDIFF needs TIMESTAMPs, {self._describe(arg, family)} is "
+                                        "not one (a BIGINT of epoch ms: subtract, B.t - A.t)", expr.pos)
+                return "number"
             if name == "LISTAGG" and inner and inner[0] not in (None, "string"):
                 raise self.fail(f"{where}: LISTAGG needs strings, {self._describe(args[0], inner[0])} is not one (CAST "
                                 "it AS STRING)", expr.pos)
@@ -1076,6 +1096,10 @@ def _call(expr: Expr) -> Callable[[_Scope], Any]:
     if name == "CONCAT":
         return lambda s: (lambda vs: None if any(v is None for v in vs) else "".join(map(_text, vs)))(
             [a(s) for a in args])
+    if name == "TIMESTAMPDIFF":  # whole units from earlier to later, truncated toward zero (Flink's INT)
+        unit, earlier, later = expr.args[0].value, args[1], args[2]
+        return lambda s: (lambda a, b: None if a is None or b is None else _java_div(int(b) - int(a), unit))(
+            earlier(s), later(s))
     function = _SCALARS[name]
 
     def call(s: _Scope) -> Any:
@@ -1160,11 +1184,17 @@ def _aggregate(expr: Expr) -> Callable[[_Scope], Any]:
     return aggregate
 
 
-def recognize(query: str, rows: Iterable[Mapping[str, Any]], refused: list | None = None) -> list[dict[str, Any]]:
+def recognize(query: str, rows: Iterable[Mapping[str, Any]], refused: list | None = None,
+              types: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Run ``query`` over ``rows`` (a bounded input): the output rows in emission order
-    (``refused``: see :meth:`Recognizer.rows`)."""
+    (``refused``: see :meth:`Recognizer.rows`). Column types are the values' (an integer is a
+    BIGINT, text a STRING — an ORDER BY time column of ISO text a TIMESTAMP); ``types`` declares
+    others, e.g. ``{"ts": "timestamp"}`` for epoch milliseconds that are a TIMESTAMP(3)."""
     rows = list(rows)
-    return compile_query(query, column_families(rows) if rows else None).run(rows, refused)
+    families = column_families(rows) if rows else ({} if types else None)
+    if types:
+        families.update(types)
+    return compile_query(query, families).run(rows, refused)
 
 
 def column_families(rows: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:
@@ -1192,7 +1222,6 @@ def output_schema(recognizer: Recognizer, column_types: Mapping[str, Any], name:
     ``MATCH_ROWTIME()``, ``MATCH_NUMBER()``, ``CLASSIFIER()``); columns are nullable."""
     q = recognizer.query
     types = {c: _base(t) for c, t in column_types.items()}
-    types[recognizer.time_column] = TIMESTAMP
     fields: dict[str, dict] = {}
 
     def column(c: str, avro: Any) -> None:
@@ -1209,7 +1238,7 @@ def output_schema(recognizer: Recognizer, column_types: Mapping[str, Any], name:
                           **({"default": None} if nullable else {})}
     if q.all_rows:
         for c, t in column_types.items():
-            column(c, TIMESTAMP if c == recognizer.time_column else t)
+            column(c, t)
     return {"type": "record", "name": name, "namespace": "ctiflow.recognize",
             "doc": "MATCH_RECOGNIZE output: partition columns, then measures", "fields": list(fields.values())}
 
@@ -1287,7 +1316,7 @@ def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
             return "string", True
         if name in ("POWER", "SQRT"):
             return "double", True
-        if name in ("CHAR_LENGTH", "CHARACTER_LENGTH"):
+        if name in ("CHAR_LENGTH", "CHARACTER_LENGTH", "TIMESTAMPDIFF"):
             return "long", True
         if name == "IF":
             return _typeof(expr.args[1], types)[0], True

@@ -29,6 +29,8 @@ class SqlError(PatternError):
         self.message = message
         self.text = text
         self.pos = pos
+        #: further errors of the same query, found in the same check (``ctiflow check`` shows all)
+        self.others: list[SqlError] = []
         self.line = text.count("\n", 0, pos) + 1
         self.column = pos - (text.rfind("\n", 0, pos) + 1) + 1
         super().__init__(f"line {self.line}, column {self.column}: {message}")
@@ -39,6 +41,10 @@ class SqlError(PatternError):
         end = self.text.find("\n", self.pos)
         source = self.text[start:end if end >= 0 else len(self.text)]
         return f"{self}\n  {source}\n  {' ' * (self.column - 1)}^"
+
+    def render_all(self) -> list[str]:
+        """:meth:`render` of this error and of :attr:`others`."""
+        return [error.render() for error in (self, *self.others)]
 
 
 # -- tokens -------------------------------------------------------------------------------------
@@ -136,6 +142,9 @@ class Query:
     alias: str | None = None
 
 
+#: TIMESTAMPDIFF's units (Flink's, but the calendar ones: MONTH, QUARTER, YEAR) in milliseconds.
+TIMESTAMPDIFF_UNITS = {"SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000,
+                       "WEEK": 7 * 86_400_000}
 _INTERVAL_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
 _RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "MEASURES", "ONE", "ALL", "ROW",
              "ROWS", "PER", "MATCH", "AFTER", "SKIP", "PATTERN", "WITHIN", "DEFINE", "AS", "AND", "OR", "NOT",
@@ -550,6 +559,20 @@ class _Parser:
             self.i += 1
             self.expect(")")
             return Expr("call", tok.pos, "COUNT", (Expr("star", tok.pos, None),))
+        if name == "TIMESTAMPDIFF":  # TIMESTAMPDIFF(unit, earlier, later): the unit is a keyword
+            unit_tok = self.tok
+            unit = unit_tok.upper.rstrip("S") if unit_tok.kind == "name" else ""
+            if unit not in TIMESTAMPDIFF_UNITS:
+                raise self.fail(f"TIMESTAMPDIFF counts {', '.join(TIMESTAMPDIFF_UNITS)} (calendar units are not "
+                                "supported), e.g. TIMESTAMPDIFF(SECOND, A.ts, B.ts)")
+            self.i += 1
+            self.expect(",")
+            earlier = self.expression()
+            self.expect(",")
+            later = self.expression()
+            self.expect(")", hint="TIMESTAMPDIFF(unit, earlier, later) ends here")
+            return Expr("call", tok.pos, name, (Expr("literal", unit_tok.pos, TIMESTAMPDIFF_UNITS[unit]), earlier,
+                                                later))
         if self.accept("DISTINCT"):
             raise self.fail("DISTINCT in an aggregate is not supported in MATCH_RECOGNIZE (as in Flink)")
         args: list[Expr] = []
