@@ -113,3 +113,35 @@ def test_the_metrics_endpoint_reports_what_the_job_did(stack, spark, tmp_path):
     assert len(narrow) == 1 and narrow[0].startswith("metrics: CTI "), views[80]
     dead = second[("ctiflow_records_dead_letter_total", (("job", "metrics"),))]
     assert f"dead-letter {dead:,.0f}" in narrow[0]
+
+
+@pytest.mark.parametrize("where", ["port in use", "host unknown"])
+def test_a_metrics_port_in_use_or_a_host_it_cannot_listen_on_is_one_error_before_spark(stack, tmp_path, where):
+    """Two jobs with the tour's CTIFLOW_METRICS_PORT, or ``metrics.host: nosuch.invalid``: one
+    ``error:`` line naming the field and the fix, and Spark is never started."""
+    import socket
+
+    import yaml
+
+    from integration_tests.test_stack_cli import job_file, transactions_topic
+
+    path = job_file(tmp_path, transactions_topic(stack, f"metrics-{where.split()[0]}", 10))
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    env = {**os.environ, "CTIFLOW_METRICS_PORT": str(held.getsockname()[1])}
+    if where == "host unknown":
+        spec = yaml.safe_load(open(path))
+        spec["metrics"] = {"host": "nosuch.invalid", "port": 0}
+        open(path, "w").write(yaml.safe_dump(spec))
+        env.pop("CTIFLOW_METRICS_PORT")
+    try:
+        result = subprocess.run([sys.executable, "-m", "jobs.cli", "run", path, "--until-end"], capture_output=True,
+                                text=True, timeout=120, env={**env, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
+    finally:
+        held.close()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "spark" not in result.stderr.lower()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    field = "metrics.port" if where == "port in use" else "metrics.host"
+    assert len(errors) == 1 and field in errors[0], result.stderr

@@ -30,12 +30,15 @@ checkpoint's totals, as Prometheus expects of a restarted process's counters).
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterable
 
 from jobs.config import JobConfig
+from operators.errors import ConfigError
 from jobs.progress import records_read
 from operators.events import CTI_INFINITY, CTI_NONE
 
@@ -104,10 +107,21 @@ class JobMetrics:
 
     # -- output -----------------------------------------------------------------------------------
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Start the HTTP endpoint (``/metrics``); → the port it listens on."""
+        """Start the HTTP endpoint (``/metrics``); → the port it listens on. A port another
+        process holds, or a host this machine cannot listen on, is a :class:`ConfigError`
+        naming the field and the fix."""
         from prometheus_client import start_http_server
 
-        self.server, thread = start_http_server(port, host, registry=self.registry)
+        try:
+            self.server, thread = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL,):
+                raise ConfigError(f"metrics.host: {host!r} is not an address of this machine to listen on "
+                                  f"({reason}); use 127.0.0.1, 0.0.0.0 or one of its interfaces' addresses") from None
+            raise ConfigError(f"metrics.port: {host}:{port} cannot be served ({reason}): another process (a second "
+                              "job?) holds it; give each job its own metrics.port (or CTIFLOW_METRICS_PORT), or 0 "
+                              "for any free port") from None
         self.port = self.server.server_port
         return self.port
 

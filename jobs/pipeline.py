@@ -300,13 +300,18 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     entered = time.monotonic()
     first_batch: list[float] = []  # seconds from here to the first completed batch (recovery time on a restart)
     prepare(cfg)
-    spark = spark or spark_session(cfg)
-    metrics = start_metrics(cfg)
+    metrics = start_metrics(cfg)  # before Spark: a port in use is one error, not a traceback 15 s later
     if metrics is not None:
         print(f"{cfg.job}: metrics at http://{cfg.metrics.host}:{metrics.port}/metrics", file=sys.stderr, flush=True)
     prog = progress_path(cfg)
     counters_now = CounterReader(prog)
-    query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
+    try:
+        spark = spark or spark_session(cfg)
+        query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
     started = time.monotonic()
     batches: dict[int, dict] = {}  # batch id → its progress (idle triggers repeat an id: keep the first)
 
