@@ -17,12 +17,14 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 
+from jobs.librdkafka import sensitive_properties
 from operators.bins import Binner, BinSettings
 from operators.cep.operator import MatchOperator, MatchSettings
 from operators.count import CountOperator, CountSettings, Emit, compile_predicate
@@ -32,9 +34,12 @@ from operators.reference import MissingReference, SyncMode
 from operators.time import Shape, ViolationPolicy
 
 _TOPIC_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-#: librdkafka settings that are secrets: never written to Spark options, plans, logs or errors.
-SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret",
-                         "sasl.oauthbearer.config", "ssl_key", "ssl.key.pem"})
+
+def secret_keys() -> frozenset[str]:
+    """librdkafka settings that are secrets — every property librdkafka itself flags sensitive
+    (:func:`jobs.librdkafka.sensitive_properties`): never written to Spark options, plans, logs
+    or errors."""
+    return sensitive_properties()
 
 
 def check_topic_name(name: str, field: str = "topic") -> str:
@@ -132,10 +137,27 @@ REGISTRY_SECRET_KEYS = frozenset({"basic.auth.user.info", "bearer.auth.token", "
                                   "ssl.key.password", "ssl.key.location.password"})
 
 
+def _without_userinfo(url: Any) -> tuple[Any, str | None]:
+    """``(url without user:password@, "user:password")`` of each comma-separated URL (the
+    last one's credentials win); ``(url, None)`` when it has none."""
+    if not isinstance(url, str) or "@" not in url:
+        return url, None
+    kept, userinfo = [], None
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.username is None and parts.password is None:
+            kept.append(one.strip())
+            continue
+        userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        kept.append(urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])))
+    return ",".join(kept), userinfo
+
+
 class SchemaRegistry(Strict):
     """A Confluent Schema Registry (optional; without one, records use Avro single-object encoding)."""
 
-    url: str | None = Field(None, description="e.g. http://schema-registry:8081", **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
+    url: str | None = Field(None, description="e.g. http://schema-registry:8081 (a user:password@ in it moves to "
+                            "secrets as basic.auth.user.info)", **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
     config: dict[str, str] = Field(default_factory=dict, description=(
         "confluent-kafka registry client settings, e.g. basic.auth.credentials.source; secrets written here "
         "(basic.auth.user.info, bearer.auth.token, ...) are kept apart like the Kafka client's"))
@@ -147,9 +169,20 @@ class SchemaRegistry(Strict):
     @model_validator(mode="before")
     @classmethod
     def _take_secrets(cls, data):
-        if isinstance(data, dict) and isinstance(data.get("config"), dict):
-            config = dict(data["config"])
-            moved = {k: str(config.pop(k)) for k in sorted(REGISTRY_SECRET_KEYS & set(config))}
+        """Secrets written in ``config`` move to ``secrets``; so does the userinfo of a ``url``
+        (``https://user:pw@host``, which the registry client would use as basic auth): it
+        becomes ``basic.auth.user.info`` (with ``basic.auth.credentials.source: USER_INFO``)
+        and the url loses it."""
+        if not isinstance(data, dict):
+            return data
+        config = dict(data["config"]) if isinstance(data.get("config"), dict) else {}
+        moved = {k: str(config.pop(k)) for k in sorted(REGISTRY_SECRET_KEYS & set(config))}
+        url, userinfo = _without_userinfo(data.get("url"))
+        if userinfo is not None:
+            moved.setdefault("basic.auth.user.info", userinfo)
+            config.setdefault("basic.auth.credentials.source", "USER_INFO")
+            data = {**data, "url": url}
+        if moved or "config" in data:
             data = {**data, "config": config, "secrets": {**moved, **(data.get("secrets") or {})}}
         return data
 
@@ -165,8 +198,10 @@ class Kafka(Strict):
         "host:port[,host:port]; default: the embedded broker (127.0.0.1, port CTIFLOW_BROKER_PORT or 19092)"),
         **env("CTIFLOW_BOOTSTRAP"))
     client: dict[str, str] = Field(default_factory=dict, description=(
-        "any librdkafka setting, e.g. security.protocol, sasl.mechanism; secrets written here (sasl.password, "
-        "ssl.key.password, ...) are kept apart and never reach Spark options, logs or errors"))
+        "any librdkafka setting, e.g. security.protocol, sasl.mechanism; secrets written here (every property "
+        "librdkafka itself redacts as sensitive: sasl.password, ssl.key.password, "
+        "sasl.oauthbearer.assertion.private.key.passphrase, ...) are kept apart and never reach Spark options, "
+        "logs or errors"))
     sasl_username: str | None = Field(None, description="SASL user (with sasl_password: SASL/SCRAM-SHA-256 unless "
                                       "client sets security.protocol / sasl.mechanism)", **env("CTIFLOW_SASL_USERNAME"))
     sasl_password: SecretStr | None = Field(None, exclude=True, description="SASL password (never printed)",
@@ -189,12 +224,12 @@ class Kafka(Strict):
         excluded from dumps, never in Spark options."""
         if isinstance(data, dict) and isinstance(data.get("client"), dict):
             client = dict(data["client"])
-            secrets = {k: str(client.pop(k)) for k in sorted(SECRET_KEYS & set(client))}
+            secrets = {k: str(client.pop(k)) for k in sorted(secret_keys() & set(client))}
             data = {**data, "client": client}
             if "sasl.password" in secrets:
                 data.setdefault("sasl_password", secrets.pop("sasl.password"))
-                if client.get("sasl.username"):
-                    data.setdefault("sasl_username", client["sasl.username"])
+                if "sasl.username" in secrets:  # librdkafka counts the user as sensitive too
+                    data.setdefault("sasl_username", secrets.pop("sasl.username"))
             if secrets:
                 data["client_secrets"] = {**secrets, **(data.get("client_secrets") or {})}
         return data

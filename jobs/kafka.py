@@ -24,18 +24,19 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobs.config import SECRET_KEYS, check_topic_name  # noqa: F401 - re-exported: configuration facts
+from jobs.config import check_topic_name, secret_keys  # noqa: F401 - re-exported: configuration facts
 from jobs.serde import AvroDeserializer, registry_client
 from operators.errors import CtiflowError, StackError
 
 
 def public_client(client: dict[str, str] | None) -> dict[str, str]:
     """``client`` without secrets: what may travel in Spark options and be printed."""
-    return {k: v for k, v in (client or {}).items() if k not in SECRET_KEYS}
+    secrets = secret_keys()
+    return {k: v for k, v in (client or {}).items() if k not in secrets}
 
 
 def redact(text: str, client: dict[str, str] | None) -> str:
-    for k in SECRET_KEYS:
+    for k in secret_keys():
         v = (client or {}).get(k)
         if v:
             text = text.replace(v, "***")

@@ -85,7 +85,8 @@ def test_registry_credentials_are_kept_apart_and_reach_executors_only_through_th
                                         "basic.auth.user.info": f"alice:{SECRET}"}
     env = executor_credentials(cfg)
     assert json.loads(env["CTIFLOW_REGISTRY_SECRETS"]) == {"basic.auth.user.info": f"alice:{SECRET}"}
-    assert json.loads(env["CTIFLOW_CLIENT_SECRETS"]) == {"ssl.key.password": "k3y-" + SECRET}
+    # librdkafka counts sasl.username as sensitive; without a password it travels with the other secrets
+    assert json.loads(env["CTIFLOW_CLIENT_SECRETS"]) == {"ssl.key.password": "k3y-" + SECRET, "sasl.username": "alice"}
 
 
 def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch):
@@ -140,3 +141,37 @@ def test_the_broker_port_variable_is_checked_and_used_by_jobs_too(monkeypatch):
     assert result.exit_code != 0 and "CTIFLOW_BROKER_PORT='abc' is not a port" in str(result.exception)
     result = CliRunner().invoke(app, ["broker"])
     assert result.exit_code == 2 and "CTIFLOW_BROKER_PORT" in result.output
+
+
+def test_a_registry_url_with_userinfo_is_split_into_a_url_and_a_secret(monkeypatch):
+    """``https://user:pw@host`` is basic auth to confluent-kafka's registry client: the password
+    is a secret like ``basic.auth.user.info``, never in repr, dumps or Spark options."""
+    monkeypatch.delenv("CTIFLOW_SCHEMA_REGISTRY_URL", raising=False)
+    raw = spec()
+    raw["kafka"]["schema_registry"] = {"url": f"https://alice:{SECRET}%21@registry.example:8081"}
+    cfg = parse(raw)
+    registry = cfg.kafka.schema_registry
+    assert registry.url == "https://registry.example:8081"
+    assert registry.client_config() == {"basic.auth.credentials.source": "USER_INFO",
+                                        "basic.auth.user.info": f"alice:{SECRET}!"}
+    assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.model_dump())
+    assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
+    monkeypatch.setenv("CTIFLOW_SCHEMA_REGISTRY_URL", f"http://bob:{SECRET}@other:8081")
+    assert parse(spec()).kafka.schema_registry.client_config()["basic.auth.user.info"] == f"bob:{SECRET}"
+
+
+def test_every_property_librdkafka_marks_sensitive_is_a_secret(monkeypatch):
+    """Not a hand-kept list: librdkafka's own redaction decides (it names this passphrase, which
+    the old list lacked)."""
+    from jobs.librdkafka import sensitive_properties
+
+    monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    assert {"sasl.password", "ssl.key.password", "sasl.oauthbearer.assertion.private.key.passphrase"} \
+        <= sensitive_properties()
+    assert "bootstrap.servers" not in sensitive_properties() and "acks" not in sensitive_properties()
+    secrets = {name: f"{SECRET}-{i}" for i, name in enumerate(sorted(sensitive_properties() - {"sasl.username"}))}
+    cfg = parse(spec(**secrets))
+    for value in secrets.values():
+        assert value not in repr(cfg) and value not in json.dumps(cfg.model_dump())
+        assert value not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
+    assert {k: cfg.kafka.client_config()[k] for k in secrets} == secrets
