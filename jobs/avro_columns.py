@@ -55,6 +55,8 @@ class Node:
     symbols: list[str] = field(default_factory=list)
     enum_default: str | None = None
     size: int = 0  # fixed
+    aliases: tuple[str, ...] = ()  # a named type's aliases, full names (a reader matches a writer by them too)
+    field_aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # reader field → its aliases
 
     @property
     def short_name(self) -> str:
@@ -106,7 +108,8 @@ def compile_schema(schema: Any) -> Node:
             return walk(kind, namespace)  # {"type": "long", "logicalType": ...}: the underlying type
         if kind in ("record", "error", "enum", "fixed"):
             ns = s.get("namespace", namespace if "." not in s["name"] else s["name"].rsplit(".", 1)[0])
-            node = Node("record" if kind == "error" else kind, name=full(s["name"], ns))
+            node = Node("record" if kind == "error" else kind, name=full(s["name"], ns),
+                        aliases=tuple(full(a, ns) for a in s.get("aliases", ())))
             names[node.name] = node
             if kind == "enum":
                 node.symbols = list(s["symbols"])
@@ -117,6 +120,7 @@ def compile_schema(schema: Any) -> Node:
                 inner = node.name.rsplit(".", 1)[0] if "." in node.name else ""
                 node.fields = [(f["name"], walk(f["type"], inner), "default" in f, f.get("default"))
                                for f in s["fields"]]
+                node.field_aliases = {f["name"]: tuple(f["aliases"]) for f in s["fields"] if f.get("aliases")}
             return node
         if kind == "array":
             return Node("array", items=walk(s["items"], namespace))
@@ -211,7 +215,8 @@ _PROMOTIONS = {"int": ("long", "float", "double"), "long": ("float", "double"), 
 def _matches(writer: Node, reader: Node) -> bool:
     """Whether ``writer`` resolves to ``reader`` (the spec's "match", promotions included)."""
     if writer.kind == reader.kind:
-        return writer.kind not in ("record", "enum", "fixed") or writer.short_name == reader.short_name
+        return writer.kind not in ("record", "enum", "fixed") or writer.short_name == reader.short_name or \
+            writer.name in reader.aliases or writer.short_name in {a.rsplit(".", 1)[-1] for a in reader.aliases}
     return reader.kind in _PROMOTIONS.get(writer.kind, ())
 
 
@@ -322,11 +327,14 @@ def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
                         value, pos = item(buf, pos)
                         out.append(value)
         return read_blocks
-    # records: writer fields in writer order (those the reader lacks are read and dropped)
+    # records: writer fields in writer order (those the reader lacks are read and dropped); a reader
+    # field takes the writer field of its name, else one named by its aliases (a renamed field)
     r_fields = {name: node for name, node, _, _ in r.fields}
-    plan = [(name, _compile(node, r_fields.get(name, node) if r is not w else node, cache), name in r_fields)
+    as_read = {written: name for name, written in sources(w, r).items()}  # writer field → reader field
+    plan = [(as_read.get(name, name), _compile(node, r_fields[as_read[name]] if name in as_read and r is not w
+                                                else node, cache), name in as_read)
             for name, node, _, _ in w.fields]
-    written = {name for name, _, _, _ in w.fields}
+    written = set(as_read.values())
     defaults = []
     for name, node, has, default in r.fields:
         if name not in written:
@@ -346,6 +354,20 @@ def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
             rec[name] = _default_value(default)
         return (rec if in_order else {n: rec[n] for n in order}), pos
     return read_record
+
+
+def sources(w: Node, r: Node) -> dict[str, str]:
+    """Reader field → the writer field it reads (the spec): the one of its name, else one its
+    aliases name (a renamed field); reader fields written by neither are absent."""
+    w_names = {name for name, _, _, _ in w.fields}
+    r_names = {name for name, _, _, _ in r.fields}
+    out = {name: name for name in r_names if name in w_names}
+    for name, aliases in r.field_aliases.items():
+        if name not in w_names:
+            written = next((a for a in aliases if a in w_names and a not in r_names), None)
+            if written is not None:
+                out[name] = written
+    return out
 
 
 def _default_value(default: Any) -> Any:
@@ -480,6 +502,7 @@ class ColumnDecoder:
         record_reader(writer, reader)  # the per-record rules refuse an unresolvable pair here too
         self.names = [name for name, _, _, _ in reader.fields]
         self.types = [arrow_type(node) for _, node, _, _ in reader.fields]
+        self.sources = sources(writer, reader)  # reader field → writer field (aliases resolved)
 
     @staticmethod
     def flat(writer: Node) -> bool:
@@ -497,7 +520,7 @@ class ColumnDecoder:
         leftover = bulk.pos[rows] != bulk.end[rows]
         rows = bulk.fail(rows, leftover, "trailing bytes after the Avro record")
         for name, r_node, _, _ in self.reader.fields:
-            col = decoded.get(name)
+            col = decoded.get(self.sources.get(name, ""))
             if col is None:
                 continue
             nullable = r_node.kind == "union" and any(b.kind == "null" for b in r_node.branches)
@@ -505,7 +528,7 @@ class ColumnDecoder:
                 rows = bulk.fail(rows, ~col.valid[rows], f"field {name!r}: null, and the reader's "
                                                           f"{r_node.kind} has no null branch")
             if col.kind == "enum":
-                missing = [i for i, s in enumerate(self._symbols(name, r_node)) if s is None]
+                missing = [i for i, s in enumerate(self._symbols(self.sources[name], r_node)) if s is None]
                 rows = bulk.fail(rows, col.valid[rows] & np.isin(col.values[rows], missing),
                                  f"field {name!r}: enum symbol not in the reader's enum (and no default)")
         good = np.zeros(n, bool)
@@ -513,7 +536,7 @@ class ColumnDecoder:
         take = np.nonzero(good)[0]
         columns = []
         for (name, r_node, has, default), typ in zip(self.reader.fields, self.types):
-            col = decoded.get(name)
+            col = decoded.get(self.sources.get(name, ""))
             if col is None:
                 columns.append(pa.array([_default_value(default)] * len(take), typ))
             else:

@@ -248,3 +248,45 @@ def test_a_reader_field_with_no_default_that_the_writer_lacks_does_not_resolve()
     reader = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": "long"}]}
     with pytest.raises(DecodeError, match="'b'.*no default"):
         record_reader(compile_schema(writer), compile_schema(reader))
+
+
+def test_a_renamed_field_and_a_renamed_record_resolve_through_the_readers_aliases():
+    """The Avro spec's resolution: a reader field whose aliases name a writer field reads it (as
+    Apache Avro Java does); a reader record whose aliases name the writer's record matches it."""
+    writer = {"type": "record", "name": "Old", "namespace": "a", "fields": [
+        {"name": "id", "type": "string"}, {"name": "old_name", "type": "int"},
+        {"name": "inner", "type": {"type": "record", "name": "Point", "fields": [{"name": "x", "type": "int"}]}}]}
+    reader = {"type": "record", "name": "New", "namespace": "a", "aliases": ["Old"], "fields": [
+        {"name": "new_name", "type": "long", "aliases": ["old_name"]}, {"name": "id", "type": "string"},
+        {"name": "inner", "type": {"type": "record", "name": "Place", "aliases": ["a.Point"],
+                                   "fields": [{"name": "x", "type": "double"}]}},
+        {"name": "added", "type": "string", "default": "d"}]}
+    body = _encode(writer, {"id": "k", "old_name": 7, "inner": {"x": 3}})
+    read = record_reader(compile_schema(writer), compile_schema(reader))
+    assert read_body(read, body, 0) == {"new_name": 7, "id": "k", "inner": {"x": 3.0}, "added": "d"}
+    strict = {**reader, "aliases": []}  # without the record's alias the names do not match
+    with pytest.raises(DecodeError):
+        read_body(record_reader(compile_schema(writer), compile_schema(strict)), body, 0)
+    no_alias = {**reader, "fields": [{**reader["fields"][0], "aliases": []}, *reader["fields"][1:]]}
+    with pytest.raises(DecodeError, match="reader field 'new_name' of New is not written and has no default"):
+        record_reader(compile_schema(writer), compile_schema(no_alias))
+
+
+def test_the_bulk_decoder_reads_a_renamed_field_through_its_alias_as_per_record_does():
+    writer = {"type": "record", "name": "T", "fields": [
+        {"name": "old_name", "type": ["null", "long"]}, {"name": "kind", "type": {"type": "enum", "name": "K",
+                                                                                  "symbols": ["a", "b"]}}]}
+    reader = {"type": "record", "name": "T", "fields": [
+        {"name": "kind2", "type": {"type": "enum", "name": "K", "symbols": ["a", "b"]}, "aliases": ["kind"]},
+        {"name": "new_name", "type": ["null", "double"], "aliases": ["old_name"]}]}
+    records = [{"old_name": 5, "kind": "b"}, {"old_name": None, "kind": "a"}]
+    bodies = [_encode(writer, r) for r in records]
+    decoder = ColumnDecoder(compile_schema(writer), compile_schema(reader))
+    data = b"".join(bodies)
+    ends = np.cumsum([len(b) for b in bodies])
+    columns, take, reasons = decoder.decode(data, ends - [len(b) for b in bodies], ends)
+    assert not reasons and list(take) == [0, 1]
+    assert [c.to_pylist() for c in columns] == [["b", "a"], [5.0, None]]
+    per_record = record_reader(compile_schema(writer), compile_schema(reader))
+    assert [read_body(per_record, b, 0) for b in bodies] == [{"kind2": "b", "new_name": 5.0},
+                                                             {"kind2": "a", "new_name": None}]
