@@ -369,6 +369,7 @@ def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stac
         assert view.returncode == 0, view.stderr
         line = next(row for row in view.stdout.splitlines() if row.startswith(f"{name}: CTI "))
         assert "dead-letter 0" in line and "state " in line and "lag " in line, line
+        assert "state -" not in line and " in -" not in line, line  # Prometheus's state series and input rate
         time.sleep(12)  # two more evaluations with every record counted and none dead-lettered
         assert not firing("CtiflowDeadLettersRising", job=name)
         produce_as_one_batch(stack.bootstrap, src, [], [b"\x00burst %d" % i for i in range(50)])

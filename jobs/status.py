@@ -10,7 +10,9 @@ between two reads divided by the time between them (the first read has none).
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import time
 import urllib.parse
 import urllib.request
@@ -21,12 +23,38 @@ from jobs.progress import format_cti
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+#: The most a metrics answer may be (a job's ``/metrics`` is a few kB per partition).
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+#: The input rate over this window, where Prometheus answers (one read has no rate of its own).
+RATE_WINDOW = "1m"
+
+
+def fetch(url: str, timeout: float = 5.0, limit: int = MAX_ANSWER_BYTES) -> bytes:
+    """The body at ``url``, read within ``timeout`` seconds in all (a server that trickles bytes
+    does not hold ``status`` up) and at most ``limit`` bytes; an ``OSError`` saying which."""
+    deadline = time.monotonic() + timeout
+    chunks, size = [], 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            while True:
+                if time.monotonic() > deadline:
+                    raise OSError(f"no whole answer within {timeout:g} s")
+                chunk = r.read1(65536)
+                if not chunk:
+                    return b"".join(chunks)
+                size += len(chunk)
+                if size > limit:
+                    raise OSError(f"the answer is larger than {limit // (1024 * 1024)} MiB")
+                chunks.append(chunk)
+    except http.client.HTTPException as exc:  # not an HTTP answer at all
+        raise OSError(f"not an HTTP answer ({type(exc).__name__}: {exc})") from None
+
+
 def scrape(url: str, timeout: float = 5.0) -> Samples:
     """One job endpoint's samples (``/metrics`` text)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        text = r.read().decode()
+    text = fetch(url, timeout).decode("utf-8", "replace")
     out: Samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -35,18 +63,26 @@ def scrape(url: str, timeout: float = 5.0) -> Samples:
 
 
 def from_prometheus(base: str, timeout: float = 5.0) -> Samples:
-    """The latest value of every ``ctiflow_*`` series Prometheus holds (``/api/v1/query``)."""
-    query = urllib.parse.urlencode({"query": '{__name__=~"ctiflow_.*"}'})
-    with urllib.request.urlopen(f"{base.rstrip('/')}/api/v1/query?{query}", timeout=timeout) as r:
-        body = json.loads(r.read())
-    if body.get("status") != "success":
-        raise OSError(f"Prometheus at {base}: {body.get('error', body)}")
+    """The latest value of every ``ctiflow_*`` series Prometheus holds (``/api/v1/query``), and
+    each partition's input rate over :data:`RATE_WINDOW` (``ctiflow_records_received_rate``).
+    An answer of another shape is a ``ValueError`` saying so."""
     out: Samples = {}
-    for row in body["data"]["result"]:
-        labels = dict(row["metric"])
-        name = labels.pop("__name__")
-        labels.pop("instance", None)
-        out[(name, tuple(sorted(labels.items())))] = float(row["value"][1])
+    for query, name in (('{__name__=~"ctiflow_.*"}', None),
+                        (f"rate(ctiflow_records_received_total[{RATE_WINDOW}])", "ctiflow_records_received_rate")):
+        url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+        body = json.loads(fetch(url, timeout))
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise OSError(f"Prometheus at {base}: {body.get('error', body) if isinstance(body, dict) else body}")
+        try:
+            for row in body["data"]["result"]:
+                labels = {str(k): str(v) for k, v in dict(row["metric"]).items()}
+                series = name or labels.pop("__name__")
+                labels.pop("__name__", None)
+                labels.pop("instance", None)
+                out[(series, tuple(sorted(labels.items())))] = float(row["value"][1])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            raise ValueError(f"Prometheus at {base} answered {query!r} with something that is not an instant "
+                             "vector (is it a Prometheus?)") from None
     return out
 
 
@@ -83,7 +119,7 @@ class JobStatus:
 #: partition series → :class:`PartitionStatus` field
 _PARTITION_FIELDS = {"ctiflow_partition_cti_timestamp_seconds": "cti", "ctiflow_partition_idle": "idle",
                      "ctiflow_partition_offsets_behind": "behind", "ctiflow_records_received_total": "received",
-                     "ctiflow_records_late_total": "late"}
+                     "ctiflow_records_late_total": "late", "ctiflow_records_received_rate": "rate"}
 #: job series → (:class:`JobStatus` field, the (label, value) a sample must have, or None); written: summed over topics
 _JOB_FIELDS = {"ctiflow_cti_timestamp_seconds": ("cti", None),
                "ctiflow_records_dead_letter_total": ("dead_letter", None),
@@ -109,6 +145,8 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
 
     parts: dict[tuple[str, str, str], PartitionStatus] = {}
     for (name, labels), value in samples.items():
+        if math.isnan(value) or math.isinf(value):
+            continue  # a gauge with no value yet (NaN) says nothing
         lab = dict(labels)
         j = job(lab)
         if "partition" in lab:
@@ -122,7 +160,8 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
                 setattr(p, attr, value >= 1 if attr == "idle" else value)
             continue
         attr, want = _JOB_FIELDS.get(name, (None, None))
-        if attr is None or (want is not None and lab.get(want[0]) != want[1]):
+        # Prometheus drops a label whose value is empty: operator="" (the total) arrives without it
+        if attr is None or (want is not None and lab.get(want[0], "") != want[1]):
             continue
         setattr(j, attr, getattr(j, attr) + value if attr == "written" else value)
     jobs.pop("?", None)
@@ -140,6 +179,7 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
             for p in j.partitions:
                 if (p.stream, p.partition) in old:
                     p.rate = max(0.0, p.received - old[(p.stream, p.partition)]) / elapsed
+        if any(p.rate is not None for p in j.partitions):
             j.rate = sum(p.rate or 0 for p in j.partitions)
     return dict(sorted(jobs.items()))
 
@@ -184,6 +224,7 @@ def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, sou
     """A rich renderable of every job: a table per job (partition rows), or one line per job
     when the terminal is narrower than 100 columns."""
     from rich.console import Group
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -195,7 +236,7 @@ def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, sou
     tables = []
     for j in jobs.values():
         since = None if j.last_batch_at is None else now - j.last_batch_at
-        title = (f"[b]{j.job}[/b]  CTI {format_cti(None if j.cti is None else int(j.cti * 1000))}  "
+        title = (f"[b]{escape(j.job)}[/b]  CTI {format_cti(None if j.cti is None else int(j.cti * 1000))}  "
                  f"lag {_duration(j.lag)}  written {_count(j.written)}  dead-letter {_count(j.dead_letter)}"
                  f" (refused {_count(j.refused)})  state {_bytes(j.state_bytes)}, {_count(j.state_keys)} keys  "
                  f"batches {_count(j.batches)}, last {_duration(j.last_batch_seconds)}, {_duration(since)} ago")
@@ -203,7 +244,7 @@ def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, sou
         for col in ("stream", "partition", "CTI", "lag", "behind", "in/s", "received", "late", "idle"):
             t.add_column(col, justify="left" if col in ("stream", "CTI") else "right")
         for p in j.partitions:
-            t.add_row(p.stream, p.partition, format_cti(None if p.cti is None else int(p.cti * 1000)),
+            t.add_row(Text(p.stream), Text(p.partition), format_cti(None if p.cti is None else int(p.cti * 1000)),
                       _duration(p.lag), _count(p.behind), _rate(p.rate), _count(p.received), _count(p.late),
                       "idle" if p.idle else "")
         tables += [Text.from_markup(title), t]
