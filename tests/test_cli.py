@@ -128,3 +128,13 @@ def test_check_lists_every_invalid_field_of_the_model(tmp_path):
     assert result.exit_code == 1
     fields = [line.split(": ")[1] for line in result.output.splitlines() if line.startswith("error")]
     assert fields == ["sources.0.cti.delay", "sources.0.cti.idle_timeout", "operators.0.count.window.events"]
+
+
+def test_check_refuses_string_formatting_whose_width_builds_a_huge_string(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("job: x\nsources:\n  - {name: tx, topic: t, schema: transaction, key_field: account, "
+                   "time_field: event_time}\noperators:\n  - {kind: count, name: c, window: {events: 10}, output: o,"
+                   " predicate: \"'%02000000d' % 1 != type\"}\n")
+    result = runner.invoke(app, ["check", str(job)], env={"COLUMNS": "400"})
+    assert result.exit_code == 1, result.output
+    assert "operators.c.predicate" in result.output and "formatting a string with % is not allowed" in result.output

@@ -151,6 +151,7 @@ def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
 @pytest.mark.parametrize("expression, reason", [
     ("((9**999)**999)**999 > amount", "would have more than 4096 bits"),
     ("amount > 0 and 'a' * 10**9 == type", "more than 1000000 items"),
+    ("amount > 0 and '%02000000d' % 1 == type", "formatting a string with % is not allowed"),
     ("-" * 600 + "amount > 1", "nested too deeply"),
     ("(" * 300 + "amount" + ")" * 300 + " > 1", "too many nested parentheses"),
 ])
@@ -175,6 +176,19 @@ def test_arithmetic_on_fields_is_bounded_per_event():
     with pytest.raises(ExpressionError, match="more than 1000000 items"):
         compile_expression("type * amount")({"type": "ab", "amount": 10 ** 6})
     assert compile_expression("amount ** 3 + 2 ** 10")({"amount": 2}) == 1032
+
+
+def test_percent_on_a_field_formats_nothing_and_refuses_the_record():
+    """``%`` is the remainder of numbers: a format string's width (``'%0*d'``) would build a string
+    as long as a field says, per record."""
+    from operators.cep.expression import ExpressionFailed, compile_expression
+
+    with pytest.raises(ExpressionFailed, match="formatting a string with % is not allowed"):
+        compile_expression("type % (amount, 1) == 'x'")({"type": "%0*d", "amount": 2 * 10 ** 6})
+    with pytest.raises(ExpressionFailed, match="formatting a string with % is not allowed"):
+        compile_expression("'%0*d' % (amount, 1) == type")({"type": "x", "amount": 2 * 10 ** 6})
+    assert compile_expression("amount % 7")({"amount": 23}) == 2
+    assert compile_expression("amount % 0.5")({"amount": 1.75}) == 0.25
 
 
 def test_a_yaml_alias_bomb_and_a_key_given_twice_are_refused(tmp_path):

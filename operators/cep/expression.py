@@ -12,7 +12,8 @@ Language (a subset of Python expressions):
 * a bare name is a field of the record (``amount``); a missing field is ``None``;
   ``a.b`` / ``a['b']`` read nested fields, ``xs[0]`` an element (missing: ``None``);
 * ``and or not``, ``== != < <= > >=`` (chains allowed), ``in``, ``not in``, ``is None``,
-  ``is not None``, ``+ - * / // % **``, ``x if c else y``;
+  ``is not None``, ``+ - * / // % **`` (``%`` is the remainder of numbers, never string
+  formatting), ``x if c else y``;
 * ordering comparisons with ``None`` are false (a missing field never satisfies ``> 100``);
 * functions: ``abs len lower upper strip min max round int float str bool startswith
   endswith contains coalesce``; string methods ``.lower() .upper() .strip()
@@ -185,6 +186,15 @@ def _multiply(a: Any, b: Any) -> Any:
     return _bounded(a * b)
 
 
+def _remainder(a: Any, b: Any) -> Any:
+    """``a % b`` of numbers; a string (or bytes) on the left is refused: Python formats it, and a
+    width in its format (``'%0300000000d'``, ``'%0*d'``) builds a string of any size."""
+    if isinstance(a, (str, bytes)):
+        raise TypeError("% is the remainder of numbers; formatting a string with % is not allowed "
+                        "(use str() and +)")
+    return a % b
+
+
 def _add(a: Any, b: Any) -> Any:
     if isinstance(a, (str, tuple)) and isinstance(b, (str, tuple)) and len(a) + len(b) > MAX_SEQUENCE:
         raise ArithmeticError(f"a joined string or list would have more than {MAX_SEQUENCE} items")
@@ -197,7 +207,7 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mult: _multiply,
     ast.Div: lambda a, b: a / b,
     ast.FloorDiv: lambda a, b: a // b,
-    ast.Mod: lambda a, b: a % b,
+    ast.Mod: _remainder,
     ast.Pow: _power,
 }
 
