@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobs.config import check_topic_name, secret_keys  # noqa: F401 - re-exported: configuration facts
-from jobs.serde import AvroDeserializer, registry_client
+from jobs.serde import AvroDeserializer, default_store, registry_client
 from operators.errors import CtiflowError, StackError
 
 
@@ -100,7 +100,7 @@ class Produced:
     """What :func:`produce` did with its records."""
 
     sent: int  # given to the producer
-    rejected: int  # refused before sending (not JSON, or not valid for the serializer)
+    rejected: int  # refused before sending (not JSON, not valid for the serializer, or too large)
     unflushed: int  # of the sent, still queued when the flush timed out: not known to be written
 
 
@@ -117,7 +117,8 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
     is skipped, so the lines of a JSON-lines file can be passed as they are. A record that is not
     JSON or that ``serializer`` refuses (``ValueError``, :class:`~operators.errors.CtiflowError`)
     is passed to ``on_rejected(position, error)`` (1-based position in ``records``: the line
-    number of a file) and skipped; without ``on_rejected`` the error is raised.
+    number of a file) and skipped, and so is one the producer refuses as larger than a message
+    may be (``message.max.bytes``); without ``on_rejected`` the error is raised.
     ``on_progress(sent)`` is called every :data:`PROGRESS_EVERY` records sent.
     """
     prod = producer(bootstrap, client)
@@ -140,7 +141,16 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
                 continue
             if key_field and record.get(key_field) is not None:
                 key = str(record[key_field]).encode()
-        send(prod, topic, value, key)
+        try:
+            send(prod, topic, value, key)
+        except KafkaException as exc:  # refused by the client before sending: this record only
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE or on_rejected is None:
+                raise
+            rejected += 1
+            limit = (client or {}).get("message.max.bytes", 1_000_000)  # librdkafka's default
+            on_rejected(position, CtiflowError(f"{len(value):,} bytes encoded, more than a message may have "
+                                               f"(message.max.bytes: {limit}; set it in kafka.client)"))
+            continue
         sent += 1
         if sent % PROGRESS_EVERY == 0:
             prod.poll(0)
@@ -375,7 +385,7 @@ def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
     decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
-                              subject=f"{topic}-value")
+                              subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
     n = 0
     cons = consumer(bootstrap, client)
     try:
@@ -405,7 +415,7 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
     that does not decode raises :class:`~operators.errors.DecodeError`. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
     decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
-                              subject=f"{topic}-value")
+                              subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
     parts = topic_partitions(bootstrap, topic, client)
     cons = consumer(bootstrap, client)
     try:
@@ -420,3 +430,82 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
             n += 1
     finally:
         cons.close()
+
+
+# -- the schemas topic ----------------------------------------------------------------------------
+# Single-object encoding names a record's writer schema by its 64-bit fingerprint, and a reader
+# that does not hold the schema cannot decode the record. The built-in schemas ship with ctiflow;
+# a job derives others from its input (typed match records, MATCH_RECOGNIZE rows). Before Spark
+# starts, the job publishes each to SCHEMAS_TOPIC, a compacted topic keyed by fingerprint — as
+# Confluent's Schema Registry keeps its ``_schemas`` topic — and ``ctiflow consume``, ``plot`` and
+# read_topic (the Python API) look a fingerprint up there when they do not know it (SchemaTopic).
+# With a Schema Registry the records carry registry ids instead (``ctiflow schemas register``).
+
+#: The topic (one partition, ``cleanup.policy=compact``): key = the schema's fingerprint (8 bytes,
+#: as on the wire), value = ``{"name": …, "schema": …}`` as JSON.
+SCHEMAS_TOPIC = "_ctiflow_schemas"
+
+
+def ensure_schemas_topic(bootstrap: str, client: dict[str, str] | None = None) -> None:
+    """:data:`SCHEMAS_TOPIC`, created compacted with one partition when it does not exist."""
+    if SCHEMAS_TOPIC in list_topics(bootstrap, client):
+        return
+    held = admin(bootstrap, client)  # held until the futures are done (else its handle is destroyed)
+    futures = held.create_topics([NewTopic(SCHEMAS_TOPIC, 1, 1, config={"cleanup.policy": "compact"})])
+    for future in futures.values():
+        try:
+            future.result(30)
+        except Exception as exc:  # noqa: BLE001 - a concurrent job created it: fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+
+
+def publish_schemas(bootstrap: str, schemas: Mapping[str, str], client: dict[str, str] | None = None) -> int:
+    """Each schema (name → Avro JSON) onto :data:`SCHEMAS_TOPIC` under its fingerprint; → how many.
+    Publishing a schema again changes nothing a reader sees (same key, same value)."""
+    if not schemas:
+        return 0
+    ensure_schemas_topic(bootstrap, client)
+    store = default_store()
+    prod = producer(bootstrap, client)
+    for name, text in schemas.items():
+        fp = store.add(name, text).fingerprint
+        send(prod, SCHEMAS_TOPIC, json.dumps({"name": name, "schema": text}).encode(), key=fp)
+    remaining = prod.flush(30)
+    if remaining:
+        raise OSError(f"{remaining} schema(s) not acknowledged by the broker within 30 s ({SCHEMAS_TOPIC})")
+    return len(schemas)
+
+
+class SchemaTopic:
+    """``fingerprint → (name, schema JSON) | None`` from :data:`SCHEMAS_TOPIC`, read whole on a miss (at
+    most once every ``every`` seconds: a job publishes before it writes, so a miss right after
+    a read is a schema nobody published)."""
+
+    def __init__(self, bootstrap: str, client: dict[str, str] | None = None, every: float = 5.0) -> None:
+        self.bootstrap, self.client, self.every = bootstrap, client, every
+        self.known: dict[bytes, tuple[str, str]] = {}
+        self._read_at: float | None = None
+
+    def __call__(self, fingerprint: bytes) -> tuple[str, str] | None:
+        if fingerprint not in self.known and (self._read_at is None or time.monotonic() - self._read_at > self.every):
+            self._read()
+        return self.known.get(fingerprint)
+
+    def _read(self) -> None:
+        self._read_at = time.monotonic()
+        if SCHEMAS_TOPIC not in list_topics(self.bootstrap, self.client):
+            return
+        cons = consumer(self.bootstrap, self.client)
+        try:
+            end = true_end_offset(cons, SCHEMAS_TOPIC, 0, 0)
+            with closing(read_range(cons, SCHEMAS_TOPIC, 0, low_offset(cons, SCHEMAS_TOPIC, 0), end)) as ranges:
+                for msgs in ranges:
+                    for m in msgs:
+                        try:
+                            entry = json.loads(m.value or b"")
+                            self.known[bytes(m.key or b"")] = (str(entry["name"]), str(entry["schema"]))
+                        except (ValueError, KeyError, TypeError):
+                            continue  # not an entry of ours: the fingerprint check refuses anything else anyway
+        finally:
+            cons.close()

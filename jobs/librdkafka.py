@@ -85,3 +85,7 @@ def sensitive_properties() -> frozenset[str]:
     if not found:
         raise RuntimeError("librdkafka redacted no property in its conf log: its format changed (a bug to fix here)")
     return frozenset(found)
+
+
+if __name__ == "__main__":  # the list jobs.config.SECRET_KEYS holds
+    print("\n".join(sorted(sensitive_properties())))

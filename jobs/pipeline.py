@@ -38,7 +38,8 @@ from pathlib import Path
 
 from jobs.config import JobConfig, duration_ms
 from jobs.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
-from jobs.kafka import CLIENT_SECRETS_ENV, create_topics, public_client, topic_partitions, wait_for_broker
+from jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
+                        wait_for_broker)
 from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
                              reset_uncommitted_checkpoint, start_file, state_layout, write_atomically,
                              check_checkpoint_dir)
@@ -290,7 +291,10 @@ def prepare(cfg: JobConfig) -> None:
     from jobs.recognize import derived_schemas
     from jobs.runtime import register_schemas
 
-    register_schemas(derived_schemas(cfg))  # this process can decode the job's result topics too
+    derived = derived_schemas(cfg)
+    register_schemas(derived)  # this process can decode the job's result topics too
+    if cfg.kafka.effective_framing == "single_object":  # and so can every reader: the schemas topic
+        publish_schemas(cfg.kafka.bootstrap_servers, derived, client)
 
 
 def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,

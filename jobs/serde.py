@@ -23,6 +23,7 @@ import json
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,18 @@ class SchemaStore:
         stored = StoredSchema(name, parsed, text, _fingerprint(parsed))
         self._by_name[name] = stored
         self._by_fp[stored.fingerprint] = stored
+        return stored
+
+    def adopt(self, name: str, text: str) -> StoredSchema:
+        """A schema found elsewhere (the schemas topic): addressable by its fingerprint, and by
+        ``name`` only when no schema has that name (it never replaces one of this store's)."""
+        try:
+            parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
+        except Exception as exc:  # fastavro raises several types; all mean "bad schema"
+            raise SchemaError(f"schema {name!r} does not parse: {exc}") from exc
+        stored = StoredSchema(name, parsed, text, _fingerprint(parsed))
+        self._by_fp.setdefault(stored.fingerprint, stored)
+        self._by_name.setdefault(name, stored)
         return stored
 
     def get(self, name: str) -> StoredSchema:
@@ -190,10 +203,14 @@ class AvroDeserializer:
     REFUSED_FOR_S = 30.0
 
     def __init__(self, schema: str | None, *, store: SchemaStore | None = None, registry: Any = None,
-                 subject: str | None = None):
+                 subject: str | None = None, lookup: Callable[[bytes], tuple[str, str] | None] | None = None):
         """``subject``: with a registry, only schema ids registered under it are writer schemas
         (the topic's ``<topic>-value``); any other id is a :class:`DecodeError` — a record must
-        not pick its own writer schema from everything the registry holds."""
+        not pick its own writer schema from everything the registry holds. ``lookup``: where a
+        fingerprint the store lacks is looked up (``fingerprint → (name, schema JSON)`` or None:
+        :class:`jobs.kafka.SchemaTopic`); a schema found whose own fingerprint is another
+        is refused."""
+        self.lookup = lookup
         self.store = store or default_store()
         self.reader = self.store.get(schema) if schema is not None else None
         self.registry = registry
@@ -208,9 +225,13 @@ class AvroDeserializer:
         if data[:2] == SINGLE_OBJECT_MAGIC:
             if len(data) < 10:
                 raise DecodeError("truncated single-object header (needs 10 bytes)")
-            found = self.store.by_fingerprint(bytes(data[2:10]))
+            fp = bytes(data[2:10])
+            found = self.store.by_fingerprint(fp)
+            if found is None and self.lookup is not None:
+                found = self._looked_up(fp)
             if found is None:
-                raise DecodeError(f"unknown schema fingerprint {bytes(data[2:10]).hex()} (not in {self.store.directory})")
+                where = f"{self.store.directory}" + (" nor in the schemas topic" if self.lookup is not None else "")
+                raise DecodeError(f"unknown schema fingerprint {fp.hex()} (not in {where})")
             return found, 10
         if data[:1] == CONFLUENT_MAGIC:
             if len(data) < 5:
@@ -218,6 +239,20 @@ class AvroDeserializer:
             schema_id = struct.unpack(">I", data[1:5])[0]
             return self._registry_schema(schema_id), 5
         raise DecodeError(f"not Avro: unknown magic byte 0x{data[:1].hex() or 'empty'}")
+
+    def _looked_up(self, fp: bytes) -> StoredSchema | None:
+        got = self.lookup(fp)
+        if got is None:
+            return None
+        name, text = got
+        try:
+            stored = SchemaStore.adopt(self.store, name, text)
+        except SchemaError as exc:
+            raise DecodeError(f"the schemas topic's schema for fingerprint {fp.hex()} does not parse: {exc}") from None
+        if stored.fingerprint != fp:
+            raise DecodeError(f"the schemas topic's entry for fingerprint {fp.hex()} is a schema of fingerprint "
+                              f"{stored.fingerprint.hex()}: refused")
+        return stored
 
     def _registry_schema(self, schema_id: int) -> StoredSchema:
         cached = self._by_id.get(schema_id)

@@ -163,9 +163,11 @@ def test_a_registry_url_with_userinfo_is_split_into_a_url_and_a_secret(monkeypat
 def test_every_property_librdkafka_marks_sensitive_is_a_secret(monkeypatch):
     """Not a hand-kept list: librdkafka's own redaction decides (it names this passphrase, which
     the old list lacked)."""
+    from jobs.config import SECRET_KEYS
     from jobs.librdkafka import sensitive_properties
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
+    assert SECRET_KEYS == sensitive_properties()  # else: python -m jobs.librdkafka, and copy its list
     assert {"sasl.password", "ssl.key.password", "sasl.oauthbearer.assertion.private.key.passphrase"} \
         <= sensitive_properties()
     assert "bootstrap.servers" not in sensitive_properties() and "acks" not in sensitive_properties()

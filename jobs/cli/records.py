@@ -87,9 +87,9 @@ def consume(topic: Topic,
         nonlocal hinted
         if not hinted and "unknown schema fingerprint" in str(record.get("_undecodable", "")):
             hinted = True
-            console.print("[yellow]hint[/]: a record's schema is not among the schema files: results of match and "
-                          "MATCH_RECOGNIZE operators use a schema their job derives — add --config JOB.yaml",
-                          highlight=False)
+            console.print("[yellow]hint[/]: a record's schema is neither among the schema files nor in the schemas "
+                          "topic (a job publishes the schemas it derives there when it starts) — add --config "
+                          "JOB.yaml to derive them here", highlight=False)
 
     if not follow and from_beginning:
         for record in kafka.iter_topic(bs, topic, conn.client, max_records=max_records, registry_url=conn.registry_url,
