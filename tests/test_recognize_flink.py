@@ -80,3 +80,12 @@ def test_enough_cases_were_recorded():
     assert sum(len(c["rows"]) > 0 for c in answered) >= 1000  # most of them match something
     assert sum(c["error"] is not None for c in RECORDED) >= 100  # and refusals are checked too
     assert len({c["name"] for c in RECORDED}) == len(RECORDED)
+
+
+def test_the_recordings_cover_time_types_listagg_and_quantified_groups():
+    """``--time-types`` cases (``flink-cases-3``): arithmetic on the BIGINT ``ts_ms`` beside the
+    TIMESTAMP rowtime, TIMESTAMPDIFF and INTERVAL on the rowtime, LISTAGG, ``(A)+`` — answered by
+    Flink, most with rows."""
+    answered = [c for c in RECORDED if c["error"] is None and "ts_ms" in c["columns"]]
+    for feature in ("ts_ms -", "TIMESTAMPDIFF(", "+ INTERVAL", "LISTAGG(", ")+"):
+        assert sum(feature in c["query"] and bool(c["rows"]) for c in answered) >= 20, feature
