@@ -547,7 +547,8 @@ def _has_within(spec: Any) -> bool:
     if not isinstance(spec, dict):
         return False
     return spec.get("within_ms") is not None or any(
-        _has_within(stage) for key in ("stages", "group") for stage in spec.get(key) or [])
+        _has_within(stage) for key in ("stages", "group")
+        for stage in (spec.get(key) if isinstance(spec.get(key), list) else []))
 
 
 class MatchOp(Strict):

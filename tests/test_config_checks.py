@@ -406,3 +406,16 @@ def test_every_error_of_one_query_and_one_pattern_is_shown_at_once():
     assert len(yaml_errors) == 2
     assert "reads stage 'zz', which the pattern does not have (its stages: a, b, c)" in yaml_errors[0]
     assert "invalid expression 'amount >'" in yaml_errors[1]
+
+
+@pytest.mark.parametrize("group", [5, "a", [], {"name": "x"}])
+def test_a_group_that_is_not_a_list_of_stages_is_one_error(group):
+    from jobs.check import config_errors
+
+    raw = sql_job()
+    raw["operators"] = [{"kind": "match", "name": "g", "output": "g-out", "pattern": {
+        "within_ms": 1000, "stages": [{"name": "a", "where": "type == 'x'"}, {"name": "b", "group": group}]}}]
+    cfg = parse(raw)
+    assert cfg.warnings() == []  # no traceback while looking for a within either
+    errors = config_errors(cfg)
+    assert len(errors) == 1 and "stage 'b': 'group' must be a non-empty list of stages" in errors[0]

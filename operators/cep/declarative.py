@@ -133,9 +133,9 @@ def skip_from_spec(spec: Any) -> AfterMatchSkipStrategy:
     )
 
 
-def _sequence(stages: Any, skip: AfterMatchSkipStrategy | None, where: str) -> Pattern:
+def _sequence(stages: Any, skip: AfterMatchSkipStrategy | None, where: str, key: str = "stages") -> Pattern:
     if not isinstance(stages, Sequence) or isinstance(stages, (str, bytes)) or not stages:
-        raise PatternError(f"{where}: 'stages' must be a non-empty list of stages")
+        raise PatternError(f"{where}: {key!r} must be a non-empty list of stages, got {stages!r}")
     pattern: Pattern | None = None
     for index, stage in enumerate(stages):
         if not isinstance(stage, Mapping):
@@ -150,7 +150,7 @@ def _sequence(stages: Any, skip: AfterMatchSkipStrategy | None, where: str) -> P
             for key in ("where", "or", "subtype", "greedy"):
                 if key in stage:
                     raise PatternError(f"{label}: a group stage does not take {key!r}")
-            target = _sequence(stage["group"], None, where=label)
+            target = _sequence(stage["group"], None, where=label, key="group")
         negation = stage.get("negation")
         contiguity = stage.get("contiguity")
         if index == 0:
