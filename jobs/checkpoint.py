@@ -209,9 +209,15 @@ def check_checkpoint_dir(checkpoint: Path) -> None:
         raise ConfigError(f"spark.checkpoint: {checkpoint} is a file, not a directory; give a new or empty directory")
     foreign = sorted(p.name for p in checkpoint.iterdir()
                      if p.name not in CHECKPOINT_ENTRIES and not p.name.startswith(("ctiflow-", ".ctiflow-")))
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
-        raise ConfigError(f"spark.checkpoint: {checkpoint} is not a ctiflow checkpoint (it holds {shown}); give a "
+    entries = {p.name for p in checkpoint.iterdir()}
+    spark_like = entries & (CHECKPOINT_ENTRIES - {"metadata", ".metadata.crc"})
+    if foreign or (spark_like and not entries & {"metadata", "ctiflow-groups.json"}):
+        # Spark writes ``metadata`` when a query starts, ctiflow its key groups before: a folder with
+        # only ``state/`` (or ``offsets/``) in it is somebody else's, not a checkpoint to reset
+        names = foreign or sorted(spark_like)
+        shown = ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
+        raise ConfigError(f"spark.checkpoint: {checkpoint} is not a ctiflow checkpoint (it holds {shown}"
+                          f"{'' if foreign else ' but neither Spark metadata nor ctiflow key groups'}); give a "
                           "new or empty directory (ctiflow keeps a job's offsets and state there)")
 
 

@@ -122,6 +122,15 @@ def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_chec
     (tmp_path / "notes.txt").unlink()
     assert not reset_uncommitted_checkpoint(tmp_path)  # only state/: still not ctiflow's (no key-group labels)
     assert (tmp_path / "state/thesis.tex").exists()
+    # only state/ is refused too: before, the run went on, wrote its key groups, and the reset deleted it
+    with pytest.raises(ConfigError, match=r"holds state but neither Spark metadata nor ctiflow key groups"):
+        check_checkpoint_dir(tmp_path)
+    (tmp_path / "metadata").write_text('{"id": "x"}')  # as Spark writes it when a query starts
+    check_checkpoint_dir(tmp_path)
+    only_ours = tmp_path / "killed-early"
+    only_ours.mkdir()
+    (only_ours / "ctiflow-progress.jsonl").write_text("")  # a run killed before its key groups were written
+    check_checkpoint_dir(only_ours)
     check_checkpoint_dir(tmp_path / "new")  # a new directory is fine
     with pytest.raises(ConfigError, match="is a file"):
         check_checkpoint_dir(tmp_path / "state" / "thesis.tex")
