@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +39,10 @@ from operators.errors import DecodeError
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 #: A zero-size array or map item (``null``, an empty record) costs no bytes, so the bytes left
-#: cannot bound how many there are: at most this many per block.
+#: cannot bound how many there are: at most this many in one record, over all its arrays and
+#: maps (:func:`read_body` counts; without the total, a block per 3 bytes multiplied them).
 MAX_ZERO_SIZE_ITEMS = 1 << 16
+_zero_size_items = threading.local()  # per record being read: how many zero-size items so far
 
 
 @dataclass(eq=False)
@@ -313,7 +316,12 @@ def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
                     count = -count
                     _, pos = _read_long(buf, pos)  # the block's size in bytes (not needed to read it)
                 left = len(buf) - pos
-                if count > (MAX_ZERO_SIZE_ITEMS if zero_size else left):
+                if zero_size:
+                    _zero_size_items.n = seen = getattr(_zero_size_items, "n", 0) + count
+                    if seen > MAX_ZERO_SIZE_ITEMS:
+                        raise DecodeError(f"{w.kind} items that take no bytes: {seen} in one record by byte {pos}, "
+                                          f"more than {MAX_ZERO_SIZE_ITEMS}")
+                elif count > left:
                     raise DecodeError(f"{w.kind} block of {count} items at byte {pos} (only {left} bytes left)")
                 for _ in range(count):
                     if is_map:
@@ -389,6 +397,7 @@ def _resolve_branch(b: Node, r: Node, cache: dict) -> Reader:
 
 def read_body(read: Reader, buf: bytes, pos: int) -> Any:
     """``read`` over one whole body from ``pos``: a truncated body or bytes left over are errors."""
+    _zero_size_items.n = 0
     try:
         value, end = read(buf, pos)
     except IndexError:

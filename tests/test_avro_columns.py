@@ -290,3 +290,32 @@ def test_the_bulk_decoder_reads_a_renamed_field_through_its_alias_as_per_record_
     per_record = record_reader(compile_schema(writer), compile_schema(reader))
     assert [read_body(per_record, b, 0) for b in bodies] == [{"kind2": "b", "new_name": 5.0},
                                                              {"kind2": "a", "new_name": None}]
+
+
+def test_items_that_take_no_bytes_are_capped_per_record_not_per_block():
+    """An array of nulls: a block of 65,536 items costs 3 bytes, so before the cap was per block a
+    1 kB record held 20 million items. At most MAX_ZERO_SIZE_ITEMS in one record, over all blocks
+    and nested arrays."""
+    from jobs.avro_columns import MAX_ZERO_SIZE_ITEMS
+
+    schema = {"type": "record", "name": "Z", "fields": [{"name": "xs", "type": {"type": "array", "items": "null"}}]}
+    read = record_reader(compile_schema(schema))
+
+    def body(blocks: list[int]) -> bytes:
+        out = io.BytesIO()
+        for n in blocks:
+            fastavro.io.binary_encoder.BinaryEncoder(out).write_long(n)
+        out.write(b"\x00")  # the end of the array
+        return out.getvalue()
+
+    assert len(read_body(read, body([MAX_ZERO_SIZE_ITEMS // 2, MAX_ZERO_SIZE_ITEMS // 2]), 0)["xs"]) \
+        == MAX_ZERO_SIZE_ITEMS
+    with pytest.raises(DecodeError, match="items that take no bytes"):
+        read_body(read, body([MAX_ZERO_SIZE_ITEMS] * 300), 0)  # 300 blocks in ≈ 1 kB
+    nested = {"type": "record", "name": "N", "fields": [
+        {"name": "xss", "type": {"type": "array", "items": {"type": "array", "items": "null"}}}]}
+    inner = body([MAX_ZERO_SIZE_ITEMS])
+    out = io.BytesIO()
+    fastavro.io.binary_encoder.BinaryEncoder(out).write_long(40)
+    with pytest.raises(DecodeError, match="items that take no bytes"):
+        read_body(record_reader(compile_schema(nested)), out.getvalue() + inner * 40 + b"\x00", 0)
