@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from operators.cep.shared_buffer import EventId
+from operators.cep.shared_buffer import EventBook, EventId
 
 #: ``(first event's place in the sequence, events, ((stage, count), …))``.
 Path = tuple[int, int, tuple[tuple[str, int], ...]]
@@ -34,7 +34,7 @@ Path = tuple[int, int, tuple[tuple[str, int], ...]]
 PLAIN_TAG = "contiguous"
 
 
-class ContiguousBuffer:
+class ContiguousBuffer(EventBook):
     """Events and runs of one key for a strictly contiguous plan (see the module docstring)."""
 
     __slots__ = ("events", "events_count", "_ids", "_first", "_locks")
@@ -49,10 +49,7 @@ class ContiguousBuffer:
 
     # -- events -------------------------------------------------------------------------------
     def register_event(self, event: Any, timestamp: int) -> EventId:
-        counts = self.events_count
-        n = counts.get(timestamp, 0)
-        event_id = (timestamp, n)
-        counts[timestamp] = n + 1
+        event_id = self._next_id(timestamp)
         self.events[event_id] = [event, self._first + len(self._ids)]
         self._ids.append(event_id)
         return event_id
@@ -66,19 +63,8 @@ class ContiguousBuffer:
         if self._ids and self._ids[-1] == event_id:
             self._ids.pop()
             del self.events[event_id]
-        timestamp, n = event_id
-        if self.events_count.get(timestamp) == n + 1:
-            if n:
-                self.events_count[timestamp] = n
-            else:
-                del self.events_count[timestamp]
+        self._forget_id(event_id)
         self._trim()
-
-    def advance_time(self, timestamp: int) -> None:
-        counts = self.events_count
-        if counts:
-            for ts in [t for t in counts if t < timestamp]:
-                del counts[ts]
 
     # -- runs -----------------------------------------------------------------------------------
     def put(self, stage: str, event_id: EventId, previous: Path | None, version: Any = None) -> Path:
@@ -153,14 +139,7 @@ class ContiguousBuffer:
             return found[0]
         return [event for view in found for event in view]  # a stage of a looping group
 
-    def materialize(self, match: dict[str, list[EventId]]) -> dict[str, list[Any]]:
-        events = self.events
-        return {stage: [events[eid][0] for eid in ids] for stage, ids in match.items()}
-
     # -- inspection and serialisation -------------------------------------------------------------
-    def is_empty(self) -> bool:
-        return not self.events
-
     def to_plain(self) -> tuple[Any, ...]:
         events = self.events
         return (PLAIN_TAG, self._first, [(eid, events[eid][0]) for eid in self._ids],

@@ -83,7 +83,43 @@ def is_compatible(version: tuple[int, ...], other: tuple[int, ...]) -> bool:
     return False
 
 
-class SharedBuffer:
+class EventBook:
+    """What every run buffer keeps of its events: ``events`` (``EventId → [event, …]``) and the
+    per-timestamp counters that number them (``events_count``), forgotten as time advances."""
+
+    __slots__ = ()
+
+    def _next_id(self, timestamp: int) -> EventId:
+        counts = self.events_count
+        n = counts.get(timestamp, 0)
+        counts[timestamp] = n + 1
+        return (timestamp, n)
+
+    def _forget_id(self, event_id: EventId) -> None:
+        """Give the newest event's id back (its processing was undone)."""
+        timestamp, n = event_id
+        if self.events_count.get(timestamp) == n + 1:
+            if n:
+                self.events_count[timestamp] = n
+            else:
+                del self.events_count[timestamp]
+
+    def advance_time(self, timestamp: int) -> None:
+        """No event before ``timestamp`` will come: forget the per-timestamp counters."""
+        counts = self.events_count
+        if counts:
+            for ts in [t for t in counts if t < timestamp]:
+                del counts[ts]
+
+    def materialize(self, match: dict[str, list[EventId]]) -> dict[str, list[Any]]:
+        events = self.events
+        return {stage: [events[eid][0] for eid in ids] for stage, ids in match.items()}
+
+    def is_empty(self) -> bool:
+        return not self.events
+
+
+class SharedBuffer(EventBook):
     """Events and versioned nodes of all runs of one key (see the module docstring).
 
     The methods mirror Flink's ``SharedBuffer`` + ``SharedBufferAccessor``; their call order
@@ -101,11 +137,8 @@ class SharedBuffer:
     # -- events -------------------------------------------------------------------------------
     def register_event(self, event: Any, timestamp: int) -> EventId:
         """Store ``event`` once; it starts with one lock (held while it is being processed)."""
-        counts = self.events_count
-        n = counts.get(timestamp, 0)
-        event_id = (timestamp, n)
+        event_id = self._next_id(timestamp)
         self.events[event_id] = [event, 1]
-        counts[timestamp] = n + 1
         return event_id
 
     def release_event(self, event_id: EventId) -> None:
@@ -119,19 +152,7 @@ class SharedBuffer:
     def unregister_event(self, event_id: EventId) -> None:
         """Undo :meth:`register_event` of the newest event (no node holds it any more)."""
         self.release_event(event_id)
-        timestamp, n = event_id
-        if self.events_count.get(timestamp) == n + 1:
-            if n:
-                self.events_count[timestamp] = n
-            else:
-                del self.events_count[timestamp]
-
-    def advance_time(self, timestamp: int) -> None:
-        """No event before ``timestamp`` will come: forget the per-timestamp counters."""
-        counts = self.events_count
-        if counts:
-            for ts in [t for t in counts if t < timestamp]:
-                del counts[ts]
+        self._forget_id(event_id)
 
     # -- nodes ----------------------------------------------------------------------------------
     def put(
@@ -256,14 +277,7 @@ class SharedBuffer:
                     )
         return result
 
-    def materialize(self, match: dict[str, list[EventId]]) -> dict[str, list[Any]]:
-        events = self.events
-        return {stage: [events[eid][0] for eid in ids] for stage, ids in match.items()}
-
     # -- inspection and serialisation -------------------------------------------------------------
-    def is_empty(self) -> bool:
-        return not self.events
-
     def to_plain(self) -> tuple[Any, ...]:
         return (
             [(eid, wrapper[0], wrapper[1]) for eid, wrapper in self.events.items()],
