@@ -44,6 +44,8 @@ def test_the_wheel_carries_schemas_examples_and_the_log4j_settings(installed):
     assert {f"ctiflow/schemas/{s}" for s in schemas} <= names
     assert {"ctiflow/examples/demo-flows.yaml", "ctiflow/examples/demo-transactions.yaml",
             "jobs/spark-log4j2.properties", "ctiflow/__init__.py"} <= names
+    queries = {p.name for p in (ROOT / "examples" / "recognize").glob("*.sql")}
+    assert queries and {f"ctiflow/examples/recognize/{q}" for q in queries} <= names
 
 
 def test_the_installed_package_finds_its_files_and_checks_a_job(installed, tmp_path):
