@@ -76,6 +76,70 @@ def test_an_unknown_topic_is_a_clear_error(stack):
     assert "ctiflow topics create" in result.stderr and "--create-topics" not in result.stderr
 
 
+def tx_line(i: int, **extra) -> bytes:
+    return json.dumps({"id": f"t{i}", "account": "a1", "event_time": 1_767_225_600_000 + i, "type": "purchase",
+                       "amount": 1.0, "currency": "EUR", "country": "DE", "merchant": None, **extra}).encode() + b"\n"
+
+
+def produce_file(stack, tmp_path, name: str, data: bytes) -> tuple[str, Path, subprocess.CompletedProcess]:
+    """``ctiflow produce`` of ``data`` (a JSON-lines file) to a new 1-partition topic."""
+    topic = stack.topic(name)
+    assert ctiflow("topics", "create", topic, "--partitions", "1", env_bootstrap=stack.bootstrap).returncode == 0
+    path = tmp_path / f"{name}.jsonl"
+    path.write_bytes(data)
+    produced = ctiflow("produce", "--topic", topic, "--schema", "transaction", "--key-field", "account", str(path),
+                       env_bootstrap=stack.bootstrap)
+    assert "Traceback" not in produced.stderr, produced.stderr[-2000:]
+    return topic, path, produced
+
+
+def consumed_ids(stack, topic: str) -> list[str]:
+    consumed = ctiflow("consume", "--topic", topic, env_bootstrap=stack.bootstrap)
+    return [json.loads(line)["id"] for line in consumed.stdout.splitlines()]
+
+
+def test_produce_skips_an_oversized_line_with_its_reason_and_sends_the_rest(stack, tmp_path):
+    topic, path, produced = produce_file(stack, tmp_path, "cli-big",
+                                         tx_line(0) + tx_line(1, merchant="m" * 20_000_000) + tx_line(2))
+    assert produced.returncode == 1 and produced.stdout.strip() == f"produced 2 records to {topic}, 1 lines rejected"
+    said = [line for line in produced.stderr.splitlines() if line.startswith("skipped")]
+    assert len(said) == 1 and said[0].startswith(f"skipped {path}:2: 20,000,") and "message.max.bytes" in said[0]
+    assert consumed_ids(stack, topic) == ["t0", "t2"]
+
+
+def test_produce_skips_a_line_that_is_not_utf8_and_warns_once_per_unknown_field(stack, tmp_path):
+    topic, path, produced = produce_file(stack, tmp_path, "cli-skip", tx_line(0, note="a") + b'{"id": "caf\xe9"}\n'
+                                         + tx_line(2, note="b", extra=1) + tx_line(3, note="c"))
+    assert produced.returncode == 1 and produced.stdout.strip() == f"produced 3 records to {topic}, 1 lines rejected"
+    said = [line for line in produced.stderr.splitlines() if line.startswith(("skipped", "warning"))]
+    where = [f"warning: {path}:1: field 'note' is not in schema 'transaction'", f"skipped {path}:2: not UTF-8 text",
+             f"warning: {path}:3: field 'extra' is not in schema 'transaction'"]
+    assert len(said) == len(where) and all(line.startswith(w) for line, w in zip(said, where)), said
+    assert consumed_ids(stack, topic) == ["t0", "t2", "t3"]
+
+
+def test_consume_follow_prints_an_undecodable_record_and_goes_on(stack):
+    from jobs.serde import AvroSerializer
+
+    topic = stack.topic("cli-follow")
+    kafka.create_topics(stack.bootstrap, {topic: 1})
+    record = json.loads(tx_line(0))
+    kafka.produce(stack.bootstrap, topic, [b"not avro", record], AvroSerializer("transaction"), "account")
+    followed = ctiflow("consume", "--topic", topic, "--follow", "--max", "2", env_bootstrap=stack.bootstrap)
+    assert followed.returncode == 0, followed.stderr[-2000:]
+    first, second = map(json.loads, followed.stdout.splitlines())
+    assert first["_bytes"] == b"not avro".hex() and first["_undecodable"] and second == record
+
+
+def test_plot_counts_of_a_topic_without_count_records_is_refused_and_draws_nothing(stack, tmp_path):
+    topic = transactions_topic(stack, "cli-plot", 5)
+    result = ctiflow("plot", "counts", "--topic", topic, "--out", str(tmp_path / "c.png"),
+                     env_bootstrap=stack.bootstrap)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith(f"error: topic {topic}: no count records among its 5")
+    assert not (tmp_path / "c.png").exists()
+
+
 def job_file(tmp_path, topic: str, predicate: str | None = None) -> str:
     import yaml
 

@@ -57,6 +57,10 @@ def check_topic_name(name: str, field: str = "topic") -> str:
     return name
 
 
+#: The most partitions ctiflow creates a topic with (a job's topics, ``ctiflow topics create``).
+MAX_PARTITIONS = 1024
+
+
 #: The embedded broker's port unless ``CTIFLOW_BROKER_PORT`` says otherwise.
 EMBEDDED_PORT = 19092
 
@@ -72,11 +76,13 @@ def broker_port() -> int:
     return int(raw)
 
 
-def home() -> Path:
+def home(create: bool = True) -> Path:
     """Where ctiflow keeps its files by default (``CTIFLOW_HOME``, else ``./.ctiflow``): the
-    embedded stack's pid files and logs, and checkpoints without a configured path."""
+    embedded stack's pid files and logs, and checkpoints without a configured path. Created
+    unless ``create`` is false (a path only: ``ctiflow check`` writes nothing)."""
     path = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow"))
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -324,7 +330,7 @@ class Source(Strict):
     time_field: str = Field(description="event time (ms since 1970); the start of an interval")
     end_field: str | None = Field(None, description="shape interval only: the field with the end time")
     shape: Shape = Field(Shape.POINT, description="point: one instant; interval: start–end; edge: valid until the next version of its key")
-    partitions: int = Field(2, ge=1, le=1024, description="partitions when ctiflow creates the topic")
+    partitions: int = Field(2, ge=1, le=MAX_PARTITIONS, description="partitions when ctiflow creates the topic")
     starting_offsets: str = Field("earliest", description="earliest, latest, or JSON {topic: {partition: offset}}")
     max_offsets_per_trigger: int | None = Field(None, ge=1, description=(
         f"at most this many records a micro-batch (default {DEFAULT_BATCH_RECORDS:,}: a backlog is read in "
@@ -745,7 +751,7 @@ class Outputs(Strict):
 
     late: str | None = Field(None, description="late events (default: <job>.late)")
     dead_letter: str | None = Field(None, description="records that did not decode, validate or process (default: <job>.dead-letter)")
-    partitions: int = Field(2, ge=1, le=1024)
+    partitions: int = Field(2, ge=1, le=MAX_PARTITIONS)
 
 
 class Metrics(Strict):
@@ -851,7 +857,7 @@ class JobConfig(Strict):
 
     @property
     def checkpoint_dir(self) -> str:
-        return self.spark.checkpoint or str(home() / "checkpoints" / self.job)
+        return self.spark.checkpoint or str(home(create=False) / "checkpoints" / self.job)
 
     def result_topics(self) -> dict[str, str]:
         """Every output topic → Avro schema name."""

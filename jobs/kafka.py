@@ -412,7 +412,8 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
                  registry_config: dict[str, str] | None = None) -> Iterator[dict]:
     """A topic's records decoded as they arrive (any ctiflow schema, either framing), from the
     beginning or only those written from now on, until ``max_records`` or for ever. A record
-    that does not decode raises :class:`~operators.errors.DecodeError`. The consumer is closed
+    that does not decode comes back as ``{"_undecodable": reason, "_bytes": hex}`` (as from
+    :func:`iter_topic`); an error the consumer reports is a StackError. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
     decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
                               subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
@@ -426,7 +427,13 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
             msg = cons.poll(1.0)
             if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
                 continue
-            yield decode(msg.value())
+            if msg.error():
+                raise StackError(f"{topic}[{msg.partition()}]: {msg.error().str()}")
+            try:
+                record = decode(msg.value())
+            except Exception as exc:  # noqa: BLE001 - shown, not hidden
+                record = {"_undecodable": str(exc), "_bytes": (msg.value() or b"")[:64].hex()}
+            yield record
             n += 1
     finally:
         cons.close()

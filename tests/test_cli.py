@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import codecs
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
 from bench import BENCHES, LONG_BENCHES
 from jobs.cli import app
+from jobs.config import MAX_PARTITIONS
+from jobs.stack import free_port
 from jobs.cli.bench import Benchmark
 from jobs.cli.records import Framing
 from jobs.serde import FRAMINGS
@@ -138,3 +147,84 @@ def test_check_refuses_string_formatting_whose_width_builds_a_huge_string(tmp_pa
     result = runner.invoke(app, ["check", str(job)], env={"COLUMNS": "400"})
     assert result.exit_code == 1, result.output
     assert "operators.c.predicate" in result.output and "formatting a string with % is not allowed" in result.output
+
+
+# -- every mistake is one line, before anything connects (issue 40) ------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def ctiflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The ``ctiflow`` entry point in a process of its own (its error handling is the CLI's
+    boundary), pointed at a port where no broker listens."""
+    env = {**os.environ, "CTIFLOW_BOOTSTRAP": f"127.0.0.1:{free_port()}"}
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=120)
+
+
+def one_error(result: subprocess.CompletedProcess) -> str:
+    """The one line a refused command prints (exit 2, nothing else on either stream)."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and result.stdout == "", result.stderr
+    return lines[0].removeprefix("error: ")
+
+
+def test_a_missing_file_or_a_folder_given_to_produce_or_recognize_is_one_error_line(tmp_path):
+    query = EXAMPLES / "recognize" / "brute-force.sql"
+    (tmp_path / "e.jsonl").write_text("{}\n")
+    assert one_error(ctiflow("produce", "-t", "tx", "-s", "transaction", str(tmp_path / "nope.jsonl"))) == \
+        f"{tmp_path / 'nope.jsonl'}: No such file or directory"
+    assert one_error(ctiflow("produce", "-t", "tx", "-s", "transaction", str(tmp_path))) == f"{tmp_path}: Is a directory"
+    assert one_error(ctiflow("recognize", "-q", str(tmp_path / "q.sql"), "-e", str(tmp_path / "e.jsonl"))) == \
+        f"{tmp_path / 'q.sql'}: No such file or directory"
+    assert one_error(ctiflow("recognize", "-q", str(query), "-e", str(tmp_path))) == f"{tmp_path}: Is a directory"
+
+
+def test_a_file_that_is_not_utf8_is_one_error_line_naming_it_and_a_byte_order_mark_is_skipped(tmp_path):
+    query = (EXAMPLES / "recognize" / "brute-force.sql").read_bytes()
+    rows = [{"id": str(i), "account": "a", "event_time": i * 1000, "type": "login_failed", "country": "DE"}
+            for i in range(3)] + [{"id": "3", "account": "a", "event_time": 3000, "type": "login_ok", "country": "FR"}]
+    events = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    (tmp_path / "latin1.sql").write_bytes(query.replace(b"Three", b"Dr\xe9i"))
+    (tmp_path / "bom.sql").write_bytes(codecs.BOM_UTF8 + query)
+    (tmp_path / "bom.jsonl").write_bytes(codecs.BOM_UTF8 + events)
+    (tmp_path / "latin1.jsonl").write_bytes(events + b'{"id": "caf\xe9"}\n')
+    message = one_error(ctiflow("recognize", "-q", str(tmp_path / "latin1.sql"), "-e", str(tmp_path / "bom.jsonl")))
+    assert message.startswith(f"{tmp_path / 'latin1.sql'}: not UTF-8 text (byte 0xe9 at position 6: invalid continuation byte)")
+    message = one_error(ctiflow("recognize", "-q", str(tmp_path / "bom.sql"), "-e", str(tmp_path / "latin1.jsonl")))
+    assert message.startswith(f"{tmp_path / 'latin1.jsonl'}:5: not UTF-8 text (byte 0xe9")
+    result = runner.invoke(app, ["recognize", "-q", str(tmp_path / "bom.sql"), "-e", str(tmp_path / "bom.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"account": "a", "first_failure": 0, "login_time": 3000, "failures": 3, "login_country": "FR"}]
+
+
+def test_a_bad_topic_name_an_unwritable_folder_and_an_unknown_key_field_are_one_error_line(tmp_path):
+    assert one_error(ctiflow("topics", "create", "bad name")).startswith(
+        "topic: 'bad name' is not a valid Kafka topic name")
+    (tmp_path / "file").write_text("")
+    assert one_error(ctiflow("demo-data", "--out", str(tmp_path / "file" / "demo"))) == \
+        f"{tmp_path / 'file' / 'demo'}: Not a directory"
+    (tmp_path / "tx.jsonl").write_text("{}\n")
+    assert one_error(ctiflow("produce", "-t", "tx", "-s", "transaction", "--key-field", "acount",
+                             str(tmp_path / "tx.jsonl"))) == (
+        "--key-field: 'acount' is not a field of schema 'transaction' "
+        "(its fields: id, account, event_time, type, amount, currency, country, merchant)")
+
+
+@pytest.mark.parametrize("args, option, bound", [
+    (["consume", "-t", "tx", "--max", "0"], "'--max'", "greater than or equal to 1"),
+    (["topics", "create", "tx", "--partitions", "100000"], "'--partitions'", f"less than or equal to {MAX_PARTITIONS}"),
+])
+def test_a_count_outside_its_range_is_refused_before_anything_connects(args, option, bound):
+    result = runner.invoke(app, args, env={"CTIFLOW_BOOTSTRAP": f"127.0.0.1:{free_port()}"})
+    assert result.exit_code == 2 and f"Invalid value for {option}" in result.output and bound in result.output
+
+
+def test_check_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTIFLOW_HOME", raising=False)
+    result = runner.invoke(app, ["check", str(EXAMPLES / "demo-transactions.yaml")])
+    assert result.exit_code == 0, result.output
+    assert list(tmp_path.iterdir()) == []

@@ -11,9 +11,11 @@ import signal
 import sys
 
 import typer
+from rich.markup import escape
 
 from jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, status, topics
 from jobs.cli.consoles import console
+from jobs.cli.parameters import not_utf8
 from jobs.kafka import env_credentials, read_topic, redact  # noqa: F401 - read_topic re-exported
 from operators.errors import CtiflowError
 
@@ -38,13 +40,24 @@ def _interrupt(_signum, _frame):
     raise KeyboardInterrupt
 
 
+def _message(exc: Exception) -> str:
+    """An error of the input or the environment as one line: a file's, with its name first."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return not_utf8(exc)
+    return str(exc)
+
+
 def main() -> None:
-    """Entry point: one clear line for our errors, everything started is stopped on Ctrl-C."""
+    """Entry point: one clear line for our errors and for a file or an endpoint that cannot be
+    used (``OSError``: missing, a folder, not writable, refused; text that is not UTF-8),
+    everything started is stopped on Ctrl-C. Anything else is a bug: its traceback stays."""
     signal.signal(signal.SIGTERM, _interrupt)  # `docker compose stop`, `kill`: as Ctrl-C
     try:
         app()
-    except CtiflowError as exc:
-        console.print(f"[red]error:[/red] {redact(str(exc), env_credentials())}")
+    except (CtiflowError, OSError, UnicodeDecodeError) as exc:
+        console.print(f"[red]error:[/red] {escape(redact(_message(exc), env_credentials()))}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("interrupted; stopped what this command started")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import codecs
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, BinaryIO, Optional
 
 import typer
 
 from jobs import stack
 from jobs.config import broker_port, load
 from jobs.serde import registry_client
+from operators.errors import CtiflowError
 
 #: The embedded broker's default port (``--port``, else ``CTIFLOW_BROKER_PORT``, else this).
 DEFAULT_PORT = stack.DEFAULT_PORT
@@ -22,6 +26,40 @@ Bootstrap = Annotated[Optional[str], typer.Option(
     help="Kafka bootstrap servers (default: the embedded broker)")]
 Registry = Annotated[Optional[str], typer.Option(
     "--registry", envvar="CTIFLOW_SCHEMA_REGISTRY_URL", help="Schema Registry URL")]
+
+
+class InputError(CtiflowError):
+    """What a command was given (a file, an option's value) cannot be used; the message names it."""
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """The one message for text that is not UTF-8: the first byte that is not, and where."""
+    return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at position {exc.start + 1}: {exc.reason})"
+
+
+def read_text(path: Path) -> str:
+    """A user's text file: UTF-8, a byte-order mark skipped; else an :class:`InputError` naming
+    it (a missing file, a folder: ``OSError``, reported with its name by :func:`jobs.cli.main`)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: {not_utf8(exc)}") from None
+
+
+def open_lines(file: str) -> tuple[str, BinaryIO]:
+    """A JSON-lines input opened now (``-``: standard input): its name for messages, and its
+    lines as bytes — decode each with :func:`decode_line`, so a line that is not UTF-8 is
+    named by its number. A missing file or a folder fails here, before anything connects."""
+    if file == "-":
+        return "<stdin>", sys.stdin.buffer
+    return file, open(file, "rb")
+
+
+def decode_line(raw: bytes, number: int) -> str:
+    """Line ``number`` (1-based) of a JSON-lines input as text: UTF-8, the first line's byte-order
+    mark skipped; not UTF-8: ``UnicodeDecodeError``."""
+    return (raw.removeprefix(codecs.BOM_UTF8) if number == 1 else raw).decode("utf-8")
 
 
 def bootstrap_servers(bootstrap: str | None) -> str:

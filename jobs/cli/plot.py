@@ -8,12 +8,22 @@ from typing import Annotated, Optional
 import typer
 
 from jobs.cli.consoles import out
-from jobs.cli.parameters import Bootstrap, JobFile, connection
+from jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
 from jobs.config import load
 from jobs.kafka import read_topic
 from jobs.testing.oracle import exact_counts
 
 app = typer.Typer(no_args_is_help=True, help="Render count or bin result topics as PNG.")
+
+
+def _only(records: list[dict], topics: list[str], kind: str, fields: tuple[str, ...]) -> list[dict]:
+    """The records of ``topics`` that are ``kind`` results (they have its ``fields``); none: an
+    InputError (an image of nothing would look like a result)."""
+    chosen = [r for r in records if all(f in r for f in fields)]
+    if not chosen:
+        raise InputError(f"topic {' + '.join(topics)}: no {kind} records among its {len(records)}: name a {kind} "
+                         "operator's output with --topic")
+    return chosen
 
 
 @app.command("counts")
@@ -32,7 +42,7 @@ def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
         return read_topic(conn.bootstrap, name, conn.client, registry_url=conn.registry_url,
                           registry_config=conn.registry_config)
 
-    records = read(topic)
+    records = _only(read(topic), [topic], "count", ("counter", "key", "time", "estimate", "lower", "upper"))
     exact = exact_counts(load(config), records, read) if config else None
     out.print(f"wrote {plot_counts(records, str(out_png), exact=exact)} from {len(records)} records")
 
@@ -47,7 +57,9 @@ def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
     from jobs.plot import plot_bins  # here: matplotlib is slow to import
 
     conn = connection(bootstrap, None, config)
-    records = [r for name in filter(None, (topic, final_topic))
-               for r in read_topic(conn.bootstrap, name, conn.client, registry_url=conn.registry_url,
-                                   registry_config=conn.registry_config)]
+    topics = [name for name in (topic, final_topic) if name]
+    records = _only([r for name in topics for r in read_topic(conn.bootstrap, name, conn.client,
+                                                              registry_url=conn.registry_url,
+                                                              registry_config=conn.registry_config)],
+                    topics, "bin", ("binner", "key", "bin_start", "bin_end"))
     out.print(f"wrote {plot_bins(records, str(out_png))} from {len(records)} records")

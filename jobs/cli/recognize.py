@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from jobs.cli.consoles import console
+from jobs.cli.parameters import InputError, decode_line, not_utf8, open_lines, read_text
 
 app = typer.Typer()
 
@@ -38,18 +39,23 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
     from operators.cep.recognize import recognize as run
     from operators.cep.sql import SqlError
 
-    text = query.read_text()
+    text = read_text(query)
     rows, lines = [], []
-    with events.open() as f:
-        for number, line in enumerate(f, 1):
+    name, stream = open_lines(str(events))
+    with stream:
+        for number, raw in enumerate(stream, 1):
+            try:
+                line = decode_line(raw, number)
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{name}:{number}: {not_utf8(exc)}") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except ValueError as exc:
-                raise typer.BadParameter(f"{events}:{number}: not JSON ({exc})") from None
+                raise InputError(f"{name}:{number}: not JSON ({exc})") from None
             if not isinstance(row, dict):
-                raise typer.BadParameter(f"{events}:{number}: a row must be a JSON object")
+                raise InputError(f"{name}:{number}: a row must be a JSON object")
             rows.append(row)
             lines.append(number)
     refused: list[tuple[int, str]] = []

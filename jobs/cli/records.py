@@ -8,12 +8,13 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 
 from jobs import kafka
 from jobs.cli.consoles import console, out
-from jobs.cli.parameters import Bootstrap, JobFile, Registry, connection
-from jobs.serde import AvroSerializer
+from jobs.cli.parameters import Bootstrap, InputError, JobFile, Registry, connection, decode_line, not_utf8, open_lines
+from jobs.serde import AvroSerializer, default_store
 
 app = typer.Typer()
 
@@ -41,8 +42,18 @@ def produce(topic: Topic,
             registry: Registry = None,
             bootstrap: Bootstrap = None,
             config: JobFile = None):
-    """Produce JSON lines to a topic as Avro (validated against the schema)."""
+    """Produce JSON lines to a topic as Avro (validated against the schema).
+
+    A line that is not UTF-8, not JSON, not valid for the schema or larger than a message may be
+    is skipped with the reason (file:line on standard error); the others are sent, and the summary
+    says how many of each. A field the schema does not have is dropped, with a warning the
+    first time each such name appears."""
+    name, stream = open_lines(file)  # a missing file or a folder: refused before anything connects
     conn = connection(bootstrap, registry, config)
+    fields = [f["name"] for f in default_store().get(schema).parsed.get("fields", ())]
+    if key_field is not None and key_field not in fields:
+        raise InputError(f"--key-field: {key_field!r} is not a field of schema {schema!r} "
+                         f"(its fields: {', '.join(fields)})")
     confluent = framing is Framing.CONFLUENT
     serializer = AvroSerializer(schema, framing=framing.value, subject=f"{topic}-value",
                                 registry=conn.registry() if confluent else None)
@@ -51,16 +62,36 @@ def produce(topic: Topic,
     kafka.topic_partitions(bs, topic, conn.client)
 
     def rejected(line: int, error: Exception) -> None:
-        console.print(f"[yellow]line {line} skipped:[/yellow] {error}")
+        console.print(f"[yellow]skipped[/yellow] {escape(f'{name}:{line}: {error}')}", highlight=False)
 
-    lines = sys.stdin if file == "-" else open(file)
-    with Progress(console=console, transient=True) as progress:
+    number = undecodable = 0  # the line being produced; lines that are not UTF-8
+    unknown: set[str] = set(fields)  # the schema's fields, then each unknown one once warned about
+
+    def lines():
+        nonlocal number, undecodable
+        for number, raw in enumerate(stream, 1):
+            try:
+                yield decode_line(raw, number)
+            except UnicodeDecodeError as exc:
+                undecodable += 1
+                rejected(number, InputError(not_utf8(exc)))
+                yield ""  # (a blank line: skipped, and the next keeps its number)
+
+    def encode(record) -> bytes:
+        for field in (record.keys() - unknown if isinstance(record, dict) else ()):
+            unknown.add(field)
+            warning = f"{name}:{number}: field {field!r} is not in schema {schema!r}: dropped (here and wherever it is)"
+            console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        return serializer(record)
+
+    with stream, Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"producing to {topic}", total=None)
-        done = kafka.produce(bs, topic, lines, serializer, key_field, conn.client, on_rejected=rejected,
+        done = kafka.produce(bs, topic, lines(), encode, key_field, conn.client, on_rejected=rejected,
                              on_progress=lambda sent: progress.update(task, completed=sent))
+    skipped = done.rejected + undecodable
     out.print(f"produced {done.sent - done.unflushed} records to {topic}"
-              + (f", {done.rejected} lines rejected" if done.rejected else ""))
-    if done.unflushed or done.rejected:
+              + (f", {skipped} lines rejected" if skipped else ""))
+    if done.unflushed or skipped:
         raise typer.Exit(1)
 
 
@@ -71,7 +102,7 @@ def _json(record: dict) -> str:
 @app.command()
 def consume(topic: Topic,
             from_beginning: Annotated[bool, typer.Option("--from-beginning/--new-only")] = True,
-            max_records: Annotated[Optional[int], typer.Option("--max", help="stop after N records")] = None,
+            max_records: Annotated[Optional[int], typer.Option("--max", min=1, help="stop after N records")] = None,
             follow: Annotated[bool, typer.Option(
                 "--follow", "-f", help="keep waiting for new records")] = False,
             registry: Registry = None,

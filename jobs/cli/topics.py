@@ -10,15 +10,15 @@ from rich.table import Table
 
 from jobs import kafka
 from jobs.cli.consoles import out
-from jobs.cli.parameters import Bootstrap, JobFile, connection
-from jobs.config import load
+from jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
+from jobs.config import MAX_PARTITIONS, load
 
 app = typer.Typer(no_args_is_help=True, help="Create and list Kafka topics.")
 
 
 @app.command("create")
 def create(names: Annotated[Optional[list[str]], typer.Argument(help="topic names")] = None,
-           partitions: Annotated[int, typer.Option(min=1)] = 2,
+           partitions: Annotated[int, typer.Option(min=1, max=MAX_PARTITIONS)] = 2,
            config: Annotated[Optional[Path], typer.Option("--config", "-c",
                                                           help="create every topic this job uses")] = None,
            bootstrap: Bootstrap = None):
@@ -29,7 +29,10 @@ def create(names: Annotated[Optional[list[str]], typer.Argument(help="topic name
     if not wanted:
         raise typer.BadParameter("name at least one topic or give --config JOB.yaml")
     for n in wanted:
-        kafka.check_topic_name(n)
+        try:
+            kafka.check_topic_name(n)
+        except ValueError as exc:  # (the rule is also a validator of the job model's fields)
+            raise InputError(str(exc)) from None
     conn = connection(bootstrap, None, config)
     kafka.wait_for_broker(conn.bootstrap, conn.client)
     created = kafka.create_topics(conn.bootstrap, wanted, conn.client)
