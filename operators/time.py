@@ -716,15 +716,6 @@ class TimeLayer:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
-    def release_before(self, stream: str, limit: int) -> list[Event]:
-        """Release ``stream``'s buffered events with sync time below ``limit`` ahead of the CTI,
-        for a caller that knows the next CTI will be at least ``limit`` (see
-        :meth:`ReorderBuffer.release_before`). Single-stream layers only: with several
-        streams the merged order needs every stream's CTI."""
-        if len(self._buffers) != 1:
-            raise ConfigError("release_before needs a single-stream time layer")
-        return self._buffers[self._check(stream)].release_before(min(limit, CTI_INFINITY - 1))
-
     def step(self) -> CtiStep:
         """Apply the pending CTIs and release what the merged CTI has passed."""
         for stream, cti in self._pending.items():

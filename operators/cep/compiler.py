@@ -181,10 +181,6 @@ class NfaPlan:
     def has_windows(self) -> bool:
         return self.window_ms > 0 or any(ms > 0 for ms in self.state_windows_ms.values())
 
-    @property
-    def has_pending_states(self) -> bool:
-        return any(s.is_pending for s in self.states.values())
-
 
 class _StateNames:
     """Unique internal names: ``name``, then ``name:0``, ``name:1``, …"""

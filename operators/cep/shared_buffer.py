@@ -32,11 +32,9 @@ NodeId = tuple[EventId, str]
 
 
 class DeweyNumber(tuple):
-    """A Dewey decimal version ``d1.d2.….dn`` (an immutable tuple of ints).
-
-    ``increase(k)`` adds ``k`` to the last digit (a sibling run), ``add_stage()`` appends a 0
-    (a run that moved on to the next stage).
-    """
+    """A Dewey decimal version ``d1.d2.….dn`` (an immutable tuple of ints): the NFA raises the
+    last digit for a sibling run and appends a 0 for a run that took an event (on plain tuples,
+    :func:`operators.cep.nfa._increase`); this class parses and prints them."""
 
     __slots__ = ()
 
@@ -48,12 +46,6 @@ class DeweyNumber(tuple):
     @classmethod
     def from_string(cls, text: str) -> "DeweyNumber":
         return cls(tuple(int(part) for part in text.split(".")))
-
-    def increase(self, times: int = 1) -> "DeweyNumber":
-        return DeweyNumber(self[:-1] + (self[-1] + times,))
-
-    def add_stage(self) -> "DeweyNumber":
-        return DeweyNumber(self + (0,))
 
     def is_compatible_with(self, other: tuple[int, ...]) -> bool:
         return is_compatible(self, other)
