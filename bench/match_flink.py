@@ -232,6 +232,7 @@ def hot_key_sql(table: str = "events") -> str:
     text = "\n".join(line for line in HOT_KEY_FILE.read_text().splitlines() if not line.startswith("--"))
     body = text[text.index("MATCH_RECOGNIZE"):].rstrip().rstrip(";")
     body = body.replace("ORDER BY event_time", "ORDER BY rowtime").replace("LARGE.event_time", "LARGE.ts")
+    body = body.replace("LARGE", "BIG")  # LARGE is a keyword of Flink's SQL parser
     return f"SELECT COUNT(*) AS match_count FROM {table}\n{body} AS T"
 
 
