@@ -275,3 +275,20 @@ def test_the_docs_dead_letter_replay_snippet_sends_the_original_bytes_back(stack
     finally:
         cons.close()
     assert got == fixed
+
+
+def test_produce_if_empty_sends_a_file_once_however_often_it_is_run(stack):
+    """The compose demo producer runs again on every `up` (e.g. to scale the workers): with
+    --if-empty its second run sends nothing, so the demo input is not duplicated (all late)."""
+    topic = stack.topic("cli-once")
+    assert ctiflow("topics", "create", topic, "--partitions", "3", env_bootstrap=stack.bootstrap).returncode == 0
+    lines = "\n".join(json.dumps({"id": f"t{i}", "account": f"a{i % 4}", "event_time": 1_767_225_600_000 + i,
+                                  "type": "purchase", "amount": 1.0, "currency": "EUR", "country": "DE",
+                                  "merchant": None}) for i in range(40)) + "\n"
+    args = ("produce", "--if-empty", "--topic", topic, "--schema", "transaction", "--key-field", "account", "-")
+    first = ctiflow(*args, stdin=lines, env_bootstrap=stack.bootstrap)
+    assert first.returncode == 0 and "produced 40 records" in first.stdout, first.stderr
+    again = ctiflow(*args, stdin=lines, env_bootstrap=stack.bootstrap)
+    assert again.returncode == 0 and "already holds records: nothing produced" in again.stdout, again.stderr
+    consumed = ctiflow("consume", "--topic", topic, env_bootstrap=stack.bootstrap)
+    assert len([line for line in consumed.stdout.splitlines() if line.strip()]) == 40

@@ -370,6 +370,19 @@ def _timestamp(msg) -> tuple[int | None]:
     return (ts if ts_type else None,)
 
 
+def holds_records(bootstrap: str, topic: str, client: dict | None = None) -> bool:
+    """Whether any partition of ``topic`` holds a record now (its true end above its low mark)."""
+    cons = consumer(bootstrap, client)
+    try:
+        for part in topic_partitions(bootstrap, topic, client):
+            low = low_offset(cons, topic, part)
+            if true_end_offset(cons, topic, part, low) > low:
+                return True
+        return False
+    finally:
+        cons.close()
+
+
 def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
                timeout: float = 10.0, registry_url: str | None = None,
                registry_config: dict[str, str] | None = None) -> list[dict]:

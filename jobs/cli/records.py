@@ -39,6 +39,9 @@ def produce(topic: Topic,
             framing: Annotated[Framing, typer.Option(
                 help="single-object encoding (no registry) or Confluent (needs --registry)",
             )] = Framing.SINGLE_OBJECT,
+            if_empty: Annotated[bool, typer.Option(
+                "--if-empty", help="produce only into a topic that holds no record yet (a one-shot loader "
+                                   "run again, e.g. the compose demo producer, then sends nothing twice)")] = False,
             registry: Registry = None,
             bootstrap: Bootstrap = None,
             config: JobFile = None):
@@ -60,6 +63,9 @@ def produce(topic: Topic,
     bs = conn.bootstrap
     kafka.wait_for_broker(bs, conn.client)
     kafka.topic_partitions(bs, topic, conn.client)
+    if if_empty and kafka.holds_records(bs, topic, conn.client):
+        out.print(f"{topic} already holds records: nothing produced (--if-empty)")
+        return
 
     def rejected(line: int, error: Exception) -> None:
         console.print(f"[yellow]skipped[/yellow] {escape(f'{name}:{line}: {error}')}", highlight=False)
