@@ -228,3 +228,26 @@ def test_check_writes_nothing(tmp_path, monkeypatch):
     result = runner.invoke(app, ["check", str(EXAMPLES / "demo-transactions.yaml")])
     assert result.exit_code == 0, result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bug_is_one_loud_line_and_its_traceback_goes_to_a_log_file(tmp_path, monkeypatch, capsys):
+    """A bug of ctiflow's own (here a KeyError from deep inside `check`) still fails — exit 1,
+    not the 2 of a user's mistake — with one line naming it and the file holding its traceback."""
+    import sys
+
+    import jobs.check
+    import jobs.cli
+
+    def boom(*args, **kwargs):
+        raise KeyError("deliberate")
+
+    monkeypatch.setattr(jobs.check, "check_job", boom)
+    monkeypatch.setenv("CTIFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sys, "argv", ["ctiflow", "check", "examples/demo-flows.yaml"])
+    with pytest.raises(SystemExit) as exited:
+        jobs.cli.main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "a bug in ctiflow: KeyError: 'deliberate'" in err
+    log, = (tmp_path / "home" / "logs").glob("ctiflow-bug-*.log")
+    assert "Traceback" in log.read_text() and "in boom" in log.read_text() and str(log) in err.replace("\n", "")

@@ -7,8 +7,12 @@ library (:mod:`jobs.stack`, :mod:`jobs.kafka`, :mod:`jobs.pipeline`, …) and pr
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import time
+import traceback
+from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -16,6 +20,7 @@ from rich.markup import escape
 from jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, status, topics
 from jobs.cli.consoles import console
 from jobs.cli.parameters import not_utf8
+from jobs.config import home
 from jobs.kafka import env_credentials, read_topic, redact  # noqa: F401 - read_topic re-exported
 from operators.errors import CtiflowError
 
@@ -49,6 +54,16 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
+def _bug_report(exc: Exception) -> Path:
+    """The traceback of ``exc`` (secrets redacted) in ``$CTIFLOW_HOME/logs/ctiflow-bug-<time>-<pid>.log``."""
+    logs = home() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    path = logs / f"ctiflow-bug-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    text = "".join(traceback.format_exception(exc))
+    path.write_text(f"ctiflow {' '.join(sys.argv[1:])}\n{redact(text, env_credentials())}")
+    return path
+
+
 def main() -> None:
     """Entry point: one clear line for our errors and for a file or an endpoint that cannot be
     used (``OSError``: missing, a folder, not writable, refused; text that is not UTF-8),
@@ -61,4 +76,9 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("interrupted; stopped what this command started")
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: loud, its traceback kept in a file
+        log = _bug_report(exc)
+        console.print(f"[red]error:[/red] {escape(redact(f'a bug in ctiflow: {type(exc).__name__}: {exc}', env_credentials()))}"
+                      f" — the traceback is in {escape(str(log))}; please report it", highlight=False)
+        sys.exit(1)
         sys.exit(130)
