@@ -78,7 +78,9 @@ def main() -> None:
         console.print("interrupted; stopped what this command started")
     except Exception as exc:  # noqa: BLE001 - a bug of ours: loud, its traceback kept in a file
         log = _bug_report(exc)
-        console.print(f"[red]error:[/red] {escape(redact(f'a bug in ctiflow: {type(exc).__name__}: {exc}', env_credentials()))}"
-                      f" — the traceback is in {escape(str(log))}; please report it", highlight=False)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        what = redact(f"a bug in ctiflow: {type(exc).__name__}: {first[:300]}", env_credentials())
+        console.print(f"[red]error:[/red] {escape(what)} — the whole error and its traceback are in "
+                      f"{escape(str(log))}; please report it", highlight=False)
         sys.exit(1)
         sys.exit(130)
