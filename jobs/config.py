@@ -999,7 +999,12 @@ def load(path: str | Path) -> JobConfig:
     if not path.is_file():
         raise ConfigError(f"{path}: no such job configuration file")
     try:
-        raw = yaml.load(path.read_text(), Loader=_JobLoader)  # noqa: S506 - a SafeLoader subclass
+        text = path.read_bytes().decode("utf-8-sig")  # a byte-order mark is skipped
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at position "
+                          f"{exc.start + 1}: {exc.reason}); save the job file as UTF-8") from None
+    try:
+        raw = yaml.load(text, Loader=_JobLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except RecursionError:

@@ -251,3 +251,18 @@ def test_a_bug_is_one_loud_line_and_its_traceback_goes_to_a_log_file(tmp_path, m
     assert "Traceback" not in err and "a bug in ctiflow: KeyError: 'deliberate'" in err
     log, = (tmp_path / "home" / "logs").glob("ctiflow-bug-*.log")
     assert "Traceback" in log.read_text() and "in boom" in log.read_text() and str(log) in err.replace("\n", "")
+
+
+def test_a_job_file_that_is_not_utf8_is_one_error_naming_it_and_a_bom_is_fine(tmp_path):
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    good = Path("examples/demo-flows.yaml").read_bytes()
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes(good.replace(b"# ", "# caf\u00e9 ".encode("latin-1"), 1))
+    bom = tmp_path / "bom.yaml"
+    bom.write_bytes(b"\xef\xbb\xbf" + good)
+    result = CliRunner().invoke(app, ["check", str(latin)])
+    assert result.exit_code != 0 and f"{latin}: not UTF-8 text (byte 0xe9" in result.output.replace("\n", "")
+    assert CliRunner().invoke(app, ["check", str(bom)]).exit_code == 0
