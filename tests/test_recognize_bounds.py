@@ -33,6 +33,9 @@ ROWS = [{"ts": 1, "v": 1, "c": "x"}, {"ts": 2, "v": 2, "c": "y"}]
     (BASE.replace("PATTERN (A)", "PATTERN ((A B)+)").format("TRUE"), "a quantifier on a group of several"),
     (BASE.replace("PATTERN (A)", "PATTERN ((A+)+)").format("TRUE"), "a quantifier on a group of several"),
     (BASE.replace("A.v AS v", "LISTAGG(A.v) AS l").format("TRUE"), "LISTAGG needs strings"),
+    (BASE.format("v > 1 / 0"), "DEFINE A: division by zero (a constant: it would fail on every row)"),
+    (BASE.format("v > CAST('x' AS INT) + 1"), "CAST('x' AS BIGINT) is not possible (a constant"),
+    (BASE.replace("A.v AS v", "MOD(7, 0) AS m").format("TRUE"), "MEASURES m: division by zero (a constant"),
     (BASE.replace("A.v AS v", "LISTAGG(A.c, c) AS l").format("TRUE"), "separator of LISTAGG must be a string"),
 ])
 def test_a_hostile_query_is_one_sql_error_with_the_spot(query, fragment):

@@ -300,6 +300,7 @@ def compile_query(query: Query | str, columns: Iterable[str] | Mapping[str, str]
                 types.of(expr, clause)
                 if define is not None:
                     types.condition(expr, clause)
+            _fold(expr, clause, fail)
         except SqlError as exc:
             found.append(exc)
     if found:
@@ -632,6 +633,31 @@ class _Types:
                 return inner[1] or inner[2]
             return inner[0] if inner else None  # FIRST LAST PREV MIN MAX COALESCE NULLIF
         return None
+
+
+def _constant(expr: Expr) -> bool:
+    """``expr`` reads no row, no match and no time: its value is known when the query compiles."""
+    if expr.kind in ("column", "star") or (expr.kind == "call" and expr.value in (*NAVIGATION, *AGGREGATES,
+                                                                                    *MATCH_FUNCTIONS)):
+        return False
+    return all(_constant(sub) for sub in _children(expr))
+
+
+def _fold(expr: Expr, clause: str, fail) -> None:
+    """Evaluate every largest constant part of ``expr`` now (constant folding at check time): a
+    part that fails on every row — ``1 / 0``, ``CAST('x' AS INT)`` — is an error of the query,
+    with its spot, not a dead letter per row."""
+    if expr.kind == "literal":
+        return
+    if _constant(expr):
+        try:
+            _compile(expr)(_Scope(lambda name: [], None, None))
+        except DATA_ERRORS as exc:
+            reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
+            raise fail(f"{clause}: {reason} (a constant: it would fail on every row)", expr.pos) from None
+        return
+    for sub in _children(expr):
+        _fold(sub, clause, fail)
 
 
 def _variables(expr: Expr) -> set[str]:
