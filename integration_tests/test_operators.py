@@ -262,6 +262,50 @@ def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_res
     assert {d["partition"] for d in letters} == set(range(PARTITIONS))
 
 
+def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_recognize_finds(stack, spark, tmp_path):
+    """``examples/recognize/two-countries.sql`` as a job's ``sql:``; beside 15 ordinary accounts one
+    card-testing account makes 600 purchases 100 ms apart, countries alternating, then one large
+    purchase: every row starts a run that waits for it. The job's rows are `ctiflow recognize`'s
+    (checked against Flink) for the admitted events, and its keyed state stays small at its
+    largest: before, this one key held ~70 MB (runs × their length) and cost ~30 s of CPU."""
+    from pathlib import Path
+
+    from bench.match_operator import hot_key_records
+    from jobs.checkpoint import progress_path
+    from jobs.recognize import derived_schemas
+    from jobs.runtime import register_schemas
+    from operators.cep.recognize import column_families, compile_query
+
+    sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "two-countries.sql").read_text()
+    base = workload.transactions(1500, accounts=15, seed=11, disorder_ms=3000, scenario_rate=0.05)
+    t0 = base[0]["event_time"]
+    hot = hot_key_records(600, start_ms=t0)
+    hot.append({**hot[-1], "id": "h-large", "event_time": hot[-1]["event_time"] + 100, "amount": 2500.0,
+                "country": "FR"})
+    records = sorted(base + hot, key=lambda r: r["event_time"])  # the hot key interleaved, as it arrived
+    src, out = stack.topic("sql-hot-in"), stack.topic("sql-hot-out")
+    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
+    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
+    cfg = job(stack, tmp_path, job="sql-hot", sources=[tx_source(src, "10s")],
+              operators=[{"kind": "match", "name": "two-countries", "sql": sql, "output": out}],
+              outputs={"late": stack.topic("sql-hot-late"), "dead_letter": stack.topic("sql-hot-dlq")})
+    run(cfg, spark)
+    checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
+    assert all(c.status == oracle.ADMITTED for c in checked)
+    rows = [dict(c.fields) for c in sorted(checked, key=lambda c: c.order)]
+    want = compile_query(sql, column_families(rows)).run(rows)
+    register_schemas(derived_schemas(cfg))
+    got = read(stack, out)
+
+    def table(found):
+        return sorted((r["account"], r["home"], r["abroad"], r["amount"], millis(r["large_at"])) for r in found)
+
+    assert any(r["account"] == "acct-hot" for r in want) and table(got) == table(want)
+    batches = [json.loads(line) for line in progress_path(cfg).read_text().splitlines() if line.strip()]
+    largest = max(b.get("state_bytes", 0) for b in batches)
+    assert 0 < largest < 4 * 2**20, largest  # a few hundred kB: the key's 600 rows and 600 short runs
+
+
 def millis(value) -> int:
     """A timestamp-millis field as epoch ms, whether the decoder gave an int or a datetime."""
     return value if isinstance(value, int) else int(value.timestamp() * 1000)
