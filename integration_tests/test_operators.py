@@ -262,6 +262,29 @@ def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_res
     assert {d["partition"] for d in letters} == set(range(PARTITIONS))
 
 
+def sql_job_and_recognize(stack, spark, tmp_path, name: str, operator: str, sql: str, records: list[dict]):
+    """``records`` on three partitions through a job whose one operator runs ``sql`` → (its
+    config, its output topic — this process can decode it —, and what `ctiflow recognize`,
+    checked against Flink, gives for the admitted events in application-time order: the oracle)."""
+    from jobs.recognize import derived_schemas
+    from jobs.runtime import register_schemas
+    from operators.cep.recognize import column_families, compile_query
+
+    src, out = stack.topic(f"{name}-in"), stack.topic(f"{name}-out")
+    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
+    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
+    cfg = job(stack, tmp_path, job=name, sources=[tx_source(src, "10s")],
+              operators=[{"kind": "match", "name": operator, "sql": sql, "output": out}],
+              outputs={"late": stack.topic(f"{name}-late"), "dead_letter": stack.topic(f"{name}-dlq")})
+    run(cfg, spark)
+    checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
+    assert all(c.status == oracle.ADMITTED for c in checked)
+    rows = [dict(c.fields) for c in sorted(checked, key=lambda c: c.order)]
+    want = compile_query(sql, column_families(rows)).run(rows)
+    register_schemas(derived_schemas(cfg))
+    return cfg, out, want
+
+
 def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_recognize_finds(stack, spark, tmp_path):
     """``examples/recognize/two-countries.sql`` as a job's ``sql:``; beside 15 ordinary accounts one
     card-testing account makes 600 purchases 100 ms apart, countries alternating, then one large
@@ -272,9 +295,6 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
 
     from bench.match_operator import hot_key_records
     from jobs.checkpoint import progress_path
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
-    from operators.cep.recognize import column_families, compile_query
 
     sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "two-countries.sql").read_text()
     base = workload.transactions(1500, accounts=15, seed=11, disorder_ms=3000, scenario_rate=0.05)
@@ -283,18 +303,7 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
     hot.append({**hot[-1], "id": "h-large", "event_time": hot[-1]["event_time"] + 100, "amount": 2500.0,
                 "country": "FR"})
     records = sorted(base + hot, key=lambda r: r["event_time"])  # the hot key interleaved, as it arrived
-    src, out = stack.topic("sql-hot-in"), stack.topic("sql-hot-out")
-    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
-    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
-    cfg = job(stack, tmp_path, job="sql-hot", sources=[tx_source(src, "10s")],
-              operators=[{"kind": "match", "name": "two-countries", "sql": sql, "output": out}],
-              outputs={"late": stack.topic("sql-hot-late"), "dead_letter": stack.topic("sql-hot-dlq")})
-    run(cfg, spark)
-    checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
-    assert all(c.status == oracle.ADMITTED for c in checked)
-    rows = [dict(c.fields) for c in sorted(checked, key=lambda c: c.order)]
-    want = compile_query(sql, column_families(rows)).run(rows)
-    register_schemas(derived_schemas(cfg))
+    cfg, out, want = sql_job_and_recognize(stack, spark, tmp_path, "sql-hot", "two-countries", sql, records)
     got = read(stack, out)
 
     def table(found):
@@ -325,23 +334,9 @@ ALL_ROWS_SQL = """SELECT * FROM tx MATCH_RECOGNIZE (
 def test_all_rows_per_match_with_a_wider_partition_gives_what_recognize_gives(stack, spark, tmp_path):
     """The job's typed rows, per partition (account, country), are those `ctiflow recognize`
     (checked against Flink) gives for the admitted events in application-time order."""
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
-    from operators.cep.recognize import column_families, compile_query
 
     records = workload.transactions(2000, accounts=15, seed=8, disorder_ms=3000, scenario_rate=0.05)
-    src, out = stack.topic("sql-all-in"), stack.topic("sql-all-out")
-    kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
-    produce(stack.bootstrap, src, "transaction", records, "account", partition_of=spread_keys("account"))
-    cfg = job(stack, tmp_path, job="sql-all", sources=[tx_source(src, "10s")],
-              operators=[{"kind": "match", "name": "all-rows", "sql": ALL_ROWS_SQL, "output": out}],
-              outputs={"late": stack.topic("sql-all-late"), "dead_letter": stack.topic("sql-all-dlq")})
-    run(cfg, spark)
-    checked = checked_input(records, "account", "event_time", None, 10_000, BATCH)
-    assert all(c.status == oracle.ADMITTED for c in checked)
-    rows = [dict(c.fields) for c in sorted(checked, key=lambda c: c.order)]
-    want = compile_query(ALL_ROWS_SQL, column_families(rows)).run(rows)
-    register_schemas(derived_schemas(cfg))
+    cfg, out, want = sql_job_and_recognize(stack, spark, tmp_path, "sql-all", "all-rows", ALL_ROWS_SQL, records)
 
     def per_partition(found):
         table = {}
