@@ -22,8 +22,8 @@ compiles them, and ``bench/match_flink.py`` renders the same dicts as ``MATCH_RE
 
 Per pattern, over the same events:
 
-* **operator alone** — pre-built :class:`~operators.time.Event` objects fed in order to
-  :meth:`MatchOperator.process`, ``advance_to`` after every ``cti_every`` events (as CTIs
+* **operator alone** — each CTI step's events as typed columns, built before the clock starts,
+  into :meth:`MatchOperator.process_columns`, ``advance_to`` after every ``cti_every`` events (as CTIs
   would), a final ``advance_to(+∞)``. Timed: exactly those calls (building every match record
   included). The input is frozen out of the cyclic GC (``gc.freeze``), as in the other
   operator benchmarks. Every ``sample_every`` events, untimed, the state is measured: bytes of
@@ -315,8 +315,8 @@ def run_operator(spec: dict[str, Any] | None, events: list[Any], *, cti_every: i
 
 def run_hot_key(sizes: tuple[int, ...] = HOT_KEY_EVENTS, *, flink: bool = True,
                 flink_timeout: float = 600) -> list[dict[str, Any]]:
-    """Per size: the hot key through the SQL operator and the Pattern API operator (each event one
-    ``process`` call, timed; the state = the key's snapshot bytes after the last event) and, with
+    """Per size: the hot key through the SQL operator and the Pattern API operator (the rows as one
+    release into ``process_columns``, timed; the state = the key's snapshot bytes after it) and, with
     PyFlink installed, Flink's MATCH_RECOGNIZE on the same rows (net of reading them; after a
     size that fails or times out, larger ones are not tried)."""
     from operators.cep.operator import MatchOperator, MatchSettings
@@ -326,15 +326,14 @@ def run_hot_key(sizes: tuple[int, ...] = HOT_KEY_EVENTS, *, flink: bool = True,
     out = []
     for n in sizes:
         records = hot_key_records(n)
-        events = to_events(records)
+        columns = typed_columns(to_events(records))
         row: dict[str, Any] = {"events": n}
         for form, settings in (("sql", MatchSettings(pattern=None, sql=sql, emit_timed_out=False)),
                                ("pattern_api", MatchSettings(pattern=HOT_KEY_PATTERN, emit_timed_out=False))):
             op = MatchOperator(settings)
             gc.collect()
             t0 = time.perf_counter()
-            for e in events:
-                op.process(e)
+            op.process_columns(columns)
             seconds = time.perf_counter() - t0
             row[form] = {"seconds": seconds, "state_bytes": len(op.snapshot()),
                          "partial_matches": op.partial_match_count(), "buffered": op.buffered_event_count()}

@@ -27,7 +27,7 @@ from jobs.recognize import derived_schemas, operator_of
 from jobs.serde import default_store
 from operators.columns import ColumnTimeLayer, EventColumns
 from operators.errors import EventRejected, StateError
-from operators.events import OutputBatch, record_maker
+from operators.events import OutputBatch
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
@@ -82,7 +82,7 @@ class Plan:
 
     @property
     def handles_adjust(self) -> bool:
-        return all(getattr(op.cls, "handles_adjust", False) for op in self.operators)
+        return all(op.cls.handles_adjust for op in self.operators)
 
     @property
     def fields_read(self) -> tuple[str, ...] | None:
@@ -90,10 +90,7 @@ class Plan:
         classes' ``fields_read(settings)``); None when one may read any (it has no such method)."""
         names: list[str] = []
         for op in self.operators:
-            reads = getattr(op.cls, "fields_read", None)
-            if reads is not None and not hasattr(op.cls, "needs_records"):
-                raise TypeError(f"{op.cls.__name__} has fields_read but no needs_records (operators/operator.py)")
-            got = None if reads is None else reads(op.settings)
+            got = op.cls.fields_read(op.settings)
             if got is None:
                 return None
             names.extend(n for n in got if n not in names)
@@ -102,7 +99,7 @@ class Plan:
     def needs_records(self, cols: EventColumns) -> bool:
         """Whether an operator may read all fields of a row of ``cols`` (its ``needs_records``:
         a refusal, a late record)."""
-        return any(op.cls.needs_records(op.settings, cols) for op in self.operators if hasattr(op.cls, "needs_records"))
+        return any(op.cls.needs_records(op.settings, cols) for op in self.operators)
 
     @property
     def columnar(self) -> bool:
@@ -265,7 +262,7 @@ class Chunk:
 
     def due(self, ttl: int | None) -> int:
         """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
-        due = min((op.next_due() if hasattr(op, "next_due") else CTI_NONE) for op in self.ops)
+        due = min(op.next_due() for op in self.ops)
         if ttl is not None and self.last_seen:
             due = min(due, min(self.last_seen.values()) + ttl + 1)
         return due
@@ -296,9 +293,9 @@ class GroupRuntime:
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
     :class:`jobs.adapter.WarmChunks`); a chunk found there is used instead of read and decoded.
     The runtime takes them over: they are mutated by the call, and :meth:`still_warm` says which
-    chunks are current after :meth:`commit`. ``batched``: operators' CTI records come as
-    :class:`~operators.events.OutputBatch` items (:meth:`_advance_op`), as do the records of an
-    operator that passes released columns on (``pass_columns``), for the job's bulk encoder.
+    chunks are current after :meth:`commit`. ``batched``: records an operator returns as an
+    :class:`~operators.events.OutputBatch` stay one (the job's bulk encoder takes them); else
+    they come one :class:`Output` each.
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
@@ -310,8 +307,7 @@ class GroupRuntime:
         self.loaded: dict[int, Chunk] = {}
         self.warm: dict[int, Chunk] = {} if warm is None else warm
         #: chunks split only if every operator can partition its keys by the event's key
-        self.grows = plan.chunked and all(hasattr(spec.cls, "partition") and getattr(spec.settings, "key_field", None)
-                                          is None for spec in plan.operators)
+        self.grows = plan.chunked and all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
         if data is not None:
             with _restoring("the key group's state"):
                 layout, header, stored = pickle.loads(data)
@@ -645,7 +641,7 @@ class GroupRuntime:
         step = self.layer.step()
         self.counters.released += len(step.released)
         if self.join is None:
-            self._feed(step.released, step.cti, out)
+            self._feed(EventColumns.from_events(step.released) if step.released else None, step.cti, out)
             return out
         joined: list[Event] = []
         for e in step.released:
@@ -654,7 +650,7 @@ class GroupRuntime:
         for e in joined:
             self.enriched.offer(e)
         released = self.enriched.advance(CTI_INFINITY if step.cti >= CTI_INFINITY else self.join.output_cti)
-        self._feed(released, step.cti, out)
+        self._feed(EventColumns.from_events(released) if released else None, step.cti, out)
         return out
 
     def _route_join(self, outputs: list[Output], joined: list[Event], out: list) -> None:
@@ -693,19 +689,14 @@ class GroupRuntime:
                                   f"operator {spec.name}: {o.record['error']}", stage="operator")
         return (self.plan.dead_letter_topic, Output("dead_letter", record), key)
 
-    def _feed(self, events, cti: int | None, out: list) -> None:
-        """Released events (:class:`Event` objects, :class:`EventColumns` or None) into every
-        operator of their key's chunk, then (unless ``cti`` is None) the CTI into every chunk that
-        has events or is due at it (every chunk at +∞). Per key, events and results keep their
-        order; across chunks, results follow chunk order."""
+    def _feed(self, cols: EventColumns | None, cti: int | None, out: list) -> None:
+        """Released events (in release order; None: none) into every operator of their key's
+        chunk, then (unless ``cti`` is None) the CTI into every chunk that has events or is due at
+        it (every chunk at +∞). Per key, events and results keep their order; the events' results
+        follow release order, the CTI's chunk order."""
         before = len(out)
         plan = self.plan
-        cols = events if isinstance(events, EventColumns) else None
-        if cols is not None:
-            keys, events = cols.key.tolist(), None
-        else:
-            events = [] if events is None else events if isinstance(events, list) else list(events)
-            keys = [e.key for e in events]
+        keys = [] if cols is None else cols.key.tolist()
         if self.chunk_count == 1:
             of = [0] * len(keys)
         else:
@@ -734,50 +725,42 @@ class GroupRuntime:
         for i, spec in enumerate(plan.operators):
             if keys:
                 first = loaded[of[0]].ops[i]
-                order = _tie_order(spec, cols, events)
-                if (self.batched and cols is not None and cols.dicts is None and order is None
-                        and getattr(first, "pass_columns", None) is not None):
-                    batch = first.pass_columns(cols)
-                    out.append((self._topic(spec, batch.role), batch, None))
-                elif cols is not None and getattr(first, "process_columns", None) is not None:
-                    if order is None:
-                        self._feed_columns(i, spec, cols, of, out)
-                    else:
-                        self._feed_columns(i, spec, cols.take(order), [of[j] for j in order], out)
+                order = first.release_order(cols)
+                mine, mine_of = (cols, of) if order is None else (cols.take(order), [of[j] for j in order])
+                if spec.cls.stateless:  # one instance takes every chunk's rows
+                    self._report(spec, mine, first.process_columns(mine), out)
                 else:
-                    if events is None:
-                        events = cols.events()
-                    mine, mine_of = (events, of) if order is None else ([events[j] for j in order],
-                                                                         [of[j] for j in order])
-                    if getattr(first, "process_batch", None) is not None and not first.emits_per_event:
-                        self._feed_many(i, spec, mine, mine_of, out)
-                    else:
-                        self._feed_each(i, spec, mine, mine_of, out)
+                    self._feed_columns(i, spec, mine, mine_of, out)
             if cti is not None:
                 for c in sorted(touch):
                     self._advance_op(spec, loaded[c].ops[i], cti, out)
         if cti is not None:
-            mine: dict[int, list[tuple[str, int]]] = {}
+            seen: dict[int, list[tuple[str, int]]] = {}
             if plan.ttl is not None and keys:
-                starts = cols.start.tolist() if cols is not None else [e.start for e in events]
-                for key, start, c in zip(keys, starts, of):
-                    mine.setdefault(c, []).append((key, start))
+                for key, start, c in zip(keys, cols.start.tolist(), of):
+                    seen.setdefault(c, []).append((key, start))
             for c in touch:
                 loaded[c].cti = cti
                 if plan.ttl is not None:
-                    self._expire_keys(loaded[c], mine.get(c, ()), cti)
-        if cti is not None:
+                    self._expire_keys(loaded[c], seen.get(c, ()), cti)
             self.ops_cti = cti
         self.counters.outputs += sum(len(o) if type(o) is OutputBatch else 1 for _, o, _ in out[before:])
 
     def _advance_op(self, spec: OperatorSpec, op, cti: int, out: list) -> None:
-        """The CTI into one operator; its records onto ``out`` — as :class:`OutputBatch` items
-        ``(topic, batch, None)`` when the runtime is ``batched`` and the operator builds them
-        (the job encodes those in bulk), else one ``(topic, Output, key)`` each."""
-        if self.batched and hasattr(op, "advance_to_columns"):
-            out.extend((self._topic(spec, b.role), b, None) for b in op.advance_to_columns(cti))
-            return
-        out.extend(self._routed(spec, o, None) for o in op.advance_to(cti))
+        """The CTI into one operator; its records onto ``out``."""
+        for item in op.advance_to(cti):
+            if type(item) is OutputBatch:
+                self._batch(spec, item, out)
+            else:
+                out.append(self._routed(spec, item, None))
+
+    def _batch(self, spec: OperatorSpec, batch: OutputBatch, out: list) -> None:
+        """An operator's :class:`OutputBatch` onto ``out``: as it is, ``(topic, batch, None)``,
+        when the runtime is ``batched`` (the job encodes it in bulk), else one record each."""
+        if self.batched:
+            out.append((self._topic(spec, batch.role), batch, None))
+        else:
+            out.extend(self._routed(spec, o, None) for o in batch.outputs())
 
     def _refused(self, spec: OperatorSpec, e: Event, exc: EventRejected, out: list) -> None:
         """The operator refused this event's data (e.g. a measure it cannot prorate): it goes to
@@ -787,42 +770,9 @@ class GroupRuntime:
         out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
             e, spec.name, exc, self.plan.topics.get(e.stream, e.stream))), e.key))
 
-    def _feed_each(self, i: int, spec: OperatorSpec, events: list[Event], of: list[int], out: list) -> None:
-        """Operator ``i`` takes the events one ``process`` call each, in release order."""
-        loaded = self.loaded
-        for e, c in zip(events, of):
-            try:
-                produced = loaded[c].ops[i].process(e)
-            except EventRejected as exc:
-                out.extend(self._routed(spec, o, e.key) for o in exc.outputs)
-                self._refused(spec, e, exc, out)
-                continue
-            out.extend(self._routed(spec, o, e.key) for o in produced)
-
-    def _feed_many(self, i: int, spec: OperatorSpec, events: list[Event], of: list[int], out: list) -> None:
-        """Operator ``i`` takes each chunk's events in one ``process_batch`` call. It emits only
-        on CTIs, so only refusals come back; they are reported in release order, as
-        :meth:`_feed_each` would."""
-        groups: dict[int, list[int]] = {}
-        if self.chunk_count == 1:
-            groups[of[0]] = list(range(len(events)))
-        else:
-            for j, c in enumerate(of):
-                groups.setdefault(c, []).append(j)
-        refused: list[tuple[int, EventRejected]] = []
-        for c, index in groups.items():
-            mine = events if len(index) == len(events) else [events[j] for j in index]
-            produced, rejected = self.loaded[c].ops[i].process_batch(mine)
-            if produced:
-                raise RuntimeError(f"operator {spec.name!r}: process_batch emitted records before a CTI (a bug)")
-            refused.extend((index[k], exc) for k, exc in rejected)
-        for j, exc in sorted(refused, key=lambda r: r[0]):
-            self._refused(spec, events[j], exc, out)
-
     def _feed_columns(self, i: int, spec: OperatorSpec, cols: EventColumns, of: list[int], out: list) -> None:
         """Operator ``i`` takes each chunk's rows in one ``process_columns`` call; what a row
-        produced (records, or its refusal) is reported in release order, as :meth:`_feed_each`
-        would."""
+        produced (records, or its refusal) is reported in release order."""
         if self.chunk_count == 1:
             parts = [(of[0], None)]
         else:
@@ -838,15 +788,21 @@ class GroupRuntime:
             results.extend(got if index is None else ((int(index[j]), r) for j, r in got))
         if len(parts) > 1:
             results.sort(key=_FIRST)
+        self._report(spec, cols, results, out)
+
+    def _report(self, spec: OperatorSpec, cols: EventColumns, results: list[tuple[int, Any]], out: list) -> None:
+        """A ``process_columns`` result onto ``out``: records routed, refusals dead-lettered."""
         for j, r in results:
             if isinstance(r, EventRejected):
                 self._refused(spec, cols.event(j), r, out)
+            elif type(r) is OutputBatch:
+                self._batch(spec, r, out)
             else:
                 key = cols.key[j]
                 out.extend(self._routed(spec, o, key) for o in r)
 
     def _expire_keys(self, chunk: Chunk, seen_now, cti: int) -> None:
-        """The key TTL: a key is forgotten by every operator that keeps per-key state (``forget``)
+        """The key TTL: a key is forgotten by every operator (``forget_keys``)
         once the application time the CTI makes final (``cti − 1``) is ``ttl`` past its latest
         event. In application time,
         so a replay expires the same keys; at the final CTI everything is flushed anyway."""
@@ -861,38 +817,12 @@ class GroupRuntime:
         expired = [key for key, last in seen.items() if last < horizon]
         for key in expired:
             del seen[key]
-        for op in chunk.ops:
-            if hasattr(op, "forget_keys"):
+        if expired:
+            for op in chunk.ops:
                 op.forget_keys(expired)
-            elif hasattr(op, "forget"):
-                for key in expired:
-                    op.forget(key)
         self.counters.expired_keys += len(expired)
 
 
 def _kafka_key(o: Output, default: str | None) -> str | None:
     """A result record's Kafka key: the operator's (:attr:`Output.key`), its ``key`` field, or ``default``."""
     return o.key if o.key is not None else o.record.get("key", default)
-
-
-def _tie_order(spec: OperatorSpec, cols: EventColumns | None, events: list[Event] | None) -> np.ndarray | None:
-    """The order in which an operator whose input is ordered by time and then by further columns
-    (a MATCH_RECOGNIZE ``ORDER BY t, c…``) takes the released events: release order with the rows
-    of each time sorted by those columns; None when that is the release order. A release holds
-    every event of each time it covers (those of a later arrival are late), so sorting within it
-    is the query's order."""
-    recognizer = getattr(spec.settings, "recognizer", None)
-    ties = recognizer().tie_key() if recognizer is not None and spec.settings.sql is not None else None
-    if ties is None:
-        return None
-    starts = cols.start if cols is not None else np.fromiter((e.start for e in events), np.int64)
-    if len(starts) < 2 or not (starts[1:] == starts[:-1]).any():
-        return None
-    if cols is not None and cols.dicts is None:
-        names = tuple(c for c, _, _ in spec.settings.recognizer().query.order_by[1:])
-        fields = list(map(record_maker(names), *(cols.fields[c].tolist() for c in names)))
-    else:
-        fields = cols.dicts if cols is not None else [e.fields for e in events]
-    starts_list = starts.tolist()
-    order = sorted(range(len(fields)), key=lambda j: (starts_list[j], ties(fields[j]), j))
-    return np.asarray(order, np.int64)

@@ -25,7 +25,7 @@ the next CTI. ``CTI_INFINITY`` finalises every bin.
 processing order (application-time order, as the reorder buffer delivers it). For events
 that arrive within the delay, that order — hence every cumulative and final value, bit for
 bit — does not depend on arrival order, on how events are cut into CTI steps, on
-``process`` vs ``process_many``, nor on snapshots in between.
+how the events are cut into ``process_columns`` calls, nor on snapshots in between.
 
 **Late events.** With ``ViolationPolicy.ADJUST`` the time layer moves the start of an
 interval event that reaches past the CTI to the CTI and keeps the real start in
@@ -46,14 +46,13 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
 from operators.errors import ConfigError, EventRejected, invalid_choice
 from operators.events import MapColumn, OutputBatch
-from operators.operator import Output
+from operators.operator import Operator, Output
 from operators.time import (
     CTI_INFINITY,
     CTI_NONE,
@@ -331,8 +330,8 @@ def _expand(s: np.ndarray, e: np.ndarray, k0: np.ndarray, nb: np.ndarray, bin_si
     return rows, k, num / den
 
 
-class Binner:
-    """Prorates the events of many keys into bins; implements :class:`operators.operator.Operator`.
+class Binner(Operator):
+    """Prorates the events of many keys into bins (:class:`operators.operator.Operator`).
 
     State: one *slot* per open (key, bin) in column arrays — cumulative and incremental
     measure sums, fraction sums and event counts, revision — plus a dict (key id, bin
@@ -377,7 +376,6 @@ class Binner:
         self._final = "final" in settings.outputs
         #: events at least this long may exceed max_bins_per_event and get the exact check
         self._span_check = settings.bin_size * (settings.max_bins_per_event - 1)
-        self._getter = itemgetter(*settings.measures) if settings.measures else None
         self._cti = CTI_NONE
         self._keys: list[str] = []
         self._key_ids: dict[str, int] = {}
@@ -420,7 +418,7 @@ class Binner:
 
     def _clear_buffer(self) -> None:
         #: buffered events: sealed column parts (start, end, key id, values n×m, lowest bin or
-        #: None), then the rows ``process_many`` appended since, as lists
+        #: None), then the rows the exact path appended since, as lists
         self._b_parts: list[tuple] = []
         self._b_start: list[int] = []
         self._b_end: list[int] = []
@@ -448,62 +446,6 @@ class Binner:
 
     # ---- events ---------------------------------------------------------------------
 
-    def process(self, event: Event) -> list[Output]:
-        """Take one event the CTI has passed. Returns a ``late`` output for an ADJUSTed or late
-        event that touches final bins, else nothing (bins are emitted by :meth:`advance_to`).
-
-        Raises ``ValueError`` (→ dead-letter) for ``end < start``, a missing or non-numeric
-        measure, open-ended or absurd times; the binner's state is then unchanged.
-        """
-        return self.process_many((event,))
-
-    def process_many(self, events: Iterable[Event]) -> list[Output]:
-        """``process`` for a sequence of events: the same as calling it for each, in order.
-
-        The common case — an on-time event with finite numeric measures — costs a few
-        attribute reads and list appends; everything else takes the exact slow path. A bad
-        event raises ``ValueError``: the events before it have been taken, it and the
-        events after it have not (the caller dead-letters it and goes on with the rest).
-        """
-        out: list[Output] = []
-        m = self._m
-        getter = self._getter
-        span_check = self._span_check
-        key_ids = self._key_ids
-        b_start, b_end, b_kid, b_val = self._b_start, self._b_end, self._b_kid, self._b_val
-        for event in events:
-            s = event.start
-            e = event.end
-            if (event.original_start is None and s >= self._cti
-                    and _FAST_LIMIT >= e >= s >= -_FAST_LIMIT and e - s < span_check):
-                try:
-                    if m > 1:
-                        values = getter(event.fields)
-                    elif m:
-                        values = (getter(event.fields),)
-                    else:
-                        values = ()
-                    total = 0.0 + sum(values)
-                    if total - total != 0.0:
-                        values = _measure_values(event, self.settings.measures)
-                except (KeyError, TypeError, OverflowError):
-                    values = _measure_values(event, self.settings.measures)
-                kid = key_ids.get(event.key)
-                if kid is None:
-                    kid = self._key_id(event.key)
-                b_start.append(s)
-                b_end.append(e)
-                b_kid.append(kid)
-                b_val.extend(values)
-                if len(b_start) < _FLUSH_AT:
-                    continue
-            else:
-                out.extend(self._process_slow(event))
-            if len(self._b_start) >= _FLUSH_AT:
-                self._flush()
-            b_start, b_end, b_kid, b_val = self._b_start, self._b_end, self._b_kid, self._b_val
-        return out
-
     def _process_slow(self, event: Event) -> list[Output]:
         settings = self.settings
         _check_times(event, settings)
@@ -522,12 +464,14 @@ class Binner:
         return [] if record is None else [Output("late", record)]
 
     def process_columns(self, cols) -> list[tuple[int, Any]]:
-        """``process`` for the rows of an :class:`operators.columns.EventColumns` (in release
-        order): the state is that of :meth:`process` called row by row; → ``(row, late
-        outputs)`` for each row that produced some and ``(row, EventRejected)`` for each row
-        refused (state unchanged by it), in row order. The common rows — on time, finite numeric
-        measures, times within ±2**52 — are buffered as whole columns; the rest take the exact
-        path of :meth:`process` one by one, in their place in the order."""
+        """The rows of an :class:`operators.columns.EventColumns` (in release order); the state
+        does not depend on how rows are cut into calls. → ``(row, late outputs)`` for each row
+        that produced some (an ADJUSTed or late event touching final bins) and ``(row,
+        EventRejected)`` for each row refused (``end < start``, a missing or non-numeric measure,
+        open-ended or absurd times; state unchanged by it), in row order. The common rows — on
+        time, finite numeric measures, times within ±2**52 — are buffered as whole columns; the
+        rest take the exact path one by one, in their place in the order. Bins are emitted by
+        :meth:`advance_to`."""
         n, m = len(cols), self._m
         if not n:
             return []
@@ -738,17 +682,14 @@ class Binner:
 
     # ---- CTIs -----------------------------------------------------------------------
 
-    def advance_to(self, cti: int) -> list[Output]:
-        """Emit the bins touched since the previous CTI and the bins that became final.
+    def advance_to(self, cti: int) -> list[OutputBatch]:
+        """Emit the bins touched since the previous CTI and the bins that became final, each
+        role's records as one :class:`OutputBatch`.
 
         Order: the ``bin_incremental`` records, then ``bin_updated``, then ``bin_final`` (each
         only if selected), each group sorted by key, then bin_start. ``final`` is True on the
         incremental/updated record of a bin's last revision. Final bins leave the state.
         """
-        return [o for batch in self.advance_to_columns(cti) for o in batch.outputs()]
-
-    def advance_to_columns(self, cti: int) -> list[OutputBatch]:
-        """:meth:`advance_to` with each role's records as one :class:`OutputBatch` (columns)."""
         if cti < self._cti:
             raise ValueError(f"CTI went back from {self._cti} to {cti}; CTIs never decrease")
         self._flush()
@@ -892,6 +833,10 @@ class Binner:
         parts = [_SNAPSHOT_MAGIC, struct.pack("<I", len(head)), head]
         parts += [np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes() for a in arrays]
         return b"".join(parts)
+
+    @classmethod
+    def partitionable(cls, settings: BinSettings) -> bool:
+        return True
 
     def partition(self, where) -> dict[int, "Binner"]:
         """This binner's keys split by ``where(key)`` into binners of the same settings and CTI,

@@ -17,9 +17,6 @@ Emission (``CountSettings.emit``):
   operator's: which keys share an operator instance is the job's key grouping, and results must
   not depend on it) and then drops all state, as nothing can follow it.
 
-An end edge (``event.edge_end``) closes an edge that was counted when it started; it is
-not counted again and yields no record.
-
 For time-based windows every CTI also expires all keys at τ and forgets keys whose window
 became empty, so the state of quiet keys does not linger. A record is a plain dict shaped like
 ``schemas/count.avsc``.
@@ -39,7 +36,7 @@ import numpy as np
 from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
 from operators.events import OutputBatch
-from operators.operator import Output, process_rows
+from operators.operator import Operator, Output, process_rows
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
@@ -169,22 +166,20 @@ _STATE_VERSION = 1
 _STATE_HEADER = struct.Struct("<4sBBqdqII")
 
 
-class CountOperator:
-    """Keyed approximate counts; implements :class:`operators.operator.Operator`.
+class CountOperator(Operator):
+    """Keyed approximate counts (:class:`operators.operator.Operator`).
 
-    Owns one histogram per key of its key group. ``process`` must see events in
+    Owns one histogram per key of its key group. Events must come in
     application-time order (the time layer guarantees it); for count-based windows that order
     defines the sequence numbers. A count-based key keeps its histogram for good (the last N
     events of a key never expire by time); a time-based key is forgotten once its window is
     empty at a CTI.
     """
 
-    handles_adjust = False
-
     def __init__(self, settings: CountSettings) -> None:
         if not isinstance(settings, CountSettings):
             raise ConfigError(f"CountOperator needs CountSettings, got {type(settings).__name__}")
-        self.settings = settings
+        super().__init__(settings)
         self._name = settings.name
         self._window_kind = settings.window_kind
         self._window = settings.window
@@ -204,9 +199,8 @@ class CountOperator:
 
     # -- the Operator contract ---------------------------------------------------------------
 
-    def process(self, event: Event) -> list[Output]:
-        if event.edge_end:
-            return []  # closes an edge already counted at its start
+    def _process_event(self, event: Event) -> list[Output]:
+        """One event (``emit: per_event``): its count record."""
         key = event.key if self._per_key else GLOBAL_KEY
         h = self._histograms.get(key)
         if h is None:
@@ -226,36 +220,15 @@ class CountOperator:
             self._touched[key] = start
         return []
 
-    @property
-    def emits_per_event(self) -> bool:
-        """Whether :meth:`process` can return records (``emit: per_event``); otherwise only CTIs do."""
-        return self._per_event
-
-    def process_batch(self, events: list[Event]) -> tuple[list[Output], list[tuple[int, EventRejected]]]:
-        """:meth:`process` for events in application-time order, in one call: weights event by
-        event, then each key's histogram takes its events in one ``update_many``. The state and
-        outputs are those of :meth:`process` called for each event in turn; an event whose weight
-        is refused is left out and returned as ``(its index, the refusal)``, as :meth:`process`
-        would have raised it."""
-        if self._per_event:
-            out: list[Output] = []
-            refused: list[tuple[int, EventRejected]] = []
-            for j, e in enumerate(events):
-                try:
-                    out.extend(self.process(e))
-                except EventRejected as exc:
-                    refused.append((j, exc))
-            return out, refused
-        return [], self._take(*zip(*((j, e.key, e.start, e.fields) for j, e in enumerate(events) if not e.edge_end)))
-
     def process_columns(self, cols) -> list[tuple[int, Any]]:
-        """:meth:`process_batch` for the rows of an :class:`operators.columns.EventColumns`:
-        → ``(row, EventRejected)`` per refused row (with ``emit: per_event``, also ``(row,
-        outputs)`` per row), in row order. Record dicts are built only when a predicate or
-        ``value_field`` reads them."""
+        """The rows of an :class:`operators.columns.EventColumns`, in application-time order:
+        weights row by row (or as a column), then each key's histogram takes its rows in one
+        ``update_many`` — the state of taking them one by one. → ``(row, EventRejected)`` per
+        refused row (with ``emit: per_event``, also ``(row, outputs)`` per row), in row order.
+        Record dicts are built only when a predicate or ``value_field`` reads them."""
         n = len(cols)
         if self._per_event:
-            return process_rows(self.process, range(n), cols.events())
+            return process_rows(self._process_event, range(n), cols.events())
         if self._value_field is None:
             if self._predicate is None:
                 return self._take_columns(cols.key, cols.start, None)
@@ -344,11 +317,8 @@ class CountOperator:
         self._clock = clock
         return refused
 
-    def advance_to(self, cti: int) -> list[Output]:
-        return [o for batch in self.advance_to_columns(cti) for o in batch.outputs()]
-
-    def advance_to_columns(self, cti: int) -> list[OutputBatch]:
-        """:meth:`advance_to` with the records as one :class:`OutputBatch` (columns)."""
+    def advance_to(self, cti: int) -> list[OutputBatch]:
+        """The touched keys' counts at the CTI (module docstring), as one :class:`OutputBatch`."""
         if cti >= CTI_INFINITY:
             out = self._emit_touched(None)
             self._histograms.clear()
@@ -476,10 +446,15 @@ class CountOperator:
                 part._touched[key] = self._touched[key]
         return parts
 
-    def forget(self, key: str) -> None:
-        """Drop ``key``'s count (the key TTL): its next event starts a new window."""
-        self._histograms.pop(key, None)
-        self._touched.pop(key, None)
+    @classmethod
+    def partitionable(cls, settings: CountSettings) -> bool:
+        return True
+
+    def forget_keys(self, keys) -> None:
+        """Drop the keys' counts (the key TTL): a key's next event starts a new window."""
+        for key in keys:
+            self._histograms.pop(key, None)
+            self._touched.pop(key, None)
 
     # -- queries (tests, tools) --------------------------------------------------------------
 

@@ -157,3 +157,15 @@ class OutputBatch:
         raw = [None] * self.n if self.raw is None else list(self.raw)
         keys = [None] * self.n if self.keys is None else list(self.keys)
         return [Output(self.role, r, e, k) for r, e, k in zip(self.records(), raw, keys)]
+
+
+def outputs_of(items) -> list[Output]:
+    """Records one by one: each :class:`OutputBatch` of ``items`` (Outputs and batches, as
+    ``advance_to`` returns them) expanded in place."""
+    out: list[Output] = []
+    for item in items:
+        if type(item) is OutputBatch:
+            out.extend(item.outputs())
+        else:
+            out.append(item)
+    return out

@@ -1,29 +1,42 @@
-"""The one interface every operator implements, so the Spark adapter is written once.
+"""The one interface every operator implements, so the runtime (:mod:`jobs.runtime`) is written
+once and probes nothing (in the manner of bytewax's ``StatefulLogic``).
 
-An operator instance owns the state of *many* keys (a key group): the adapter hands it all
-events of the group in application-time order and advances it with CTIs. Results are
-``Output`` records tagged with the role of the result topic they belong to.
+An operator instance owns the state of *many* keys (a chunk of a key group): the runtime hands
+it the released events of those keys as columns, in application-time order, and advances it
+with CTIs. Results are :class:`Output` records, or :class:`OutputBatch` columns of records,
+tagged with the role of the result topic they belong to.
 
-Contract (what the adapter relies on):
+Contract (what the runtime relies on):
 
-* ``process(event)`` is called only for events the CTI has already passed, in
-  application-time order (ties: partition, then offset) — the reorder buffer in
-  :mod:`operators.time` guarantees that.
+* ``process_columns(cols)`` is called only with events the CTI has already passed, in
+  application-time order (ties: partition, then offset; an operator may ask for another order
+  of equal times with :meth:`Operator.release_order`). → ``(row, records)`` for rows that
+  produced records (a list of :class:`Output` or one :class:`OutputBatch`), ``(row,
+  EventRejected)`` for rows whose data the operator refuses (state unchanged by them; records
+  emitted before the refusal are in ``EventRejected.outputs``), ordered by row.
 * ``advance_to(cti)`` is called after the events of a CTI step; ``cti`` never decreases;
   ``cti == CTI_INFINITY`` flushes everything (final bins, last counts, timed-out matches).
 * ``snapshot()`` returns bytes from which ``restore(settings, data)`` rebuilds an operator
-  that behaves identically; it is called once per micro-batch per key group.
+  that behaves identically; it is called once per micro-batch per chunk the batch touched.
 * Outputs are plain dicts shaped like the Avro schema of their role (see ``schemas/``).
+
+Row-minded operators (a pattern's NFA steps one event at a time) implement ``process_columns``
+with :func:`process_rows`; tests and tools feed single events with :meth:`Operator.process`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
+import numpy as np
+
+from operators.columns import EventColumns
 from operators.errors import EventRejected
-from operators.events import Event, Output  # noqa: F401 - Output is re-exported here
+from operators.events import CTI_NONE, Event, Output, OutputBatch, outputs_of
+
+__all__ = ["Operator", "Output", "OutputBatch", "outputs_of", "process_rows"]
 
 
 def process_rows(process: Callable[[Event], list[Output]], rows: Iterable[int],
@@ -45,39 +58,97 @@ def process_rows(process: Callable[[Event], list[Output]], rows: Iterable[int],
     return got
 
 
-@runtime_checkable
-class Operator(Protocol):
+class Operator(ABC):
+    """Base of every operator. Required: :meth:`process_columns`, :meth:`advance_to`,
+    :meth:`snapshot`, :meth:`restore`, :meth:`live_keys`. Every other member has a default
+    that is correct for any operator and may be overridden to do less work."""
+
     #: True when the operator itself accounts for the dropped share of ADJUSTed events
     #: (the binner does); otherwise the time layer writes a late record for them.
-    handles_adjust: bool
+    handles_adjust: ClassVar[bool] = False
+    #: True when the operator keeps no state at all: one instance takes the rows of every chunk
+    #: in one :meth:`process_columns` call.
+    stateless: ClassVar[bool] = False
 
-    def process(self, event: Event) -> list[Output]: ...
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
 
-    def advance_to(self, cti: int) -> list[Output]: ...
+    # -- required ------------------------------------------------------------------------
+    @abstractmethod
+    def process_columns(self, cols: EventColumns) -> list[tuple[int, Any]]:
+        """The rows of ``cols`` (module docstring)."""
 
-    def snapshot(self) -> bytes: ...
+    @abstractmethod
+    def advance_to(self, cti: int) -> list[Output | OutputBatch]:
+        """The CTI: what it makes final or due, as records in output order."""
+
+    @abstractmethod
+    def snapshot(self) -> bytes:
+        """The whole state as bytes (:meth:`restore` rebuilds it)."""
 
     @classmethod
-    def restore(cls, settings: Any, data: bytes) -> "Operator": ...
+    @abstractmethod
+    def restore(cls, settings: Any, data: bytes) -> "Operator":
+        """The operator a :meth:`snapshot` was taken of."""
 
-    # Optional: ``live_keys()`` → the keys the operator keeps state for (progress reports them).
-    # Optional: ``next_due()`` → the smallest CTI at which ``advance_to`` could emit or change
-    # state that matters (a window closing, a bin becoming final, a run timing out); until
-    # then the runtime may skip ``advance_to`` and leave the operator as bytes in the state store
-    # (:mod:`jobs.runtime`). It must never be later than the first CTI that would change an
-    # output; :data:`~operators.events.CTI_INFINITY` means "only events change me". An operator
-    # without it is advanced every micro-batch.
-    # Optional: ``partition(where)`` → ``{part: operator}``: the keys split by ``where(key)`` into
-    # operators of the same settings (operator-wide clocks copied), each with exactly its keys'
-    # state; the runtime splits a state chunk with it when chunks grow. Without it, an operator's
-    # keys all stay in one chunk.
-    # Optional: ``fields_read(settings)`` (a classmethod) → the only record fields the operator
-    # reads of an event (``Event.fields`` / the field columns); the reorder buffer then stores
-    # just those of the events it holds (:class:`operators.columns.ColumnTimeLayer`). Without
-    # it, any field may be read and all are kept. An operator with it must also have
-    # ``needs_records(settings, columns)`` (a classmethod) → True when a row of ``columns`` may
-    # be refused or otherwise have its whole record read (a refusal's dead letter and a late
-    # record carry every field): the buffer is then stored whole.
-    # Optional: ``forget(key)`` drops everything the operator keeps for ``key`` (the job's key
-    # TTL, ``state.ttl``: a key with no event for that long in application time). Operators
-    # whose state the CTI bounds anyway (bins) need not implement it.
+    @abstractmethod
+    def live_keys(self) -> set[str]:
+        """The event keys the operator keeps state for (progress reports them; chunks split by them)."""
+
+    # -- optional, with defaults ------------------------------------------------------------
+    def next_due(self) -> int:
+        """The smallest CTI at which :meth:`advance_to` could emit or change state that matters
+        (a window closing, a bin becoming final, a run timing out); until then the runtime may
+        skip ``advance_to`` and leave the operator as bytes in the state store. Never later than
+        the first CTI that would change an output; :data:`~operators.events.CTI_INFINITY` means
+        "only events change me". By default: due at every CTI."""
+        return CTI_NONE
+
+    @classmethod
+    def partitionable(cls, settings: Any) -> bool:
+        """Whether :meth:`partition` splits this operator's state by the events' keys (then the
+        runtime splits a key group's state into chunks as its keys grow). By default: no, every
+        key stays in one chunk."""
+        return False
+
+    def partition(self, where: Callable[[str], int]) -> dict[int, "Operator"]:
+        """The keys split by ``where(key)`` into operators of the same settings (operator-wide
+        clocks copied), each with exactly its keys' state; ``self`` is not used afterwards.
+        Called only when :meth:`partitionable`."""
+        raise NotImplementedError(f"{type(self).__name__} does not partition its keys")
+
+    def forget_keys(self, keys: Iterable[str]) -> None:
+        """Drop everything kept for ``keys`` (the job's key TTL, ``state.ttl``: a key with no
+        event for that long in application time). By default nothing: an operator whose state
+        the CTI bounds anyway (bins) need not forget."""
+
+    @classmethod
+    def fields_read(cls, settings: Any) -> tuple[str, ...] | None:
+        """The only record fields the operator reads of an event on its common path; the reorder
+        buffer then keeps just those (:class:`operators.columns.ColumnTimeLayer`). None (the
+        default): any field may be read, all are kept."""
+        return None
+
+    @classmethod
+    def needs_records(cls, settings: Any, cols: EventColumns) -> bool:
+        """True when a row of ``cols`` may be refused or otherwise have its whole record read (a
+        refusal's dead letter and a late record carry every field): the buffer then keeps it
+        whole. Asked only of an operator whose :meth:`fields_read` is not None."""
+        return True
+
+    def release_order(self, cols: EventColumns) -> np.ndarray | None:
+        """The order in which to take released rows when it is not the release order (e.g. a
+        ``MATCH_RECOGNIZE ... ORDER BY t, c``: equal times sorted by ``c``); None (the default):
+        the release order."""
+        return None
+
+    # -- tests and tools -------------------------------------------------------------------
+    def process(self, event: Event) -> list[Output]:
+        """One event through :meth:`process_columns`: its records (batches expanded); raises
+        its refusal. For tests and tools; the runtime feeds columns."""
+        out: list[Output] = []
+        for _, got in self.process_columns(EventColumns.from_events([event])):
+            if isinstance(got, EventRejected):
+                raise got
+            out.extend(outputs_of(got) if isinstance(got, list) else got.outputs())
+        return out

@@ -5,29 +5,31 @@ from __future__ import annotations
 from typing import Any
 
 from operators.events import CTI_INFINITY, Event, Output, OutputBatch
+from operators.operator import Operator, process_rows
 
 
-class Passthrough:
+class Passthrough(Operator):
     """Stateless: output role ``passthrough``, the event's fields and its original bytes
     (the sink writes those bytes as they are when the topic's schema matches)."""
 
-    handles_adjust = False
+    stateless = True
 
     def __init__(self, settings: Any = None):
-        self.settings = settings
+        super().__init__(settings)
 
-    def process(self, event: Event) -> list[Output]:
-        return [Output("passthrough", event.fields, event.raw)]
-
-    def pass_columns(self, cols) -> OutputBatch:
-        """:meth:`process` for every row of ``cols`` (:class:`operators.columns.EventColumns`
-        with one record layout, no ``dicts``) at once, in row order: the rows' records and
-        original bytes, each keyed as ``process``'s record would be (its ``key`` field if the
-        record has one, else the event's key). Stateless, so one call serves every chunk."""
+    def process_columns(self, cols) -> list[tuple[int, Any]]:
+        """Every row of ``cols``, in row order: one :class:`OutputBatch` of the rows' records and
+        original bytes (at row 0), each keyed by its ``key`` field if the record has one, else by
+        the event's key. Rows whose records differ in their fields (``cols.dicts``) come one
+        :class:`Output` each."""
+        if cols.dicts is not None:
+            return process_rows(_passed, range(len(cols)), cols.events())
+        if not len(cols):
+            return []
         keys = cols.key
         if "key" in cols.fields:
             keys = [None if k is None else str(k) for k in cols.fields["key"].tolist()]
-        return OutputBatch("passthrough", cols.fields, len(cols), raw=cols.raw, keys=keys)
+        return [(0, OutputBatch("passthrough", cols.fields, len(cols), raw=cols.raw, keys=keys))]
 
     def advance_to(self, cti: int) -> list[Output]:
         return []
@@ -38,6 +40,10 @@ class Passthrough:
     def live_keys(self) -> set[str]:
         return set()
 
+    @classmethod
+    def partitionable(cls, settings: Any) -> bool:
+        return True
+
     def partition(self, where) -> dict[int, "Passthrough"]:
         return {}  # no keys
 
@@ -47,3 +53,7 @@ class Passthrough:
     @classmethod
     def restore(cls, settings: Any, data: bytes) -> "Passthrough":
         return cls(settings)
+
+
+def _passed(event: Event) -> list[Output]:
+    return [Output("passthrough", event.fields, event.raw)]

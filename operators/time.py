@@ -39,13 +39,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from operators.errors import ConfigError, invalid_choice
-from operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output  # noqa: F401 - re-exported
-
-if TYPE_CHECKING:
-    from operators.operator import Operator
+from operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output, outputs_of  # noqa: F401 - re-exported
 
 class Shape(str, Enum):
     """Event shapes. A point lives for one tick [t, t+1); an edge lives from its start until
@@ -749,7 +746,7 @@ class TimeLayer:
         return self.step()
 
     def run(self, arrivals: Iterable[Event | Cti], cuts: Sequence[int] | None = None,
-            operator: "Operator | None" = None, flush: bool = True) -> TimeLayerRun:
+            operator: Any = None, flush: bool = True) -> TimeLayerRun:
         """Pure driver: feed ``arrivals`` (events and explicit CTIs, in arrival order).
 
         ``cuts=None``: every CTI takes effect right after the arrival that produced it
@@ -775,7 +772,7 @@ class TimeLayer:
                 outs: list[Output] = []
                 for e in step.released:
                     outs.extend(operator.process(e))
-                outs.extend(operator.advance_to(step.cti))
+                outs.extend(outputs_of(operator.advance_to(step.cti)))
                 step = CtiStep(step.cti, step.released, tuple(outs))
             steps.append(step)
 

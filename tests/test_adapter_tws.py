@@ -168,15 +168,15 @@ def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(
     t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
     t.testInPandas(5, count_batch(0, 6, T0))
     batch = count_batch(6, 6, T0 + 10_000)
-    real = Counter.advance_to_columns  # (the job's runtime asks operators for result columns)
+    real = Counter.advance_to
 
     def fails(self, cti):  # a bug, after the batch's events went into the chunks
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Counter, "advance_to_columns", fails)
+    monkeypatch.setattr(Counter, "advance_to", fails)
     with pytest.raises(RuntimeError, match="a bug"):
         t.testInPandas(5, batch)
-    monkeypatch.setattr(Counter, "advance_to_columns", real)
+    monkeypatch.setattr(Counter, "advance_to", real)
     # the failed attempt committed nothing; its retry must count each key's events once
     out = [r for _, r in results(t.testInPandas(5, batch), topics)]
     assert [(r["key"], r["upper"]) for r in out] == [("a", 4), ("b", 4), ("a", 5), ("b", 5), ("a", 6), ("b", 6)]

@@ -178,3 +178,29 @@ def test_the_wire_format_is_read_and_written_through_jobs_rows():
     for name in ("jobs.source", "jobs.adapter", "jobs.sink"):
         assert "jobs.rows" in graph()[name], name
         assert "pickle" not in external_imports(modules()[name]), f"{name} reads pickled rows itself"
+
+
+def test_every_operator_implements_the_one_operator_base_and_the_runtime_probes_none():
+    """Each operator a job can configure subclasses :class:`operators.operator.Operator` and
+    implements its abstract members (instantiable); the runtime asks it through that base class
+    only — no ``hasattr``/``getattr`` in :mod:`jobs.runtime`."""
+    import importlib
+    import inspect
+
+    from operators.operator import Operator
+
+    found = {}
+    for name, path in modules().items():
+        if not name.startswith("operators."):
+            continue
+        for cls_name, cls in vars(importlib.import_module(name)).items():
+            if (inspect.isclass(cls) and cls.__module__ == name and "process_columns" in vars(cls)
+                    and cls is not Operator):
+                found[cls_name] = cls
+    assert {"Binner", "CountOperator", "MatchOperator", "Passthrough"} <= set(found), sorted(found)
+    for cls_name, cls in found.items():
+        assert issubclass(cls, Operator) and not inspect.isabstract(cls), cls_name
+    tree = ast.parse(modules()["jobs.runtime"].read_text())
+    probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id in ("hasattr", "getattr")]
+    assert probes == [], f"jobs/runtime.py probes members at lines {probes}"

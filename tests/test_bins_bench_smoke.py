@@ -10,9 +10,8 @@ import pytest
 from bench.bins_operator import run
 
 
-@pytest.mark.parametrize("batched", [True, False])
-def test_bench_conserves_measures(batched):
-    result = run(events=3_000, bin_size=1_000, keys=25, cti_every=100, batched=batched)
+def test_bench_conserves_measures():
+    result = run(events=3_000, bin_size=1_000, keys=25, cti_every=100)
     assert result["events"] == 3_000
     assert result["records"]["bin_final"] > 0
     assert result["records"]["late"] == 0

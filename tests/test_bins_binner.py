@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from operators.columns import EventColumns
 from operators.bins import REASON_FINAL_BINS, Binner, BinSettings, late_share
 from operators.errors import ConfigError
-from operators.operator import Operator, Output
+from operators.operator import Operator, Output, outputs_of
 from operators.time import (
     CTI_INFINITY,
     REASON_BEFORE_CTI,
@@ -57,7 +58,7 @@ def test_process_emits_nothing_until_a_cti():
 def test_outputs_are_tagged_with_their_role():
     b = binner()
     b.process(flow("a", 0, 30))
-    out = b.advance_to(CTI_INFINITY)
+    out = outputs_of(b.advance_to(CTI_INFINITY))
     assert [o.role for o in out] == ["bin_incremental", "bin_updated", "bin_final"]
     assert all(isinstance(o, Output) for o in out)
 
@@ -65,7 +66,7 @@ def test_outputs_are_tagged_with_their_role():
 def test_record_has_exactly_the_fields_of_the_bin_schema():
     b = binner()
     b.process(flow("a", 0, 100, bytes_=100, packets=10))
-    out = b.advance_to(61)
+    out = outputs_of(b.advance_to(61))
     schema = json.loads((SCHEMAS / "bin.avsc").read_text())
     names = [f["name"] for f in schema["fields"]]
     assert by_role(out, "bin_final") == [{
@@ -84,41 +85,41 @@ def test_record_has_exactly_the_fields_of_the_bin_schema():
 def test_incremental_carries_only_the_events_since_the_previous_cti():
     b = binner()
     b.process(flow("a", 0, 10, bytes_=5))
-    assert bins(by_role(b.advance_to(20), "bin_incremental")) == [("a", 0, 5.0)]
+    assert bins(by_role(outputs_of(b.advance_to(20)), "bin_incremental")) == [("a", 0, 5.0)]
     b.process(flow("a", 20, 30, bytes_=7))
-    assert bins(by_role(b.advance_to(40), "bin_incremental")) == [("a", 0, 7.0)]
+    assert bins(by_role(outputs_of(b.advance_to(40)), "bin_incremental")) == [("a", 0, 7.0)]
 
 
 def test_updated_carries_the_cumulative_value_and_counts_revisions():
     b = binner()
     b.process(flow("a", 0, 10, bytes_=5))
-    first = by_role(b.advance_to(20), "bin_updated")
+    first = by_role(outputs_of(b.advance_to(20)), "bin_updated")
     b.process(flow("a", 20, 30, bytes_=7))
-    second = by_role(b.advance_to(40), "bin_updated")
+    second = by_role(outputs_of(b.advance_to(40)), "bin_updated")
     assert [(r["measures"]["bytes"], r["revision"], r["events"]) for r in first + second] == [(5.0, 1, 1), (12.0, 2, 2)]
 
 
 def test_untouched_bins_are_not_re_emitted():
     b = binner()
     b.process(flow("a", 0, 10))
-    b.advance_to(20)
-    assert b.advance_to(30) == []
+    outputs_of(b.advance_to(20))
+    assert outputs_of(b.advance_to(30)) == []
 
 
 def test_bin_is_final_only_once_the_cti_is_past_its_end():
     b = binner()
     b.process(flow("a", 0, 10))
-    assert by_role(b.advance_to(60), "bin_final") == []  # a point event at 60 still belongs to (0, 60]
-    final = by_role(b.advance_to(61), "bin_final")
+    assert by_role(outputs_of(b.advance_to(60)), "bin_final") == []  # a point event at 60 still belongs to (0, 60]
+    final = by_role(outputs_of(b.advance_to(61)), "bin_final")
     assert [(r["bin_start"], r["revision"], r["cti"]) for r in final] == [(0, 1, 61)]
 
 
 def test_point_event_at_the_cti_on_a_bin_edge_lands_in_the_still_open_bin():
     b = binner()
     b.process(flow("a", 0, 10, bytes_=1))
-    b.advance_to(60)
+    outputs_of(b.advance_to(60))
     assert b.process(flow("a", 60, 60, bytes_=2)) == []
-    final = by_role(b.advance_to(61), "bin_final")
+    final = by_role(outputs_of(b.advance_to(61)), "bin_final")
     assert bins(final) == [("a", 0, 3.0)]
 
 
@@ -126,17 +127,17 @@ def test_each_bin_is_final_exactly_once_and_then_leaves_the_state():
     b = binner()
     b.process(flow("a", 0, 130))
     assert b.open_bins == 3
-    assert len(by_role(b.advance_to(121), "bin_final")) == 2
+    assert len(by_role(outputs_of(b.advance_to(121)), "bin_final")) == 2
     assert b.open_bins == 1
-    assert by_role(b.advance_to(121), "bin_final") == []
-    assert len(by_role(b.advance_to(CTI_INFINITY), "bin_final")) == 1
+    assert by_role(outputs_of(b.advance_to(121)), "bin_final") == []
+    assert len(by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")) == 1
     assert b.open_bins == 0
 
 
 def test_last_revision_is_flagged_final_on_updated_and_incremental():
     b = binner()
     b.process(flow("a", 0, 10))
-    out = b.advance_to(61)
+    out = outputs_of(b.advance_to(61))
     assert [(o.role, o.record["final"]) for o in out] == [
         ("bin_incremental", True), ("bin_updated", True), ("bin_final", True)]
 
@@ -144,10 +145,10 @@ def test_last_revision_is_flagged_final_on_updated_and_incremental():
 def test_final_record_of_a_bin_not_touched_at_that_cti_carries_the_last_revision():
     b = binner()
     b.process(flow("a", 0, 10))
-    b.advance_to(20)
+    outputs_of(b.advance_to(20))
     b.process(flow("a", 20, 30))
-    b.advance_to(40)
-    out = b.advance_to(100)
+    outputs_of(b.advance_to(40))
+    out = outputs_of(b.advance_to(100))
     assert [(o.role, o.record["revision"], o.record["events"]) for o in out] == [("bin_final", 2, 2)]
 
 
@@ -155,7 +156,7 @@ def test_records_are_grouped_by_role_and_sorted_by_key_then_bin_start():
     b = binner()
     for i, (key, start) in enumerate([("b", 70), ("a", 70), ("b", 10), ("c", 0), ("a", 10)]):
         b.process(flow(key, start, start + 5, offset=i))
-    out = b.advance_to(CTI_INFINITY)
+    out = outputs_of(b.advance_to(CTI_INFINITY))
     assert [o.role for o in out] == ["bin_incremental"] * 5 + ["bin_updated"] * 5 + ["bin_final"] * 5
     order = [(r["key"], r["bin_start"]) for r in by_role(out, "bin_final")]
     assert order == [("a", 0), ("a", 60), ("b", 0), ("b", 60), ("c", 0)]
@@ -166,14 +167,14 @@ def test_records_are_grouped_by_role_and_sorted_by_key_then_bin_start():
 def test_only_the_selected_outputs_are_emitted(outputs):
     b = binner(outputs=outputs)
     b.process(flow("a", 0, 100))
-    roles = {o.role for o in b.advance_to(CTI_INFINITY)}
+    roles = {o.role for o in outputs_of(b.advance_to(CTI_INFINITY))}
     assert roles == {"bin_" + kind for kind in outputs}
 
 
 def test_cti_infinity_finalises_every_bin():
     b = binner()
     b.process(flow("a", 0, 1000, bytes_=1000))
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     assert len(final) == 17
     assert math.fsum(r["measures"]["bytes"] for r in final) == pytest.approx(1000.0, rel=1e-12)
     assert {r["cti"] for r in final} == {CTI_INFINITY}
@@ -182,7 +183,7 @@ def test_cti_infinity_finalises_every_bin():
 def test_zero_length_event_contributes_fraction_one():
     b = binner()
     b.process(flow("a", 60, 60, bytes_=9))
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     assert [(r["bin_start"], r["fraction_sum"], r["measures"]["bytes"]) for r in final] == [(0, 1.0, 9.0)]
 
 
@@ -190,41 +191,47 @@ def test_binner_without_measures_counts_prorated_events():
     b = Binner(BinSettings("n", 10))
     b.process(Event("a", 0, 20))
     b.process(Event("a", 5, 5))
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     assert [(r["bin_start"], r["fraction_sum"], r["events"], r["measures"]) for r in final] == [
         (0, 1.5, 2, {}), (10, 0.5, 1, {})]
 
 
-def test_process_many_stops_at_a_bad_event_having_taken_those_before_it():
+def test_columns_refuse_a_bad_row_and_take_the_others():
     b = binner()
-    with pytest.raises(ValueError):
-        b.process_many([flow("a", 0, 10, bytes_=1), flow("a", 5, 4), flow("a", 6, 7, bytes_=100)])
-    assert bins(by_role(b.advance_to(CTI_INFINITY), "bin_final")) == [("a", 0, 1.0)]
+    got = take(b, [flow("a", 0, 10, bytes_=1), flow("a", 5, 4), flow("a", 6, 7, bytes_=100)])
+    assert [(row, type(r).__name__) for row, r in got] == [(1, "EventRejected")]
+    assert bins(by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")) == [("a", 0, 101.0)]
 
 
-def test_process_many_equals_process_one_by_one():
+def test_columns_equal_process_one_by_one():
     events = [flow(k, t, t + d, bytes_=t + 1, offset=i)
               for i, (k, t, d) in enumerate([("a", 0, 500), ("b", 3, 0), ("a", 9, 61), ("c", 60, 0), ("b", 70, 7)])]
     one, many = binner(), binner()
     for e in events:
         one.process(e)
-    many.process_many(events)
-    assert one.advance_to(80) == many.advance_to(80)
-    assert one.advance_to(CTI_INFINITY) == many.advance_to(CTI_INFINITY)
+    take(many, events)
+    assert outputs_of(one.advance_to(80)) == outputs_of(many.advance_to(80))
+    assert outputs_of(one.advance_to(CTI_INFINITY)) == outputs_of(many.advance_to(CTI_INFINITY))
+
+
+def take(b: Binner, events) -> list:
+    """``events`` into ``b`` in one ``process_columns`` call (as the runtime feeds it)."""
+    events = list(events)
+    return b.process_columns(EventColumns.from_events(events)) if events else []
 
 
 def test_measures_given_as_int_and_float_are_summed_as_floats():
     b = Binner(BinSettings("f", 60, measures=("x",)))
     b.process(Event("a", 0, 10, {"x": 3}))
     b.process(Event("a", 0, 10, {"x": 0.5}))
-    assert by_role(b.advance_to(CTI_INFINITY), "bin_final")[0]["measures"] == {"x": 3.5}
+    assert by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")[0]["measures"] == {"x": 3.5}
 
 
 def test_times_beyond_float_precision_are_prorated_exactly():
     t = 2**60
     b = binner(bin_size=3)
     b.process(flow("a", t + 1, t + 4, bytes_=3))
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     # 2**60 ≡ 1 (mod 3): bins (t − 1, t + 2], (t + 2, t + 5]
     assert [(r["bin_start"], r["measures"]["bytes"]) for r in final] == [(t - 1, 1.0), (t + 2, 2.0)]
 
@@ -235,23 +242,23 @@ def test_times_beyond_float_precision_are_prorated_exactly():
 def test_adjusted_event_applies_open_bins_with_its_original_duration():
     b = binner()
     b.process(flow("a", 0, 10, bytes_=0))
-    b.advance_to(121)  # bins (0,60], (60,120] are final
+    outputs_of(b.advance_to(121))  # bins (0,60], (60,120] are final
     out = b.process(flow("a", 121, 180, bytes_=180, packets=18, original_start=0))
     assert [o.role for o in out] == ["late"]
     late = out[0].record
     assert (late["start"], late["end"], late["cti"], late["reason"]) == (0, 180, 121, REASON_FINAL_BINS)
     assert late["fraction"] == pytest.approx(2 / 3)
     assert late["measures"] == pytest.approx({"bytes": 120.0, "packets": 12.0})
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     assert bins(final) == [("a", 120, 60.0)]
     assert final[0]["fraction_sum"] == pytest.approx(1 / 3)
 
 
 def test_adjusted_event_touching_no_final_bin_has_no_late_record():
     b = binner()
-    b.advance_to(60)  # (0, 60] is still open at CTI 60
+    outputs_of(b.advance_to(60))  # (0, 60] is still open at CTI 60
     assert b.process(flow("a", 60, 90, bytes_=90, original_start=30)) == []
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     assert bins(final) == [("a", 0, 45.0), ("a", 60, 45.0)]
 
 
@@ -260,8 +267,8 @@ def test_behind_the_reorder_buffer_an_adjusted_event_is_reported_late_once():
     b = binner()
     late = buffer.offer(flow("a", 0, 10))
     buffer.advance(121)
-    b.process_many(buffer.advance(121))
-    b.advance_to(121)
+    take(b, buffer.advance(121))
+    outputs_of(b.advance_to(121))
     late += buffer.offer(flow("a", 30, 180, bytes_=150, offset=1))  # behind CTI 121: start moved to 121
     assert late == []
     for event in buffer.advance(200):
@@ -269,13 +276,13 @@ def test_behind_the_reorder_buffer_an_adjusted_event_is_reported_late_once():
     assert [(o.record["start"], o.record["cti"]) for o in late] == [(30, 121)]
     assert late[0].record["fraction"] == pytest.approx(0.6)  # (60 − 30)/150 + 60/150
     assert late[0].record["measures"] == pytest.approx({"bytes": 90.0, "packets": 0.6})
-    final = by_role(b.advance_to(CTI_INFINITY), "bin_final")
+    final = by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final")
     assert bins(final) == [("a", 120, 60.0)]
 
 
 def test_late_record_is_the_time_layers_record_plus_fraction_and_measures():
     b = binner()
-    b.advance_to(100)
+    outputs_of(b.advance_to(100))
     late = b.process(flow("a", 100, 200, original_start=0, offset=42))[0].record
     schema = json.loads((SCHEMAS / "late.avsc").read_text())
     assert set(late) == {f["name"] for f in schema["fields"]}
@@ -310,10 +317,10 @@ def test_late_share_of_an_event_the_cti_has_not_passed_is_none():
 
 def test_event_behind_the_cti_under_drop_goes_wholly_to_late():
     b = binner(policy=ViolationPolicy.DROP)
-    b.advance_to(100)
+    outputs_of(b.advance_to(100))
     out = b.process(flow("a", 50, 150, bytes_=10))
     assert [(o.role, o.record["fraction"]) for o in out] == [("late", 1.0)]
-    assert by_role(b.advance_to(CTI_INFINITY), "bin_final") == []
+    assert by_role(outputs_of(b.advance_to(CTI_INFINITY)), "bin_final") == []
 
 
 # ---- bad input and bad settings -------------------------------------------------------------
@@ -340,9 +347,9 @@ def test_bad_event_raises_value_error_and_leaves_state_unchanged(event, match):
 
 def test_cti_never_goes_back():
     b = binner()
-    b.advance_to(10)
+    outputs_of(b.advance_to(10))
     with pytest.raises(ValueError, match="CTI went back"):
-        b.advance_to(9)
+        outputs_of(b.advance_to(9))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -371,23 +378,23 @@ def test_settings_accept_plain_values():
 def test_restored_binner_behaves_identically():
     a = binner()
     a.process(flow("x", 0, 200, bytes_=7))
-    a.advance_to(70)
+    outputs_of(a.advance_to(70))
     a.process(flow("y", 80, 90, bytes_=3))
     a.process(flow("x", 95, 95, bytes_=1))
     b = Binner.restore(a.settings, a.snapshot())
     assert b.cti == a.cti == 70
-    assert b.advance_to(130) == a.advance_to(130)
-    assert b.advance_to(CTI_INFINITY) == a.advance_to(CTI_INFINITY)
+    assert outputs_of(b.advance_to(130)) == outputs_of(a.advance_to(130))
+    assert outputs_of(b.advance_to(CTI_INFINITY)) == outputs_of(a.advance_to(CTI_INFINITY))
 
 
 def test_snapshot_of_many_keys_is_compact():
     b = binner()
-    b.process_many(flow(f"host-{i:04d}", 0, 100, offset=i) for i in range(5000))
-    b.advance_to(10)
+    take(b, [flow(f"host-{i:04d}", 0, 100, offset=i) for i in range(5000)])
+    outputs_of(b.advance_to(10))
     data = b.snapshot()
     assert len(data) < 5000 * 2 * 80  # two open bins a key: 56 bytes of columns + its share of the key
     restored = Binner.restore(b.settings, data)
-    assert restored.advance_to(CTI_INFINITY) == b.advance_to(CTI_INFINITY)
+    assert outputs_of(restored.advance_to(CTI_INFINITY)) == outputs_of(b.advance_to(CTI_INFINITY))
 
 
 def test_restore_with_a_different_bin_size_is_refused():
@@ -401,18 +408,18 @@ def test_restore_may_change_the_selected_outputs():
     a.process(flow("x", 0, 10))
     final_only = BinSettings("flows", 60, measures=("bytes", "packets"), outputs=frozenset({"final"}))
     b = Binner.restore(final_only, a.snapshot())
-    assert [o.role for o in b.advance_to(CTI_INFINITY)] == ["bin_final"]
+    assert [o.role for o in outputs_of(b.advance_to(CTI_INFINITY))] == ["bin_final"]
 
 
 def test_keys_without_open_bins_are_forgotten_and_open_ones_kept():
     b = binner()
     b.process(flow("stay", -1, 1000, bytes_=1001))
     for step in range(5):
-        b.process_many(flow(f"k{step}-{i}", step * 100, step * 100 + 10, offset=i) for i in range(1000))
-        b.advance_to(step * 100 + 99)
+        take(b, [flow(f"k{step}-{i}", step * 100, step * 100 + 10, offset=i) for i in range(1000)])
+        outputs_of(b.advance_to(step * 100 + 99))
     assert len(b._keys) <= 1024 + 1
     b.process(flow("k4-1", 500, 510))
-    out = b.advance_to(CTI_INFINITY)
+    out = outputs_of(b.advance_to(CTI_INFINITY))
     final = by_role(out, "bin_final")
     assert [(r["key"], r["bin_start"]) for r in final if r["key"] != "stay"] == [("k4-1", 480)]
     stay = [r for r in by_role(out, "bin_final") if r["key"] == "stay"]
@@ -438,4 +445,4 @@ def test_a_snapshot_listing_a_key_twice_is_refused():
     tampered = MAGIC + struct.pack("<I", len(head)) + head + data[at + hlen:]
     with pytest.raises(ValueError, match="listed twice"):
         Binner.restore(b.settings, tampered)
-    assert Binner.restore(b.settings, data).advance_to(CTI_INFINITY) == b.advance_to(CTI_INFINITY)
+    assert outputs_of(Binner.restore(b.settings, data).advance_to(CTI_INFINITY)) == outputs_of(b.advance_to(CTI_INFINITY))

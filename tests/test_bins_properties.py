@@ -8,7 +8,7 @@ The driver plays the time layer and the reorder buffer: events arrive in some or
 are interleaved; an event behind the CTI follows the violation policy (DROP → ``late``;
 ADJUST → start moved to the CTI, ``original_start`` kept; wholly before the CTI → ``late``);
 at each CTI the buffered events that the CTI has passed are sorted by (start, partition,
-offset) and fed to the binner — one by one or in ``process_many`` chunks — then
+offset) and fed to the binner — one by one or in ``process_columns`` chunks — then
 ``advance_to(cti)``. Snapshots are taken and restored at random points.
 """
 
@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 import operators.bins as bins_module
 from operators.bins import Binner, BinSettings, late_share
+from operators.columns import EventColumns
+from operators.events import outputs_of
 from operators.time import CTI_INFINITY, CTI_NONE, Event, ViolationPolicy
 
 MEASURES = ("bytes", "load")
@@ -112,11 +114,14 @@ def drive(s: BinSettings, arrivals: list[Event], ctis: list[int | None], chunks:
         size = chunks[steps % len(chunks)]
         for lo in range(0, len(ready), max(size, 1)):
             part = ready[lo: lo + max(size, 1)]
-            got = binner.process_many(part) if size > 0 else [o for e in part for o in binner.process(e)]
+            if size > 0:
+                got = [o for _, outs in binner.process_columns(EventColumns.from_events(part)) for o in outs]
+            else:
+                got = [o for e in part for o in binner.process(e)]
             if restores[(steps + lo) % len(restores)]:
                 binner = Binner.restore(s, binner.snapshot())
             run.outputs += got
-        run.outputs += binner.advance_to(c)
+        run.outputs += outputs_of(binner.advance_to(c))
         if restores[steps % len(restores)]:
             binner = Binner.restore(s, binner.snapshot())
         cti = c

@@ -271,14 +271,9 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
     assert len(dead) == 1 and "amount > 10" in dead[0]["error"] and dead[0]["offset"] == 0  # the record's fault
     assert [o.record["estimate"] for topic, o, _ in out if topic == "n"] == [1.0]
 
-    class Broken:
-        handles_adjust = False
-
-        def __init__(self, settings):
-            pass
-
-        def process(self, event):
-            return len(event)  # a bug: TypeError
+    class Broken(p.operators[0].cls):
+        def process_columns(self, cols):
+            return len(cols.events()[0])  # a bug: TypeError
 
     bug = dataclasses.replace(p, operators=(dataclasses.replace(p.operators[0], cls=Broken),))
     rt = GroupRuntime(bug)

@@ -22,7 +22,7 @@ from operators.bins import Binner, BinSettings
 from operators.columns import ColumnTimeLayer, EventColumns
 from operators.count import CountOperator, CountSettings
 from operators.errors import EventRejected
-from operators.events import CTI_INFINITY, Cti, Event
+from operators.events import CTI_INFINITY, Cti, Event, outputs_of
 from operators.time import AdvanceTimeSettings, TimeLayer, ViolationPolicy
 
 
@@ -146,10 +146,10 @@ def test_binner_takes_columns_as_it_takes_events(steps, policy, outputs):
                 expected.append((j, _outcome(got)))
         assert [(j, _outcome(g)) for j, g in by_columns.process_columns(EventColumns.from_events(rows))] == expected
         cti += 120
-        assert [(o.role, o.record) for o in by_columns.advance_to(cti)] == \
-               [(o.role, o.record) for o in by_event.advance_to(cti)]
+        assert [(o.role, o.record) for o in outputs_of(by_columns.advance_to(cti))] == \
+               [(o.role, o.record) for o in outputs_of(by_event.advance_to(cti))]
         assert by_columns.snapshot() == by_event.snapshot()
-    assert by_columns.advance_to(CTI_INFINITY) == by_event.advance_to(CTI_INFINITY)
+    assert outputs_of(by_columns.advance_to(CTI_INFINITY)) == outputs_of(by_event.advance_to(CTI_INFINITY))
 
 
 @pytest.mark.parametrize("predicate,value_field,window_kind,per_key", [
@@ -178,7 +178,7 @@ def test_count_takes_columns_as_it_takes_events(predicate, value_field, window_k
         assert [(j, str(exc)) for j, exc in got] == expected
         refusals += len(got)
         cti = rows[-1].start
-        assert [o.record for o in by_columns.advance_to(cti)] == [o.record for o in by_event.advance_to(cti)]
+        assert [o.record for o in outputs_of(by_columns.advance_to(cti))] == [o.record for o in outputs_of(by_event.advance_to(cti))]
         assert by_columns.snapshot() == by_event.snapshot()
     assert (refusals > 0) == (value_field is not None)  # negative amounts are refused as sums
 
@@ -197,9 +197,9 @@ def test_packs_read_as_columns_keep_their_records():
 
 
 @pytest.mark.parametrize("with_key_field", [False, True])
-def test_passthrough_passes_columns_on_as_process_passes_each_event(with_key_field):
-    """``Passthrough.pass_columns`` gives, in row order, each event's record, bytes and Kafka key
-    as ``process`` gives them one by one (the key: a record's ``key`` field if it has one)."""
+def test_passthrough_passes_columns_on_unchanged(with_key_field):
+    """``Passthrough.process_columns`` gives, in row order, each event's record, bytes and Kafka
+    key (a record's ``key`` field if it has one, else the event's key) in one batch."""
     from operators.events import OutputBatch
     from operators.passthrough import Passthrough
 
@@ -210,17 +210,16 @@ def test_passthrough_passes_columns_on_as_process_passes_each_event(with_key_fie
             fields = {"key": None if i == 4 else i * 10, **fields}
         events.append(Event(f"k{i % 3}", 100 + i, 100 + i, fields, i % 2, i, "s",
                             raw=None if i == 2 else f"bytes-{i}".encode()))
-    op = Passthrough()
-    batch = op.pass_columns(EventColumns.from_events(events))
-    assert type(batch) is OutputBatch and batch.role == "passthrough" and len(batch) == len(events)
+    ((row, batch),) = Passthrough().process_columns(EventColumns.from_events(events))
+    assert row == 0 and type(batch) is OutputBatch and batch.role == "passthrough" and len(batch) == len(events)
 
-    def kafka_key(o, event_key):  # as the job keys a record (jobs.runtime._kafka_key, then str)
-        k = o.key if o.key is not None else o.record.get("key", event_key)
-        return None if k is None else str(k)
+    def kafka_key(e):
+        if "key" not in e.fields:
+            return e.key
+        return None if e.fields["key"] is None else str(e.fields["key"])
 
-    expected = [(o.role, o.record, o.encoded, kafka_key(o, e.key)) for e in events for o in op.process(e)]
-    got = [(o.role, o.record, o.encoded, kafka_key(o, None)) for o in batch.outputs()]
-    assert got == expected
+    expected = [("passthrough", e.fields, e.raw, kafka_key(e)) for e in events]
+    assert [(o.role, o.record, o.encoded, o.key) for o in batch.outputs()] == expected
 
 
 def test_plain_field_columns_follow_takes_of_takes_and_concats():

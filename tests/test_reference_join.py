@@ -38,8 +38,12 @@ def refs(outputs):
             for o in outputs]
 
 
-def test_reference_join_implements_the_operator_contract():
-    assert isinstance(ReferenceJoin(ReferenceJoinSettings()), Operator)
+def test_reference_join_is_a_state_machine_between_the_time_layer_and_the_operators():
+    # Not an Operator (it takes reference versions, edges, one event at a time), but the same
+    # lifecycle: process / advance_to / snapshot / restore.
+    join = ReferenceJoin(ReferenceJoinSettings())
+    assert not isinstance(join, Operator)
+    assert ReferenceJoin.restore(join.settings, join.snapshot()).live_keys() == set()
     assert ReferenceJoin.handles_adjust is False
 
 

@@ -42,7 +42,8 @@ from operators.cep.declarative import pattern_from_dict, pattern_name
 from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
 from operators.cep.pattern import Pattern
 from operators.errors import EventRejected, PatternError
-from operators.operator import Output, process_rows
+from operators.operator import Operator, Output, process_rows
+from operators.events import record_maker
 from operators.time import CTI_INFINITY, CTI_NONE, Event
 
 _SNAPSHOT_VERSION = 3  # 2: each key pickled on its own, with its due CTI; 3: + MATCH_NUMBER counts
@@ -195,15 +196,13 @@ class PartialMatchLimit(EventRejected):
     """An event refused because its key already holds ``max_partial_matches`` runs."""
 
 
-class MatchOperator:
+class MatchOperator(Operator):
     """Flink-CEP matching per key; see the module docstring for records and flushing."""
-
-    handles_adjust = False
 
     def __init__(self, settings: MatchSettings) -> None:
         if not isinstance(settings, MatchSettings):
             raise PatternError(f"MatchOperator needs MatchSettings, got {type(settings).__name__}")
-        self.settings = settings
+        super().__init__(settings)
         self.plan, self.name, self._start_filter = _compiled(settings)
         self._has_windows = self.plan.has_windows
         self._nfa = Nfa(self.plan)
@@ -212,20 +211,33 @@ class MatchOperator:
         #: MATCH_NUMBER() of the partition's last match, kept (and snapshotted) when a measure reads it
         self._numbers: dict[str, int] = {}
         self._numbered = self._sql is not None and self._sql.numbered
+        #: MATCH_RECOGNIZE ``ORDER BY t, c…``: the sort key of a record among rows of equal time
+        self._ties = self._sql.tie_key() if self._sql is not None and settings.sql is not None else None
         self._composite = bool(settings.partition_columns)
         #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
         #: first use (a batch decodes the keys it has events for or that are due, not the others)
         self._raw: dict[str, tuple[int, bytes]] = {}
 
     # -- the Operator contract -------------------------------------------------------------------
-    def process(self, event: Event) -> list[Output]:
+    def _process_event(self, event: Event) -> list[Output]:
+        """One event into its key's NFA: the matches and timeouts it (and time passing up to
+        it) completes; raises :class:`EventRejected` with the key's runs as before it."""
         key = self._key(event)
         state = self._states.get(key)
         if state is None and key in self._raw:
             state = self._decode(key)
-        if state is None:
+        fresh = state is None
+        if fresh:
             state = NfaState.initial(self.plan)
             self._states[key] = state
+        try:
+            return self._step(key, state, event)
+        finally:
+            if fresh and state.is_idle():  # nothing started: the key stays as if never seen
+                del self._states[key]
+
+    def _step(self, key: str, state: NfaState, event: Event) -> list[Output]:
+        """:meth:`_process_event` for the key's state."""
         limit = self.settings.max_partial_matches
         if limit is not None and len(state.partial_matches) > limit:
             # Counted before this event's time prunes expired runs: the CTI prunes them every
@@ -259,7 +271,7 @@ class MatchOperator:
         return outputs
 
     def process_columns(self, cols) -> list[tuple[int, Any]]:
-        """:meth:`process` for the rows of an :class:`operators.columns.EventColumns`, in row
+        """The rows of an :class:`operators.columns.EventColumns`, one event at a time in row
         order → ``(row, outputs)`` for rows that produced records, ``(row, EventRejected)``
         for refused rows. A row whose key has nothing in flight (no state before the call,
         and no earlier row of the call kept) and on which the pattern's start cannot move
@@ -282,7 +294,24 @@ class MatchOperator:
             if not rows:
                 return []
         events = cols.events() if len(rows) == n else cols.take(np.asarray(rows, np.int64)).events()
-        return process_rows(self.process, rows, events)
+        return process_rows(self._process_event, rows, events)
+
+    def release_order(self, cols) -> np.ndarray | None:
+        """A ``MATCH_RECOGNIZE ... ORDER BY t, c…`` takes the released rows with the rows of each
+        time sorted by ``c…`` (None: that is the release order). A release holds every event of
+        each time it covers (those of a later arrival are late), so sorting within it is the
+        query's order."""
+        ties = self._ties
+        starts = cols.start
+        if ties is None or len(starts) < 2 or not (starts[1:] == starts[:-1]).any():
+            return None
+        if cols.dicts is None:
+            names = tuple(c for c, _, _ in self._sql.query.order_by[1:])
+            fields = list(map(record_maker(names), *(cols.fields[c].tolist() for c in names)))
+        else:
+            fields = cols.dicts
+        at = starts.tolist()
+        return np.asarray(sorted(range(len(fields)), key=lambda j: (at[j], ties(fields[j]), j)), np.int64)
 
     def advance_to(self, cti: int) -> list[Output]:
         outputs: list[Output] = []
@@ -387,14 +416,15 @@ class MatchOperator:
                 getattr(part, held)[key] = value
         return parts
 
-    def forget(self, key: str) -> None:
-        """Drop ``key``'s partial matches (the key TTL; without ``within`` they never expire) and
-        its MATCH_NUMBER count (numbering starts again at 1 after it)."""
-        self.forget_keys((key,))
+    @classmethod
+    def partitionable(cls, settings: MatchSettings) -> bool:
+        """By the event's key, unless the runs are keyed by a field (``key_field``)."""
+        return settings.key_field is None
 
     def forget_keys(self, keys) -> None:
-        """:meth:`forget` for many event keys (one pass over the partitions with further
-        PARTITION BY columns)."""
+        """Drop the event keys' partial matches (the key TTL; without ``within`` they never
+        expire) and their MATCH_NUMBER counts (numbering starts again at 1 after it); one pass
+        over the partitions with further PARTITION BY columns."""
         held = (self._states, self._raw, self._numbers)
         if self._composite:
             keys = set(keys)
