@@ -372,9 +372,11 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
                    key_groups: int = 8) -> dict[str, Any]:
     """Decode → time layer → operator → snapshot → encode, per micro-batch and key group."""
     from jobs.config import parse
+    from jobs.rows import Control, GroupInput
     from jobs.runtime import GroupRuntime, plan as make_plan
     from jobs.serde import AvroDeserializer, AvroSerializer
-    from operators.time import CTI_INFINITY, CTI_NONE, Event
+    from operators.columns import EventColumns
+    from operators.time import Event
 
     cfg = parse(job_config(name, spec, key_groups))
     plan = make_plan(cfg)
@@ -390,17 +392,14 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     roles: dict[str, int] = {}
     out_bytes = 0
 
-    def step(group: int, cti: int, rows: list[int], flush: bool) -> None:
+    def step(group: int, rows: list[int], top: int, flush: bool) -> None:
         nonlocal out_bytes
         blob = blobs.get(group)
         runtime = GroupRuntime(plan) if blob is None else GroupRuntime(plan, blob)
-        out = runtime.advance(cti)
-        offer = runtime.offer
-        for i in rows:
-            out.extend(offer(Event(keys[i], times[i], times[i], decode(payloads[i]), 0, i,
-                                   "transactions")))
-        if flush:
-            out.extend(runtime.advance(CTI_INFINITY))
+        events = [Event(keys[i], times[i], times[i], decode(payloads[i]), 0, i, "transactions") for i in rows]
+        got = GroupInput([EventColumns.from_events(events)] if events else [], [("transactions", 0, top)],
+                         [("transactions", Control([0], [], flush))], [])
+        out = runtime.run_batch(got).outputs
         blob = blobs[group] = runtime.snapshot()
         sizes[group] = len(blob)
         for topic, o, _k in out:
@@ -412,19 +411,15 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     gc.freeze()
     try:
         t0 = time.perf_counter()
-        watermark = CTI_NONE
         for lo in range(0, n, cti_every):
             hi = min(n, lo + cti_every)
             by_group: dict[int, list[int]] = {g: [] for g in range(key_groups)}
             for i in range(lo, hi):
                 by_group[group_of[keys[i]]].append(i)
-            for g, rows in by_group.items():
-                if rows or g in blobs:  # groups without rows: the adapter's expired timer
-                    step(g, watermark, rows, False)
-            watermark = max(watermark, max(times[lo:hi]))
+            top = max(times[lo:hi])
+            for g, rows in by_group.items():  # every group, every batch: as the control rows call them
+                step(g, rows, top, hi == n)
             peak_state = max(peak_state, sum(sizes.values()))
-        for g in sorted(blobs):
-            step(g, watermark, [], True)
         elapsed = time.perf_counter() - t0
     finally:
         gc.unfreeze()

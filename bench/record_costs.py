@@ -6,7 +6,7 @@ Each stage runs the code the job runs, on the same records, and is timed alone:
   columns), one call per fetch of :data:`FETCH` records as the source makes them;
 * **packs** — :func:`jobs.rows.pack_columns` per key group → bytes → :func:`jobs.rows.unpack_columns`
   (source worker → stateful worker; Arrow columns, then the NumPy columns the time layer takes);
-* **time layer + operator** — :class:`jobs.runtime.GroupRuntime` ``offer_many`` + ``advance``,
+* **time layer + operator** — :meth:`jobs.runtime.GroupRuntime.run_batch`,
   one runtime per key group and micro-batch, as the adapter drives it; of that,
 * **result columns** — the operator's record-building method (bins ``Binner._build``, count
   ``CountOperator._emit_touched``: :class:`~operators.events.OutputBatch` columns), timed by
@@ -67,16 +67,14 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     import pyarrow as pa
 
     from jobs.avro_encode import ResultEncoder
-    from jobs.rows import output_frame, output_records, pack_columns, unpack_columns
-    from jobs.runtime import Counters
-    from jobs.runtime import GroupRuntime, plan as make_plan
+    from jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
+    from jobs.runtime import Counters, GroupRuntime, plan as make_plan
     from jobs.serde import AvroSerializer
     from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
     from jobs.source import RecordDecoder
     from operators.bins import Binner
     from operators.columns import EventColumns
     from operators.count import CountOperator
-    from operators.time import CTI_INFINITY
 
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap or "127.0.0.1:9"}})
     src = cfg.sources[0]
@@ -125,11 +123,9 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
                 runtime = GroupRuntime(plan, header=headers_of.get(g), chunks=chunks[g], batched=True)
                 t["state round trip (load + commit)"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
-                runtime.assign(src.name, [0], [])
-                if g in top:
-                    runtime.observe(src.name, 0, top[g])
-                out = runtime.offer_many(events.get(g, []))
-                out.extend(runtime.advance(runtime.next_cti() if not flush else CTI_INFINITY))
+                got = GroupInput([events[g]] if g in events else [], [(src.name, 0, top[g])] if g in top else [],
+                                 [(src.name, Control([0], [], flush))], [])
+                out = runtime.run_batch(got).outputs
                 t["time layer + operator"] += time.perf_counter() - c0
                 c0 = time.perf_counter()
                 headers_of[g] = runtime.commit()

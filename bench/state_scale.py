@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobs.config import parse
+from jobs.rows import GroupInput
 from jobs.runtime import GroupRuntime, plan as make_plan
 from operators.time import Event
 
@@ -69,7 +70,7 @@ class Row:
 def _plan(kind: str, chunk_keys: int):
     p = make_plan(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
                          "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
-                                      "time_field": "event_time", "measures": ["amount"], "cti": {"delay": 0}}],
+                                      "time_field": "event_time", "measures": ["amount"], "cti": {"delay": -1}}],
                          "operators": [OPERATORS[kind]], "state": {"chunk_keys": chunk_keys}}, "scale"))
     return replace(p, key_groups=1)  # one key group: what one task of the stateful stage holds
 
@@ -79,11 +80,11 @@ def _event(key: str, t: int, i: int, rng: random.Random, amount: float | None = 
     return Event(key, t, t, {"account": key, "amount": amount, "country": "DE", "type": "purchase"}, 0, i, "tx")
 
 
-def _batch(plan, store, header, events, cti):
-    """One micro-batch of one key group, as the adapter runs it; → (header, seconds on state, written)."""
+def _batch(plan, store, header, events):
+    """One micro-batch of one key group, as the adapter runs it (the CTI: one past the latest
+    event, ``cti.delay`` −1); → (header, seconds on state, written)."""
     rt = GroupRuntime(plan, header=header, chunks=store)
-    rt.offer_many(events)
-    out = rt.advance(cti)
+    rt.run_batch(GroupInput.of("tx", {0: events}, [0]))
     header = rt.commit()
     c = rt.counters
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
@@ -104,7 +105,7 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
             evs.append(_event(f"k{k:08d}", t, i, rng, 1999.0))
             i += 1
             t += 1
-        header, *_ = _batch(plan, store, header, evs, t + 1)
+        header, *_ = _batch(plan, store, header, evs)
     gc.collect()
     base_t = t + 10
     active_keys = [f"k{k:08d}" for k in rng.sample(range(live), min(active, live))]
@@ -119,9 +120,8 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
             base_t += 1
             evs.append(_event(rng.choice(active_keys), base_t, i, rng))
             i += 1
-        cti = base_t + 1
         start = time.perf_counter()
-        header, st, wr, state_bytes, live_now = _batch(plan, store, header, evs, cti)
+        header, st, wr, state_bytes, live_now = _batch(plan, store, header, evs)
         took = time.perf_counter() - start
         if b == 0:
             restart_ms = took * 1000  # the first batch after a restart: header decoded, only touched chunks read

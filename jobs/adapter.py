@@ -54,8 +54,6 @@ from jobs.checkpoint import STATE_LAYOUT
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan, register_schemas
 from jobs.serde import AvroSerializer, registry_client
-from operators.columns import EventColumns
-from operators.time import CTI_INFINITY
 
 _STATE = StructType([StructField("blob", BinaryType())])
 _CHUNK = StructType([StructField("chunk", IntegerType())])
@@ -300,35 +298,14 @@ class OperatorProcessor(StatefulProcessor):
             raise
 
     def _batch(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """Load the group's state → :meth:`GroupRuntime.run_batch` → store it → encode."""
         frames = list(frames)  # (Spark's Arrow batches arrive as this is iterated)
         started = time.perf_counter()
         stored, runtime = self._load()
-        got = rows.read_input(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True))
-        for stream, partition, start in got.frontiers:
-            runtime.observe(stream, partition, start)
-        flush = False
-        for stream, control in got.controls:
-            runtime.assign(stream, control.partitions, control.idle)
-            if control.flush:
-                flush = runtime.end_of_input(stream)
-        dead = []
-        for d in got.dead:
-            runtime.dead_letter(d.stream, d.partition)
-            dead.append(rows.dead_letter(self.plan.topics.get(d.stream, d.stream), d.partition, d.offset, d.key,
-                                         d.value, d.error, d.kafka_timestamp))
-        # Checked against the CTI the previous micro-batch ended with, then this batch's CTI.
-        if not got.columns:
-            out = []
-        elif self.plan.columnar:  # one stream: its packs' columns, as they are
-            out = runtime.offer_many(EventColumns.concat(got.columns))
-        else:
-            out = runtime.offer_many(got.events)
-        out.extend(runtime.advance(CTI_INFINITY if flush else runtime.next_cti()))
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        got = runtime.run_batch(rows.read_input(frame))
         self._store(stored, runtime)
-        runtime.counters.cti = runtime.cti
-        runtime.counters.live_keys = runtime.live_keys()
-        runtime.counters.partitions = runtime.partition_gauges()
-        yield from self._encode(out, dead, runtime.counters, started)
+        yield from self._encode(got.outputs, got.dead, got.counters, started)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         return iter(())  # no timers: every group gets control rows every micro-batch

@@ -40,7 +40,7 @@ decodes the bytes when it needs the values (:class:`BytesFields`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -370,6 +370,26 @@ class GroupInput:
     @property
     def events(self) -> list[Event]:
         return [e for cols in self.columns for e in cols.events()]
+
+    @classmethod
+    def of(cls, stream: str, read: Mapping[int, Sequence[Event]], partitions: Sequence[int],
+           idle: Sequence[int] = (), flush: bool = False,
+           mine: Callable[[Event], bool] | None = None) -> "GroupInput":
+        """What the source ships one key group for a micro-batch of ``stream`` (tests, tools,
+        benchmarks): ``read`` is each partition's events read, in offset order; every partition
+        read gives the group a frontier row (the largest start read), the events of the group
+        (those ``mine`` accepts; None: all) come as one pack per partition; then the control
+        row (``partitions``, the ``idle`` ones, ``flush``: the bounded input ends)."""
+        got = cls([], [], [(stream, Control(list(partitions), list(idle), flush))], [])
+        for p in sorted(read):
+            events = list(read[p])
+            if not events:
+                continue
+            got.frontiers.append((stream, p, max(e.start for e in events)))
+            kept = events if mine is None else [e for e in events if mine(e)]
+            if kept:
+                got.columns.append(EventColumns.from_events(kept))
+        return got
 
 
 def read_input(frame) -> GroupInput:

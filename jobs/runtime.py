@@ -213,6 +213,17 @@ class Counters:
         return out
 
 
+@dataclass
+class BatchResult:
+    """What :meth:`GroupRuntime.run_batch` produced: result records ``(topic, Output |
+    OutputBatch, Kafka key)`` in output order, the dead letters of undecodable input records,
+    and the group's counters (``state_*`` complete once the runtime is committed)."""
+
+    outputs: list
+    dead: list[dict]
+    counters: Counters
+
+
 _STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
               "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
               "or run the ctiflow version and job file that wrote it")
@@ -525,6 +536,40 @@ class GroupRuntime:
         one stream's end must not finalise results another stream can still change)."""
         self.ended.add(stream)
         return self.ended >= set(self.plan.streams)
+
+    # -- one micro-batch ---------------------------------------------------------------
+    def run_batch(self, got: rows.GroupInput, final: bool = False) -> "BatchResult":
+        """One micro-batch of the group, as the Spark adapter runs it (tests and benchmarks call
+        it the same way): every partition's frontier and the streams' control rows; the
+        undecodable records counted (their dead letters in the result); the events checked
+        against the CTI the previous batch ended with; then this batch's CTI — +∞ once every
+        stream of a bounded input has ended, or with ``final``. The caller then
+        :meth:`commit` s the state."""
+        for stream, partition, start in got.frontiers:
+            self.observe(stream, partition, start)
+        flush = final
+        for stream, control in got.controls:
+            self.assign(stream, control.partitions, control.idle)
+            if control.flush and self.end_of_input(stream):
+                flush = True
+        topics = self.plan.topics
+        dead = []
+        for d in got.dead:
+            self.dead_letter(d.stream, d.partition)
+            dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key, d.value,
+                                         d.error, d.kafka_timestamp))
+        if not got.columns:
+            out = []
+        elif self.plan.columnar:  # one stream: its packs' columns, as they are
+            out = self.offer_many(EventColumns.concat(got.columns))
+        else:
+            out = self.offer_many(got.events)
+        out.extend(self.advance(CTI_INFINITY if flush else self.next_cti()))
+        counters = self.counters
+        counters.cti = self.cti
+        counters.live_keys = self.live_keys()
+        counters.partitions = self.partition_gauges()
+        return BatchResult(out, dead, counters)
 
     # -- feeding ---------------------------------------------------------------------
     def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:

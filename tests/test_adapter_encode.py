@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.config import parse
+from jobs.rows import GroupInput
 from jobs.runtime import Counters, plan as make_plan
 from jobs.serde import AvroDeserializer, AvroSerializer
 from jobs.testing import workload
 from operators.operator import Output
-from operators.time import CTI_INFINITY
 from tests.test_runtime_cti import partitioned_input
 from tests.test_runtime_restore import with_fields
 
@@ -285,12 +285,7 @@ def _sink_records(frame) -> list[tuple]:
 def _written(proc, rt, batch: dict, partitions: list[int], last: bool) -> tuple[list, int]:
     """One micro-batch of ``batch`` (partition → events) through runtime ``rt`` and the
     processor's encoder: (the sink's ``(topic, key, value)`` records, late records counted)."""
-    for p, recs in batch.items():
-        if recs:
-            rt.observe("s", p, max(e.start for e in recs))
-    rt.assign("s", partitions, [])
-    out = rt.offer_many([e for p in sorted(batch) for e in batch[p]])
-    out += rt.advance(CTI_INFINITY if last and rt.end_of_input("s") else rt.next_cti())
+    out = rt.run_batch(GroupInput.of("s", batch, partitions, flush=last)).outputs
     c = Counters()
     return _sink_records(next(proc._encode(out, [], c))), c.late_records
 

@@ -12,13 +12,12 @@ import pyarrow as pa
 import pytest
 
 from jobs.config import parse
-from jobs.rows import pack_columns, unpack_columns
+from jobs.rows import Control, GroupInput, pack_columns, unpack_columns
 from jobs.runtime import GroupRuntime, plan as make_plan
 from jobs.serde import AvroSerializer
 from jobs.testing import workload
 from operators.bins import Binner
 from operators.columns import EventColumns
-from operators.time import CTI_INFINITY
 
 pytest.importorskip("pyspark")
 
@@ -53,11 +52,9 @@ def _run(plan, batches: list[list[dict]]) -> tuple[list, list[int]]:
     for b, records in enumerate(batches):
         cols = _columns(records, offset)
         offset += len(records)
-        rt.observe("flows", 0, int(cols.start.max()))
-        rt.assign("flows", [0], [])
-        last = b == len(batches) - 1
-        out = rt.offer_many(cols)
-        out += rt.advance(CTI_INFINITY if last and rt.end_of_input("flows") else rt.next_cti())
+        got = GroupInput([cols], [("flows", 0, int(cols.start.max()))],
+                         [("flows", Control([0], [], b == len(batches) - 1))], [])
+        out = rt.run_batch(got).outputs
         results += [(b, topic, o.role, o.record) for topic, o, _ in out]
         header = rt.commit()
         sizes.append(len(header))

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.config import parse
+from jobs.rows import GroupInput
 from jobs.runtime import GroupRuntime, plan as make_plan
 from jobs.testing import oracle
-from operators.time import CTI_INFINITY, CTI_NONE, Event, PartitionCtis, combined_cti
+from operators.time import CTI_NONE, Event, PartitionCtis, combined_cti
 
 DELAY = 50
 
@@ -39,15 +40,10 @@ def drive(plan, batches: list[dict[int, list[Event]]], partitions: list[int], gr
     for b, batch in enumerate(batches):
         last = b == len(batches) - 1
         for g, rt in enumerate(runtimes):
-            # What the source ships: frontier rows to every group, the control row to every group.
-            for p, records in batch.items():
-                if records:
-                    rt.observe("s", p, max(e.start for e in records))
-            rt.assign("s", partitions, idle[b] if idle else [])
-            mine = [e for p in sorted(batch) for e in batch[p] if zlib.crc32(e.key.encode()) % groups == g]
-            out += rt.offer_many(mine)
-            flush = last and rt.end_of_input("s")
-            out += rt.advance(CTI_INFINITY if flush else rt.next_cti())
+            # What the source ships: frontier rows and the control row to every group, its packs.
+            got = GroupInput.of("s", batch, partitions, idle[b] if idle else [], flush=last,
+                                mine=lambda e: zlib.crc32(e.key.encode()) % groups == g)
+            out += rt.run_batch(got).outputs
             # snapshot/restore after every batch, as the state store does
             runtimes[g] = GroupRuntime(plan, rt.snapshot())
             if g == 0:

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.config import parse
+from jobs.rows import GroupInput
 from jobs.runtime import GroupRuntime, plan as make_plan
-from operators.time import CTI_INFINITY, Event
+from operators.time import Event
 from tests.test_runtime_cti import partitioned_input
 
 OPERATORS = {
@@ -60,13 +61,8 @@ def run(plan, batches, partitions: list[int], groups: int, restore_after: set[in
         last = b == len(batches) - 1
         for g in range(groups):
             rt = runtimes[g]
-            for p, records in batch.items():
-                if records:
-                    rt.observe("s", p, max(e.start for e in records))
-            rt.assign("s", partitions, [])
-            mine = [e for p in sorted(batch) for e in batch[p] if zlib.crc32(e.key.encode()) % groups == g]
-            out = rt.offer_many(mine)
-            out += rt.advance(CTI_INFINITY if last and rt.end_of_input("s") else rt.next_cti())
+            out = rt.run_batch(GroupInput.of("s", batch, partitions, flush=last,
+                                             mine=lambda e: zlib.crc32(e.key.encode()) % groups == g)).outputs
             for topic, o, key in out:
                 results.setdefault((b, topic, key), []).append(o.record)
             if b in restore_after and warm is None:
