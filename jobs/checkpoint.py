@@ -20,7 +20,7 @@ from pathlib import Path
 import mmh3
 
 from jobs.config import JobConfig
-from jobs.progress import is_gauge, merge_metrics
+from jobs.counters import is_gauge, merge
 from operators.errors import ConfigError
 
 
@@ -142,7 +142,7 @@ def read_counters(path: Path, batches: set[int] | None = None) -> dict:
         rec = {k: v for k, v in last[batch].items() if k not in ("batch", "time")}
         for gauge in [k for k in rec if is_gauge(k)]:
             totals[gauge] = rec.pop(gauge)  # the state after the latest batch, not a sum over batches
-        merge_metrics(totals, rec)
+        merge(totals, rec)
     return totals
 
 
@@ -168,7 +168,7 @@ class CounterReader:
             if batch >= self.gauges_of:
                 self.settled[gauge] = value
         self.gauges_of = max(self.gauges_of, batch)
-        merge_metrics(self.settled, rec)
+        merge(self.settled, rec)
 
     def __call__(self) -> dict:
         if self.path.exists():

@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from jobs import counters
 from jobs.config import JobConfig
 from operators.errors import ConfigError
 from jobs.progress import records_read
@@ -68,8 +69,9 @@ class JobMetrics:
         self.batches = 0
         self.last_batch_at: float | None = None
         self.registry = CollectorRegistry(auto_describe=True)
-        self.batch_seconds = Histogram("ctiflow_batch_duration_seconds", "a micro-batch's whole duration (Spark's "
-                                       "triggerExecution)", ["job"], buckets=BATCH_BUCKETS, registry=self.registry)
+        self.batch_seconds = Histogram("ctiflow_batch_duration_seconds",
+                                       counters.DRIVER_METRICS["ctiflow_batch_duration_seconds"], ["job"],
+                                       buckets=BATCH_BUCKETS, registry=self.registry)
         self.registry.register(self)
         self.server = None
         self.port: int | None = None
@@ -139,93 +141,24 @@ class JobMetrics:
             c, progress, behind = dict(self.counters), self.progress, dict(self.behind)
             batches, last_at = self.batches, self.last_batch_at
         job, now = self.job, self.clock()
-        yield InfoMetricFamily("ctiflow", "the job and ctiflow's version", value={"job": job, "version": _version()})
+        yield InfoMetricFamily("ctiflow", counters.DRIVER_METRICS["ctiflow"], value={"job": job, "version": _version()})
 
-        cti = GaugeMetricFamily("ctiflow_cti_timestamp_seconds", "the job's CTI (application time, epoch s): "
-                                "every stream's CTI combined by min", labels=["job"])
-        lag = GaugeMetricFamily("ctiflow_event_time_lag_seconds", "wall clock − the job's CTI", labels=["job"])
-        seconds = _seconds(c.get("cti"))
-        if seconds is not None:
-            cti.add_metric([job], seconds)
-            lag.add_metric([job], now - seconds)
-        yield cti
-        yield lag
-
-        labels = ["job", "stream", "partition"]
-        p_cti = GaugeMetricFamily("ctiflow_partition_cti_timestamp_seconds", "a partition's CTI: the largest event "
-                                  "time read from it − the stream's delay (epoch s)", labels=labels)
-        p_lag = GaugeMetricFamily("ctiflow_partition_event_time_lag_seconds", "wall clock − the partition's CTI",
-                                  labels=labels)
-        p_idle = GaugeMetricFamily("ctiflow_partition_idle", "1 while the source counts the partition idle (left out "
-                                   "of the stream's CTI)", labels=labels)
-        p_behind = GaugeMetricFamily("ctiflow_partition_offsets_behind", "records not read yet: the partition's end "
-                                     "offset − the offset after the last batch", labels=labels)
-        received = CounterMetricFamily("ctiflow_records_received_total", "input records read (events, reference "
-                                       "versions, undecodable records)", labels=labels)
-        late = CounterMetricFamily("ctiflow_records_late_total", "input records behind the CTI (to the late topic)",
-                                   labels=labels)
-        for name, value in sorted(c.items()):
-            kind, at, where = name.partition("@")
-            if not at or kind not in ("cti", "idle", "received", "late") or "/" not in where:
-                continue
-            stream, partition = where.rsplit("/", 1)
-            key = [job, stream, partition]
-            if kind == "cti":
-                s = _seconds(value)
-                if s is not None:
-                    p_cti.add_metric(key, s)
-                    p_lag.add_metric(key, now - s)
-            elif kind == "idle":
-                p_idle.add_metric(key, value)
-            elif kind == "received":
-                received.add_metric(key, value)
-            else:
-                late.add_metric(key, value)
+        yield from _counter_families(c, job, now)
+        labels = ["job", *counters.PARTITION]
+        p_behind = GaugeMetricFamily("ctiflow_partition_offsets_behind",
+                                     counters.DRIVER_METRICS["ctiflow_partition_offsets_behind"], labels=labels)
         for (stream, partition), n in sorted(behind.items()):
             p_behind.add_metric([job, stream, str(partition)], n)
-        yield from (p_cti, p_lag, p_idle, p_behind, received, late)
+        yield p_behind
 
-        for metric, name, what in (
-                ("ctiflow_records_released_total", "released", "events released to the operators in application-time "
-                 "order"),
-                ("ctiflow_records_dead_letter_total", "dead_letter", "input records that did not decode or validate "
-                 "(to the dead-letter topic)"),
-                ("ctiflow_records_refused_total", "refused", "released events an operator refused (to the dead-letter "
-                 "topic)"),
-                ("ctiflow_late_records_written_total", "late_records", "records written to the late topic"),
-                ("ctiflow_keys_expired_total", "expired_keys", "keys whose state the key TTL dropped")):
-            family = CounterMetricFamily(metric, what, labels=["job"])
-            family.add_metric([job], c.get(name, 0))
-            yield family
-        written = CounterMetricFamily("ctiflow_records_written_total", "result records written, per topic",
-                                      labels=["job", "topic"])
-        for name, value in sorted(c.items()):
-            if name.startswith("written@"):
-                written.add_metric([job, name.removeprefix("written@")], value)
-        yield written
-
-        state = GaugeMetricFamily("ctiflow_state_bytes", "keyed state after the last batch (operator \"\": all of it, "
-                                  "time layer included)", labels=["job", "operator"])
-        keys = GaugeMetricFamily("ctiflow_state_keys", "keys with state after the last batch", labels=["job", "operator"])
-        if "state_bytes" in c:
-            state.add_metric([job, ""], c["state_bytes"])
-            keys.add_metric([job, ""], c.get("live_keys", 0))
-        for name, value in sorted(c.items()):
-            if name.startswith("state_bytes@"):
-                state.add_metric([job, name.removeprefix("state_bytes@")], value)
-            elif name.startswith("live_keys@"):
-                keys.add_metric([job, name.removeprefix("live_keys@")], value)
-        yield state
-        yield keys
-
-        count = CounterMetricFamily("ctiflow_batches_total", "micro-batches this process completed", labels=["job"])
+        driver = counters.DRIVER_METRICS
+        count = CounterMetricFamily("ctiflow_batches_total", driver["ctiflow_batches_total"], labels=["job"])
         count.add_metric([job], batches)
         yield count
-        parts = GaugeMetricFamily("ctiflow_last_batch_duration_seconds", "the last micro-batch's stages (Spark's "
-                                  "durationMs: triggerExecution is the whole)", labels=["job", "stage"])
-        records = GaugeMetricFamily("ctiflow_last_batch_records", "Kafka records the last micro-batch read",
-                                    labels=["job"])
-        at = GaugeMetricFamily("ctiflow_last_batch_timestamp_seconds", "when the last micro-batch completed (epoch s)",
+        parts = GaugeMetricFamily("ctiflow_last_batch_duration_seconds", driver["ctiflow_last_batch_duration_seconds"],
+                                  labels=["job", "stage"])
+        records = GaugeMetricFamily("ctiflow_last_batch_records", driver["ctiflow_last_batch_records"], labels=["job"])
+        at = GaugeMetricFamily("ctiflow_last_batch_timestamp_seconds", driver["ctiflow_last_batch_timestamp_seconds"],
                                labels=["job"])
         if progress is not None:
             for stage, ms in sorted(progress.get("durationMs", {}).items()):
@@ -235,6 +168,38 @@ class JobMetrics:
                 records.add_metric([job], n)
             at.add_metric([job], last_at)
         yield from (parts, records, at)
+
+
+def _counter_families(c: dict, job: str, now: float) -> Iterable:
+    """The families of :data:`jobs.counters.TABLE` from the job's counters ``c``: a counter of
+    :attr:`~jobs.counters.Kind.COUNT` as a Prometheus counter, any other as a gauge; labels
+    ``job`` + the counter's (a counter without the family's labels: ``""``); a timestamp in epoch
+    seconds, with its lag family (wall clock − it)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    for name, members in counters.families().items():
+        widest = max(members, key=lambda m: len(m.labels))
+        labels = ["job", *widest.labels]
+        counting = widest.kind is counters.Kind.COUNT
+        family = (CounterMetricFamily if counting else GaugeMetricFamily)(name, members[0].help, labels=labels)
+        lag = GaugeMetricFamily(widest.lag, f"wall clock − {name}", labels=labels) if widest.lag else None
+        for m in members:
+            pad = [""] * (len(widest.labels) - len(m.labels))
+            if m.labels:
+                values = list(counters.labelled(c, m.name))
+            else:
+                values = [((), c.get(m.name, 0))] if m.name in c or counting else []
+            for where, value in values:
+                key = [job, *where, *pad]
+                if m.timestamp:
+                    value = _seconds(value)
+                    if value is None:
+                        continue
+                    lag.add_metric(key, now - value)
+                family.add_metric(key, value)
+        yield family
+        if lag is not None:
+            yield lag
 
 
 def kafka_ends(cfg: JobConfig):

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobs import counters as counters_
 from operators.events import CTI_INFINITY, CTI_NONE
 
 
@@ -15,37 +16,12 @@ class RunSummary:
     batches: int
     records: int  # input records of this run's batches (good and dead-lettered, every stream)
     seconds: float
-    counters: dict  # the job's counters over every run of this checkpoint (see jobs.runtime.Counters)
+    counters: dict  # the job's counters over every run of this checkpoint (jobs.counters)
     cti: int | None  # the job's CTI after the last batch (None: no CTI yet)
     progress: list[dict]  # one entry per micro-batch, in order
     stopped_by: int | None = None  # the signal (SIGINT/SIGTERM) that stopped an unbounded run
     #: seconds from the run's start (Spark, state restore) to its first completed batch (±0.5 s)
     first_batch_seconds: float | None = None
-
-
-#: Counters that describe the job's state after a micro-batch, not work done in it: summed over
-#: key groups within a batch, and over batches the last batch's value is the job's (also per
-#: operator: ``state_bytes@<operator>``).
-GAUGES = frozenset({"state_bytes", "live_keys"})
-#: Gauges every key group reports alike (each sees every partition's frontier): the maximum within
-#: a batch, the last batch's over batches — ``cti@<stream>/<partition>``, ``idle@…``.
-SHARED_GAUGES = frozenset({"cti", "idle"})
-
-
-def is_gauge(name: str) -> bool:
-    """A per-batch state value (the last batch's counts), not a count to add up over batches."""
-    base, at, _ = name.partition("@")
-    return base in GAUGES or (at and base in SHARED_GAUGES)
-
-
-def merge_metrics(totals: dict[str, int], more: dict[str, int]) -> None:
-    """Counters add up (within a batch, also :data:`GAUGES`); ``cti`` and the
-    :data:`SHARED_GAUGES` (the same in every key group) are a maximum."""
-    for name, n in more.items():
-        if name.partition("@")[0] in SHARED_GAUGES:
-            totals[name] = max(totals.get(name, n), n)
-        else:
-            totals[name] = totals.get(name, 0) + n
 
 
 def records_read(progress: dict) -> int | None:
@@ -106,14 +82,13 @@ def late_warnings(counters: dict, already: set[str]) -> list[str]:
     """Warnings for stream partitions whose late share exceeds :data:`LATE_WARNING_SHARE`
     (each once: ``already`` collects the ones warned about)."""
     out = []
-    for name, late in sorted(counters.items()):
-        if not name.startswith("late@") or name in already:
+    for (stream, partition), late in counters_.labelled(counters, "late"):
+        name = counters_.key("late", stream, partition)
+        if name in already:
             continue
-        where = name.removeprefix("late@")
-        received = counters.get(f"received@{where}", 0)
+        received = counters.get(counters_.key("received", stream, partition), 0)
         if late and received and late > LATE_WARNING_SHARE * received:
             already.add(name)
-            stream, partition = where.rsplit("/", 1)
             out.append(f"warning: stream {stream!r} partition {partition}: {late} of {received} records "
                        f"({late / received:.1%}) went to the late topic; if they were not really late, raise "
                        f"the stream's cti.delay (or its idle_timeout, if that partition was idle)")

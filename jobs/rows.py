@@ -48,7 +48,7 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from jobs.progress import merge_metrics
+from jobs import counters
 from operators.columns import EventColumns, LazyFields, object_array
 from operators.events import Event
 
@@ -517,7 +517,7 @@ def output_frame(packs: list[tuple[str, list]], metrics: dict[str, int]):
 
 def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
     """``(topic, key, value)`` of every record in the output rows, in row order; ``metrics``
-    rows are summed into ``metrics`` (:func:`jobs.progress.merge_metrics`), not yielded."""
+    rows are summed into ``metrics`` (:func:`jobs.counters.merge`), not yielded."""
     for rows in batches:
         cols = [rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
         for topic, key, value, kind in zip(*cols):
@@ -526,6 +526,6 @@ def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -
                 for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
                     yield topic, k, v
             elif kind == METRICS:
-                merge_metrics(metrics, json.loads(value))
+                counters.merge(metrics, json.loads(value))
             else:
                 yield topic, key, value

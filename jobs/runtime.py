@@ -22,6 +22,7 @@ import numpy as np
 
 from jobs import rows
 from jobs.config import JobConfig, State
+from jobs.counters import key
 from jobs.fields import check_fields
 from jobs.recognize import derived_schemas, operator_of
 from jobs.serde import default_store
@@ -166,26 +167,27 @@ def enriched_record(r: dict) -> dict:
 @dataclass
 class Counters:
     """What one key group did in one call; the sink sums them per micro-batch (progress file).
+    Every field is a counter of :data:`jobs.counters.TABLE` (a test keeps them the same).
 
     Balance, for every stream together: ``received = released + late + dead_letter + buffered``
     (``buffered``: admitted, waiting for a CTI; 0 after the final CTI)."""
 
-    received: int = 0      # input records of every stream: events, reference versions, undecodable records
-    released: int = 0      # events released in application-time order (to the operators, or to the join)
-    late: int = 0          # events behind the CTI (with ADJUST: those wholly behind it)
-    late_records: int = 0  # records written to the late topic (ADJUST: one per dropped share)
-    dead_letter: int = 0   # input records that could not be decoded or validated
-    refused: int = 0       # released events an operator refused (written to the dead-letter topic too)
+    received: int = 0
+    released: int = 0
+    late: int = 0
+    late_records: int = 0
+    dead_letter: int = 0
+    refused: int = 0
     outputs: int = 0
-    expired_keys: int = 0  # keys whose state the key TTL dropped
-    cti: int = CTI_NONE    # the group's CTI after the call (not summed: the same in every group)
-    state_bytes: int = 0   # the group's state after the call (a gauge: summed over groups, the last batch's kept)
-    live_keys: int = 0     # keys with state in an operator or the reference join after the call (a gauge)
-    state_written: int = 0  # bytes written to the state store (chunks used in the call, and the header)
-    chunks_loaded: int = 0  # state chunks used (decoded, or taken from the worker's cache) and written back
-    chunks_cached: int = 0  # of those, taken decoded from the worker's cache: no state-store read, no decode
-    state_us: int = 0       # time spent decoding and encoding state (header and chunks), µs
-    python_us: int = 0      # the key group's whole call in the Python worker (state, operators, encoding), µs
+    expired_keys: int = 0
+    cti: int = CTI_NONE     # after the call
+    state_bytes: int = 0    # after the call (committed)
+    live_keys: int = 0      # after the call
+    state_written: int = 0
+    chunks_loaded: int = 0
+    chunks_cached: int = 0
+    state_us: int = 0
+    python_us: int = 0
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
     #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
     partitions: dict = field(default_factory=dict)
@@ -199,17 +201,17 @@ class Counters:
         slot[1] += late
 
     def metrics(self) -> dict[str, int]:
-        """Flat ``name → int`` (what the sink sums; ``cti`` it takes the maximum of)."""
+        """Flat ``name → int`` (:mod:`jobs.counters`: what the sink adds up)."""
         out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops")}
         for (stream, partition), (received, late) in self.by_partition.items():
-            out[f"received@{stream}/{partition}"] = received
-            out[f"late@{stream}/{partition}"] = late
+            out[key("received", stream, partition)] = received
+            out[key("late", stream, partition)] = late
         for (stream, partition), (cti, idle) in self.partitions.items():
-            out[f"cti@{stream}/{partition}"] = cti
-            out[f"idle@{stream}/{partition}"] = idle
+            out[key("cti", stream, partition)] = cti
+            out[key("idle", stream, partition)] = idle
         for name, (size, keys) in self.ops.items():
-            out[f"state_bytes@{name}"] = size
-            out[f"live_keys@{name}"] = keys
+            out[key("state_bytes", name)] = size
+            out[key("live_keys", name)] = keys
         return out
 
 

@@ -38,7 +38,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from jobs import kafka, rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.kafka import low_offset, read_range, true_end_offset
-from jobs.progress import merge_metrics
+from jobs import counters
 
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
 
@@ -246,7 +246,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         written = skipped = seq = 0
         metrics: dict[str, int] = {}
-        per_topic: dict[str, int] = {}  # records written per topic (→ written@<topic>)
+        per_topic: dict[str, int] = {}  # records written per topic (counter "written" by topic)
         q_header, b_header, t_header = query.encode(), str(batch).encode(), str(task).encode()
         for topic, key, value in records(iterator, metrics):
             n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
@@ -265,7 +265,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         remaining = prod.flush(120)
         if remaining or errors:
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")
-        metrics.update((f"written@{topic}", n) for topic, n in per_topic.items())
+        metrics.update((counters.key("written", topic), n) for topic, n in per_topic.items())
         return SinkCommit(written, skipped, metrics)
 
     def commit(self, messages, batchId: int) -> None:
@@ -286,7 +286,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 continue
             totals["written"] += m.written
             totals["replay_skipped"] += m.skipped
-            merge_metrics(totals, m.metrics)
+            counters.merge(totals, m.metrics)
         with open(path, "a") as out:
             out.write(json.dumps({"batch": batchId, "time": time.time(), **totals}) + "\n")
             out.flush()

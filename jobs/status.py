@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from jobs import counters
 from jobs.progress import format_cti
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -27,6 +28,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 #: The input rate over this window, where Prometheus answers (one read has no rate of its own).
 RATE_WINDOW = "1m"
+_RATE = "ctiflow_records_received_rate"  # this module's series: rate(received) over RATE_WINDOW (from_prometheus)
 
 
 def fetch(url: str, timeout: float = 5.0, limit: int = MAX_ANSWER_BYTES) -> bytes:
@@ -68,7 +70,7 @@ def from_prometheus(base: str, timeout: float = 5.0) -> Samples:
     An answer of another shape is a ``ValueError`` saying so."""
     out: Samples = {}
     for query, name in (('{__name__=~"ctiflow_.*"}', None),
-                        (f"rate(ctiflow_records_received_total[{RATE_WINDOW}])", "ctiflow_records_received_rate")):
+                        (f"rate({counters.metric('received', counters.PARTITION)}[{RATE_WINDOW}])", _RATE)):
         url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
         body = json.loads(fetch(url, timeout))
         if not isinstance(body, dict) or body.get("status") != "success":
@@ -117,16 +119,18 @@ class JobStatus:
 
 
 #: partition series → :class:`PartitionStatus` field
-_PARTITION_FIELDS = {"ctiflow_partition_cti_timestamp_seconds": "cti", "ctiflow_partition_idle": "idle",
-                     "ctiflow_partition_offsets_behind": "behind", "ctiflow_records_received_total": "received",
-                     "ctiflow_records_late_total": "late", "ctiflow_records_received_rate": "rate"}
+_PARTITION_FIELDS = {counters.metric("cti", counters.PARTITION): "cti",
+                     counters.metric("idle", counters.PARTITION): "idle",
+                     "ctiflow_partition_offsets_behind": "behind",
+                     counters.metric("received", counters.PARTITION): "received",
+                     counters.metric("late", counters.PARTITION): "late", _RATE: "rate"}
 #: job series → (:class:`JobStatus` field, the (label, value) a sample must have, or None); written: summed over topics
-_JOB_FIELDS = {"ctiflow_cti_timestamp_seconds": ("cti", None),
-               "ctiflow_records_dead_letter_total": ("dead_letter", None),
-               "ctiflow_records_refused_total": ("refused", None),
-               "ctiflow_records_written_total": ("written", None),
-               "ctiflow_state_bytes": ("state_bytes", ("operator", "")),
-               "ctiflow_state_keys": ("state_keys", ("operator", "")),
+_JOB_FIELDS = {counters.metric("cti"): ("cti", None),
+               counters.metric("dead_letter"): ("dead_letter", None),
+               counters.metric("refused"): ("refused", None),
+               counters.metric("written", ("topic",)): ("written", None),
+               counters.metric("state_bytes"): ("state_bytes", ("operator", "")),
+               counters.metric("live_keys"): ("state_keys", ("operator", "")),
                "ctiflow_last_batch_timestamp_seconds": ("last_batch_at", None),
                "ctiflow_last_batch_duration_seconds": ("last_batch_seconds", ("stage", "triggerExecution")),
                "ctiflow_batches_total": ("batches", None)}

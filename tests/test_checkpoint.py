@@ -74,7 +74,7 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
 
 def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
     from jobs.pipeline import read_counters
-    from jobs.progress import merge_metrics
+    from jobs.counters import merge as merge_metrics
 
     per_group = {}
     for group_state in (300, 200):  # two key groups' counters in one batch add up
