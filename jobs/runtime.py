@@ -9,11 +9,11 @@ outputs. Keeping this pure lets the tests drive exactly what runs in Spark.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import pickle
 import time
 import zlib
-from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -26,14 +26,14 @@ from jobs.counters import key
 from jobs.fields import check_fields
 from jobs.recognize import derived_schemas, operator_of
 from jobs.serde import default_store
-from operators.columns import ColumnTimeLayer, EventColumns
+from operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
 from operators.errors import EventRejected, StateError
 from operators.events import OutputBatch
 from operators.operator import Output
 from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
-from operators.time import (CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Cti, Event, PartitionCtis, ReorderBuffer,
-                            REASON_ADJUSTED, TimeLayer, ViolationPolicy, combined_cti)
+from operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
+                            ViolationPolicy, combined_cti)
 
 
 @dataclass(frozen=True)
@@ -102,11 +102,6 @@ class Plan:
         a refusal, a late record)."""
         return any(op.cls.needs_records(op.settings, cols) for op in self.operators)
 
-    @property
-    def columnar(self) -> bool:
-        """One input stream and no reference join: the time layer keeps events as columns
-        (:class:`operators.columns.ColumnTimeLayer`) and operators that can take columns get them."""
-        return self.reference is None and len(self.streams) == 1
 
 
 def _time_settings(src) -> AdvanceTimeSettings:
@@ -243,8 +238,8 @@ def _restoring(what: str):
                          f"{_STATE_FIX}") from exc
 
 
-_STREAM, _PARTITION = attrgetter("stream"), attrgetter("partition")
 _FIRST = itemgetter(0)
+_STREAM = attrgetter("stream")
 
 #: Snapshot layout (``GroupRuntime.snapshot``); bumped when the layout changes.
 _LAYOUT = 2
@@ -331,7 +326,7 @@ class GroupRuntime:
         if header is None:
             self.layer = self._new_layer()
             self.join = self._new_join()
-            self.enriched = ReorderBuffer(ViolationPolicy.DROP) if plan.reference else None
+            self.enriched = ColumnBuffer(plan.fast, ViolationPolicy.DROP) if plan.reference else None
             self.ended: set[str] = set()
             self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
             self.ops_cti = CTI_NONE   # the CTI every chunk's operators are at (or will be caught up to)
@@ -352,20 +347,17 @@ class GroupRuntime:
                              f"{self._operator_names()}: {_STATE_FIX}")
         with _restoring("the reference join"):
             self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
-            self.enriched = None if enriched is None else ReorderBuffer.restore(ViolationPolicy.DROP, enriched)
+            self.enriched = None if enriched is None else _enriched_buffer(plan.fast, enriched)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
 
-    def _new_layer(self, data: bytes | None = None):
+    def _new_layer(self, data: bytes | None = None) -> ColumnTimeLayer:
+        """The time layer; without a join, its buffer keeps only the fields the operators read
+        (the join reads and passes on every field)."""
         plan = self.plan
-        if plan.columnar:
-            ((stream, settings),) = plan.streams.items()
-            if data is None:
-                return ColumnTimeLayer(stream, settings, plan.handles_adjust, plan.fields_read, plan.needs_records)
-            return ColumnTimeLayer.restore(stream, settings, data, plan.handles_adjust, plan.fields_read,
-                                           plan.needs_records)
+        keep = plan.fields_read if plan.reference is None else None
         if data is None:
-            return TimeLayer(plan.streams, handles_adjust=plan.handles_adjust)
-        return TimeLayer.restore(plan.streams, data, handles_adjust=plan.handles_adjust)
+            return ColumnTimeLayer(plan.streams, plan.handles_adjust, keep, plan.needs_records)
+        return ColumnTimeLayer.restore(plan.streams, data, plan.handles_adjust, keep, plan.needs_records)
 
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
@@ -482,7 +474,7 @@ class GroupRuntime:
                 total[1] += new[1] - old[1]
             chunk.stored = (size, keys, ops)
         header = pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
-                               None if self.enriched is None else self.enriched.snapshot(), self.ended,
+                               None if self.enriched is None else _buffer_state(self.enriched), self.ended,
                                {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.due,
                                (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals),
                                self._operator_names()), protocol=5)
@@ -560,12 +552,9 @@ class GroupRuntime:
             self.dead_letter(d.stream, d.partition)
             dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key, d.value,
                                          d.error, d.kafka_timestamp))
-        if not got.columns:
-            out = []
-        elif self.plan.columnar:  # one stream: its packs' columns, as they are
-            out = self.offer_many(EventColumns.concat(got.columns))
-        else:
-            out = self.offer_many(got.events)
+        out = []
+        for stream, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
+            out.extend(self.offer_many(EventColumns.concat(list(packs))))
         out.extend(self.advance(CTI_INFINITY if flush else self.next_cti()))
         counters = self.counters
         counters.cti = self.cti
@@ -578,37 +567,15 @@ class GroupRuntime:
         """An arriving event: buffered until the CTI passes it, or reported late now."""
         return self.offer_many((event,))
 
-    def offer_many(self, events) -> list[tuple[str, Output, str | None]]:
+    def offer_many(self, events: EventColumns | list[Event]) -> list[tuple[str, Output, str | None]]:
         """:meth:`offer` for a micro-batch's events (in arrival order), in one call: each is
         checked against the CTI in effect (the one the previous micro-batch ended with).
-        ``events``: :class:`Event` objects, or :class:`EventColumns` of one stream."""
+        ``events``: :class:`EventColumns` of one stream, or :class:`Event` objects (tests, tools)."""
         if isinstance(events, EventColumns):
-            if not self.plan.columnar:
-                return self.offer_many(events.events())
             return self._offer_columns(events)
-        events = events if isinstance(events, list) else list(events)
-        if self.plan.columnar:
-            return self._offer_columns(EventColumns.from_events(events)) if events else []
         out: list[tuple[str, Output, str | None]] = []
-        topic, counters = self.plan.late_topic, self.counters
-        late_by: dict[tuple[str, int], int] = {}
-        late_count = 0
-        for event, late in self.layer.offer_many(events):
-            # An ADJUSTed event is still processed (its late record reports the dropped part).
-            whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
-            late_count += whole
-            out.extend((topic, o, event.key) for o in late)
-            if whole:
-                slot = (event.stream, event.partition)
-                late_by[slot] = late_by.get(slot, 0) + 1
-        for slot, received in Counter(zip(map(_STREAM, events), map(_PARTITION, events))).items():
-            mine = counters.by_partition.get(slot)
-            if mine is None:
-                mine = counters.by_partition[slot] = [0, 0]
-            mine[0] += received
-            mine[1] += late_by.get(slot, 0)
-        counters.received += len(events)
-        counters.late += late_count
+        for _, run in itertools.groupby(events, key=_STREAM):
+            out.extend(self._offer_columns(EventColumns.from_events(list(run))))
         return out
 
     def _offer_columns(self, cols: EventColumns) -> list[tuple[str, Output, str | None]]:
@@ -617,6 +584,7 @@ class GroupRuntime:
         late_by: dict[int, int] = {}
         late_count = 0
         for event, late in self.layer.offer_columns(cols):
+            # An ADJUSTed event is still processed (its late record reports the dropped part).
             whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
             late_count += whole
             out.extend((topic, o, event.key) for o in late)
@@ -672,32 +640,22 @@ class GroupRuntime:
         out: list[tuple[str, Output, str | None]] = []
         if cti <= CTI_NONE:
             return out
-        if self.plan.columnar:
-            self.layer.enqueue(cti)
-            if not self.layer.has_pending:
-                return out
-            cti, released = self.layer.step()
-            if released is not None:
-                self.counters.released += len(released)
-            self._feed(released, cti, out)
-            return out
-        for stream in self.layer.streams:
-            self.layer.enqueue_cti(Cti(cti, stream))
+        self.layer.enqueue(cti)
         if not self.layer.has_pending:
             return out
-        step = self.layer.step()
-        self.counters.released += len(step.released)
-        if self.join is None:
-            self._feed(EventColumns.from_events(step.released) if step.released else None, step.cti, out)
+        cti, runs = self.layer.step()
+        self.counters.released += sum(map(len, runs))
+        if self.join is None:  # one stream
+            self._feed(runs[0] if runs else None, cti, out)
             return out
+        # The join converts at its edges: it takes events one by one, its results become columns.
         joined: list[Event] = []
-        for e in step.released:
+        for e in merged_events(runs) if runs else ():
             self._route_join(self.join.process(e), joined, out)
-        self._route_join(self.join.advance_to(step.cti), joined, out)
-        for e in joined:
-            self.enriched.offer(e)
-        released = self.enriched.advance(CTI_INFINITY if step.cti >= CTI_INFINITY else self.join.output_cti)
-        self._feed(EventColumns.from_events(released) if released else None, step.cti, out)
+        self._route_join(self.join.advance_to(cti), joined, out)
+        if joined and self.enriched.offer(EventColumns.from_events(joined)):
+            raise RuntimeError("the reference join emitted an event behind its own output CTI (a bug)")
+        self._feed(self.enriched.advance(CTI_INFINITY if cti >= CTI_INFINITY else self.join.output_cti), cti, out)
         return out
 
     def _route_join(self, outputs: list[Output], joined: list[Event], out: list) -> None:
@@ -868,6 +826,20 @@ class GroupRuntime:
             for op in chunk.ops:
                 op.forget_keys(expired)
         self.counters.expired_keys += len(expired)
+
+
+def _buffer_state(buffer: ColumnBuffer) -> tuple:
+    return buffer.cti, buffer.held, buffer.arrived
+
+
+def _enriched_buffer(stream: str, state) -> ColumnBuffer:
+    """The join's output buffer from the header (before 2026-11-27: a row buffer's snapshot)."""
+    buffer = ColumnBuffer(stream, ViolationPolicy.DROP)
+    if isinstance(state, bytes):
+        buffer.cti, buffer.held = legacy_buffer(state)
+    else:
+        buffer.cti, buffer.held, buffer.arrived = state
+    return buffer
 
 
 def _kafka_key(o: Output, default: str | None) -> str | None:

@@ -6,28 +6,32 @@ offset, the record's fields (numeric fields typed, others as object arrays), the
 and, for events the ADJUST policy moved, their original start. Operators that can work on whole
 columns take it (``process_columns``); the others get :meth:`EventColumns.events`, built once.
 
-:class:`ColumnTimeLayer` is :class:`operators.time.TimeLayer` for the case the Spark job runs
-most — one input stream whose CTIs are given (no generation, no reference stream) — with the
-reorder buffer kept as columns: the CTI check is one comparison over the column, a release is
-one stable ``lexsort`` and a cut. Its released sequence, late records and CTIs are those of
-``TimeLayer`` for the same arrivals and CTIs (a property test holds it so); only late events
+:class:`ColumnTimeLayer` is the job's time layer: a reorder buffer per input stream kept as
+columns (:class:`ColumnBuffer`), CTIs given by the caller: the CTI check is one comparison over
+the column, a release is one stable ``lexsort`` and a cut. Its released sequence, late records
+and CTIs are those of the row time layer (``jobs.testing.time_layer``, StreamInsight's model
+event by event) for the same arrivals and CTIs — a property test holds it so; only late events
 become Python objects (their late record needs the event's fields).
 """
 
 from __future__ import annotations
 
+import heapq
 import pickle
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from operators.errors import ConfigError
 from operators.events import CTI_INFINITY, CTI_NONE, Event, Output, record_maker
-from operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, AdvanceTimeSettings, TimeLayer,
+from operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, AdvanceTimeSettings,
                             ViolationPolicy, late_record)
 
-__all__ = ["EventColumns", "ColumnTimeLayer", "LazyFields", "record_maker"]
+__all__ = ["ColumnBuffer", "ColumnTimeLayer", "EventColumns", "LazyFields", "merged_events", "record_maker"]
+
+_FIRST = itemgetter(0)
 
 
 def object_array(values: Sequence[Any]) -> np.ndarray:
@@ -108,7 +112,7 @@ class TakenFields(LazyFields):
 
 class EventColumns:
     """Events of one stream as columns, row ``i`` being one event; no end edges (a stream with
-    edges goes through :class:`operators.time.TimeLayer`).
+    end edges exists only in the row model, ``jobs.testing.time_layer``).
 
     ``fields``: field name → array, in the record's field order; ``adjusted`` (None: no row
     is) marks the rows whose start the ADJUST policy moved to the CTI, ``original_start`` their
@@ -268,54 +272,41 @@ class EventColumns:
         return order
 
 
-class ColumnTimeLayer:
-    """:class:`~operators.time.TimeLayer` for one stream with given CTIs, buffering columns.
+class ColumnBuffer:
+    """One stream's reorder buffer over columns: admitted rows wait until the CTI passes them,
+    then leave in application-time order (:meth:`EventColumns.release_order`).
 
-    ``offer_columns`` checks a run of arriving events against the CTI in effect (the violation
-    policy, as :class:`~operators.time.ReorderBuffer.offer`); ``enqueue``/``step`` apply a CTI
-    and release, in application-time order, the buffered events before it. Invariants as the
-    reorder buffer's: released + late = offered; releases concatenate in application-time
-    order."""
+    ``offer`` checks rows against the CTI in effect — sync time ``>= c`` admitted; behind it,
+    the stream's ``policy``: DROP → a late record (:data:`REASON_DROPPED`); ADJUST → a lifetime
+    reaching past ``c`` starts at ``c`` (``original_start`` keeps the old start; unless
+    ``handles_adjust``, a late record :data:`REASON_ADJUSTED` reports the dropped share),
+    one wholly before ``c`` → a late record (:data:`REASON_BEFORE_CTI`). ``advance`` releases the
+    rows before the CTI. Invariants: released + late = offered; releases concatenate in
+    application-time order. Only late rows become :class:`Event` objects (their late record
+    carries the event's fields)."""
 
-    def __init__(self, stream: str, settings: AdvanceTimeSettings, handles_adjust: bool = False,
-                 keep_fields: Collection[str] | None = None,
-                 needs_records: Callable[["EventColumns"], bool] | None = None) -> None:
-        if settings.frequency is not None or settings.import_from is not None:
-            raise ConfigError("ColumnTimeLayer takes its CTIs from the caller: no frequency, no import_from")
+    __slots__ = ("stream", "policy", "handles_adjust", "cti", "held", "arrived")
+
+    def __init__(self, stream: str, policy: ViolationPolicy | str, handles_adjust: bool = False) -> None:
         self.stream = stream
-        self.policy = ViolationPolicy(settings.policy)
+        self.policy = ViolationPolicy(policy)
         self.handles_adjust = handles_adjust
-        #: the only fields anything reads of a released event (None: any field may be read); a
-        #: snapshot keeps just these of the buffered rows (:meth:`snapshot`) unless
-        #: ``needs_records`` says a row of them may have all its fields read
-        self.keep_fields = None if keep_fields is None else tuple(keep_fields)
-        self.needs_records = needs_records
-        self._cti = CTI_NONE
-        self._pending = CTI_NONE
-        self._held: EventColumns | None = None     # sorted
-        self._arrived: list[EventColumns] = []     # admitted since the last release, in arrival order
+        self.cti = CTI_NONE
+        self.held: EventColumns | None = None     # sorted
+        self.arrived: list[EventColumns] = []     # admitted since the last release, in arrival order
 
-    @property
-    def streams(self) -> tuple[str, ...]:
-        return (self.stream,)
+    def __len__(self) -> int:
+        return (0 if self.held is None else len(self.held)) + sum(len(a) for a in self.arrived)
 
-    def cti(self, stream: str | None = None) -> int:
-        return self._cti
-
-    def buffered(self) -> int:
-        return (0 if self._held is None else len(self._held)) + sum(len(a) for a in self._arrived)
-
-    def offer_columns(self, cols: EventColumns) -> list[tuple[Event, list[Output]]]:
+    def offer(self, cols: EventColumns) -> list[tuple[Event, list[Output]]]:
         """Admit the rows at or after the CTI; → ``(event, late records)`` for each row that
         has late records, in row order (an ADJUSTed row is also admitted, from the CTI on)."""
-        if cols.stream != self.stream:
-            raise ConfigError(f"events of stream {cols.stream!r} offered to the time layer of {self.stream!r}")
-        cti = self._cti
+        cti = self.cti
         if not len(cols):
             return []
         behind = cols.start < cti
         if not behind.any():
-            self._arrived.append(cols)
+            self.arrived.append(cols)
             return []
         out: list[tuple[Event, list[Output]]] = []
         keep = ~behind
@@ -333,83 +324,164 @@ class ColumnTimeLayer:
                 if not self.handles_adjust:
                     out.append((event, [late_record(event, cti, REASON_ADJUSTED, policy)]))
         if moved:
-            adjusted = np.zeros(len(cols), bool) if cols.adjusted is None else cols.adjusted.copy()
-            original = cols.start.copy() if cols.original_start is None else cols.original_start.copy()
-            start = cols.start.copy()
-            for i in moved:
-                if not adjusted[i]:
-                    original[i] = start[i]
-                adjusted[i] = True
-                start[i] = cti
-            cols = EventColumns(cols.stream, cols.key, start, cols.end, cols.partition, cols.offset, cols.fields,
-                                cols.raw, adjusted, original, cols.dicts)
+            cols = _adjusted(cols, moved, cti)
         if keep.any():
-            self._arrived.append(cols.take(np.flatnonzero(keep)))
+            self.arrived.append(cols.take(np.flatnonzero(keep)))
         return out
 
+    def advance(self, cti: int) -> EventColumns | None:
+        """Set the CTI (never back) and release the rows before it, in order (None: none)."""
+        self.cti = max(self.cti, cti)
+        parts = ([self.held] if self.held is not None else []) + self.arrived
+        if not parts:
+            return None
+        everything = EventColumns.concat(parts)
+        if self.arrived:
+            everything = everything.take(everything.release_order())
+        self.arrived = []
+        if self.cti >= CTI_INFINITY:
+            self.held = None
+            return everything
+        cut = int(np.searchsorted(everything.start, self.cti, "left"))
+        self.held = everything.take(slice(cut, None)) if cut < len(everything) else None
+        return everything.take(slice(0, cut)) if cut else None
+
+
+def _adjusted(cols: EventColumns, rows: list[int], cti: int) -> EventColumns:
+    """``cols`` with the start of ``rows`` moved to ``cti`` (ADJUST; the first original start kept)."""
+    adjusted = np.zeros(len(cols), bool) if cols.adjusted is None else cols.adjusted.copy()
+    original = cols.start.copy() if cols.original_start is None else cols.original_start.copy()
+    start = cols.start.copy()
+    for i in rows:
+        if not adjusted[i]:
+            original[i] = start[i]
+        adjusted[i] = True
+        start[i] = cti
+    return EventColumns(cols.stream, cols.key, start, cols.end, cols.partition, cols.offset, cols.fields,
+                        cols.raw, adjusted, original, cols.dicts)
+
+
+def merged_events(runs: Sequence[EventColumns]) -> list[Event]:
+    """The rows of several streams' releases (each in application-time order, in the streams'
+    order) as one sequence of events in application-time order across streams: sync time, then
+    the stream's place in ``runs``, partition, offset (key, start, end for duplicated offsets)."""
+    if len(runs) == 1:
+        return runs[0].events()
+    keyed = [[((e.start, rank, e.partition, e.offset, e.key, e.start, e.end), e) for e in cols.events()]
+             for rank, cols in enumerate(runs)]
+    return [e for _, e in heapq.merge(*keyed, key=_FIRST)]
+
+
+class ColumnTimeLayer:
+    """The time layer of a key group: a :class:`ColumnBuffer` per input stream (each with its
+    stream's violation policy), one CTI for all of them — the runtime computes the job's CTI from
+    the partitions' frontiers (:func:`operators.time.combined_cti`) and every stream is checked
+    against it and released up to it.
+
+    ``offer_columns`` admits one stream's rows; ``enqueue``/``step`` apply a CTI and release →
+    ``(cti, runs)``: each stream's released rows in application-time order (streams in the order
+    of ``settings``; :func:`merged_events` interleaves them). ``keep_fields`` / ``needs_records``:
+    what a snapshot keeps of the buffered rows (:meth:`snapshot`)."""
+
+    def __init__(self, settings: Mapping[str, AdvanceTimeSettings], handles_adjust: bool = False,
+                 keep_fields: Collection[str] | None = None,
+                 needs_records: Callable[["EventColumns"], bool] | None = None) -> None:
+        if any(s.frequency is not None for s in settings.values()):
+            raise ConfigError("ColumnTimeLayer takes its CTIs from the caller: no frequency")
+        self.settings = dict(settings)
+        self.handles_adjust = handles_adjust
+        #: the only fields anything reads of a released event (None: any field may be read)
+        self.keep_fields = None if keep_fields is None else tuple(keep_fields)
+        self.needs_records = needs_records
+        self.buffers = {name: ColumnBuffer(name, s.policy, handles_adjust) for name, s in self.settings.items()}
+        self._cti = CTI_NONE
+        self._pending = CTI_NONE
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return tuple(self.settings)
+
+    def cti(self) -> int:
+        return self._cti
+
+    def buffered(self) -> int:
+        return sum(len(b) for b in self.buffers.values())
+
+    def offer_columns(self, cols: EventColumns) -> list[tuple[Event, list[Output]]]:
+        """One stream's arriving rows (:meth:`ColumnBuffer.offer`)."""
+        buffer = self.buffers.get(cols.stream)
+        if buffer is None:
+            raise ConfigError(f"events of stream {cols.stream!r} offered to the time layer of {sorted(self.buffers)}")
+        return buffer.offer(cols)
+
     def enqueue(self, cti: int) -> None:
-        """A CTI for the stream, applied by the next :meth:`step` (one not above the current is ignored)."""
+        """A CTI, applied by the next :meth:`step` (one not above the current is ignored)."""
         self._pending = max(self._pending, cti)
 
     @property
     def has_pending(self) -> bool:
         return self._pending > self._cti
 
-    def step(self) -> tuple[int, EventColumns | None]:
-        """Apply the pending CTI; → ``(cti, the released events in order or None)``."""
+    def step(self) -> tuple[int, list[EventColumns]]:
+        """Apply the pending CTI; → ``(cti, each stream's released rows, in order)``."""
         self._cti = max(self._cti, self._pending)
-        return self._cti, self._release(self._cti)
-
-    def _release(self, limit: int) -> EventColumns | None:
-        parts = ([self._held] if self._held is not None else []) + self._arrived
-        if not parts:
-            return None
-        everything = EventColumns.concat(parts)
-        if self._arrived:
-            everything = everything.take(everything.release_order())
-        self._arrived = []
-        if limit >= CTI_INFINITY:
-            self._held = None
-            return everything
-        cut = int(np.searchsorted(everything.start, limit, "left"))
-        self._held = everything.take(slice(cut, None)) if cut < len(everything) else None
-        return everything.take(slice(0, cut)) if cut else None
+        runs = []
+        for buffer in self.buffers.values():
+            got = buffer.advance(self._cti)
+            if got is not None:
+                runs.append(got)
+        return self._cti, runs
 
     def snapshot(self) -> bytes:
         """The layer as bytes. With ``keep_fields``, the buffered rows keep only those fields
         (where their type can drop fields, :meth:`EventColumns.project`) — unless a row may
         have all its fields read: ``needs_records`` says so (an operator's refusal or late
-        record — e.g. the binner's share of an ADJUSTed event — carries the whole record). The buffer is most of a long CTI delay's state; what is not
-        stored is not copied through Spark's state server, store and changelog."""
-        held, arrived = self._held, self._arrived
-        if self.keep_fields is not None:
-            held = None if held is None else self._kept(held)
-            arrived = [self._kept(a) for a in arrived]
-        return pickle.dumps(("columns", 1, self._cti, self._pending, held, arrived), protocol=5)
+        record — e.g. the binner's share of an ADJUSTed event — carries the whole record). The
+        buffer is most of a long CTI delay's state; what is not stored is not copied through
+        Spark's state server, store and changelog."""
+        buffers = {name: (b.cti, self._kept(b.held), [self._kept(a) for a in b.arrived])
+                   for name, b in self.buffers.items()}
+        return pickle.dumps(("columns", 2, self._cti, self._pending, buffers), protocol=5)
 
-    def _kept(self, cols: EventColumns) -> EventColumns:
-        if self.needs_records is not None and self.needs_records(cols):
+    def _kept(self, cols: EventColumns | None) -> EventColumns | None:
+        if cols is None or self.keep_fields is None or (self.needs_records is not None and self.needs_records(cols)):
             return cols
         return cols.project(self.keep_fields)
 
     @classmethod
-    def restore(cls, stream: str, settings: AdvanceTimeSettings, data: bytes,
-                handles_adjust: bool = False, keep_fields: Collection[str] | None = None,
+    def restore(cls, settings: Mapping[str, AdvanceTimeSettings], data: bytes, handles_adjust: bool = False,
+                keep_fields: Collection[str] | None = None,
                 needs_records: Callable[["EventColumns"], bool] | None = None) -> "ColumnTimeLayer":
-        """From :meth:`snapshot` bytes, or from a :class:`~operators.time.TimeLayer` snapshot of
-        the same single stream (state written before the layer kept columns)."""
-        layer = cls(stream, settings, handles_adjust, keep_fields, needs_records)
+        """From :meth:`snapshot` bytes, or from the snapshot of an earlier layout: a one-stream
+        column layer's, or a row time layer's (state written before the layer kept columns)."""
+        layer = cls(settings, handles_adjust, keep_fields, needs_records)
         got = pickle.loads(data)
-        if got[0] == "columns":
-            _, _version, layer._cti, layer._pending, layer._held, layer._arrived = got
-            return layer
-        old = TimeLayer.restore({stream: settings}, data, handles_adjust)
-        layer._cti = old.cti(stream)
-        buffer = old._buffers[stream]
-        events = buffer._sorted()
-        if any(e.edge_end for e in events):
-            raise ValueError("the old time layer holds end edges, which a column layer does not")
-        if events:
-            layer._held = EventColumns.from_events(events)
+        if got[0] == "columns" and got[1] == 2:
+            _, _, layer._cti, layer._pending, buffers = got
+            for name, (cti, held, arrived) in buffers.items():
+                buffer = layer.buffers[name]
+                buffer.cti, buffer.held, buffer.arrived = cti, held, arrived
+        elif got[0] == "columns":  # one stream (before 2026-11-27)
+            (name,) = layer.buffers
+            _, _, layer._cti, layer._pending, held, arrived = got
+            buffer = layer.buffers[name]
+            buffer.cti, buffer.held, buffer.arrived = layer._cti, held, arrived
+        else:  # a row time layer's: (buffers, generators, own CTIs, pending, merged CTI)
+            rows, _generators, _own, pending, layer._cti = got
+            layer._pending = max(pending.values(), default=CTI_NONE)
+            for name, blob in rows.items():
+                layer.buffers[name].cti, layer.buffers[name].held = legacy_buffer(blob)
         return layer
 
+
+def legacy_buffer(data: bytes) -> tuple[int, EventColumns | None]:
+    """A row reorder buffer's snapshot (``(cti, events in order, events arrived since)`` as
+    :class:`Event` tuples; before 2026-11-27) as ``(its CTI, its events as sorted columns)``."""
+    cti, *parts = pickle.loads(data)
+    events = [Event(*t) for part in parts for t in part]
+    if any(e.edge_end for e in events):
+        raise ValueError("the old reorder buffer holds end edges, which columns do not")
+    if not events:
+        return cti, None
+    cols = EventColumns.from_events(events)
+    return cti, cols.take(cols.release_order())

@@ -19,31 +19,21 @@ Time synchronisation (StreamInsight's CTI import, seeds/streaminsight-applicatio
   while the reference stream is silent.
 
 :meth:`ReferenceJoinSettings.time_settings` builds the two streams' ``AdvanceTimeSettings`` for
-the chosen mode; :func:`run_reference_sync` is the pure model (time layer + join) the tests and
-docs use.
+the chosen mode; ``jobs.testing.time_layer.run_reference_sync`` is the pure model (time layer +
+join) the tests and docs use.
 """
 
 from __future__ import annotations
 
 import heapq
 import pickle
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from operators.errors import ConfigError, invalid_choice
 from operators.operator import Output
-from operators.time import (
-    CTI_INFINITY,
-    CTI_NONE,
-    AdvanceTimeSettings,
-    Cti,
-    Event,
-    TimeLayer,
-    TimeLayerRun,
-    event_tuple,
-)
+from operators.time import CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Event, event_tuple
 
 
 class MissingReference(str, Enum):
@@ -196,7 +186,7 @@ class ReferenceJoin:
         if t < self._time:
             raise ValueError(
                 f"ReferenceJoin got an event at {t} after one at {self._time}: input must be in "
-                "application-time order (feed it through operators.time.TimeLayer)"
+                "application-time order (feed it through the time layer)"
             )
         out: list[Output] = []
         if t > self._time:
@@ -316,13 +306,3 @@ def enriched_event(output: Output, stream: str = "enriched") -> Event:
         offset=r.get("offset", 0),
         stream=stream,
     )
-
-
-def run_reference_sync(settings: ReferenceJoinSettings, fast: AdvanceTimeSettings,
-                       reference: AdvanceTimeSettings, arrivals: Iterable[Event | Cti],
-                       cuts: Sequence[int] | None = None) -> TimeLayerRun:
-    """Pure model of a reference-sync job: a :class:`TimeLayer` with the two streams' settings
-    for ``settings.sync`` feeding a :class:`ReferenceJoin`. The result's steps carry the join
-    CTI and the enriched outputs released at it; ``late`` the violations."""
-    layer = TimeLayer(settings.time_settings(fast, reference))
-    return layer.run(arrivals, cuts=cuts, operator=ReferenceJoin(settings))

@@ -12,14 +12,8 @@ from operators.columns import EventColumns
 from operators.bins import REASON_FINAL_BINS, Binner, BinSettings, late_share
 from operators.errors import ConfigError
 from operators.operator import Operator, Output, outputs_of
-from operators.time import (
-    CTI_INFINITY,
-    REASON_BEFORE_CTI,
-    REASON_DROPPED,
-    Event,
-    ReorderBuffer,
-    ViolationPolicy,
-)
+from operators.time import CTI_INFINITY, REASON_BEFORE_CTI, REASON_DROPPED, Event, ViolationPolicy
+from jobs.testing.time_layer import ReorderBuffer
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

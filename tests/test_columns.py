@@ -1,8 +1,9 @@
 """Events as columns (:mod:`operators.columns`) behave as the event-at-a-time path they replace.
 
-* :class:`ColumnTimeLayer` against :class:`operators.time.TimeLayer` (its own tests elsewhere)
-  on random arrivals from several partitions with uneven rates, lag and out-of-order starts,
-  duplicated offsets, both policies: the same late records, the same released events per CTI.
+* :class:`ColumnTimeLayer` against the row model (``jobs.testing.time_layer.TimeLayer``, its own
+  tests elsewhere) on random arrivals of one or two streams from several partitions with uneven
+  rates, lag and out-of-order starts, duplicated offsets, both policies: the same late records,
+  the same released events per CTI.
 * ``Binner.process_columns`` / ``CountOperator.process_columns`` against ``process`` called
   event by event (the exact path): the same per-row outputs and refusals, the same state bytes.
 * Packs read as columns give the records they were written with (nulls, nested values).
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -19,53 +21,64 @@ from hypothesis import strategies as st
 
 from jobs.rows import pack_events, unpack_columns
 from operators.bins import Binner, BinSettings
-from operators.columns import ColumnTimeLayer, EventColumns
+from operators.columns import ColumnTimeLayer, EventColumns, merged_events
 from operators.count import CountOperator, CountSettings
 from operators.errors import EventRejected
 from operators.events import CTI_INFINITY, Cti, Event, outputs_of
-from operators.time import AdvanceTimeSettings, TimeLayer, ViolationPolicy
+from operators.time import AdvanceTimeSettings, ViolationPolicy
+from jobs.testing.time_layer import TimeLayer
 
 
 @st.composite
-def arrivals(draw):
-    """Micro-batches of events from up to 4 partitions: each partition's starts drift forward
-    at its own rate with jitter (out of order within the delay and beyond it), offsets ascend
-    per partition unless ``dup`` repeats them."""
+def arrivals(draw, streams=("flows",)):
+    """Micro-batches of events of ``streams`` from up to 4 partitions each: each partition's
+    starts drift forward at its own rate with jitter (out of order within the delay and beyond
+    it), offsets ascend per partition unless ``dup`` repeats them."""
     parts = draw(st.integers(1, 4))
     dup = draw(st.booleans())
-    rate = [draw(st.integers(1, 40)) for _ in range(parts)]
-    clock = [draw(st.integers(0, 200)) for _ in range(parts)]
-    offset = [0] * parts
+    slots = [(s, p) for s in streams for p in range(parts)]
+    rate = {slot: draw(st.integers(1, 40)) for slot in slots}
+    clock = {slot: draw(st.integers(0, 200)) for slot in slots}
+    offset = dict.fromkeys(slots, 0)
     batches = []
     for _ in range(draw(st.integers(1, 6))):
         batch = []
         for _ in range(draw(st.integers(0, 25))):
-            p = draw(st.integers(0, parts - 1))
-            clock[p] += draw(st.integers(0, rate[p]))
-            start = clock[p] - draw(st.integers(0, 60))
+            slot = draw(st.sampled_from(slots))
+            clock[slot] += draw(st.integers(0, rate[slot]))
+            start = clock[slot] - draw(st.integers(0, 60))
             length = draw(st.sampled_from([0, 0, 5, 30, 200]))
-            off = offset[p] if not dup else draw(st.integers(0, 3))
-            offset[p] += 1
+            off = offset[slot] if not dup else draw(st.integers(0, 3))
+            offset[slot] += 1
             batch.append(Event(draw(st.sampled_from("abc")), start, start + length,
                                {"v": draw(st.integers(-5, 5)), "s": draw(st.sampled_from(["x", None]))},
-                               p, off, "flows"))
+                               slot[1], off, slot[0]))
         batches.append(batch)
     return batches
 
 
 def _row(e: Event) -> tuple:
-    return (e.key, e.start, e.end, e.partition, e.offset, e.original_start, e.fields)
+    return (e.stream, e.key, e.start, e.end, e.partition, e.offset, e.original_start, e.fields)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(arrivals(), st.sampled_from(list(ViolationPolicy)), st.booleans(), st.integers(-5, 40))
-def test_column_layer_releases_and_reports_as_the_time_layer(batches, policy, handles_adjust, delay):
-    time_settings = AdvanceTimeSettings(delay=delay, frequency=None, policy=policy)
-    ours = ColumnTimeLayer("flows", time_settings, handles_adjust=handles_adjust)
-    theirs = TimeLayer({"flows": time_settings}, handles_adjust=handles_adjust)
+@given(st.sampled_from([("flows",), ("ref", "flows")]).flatmap(lambda s: st.tuples(st.just(s), arrivals(s))),
+       st.sampled_from(list(ViolationPolicy)), st.sampled_from(list(ViolationPolicy)), st.booleans(),
+       st.integers(-5, 40))
+def test_column_layer_releases_and_reports_as_the_row_time_layer(drawn, policy, other_policy, handles_adjust, delay):
+    """One stream, or a reference stream and a fast one with their own policies: the column
+    layer's late records and, per CTI, its releases interleaved across streams
+    (:func:`merged_events`) are the row model's; a snapshot in between changes nothing."""
+    streams, batches = drawn
+    settings_ = {name: AdvanceTimeSettings(delay=delay, frequency=None, policy=p)
+                 for name, p in zip(streams, (policy, other_policy))}
+    ours = ColumnTimeLayer(settings_, handles_adjust=handles_adjust)
+    theirs = TimeLayer(settings_, handles_adjust=handles_adjust)
     top = None
     for i, batch in enumerate(batches):
-        late_ours = ours.offer_columns(EventColumns.from_events(batch)) if batch else []
+        late_ours = []
+        for _, run in itertools.groupby(batch, key=lambda e: e.stream):
+            late_ours += ours.offer_columns(EventColumns.from_events(list(run)))
         late_theirs = theirs.offer_many(batch)
         assert [(_row(e), [o.record for o in outs]) for e, outs in late_ours] == \
                [(_row(e), [o.record for o in outs]) for e, outs in late_theirs]
@@ -75,26 +88,46 @@ def test_column_layer_releases_and_reports_as_the_time_layer(batches, policy, ha
         if cti is None:
             continue
         ours.enqueue(cti)
-        theirs.enqueue_cti(Cti(cti, "flows"))
-        got_cti, released = ours.step() if ours.has_pending else (ours.cti(), None)
+        for name in streams:
+            theirs.enqueue_cti(Cti(cti, name))
+        got_cti, runs = ours.step() if ours.has_pending else (ours.cti(), [])
         step = theirs.step()
         assert got_cti == step.cti
-        assert ([] if released is None else [_row(e) for e in released.events()]) == [_row(e) for e in step.released]
-        # a snapshot in between changes nothing
-        ours = ColumnTimeLayer.restore("flows", time_settings, ours.snapshot(), handles_adjust)
+        assert [_row(e) for e in merged_events(runs)] == [_row(e) for e in step.released]
+        ours = ColumnTimeLayer.restore(settings_, ours.snapshot(), handles_adjust)
     assert ours.buffered() == 0
 
 
-def test_column_layer_restores_a_time_layer_snapshot():
-    """State written before the layer kept columns: the old layer's held events come back."""
-    time_settings = AdvanceTimeSettings(delay=10, frequency=None)
-    old = TimeLayer({"flows": time_settings})
-    old.offer_many([Event("a", 5, 5, {"v": 1}, 0, 1, "flows"), Event("b", 3, 3, {"v": 2}, 1, 7, "flows")])
-    layer = ColumnTimeLayer.restore("flows", time_settings, old.snapshot())
+@pytest.mark.parametrize("streams", [("flows",), ("ref", "flows")])
+def test_column_layer_restores_a_row_time_layer_snapshot(streams):
+    """State written before the layer kept columns (a reference job's always was rows): the
+    old layer's CTI and held events come back, in order."""
+    settings_ = {name: AdvanceTimeSettings(delay=10, frequency=None) for name in streams}
+    old = TimeLayer(settings_)
+    for name in streams:
+        old.enqueue_cti(Cti(2, name))
+    old.step()
+    old.offer_many([Event("a", 5, 5, {"v": 1}, 0, 1, s) for s in streams] +
+                   [Event("b", 3, 3, {"v": 2}, 1, 7, "flows")])
+    layer = ColumnTimeLayer.restore(settings_, old.snapshot())
+    assert layer.cti() == 2 and layer.buffered() == len(streams) + 1
     layer.enqueue(CTI_INFINITY)
-    _, released = layer.step()
-    assert [(e.key, e.start, e.partition, e.offset, e.fields) for e in released.events()] == [
-        ("b", 3, 1, 7, {"v": 2}), ("a", 5, 0, 1, {"v": 1})]
+    _, runs = layer.step()
+    assert [(e.stream, e.key, e.start, e.partition, e.offset, e.fields) for e in merged_events(runs)] == (
+        [("flows", "b", 3, 1, 7, {"v": 2})] + [(s, "a", 5, 0, 1, {"v": 1}) for s in streams])
+
+
+def test_column_layer_restores_a_one_stream_column_snapshot():
+    """The one-stream column layout written before 2026-11-27 ("columns", 1, …)."""
+    import pickle
+
+    settings_ = {"flows": AdvanceTimeSettings(delay=10, frequency=None)}
+    held = EventColumns.from_events([Event("b", 3, 3, {"v": 2}, 1, 7, "flows")])
+    arrived = [EventColumns.from_events([Event("a", 1, 1, {"v": 1}, 0, 1, "flows")])]
+    layer = ColumnTimeLayer.restore(settings_, pickle.dumps(("columns", 1, 0, 0, held, arrived)))
+    layer.enqueue(CTI_INFINITY)
+    _, (released,) = layer.step()
+    assert [(e.key, e.start) for e in released.events()] == [("a", 1), ("b", 3)]
 
 
 @st.composite

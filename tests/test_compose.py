@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import socket
 import stat
 import subprocess

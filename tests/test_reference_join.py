@@ -6,13 +6,8 @@ from hypothesis import strategies as st
 
 from operators.errors import ConfigError
 from operators.operator import Operator, Output
-from operators.reference import (
-    MissingReference,
-    ReferenceJoin,
-    ReferenceJoinSettings,
-    enriched_event,
-    run_reference_sync,
-)
+from operators.reference import MissingReference, ReferenceJoin, ReferenceJoinSettings, enriched_event
+from jobs.testing.time_layer import run_reference_sync
 from operators.time import CTI_INFINITY, AdvanceTimeSettings, Event, Frequency
 
 INF = CTI_INFINITY

@@ -4,7 +4,8 @@
 import pytest
 
 from operators.errors import ConfigError
-from operators.reference import ReferenceJoinSettings, SyncMode, join_cti, run_reference_sync
+from operators.reference import ReferenceJoinSettings, SyncMode, join_cti
+from jobs.testing.time_layer import run_reference_sync
 from operators.time import (
     CTI_INFINITY,
     REASON_ADJUSTED,

@@ -7,20 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.errors import ConfigError
-from operators.time import (
-    CTI_INFINITY,
-    CTI_NONE,
-    REASON_ADJUSTED,
-    AdvanceTimeSettings,
-    Cti,
-    Event,
-    Frequency,
-    TimeLayer,
-    ViolationPolicy,
-    effective_ctis,
-    imported_cti,
-    merge_ctis,
-)
+from operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Cti, Event,
+                            Frequency, ViolationPolicy, effective_ctis, imported_cti, merge_ctis)
+from jobs.testing.time_layer import TimeLayer
 
 # ------------------------------------------------------------------------------- strategies
 

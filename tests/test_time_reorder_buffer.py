@@ -2,17 +2,9 @@
 
 import json
 
-from operators.time import (
-    CTI_INFINITY,
-    REASON_ADJUSTED,
-    REASON_BEFORE_CTI,
-    REASON_DROPPED,
-    REASON_EDGE_END,
-    Event,
-    ReorderBuffer,
-    ViolationPolicy,
-    late_record,
-)
+from operators.time import (CTI_INFINITY, REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED,
+                            REASON_EDGE_END, Event, ViolationPolicy, late_record)
+from jobs.testing.time_layer import ReorderBuffer
 
 LATE_FIELDS = {"stream", "key", "start", "end", "cti", "reason", "policy", "partition", "offset",
                "fields_json"}

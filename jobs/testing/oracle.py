@@ -8,7 +8,7 @@ by rescanning each key's history, bins by scanning every candidate bin with exac
 The Spark semantics modelled (one watermarked input stream, as ``jobs.pipeline`` sets it up):
 
 * **Micro-batches.** ``cuts`` are the arrival indices at which a new micro-batch begins (as in
-  ``operators.time.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
+  ``jobs.testing.time_layer.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
   Or ``batches``: each arrival's batch number.
 * **CTI per partition, combined by min.** After batch ``i`` partition ``p``'s CTI is
   ``max(start of p's events in batches ≤ i) − delay`` (events that turn out late included; dead
