@@ -26,6 +26,7 @@ from jobs.counters import key
 from jobs.fields import check_fields
 from jobs.recognize import derived_schemas, operator_of
 from jobs.serde import default_store
+from jobs.state.parts import StoredParts, is_chunk
 from operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
 from operators.errors import EventRejected, StateError
 from operators.events import OutputBatch
@@ -324,6 +325,7 @@ class GroupRuntime:
             for c, blob in stored.items():
                 self.chunks[c] = blob
         if header is None:
+            self.parts = StoredParts(self.chunks)
             self.layer = self._new_layer()
             self.join = self._new_join()
             self.enriched = ColumnBuffer(plan.fast, ViolationPolicy.DROP) if plan.reference else None
@@ -341,6 +343,11 @@ class GroupRuntime:
              (self.stored_keys, self.stored_bytes, *op_totals), operators) = pickle.loads(header)
             self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in plan.operators]
             self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
+            if isinstance(layer, bytes):  # before 2026-11-27: the buffer's rows in the header
+                self.parts = StoredParts(self.chunks)
+            else:
+                layer, sizes = layer
+                self.parts = StoredParts(self.chunks, sizes)
             self.layer = self._new_layer(layer)
         if operators != self._operator_names():
             raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
@@ -356,8 +363,9 @@ class GroupRuntime:
         plan = self.plan
         keep = plan.fields_read if plan.reference is None else None
         if data is None:
-            return ColumnTimeLayer(plan.streams, plan.handles_adjust, keep, plan.needs_records)
-        return ColumnTimeLayer.restore(plan.streams, data, plan.handles_adjust, keep, plan.needs_records)
+            return ColumnTimeLayer(plan.streams, plan.handles_adjust, keep, plan.needs_records, self.parts.load)
+        return ColumnTimeLayer.restore(plan.streams, data, plan.handles_adjust, keep, plan.needs_records,
+                                       self.parts.load)
 
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
@@ -473,12 +481,13 @@ class GroupRuntime:
                 total[0] += new[0] - old[0]
                 total[1] += new[1] - old[1]
             chunk.stored = (size, keys, ops)
-        header = pickle.dumps((self.layer.snapshot(), None if self.join is None else self.join.snapshot(),
+        self.counters.state_written += self.parts.commit(self.layer)
+        header = pickle.dumps(((self.layer.index(), self.parts.sizes), None if self.join is None else self.join.snapshot(),
                                None if self.enriched is None else _buffer_state(self.enriched), self.ended,
                                {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.due,
                                (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals),
                                self._operator_names()), protocol=5)
-        self.counters.state_bytes = len(header) + self.stored_bytes
+        self.counters.state_bytes = len(header) + self.stored_bytes + self.parts.bytes
         self.counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, self.op_totals)}
         self.counters.state_written += len(header)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
@@ -519,7 +528,8 @@ class GroupRuntime:
     def keys(self) -> set[str]:
         """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
         for c, blob in list(self.chunks.items()):
-            self.chunk(c, blob)
+            if is_chunk(c):
+                self.chunk(c, blob)
         keys: set[str] = set()
         for chunk in self.loaded.values():
             keys |= chunk.live_keys()
@@ -712,7 +722,8 @@ class GroupRuntime:
         if cti is not None:
             if cti >= CTI_INFINITY:
                 for c, blob in list(self.chunks.items()):  # the final CTI: every chunk
-                    self.chunk(c, blob)
+                    if is_chunk(c):
+                        self.chunk(c, blob)
                 touch.update(self.loaded)
             else:
                 touch.update(c for c, due in self.due.items() if due <= cti and c not in self.loaded)
@@ -829,16 +840,22 @@ class GroupRuntime:
 
 
 def _buffer_state(buffer: ColumnBuffer) -> tuple:
-    return buffer.cti, buffer.held, buffer.arrived
+    """The join's output buffer in the header: its CTI and rows (held back by the join's
+    output CTI only while a fast event waits for its reference version: a few rows)."""
+    buffer.layer.commit()  # (its parts live in the header, not apart)
+    return buffer.cti, [buffer.layer.cols(p) for p in buffer.parts]
 
 
 def _enriched_buffer(stream: str, state) -> ColumnBuffer:
     """The join's output buffer from the header (before 2026-11-27: a row buffer's snapshot)."""
     buffer = ColumnBuffer(stream, ViolationPolicy.DROP)
     if isinstance(state, bytes):
-        buffer.cti, buffer.held = legacy_buffer(state)
+        cti, held = legacy_buffer(state)
+        runs = [held]
     else:
-        buffer.cti, buffer.held, buffer.arrived = state
+        cti, runs = state
+    buffer.cti = cti
+    buffer.parts = [buffer.layer.new_part(cols) for cols in runs if cols is not None and len(cols)]
     return buffer
 
 

@@ -272,6 +272,18 @@ class EventColumns:
         return order
 
 
+class Part:
+    """Rows a buffer admitted together (one offer, or what a release left of a part), in
+    arrival order: ``lo`` is the smallest start among them, ``cols`` the rows or None while
+    they are only in the state store (the time layer's ``load`` reads them when a release
+    reaches ``lo``). Never changed once made: a release replaces a part by its remainder."""
+
+    __slots__ = ("id", "lo", "rows", "cols")
+
+    def __init__(self, id: int, lo: int, rows: int, cols: EventColumns | None) -> None:
+        self.id, self.lo, self.rows, self.cols = id, lo, rows, cols
+
+
 class ColumnBuffer:
     """One stream's reorder buffer over columns: admitted rows wait until the CTI passes them,
     then leave in application-time order (:meth:`EventColumns.release_order`).
@@ -283,20 +295,25 @@ class ColumnBuffer:
     one wholly before ``c`` → a late record (:data:`REASON_BEFORE_CTI`). ``advance`` releases the
     rows before the CTI. Invariants: released + late = offered; releases concatenate in
     application-time order. Only late rows become :class:`Event` objects (their late record
-    carries the event's fields)."""
+    carries the event's fields).
 
-    __slots__ = ("stream", "policy", "handles_adjust", "cti", "held", "arrived")
+    The rows are kept in :class:`Part` s: a release touches only the parts that hold rows before
+    the CTI, so its cost follows what it releases, not what the buffer holds (a long
+    ``cti.delay`` holds minutes of input)."""
 
-    def __init__(self, stream: str, policy: ViolationPolicy | str, handles_adjust: bool = False) -> None:
+    __slots__ = ("stream", "policy", "handles_adjust", "cti", "parts", "layer")
+
+    def __init__(self, stream: str, policy: ViolationPolicy | str, handles_adjust: bool = False,
+                 layer: "ColumnTimeLayer | None" = None) -> None:
         self.stream = stream
         self.policy = ViolationPolicy(policy)
         self.handles_adjust = handles_adjust
         self.cti = CTI_NONE
-        self.held: EventColumns | None = None     # sorted
-        self.arrived: list[EventColumns] = []     # admitted since the last release, in arrival order
+        self.parts: list[Part] = []
+        self.layer = layer if layer is not None else ColumnTimeLayer({})
 
     def __len__(self) -> int:
-        return (0 if self.held is None else len(self.held)) + sum(len(a) for a in self.arrived)
+        return sum(p.rows for p in self.parts)
 
     def offer(self, cols: EventColumns) -> list[tuple[Event, list[Output]]]:
         """Admit the rows at or after the CTI; → ``(event, late records)`` for each row that
@@ -306,7 +323,7 @@ class ColumnBuffer:
             return []
         behind = cols.start < cti
         if not behind.any():
-            self.arrived.append(cols)
+            self._admit(cols)
             return []
         out: list[tuple[Event, list[Output]]] = []
         keep = ~behind
@@ -326,25 +343,34 @@ class ColumnBuffer:
         if moved:
             cols = _adjusted(cols, moved, cti)
         if keep.any():
-            self.arrived.append(cols.take(np.flatnonzero(keep)))
+            self._admit(cols.take(np.flatnonzero(keep)))
         return out
+
+    def _admit(self, cols: EventColumns) -> None:
+        self.parts.append(self.layer.new_part(cols))
 
     def advance(self, cti: int) -> EventColumns | None:
         """Set the CTI (never back) and release the rows before it, in order (None: none)."""
         self.cti = max(self.cti, cti)
-        parts = ([self.held] if self.held is not None else []) + self.arrived
-        if not parts:
+        cti = self.cti
+        if all(p.lo >= cti for p in self.parts):
             return None
-        everything = EventColumns.concat(parts)
-        if self.arrived:
-            everything = everything.take(everything.release_order())
-        self.arrived = []
-        if self.cti >= CTI_INFINITY:
-            self.held = None
-            return everything
-        cut = int(np.searchsorted(everything.start, self.cti, "left"))
-        self.held = everything.take(slice(cut, None)) if cut < len(everything) else None
-        return everything.take(slice(0, cut)) if cut else None
+        kept, out, layer = [], [], self.layer
+        for part in self.parts:  # in arrival order: rows of equal order keys stay in it
+            if part.lo >= cti:
+                kept.append(part)
+                continue
+            cols = layer.cols(part)
+            layer.dropped.append(part.id)
+            before = cols.start < cti
+            if before.all():
+                out.append(cols)
+                continue
+            out.append(cols.take(np.flatnonzero(before)))
+            kept.append(layer.new_part(cols.take(np.flatnonzero(~before))))
+        self.parts = kept
+        released = EventColumns.concat(out)
+        return released.take(released.release_order())
 
 
 def _adjusted(cols: EventColumns, rows: list[int], cti: int) -> EventColumns:
@@ -380,12 +406,19 @@ class ColumnTimeLayer:
 
     ``offer_columns`` admits one stream's rows; ``enqueue``/``step`` apply a CTI and release →
     ``(cti, runs)``: each stream's released rows in application-time order (streams in the order
-    of ``settings``; :func:`merged_events` interleaves them). ``keep_fields`` / ``needs_records``:
-    what a snapshot keeps of the buffered rows (:meth:`snapshot`)."""
+    of ``settings``; :func:`merged_events` interleaves them).
+
+    **State.** :meth:`index` is the small part (CTIs, each buffer's parts by id, ``lo`` and row
+    count); each part's rows are stored apart (:meth:`stored`, ``load``): a caller that keeps
+    them so (:mod:`jobs.state`) writes the parts made since the last commit (:meth:`commit`
+    lists them, and the parts released since) and reads a part only when a release reaches it.
+    :meth:`snapshot` is everything in one blob (tests, tools). ``keep_fields`` /
+    ``needs_records``: what a stored part keeps of its rows (:meth:`stored`)."""
 
     def __init__(self, settings: Mapping[str, AdvanceTimeSettings], handles_adjust: bool = False,
                  keep_fields: Collection[str] | None = None,
-                 needs_records: Callable[["EventColumns"], bool] | None = None) -> None:
+                 needs_records: Callable[["EventColumns"], bool] | None = None,
+                 load: Callable[[int], EventColumns] | None = None) -> None:
         if any(s.frequency is not None for s in settings.values()):
             raise ConfigError("ColumnTimeLayer takes its CTIs from the caller: no frequency")
         self.settings = dict(settings)
@@ -393,9 +426,13 @@ class ColumnTimeLayer:
         #: the only fields anything reads of a released event (None: any field may be read)
         self.keep_fields = None if keep_fields is None else tuple(keep_fields)
         self.needs_records = needs_records
-        self.buffers = {name: ColumnBuffer(name, s.policy, handles_adjust) for name, s in self.settings.items()}
+        self.load = load
+        self.buffers = {name: ColumnBuffer(name, s.policy, handles_adjust, self) for name, s in self.settings.items()}
         self._cti = CTI_NONE
         self._pending = CTI_NONE
+        self.next_id = 0
+        self.created: list[Part] = []  # parts made since the last commit
+        self.dropped: list[int] = []   # ids of parts released since the last commit
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -406,6 +443,20 @@ class ColumnTimeLayer:
 
     def buffered(self) -> int:
         return sum(len(b) for b in self.buffers.values())
+
+    def new_part(self, cols: EventColumns) -> Part:
+        part = Part(self.next_id, int(cols.start.min()), len(cols), cols)
+        self.next_id += 1
+        self.created.append(part)
+        return part
+
+    def cols(self, part: Part) -> EventColumns:
+        """A part's rows (read from the store the first time they are needed)."""
+        if part.cols is None:
+            if self.load is None:
+                raise RuntimeError(f"part {part.id} of the time layer is not loaded and there is no store (a bug)")
+            part.cols = self.load(part.id)
+        return part.cols
 
     def offer_columns(self, cols: EventColumns) -> list[tuple[Event, list[Output]]]:
         """One stream's arriving rows (:meth:`ColumnBuffer.offer`)."""
@@ -432,45 +483,75 @@ class ColumnTimeLayer:
                 runs.append(got)
         return self._cti, runs
 
-    def snapshot(self) -> bytes:
-        """The layer as bytes. With ``keep_fields``, the buffered rows keep only those fields
-        (where their type can drop fields, :meth:`EventColumns.project`) — unless a row may
-        have all its fields read: ``needs_records`` says so (an operator's refusal or late
-        record — e.g. the binner's share of an ADJUSTed event — carries the whole record). The
-        buffer is most of a long CTI delay's state; what is not stored is not copied through
-        Spark's state server, store and changelog."""
-        buffers = {name: (b.cti, self._kept(b.held), [self._kept(a) for a in b.arrived])
-                   for name, b in self.buffers.items()}
-        return pickle.dumps(("columns", 2, self._cti, self._pending, buffers), protocol=5)
+    # -- state ------------------------------------------------------------------------------
+    def commit(self) -> tuple[list[Part], list[int]]:
+        """→ (the parts made since the last commit that are still held, the ids of stored parts
+        released since); both lists start again empty."""
+        held = {p.id for b in self.buffers.values() for p in b.parts}
+        made = [p for p in self.created if p.id in held]
+        made_ids = {p.id for p in self.created}
+        gone = [i for i in self.dropped if i not in made_ids]
+        self.created, self.dropped = [], []
+        return made, gone
 
-    def _kept(self, cols: EventColumns | None) -> EventColumns | None:
-        if cols is None or self.keep_fields is None or (self.needs_records is not None and self.needs_records(cols)):
+    def stored(self, part: Part) -> EventColumns:
+        """A part's rows as stored. With ``keep_fields``, only those fields (where their type can
+        drop fields, :meth:`EventColumns.project`) — unless a row may have all its fields read:
+        ``needs_records`` says so (an operator's refusal or late record — e.g. the binner's share
+        of an ADJUSTed event — carries the whole record). The buffer is most of a long CTI
+        delay's state; what is not stored is not copied through Spark's state server, store and
+        changelog."""
+        cols = self.cols(part)
+        if self.keep_fields is None or (self.needs_records is not None and self.needs_records(cols)):
             return cols
         return cols.project(self.keep_fields)
 
+    def index(self) -> tuple:
+        """The layer without its parts' rows (they are stored apart)."""
+        return ("columns", 3, self._cti, self._pending, self.next_id,
+                {name: (b.cti, [(p.id, p.lo, p.rows) for p in b.parts]) for name, b in self.buffers.items()})
+
+    def snapshot(self) -> bytes:
+        """The whole layer as bytes, parts' rows included (as :meth:`stored` keeps them)."""
+        parts = {p.id: self.stored(p) for b in self.buffers.values() for p in b.parts}
+        return pickle.dumps((self.index(), parts), protocol=5)
+
     @classmethod
-    def restore(cls, settings: Mapping[str, AdvanceTimeSettings], data: bytes, handles_adjust: bool = False,
+    def restore(cls, settings: Mapping[str, AdvanceTimeSettings], data, handles_adjust: bool = False,
                 keep_fields: Collection[str] | None = None,
-                needs_records: Callable[["EventColumns"], bool] | None = None) -> "ColumnTimeLayer":
-        """From :meth:`snapshot` bytes, or from the snapshot of an earlier layout: a one-stream
-        column layer's, or a row time layer's (state written before the layer kept columns)."""
-        layer = cls(settings, handles_adjust, keep_fields, needs_records)
-        got = pickle.loads(data)
-        if got[0] == "columns" and got[1] == 2:
-            _, _, layer._cti, layer._pending, buffers = got
-            for name, (cti, held, arrived) in buffers.items():
+                needs_records: Callable[["EventColumns"], bool] | None = None,
+                load: Callable[[int], EventColumns] | None = None) -> "ColumnTimeLayer":
+        """From an :meth:`index` (parts read with ``load`` when needed), a :meth:`snapshot`, or
+        the snapshot of an earlier layout: a column layer's of one or more streams, or a row time
+        layer's (state written before the layer kept columns). Rows of an earlier layout are
+        parts made now: the next :meth:`commit` lists them to be stored."""
+        layer = cls(settings, handles_adjust, keep_fields, needs_records, load)
+        got = pickle.loads(data) if isinstance(data, bytes) else data
+        parts: dict[int, EventColumns] = {}
+        if len(got) == 2 and isinstance(got[0], tuple):  # a snapshot: (index, parts)
+            got, parts = got
+        if got[0] == "columns" and got[1] == 3:
+            _, _, layer._cti, layer._pending, layer.next_id, buffers = got
+            for name, (cti, index) in buffers.items():
                 buffer = layer.buffers[name]
-                buffer.cti, buffer.held, buffer.arrived = cti, held, arrived
+                buffer.cti = cti
+                buffer.parts = [Part(i, lo, rows, parts.get(i)) for i, lo, rows in index]
+            return layer
+        if got[0] == "columns" and got[1] == 2:  # several streams, parts not apart (2026-11-27)
+            _, _, layer._cti, layer._pending, buffers = got
+            old = {name: (cti, [held, *arrived]) for name, (cti, held, arrived) in buffers.items()}
         elif got[0] == "columns":  # one stream (before 2026-11-27)
             (name,) = layer.buffers
             _, _, layer._cti, layer._pending, held, arrived = got
-            buffer = layer.buffers[name]
-            buffer.cti, buffer.held, buffer.arrived = layer._cti, held, arrived
+            old = {name: (layer._cti, [held, *arrived])}
         else:  # a row time layer's: (buffers, generators, own CTIs, pending, merged CTI)
             rows, _generators, _own, pending, layer._cti = got
             layer._pending = max(pending.values(), default=CTI_NONE)
-            for name, blob in rows.items():
-                layer.buffers[name].cti, layer.buffers[name].held = legacy_buffer(blob)
+            old = {name: (lambda cti, held: (cti, [held]))(*legacy_buffer(blob)) for name, blob in rows.items()}
+        for name, (cti, runs) in old.items():
+            buffer = layer.buffers[name]
+            buffer.cti = cti
+            buffer.parts = [layer.new_part(cols) for cols in runs if cols is not None and len(cols)]
         return layer
 
 

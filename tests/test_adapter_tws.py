@@ -226,17 +226,19 @@ def stored_header(t: TwsTester, key, layout: int) -> tuple[bytes, list[bytes]]:
 
 @pytest.mark.parametrize("layout", [3, 2])
 def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_on_a_replay(monkeypatch, layout):
-    """A reorder buffer of ~3,000 events makes a header far above PACK_BYTES (lowered to 8 KiB
-    here: the stored header is compressed, a few tens of KiB): it is stored in parts of at most
-    PACK_BYTES (a single large value is a G1 humongous object in the state server): in layout 3
-    as map entries -2, -3, … (the value names their count), in layout 2 in the ``header_parts``
-    list. The next batch, a replay after the store rolled back, and a worker that keeps no
-    chunks decoded release what the oracle says, batch by batch; once the buffer is flushed the
-    parts are gone."""
+    """A header above PACK_BYTES (lowered to 64 bytes here: the header is a few hundred bytes
+    now that the reorder buffer's ~3,000 events are stored apart, entries from PART_KEYS on) is
+    stored in parts of at most PACK_BYTES (a single large value — a reference join of many keys —
+    is a G1 humongous object in the state server): in layout 3 as map entries -2, -3, … (the
+    value names their count), in layout 2 in the ``header_parts`` list. The next batch, a replay
+    after the store rolled back, and a worker that keeps no chunks decoded release what the
+    oracle says, batch by batch; once the buffer is flushed its entries and the header's parts
+    are gone."""
     from jobs import rows
     from jobs.adapter import HEADER_IN_PARTS
+    from jobs.state.parts import PART_KEYS
 
-    PACK_BYTES = 8 * 1024
+    PACK_BYTES, real = 64, rows.PACK_BYTES
     monkeypatch.setattr(rows, "PACK_BYTES", PACK_BYTES)
 
     frames, _ = uneven_batches()
@@ -249,6 +251,8 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     value, parts = stored_header(t, 3, layout)
     assert value.startswith(HEADER_IN_PARTS) and len(parts) >= 2
     assert all(len(p) <= PACK_BYTES for p in parts)
+    entries = "state" if layout == 3 else "chunks"
+    assert any(k[0] >= PART_KEYS for k in t.peekMapState(entries, 3))  # the buffer, apart
     before = snapshot(t, 3, layout)
     second = t.testInPandas(3, frames[1])
     assert [r["id"] for _, r in results(second, topics)] == expected[1]
@@ -257,10 +261,12 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     assert [r["id"] for _, r in results(again, topics)] == expected[1]
     for b, frame in enumerate(frames):
         assert [r["id"] for _, r in results(cold.testInPandas(3, frame), topics)] == expected[b]
-    last = t.testInPandas(3, frames[2])  # the flush: nothing stays buffered, the parts are removed
+    monkeypatch.setattr(rows, "PACK_BYTES", real)  # the header fits one value again: its parts go
+    last = t.testInPandas(3, frames[2])  # the flush: nothing stays buffered, the buffer's entries are removed
     assert [r["id"] for _, r in results(last, topics)] == expected[2]
     value, parts = stored_header(t, 3, layout)
     assert not value.startswith(HEADER_IN_PARTS) and parts == []
+    assert not any(k[0] >= PART_KEYS for k in t.peekMapState(entries, 3))
 
 
 def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_other():
@@ -280,11 +286,11 @@ def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
 
     frames, _ = uneven_batches()
     t, _ = make_tester({"sources": [SLOW], "operators": PASS})
-    monkeypatch.setattr(rows, "PACK_BYTES", 4 * 1024)
+    monkeypatch.setattr(rows, "PACK_BYTES", 32)
     t.testInPandas(3, frames[0])
     _, many = stored_header(t, 3, 3)
-    monkeypatch.setattr(rows, "PACK_BYTES", 16 * 1024)
-    t.testInPandas(3, frames[1])  # the buffer is about as large, the parts four times as large
+    monkeypatch.setattr(rows, "PACK_BYTES", 128)
+    t.testInPandas(3, frames[1])  # the header is about as large, the parts four times as large
     value, fewer = stored_header(t, 3, 3)
     count = int.from_bytes(value[len(HEADER_IN_PARTS):len(HEADER_IN_PARTS) + 4], "little")
     assert 2 <= count == len(fewer) < len(many)
@@ -295,10 +301,13 @@ def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
 def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_loads():
     """The header goes to the state store as a zstd frame (HEADER_ZSTD, its sizes, the frame,
     the token); a checkpoint written before (a plain pickled header + token, in the value state
-    or in parts) loads as it is: the next batch releases what the oracle says."""
+    or in parts, the reorder buffer's rows in it as one column layer) loads as it is: the next
+    batch releases what the oracle says."""
     import pickle
 
     from jobs.adapter import HEADER_IN_PARTS, HEADER_ZSTD, WarmChunks, expanded
+    from jobs.state.parts import PART_KEYS
+    from operators.columns import EventColumns
 
     frames, _ = uneven_batches()
     expected = expected_releases()
@@ -308,10 +317,16 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     stored = b"".join(parts) if value.startswith(HEADER_IN_PARTS) else value
     assert stored.startswith(HEADER_ZSTD)
     header = expanded(stored)
-    pickle.loads(header)  # a whole pickled header came back
-    assert len(stored) < len(header) / 3  # 3,000 buffered events: far smaller stored
+    (index, _sizes), *rest = pickle.loads(header)  # a whole pickled header came back
     assert expanded(stored + b"t" * WarmChunks.TOKEN_BYTES) == header  # the token after the frame is ignored
     assert expanded(header) == header and expanded(None) is None
+    # the header as main wrote it before 2026-11-27: the buffer's rows in it (one column layer)
+    _, _, cti, pending, _, buffers = index
+    ((buffer_cti, parts),) = buffers.values()
+    entries = {k[0]: v[0] for k, v in t.peekMapState("state", 3).items()}
+    held = EventColumns.concat([pickle.loads(entries[PART_KEYS + i]) for i, _, _ in parts])
+    held = held.take(held.release_order())
+    header = pickle.dumps((pickle.dumps(("columns", 1, cti, pending, held, []), protocol=5), *rest), protocol=5)
     for old in ("in the value state", "in parts"):  # what the code before compression stored (layout 2)
         before, _ = make_tester({"sources": [SLOW], "operators": PASS}, 2)
         if old == "in parts":

@@ -46,8 +46,9 @@ def _columns(records: list[dict], first_offset: int) -> EventColumns:
 
 
 def _run(plan, batches: list[list[dict]]) -> tuple[list, list[int]]:
-    """Every result in emission order, and the header's size after each batch; the group is
-    restored from its committed header (and store) after every batch, as in Spark."""
+    """Every result in emission order, and the buffer's stored size (its parts) after each
+    batch; the group is restored from its committed header (and store) after every batch, as in
+    Spark."""
     rt, results, sizes, offset = GroupRuntime(plan), [], [], 0
     for b, records in enumerate(batches):
         cols = _columns(records, offset)
@@ -57,7 +58,7 @@ def _run(plan, batches: list[list[dict]]) -> tuple[list, list[int]]:
         out = rt.run_batch(got).outputs
         results += [(b, topic, o.role, o.record) for topic, o, _ in out]
         header = rt.commit()
-        sizes.append(len(header))
+        sizes.append(rt.parts.bytes)
         rt = GroupRuntime(plan, header=header, chunks=rt.chunks)
     return results, sizes
 
