@@ -11,7 +11,7 @@ LONG_BENCHES = ("soak",)
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
-                   trigger: int | None = None, minutes: float | None = None) -> None:
+                   trigger: int | None = None, minutes: float | None = None, cti_delay: bool = False) -> None:
     out = out or Console(width=200)
     names = BENCHES if which == "all" else (which,)
     for name in names:
@@ -47,11 +47,16 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             from bench.match_operator import main as match_main
 
             match_main(events)
+        elif name == "scale" and cti_delay:
+            from bench.state_scale import delay_main
+
+            delay_main(out)
         elif name == "scale":
-            from bench.state_scale import main as scale_main, spark_main as scale_spark
+            from bench.state_scale import delay_main, main as scale_main, spark_main as scale_spark
 
             scale_spark(out, per_batch=trigger or 200_000)
             scale_main(out)
+            delay_main(out)
         elif name == "peers":
             from bench.peers import main as peers_main
 

@@ -60,7 +60,7 @@ class Row:
     peak_rss_mb: float     # Spark: the job's process tree (JVM, Python workers), not the embedded broker (PSS)
     restart_s: float       # to the first completed batch after a restart
     chunks: float = 0.0    # Spark: mean chunks used (read or taken from the worker's cache) and written per batch
-    cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (jobs.adapter.WarmChunks)
+    cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (jobs.state.warm.WarmChunks)
 
     @property
     def rate(self) -> float:
@@ -158,6 +158,84 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
                       f"{r.rate / base:.2f}×", f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}",
                       f"{100 * r.state_share:.0f} %", f"{r.written / 1024:,.0f} KiB", f"{r.state_bytes / 2**20:,.1f} MiB",
                       f"{r.peak_rss_mb:,.0f}", f"{r.restart_s * 1000:,.0f}")
+    out.print(table)
+    return rows
+
+
+# -- the CTI delay: a batch's cost against how much the reorder buffer holds ---------------------------
+
+@dataclass
+class DelayRow:
+    delay_s: int
+    buffered: int          # events the reorder buffer held after the last measured batch
+    p50_ms: float
+    p99_ms: float
+    written: float         # bytes written to the state store per batch (header compressed, parts, chunks)
+    header: float          # the header's stored (compressed) bytes after a batch
+    state_bytes: int
+
+
+def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: int = 12, keys: int = 1_000,
+                  seed: int = 7) -> DelayRow:
+    """One key group at ``rate`` events/s of application time, a micro-batch every ``batch_s``
+    seconds of it, ``cti.delay`` = ``delay_s``: the buffer is filled first (``delay_s / batch_s``
+    batches), then ``batches`` are timed — restore the header, the batch, commit, the header
+    compressed as the adapter stores it. Events arrive up to 2 s out of order."""
+    from jobs.state.store import compressed, expanded
+
+    plan = replace(make_plan(parse({
+        "job": "delay", "kafka": {"bootstrap_servers": "x:1"},
+        "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
+                     "time_field": "event_time", "cti": {"delay": f"{delay_s}s"}}],
+        "operators": [{"kind": "count", "name": "per_account", "window": {"time": "1m"}, "output": "c"}]}, "delay")),
+        key_groups=1)
+    rng = random.Random(seed)
+    per_batch = rate * batch_s
+    fill = -(-delay_s // batch_s) + 1
+    store: dict = {}
+    stored = None
+    times, written, headers = [], [], []
+    i = 0
+    for b in range(fill + batches):
+        evs = []
+        for _ in range(per_batch):
+            t = T0 + i * 1000 // rate - rng.randrange(2000)
+            evs.append(_event(f"k{rng.randrange(keys):05d}", t, i, rng))
+            i += 1
+        got = GroupInput.of("tx", {0: evs}, [0])
+        started = time.perf_counter()
+        rt = GroupRuntime(plan, header=expanded(stored), chunks=store)
+        rt.run_batch(got)
+        raw = rt.commit()
+        stored = compressed(raw)
+        took = time.perf_counter() - started
+        if b >= fill:
+            times.append(took)
+            written.append(rt.counters.state_written - len(raw) + len(stored))
+            headers.append(len(stored))
+    state_bytes = rt.counters.state_bytes - len(raw) + len(stored)
+    buffered = rt.layer.buffered()
+    ordered = sorted(times)
+    return DelayRow(delay_s, buffered, statistics.median(ordered) * 1000,
+                    ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
+                    statistics.mean(written), statistics.mean(headers), state_bytes)
+
+
+def delay_main(out: Console | None = None, delays=(10, 60, 180, 600), rate: int = 2_000) -> list[DelayRow]:
+    """The ``--cti-delay`` table: one key group at a fixed rate, ``cti.delay`` from 10 s to 10
+    minutes; the baseline is the 10 s row of the same run (target: p50 batch within 1.2× of it)."""
+    out = out or Console(width=200)
+    rows = [measure_delay(d, rate) for d in delays]
+    table = Table(title=f"ctiflow bench scale --cti-delay: one key group, {rate:,} events/s of application time, "
+                        "a batch every 5 s of it, count per account (baseline: cti.delay 10 s)")
+    for col in ("cti.delay", "buffered events", "p50 batch ms", "vs 10 s", "p99 batch ms", "written/batch",
+                "header (stored)", "state bytes"):
+        table.add_column(col, justify="right")
+    base = rows[0].p50_ms
+    for r in rows:
+        table.add_row(f"{r.delay_s:,} s", f"{r.buffered:,}", f"{r.p50_ms:,.1f}", f"{r.p50_ms / base:.2f}×",
+                      f"{r.p99_ms:,.1f}", f"{r.written / 1024:,.0f} KiB", f"{r.header / 1024:,.1f} KiB",
+                      f"{r.state_bytes / 2**20:,.1f} MiB")
     out.print(table)
     return rows
 

@@ -77,7 +77,7 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
     a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; with
     a reorder buffer of 16,000 events or more (a 1 h CTI delay), whose header is stored in parts
-    (jobs.adapter.GroupState) when the first run stops; and in a checkpoint of state layout 2
+    (jobs.state.store.GroupState) when the first run stops; and in a checkpoint of state layout 2
     (three state variables, before 2026-11-26), which keeps its layout."""
     try:
         _restart(stack, spark, tmp_path, changelog, long_buffer, layout)

@@ -9,8 +9,8 @@ reorder buffer, CTI clocks, reference join, chunk index) is one value (the "head
 one in parts: :meth:`OperatorProcessor._store`), and the operators' keyed state is in chunks of
 about ``state.chunk_keys`` keys, of which a batch reads and writes only those it touches
 (:class:`jobs.runtime.GroupRuntime`); both live in the group's one ``MapState``
-(:class:`GroupState`). Chunks this worker committed and still holds decoded are used without a
-read (:class:`WarmChunks`).
+(:class:`jobs.state.store.GroupState`). Chunks this worker committed and still holds decoded are
+used without a read (:class:`jobs.state.warm.WarmChunks`).
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
@@ -36,205 +36,20 @@ group every batch.
 
 from __future__ import annotations
 
-import os
-import struct
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 
 import pandas as pd
-import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.avro_encode import ResultEncoder
-from jobs.checkpoint import STATE_LAYOUT
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
 from jobs.runtime import Counters, GroupRuntime, Plan, register_schemas
 from jobs.serde import AvroSerializer, registry_client
-
-_STATE = StructType([StructField("blob", BinaryType())])
-_CHUNK = StructType([StructField("chunk", IntegerType())])
-
-
-class ChunkStore:
-    """A key group's state chunks in Spark's state store (``MapState``: chunk number ≥ 0 →
-    bytes), shaped like the dict :class:`~jobs.runtime.GroupRuntime` keeps them in elsewhere. One
-    state call per chunk read or written; chunks nobody asks for are never read; entries under
-    negative numbers are not chunks (:class:`GroupState`)."""
-
-    def __init__(self, state):
-        self.state = state
-
-    def get(self, chunk: int) -> bytes | None:
-        row = self.state.getValue((chunk,))
-        return None if row is None else row[0]
-
-    def __setitem__(self, chunk: int, blob: bytes) -> None:
-        self.state.updateValue((chunk,), (blob,))
-
-    def __delitem__(self, chunk: int) -> None:
-        self.state.removeKey((chunk,))
-
-    def items(self):
-        return ((k[0], v[0]) for k, v in self.state.iterator() if k[0] >= 0)
-
-
-class GroupState:
-    """A key group's state in Spark's state store, layout 3 (:data:`jobs.checkpoint.STATE_LAYOUT`):
-    one ``MapState`` ("state") holds the chunks under their numbers (:class:`ChunkStore`), the
-    header's stored value under :data:`HEADER` and, when that value is
-    :data:`HEADER_IN_PARTS` + the count (uint32, little-endian), the header's parts under
-    ``HEADER − 1``, ``HEADER − 2``, ….
-
-    One state variable, not three: Spark's state server registers every state variable in every
-    task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 15 ms of
-    a key group's call a micro-batch for the two this layout drops (docs/performance.md, "One
-    state variable and no process starts")."""
-
-    HEADER = -1
-    NAME = "state"
-
-    def __init__(self, handle: StatefulProcessorHandle):
-        self.map = handle.getMapState(self.NAME, _CHUNK, _STATE)
-        self.chunks = ChunkStore(self.map)
-
-    def read(self) -> tuple[bytes | None, bytes | None]:
-        """→ (the header's stored value, the stored header: its parts joined when in parts)."""
-        row = self.map.getValue((self.HEADER,))
-        stored = None if row is None else row[0]
-        count = self._parts(stored)
-        if not count:
-            return stored, stored
-        return stored, b"".join(self.map.getValue((self.HEADER - 1 - i,))[0] for i in range(count))
-
-    def write(self, stored: bytes | None, header: bytes, seal) -> None:
-        """Store ``header`` (whole, or in parts of :data:`jobs.rows.PACK_BYTES`; parts of a
-        larger earlier header are removed) and ``seal(value)`` as the header's value."""
-        size = rows.PACK_BYTES
-        count = 0
-        if len(header) > size:
-            for count, at in enumerate(range(0, len(header), size), 1):
-                self.map.updateValue((self.HEADER - count,), (header[at:at + size],))
-            header = HEADER_IN_PARTS + _COUNT.pack(count)
-        for stale in range(count, self._parts(stored)):
-            self.map.removeKey((self.HEADER - 1 - stale,))
-        self.map.updateValue((self.HEADER,), (seal(header),))
-
-    @staticmethod
-    def _parts(stored: bytes | None) -> int:
-        if stored is None or not stored.startswith(HEADER_IN_PARTS):
-            return 0
-        return _COUNT.unpack_from(stored, len(HEADER_IN_PARTS))[0]
-
-
-class LegacyGroupState:
-    """Layout 2 (checkpoints written before 2026-11-26): the header's value in a ``ValueState``
-    ("header"), its parts in a ``ListState`` ("header_parts", the value then just
-    :data:`HEADER_IN_PARTS`), the chunks in a ``MapState`` ("chunks"). Such a checkpoint keeps
-    its layout: Spark's checkpoint records its state variables."""
-
-    def __init__(self, handle: StatefulProcessorHandle):
-        self.value = handle.getValueState("header", _STATE)
-        self.parts = handle.getListState("header_parts", _STATE)
-        self.chunks = ChunkStore(handle.getMapState("chunks", _CHUNK, _STATE))
-
-    def read(self) -> tuple[bytes | None, bytes | None]:
-        """(:meth:`GroupState.read`)"""
-        row = self.value.get()  # None before the group's first batch (one state call, not two)
-        stored = None if row is None else row[0]
-        if stored is not None and stored.startswith(HEADER_IN_PARTS):
-            return stored, b"".join(part for (part,) in self.parts.get())
-        return stored, stored
-
-    def write(self, stored: bytes | None, header: bytes, seal) -> None:
-        """(:meth:`GroupState.write`)"""
-        size = rows.PACK_BYTES
-        if len(header) > size:
-            self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])
-            header = HEADER_IN_PARTS
-        elif stored is not None and stored.startswith(HEADER_IN_PARTS):
-            self.parts.clear()
-        self.value.update((seal(header),))
-
-
-#: the state layouts this version reads (:data:`jobs.checkpoint.STATE_LAYOUT` is the one it writes)
-GROUP_STATES = {2: LegacyGroupState, 3: GroupState}
-
-
-class WarmChunks:
-    """Decoded state chunks kept in this Python worker between micro-batches, each entry proven
-    current by the header it was committed with.
-
-    Why by hand: no library caches objects against the version of Spark's state store. Every
-    commit appends a fresh random token to the header (:data:`TOKEN_BYTES`; ``pickle`` ignores
-    bytes after its stop opcode, so the header still loads as before); the chunks the call left
-    decoded are filed under that token. A later call whose header ends with the same token reads
-    the very state this worker committed — the store's chunks are those decoded objects' bytes —
-    so it uses them instead of reading and decoding them. Any other header (a replayed batch
-    restores the previous version; another worker ran the group since; another query) matches no
-    entry. An entry is taken out when used: a call that fails after mutating chunks leaves
-    nothing behind, and its retry reads the store. At most ``limit`` chunks are kept in the
-    process, least recently used go first: memory follows the limit, not the live keys."""
-
-    TOKEN_BYTES = 16
-
-    def __init__(self) -> None:
-        self.entries: OrderedDict[bytes, dict] = OrderedDict()
-
-    def take(self, header: bytes | None) -> dict:
-        """The decoded chunks committed with ``header`` (an empty dict if none are)."""
-        if header is None or len(header) <= self.TOKEN_BYTES:
-            return {}
-        return self.entries.pop(header[-self.TOKEN_BYTES:], {})
-
-    def put(self, header: bytes, chunks: dict, limit: int) -> bytes:
-        """File ``chunks`` (least recently used first) under a new token; → the header to store."""
-        token = os.urandom(self.TOKEN_BYTES)
-        if limit > 0 and chunks:
-            while len(chunks) > limit:
-                del chunks[next(iter(chunks))]
-            self.entries[token] = chunks
-            total = sum(len(c) for c in self.entries.values())
-            while total > limit:
-                _, oldest = self.entries.popitem(last=False)
-                total -= len(oldest)
-        return header + token
-
-
-#: this worker's (one per Python process; Spark reuses workers across micro-batches)
-_WARM = WarmChunks()
-#: the header value when the header is stored in parts (:class:`GroupState`; a pickled or
-#: compressed header never starts with this); the token follows, as after any header
-HEADER_IN_PARTS = b"ctiflow:header-in-parts"
-_COUNT = struct.Struct("<I")
-#: a compressed header starts with this, then its size and the zstd frame's (little-endian
-#: uint64 each), then the frame (the token follows, as after any header)
-HEADER_ZSTD = b"ctiflow:zstd"
-_SIZES = struct.Struct("<QQ")
-#: zstd level 3: a bins header (the reorder buffer: pickled NumPy columns and strings) shrinks
-#: 5-7x in a few ms a MB; every byte not stored is not copied by the state server, the state
-#: store's write batch, its changelog and memtable (measured: "After the compressed header",
-#: docs/performance.md)
-_ZSTD = pa.Codec("zstd", compression_level=3)
-
-
-def compressed(header: bytes) -> bytes:
-    """``header`` as the state store holds it: :data:`HEADER_ZSTD`, the sizes, a zstd frame."""
-    frame = _ZSTD.compress(header, asbytes=True)
-    return HEADER_ZSTD + _SIZES.pack(len(header), len(frame)) + frame
-
-
-def expanded(stored: bytes | None) -> bytes | None:
-    """The header of a stored value (:func:`compressed`, or a pickled header as written before
-    2026-11-26, returned as it is); bytes after the frame (the token) are ignored."""
-    if stored is None or not stored.startswith(HEADER_ZSTD):
-        return stored
-    at = len(HEADER_ZSTD) + _SIZES.size
-    size, length = _SIZES.unpack_from(stored, len(HEADER_ZSTD))
-    return _ZSTD.decompress(memoryview(stored)[at:at + length], decompressed_size=size, asbytes=True)
+from jobs.state.store import LAYOUTS, STATE_LAYOUT, compressed, expanded
+from jobs.state.warm import WARM
 
 
 def _field_decoder(options: dict[str, str]):
@@ -260,8 +75,8 @@ def _field_decoder(options: dict[str, str]):
 class OperatorProcessor(StatefulProcessor):
     def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
                  sources: dict[str, dict[str, str]] | None = None, state_layout: int = STATE_LAYOUT):
-        if state_layout not in GROUP_STATES:
-            raise ValueError(f"state layout {state_layout}: this ctiflow reads {sorted(GROUP_STATES)}")
+        if state_layout not in LAYOUTS:
+            raise ValueError(f"state layout {state_layout}: this ctiflow reads {sorted(LAYOUTS)}")
         self.plan = plan
         self.state_layout = state_layout     # the checkpoint's (jobs.checkpoint.state_layout)
         self.topic_schemas = topics          # topic → schema name
@@ -272,7 +87,7 @@ class OperatorProcessor(StatefulProcessor):
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.group = GROUP_STATES[self.state_layout](handle)
+        self.group = LAYOUTS[self.state_layout](handle)
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
         register_schemas(self.plan.schemas)  # an executor's store has only the files: add the derived ones
         self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
@@ -318,7 +133,7 @@ class OperatorProcessor(StatefulProcessor):
         started = time.perf_counter()
         header = expanded(header)
         expanding = time.perf_counter() - started
-        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=_WARM.take(stored), batched=True)
+        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=WARM.take(stored), batched=True)
         runtime.counters.state_us += int(expanding * 1e6)
         return stored, runtime
 
@@ -335,7 +150,7 @@ class OperatorProcessor(StatefulProcessor):
         counters.state_written += len(header) - len(raw)
         counters.state_bytes += len(header) - len(raw)
         warm = runtime.still_warm()
-        self.group.write(stored, header, lambda value: _WARM.put(value, warm, self.plan.cache_chunks))
+        self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded (:class:`jobs.avro_encode.ResultEncoder`) and packed per

@@ -21,16 +21,13 @@ import mmh3
 
 from jobs.config import JobConfig
 from jobs.counters import is_gauge, merge
+from jobs.state.store import LAYOUTS, STATE_LAYOUT
 from operators.errors import ConfigError
 
 
-#: How a key group's state is laid out in Spark's state store, the layout new checkpoints get:
-#: 3 is one ``MapState`` holding the header and the key chunks (:class:`jobs.adapter.GroupState`);
-#: 2 (still read) a header ``ValueState``, its parts' ``ListState`` and a ``MapState`` of key chunks;
-#: before 2 (no entry), one blob (refused).
-STATE_LAYOUT = 3
-#: the layouts this version reads; a checkpoint keeps the layout it was started with
-STATE_LAYOUTS_READ = (2, 3)
+#: the layouts this version reads (:data:`jobs.state.store.LAYOUTS`); a checkpoint keeps the
+#: layout it was started with
+STATE_LAYOUTS_READ = tuple(LAYOUTS)
 
 
 def check_key_groups(groups: int, checkpoint: Path) -> dict | None:

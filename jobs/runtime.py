@@ -300,7 +300,7 @@ class GroupRuntime:
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
-    :class:`jobs.adapter.WarmChunks`); a chunk found there is used instead of read and decoded.
+    :class:`jobs.state.warm.WarmChunks`); a chunk found there is used instead of read and decoded.
     The runtime takes them over: they are mutated by the call, and :meth:`still_warm` says which
     chunks are current after :meth:`commit`. ``batched``: records an operator returns as an
     :class:`~operators.events.OutputBatch` stay one (the job's bulk encoder takes them); else

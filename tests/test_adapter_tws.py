@@ -13,7 +13,7 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql.streaming import TwsTester  # noqa: E402
 
 from jobs.adapter import OperatorProcessor  # noqa: E402
-from jobs.checkpoint import STATE_LAYOUT  # noqa: E402
+from jobs.state.store import STATE_LAYOUT  # noqa: E402
 from jobs.config import parse  # noqa: E402
 from jobs.rows import pack_events  # noqa: E402
 from jobs.runtime import plan  # noqa: E402
@@ -141,7 +141,7 @@ def count_batch(first: int, n: int, t0: int) -> pd.DataFrame:
 
 @pytest.mark.parametrize("layout", [3, 2])
 def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_replay_reads_the_store(layout):
-    """jobs.adapter.WarmChunks: a batch after a commit of this worker takes its chunks decoded
+    """jobs.state.warm.WarmChunks: a batch after a commit of this worker takes its chunks decoded
     (no state-store read); a replay of that batch after the store rolled back must not see the
     chunks the first attempt changed (a count per key would count its events twice)."""
     t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY}, layout)
@@ -235,7 +235,7 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     oracle says, batch by batch; once the buffer is flushed its entries and the header's parts
     are gone."""
     from jobs import rows
-    from jobs.adapter import HEADER_IN_PARTS
+    from jobs.state.store import HEADER_IN_PARTS
     from jobs.state.parts import PART_KEYS
 
     PACK_BYTES, real = 64, rows.PACK_BYTES
@@ -270,7 +270,7 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
 
 
 def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_other():
-    from jobs.adapter import GROUP_STATES
+    from jobs.state.store import LAYOUTS as GROUP_STATES
     from jobs.checkpoint import STATE_LAYOUTS_READ
 
     assert sorted(GROUP_STATES) == sorted(STATE_LAYOUTS_READ) and STATE_LAYOUT in GROUP_STATES
@@ -282,7 +282,7 @@ def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
     """Layout 3: parts beyond the count the value names are removed when a header shrinks, and
     a header read joins exactly the parts the value names."""
     from jobs import rows
-    from jobs.adapter import HEADER_IN_PARTS, GroupState
+    from jobs.state.store import HEADER_IN_PARTS, GroupState
 
     frames, _ = uneven_batches()
     t, _ = make_tester({"sources": [SLOW], "operators": PASS})
@@ -305,7 +305,8 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     batch releases what the oracle says."""
     import pickle
 
-    from jobs.adapter import HEADER_IN_PARTS, HEADER_ZSTD, WarmChunks, expanded
+    from jobs.state.store import HEADER_IN_PARTS, HEADER_ZSTD, expanded
+    from jobs.state.warm import WarmChunks
     from jobs.state.parts import PART_KEYS
     from operators.columns import EventColumns
 
@@ -324,7 +325,7 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     _, _, cti, pending, _, buffers = index
     ((buffer_cti, parts),) = buffers.values()
     entries = {k[0]: v[0] for k, v in t.peekMapState("state", 3).items()}
-    held = EventColumns.concat([pickle.loads(entries[PART_KEYS + i]) for i, _, _ in parts])
+    held = EventColumns.concat([pickle.loads(expanded(entries[PART_KEYS + i])) for i, _, _ in parts])
     held = held.take(held.release_order())
     header = pickle.dumps((pickle.dumps(("columns", 1, cti, pending, held, []), protocol=5), *rest), protocol=5)
     for old in ("in the value state", "in parts"):  # what the code before compression stored (layout 2)

@@ -11,3 +11,15 @@ def test_the_scale_bench_builds_its_live_keys_and_prints_a_row_each():
     assert [(r.operator, r.live_keys) for r in rows] == [
         ("identity", 0), ("count", 500), ("count", 3000), ("match", 500), ("match", 3000), ("bins", 500), ("bins", 3000)]
     assert all(r.events == 600 and r.written > 0 for r in rows[1:])
+
+
+def test_the_cti_delay_table_holds_what_each_delay_holds_back_and_stores_the_buffer_apart():
+    """The buffer holds about rate × delay events (give or take the batch and 2 s of disorder),
+    and the stored header stays small however much it holds: the buffer is stored in parts."""
+    from bench.state_scale import delay_main
+
+    rows = delay_main(Console(file=open("/dev/null", "w")), delays=(2, 20), rate=200)
+    assert [r.delay_s for r in rows] == [2, 20]
+    for r in rows:
+        assert r.delay_s * 100 <= r.buffered <= (r.delay_s + 8) * 200
+    assert rows[1].buffered > 5 * rows[0].buffered and rows[1].header < 2 * rows[0].header

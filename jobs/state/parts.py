@@ -5,8 +5,9 @@ key group's header, every micro-batch would read and write all of it (≈ 15 MiB
 6-minute delay and 500 events/s). Instead each :class:`operators.columns.Part` (the rows one
 batch admitted, or what a release left of them; never changed once made) is one entry of the
 group's state under :data:`PART_KEYS` + its id: a batch writes the parts it made and deletes
-the parts it released, and reads a part only when a release reaches it. The header keeps the
-layer's index (CTIs, parts by id, ``lo``, rows) and each stored part's size.
+the parts it released, and reads a part only when a release reaches it; a part is stored
+compressed (:mod:`jobs.state.codec`). The header keeps the layer's index (CTIs, parts by id,
+``lo``, rows) and each stored part's size.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import MutableMapping
 
+from jobs.state.codec import compressed, expanded
 from operators.columns import ColumnTimeLayer, EventColumns
 
 #: A part's entry number in the group's state: chunks are numbered from 0, parts from here
@@ -38,7 +40,7 @@ class StoredParts:
         blob = self.store.get(PART_KEYS + part)
         if blob is None:
             raise RuntimeError(f"part {part} of the time layer is missing from the state store (a bug)")
-        return pickle.loads(blob)
+        return pickle.loads(expanded(blob))
 
     @property
     def bytes(self) -> int:
@@ -50,7 +52,7 @@ class StoredParts:
         made, gone = layer.commit()
         written = 0
         for part in made:
-            blob = pickle.dumps(layer.stored(part), protocol=5)
+            blob = compressed(pickle.dumps(layer.stored(part), protocol=5))
             self.store[PART_KEYS + part.id] = blob
             self.sizes[part.id] = len(blob)
             written += len(blob)

@@ -1,0 +1,34 @@
+"""How state values are compressed: a zstd frame behind a marker and the sizes.
+
+zstd level 3: a header or a reorder buffer's part (pickled NumPy columns and strings) shrinks
+5-7x in a few ms a MB; every byte not stored is not copied by the state server, the state
+store's write batch, its changelog and memtable (measured: "After the compressed header",
+docs/performance.md)."""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+
+#: a compressed header starts with this, then its size and the zstd frame's (little-endian
+#: uint64 each), then the frame (the token follows, as after any header)
+HEADER_ZSTD = b"ctiflow:zstd"
+_SIZES = struct.Struct("<QQ")
+_ZSTD = pa.Codec("zstd", compression_level=3)
+
+
+def compressed(header: bytes) -> bytes:
+    """``header`` as the state store holds it: :data:`HEADER_ZSTD`, the sizes, a zstd frame."""
+    frame = _ZSTD.compress(header, asbytes=True)
+    return HEADER_ZSTD + _SIZES.pack(len(header), len(frame)) + frame
+
+
+def expanded(stored: bytes | None) -> bytes | None:
+    """The header of a stored value (:func:`compressed`, or a pickled header as written before
+    2026-11-26, returned as it is); bytes after the frame (the token) are ignored."""
+    if stored is None or not stored.startswith(HEADER_ZSTD):
+        return stored
+    at = len(HEADER_ZSTD) + _SIZES.size
+    size, length = _SIZES.unpack_from(stored, len(HEADER_ZSTD))
+    return _ZSTD.decompress(memoryview(stored)[at:at + length], decompressed_size=size, asbytes=True)

@@ -1,0 +1,147 @@
+"""A key group's state in Spark's state store: the layouts (one table, :data:`LAYOUTS`), the
+header's compression and its parts.
+
+A group's state is entries of numbers → bytes: keyed-state chunks from 0
+(:mod:`jobs.runtime`), the time layer's parts from :data:`jobs.state.parts.PART_KEYS`, the
+header under :attr:`GroupState.HEADER` and its parts below it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from jobs.state.codec import HEADER_ZSTD, compressed, expanded  # noqa: F401 - the header's codec
+from jobs.state.parts import is_chunk
+
+#: How a key group's state is laid out in Spark's state store, the layout new checkpoints get
+#: (:class:`GroupState`); a checkpoint keeps the layout it was started with.
+STATE_LAYOUT = 3
+
+
+def _schemas():
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    return StructType([StructField("chunk", IntegerType())]), StructType([StructField("blob", BinaryType())])
+
+
+class ChunkStore:
+    """A key group's state entries in Spark's state store (``MapState``: entry number ≥ 0 →
+    bytes: chunks and parts), shaped like the dict :class:`~jobs.runtime.GroupRuntime` keeps
+    them in elsewhere. One state call per entry read or written; entries nobody asks for are
+    never read; entries under negative numbers are the header's (:class:`GroupState`)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def get(self, chunk: int) -> bytes | None:
+        row = self.state.getValue((chunk,))
+        return None if row is None else row[0]
+
+    def __setitem__(self, chunk: int, blob: bytes) -> None:
+        self.state.updateValue((chunk,), (blob,))
+
+    def __delitem__(self, chunk: int) -> None:
+        self.state.removeKey((chunk,))
+
+    def items(self):
+        return ((k[0], v[0]) for k, v in self.state.iterator() if k[0] >= 0)
+
+    def chunks(self):
+        """The keyed-state chunks among the entries (``(number, bytes)``)."""
+        return ((k, v) for k, v in self.items() if is_chunk(k))
+
+
+class GroupState:
+    """A key group's state in Spark's state store, layout 3 (:data:`STATE_LAYOUT`):
+    one ``MapState`` ("state") holds the chunks under their numbers (:class:`ChunkStore`), the
+    header's stored value under :data:`HEADER` and, when that value is
+    :data:`HEADER_IN_PARTS` + the count (uint32, little-endian), the header's parts under
+    ``HEADER − 1``, ``HEADER − 2``, ….
+
+    One state variable, not three: Spark's state server registers every state variable in every
+    task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 15 ms of
+    a key group's call a micro-batch for the two this layout drops (docs/performance.md, "One
+    state variable and no process starts")."""
+
+    HEADER = -1
+    NAME = "state"
+
+    def __init__(self, handle):
+        self.map = handle.getMapState(self.NAME, *_schemas())
+        self.chunks = ChunkStore(self.map)
+
+    def read(self) -> tuple[bytes | None, bytes | None]:
+        """→ (the header's stored value, the stored header: its parts joined when in parts)."""
+        row = self.map.getValue((self.HEADER,))
+        stored = None if row is None else row[0]
+        count = self._parts(stored)
+        if not count:
+            return stored, stored
+        return stored, b"".join(self.map.getValue((self.HEADER - 1 - i,))[0] for i in range(count))
+
+    def write(self, stored: bytes | None, header: bytes, seal) -> None:
+        """Store ``header`` (whole, or in parts of :data:`jobs.rows.PACK_BYTES`; parts of a
+        larger earlier header are removed) and ``seal(value)`` as the header's value."""
+        from jobs import rows  # (pyspark: not when the driver only reads the layout table)
+
+        size = rows.PACK_BYTES
+        count = 0
+        if len(header) > size:
+            for count, at in enumerate(range(0, len(header), size), 1):
+                self.map.updateValue((self.HEADER - count,), (header[at:at + size],))
+            header = HEADER_IN_PARTS + _COUNT.pack(count)
+        for stale in range(count, self._parts(stored)):
+            self.map.removeKey((self.HEADER - 1 - stale,))
+        self.map.updateValue((self.HEADER,), (seal(header),))
+
+    @staticmethod
+    def _parts(stored: bytes | None) -> int:
+        if stored is None or not stored.startswith(HEADER_IN_PARTS):
+            return 0
+        return _COUNT.unpack_from(stored, len(HEADER_IN_PARTS))[0]
+
+
+class LegacyGroupState:
+    """Layout 2 (checkpoints written before 2026-11-26): the header's value in a ``ValueState``
+    ("header"), its parts in a ``ListState`` ("header_parts", the value then just
+    :data:`HEADER_IN_PARTS`), the chunks in a ``MapState`` ("chunks"). Such a checkpoint keeps
+    its layout: Spark's checkpoint records its state variables."""
+
+    def __init__(self, handle):
+        key, value = _schemas()
+        self.value = handle.getValueState("header", value)
+        self.parts = handle.getListState("header_parts", value)
+        self.chunks = ChunkStore(handle.getMapState("chunks", key, value))
+
+    def read(self) -> tuple[bytes | None, bytes | None]:
+        """(:meth:`GroupState.read`)"""
+        row = self.value.get()  # None before the group's first batch (one state call, not two)
+        stored = None if row is None else row[0]
+        if stored is not None and stored.startswith(HEADER_IN_PARTS):
+            return stored, b"".join(part for (part,) in self.parts.get())
+        return stored, stored
+
+    def write(self, stored: bytes | None, header: bytes, seal) -> None:
+        """(:meth:`GroupState.write`)"""
+        from jobs import rows  # (pyspark: not when the driver only reads the layout table)
+
+        size = rows.PACK_BYTES
+        if len(header) > size:
+            self.parts.put([(header[at:at + size],) for at in range(0, len(header), size)])
+            header = HEADER_IN_PARTS
+        elif stored is not None and stored.startswith(HEADER_IN_PARTS):
+            self.parts.clear()
+        self.value.update((seal(header),))
+
+
+#: The state layouts this version reads (:data:`STATE_LAYOUT` is the one it writes): 3 is one
+#: ``MapState`` holding the header, the key chunks and the time layer's parts; 2 a header
+#: ``ValueState``, its parts' ``ListState`` and a ``MapState`` of the other entries; before 2
+#: (no entry in ``ctiflow-groups.json``), one blob (refused, :mod:`jobs.checkpoint`).
+LAYOUTS = {2: LegacyGroupState, 3: GroupState}
+
+
+#: the header value when the header is stored in parts (:class:`GroupState`; a pickled or
+#: compressed header never starts with this); the token follows, as after any header
+HEADER_IN_PARTS = b"ctiflow:header-in-parts"
+_COUNT = struct.Struct("<I")
