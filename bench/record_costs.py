@@ -68,7 +68,8 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
 
     from jobs.avro_encode import ResultEncoder
     from jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
-    from jobs.runtime import Counters, GroupRuntime, plan as make_plan
+    from jobs.counters import Counters
+    from jobs.runtime import GroupRuntime, plan as make_plan
     from jobs.serde import AvroSerializer
     from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
     from jobs.source import RecordDecoder

@@ -33,7 +33,7 @@ class Figures:
     p99_ms: float
     first_batch_ms: float
     peak_rss_mb: float
-    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (jobs.runtime.Counters), summed
+    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (jobs.counters.Counters), summed
 
     @property
     def rate(self) -> float:

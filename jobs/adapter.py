@@ -46,7 +46,8 @@ from jobs import rows
 from jobs.alloc import cyclic_gc_paused
 from jobs.avro_encode import ResultEncoder
 from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
-from jobs.runtime import Counters, GroupRuntime, Plan, register_schemas
+from jobs.counters import Counters
+from jobs.runtime import GroupRuntime, Plan, register_schemas
 from jobs.serde import AvroSerializer, registry_client
 from jobs.state.store import LAYOUTS, STATE_LAYOUT, compressed, expanded
 from jobs.state.warm import WARM

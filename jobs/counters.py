@@ -1,6 +1,6 @@
 """The one table of what a job counts: each counter's name, how it adds up, its labels, its
 Prometheus family and its help text. Key groups report counters as a flat ``name → int`` dict
-(:meth:`jobs.runtime.Counters.metrics`), the sink adds what it wrote, the progress file keeps one
+(:meth:`Counters.metrics`), the sink adds what it wrote, the progress file keeps one
 line per micro-batch; :func:`merge` adds them up, progress lines and warnings read them
 (:mod:`jobs.progress`), :mod:`jobs.metrics` exposes them, ``ctiflow status`` reads them back and
 the alert rules (``deploy/prometheus/alerts.yml``) name them — all from this table (a test checks
@@ -14,8 +14,10 @@ builds it and only :func:`split` takes it apart.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+
+from operators.events import CTI_NONE
 
 
 class Kind(str, Enum):
@@ -174,3 +176,54 @@ def all_metric_names() -> set[str]:
     for c in TABLE:
         names.update(n for n in (c.metric, c.lag) if n is not None)
     return names
+
+
+@dataclass
+class Counters:
+    """What one key group did in one call; the sink sums them per micro-batch (progress file).
+    Every field is a counter of :data:`TABLE` (a test keeps them the same).
+
+    Balance, for every stream together: ``received = released + late + dead_letter + buffered``
+    (``buffered``: admitted, waiting for a CTI; 0 after the final CTI)."""
+
+    received: int = 0
+    released: int = 0
+    late: int = 0
+    late_records: int = 0
+    dead_letter: int = 0
+    refused: int = 0
+    outputs: int = 0
+    expired_keys: int = 0
+    cti: int = CTI_NONE     # after the call
+    state_bytes: int = 0    # after the call (committed)
+    live_keys: int = 0      # after the call
+    state_written: int = 0
+    chunks_loaded: int = 0
+    chunks_cached: int = 0
+    state_us: int = 0
+    python_us: int = 0
+    by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
+    #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
+    partitions: dict = field(default_factory=dict)
+    ops: dict = field(default_factory=dict)
+
+    def count(self, stream: str, partition: int, late: bool) -> None:
+        slot = self.by_partition.get((stream, partition))  # per event: no string built here
+        if slot is None:
+            slot = self.by_partition[(stream, partition)] = [0, 0]
+        slot[0] += 1
+        slot[1] += late
+
+    def metrics(self) -> dict[str, int]:
+        """Flat ``name → int`` (what the sink adds up: :func:`merge`)."""
+        out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops")}
+        for (stream, partition), (received, late) in self.by_partition.items():
+            out[key("received", stream, partition)] = received
+            out[key("late", stream, partition)] = late
+        for (stream, partition), (cti, idle) in self.partitions.items():
+            out[key("cti", stream, partition)] = cti
+            out[key("idle", stream, partition)] = idle
+        for name, (size, keys) in self.ops.items():
+            out[key("state_bytes", name)] = size
+            out[key("live_keys", name)] = keys
+        return out

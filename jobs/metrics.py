@@ -1,7 +1,7 @@
 """A running job's Prometheus metrics, served by its driver process (``metrics.port``).
 
 What the driver knows after each micro-batch — the job's counters summed over its key groups
-(:class:`jobs.runtime.Counters`, through the progress file) and Spark's progress of the batch —
+(:class:`jobs.counters.Counters`, through the progress file) and Spark's progress of the batch —
 is exposed through ``prometheus_client`` (its HTTP server, in a daemon thread): nothing on the
 data path calls into it. Names follow Prometheus's conventions: the unit in the name, ``_total``
 for counters, labels of low cardinality only (job, stream, partition, operator, topic, stage;

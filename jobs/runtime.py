@@ -8,25 +8,24 @@ outputs. Keeping this pure lets the tests drive exactly what runs in Spark.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import pickle
 import time
-import zlib
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from jobs import rows
 from jobs.config import JobConfig, State
-from jobs.counters import key
+from jobs.counters import Counters
 from jobs.fields import check_fields
 from jobs.recognize import derived_schemas, operator_of
 from jobs.serde import default_store
-from jobs.state.parts import StoredParts, is_chunk
+from jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
+from jobs.state.parts import StoredParts
 from operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
 from operators.errors import EventRejected, StateError
 from operators.events import OutputBatch
@@ -161,57 +160,6 @@ def enriched_record(r: dict) -> dict:
 
 
 @dataclass
-class Counters:
-    """What one key group did in one call; the sink sums them per micro-batch (progress file).
-    Every field is a counter of :data:`jobs.counters.TABLE` (a test keeps them the same).
-
-    Balance, for every stream together: ``received = released + late + dead_letter + buffered``
-    (``buffered``: admitted, waiting for a CTI; 0 after the final CTI)."""
-
-    received: int = 0
-    released: int = 0
-    late: int = 0
-    late_records: int = 0
-    dead_letter: int = 0
-    refused: int = 0
-    outputs: int = 0
-    expired_keys: int = 0
-    cti: int = CTI_NONE     # after the call
-    state_bytes: int = 0    # after the call (committed)
-    live_keys: int = 0      # after the call
-    state_written: int = 0
-    chunks_loaded: int = 0
-    chunks_cached: int = 0
-    state_us: int = 0
-    python_us: int = 0
-    by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
-    #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
-    partitions: dict = field(default_factory=dict)
-    ops: dict = field(default_factory=dict)
-
-    def count(self, stream: str, partition: int, late: bool) -> None:
-        slot = self.by_partition.get((stream, partition))  # per event: no string built here
-        if slot is None:
-            slot = self.by_partition[(stream, partition)] = [0, 0]
-        slot[0] += 1
-        slot[1] += late
-
-    def metrics(self) -> dict[str, int]:
-        """Flat ``name → int`` (:mod:`jobs.counters`: what the sink adds up)."""
-        out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops")}
-        for (stream, partition), (received, late) in self.by_partition.items():
-            out[key("received", stream, partition)] = received
-            out[key("late", stream, partition)] = late
-        for (stream, partition), (cti, idle) in self.partitions.items():
-            out[key("cti", stream, partition)] = cti
-            out[key("idle", stream, partition)] = idle
-        for name, (size, keys) in self.ops.items():
-            out[key("state_bytes", name)] = size
-            out[key("live_keys", name)] = keys
-        return out
-
-
-@dataclass
 class BatchResult:
     """What :meth:`GroupRuntime.run_batch` produced: result records ``(topic, Output |
     OutputBatch, Kafka key)`` in output order, the dead letters of undecodable input records,
@@ -222,327 +170,264 @@ class BatchResult:
     counters: Counters
 
 
-_STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
-              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
-              "or run the ctiflow version and job file that wrote it")
-
-
-@contextlib.contextmanager
-def _restoring(what: str):
-    """A snapshot that does not restore is a :class:`StateError` naming its owner and the fix."""
-    try:
-        yield
-    except StateError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure to rebuild state from bytes means the same
-        raise StateError(f"{what}: its state in the checkpoint does not restore ({type(exc).__name__}: {exc}); "
-                         f"{_STATE_FIX}") from exc
-
-
-_FIRST = itemgetter(0)
 _STREAM = attrgetter("stream")
 
 #: Snapshot layout (``GroupRuntime.snapshot``); bumped when the layout changes.
 _LAYOUT = 2
 
 
-def chunk_hash(key: str, groups: int) -> int:
-    """What addresses ``key``'s chunk within its key group: ``crc32(key) mod groups`` picks the
-    group, the quotient the chunk (:meth:`GroupRuntime.address`)."""
-    return zlib.crc32(key.encode()) // groups
+class Clocks:
+    """Each stream's per-partition CTIs (:class:`operators.time.PartitionCtis`), as every key
+    group learns them from the frontier and control rows."""
+
+    def __init__(self, streams: dict[str, PartitionCtis]) -> None:
+        self.streams = streams
+
+    def snapshot(self) -> dict:
+        return {name: c.snapshot() for name, c in self.streams.items()}
+
+    def cti(self, streams: tuple[str, ...]) -> int:
+        """Per stream the min over its non-idle partitions of ``largest start − delay``, then
+        the min over ``streams`` (:func:`operators.time.combined_cti`)."""
+        for name in streams:
+            self.streams[name].advance()
+        return combined_cti({n: self.streams[n] for n in streams})
+
+    def gauges(self) -> dict:
+        """``(stream, partition) → (the partition's CTI, idle 0/1)`` (CTI: its frontier − the stream's delay)."""
+        out = {}
+        for stream, clock in self.streams.items():
+            for p in sorted(clock.partitions | set(clock.frontier)):
+                frontier = clock.frontier.get(p)
+                out[(stream, p)] = (CTI_NONE if frontier is None else frontier - clock.delay, int(p in clock.idle))
+        return out
 
 
-class Chunk:
-    """The operators' state of the keys of one chunk of a key group (and their key-TTL clocks).
+class Router:
+    """Where each record goes: ``(topic, Output | OutputBatch, Kafka key)`` onto a call's output
+    list. ``batched``: an operator's :class:`OutputBatch` stays one (the job's bulk encoder
+    takes it), else it comes one :class:`Output` per record."""
 
-    ``cti`` is the CTI its operators were last advanced to: a chunk nothing was due in is left
-    as bytes for as many micro-batches as it stays so, and is caught up (``advance_to`` the CTI
-    the group's operators are at) before it next sees events. ``stored``: its size in the store
-    when it was read, ``(bytes, keys, per operator (bytes, keys))`` (the header keeps the totals;
-    the operators' part is ``()`` for a chunk not stored yet)."""
+    def __init__(self, plan: Plan, counters: Counters, batched: bool) -> None:
+        self.plan, self.counters, self.batched = plan, counters, batched
 
-    __slots__ = ("ops", "last_seen", "cti", "stored")
+    def topic(self, spec: OperatorSpec, role: str) -> str:
+        """Where an operator's output role goes: its configured topic, or the job's late topic
+        for ``late`` (e.g. a bin's share that arrived after the bin was final). Any other role
+        is a bug in ctiflow: it fails the batch, it is never written somewhere by default."""
+        topic = spec.topics.get(role)
+        if topic is not None:
+            return topic
+        if role == "late":
+            return self.plan.late_topic
+        raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} that has "
+                           f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
 
-    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ())):
-        self.ops = ops
-        self.last_seen = last_seen
-        self.cti = cti
-        self.stored = stored
+    def record(self, spec: OperatorSpec, o: Output, event_key: str | None) -> tuple:
+        """``(topic, record, Kafka key)`` of one operator output. Role ``dead_letter`` is a
+        result the operator refused (a match whose measure failed on its rows): ``{"error",
+        "value"}`` becomes a dead-letter record of the job's input stream (no one partition or
+        offset: ``-1``), its value the rows as JSON."""
+        if o.role != "dead_letter":
+            return (self.topic(spec, o.role), o, _kafka_key(o, event_key))
+        key = o.key if o.key is not None else event_key
+        record = rows.dead_letter(self.plan.topics.get(self.plan.fast, self.plan.fast), -1, -1,
+                                  None if key is None else str(key).encode(),
+                                  json.dumps(o.record["value"], default=str).encode(),
+                                  f"operator {spec.name}: {o.record['error']}", stage="operator")
+        return (self.plan.dead_letter_topic, Output("dead_letter", record), key)
 
-    def due(self, ttl: int | None) -> int:
-        """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
-        due = min(op.next_due() for op in self.ops)
-        if ttl is not None and self.last_seen:
-            due = min(due, min(self.last_seen.values()) + ttl + 1)
-        return due
+    def batch(self, spec: OperatorSpec, batch: OutputBatch, out: list) -> None:
+        if self.batched:
+            out.append((self.topic(spec, batch.role), batch, None))
+        else:
+            out.extend(self.record(spec, o, None) for o in batch.outputs())
 
-    def live_keys(self) -> set[str]:
-        keys = set(self.last_seen)
-        for op in self.ops:
-            keys |= op.live_keys()
-        return keys
+    def advanced(self, spec: OperatorSpec, items: list, out: list) -> None:
+        """What ``advance_to`` returned."""
+        for item in items:
+            if type(item) is OutputBatch:
+                self.batch(spec, item, out)
+            else:
+                out.append(self.record(spec, item, None))
+
+    def processed(self, spec: OperatorSpec, cols: EventColumns, results: list[tuple[int, Any]], out: list) -> None:
+        """A ``process_columns`` result: records routed; a refused event (e.g. a measure the
+        binner cannot prorate) to the dead-letter topic with the reason, the job going on. Any
+        other exception is a bug in ctiflow and fails the micro-batch."""
+        for j, r in results:
+            if isinstance(r, EventRejected):
+                e = cols.event(j)
+                self.counters.refused += 1
+                out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
+                    e, spec.name, r, self.plan.topics.get(e.stream, e.stream))), e.key))
+            elif type(r) is OutputBatch:
+                self.batch(spec, r, out)
+            else:
+                key = cols.key[j]
+                out.extend(self.record(spec, o, key) for o in r)
+
+
+class ReferenceStage:
+    """The reference join between the time layer and the operators. It converts at its edges:
+    it takes the released events of both streams one by one in application-time order; what it
+    enriches waits in a :class:`ColumnBuffer` until the join's output CTI passes it."""
+
+    def __init__(self, plan: Plan, join: ReferenceJoin, enriched: ColumnBuffer) -> None:
+        self.plan, self.join, self.enriched = plan, join, enriched
+
+    @classmethod
+    def new(cls, plan: Plan) -> "ReferenceStage":
+        return cls(plan, ReferenceJoin(plan.reference), ColumnBuffer(plan.fast, ViolationPolicy.DROP))
+
+    @classmethod
+    def restore(cls, plan: Plan, join: bytes, enriched) -> "ReferenceStage":
+        with restoring("the reference join"):
+            return cls(plan, ReferenceJoin.restore(plan.reference, join), _enriched_buffer(plan.fast, enriched))
+
+    def state(self) -> tuple:
+        return self.join.snapshot(), _buffer_state(self.enriched)
+
+    def step(self, runs: list[EventColumns], cti: int, out: list) -> EventColumns | None:
+        """The released runs through the join to ``cti``; → the enriched events it releases."""
+        joined: list[Event] = []
+        for e in merged_events(runs) if runs else ():
+            self._route(self.join.process(e), joined, out)
+        self._route(self.join.advance_to(cti), joined, out)
+        if joined and self.enriched.offer(EventColumns.from_events(joined)):
+            raise RuntimeError("the reference join emitted an event behind its own output CTI (a bug)")
+        return self.enriched.advance(CTI_INFINITY if cti >= CTI_INFINITY else self.join.output_cti)
+
+    def _route(self, outputs: list[Output], joined: list[Event], out: list) -> None:
+        plan = self.plan
+        for o in outputs:
+            key = o.record.get("key")
+            if o.role == "enriched":
+                joined.append(enriched_event(o, stream=plan.fast))
+                if plan.enriched_topic:
+                    out.append((plan.enriched_topic, Output("enriched", enriched_record(o.record)), key))
+            else:
+                out.append((plan.late_topic if o.role == "late" else plan.dead_letter_topic, o, key))
 
 
 class GroupRuntime:
-    """The state of one key group: a time layer, an optional reference join and the operators.
+    """The state of one key group: a time layer, an optional reference join and the operators'
+    keyed state (:class:`jobs.state.chunks.KeyedState`).
 
-    **State layout.** The group-wide part — time layer and reorder buffer, per-partition CTI
-    clocks, the reference join, the due CTI of each chunk that has one, the chunk count and the
-    totals — is the *header* (:meth:`commit` returns it; a ``ValueState`` in Spark). The
-    operators' per-key state is split into chunks of about ``plan.chunk_keys`` keys, addressed by
-    linear hashing of the key (:meth:`address`): when the group's keys outgrow its chunks, the
-    chunks with new descendants are split (``partition`` of each operator), so a chunk never
-    holds many more keys than that, however many keys are live. Each non-empty chunk is one entry
-    of ``chunks`` (a ``MapState`` in Spark; a dict here), stored as the operators' own snapshots. A
-    micro-batch decodes and re-encodes only the chunks it has events for, whose due CTI it
-    reaches, or all of them at the final CTI: untouched keys stay bytes, so the work per batch
-    follows the touched keys, not the live ones (README, "State").
+    **State layout.** The group-wide part — the time layer's index (its rows are stored apart,
+    :mod:`jobs.state.parts`), per-partition CTI clocks, the reference join, the chunks' index —
+    is the *header* (:meth:`commit` returns it); the operators' keyed state and the time layer's
+    parts are entries of ``chunks`` (a ``MapState`` in Spark; a dict here), read as the batch
+    needs them.
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
-    :class:`jobs.state.warm.WarmChunks`); a chunk found there is used instead of read and decoded.
-    The runtime takes them over: they are mutated by the call, and :meth:`still_warm` says which
-    chunks are current after :meth:`commit`. ``batched``: records an operator returns as an
-    :class:`~operators.events.OutputBatch` stay one (the job's bulk encoder takes them); else
-    they come one :class:`Output` each.
+    :class:`jobs.state.warm.WarmChunks`), taken over (:meth:`still_warm` after :meth:`commit`).
+    ``batched``: see :class:`Router`.
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
                  warm: dict[int, Chunk] | None = None, batched: bool = False):
+        if plan.reference is None and len(plan.streams) != 1:
+            raise ValueError("several input streams need a reference join (jobs.config refuses it)")
         self.plan = plan
-        self.batched = batched
         self.counters = Counters()
+        self.route = Router(plan, self.counters, batched)
         self.chunks = {} if chunks is None else chunks
-        self.loaded: dict[int, Chunk] = {}
-        self.warm: dict[int, Chunk] = {} if warm is None else warm
-        #: chunks split only if every operator can partition its keys by the event's key
-        self.grows = plan.chunked and all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
         if data is not None:
-            with _restoring("the key group's state"):
+            with restoring("the key group's state"):
                 layout, header, stored = pickle.loads(data)
                 if layout != _LAYOUT:
-                    raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {_LAYOUT}: {_STATE_FIX}")
-            for c, blob in stored.items():
-                self.chunks[c] = blob
-        if header is None:
-            self.parts = StoredParts(self.chunks)
-            self.layer = self._new_layer()
-            self.join = self._new_join()
-            self.enriched = ColumnBuffer(plan.fast, ViolationPolicy.DROP) if plan.reference else None
-            self.ended: set[str] = set()
-            self.clocks = {name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams}
-            self.ops_cti = CTI_NONE   # the CTI every chunk's operators are at (or will be caught up to)
-            self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
-            self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
-            self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
-            self.op_totals = [[0, 0] for _ in plan.operators]  # per operator: [bytes, keys] over the stored chunks
-            return
+                    raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {_LAYOUT}: "
+                                     f"{STATE_FIX}")
+            self.chunks.update(stored)
         started = time.perf_counter()
-        with _restoring("the key group's time layer"):
-            (layer, join, enriched, self.ended, clocks, self.ops_cti, self.due, (self.level, self.split),
-             (self.stored_keys, self.stored_bytes, *op_totals), operators) = pickle.loads(header)
-            self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in plan.operators]
-            self.clocks = {name: PartitionCtis.restore(c) for name, c in clocks.items()}
-            if isinstance(layer, bytes):  # before 2026-11-27: the buffer's rows in the header
-                self.parts = StoredParts(self.chunks)
-            else:
-                layer, sizes = layer
-                self.parts = StoredParts(self.chunks, sizes)
-            self.layer = self._new_layer(layer)
-        if operators != self._operator_names():
-            raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
-                             f"{self._operator_names()}: {_STATE_FIX}")
-        with _restoring("the reference join"):
-            self.join = None if join is None else ReferenceJoin.restore(plan.reference, join)
-            self.enriched = None if enriched is None else _enriched_buffer(plan.fast, enriched)
+        if header is None:
+            layer = join = None
+            self.ended: set[str] = set()
+            self.clocks = Clocks({name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams})
+            self.ops_cti = CTI_NONE  # the CTI every chunk's operators are at (or will be caught up to)
+            index = None
+        else:
+            with restoring("the key group's time layer"):
+                (layer, join, enriched, self.ended, clocks, self.ops_cti, *index, operators) = pickle.loads(header)
+                self.clocks = Clocks({name: PartitionCtis.restore(c) for name, c in clocks.items()})
+            if operators != self._operator_names():
+                raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
+                                 f"{self._operator_names()}: {STATE_FIX}")
+        grows = plan.chunked and all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
+        self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
+                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index)
+        with restoring("the key group's time layer"):
+            self.layer = self._layer(layer)
+        if plan.reference is None:
+            self.reference = None
+        else:
+            self.reference = ReferenceStage.new(plan) if join is None else ReferenceStage.restore(plan, join, enriched)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
 
-    def _new_layer(self, data: bytes | None = None) -> ColumnTimeLayer:
-        """The time layer; without a join, its buffer keeps only the fields the operators read
-        (the join reads and passes on every field)."""
+    def _layer(self, data) -> ColumnTimeLayer:
+        """The time layer; without a join, its parts keep only the fields the operators read (the
+        join reads and passes on every field). ``data``: None (new), the header's ``(index, part
+        sizes)``, or (before 2026-11-27) the layer's bytes with its rows."""
         plan = self.plan
         keep = plan.fields_read if plan.reference is None else None
-        if data is None:
-            return ColumnTimeLayer(plan.streams, plan.handles_adjust, keep, plan.needs_records, self.parts.load)
-        return ColumnTimeLayer.restore(plan.streams, data, plan.handles_adjust, keep, plan.needs_records,
-                                       self.parts.load)
+        if data is None or isinstance(data, bytes):
+            self.parts = StoredParts(self.chunks)
+        else:
+            data, sizes = data
+            self.parts = StoredParts(self.chunks, sizes)
+        args = (plan.handles_adjust, keep, plan.needs_records, self.parts.load)
+        return ColumnTimeLayer(plan.streams, *args) if data is None else ColumnTimeLayer.restore(plan.streams, data,
+                                                                                                 *args)
 
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
 
-    # -- chunks ------------------------------------------------------------------------
-    @property
-    def chunk_count(self) -> int:
-        return (1 << self.level) + self.split
-
-    def address(self, key: str) -> int:
-        """``key``'s chunk: linear hashing over :func:`chunk_hash` (chunks below ``split`` are
-        already split at this level, so they take one more bit)."""
-        h = chunk_hash(key, self.plan.key_groups)
-        c = h & ((1 << self.level) - 1)
-        return h & ((2 << self.level) - 1) if c < self.split else c
-
-    def chunk(self, c: int, blob: bytes | None = None) -> Chunk:
-        """Chunk ``c``, decoded from the store on first use in this call (or new and empty)."""
-        got = self.loaded.get(c)
-        if got is not None:
-            return got
-        got = self.warm.pop(c, None)
-        if got is not None:
-            self.loaded[c] = got
-            self.counters.chunks_loaded += 1
-            self.counters.chunks_cached += 1
-            return got
-        started = time.perf_counter()
-        if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
-            blob = self.chunks.get(c)
-        if blob is None:
-            got = Chunk([spec.build() for spec in self.plan.operators], {}, CTI_NONE)
-        else:
-            with _restoring(f"state chunk {c}"):
-                cti, blobs, last_seen, keys, *op_keys = pickle.loads(blob)
-            ops = []
-            for spec, op_blob in zip(self.plan.operators, blobs):
-                with _restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
-                    ops.append(spec.build(op_blob))
-            got = Chunk(ops, last_seen, cti,
-                        (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs)))))
-        self.loaded[c] = got
-        self.counters.chunks_loaded += 1
-        self.counters.state_us += int((time.perf_counter() - started) * 1e6)
-        return got
-
-    def _grow(self) -> None:
-        """Split chunks until there are at least ``live keys / chunk_keys`` of them. Linear
-        hashing: going from N to N' chunks, every new chunk d descends from one existing chunk,
-        whose keys are partitioned by their new address in one pass; other chunks keep theirs."""
-        want = -(-self.live_keys(join=False) // self.plan.chunk_keys)
-        old = self.chunk_count
-        if not self.grows or want <= old:
-            return
-        level, split = self.level, self.split
-        new_level = want.bit_length() - 1
-        new_split = want - (1 << new_level)
-        sources = set()
-        for d in range(old, want):
-            a = d & ((1 << level) - 1)
-            sources.add(d & ((2 << level) - 1) if a < split else a)
-        self.level, self.split = new_level, new_split
-        address = self.address
-        for c in sorted(sources):
-            chunk = self.chunk(c)
-            parts = [op.partition(address) for op in chunk.ops]
-            seen: dict[int, dict[str, int]] = {}
-            for key, t in chunk.last_seen.items():
-                seen.setdefault(address(key), {})[key] = t
-            dests = {c}.union(*parts, seen)
-            for d in dests:
-                ops = []
-                for spec, part in zip(self.plan.operators, parts):
-                    op = part.get(d)
-                    if op is None:
-                        op = spec.build()
-                        if chunk.cti > CTI_NONE and op.advance_to(chunk.cti):
-                            raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
-                    ops.append(op)
-                self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()))
-
+    # -- state -------------------------------------------------------------------------
     def commit(self) -> bytes:
-        """Split chunks if the keys outgrew them, write the chunks this call decoded back to
-        ``chunks`` (empty ones are removed) and return the header. The chunks stay decoded: the
-        runtime can go on."""
-        self._grow()
+        """Write the chunks this call decoded and the time layer's new parts to ``chunks``,
+        drop the released parts, and return the header. The runtime can go on."""
         started = time.perf_counter()
-        ttl = self.plan.ttl
-        for c, chunk in sorted(self.loaded.items()):
-            sets = [op.live_keys() for op in chunk.ops]
-            keys = len(set(chunk.last_seen).union(*sets))
-            old_bytes, old_keys, old_ops = chunk.stored
-            if keys == 0:
-                if old_bytes:
-                    del self.chunks[c]
-                self.due.pop(c, None)
-                size, ops = 0, ()
-            else:
-                snaps = [op.snapshot() for op in chunk.ops]
-                blob = pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets]), protocol=5)
-                self.chunks[c] = blob
-                size = len(blob)
-                ops = tuple((len(b), len(k)) for b, k in zip(snaps, sets))
-                due = chunk.due(ttl)
-                if due < CTI_INFINITY:
-                    self.due[c] = due
-                else:
-                    self.due.pop(c, None)
-                self.counters.state_written += size
-            self.stored_bytes += size - old_bytes
-            self.stored_keys += keys - old_keys
-            for total, new, old in zip(self.op_totals, ops or [(0, 0)] * len(sets), old_ops or [(0, 0)] * len(sets)):
-                total[0] += new[0] - old[0]
-                total[1] += new[1] - old[1]
-            chunk.stored = (size, keys, ops)
-        self.counters.state_written += self.parts.commit(self.layer)
-        header = pickle.dumps(((self.layer.index(), self.parts.sizes), None if self.join is None else self.join.snapshot(),
-                               None if self.enriched is None else _buffer_state(self.enriched), self.ended,
-                               {name: c.snapshot() for name, c in self.clocks.items()}, self.ops_cti, self.due,
-                               (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals),
-                               self._operator_names()), protocol=5)
-        self.counters.state_bytes = len(header) + self.stored_bytes + self.parts.bytes
-        self.counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, self.op_totals)}
-        self.counters.state_written += len(header)
-        self.counters.state_us += int((time.perf_counter() - started) * 1e6)
+        keyed, counters = self.keyed, self.counters
+        keyed.commit()
+        counters.state_written += self.parts.commit(self.layer)
+        reference = (None, None) if self.reference is None else self.reference.state()
+        header = pickle.dumps(((self.layer.index(), self.parts.sizes), *reference, self.ended,
+                               self.clocks.snapshot(), self.ops_cti,
+                               *keyed.index(), self._operator_names()), protocol=5)
+        counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
+        counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, keyed.op_totals)}
+        counters.state_written += len(header)
+        counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
 
     def still_warm(self) -> dict[int, Chunk]:
-        """After :meth:`commit`: every decoded chunk that equals its bytes in ``chunks`` — the
-        chunks of ``warm`` this call did not use, then the chunks it committed (emptied chunks,
-        removed from the store, are left out), least recently used first."""
-        current = dict(self.warm)
-        current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
-        return current
+        """(:meth:`jobs.state.chunks.KeyedState.still_warm`)"""
+        return self.keyed.still_warm()
 
     def snapshot(self) -> bytes:
-        """The whole state in one blob (header and every chunk), for tests and tools; in Spark
-        :meth:`commit` writes the chunks to the state store and the header beside them."""
+        """The whole state in one blob (header and every entry), for tests and tools; in Spark
+        :meth:`commit` writes the entries to the state store and the header beside them."""
         header = self.commit()
         return pickle.dumps((_LAYOUT, header, dict(self.chunks.items())), protocol=5)
-
-    def _new_join(self):
-        if self.plan.reference is None:
-            return None
-        return ReferenceJoin(self.plan.reference)
 
     @property
     def cti(self) -> int:
         return self.layer.cti()
 
-    def live_keys(self, join: bool = True) -> int:
-        """Distinct keys any operator (or, with ``join``, the reference join) keeps state for:
-        the stored totals, corrected by the chunks decoded in this call (chunks hold disjoint
-        keys; the join's keys may repeat theirs)."""
-        keys = self.stored_keys + sum(len(chunk.live_keys()) - chunk.stored[1] for chunk in self.loaded.values())
-        if join and self.join is not None:
-            keys += len(self.join.live_keys())
-        return keys
+    def live_keys(self) -> int:
+        """Distinct keys any operator or the reference join keeps state for (the join's keys may
+        repeat the operators')."""
+        join = 0 if self.reference is None else len(self.reference.join.live_keys())
+        return self.keyed.live_keys() + join
 
     def keys(self) -> set[str]:
         """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
-        for c, blob in list(self.chunks.items()):
-            if is_chunk(c):
-                self.chunk(c, blob)
-        keys: set[str] = set()
-        for chunk in self.loaded.values():
-            keys |= chunk.live_keys()
-        return keys
-
-    def end_of_input(self, stream: str) -> bool:
-        """A bounded input's stream ended; True once every stream has (then flush to +∞:
-        one stream's end must not finalise results another stream can still change)."""
-        self.ended.add(stream)
-        return self.ended >= set(self.plan.streams)
+        return self.keyed.keys()
 
     # -- one micro-batch ---------------------------------------------------------------
-    def run_batch(self, got: rows.GroupInput, final: bool = False) -> "BatchResult":
+    def run_batch(self, got: rows.GroupInput, final: bool = False) -> BatchResult:
         """One micro-batch of the group, as the Spark adapter runs it (tests and benchmarks call
         it the same way): every partition's frontier and the streams' control rows; the
         undecodable records counted (their dead letters in the result); the events checked
@@ -550,99 +435,64 @@ class GroupRuntime:
         stream of a bounded input has ended, or with ``final``. The caller then
         :meth:`commit` s the state."""
         for stream, partition, start in got.frontiers:
-            self.observe(stream, partition, start)
+            self.clocks.streams[stream].observe(partition, start)
         flush = final
         for stream, control in got.controls:
-            self.assign(stream, control.partitions, control.idle)
+            self.clocks.streams[stream].assign(control.partitions, control.idle)
             if control.flush and self.end_of_input(stream):
                 flush = True
-        topics = self.plan.topics
+        topics, counters = self.plan.topics, self.counters
         dead = []
         for d in got.dead:
-            self.dead_letter(d.stream, d.partition)
+            counters.received += 1
+            counters.dead_letter += 1
+            counters.count(d.stream, d.partition, False)
             dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key, d.value,
                                          d.error, d.kafka_timestamp))
         out = []
-        for stream, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
+        for _, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
             out.extend(self.offer_many(EventColumns.concat(list(packs))))
         out.extend(self.advance(CTI_INFINITY if flush else self.next_cti()))
-        counters = self.counters
         counters.cti = self.cti
         counters.live_keys = self.live_keys()
-        counters.partitions = self.partition_gauges()
+        counters.partitions = self.clocks.gauges()
         return BatchResult(out, dead, counters)
 
-    # -- feeding ---------------------------------------------------------------------
-    def offer(self, event: Event) -> list[tuple[str, Output, str | None]]:
-        """An arriving event: buffered until the CTI passes it, or reported late now."""
-        return self.offer_many((event,))
+    def end_of_input(self, stream: str) -> bool:
+        """A bounded input's stream ended; True once every stream has (then flush to +∞:
+        one stream's end must not finalise results another stream can still change)."""
+        self.ended.add(stream)
+        return self.ended >= set(self.plan.streams)
 
     def offer_many(self, events: EventColumns | list[Event]) -> list[tuple[str, Output, str | None]]:
-        """:meth:`offer` for a micro-batch's events (in arrival order), in one call: each is
-        checked against the CTI in effect (the one the previous micro-batch ended with).
-        ``events``: :class:`EventColumns` of one stream, or :class:`Event` objects (tests, tools)."""
-        if isinstance(events, EventColumns):
-            return self._offer_columns(events)
-        out: list[tuple[str, Output, str | None]] = []
-        for _, run in itertools.groupby(events, key=_STREAM):
-            out.extend(self._offer_columns(EventColumns.from_events(list(run))))
-        return out
-
-    def _offer_columns(self, cols: EventColumns) -> list[tuple[str, Output, str | None]]:
+        """A micro-batch's events (in arrival order), each checked against the CTI in effect
+        (the one the previous micro-batch ended with): buffered until the CTI passes it, or
+        reported late now. ``events``: :class:`EventColumns` of one stream, or :class:`Event`
+        objects (tests, tools)."""
+        if not isinstance(events, EventColumns):
+            return [r for _, run in itertools.groupby(events, key=_STREAM)
+                    for r in self.offer_many(EventColumns.from_events(list(run)))]
         out: list[tuple[str, Output, str | None]] = []
         topic, counters = self.plan.late_topic, self.counters
         late_by: dict[int, int] = {}
-        late_count = 0
-        for event, late in self.layer.offer_columns(cols):
-            # An ADJUSTed event is still processed (its late record reports the dropped part).
-            whole = any(o.record["reason"] != REASON_ADJUSTED for o in late)
-            late_count += whole
+        for event, late in self.layer.offer_columns(events):
             out.extend((topic, o, event.key) for o in late)
-            if whole:
+            # An ADJUSTed event is still processed (its late record reports the dropped part).
+            if any(o.record["reason"] != REASON_ADJUSTED for o in late):
                 late_by[event.partition] = late_by.get(event.partition, 0) + 1
-        partitions, received = np.unique(cols.partition, return_counts=True)
+        partitions, received = np.unique(events.partition, return_counts=True)
         for partition, n in zip(partitions.tolist(), received.tolist()):
-            slot = (cols.stream, partition)
-            mine = counters.by_partition.get(slot)
-            if mine is None:
-                mine = counters.by_partition[slot] = [0, 0]
+            mine = counters.by_partition.setdefault((events.stream, partition), [0, 0])
             mine[0] += n
             mine[1] += late_by.get(partition, 0)
-        counters.received += len(cols)
-        counters.late += late_count
+        counters.received += len(events)
+        counters.late += sum(late_by.values())
         return out
 
     # -- CTIs ----------------------------------------------------------------------------
-    def observe(self, stream: str, partition: int, start: int) -> None:
-        """Records of ``stream``'s ``partition`` up to event time ``start`` were read (the
-        source's frontier row: every key group learns every partition's progress)."""
-        self.clocks[stream].observe(partition, start)
-
-    def assign(self, stream: str, partitions, idle) -> None:
-        """``stream``'s partitions and the idle ones, as the source planned this micro-batch."""
-        self.clocks[stream].assign(partitions, idle)
-
-    def partition_gauges(self) -> dict:
-        """``(stream, partition) → (the partition's CTI, idle 0/1)`` (CTI: its frontier − the stream's delay)."""
-        out = {}
-        for stream, clock in self.clocks.items():
-            for p in sorted(clock.partitions | set(clock.frontier)):
-                frontier = clock.frontier.get(p)
-                out[(stream, p)] = (CTI_NONE if frontier is None else frontier - clock.delay, int(p in clock.idle))
-        return out
-
     def next_cti(self) -> int:
-        """The CTI the micro-batch ends with: per stream the min over its non-idle partitions
-        of ``largest start − delay``, then the min over :attr:`Plan.cti_streams`
-        (:func:`operators.time.combined_cti`); never below the current CTI."""
-        for name in self.plan.cti_streams:
-            self.clocks[name].advance()
-        return max(self.cti, combined_cti({n: self.clocks[n] for n in self.plan.cti_streams}))
-
-    def dead_letter(self, stream: str = "", partition: int = 0) -> None:
-        self.counters.received += 1
-        self.counters.dead_letter += 1
-        self.counters.count(stream, partition, False)
+        """The CTI the micro-batch ends with (:meth:`Clocks.cti`), never below the current one."""
+        return max(self.cti, self.clocks.cti(self.plan.cti_streams))
 
     def advance(self, cti: int) -> list[tuple[str, Output, str | None]]:
         """Apply a CTI (the watermark; :data:`CTI_INFINITY` flushes): release events in
@@ -655,188 +505,49 @@ class GroupRuntime:
             return out
         cti, runs = self.layer.step()
         self.counters.released += sum(map(len, runs))
-        if self.join is None:  # one stream
+        if self.reference is None:  # one stream
             self._feed(runs[0] if runs else None, cti, out)
-            return out
-        # The join converts at its edges: it takes events one by one, its results become columns.
-        joined: list[Event] = []
-        for e in merged_events(runs) if runs else ():
-            self._route_join(self.join.process(e), joined, out)
-        self._route_join(self.join.advance_to(cti), joined, out)
-        if joined and self.enriched.offer(EventColumns.from_events(joined)):
-            raise RuntimeError("the reference join emitted an event behind its own output CTI (a bug)")
-        self._feed(self.enriched.advance(CTI_INFINITY if cti >= CTI_INFINITY else self.join.output_cti), cti, out)
+        else:
+            self._feed(self.reference.step(runs, cti, out), cti, out)
         return out
 
-    def _route_join(self, outputs: list[Output], joined: list[Event], out: list) -> None:
-        for o in outputs:
-            key = o.record.get("key")
-            if o.role == "enriched":
-                joined.append(enriched_event(o, stream=self.plan.fast))
-                if self.plan.enriched_topic:
-                    out.append((self.plan.enriched_topic, Output("enriched", enriched_record(o.record)), key))
-            else:
-                out.append((self.plan.late_topic if o.role == "late" else self.plan.dead_letter_topic, o, key))
-
-    def _topic(self, spec: OperatorSpec, role: str) -> str:
-        """Where an operator's output role goes: its configured topic, or the job's late topic
-        for ``late`` (e.g. a bin's share that arrived after the bin was final). Any other role
-        is a bug in ctiflow: it fails the batch, it is never written somewhere by default."""
-        topic = spec.topics.get(role)
-        if topic is not None:
-            return topic
-        if role == "late":
-            return self.plan.late_topic
-        raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} that has "
-                           f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
-
-    def _routed(self, spec: OperatorSpec, o: Output, event_key: str | None) -> tuple:
-        """``(topic, record, Kafka key)`` of one operator output. Role ``dead_letter`` is a
-        result the operator refused (a match whose measure failed on its rows): ``{"error",
-        "value"}`` becomes a dead-letter record of the job's input stream (no one partition or
-        offset: ``-1``), its value the rows as JSON."""
-        if o.role != "dead_letter":
-            return (self._topic(spec, o.role), o, _kafka_key(o, event_key))
-        key = o.key if o.key is not None else event_key
-        record = rows.dead_letter(self.plan.topics.get(self.plan.fast, self.plan.fast), -1, -1,
-                                  None if key is None else str(key).encode(),
-                                  json.dumps(o.record["value"], default=str).encode(),
-                                  f"operator {spec.name}: {o.record['error']}", stage="operator")
-        return (self.plan.dead_letter_topic, Output("dead_letter", record), key)
-
-    def _feed(self, cols: EventColumns | None, cti: int | None, out: list) -> None:
+    # -- operators -------------------------------------------------------------------
+    def _feed(self, cols: EventColumns | None, cti: int, out: list) -> None:
         """Released events (in release order; None: none) into every operator of their key's
-        chunk, then (unless ``cti`` is None) the CTI into every chunk that has events or is due at
-        it (every chunk at +∞). Per key, events and results keep their order; the events' results
-        follow release order, the CTI's chunk order."""
+        chunk, then the CTI into every chunk that has events or is due at it (every chunk at
+        +∞). Per key, events and results keep their order; the events' results follow release
+        order, the CTI's chunk order."""
         before = len(out)
-        plan = self.plan
+        keyed, plan = self.keyed, self.plan
         keys = [] if cols is None else cols.key.tolist()
-        if self.chunk_count == 1:
+        if keyed.count == 1:
             of = [0] * len(keys)
         else:
-            address = self.address
-            of_key = {k: address(k) for k in set(keys)}
+            of_key = {k: keyed.address(k) for k in set(keys)}
             of = list(map(of_key.__getitem__, keys))
-        touch = set(of)
-        if cti is not None:
-            if cti >= CTI_INFINITY:
-                for c, blob in list(self.chunks.items()):  # the final CTI: every chunk
-                    if is_chunk(c):
-                        self.chunk(c, blob)
-                touch.update(self.loaded)
-            else:
-                touch.update(c for c, due in self.due.items() if due <= cti and c not in self.loaded)
-                # decoded earlier in this call and not committed since: their due entry is stale
-                touch.update(c for c, chunk in self.loaded.items() if c not in touch and chunk.due(plan.ttl) <= cti)
+        touch = keyed.touched(set(of), cti)
         caught_up = self.ops_cti
-        for c in sorted(touch):
-            chunk = self.chunk(c)
+        for c in touch:
+            chunk = keyed.chunk(c)
             if chunk.cti < caught_up:  # skipped CTIs (nothing was due): catch up before its events
                 for spec, op in zip(plan.operators, chunk.ops):
-                    self._advance_op(spec, op, caught_up, out)
+                    self.route.advanced(spec, op.advance_to(caught_up), out)
                 chunk.cti = caught_up
-        loaded = self.loaded
-        # Events in release (application-time) order, each into its chunk's operator; then the CTI.
-        for i, spec in enumerate(plan.operators):
+        loaded = keyed.loaded
+        for i, spec in enumerate(plan.operators):  # events in release order, each into its chunk; then the CTI
             if keys:
                 first = loaded[of[0]].ops[i]
                 order = first.release_order(cols)
                 mine, mine_of = (cols, of) if order is None else (cols.take(order), [of[j] for j in order])
                 if spec.cls.stateless:  # one instance takes every chunk's rows
-                    self._report(spec, mine, first.process_columns(mine), out)
+                    self.route.processed(spec, mine, first.process_columns(mine), out)
                 else:
-                    self._feed_columns(i, spec, mine, mine_of, out)
-            if cti is not None:
-                for c in sorted(touch):
-                    self._advance_op(spec, loaded[c].ops[i], cti, out)
-        if cti is not None:
-            seen: dict[int, list[tuple[str, int]]] = {}
-            if plan.ttl is not None and keys:
-                for key, start, c in zip(keys, cols.start.tolist(), of):
-                    seen.setdefault(c, []).append((key, start))
+                    self.route.processed(spec, mine, keyed.process(i, mine, mine_of), out)
             for c in touch:
-                loaded[c].cti = cti
-                if plan.ttl is not None:
-                    self._expire_keys(loaded[c], seen.get(c, ()), cti)
-            self.ops_cti = cti
+                self.route.advanced(spec, loaded[c].ops[i].advance_to(cti), out)
+        self.counters.expired_keys += keyed.advanced(touch, keys, None if cols is None else cols.start, of, cti)
+        self.ops_cti = cti
         self.counters.outputs += sum(len(o) if type(o) is OutputBatch else 1 for _, o, _ in out[before:])
-
-    def _advance_op(self, spec: OperatorSpec, op, cti: int, out: list) -> None:
-        """The CTI into one operator; its records onto ``out``."""
-        for item in op.advance_to(cti):
-            if type(item) is OutputBatch:
-                self._batch(spec, item, out)
-            else:
-                out.append(self._routed(spec, item, None))
-
-    def _batch(self, spec: OperatorSpec, batch: OutputBatch, out: list) -> None:
-        """An operator's :class:`OutputBatch` onto ``out``: as it is, ``(topic, batch, None)``,
-        when the runtime is ``batched`` (the job encodes it in bulk), else one record each."""
-        if self.batched:
-            out.append((self._topic(spec, batch.role), batch, None))
-        else:
-            out.extend(self._routed(spec, o, None) for o in batch.outputs())
-
-    def _refused(self, spec: OperatorSpec, e: Event, exc: EventRejected, out: list) -> None:
-        """The operator refused this event's data (e.g. a measure it cannot prorate): it goes to
-        dead-letter with the reason; the job keeps running. Any other exception is a bug in
-        ctiflow and fails the micro-batch."""
-        self.counters.refused += 1
-        out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
-            e, spec.name, exc, self.plan.topics.get(e.stream, e.stream))), e.key))
-
-    def _feed_columns(self, i: int, spec: OperatorSpec, cols: EventColumns, of: list[int], out: list) -> None:
-        """Operator ``i`` takes each chunk's rows in one ``process_columns`` call; what a row
-        produced (records, or its refusal) is reported in release order."""
-        if self.chunk_count == 1:
-            parts = [(of[0], None)]
-        else:
-            chunk_of = np.array(of)
-            order = np.argsort(chunk_of, kind="stable")
-            cut = np.flatnonzero(np.diff(chunk_of[order])) + 1
-            parts = [(int(chunk_of[idx[0]]), idx) for idx in np.split(order, cut)]
-            if len(parts) == 1:
-                parts = [(parts[0][0], None)]
-        results: list[tuple[int, Any]] = []
-        for c, index in parts:
-            got = self.loaded[c].ops[i].process_columns(cols if index is None else cols.take(index))
-            results.extend(got if index is None else ((int(index[j]), r) for j, r in got))
-        if len(parts) > 1:
-            results.sort(key=_FIRST)
-        self._report(spec, cols, results, out)
-
-    def _report(self, spec: OperatorSpec, cols: EventColumns, results: list[tuple[int, Any]], out: list) -> None:
-        """A ``process_columns`` result onto ``out``: records routed, refusals dead-lettered."""
-        for j, r in results:
-            if isinstance(r, EventRejected):
-                self._refused(spec, cols.event(j), r, out)
-            elif type(r) is OutputBatch:
-                self._batch(spec, r, out)
-            else:
-                key = cols.key[j]
-                out.extend(self._routed(spec, o, key) for o in r)
-
-    def _expire_keys(self, chunk: Chunk, seen_now, cti: int) -> None:
-        """The key TTL: a key is forgotten by every operator (``forget_keys``)
-        once the application time the CTI makes final (``cti − 1``) is ``ttl`` past its latest
-        event. In application time,
-        so a replay expires the same keys; at the final CTI everything is flushed anyway."""
-        seen = chunk.last_seen
-        for key, start in seen_now:  # (key, start) of the chunk's events in this call
-            if start > seen.get(key, start - 1):
-                seen[key] = start
-        if cti >= CTI_INFINITY:
-            seen.clear()
-            return
-        horizon = cti - self.plan.ttl
-        expired = [key for key, last in seen.items() if last < horizon]
-        for key in expired:
-            del seen[key]
-        if expired:
-            for op in chunk.ops:
-                op.forget_keys(expired)
-        self.counters.expired_keys += len(expired)
 
 
 def _buffer_state(buffer: ColumnBuffer) -> tuple:

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from jobs.config import parse
 from jobs.rows import GroupInput
-from jobs.runtime import Counters, plan as make_plan
+from jobs.counters import Counters
+from jobs.runtime import plan as make_plan
 from jobs.serde import AvroDeserializer, AvroSerializer
 from jobs.testing import workload
 from operators.operator import Output

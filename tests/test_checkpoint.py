@@ -165,7 +165,9 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
     """received = released + late + dead_letter + buffered, over both streams; after the final
     CTI nothing is buffered."""
     from jobs.config import parse
+    from jobs.rows import Control, DeadRow, GroupInput
     from jobs.runtime import GroupRuntime, plan
+    from operators.columns import EventColumns
     from operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -176,13 +178,12 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
                  "reference": {"fast": "s", "source": "r", "sync": "import", "join_field": "account"},
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
     rt = GroupRuntime(plan(cfg))
-    rt.assign("s", [0], [])
-    rt.assign("r", [0], [])
-    rt.offer_many([Event("a", 5, 2**62, {"account": "a"}, 0, 0, "r")] +
-                  [Event("a", t, t, {"account": "a", "i": t}, 0, t, "s") for t in (100, 110, 120)])
-    rt.observe("s", 0, 120)
-    rt.dead_letter("s", 0)
-    rt.advance(rt.next_cti())                                 # CTI 110: releases the version and 100
+    got = GroupInput.of("s", {0: [Event("a", t, t, {"account": "a", "i": t}, 0, t, "s") for t in (100, 110, 120)]},
+                        [0])
+    got.columns.insert(0, EventColumns.from_events([Event("a", 5, 2**62, {"account": "a"}, 0, 0, "r")]))
+    got.controls.append(("r", Control([0], [], False)))
+    got.dead.append(DeadRow("s", 0, 3, None, b"?", "decode: not Avro", None))
+    rt.run_batch(got)                                         # CTI 110: releases the version and 100
     rt.offer_many([Event("a", 50, 50, {"account": "a"}, 0, 200, "s")])   # late
     c = rt.counters
     buffered = c.received - c.released - c.late - c.dead_letter

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from jobs import counters
-from jobs.runtime import Counters
+from jobs.counters import Counters
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,13 +19,13 @@ def job(operator, chunk_keys=1):
 
 def spread(rt):
     """64 chunks from the start, as after many keys (no state yet, so no key moves)."""
-    rt.level = 6
+    rt.keyed.level = 6
     return rt
 
 
 def other_than(rt, key):
     """A key in another chunk than ``key``."""
-    return next(o for o in (f"o{i}" for i in range(1000)) if rt.address(o) != rt.address(key))
+    return next(o for o in (f"o{i}" for i in range(1000)) if rt.keyed.address(o) != rt.keyed.address(key))
 
 
 def batch(rt, events, cti):
@@ -38,7 +38,7 @@ def batch(rt, events, cti):
 
 
 def where(rt, key):
-    return rt.address(key)
+    return rt.keyed.address(key)
 
 
 def ev(key, t, i=0, **fields):
@@ -52,7 +52,7 @@ COUNT_TIME = {"kind": "count", "name": "last_10m", "window": {"time": "10m"}, "o
 def test_a_batch_with_one_key_decodes_and_writes_one_chunk_of_many():
     rt = GroupRuntime(job(COUNT_EVENTS, chunk_keys=16))
     _, rt = batch(rt, [ev(f"k{i}", T0 + i, i) for i in range(2000)], T0 + 2000)
-    assert rt.chunk_count == 125 and rt.live_keys() == 2000  # split as the keys arrived: 2000 / 16
+    assert rt.keyed.count == 125 and rt.live_keys() == 2000  # split as the keys arrived: 2000 / 16
     total = rt.counters.state_bytes
     _, rt = batch(rt, [ev("k7", T0 + 3000)], T0 + 3001)
     assert rt.counters.chunks_loaded == 1
@@ -64,10 +64,10 @@ def test_chunks_split_as_keys_arrive_and_keep_about_chunk_keys_keys_each():
     rt = GroupRuntime(job(COUNT_EVENTS, chunk_keys=8))
     for lo in range(0, 3000, 300):
         _, rt = batch(rt, [ev(f"k{i}", T0 + i, i) for i in range(lo, lo + 300)], T0 + lo + 300)
-        assert rt.chunk_count == -(-(lo + 300) // 8)
-    sizes = [len(rt.chunk(c).live_keys()) for c in range(rt.chunk_count)]
+        assert rt.keyed.count == -(-(lo + 300) // 8)
+    sizes = [len(rt.keyed.chunk(c).live_keys()) for c in range(rt.keyed.count)]
     assert sum(sizes) == 3000 and max(sizes) <= 4 * 8  # crc32 spreads them: no chunk far above the target
-    assert all(rt.address(key) == c for c in range(rt.chunk_count) for key in rt.chunk(c).live_keys())
+    assert all(rt.keyed.address(key) == c for c in range(rt.keyed.count) for key in rt.keyed.chunk(c).live_keys())
 
 
 def test_an_untouched_chunk_is_decoded_when_its_window_empties_and_then_dropped():
@@ -77,9 +77,9 @@ def test_an_untouched_chunk_is_decoded_when_its_window_empties_and_then_dropped(
     assert rt.live_keys() == 2
     quiet = where(rt, "quiet")
     _, rt = batch(rt, [ev(busy, T0 + 5 * MIN, 2)], T0 + 5 * MIN + 1)  # quiet's window still holds its event
-    assert quiet not in rt.loaded and rt.live_keys() == 2
+    assert quiet not in rt.keyed.loaded and rt.live_keys() == 2
     _, rt = batch(rt, [ev(busy, T0 + 11 * MIN, 3)], T0 + 11 * MIN)  # τ = T0 + 11 min − 1: quiet's window is empty
-    assert quiet in rt.loaded and rt.live_keys() == 1 and quiet not in rt.chunks
+    assert quiet in rt.keyed.loaded and rt.live_keys() == 1 and quiet not in rt.chunks
 
 
 def test_a_run_times_out_at_its_within_though_its_key_sees_no_more_events():
@@ -89,9 +89,9 @@ def test_a_run_times_out_at_its_within_though_its_key_sees_no_more_events():
     other = other_than(rt, "k")
     _, rt = batch(rt, [ev("k", T0)], T0 + 1)
     out, rt = batch(rt, [ev(other, T0 + 30_000, 1, type="x")], T0 + 30_001)
-    assert where(rt, "k") not in rt.loaded and not [o for _, o, _ in out if o.role == "timed_out"]
+    assert where(rt, "k") not in rt.keyed.loaded and not [o for _, o, _ in out if o.role == "timed_out"]
     out, rt = batch(rt, [ev(other, T0 + 70_000, 2, type="x")], T0 + 70_001)
-    assert where(rt, "k") in rt.loaded
+    assert where(rt, "k") in rt.keyed.loaded
     assert [(o.role, o.record["key"]) for _, o, _ in out] == [("timed_out", "k")]
     assert rt.live_keys() == 0
 
@@ -102,6 +102,6 @@ def test_a_bin_is_final_when_the_cti_passes_its_end_though_its_key_sees_no_more_
     other = other_than(rt, "k")
     _, rt = batch(rt, [ev("k", T0 + 10)], T0 + 11)
     out, rt = batch(rt, [ev(other, T0 + 30_000, 1)], T0 + 30_001)
-    assert [o for _, o, _ in out] == [] and where(rt, "k") not in rt.loaded
+    assert [o for _, o, _ in out] == [] and where(rt, "k") not in rt.keyed.loaded
     out, rt = batch(rt, [ev(other, T0 + MIN + 30, 2)], T0 + MIN + 31)
     assert sorted(o.record["key"] for _, o, _ in out) == sorted(["k", other])  # both first-minute bins are final

@@ -197,12 +197,9 @@ def test_idle_partition_through_the_runtime_releases_what_the_busy_partition_pas
     plan = job_plan()
     busy = [Event("a", t, t, {"i": i}, 0, i, "s") for i, t in enumerate(range(1000, 3000, 100))]
     rt = GroupRuntime(plan)
-    rt.observe("s", 0, max(e.start for e in busy))
-    rt.observe("s", 1, 1000)                 # partition 1 was read up to 1000, then went quiet
-    rt.assign("s", [0, 1], [])
-    out = rt.offer_many(busy) + rt.advance(rt.next_cti())
+    quiet = Event("b", 1000, 1000, {"i": -1}, 1, 0, "s")  # partition 1 was read up to 1000, then went quiet
+    out = rt.run_batch(GroupInput.of("s", {0: busy, 1: [quiet]}, [0, 1], mine=lambda e: e.key == "a")).outputs
     assert rt.cti == 1000 - DELAY and [o.record["i"] for _, o, _ in out] == []
-    rt.assign("s", [0, 1], [1])              # idle_timeout passed
-    out = rt.advance(rt.next_cti())
+    out = rt.run_batch(GroupInput.of("s", {}, [0, 1], idle=[1])).outputs  # idle_timeout passed
     assert rt.cti == 2900 - DELAY
     assert [o.record["i"] for _, o, _ in out] == [i for i, e in enumerate(busy) if e.start < 2900 - DELAY]

@@ -1,0 +1,314 @@
+"""The operators' keyed state of one key group, in chunks of about ``state.chunk_keys`` keys.
+
+Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict
+elsewhere), stored as the operators' own snapshots. Chunks are addressed by linear hashing of
+the key (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with
+new descendants are split (``partition`` of each operator), so a chunk never holds many more
+keys than that, however many keys are live. A micro-batch decodes and re-encodes only the chunks
+it has events for, whose due CTI it reaches, or all of them at the final CTI: untouched keys stay
+bytes, so the work per batch follows the touched keys, not the live ones (README, "State").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import time
+import zlib
+from collections.abc import MutableMapping, Sequence
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from jobs.state.parts import is_chunk
+from operators.errors import StateError
+from operators.events import CTI_INFINITY, CTI_NONE
+
+_FIRST = itemgetter(0)
+
+STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
+             "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
+             "or run the ctiflow version and job file that wrote it")
+
+
+@contextlib.contextmanager
+def restoring(what: str):
+    """A snapshot that does not restore is a :class:`StateError` naming its owner and the fix."""
+    try:
+        yield
+    except StateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to rebuild state from bytes means the same
+        raise StateError(f"{what}: its state in the checkpoint does not restore ({type(exc).__name__}: {exc}); "
+                         f"{STATE_FIX}") from exc
+
+
+def chunk_hash(key: str, groups: int) -> int:
+    """What addresses ``key``'s chunk within its key group: ``crc32(key) mod groups`` picks the
+    group, the quotient the chunk (:meth:`KeyedState.address`)."""
+    return zlib.crc32(key.encode()) // groups
+
+
+class Chunk:
+    """The operators' state of the keys of one chunk of a key group (and their key-TTL clocks).
+
+    ``cti`` is the CTI its operators were last advanced to: a chunk nothing was due in is left
+    as bytes for as many micro-batches as it stays so, and is caught up (``advance_to`` the CTI
+    the group's operators are at) before it next sees events. ``stored``: its size in the store
+    when it was read, ``(bytes, keys, per operator (bytes, keys))`` (the header keeps the totals;
+    the operators' part is ``()`` for a chunk not stored yet)."""
+
+    __slots__ = ("ops", "last_seen", "cti", "stored")
+
+    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ())):
+        self.ops = ops
+        self.last_seen = last_seen
+        self.cti = cti
+        self.stored = stored
+
+    def due(self, ttl: int | None) -> int:
+        """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
+        due = min(op.next_due() for op in self.ops)
+        if ttl is not None and self.last_seen:
+            due = min(due, min(self.last_seen.values()) + ttl + 1)
+        return due
+
+    def live_keys(self) -> set[str]:
+        keys = set(self.last_seen)
+        for op in self.ops:
+            keys |= op.live_keys()
+        return keys
+
+
+class KeyedState:
+    """The chunks of one key group (module docstring). ``specs``: the operators (each with
+    ``build(data=None)``); ``store``: the group's state entries; ``warm``: decoded chunks known to
+    equal their bytes in ``store`` (the worker's cache, :class:`jobs.state.warm.WarmChunks`), used
+    instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
+    a new group; ``counters``: the call's :class:`jobs.counters.Counters`."""
+
+    def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int, chunk_keys: int,
+                 ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None) -> None:
+        self.specs = specs
+        self.store = store
+        self.counters = counters
+        self.key_groups, self.chunk_keys, self.ttl, self.grows = key_groups, chunk_keys, ttl, grows
+        self.warm: dict[int, Chunk] = {} if warm is None else warm
+        self.loaded: dict[int, Chunk] = {}
+        if index is None:
+            self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
+            self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
+            self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
+            self.op_totals = [[0, 0] for _ in specs]  # per operator: [bytes, keys] over the stored chunks
+            return
+        self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, *op_totals) = index
+        self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in specs]
+
+    def index(self) -> tuple:
+        """What the header keeps: due CTIs, the linear hashing's level and split, the totals."""
+        return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals)
+
+    @property
+    def count(self) -> int:
+        return (1 << self.level) + self.split
+
+    def address(self, key: str) -> int:
+        """``key``'s chunk: linear hashing over :func:`chunk_hash` (chunks below ``split`` are
+        already split at this level, so they take one more bit)."""
+        h = chunk_hash(key, self.key_groups)
+        c = h & ((1 << self.level) - 1)
+        return h & ((2 << self.level) - 1) if c < self.split else c
+
+    def chunk(self, c: int, blob: bytes | None = None) -> Chunk:
+        """Chunk ``c``, decoded from the store on first use in this call (or new and empty)."""
+        got = self.loaded.get(c)
+        if got is not None:
+            return got
+        got = self.warm.pop(c, None)
+        if got is not None:
+            self.loaded[c] = got
+            self.counters.chunks_loaded += 1
+            self.counters.chunks_cached += 1
+            return got
+        started = time.perf_counter()
+        if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
+            blob = self.store.get(c)
+        got = Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None else self._decoded(c, blob)
+        self.loaded[c] = got
+        self.counters.chunks_loaded += 1
+        self.counters.state_us += int((time.perf_counter() - started) * 1e6)
+        return got
+
+    def _decoded(self, c: int, blob: bytes) -> Chunk:
+        with restoring(f"state chunk {c}"):
+            cti, blobs, last_seen, keys, *op_keys = pickle.loads(blob)
+        ops = []
+        for spec, op_blob in zip(self.specs, blobs):
+            with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
+                ops.append(spec.build(op_blob))
+        return Chunk(ops, last_seen, cti,
+                     (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs)))))
+
+    def load_all(self) -> None:
+        """Decode every stored chunk (the final CTI; tests and tools)."""
+        for c, blob in list(self.store.items()):
+            if is_chunk(c):
+                self.chunk(c, blob)
+
+    def touched(self, events_in: set[int], cti: int | None) -> list[int]:
+        """The chunks a call must decode: those with events, and with a CTI those due at it
+        (every chunk at +∞), in chunk order."""
+        touch = set(events_in)
+        if cti is not None:
+            if cti >= CTI_INFINITY:
+                self.load_all()
+                touch.update(self.loaded)
+            else:
+                touch.update(c for c, due in self.due.items() if due <= cti and c not in self.loaded)
+                # decoded earlier in this call and not committed since: their due entry is stale
+                touch.update(c for c, chunk in self.loaded.items() if c not in touch and chunk.due(self.ttl) <= cti)
+        return sorted(touch)
+
+    def live_keys(self) -> int:
+        """Distinct keys the operators keep state for: the stored totals, corrected by the chunks
+        decoded in this call (chunks hold disjoint keys)."""
+        return self.stored_keys + sum(len(chunk.live_keys()) - chunk.stored[1] for chunk in self.loaded.values())
+
+    def keys(self) -> set[str]:
+        """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
+        self.load_all()
+        keys: set[str] = set()
+        for chunk in self.loaded.values():
+            keys |= chunk.live_keys()
+        return keys
+
+    def grow(self) -> None:
+        """Split chunks until there are at least ``live keys / chunk_keys`` of them. Linear
+        hashing: going from N to N' chunks, every new chunk d descends from one existing chunk,
+        whose keys are partitioned by their new address in one pass; other chunks keep theirs."""
+        want = -(-self.live_keys() // self.chunk_keys)
+        old = self.count
+        if not self.grows or want <= old:
+            return
+        level, split = self.level, self.split
+        sources = set()
+        for d in range(old, want):
+            a = d & ((1 << level) - 1)
+            sources.add(d & ((2 << level) - 1) if a < split else a)
+        self.level = want.bit_length() - 1
+        self.split = want - (1 << self.level)
+        for c in sorted(sources):
+            self._split(c)
+
+    def _split(self, c: int) -> None:
+        """Chunk ``c``'s keys to the chunks their addresses now name."""
+        address = self.address
+        chunk = self.chunk(c)
+        parts = [op.partition(address) for op in chunk.ops]
+        seen: dict[int, dict[str, int]] = {}
+        for key, t in chunk.last_seen.items():
+            seen.setdefault(address(key), {})[key] = t
+        for d in {c}.union(*parts, seen):
+            ops = []
+            for spec, part in zip(self.specs, parts):
+                op = part.get(d)
+                if op is None:
+                    op = spec.build()
+                    if chunk.cti > CTI_NONE and op.advance_to(chunk.cti):
+                        raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
+                ops.append(op)
+            self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()))
+
+    def commit(self) -> None:
+        """Split chunks if the keys outgrew them and write the chunks this call decoded back to
+        the store (empty ones are removed). The chunks stay decoded: the runtime can go on."""
+        self.grow()
+        for c, chunk in sorted(self.loaded.items()):
+            sets = [op.live_keys() for op in chunk.ops]
+            keys = len(set(chunk.last_seen).union(*sets))
+            old_bytes, old_keys, old_ops = chunk.stored
+            if keys == 0:
+                if old_bytes:
+                    del self.store[c]
+                self.due.pop(c, None)
+                size, ops = 0, ()
+            else:
+                snaps = [op.snapshot() for op in chunk.ops]
+                blob = pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets]), protocol=5)
+                self.store[c] = blob
+                size = len(blob)
+                ops = tuple((len(b), len(k)) for b, k in zip(snaps, sets))
+                due = chunk.due(self.ttl)
+                if due < CTI_INFINITY:
+                    self.due[c] = due
+                else:
+                    self.due.pop(c, None)
+                self.counters.state_written += size
+            self.stored_bytes += size - old_bytes
+            self.stored_keys += keys - old_keys
+            none = [(0, 0)] * len(sets)
+            for total, new, old in zip(self.op_totals, ops or none, old_ops or none):
+                total[0] += new[0] - old[0]
+                total[1] += new[1] - old[1]
+            chunk.stored = (size, keys, ops)
+
+    def process(self, i: int, cols, of: list[int]) -> list[tuple[int, Any]]:
+        """Operator ``i`` of each chunk takes its rows of ``cols`` (``of``: each row's chunk) in
+        one ``process_columns`` call; → the results by row (release order)."""
+        if self.count == 1:
+            parts = [(of[0], None)]
+        else:
+            chunk_of = np.array(of)
+            order = np.argsort(chunk_of, kind="stable")
+            cut = np.flatnonzero(np.diff(chunk_of[order])) + 1
+            parts = [(int(chunk_of[idx[0]]), idx) for idx in np.split(order, cut)]
+            if len(parts) == 1:
+                parts = [(parts[0][0], None)]
+        results: list[tuple[int, Any]] = []
+        for c, index in parts:
+            got = self.loaded[c].ops[i].process_columns(cols if index is None else cols.take(index))
+            results.extend(got if index is None else ((int(index[j]), r) for j, r in got))
+        if len(parts) > 1:
+            results.sort(key=_FIRST)
+        return results
+
+    def advanced(self, touch: list[int], keys: list[str], starts, of: list[int], cti: int) -> int:
+        """The chunks ``touch`` were advanced to ``cti`` (``keys``, ``starts``, ``of``: the
+        call's events, their starts and chunks); the key TTL: a key is forgotten by every
+        operator (``forget_keys``) once the application time the CTI makes final (``cti − 1``)
+        is ``ttl`` past its latest event — in application time, so a replay expires the same
+        keys; at the final CTI everything is flushed anyway. → the keys expired."""
+        ttl, expired_keys = self.ttl, 0
+        seen_now: dict[int, list[tuple[str, int]]] = {}
+        if ttl is not None and keys:
+            for key, start, c in zip(keys, starts.tolist(), of):
+                seen_now.setdefault(c, []).append((key, start))
+        for c in touch:
+            chunk = self.loaded[c]
+            chunk.cti = cti
+            if ttl is None:
+                continue
+            seen = chunk.last_seen
+            for key, start in seen_now.get(c, ()):
+                if start > seen.get(key, start - 1):
+                    seen[key] = start
+            if cti >= CTI_INFINITY:
+                seen.clear()
+                continue
+            expired = [key for key, last in seen.items() if last < cti - ttl]
+            for key in expired:
+                del seen[key]
+            if expired:
+                for op in chunk.ops:
+                    op.forget_keys(expired)
+            expired_keys += len(expired)
+        return expired_keys
+
+    def still_warm(self) -> dict[int, Chunk]:
+        """After :meth:`commit`: every decoded chunk that equals its bytes in the store — the
+        chunks of ``warm`` this call did not use, then the chunks it committed (emptied chunks,
+        removed from the store, are left out), least recently used first."""
+        current = dict(self.warm)
+        current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
+        return current
