@@ -71,13 +71,13 @@ CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabl
                                                           (("true", "false"), False, 3), (("true", "true"), True, 3),
                                                           (("true", "true"), True, 2)],
                          ids=["changelog-on", "checkpoint-without-changelog-then-on", "with-changelog-then-off",
-                              "header-in-parts", "state-layout-2-header-in-parts"])
+                              "long-buffer", "state-layout-2-long-buffer"])
 def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, tmp_path, changelog, long_buffer,
                                                                   layout):
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
     a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; with
-    a reorder buffer of 16,000 events or more (a 1 h CTI delay), whose header is stored in parts
-    (jobs.state.store.GroupState) when the first run stops; and in a checkpoint of state layout 2
+    a reorder buffer of 16,000 events or more (a 1 h CTI delay), stored apart from the header in
+    parts (jobs.state.parts) when the first run stops; and in a checkpoint of state layout 2
     (three state variables, before 2026-11-26), which keeps its layout."""
     try:
         _restart(stack, spark, tmp_path, changelog, long_buffer, layout)
@@ -88,7 +88,7 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
 def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
     # The first run stops after max_batches, polled every 0.5 s: a batch or two more may finish
     # before the stop, so the topic holds well over 4 batches (40,000 = 10 batches of 4,000; the
-    # 16,000+ events buffered at the stop, in one key group, make a compressed header of parts).
+    # 16,000+ events buffered at the stop, in one key group, are several parts of the buffer).
     n, rate, delay, per_batch = (40_000, 10.0, 3_600_000, 4000) if long_buffer else (1500, 0.5, 360_000, 100)
     flows = workload.flows(n, devices=5, seed=21, rate_per_s=rate)
     src, final = stack.topic("restart-in"), stack.topic("restart-final")
@@ -115,13 +115,12 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
     first = run(cfg, spark, until_end=False, max_batches=4, timeout=60)
     partial = read(stack, final)
     assert 0 < first.records < len(flows)
-    if long_buffer:  # the header is in parts (Spark's state data source reads the checkpoint)
+    if long_buffer:  # the buffer is in parts beside the header (Spark's state data source reads them)
+        from jobs.state.parts import PART_KEYS
+
         reader = spark.read.format("statestore").option("path", cfg.spark.checkpoint)
-        if layout == 2:
-            parts = reader.option("stateVarName", "header_parts").load().collect()
-        else:
-            entries = reader.option("stateVarName", "state").load()
-            parts = entries.where(entries.user_map_key.chunk < -1).collect()
+        entries = reader.option("stateVarName", "chunks" if layout == 2 else "state").load()
+        parts = entries.where(entries.user_map_key.chunk >= PART_KEYS).collect()
         assert len(parts) >= 2
     # Second run from the checkpoint: bounded, drains and flushes.
     spark.conf.set(CHANGELOG, changelog[1])

@@ -204,3 +204,12 @@ def test_every_operator_implements_the_one_operator_base_and_the_runtime_probes_
     probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id in ("hasattr", "getattr")]
     assert probes == [], f"jobs/runtime.py probes members at lines {probes}"
+
+
+def test_the_product_imports_no_benchmark():
+    """``bench`` is loaded by name where the CLI runs it (``jobs.cli.bench.registry``): nothing of
+    ``ctiflow``, ``operators`` or ``jobs`` imports it, so the product is whole without it."""
+    g = graph()
+    wrong = {name: sorted(d for d in deps if d.split(".")[0] == "bench")
+             for name, deps in g.items() if name.split(".")[0] != "bench"}
+    assert {name: deps for name, deps in wrong.items() if deps} == {}

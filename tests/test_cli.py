@@ -16,7 +16,6 @@ from bench import BENCHES, LONG_BENCHES
 from jobs.cli import app
 from jobs.config import MAX_PARTITIONS
 from jobs.stack import free_port
-from jobs.cli.bench import Benchmark
 from jobs.cli.records import Framing
 from jobs.serde import FRAMINGS
 
@@ -37,7 +36,8 @@ def test_every_subcommand_has_help(cmd):
 
 def test_closed_choices_are_the_librarys():
     assert [f.value for f in Framing] == list(FRAMINGS)
-    assert {b.value for b in Benchmark} == {*BENCHES, *LONG_BENCHES, "all"}
+    help_text = " ".join(runner.invoke(app, ["bench", "--help"]).output.split())
+    assert all(name in help_text for name in (*BENCHES, *LONG_BENCHES)), help_text
 
 
 def test_an_unknown_choice_is_refused_with_the_valid_ones():

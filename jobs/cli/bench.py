@@ -2,35 +2,30 @@
 
 from __future__ import annotations
 
-from enum import Enum
+import importlib
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
-from bench import run_benchmarks
+from operators.errors import CtiflowError
 
 app = typer.Typer()
 
 
-class Benchmark(str, Enum):
-    """What ``ctiflow bench`` runs: one of :data:`bench.BENCHES`, or all of them."""
-
-    ADAPTER = "adapter"
-    SOURCE = "source"
-    COUNT = "count"
-    BINS = "bins"
-    MATCH = "match"
-    RELIABILITY = "reliability"
-    SCALE = "scale"
-    PEERS = "peers"
-    LATENCY = "latency"
-    SOAK = "soak"
-    ALL = "all"
+def registry():
+    """The benchmarks (:mod:`bench`, loaded by name: the product never imports them; they live
+    in the repository and are installed beside it)."""
+    try:
+        return importlib.import_module("bench")
+    except ModuleNotFoundError:
+        raise CtiflowError("the benchmarks are not installed: run them from a checkout of the repository "
+                           "(./dev bench …), where bench/ is") from None
 
 
 @app.command()
-def bench(which: Annotated[Benchmark, typer.Argument(help="the benchmark to run, or all")] = Benchmark.ALL,
+def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapter, source, count, bins, match, "
+                                               "reliability, scale, peers, latency, soak), or all")] = "all",
           events: Annotated[Optional[int], typer.Option(help="events per run (default per benchmark)")] = None,
           trigger: Annotated[Optional[int], typer.Option(
               min=1000, help="events per micro-batch for every Spark variant of adapter, bins, scale and peers "
@@ -41,7 +36,11 @@ def bench(which: Annotated[Benchmark, typer.Argument(help="the benchmark to run,
               "--cti-delay", help="scale: only the table of batch time against cti.delay (10 s to 10 minutes at a "
                                   "fixed rate, in one process)")] = False):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
-    if cti_delay and which is not Benchmark.SCALE:
+    benches = registry()
+    valid = ("all", *benches.BENCHES, *benches.LONG_BENCHES)
+    if which not in valid:
+        raise typer.BadParameter(f"{which!r} is not one of {', '.join(map(repr, valid))}", param_hint="WHICH")
+    if cti_delay and which != "scale":
         raise typer.BadParameter("--cti-delay is an option of the scale benchmark: ctiflow bench scale --cti-delay")
-    run_benchmarks(which.value, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
-                   cti_delay=cti_delay)
+    benches.run_benchmarks(which, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
+                              cti_delay=cti_delay)
