@@ -373,13 +373,13 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     """Decode → time layer → operator → snapshot → encode, per micro-batch and key group."""
     from jobs.config import parse
     from jobs.rows import Control, GroupInput
-    from jobs.runtime import GroupRuntime, plan as make_plan
+    from jobs.runtime import GroupRuntime, Plan
     from jobs.serde import AvroDeserializer, AvroSerializer
     from operators.columns import EventColumns
     from operators.time import Event
 
     cfg = parse(job_config(name, spec, key_groups))
-    plan = make_plan(cfg)
+    plan = Plan.from_config(cfg)
     encoders = {topic: AvroSerializer(schema, validate=False)
                 for topic, schema in cfg.result_topics().items()}
     decode = AvroDeserializer("transaction")

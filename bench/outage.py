@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from jobs.pipeline import read_counters
+from jobs.checkpoint import read_counters
 
 
 @dataclass
@@ -64,7 +64,7 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
     load(inputs)
     config = workdir / "job.yaml"
     config.write_text(yaml.safe_dump(spec))
-    from jobs.pipeline import progress_path
+    from jobs.checkpoint import progress_path
 
     progress = progress_path(cfg)
     log = open(workdir / "job.log", "ab")

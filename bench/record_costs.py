@@ -69,7 +69,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     from jobs.avro_encode import ResultEncoder
     from jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
     from jobs.counters import Counters
-    from jobs.runtime import GroupRuntime, plan as make_plan
+    from jobs.runtime import GroupRuntime, Plan
     from jobs.serde import AvroSerializer
     from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
     from jobs.source import RecordDecoder
@@ -79,7 +79,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
 
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap or "127.0.0.1:9"}})
     src = cfg.sources[0]
-    plan = make_plan(cfg)
+    plan = Plan.from_config(cfg)
     groups = cfg.key_groups
     opts = source_options(cfg, src, False, list(range(groups)), packed=True)
     decoder = RecordDecoder(opts, None)

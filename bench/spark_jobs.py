@@ -118,7 +118,7 @@ def warm_up(*queries) -> None:
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
     """A query's figures over its micro-batches after the :data:`WARM_UP` share (the first batch
     at least: it is reported apart)."""
-    from jobs.pipeline import records_read
+    from jobs.progress import records_read
 
     def read(p: dict) -> int:  # a first batch has no start offset: it is reported apart anyway
         n = records_read(p)

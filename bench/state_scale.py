@@ -27,7 +27,7 @@ from rich.table import Table
 
 from jobs.config import parse
 from jobs.rows import GroupInput
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -68,7 +68,7 @@ class Row:
 
 
 def _plan(kind: str, chunk_keys: int):
-    p = make_plan(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
+    p = Plan.from_config(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
                          "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                       "time_field": "event_time", "measures": ["amount"], "cti": {"delay": -1}}],
                          "operators": [OPERATORS[kind]], "state": {"chunk_keys": chunk_keys}}, "scale"))
@@ -183,7 +183,7 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
     compressed as the adapter stores it. Events arrive up to 2 s out of order."""
     from jobs.state.store import compressed, expanded
 
-    plan = replace(make_plan(parse({
+    plan = replace(Plan.from_config(parse({
         "job": "delay", "kafka": {"bootstrap_servers": "x:1"},
         "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                      "time_field": "event_time", "cti": {"delay": f"{delay_s}s"}}],

@@ -43,9 +43,7 @@ def run(job: JobConfig, *, until_end: bool = False, spark: Any = None, timeout: 
     """Run ``job`` as ``ctiflow run`` does (``until_end``: as ``ctiflow drain``) and return its
     :class:`jobs.progress.RunSummary`. Without ``spark``, on a session of its own, stopped after."""
     from jobs import pipeline
-    from jobs.runtime import plan
 
-    plan(job)
     own = spark is None
     try:
         return pipeline.run(job, until_end=until_end, spark=spark, timeout=timeout)
@@ -60,9 +58,7 @@ def stream(spark: Any, job: JobConfig, *, until_end: bool = False):
     ctiflow's Kafka source and sink are registered in ``spark``; the session should carry the
     settings of :func:`spark_session` (RocksDB state store, Arrow batch sizes)."""
     from jobs import pipeline
-    from jobs.runtime import plan
 
-    plan(job)
     pipeline.prepare(job)
     pipeline.register_data_sources(spark)
     return pipeline.build_query(spark, job, until_end=until_end)

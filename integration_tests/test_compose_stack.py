@@ -174,7 +174,7 @@ def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_sta
 
 def job_counters(stack, name: str, tmp_path) -> dict:
     """The running job container's counters (its progress file on the checkpoint volume)."""
-    from jobs.pipeline import read_counters
+    from jobs.checkpoint import read_counters
 
     done = stack.docker("exec", name, "cat", f"/checkpoints/{name}/ctiflow-progress.jsonl", check=False)
     path = tmp_path / f"{name}-progress.jsonl"

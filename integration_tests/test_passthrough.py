@@ -85,7 +85,7 @@ def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, 
     shuffle does) puts the groups' labels evenly on the partitions: no core gets 5/8 of the work."""
     from pyspark.sql import functions as F
 
-    from jobs.pipeline import group_labels
+    from jobs.checkpoint import group_labels
 
     labels = group_labels(groups, partitions, tmp_path)
     assert len(set(labels)) == groups

@@ -118,7 +118,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     writes its commit log. A checkpoint whose last batch has offsets but no commit is what a
     kill in between leaves; the restart replays that batch, and no result may land twice.
     The batch is a drain's flush (no new data, so no later batch cleans up after it)."""
-    from jobs.pipeline import progress_path, read_counters
+    from jobs.checkpoint import progress_path, read_counters
 
     flows = workload.flows(900, devices=6, seed=5, rate_per_s=0.5)
     src = stack.topic("window-in")

@@ -2,7 +2,7 @@
 
 Why it is fast enough: rows are grouped by **key group** (``crc32(key) mod G``, computed in the
 source and carried as a label that Spark's partitioner spreads evenly, see
-:func:`jobs.pipeline.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
+:func:`jobs.checkpoint.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
 of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
 reorder buffer, CTI clocks, reference join, chunk index) is one value (the "header"; a large
@@ -74,13 +74,13 @@ def _field_decoder(options: dict[str, str]):
 
 
 class OperatorProcessor(StatefulProcessor):
-    def __init__(self, plan: Plan, topics: dict[str, str], framing: str, registry: dict | None,
+    def __init__(self, plan: Plan, topic_schemas: dict[str, str], framing: str, registry: dict | None,
                  sources: dict[str, dict[str, str]] | None = None, state_layout: int = STATE_LAYOUT):
         if state_layout not in LAYOUTS:
             raise ValueError(f"state layout {state_layout}: this ctiflow reads {sorted(LAYOUTS)}")
         self.plan = plan
         self.state_layout = state_layout     # the checkpoint's (jobs.checkpoint.state_layout)
-        self.topic_schemas = topics          # topic → schema name
+        self.topic_schemas = topic_schemas   # topic → schema name
         self.framing = framing
         self.registry = registry
         self.sources = sources or {}         # stream → its source's options (jobs.source.SourceOptions)

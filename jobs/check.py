@@ -33,18 +33,15 @@ class Report:
 
 
 def _lines(exc: CtiflowError, path: Path) -> list[str]:
-    """An error as one entry per problem, without the file prefix (a query's caret display
-    stays with its message)."""
+    """An error as one entry per problem (its ``problems``), without the file prefix (a query's
+    caret display stays with its message)."""
     problems = getattr(exc, "problems", None)
     if problems:
         return [problem.removeprefix(f"{path}: ") for problem in problems]
     text = str(exc)
-    first, *rest = text.splitlines()
     for prefix in (f"{path}: ", "<config>: "):
-        first = first.removeprefix(prefix)
-    if rest and first.endswith(("invalid job configuration", "fields and topics that do not fit")):
-        return [line.strip().removeprefix("- ") for line in rest]
-    return ["\n".join([first, *rest])]
+        text = text.removeprefix(prefix)
+    return [text]
 
 
 def check_job(path: str | Path) -> Report:

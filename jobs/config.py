@@ -272,7 +272,7 @@ class Kafka(Strict):
         return self
 
 
-class Frequency(Strict):
+class FrequencyConfig(Strict):
     """How often a CTI is inserted: at every micro-batch boundary; ``events`` caps a batch."""
 
     events: int | None = Field(None, ge=1, description="at most this many records a micro-batch (a CTI after each)")
@@ -289,12 +289,12 @@ class Frequency(Strict):
         return v
 
 
-class Cti(Strict):
+class CtiConfig(Strict):
     """StreamInsight AdvanceTimeSettings for one input stream. Each Kafka partition's CTI is its
     largest start − ``delay``; the stream's CTI is the minimum over its non-idle partitions."""
 
     delay: Duration = Field(0, description="how far behind its partition's newest event an event may arrive, e.g. '5m'")
-    frequency: Frequency = Frequency()
+    frequency: FrequencyConfig = FrequencyConfig()
     flush_at_end: bool = Field(True, description="a bounded run ends with the final CTI (+∞): every result final")
     policy: ViolationPolicy = Field(ViolationPolicy.DROP, description=(
         "an event behind the CTI: drop (to the late topic), or adjust (an interval is clipped to the CTI)"))
@@ -336,7 +336,7 @@ class Source(Strict):
         f"at most this many records a micro-batch (default {DEFAULT_BATCH_RECORDS:,}: a backlog is read in "
         "batches of this size, not all at once)"))
     measures: list[str] = Field(default_factory=list, description="numeric fields that must be finite")
-    cti: Cti = Cti()
+    cti: CtiConfig = CtiConfig()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -715,7 +715,7 @@ class Spark(Strict):
         return v
 
 
-class State(Strict):
+class StateConfig(Strict):
     """What the job keeps per key."""
 
     ttl: Duration | None = Field(None, description=(
@@ -778,7 +778,7 @@ class JobConfig(Strict):
     reference: Reference | None = None
     operators: list[OperatorConfig] = Field(min_length=1)
     outputs: Outputs = Outputs()
-    state: State = State()
+    state: StateConfig = StateConfig()
     spark: Spark = Spark()
     metrics: Metrics = Metrics()
 
@@ -927,8 +927,9 @@ def _apply_env(raw: dict) -> dict:
     return raw
 
 
-def _format(err: ValidationError, origin: str) -> str:
-    lines = [f"{origin}: invalid job configuration"]
+def _problems(err: ValidationError) -> list[str]:
+    """Each of pydantic's errors as ``field: what is wrong`` (the fix where it is known)."""
+    lines = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
@@ -936,8 +937,8 @@ def _format(err: ValidationError, origin: str) -> str:
             msg = "unknown field (check the spelling; see `ctiflow run --help` and examples/)"
         elif e["type"] == "missing":
             msg = "required field is missing"
-        lines.append(f"  - {where}: {msg}")
-    return "\n".join(lines)
+        lines.append(f"{where}: {msg}")
+    return lines
 
 
 def parse(raw: Any, origin: str = "<config>") -> JobConfig:
@@ -946,7 +947,7 @@ def parse(raw: Any, origin: str = "<config>") -> JobConfig:
     try:
         return JobConfig.model_validate(_apply_env(raw))
     except ValidationError as err:
-        raise ConfigError(_format(err, origin)) from None
+        raise ConfigError(f"{origin}: invalid job configuration", _problems(err)) from None
 
 
 #: Every ``CTIFLOW_*`` variable the configuration reads → the field it overrides.

@@ -77,7 +77,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
                           f"{per_batch:,} records per source (a CTI each) — small on purpose, so the records/s below "
                           "are the demo's pacing, not ctiflow's speed (`./dev bench`, docs/performance.md) …")
             summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=progress.printer(console, "  "))
-            out.print(pipeline.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
+            out.print(progress.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
             for topic in cfg.result_topics():
                 results[topic] = kafka.read_topic(bootstrap, topic)  # (pipeline.run registered derived schemas)
         _report(results, out)

@@ -132,4 +132,4 @@ def check_fields(cfg: JobConfig, origin: str = "<config>", store: SchemaStore | 
     if len(errors) == 1:
         raise ConfigError(f"{origin}: {errors[0]}")
     if errors:
-        raise ConfigError("\n".join([f"{origin}: fields and topics that do not fit", *(f"  - {e}" for e in errors)]))
+        raise ConfigError(f"{origin}: fields and topics that do not fit", errors)

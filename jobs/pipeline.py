@@ -40,13 +40,12 @@ from jobs.config import JobConfig, duration_ms
 from jobs.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
                         wait_for_broker)
-from jobs.checkpoint import (CounterReader, check_key_groups, group_labels, progress_path, read_counters,  # noqa: F401 - re-exported
-                             reset_uncommitted_checkpoint, start_file, state_layout, write_atomically,
-                             check_checkpoint_dir)
-from jobs.progress import (RunSummary, format_cti, late_warnings, progress_line,  # noqa: F401 - re-exported
-                           records_read, summary_line)
-from jobs.runtime import Plan, plan as make_plan
+from jobs.checkpoint import (CounterReader, group_labels, progress_path, read_counters, reset_uncommitted_checkpoint,
+                             start_file, state_layout)
+from jobs.progress import RunSummary
+from jobs.runtime import Plan
 from jobs.metrics import start as start_metrics
+from operators.errors import ConfigError
 from operators.time import CTI_NONE
 
 
@@ -225,7 +224,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | 
     from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
     from jobs.sink import SinkOptions
 
-    job_plan: Plan = make_plan(cfg)
+    job_plan: Plan = Plan.from_config(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
     frames = [spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels).to_options())
@@ -276,17 +275,28 @@ def _signals_stop_gracefully():
             signal.signal(s, h)
 
 
+def refuse_errors(cfg: JobConfig) -> None:
+    """The job's own errors — fields against the schemas, predicates, patterns and queries, the
+    checkpoint — as one :class:`ConfigError` listing every one (what ``ctiflow check`` finds),
+    before anything connects."""
+    from jobs.check import config_errors
+
+    errors = config_errors(cfg)
+    if errors:
+        raise ConfigError(f"job {cfg.job!r} cannot run", errors)
+
+
 def prepare(cfg: JobConfig) -> None:
-    """Everything before Spark: the broker answers, the input topics exist, the result topics are
-    created, the checkpoint is this job's and fits the config (each refusal one clear error)."""
+    """Everything before Spark: the job's own errors (:func:`refuse_errors`), the broker answers,
+    the input topics exist, the result topics are created, the checkpoint is this job's and fits
+    the config (each refusal one clear error)."""
+    refuse_errors(cfg)
     client = cfg.kafka.client_config()  # with credentials: this process's own clients
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   client)
-    check_checkpoint_dir(Path(cfg.checkpoint_dir))
-    check_key_groups(cfg.key_groups, Path(cfg.checkpoint_dir))
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     from jobs.recognize import derived_schemas
     from jobs.runtime import register_schemas

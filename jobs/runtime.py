@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from jobs import rows
-from jobs.config import JobConfig, State
+from jobs.config import JobConfig, StateConfig
 from jobs.counters import Counters
 from jobs.fields import check_fields
 from jobs.recognize import derived_schemas, operator_of
@@ -43,7 +43,7 @@ class OperatorSpec:
     name: str
     cls: type
     settings: Any
-    topics: dict[str, str]  # role → topic
+    role_topics: dict[str, str]  # role → topic
 
     def build(self, data: bytes | None = None):
         return self.cls(self.settings) if data is None else self.cls.restore(self.settings, data)
@@ -66,15 +66,15 @@ class Plan:
     #: Each stream's ``cti.delay`` (ms): a partition's CTI is its largest start − delay.
     delays: dict[str, int] = field(default_factory=dict)
     #: stream → its Kafka topic (dead letters name the topic, whichever stage refused the record)
-    topics: dict[str, str] = field(default_factory=dict)
+    source_topics: dict[str, str] = field(default_factory=dict)
     #: ``state.ttl`` (ms): a key's state goes once the CTI is this far past its latest event
     ttl: int | None = None
     #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunk_keys``:
     #: each group's keyed state is kept in chunks of about that many keys
     key_groups: int = 1
-    chunk_keys: int = State.model_fields["chunk_keys"].default
+    chunk_keys: int = StateConfig.model_fields["chunk_keys"].default
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
-    cache_chunks: int = State.model_fields["cache_chunks"].default
+    cache_chunks: int = StateConfig.model_fields["cache_chunks"].default
     #: False when an operator must see every key in one state (a global count): one chunk
     chunked: bool = True
     #: record schemas the operators derive (name → Avro JSON): every process that encodes or
@@ -102,6 +102,31 @@ class Plan:
         a refusal, a late record)."""
         return any(op.cls.needs_records(op.settings, cols) for op in self.operators)
 
+    @classmethod
+    def from_config(cls, cfg: JobConfig) -> "Plan":
+        """The plan of a job: its fields and operators checked (unknown schemas and fields, a
+        pattern or query that does not compile fail here, before Spark starts), the schemas its
+        operators derive registered in this process's store."""
+        streams = {s.name: _time_settings(s) for s in cfg.sources}
+        reference = None
+        fast = cfg.sources[0].name
+        if cfg.reference is not None:
+            fast = cfg.reference.fast
+            reference = ReferenceJoinSettings(fast_stream=fast, reference_stream=cfg.reference.source,
+                                              missing=cfg.reference.missing, sync=cfg.reference.sync)
+            streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
+        check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
+        schemas = derived_schemas(cfg)
+        register_schemas(schemas)
+        cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
+        return cls(streams=streams, fast=fast, reference=reference,
+                   operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
+                   late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
+                   enriched_topic=cfg.reference.output if cfg.reference else None,
+                   cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
+                   source_topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
+                   key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
+                   chunked=not any(op.needs_every_key for op in cfg.operators), schemas=schemas)
 
 
 def _time_settings(src) -> AdvanceTimeSettings:
@@ -114,29 +139,6 @@ def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
     """The pure operator behind one configured operator (the config class builds it)."""
     cls, settings = operator_of(op, cfg)
     return OperatorSpec(op.name, cls, settings, op.roles())
-
-
-def plan(cfg: JobConfig) -> Plan:
-    streams = {s.name: _time_settings(s) for s in cfg.sources}
-    reference = None
-    fast = cfg.sources[0].name
-    if cfg.reference is not None:
-        fast = cfg.reference.fast
-        reference = ReferenceJoinSettings(fast_stream=fast, reference_stream=cfg.reference.source,
-                                          missing=cfg.reference.missing, sync=cfg.reference.sync)
-        streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
-    check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
-    schemas = derived_schemas(cfg)
-    register_schemas(schemas)
-    cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
-    return Plan(streams=streams, fast=fast, reference=reference,
-                operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
-                late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
-                enriched_topic=cfg.reference.output if cfg.reference else None,
-                cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
-                topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
-                key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
-                chunked=not any(op.needs_every_key for op in cfg.operators), schemas=schemas)
 
 
 def register_schemas(schemas: dict[str, str]) -> None:
@@ -215,13 +217,13 @@ class Router:
         """Where an operator's output role goes: its configured topic, or the job's late topic
         for ``late`` (e.g. a bin's share that arrived after the bin was final). Any other role
         is a bug in ctiflow: it fails the batch, it is never written somewhere by default."""
-        topic = spec.topics.get(role)
+        topic = spec.role_topics.get(role)
         if topic is not None:
             return topic
         if role == "late":
             return self.plan.late_topic
         raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} that has "
-                           f"no topic (known: {', '.join(sorted(spec.topics))}, late): a bug in ctiflow")
+                           f"no topic (known: {', '.join(sorted(spec.role_topics))}, late): a bug in ctiflow")
 
     def record(self, spec: OperatorSpec, o: Output, event_key: str | None) -> tuple:
         """``(topic, record, Kafka key)`` of one operator output. Role ``dead_letter`` is a
@@ -231,7 +233,7 @@ class Router:
         if o.role != "dead_letter":
             return (self.topic(spec, o.role), o, _kafka_key(o, event_key))
         key = o.key if o.key is not None else event_key
-        record = rows.dead_letter(self.plan.topics.get(self.plan.fast, self.plan.fast), -1, -1,
+        record = rows.dead_letter(self.plan.source_topics.get(self.plan.fast, self.plan.fast), -1, -1,
                                   None if key is None else str(key).encode(),
                                   json.dumps(o.record["value"], default=str).encode(),
                                   f"operator {spec.name}: {o.record['error']}", stage="operator")
@@ -260,7 +262,7 @@ class Router:
                 e = cols.event(j)
                 self.counters.refused += 1
                 out.append((self.plan.dead_letter_topic, Output("dead_letter", operator_dead_letter(
-                    e, spec.name, r, self.plan.topics.get(e.stream, e.stream))), e.key))
+                    e, spec.name, r, self.plan.source_topics.get(e.stream, e.stream))), e.key))
             elif type(r) is OutputBatch:
                 self.batch(spec, r, out)
             else:
@@ -441,7 +443,7 @@ class GroupRuntime:
             self.clocks.streams[stream].assign(control.partitions, control.idle)
             if control.flush and self.end_of_input(stream):
                 flush = True
-        topics, counters = self.plan.topics, self.counters
+        topics, counters = self.plan.source_topics, self.counters
         dead = []
         for d in got.dead:
             counters.received += 1

@@ -18,7 +18,7 @@ executor (local mode: a local path; a cluster: a shared file system), like the c
 
 ``kind = "metrics"`` rows are not written: the writers sum them and the driver's ``commit``
 appends one JSON line per micro-batch to the job's progress file (a replayed batch gets a
-second line; :func:`jobs.pipeline.read_counters` keeps the last).
+second line; :func:`jobs.checkpoint.read_counters` keeps the last).
 """
 
 from __future__ import annotations

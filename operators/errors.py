@@ -12,12 +12,21 @@ class CtiflowError(Exception):
     """Base class of every error ctiflow raises on purpose."""
 
 
+def _listed(message: str, problems: list[str] | None) -> str:
+    """An error's text: ``message``, or with ``problems`` a heading and them as a list (without a
+    heading, one per line)."""
+    if problems is None:
+        return message
+    return "\n".join([message, *(f"  - {p}" for p in problems)]) if message else "\n".join(problems)
+
+
 class ConfigError(CtiflowError):
     """A configuration value is missing or invalid; the message names the field and the fix.
-    ``problems``: each problem on its own when there are several (the message joins them)."""
+    ``problems``: each problem on its own when there are several; the message is then a heading
+    followed by them as a list (or, without one, them one per line)."""
 
     def __init__(self, message: str = "", problems: list[str] | None = None) -> None:
-        super().__init__(message if problems is None else "\n".join(problems))
+        super().__init__(_listed(message, problems))
         self.problems = problems
 
 
@@ -43,10 +52,10 @@ class EventRejected(CtiflowError, ValueError):
 
 class PatternError(CtiflowError):
     """A CEP pattern is malformed (names the stage and the problem). ``problems``: each problem
-    on its own when several were found at once."""
+    on its own when several were found at once (as :class:`ConfigError`'s)."""
 
     def __init__(self, message: str = "", problems: list[str] | None = None) -> None:
-        super().__init__(message if problems is None else "\n".join(problems))
+        super().__init__(_listed(message, problems))
         self.problems = problems
 
 

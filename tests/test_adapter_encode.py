@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from jobs.config import parse
 from jobs.rows import GroupInput
 from jobs.counters import Counters
-from jobs.runtime import plan as make_plan
+from jobs.runtime import Plan
 from jobs.serde import AvroDeserializer, AvroSerializer
 from jobs.testing import workload
 from operators.operator import Output
@@ -37,7 +37,7 @@ def _processor(handle, delay: str = "0s", operators=None):
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time", "cti": {"delay": delay}}],
                  "operators": operators or [{"kind": "passthrough", "output": "out"}]}, "t")
-    proc = OperatorProcessor(make_plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
+    proc = OperatorProcessor(Plan.from_config(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
     proc.init(handle)
     return cfg, proc
 

@@ -16,7 +16,7 @@ from jobs.adapter import OperatorProcessor  # noqa: E402
 from jobs.state.store import STATE_LAYOUT  # noqa: E402
 from jobs.config import parse  # noqa: E402
 from jobs.rows import pack_events  # noqa: E402
-from jobs.runtime import plan  # noqa: E402
+from jobs.runtime import Plan  # noqa: E402
 from jobs.serde import AvroDeserializer  # noqa: E402
 from jobs.sink import records  # noqa: E402
 
@@ -49,7 +49,7 @@ def control(stream: str, partitions: list[int], flush: bool = False, idle: list[
 
 def make_tester(spec: dict, layout: int = STATE_LAYOUT) -> tuple[TwsTester, dict]:
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"}, **spec}, "t")
-    proc = OperatorProcessor(plan(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, state_layout=layout)
+    proc = OperatorProcessor(Plan.from_config(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, state_layout=layout)
     return TwsTester(proc), cfg.result_topics()
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from jobs.config import parse
 from jobs.rows import Control, GroupInput, pack_columns, unpack_columns
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from jobs.serde import AvroSerializer
 from jobs.testing import workload
 from operators.bins import Binner
@@ -23,7 +23,7 @@ pytest.importorskip("pyspark")
 
 
 def _plan():
-    return make_plan(parse({
+    return Plan.from_config(parse({
         "job": "p", "kafka": {"bootstrap_servers": "x:1"},
         "sources": [{"name": "flows", "topic": "t", "schema": "flow", "key_field": "device", "time_field": "start_time",
                      "end_field": "end_time", "shape": "interval", "cti": {"delay": "1m", "policy": "adjust"}}],

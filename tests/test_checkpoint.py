@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jobs.pipeline import group_labels
+from jobs.checkpoint import group_labels
 from operators.errors import ConfigError
 
 
@@ -61,7 +61,7 @@ def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_i
 def test_a_replayed_batchs_counters_count_once(tmp_path):
     """The sink appends a progress line per attempt of a batch; a crash after the first
     attempt's line must not count the replayed batch twice."""
-    from jobs.pipeline import read_counters
+    from jobs.checkpoint import read_counters
 
     path = tmp_path / "job.progress.jsonl"
     lines = [{"batch": 0, "time": 1.0, "received": 5, "late": 1},
@@ -73,7 +73,7 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
 
 
 def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
-    from jobs.pipeline import read_counters
+    from jobs.checkpoint import read_counters
     from jobs.counters import merge as merge_metrics
 
     per_group = {}
@@ -90,7 +90,7 @@ def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
 def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_path):
     """Only the uncommitted operator state goes (Spark refuses to plan batch 0 over it); the
     logged offsets stay, so batch 0 is replayed over the same records, not re-planned."""
-    from jobs.pipeline import reset_uncommitted_checkpoint
+    from jobs.checkpoint import reset_uncommitted_checkpoint
 
     for name in ("offsets/0", "state/0/0/1.zip", "ctiflow-sink/0-0.started", "ctiflow-groups.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,7 @@ def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_pa
 def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_checkpoint(tmp_path):
     """A mistyped ``spark.checkpoint`` naming a user's folder that happens to hold ``state/``:
     nothing in it is deleted, and the run is refused before Spark starts."""
-    from jobs.pipeline import check_checkpoint_dir, reset_uncommitted_checkpoint
+    from jobs.checkpoint import check_checkpoint_dir, reset_uncommitted_checkpoint
 
     for name in ("state/thesis.tex", "notes.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +138,7 @@ def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_chec
 
 def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in_the_checkpoint(tmp_path):
     from jobs.config import parse
-    from jobs.pipeline import progress_path, read_counters
+    from jobs.checkpoint import progress_path, read_counters
 
     lines = [{"batch": 0, "time": 1.0, "received": 5, "cti": 100, "late@tx/0": 1},
              {"batch": 1, "time": 2.0, "received": 7, "cti": 250, "late@tx/0": 2}]
@@ -152,7 +152,7 @@ def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in
 
 
 def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
-    from jobs.pipeline import late_warnings
+    from jobs.progress import late_warnings
 
     warned: set[str] = set()
     counters = {"received@tx/0": 1000, "late@tx/0": 10, "received@tx/1": 1000, "late@tx/1": 11}
@@ -166,7 +166,7 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
     CTI nothing is buffered."""
     from jobs.config import parse
     from jobs.rows import Control, DeadRow, GroupInput
-    from jobs.runtime import GroupRuntime, plan
+    from jobs.runtime import GroupRuntime, Plan
     from operators.columns import EventColumns
     from operators.time import CTI_INFINITY, Event
 
@@ -177,7 +177,7 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
                               "time_field": "valid_from", "shape": "edge"}],
                  "reference": {"fast": "s", "source": "r", "sync": "import", "join_field": "account"},
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    rt = GroupRuntime(plan(cfg))
+    rt = GroupRuntime(Plan.from_config(cfg))
     got = GroupInput.of("s", {0: [Event("a", t, t, {"account": "a", "i": t}, 0, t, "s") for t in (100, 110, 120)]},
                         [0])
     got.columns.insert(0, EventColumns.from_events([Event("a", 5, 2**62, {"account": "a"}, 0, 0, "r")]))
@@ -194,7 +194,7 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
 
 def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_stream_name():
     from jobs.config import parse
-    from jobs.runtime import GroupRuntime, plan
+    from jobs.runtime import GroupRuntime, Plan
     from operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -202,7 +202,7 @@ def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_s
                               "time_field": "start_time", "end_field": "end_time", "shape": "interval"}],
                  "operators": [{"kind": "bins", "name": "b", "bin_size": 10, "measures": ["bytes"],
                                 "outputs": {"final": "bins"}}]}, "t")
-    rt = GroupRuntime(plan(cfg))
+    rt = GroupRuntime(Plan.from_config(cfg))
     rt.offer_many([Event("d", 0, 5, {"device": "d", "bytes": "many"}, 1, 7, "flows")])
     out = rt.advance(CTI_INFINITY)
     dead = [o.record for topic, o, _ in out if topic == cfg.dead_letter_topic]
@@ -216,15 +216,15 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
     import pytest
 
     from jobs.config import parse
-    from jobs.runtime import GroupRuntime, plan
+    from jobs.runtime import GroupRuntime, Plan
     from operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time"}],
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    p = plan(cfg)
-    broken = dataclasses.replace(p, operators=(dataclasses.replace(p.operators[0], topics={"other": "x"}),))
+    p = Plan.from_config(cfg)
+    broken = dataclasses.replace(p, operators=(dataclasses.replace(p.operators[0], role_topics={"other": "x"}),))
     rt = GroupRuntime(broken)
     rt.offer_many([Event("a", 1, 1, {}, 0, 0, "s")])
     with pytest.raises(RuntimeError, match="output role 'passthrough' that has no topic"):
@@ -256,7 +256,7 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
     import pytest
 
     from jobs.config import parse
-    from jobs.runtime import GroupRuntime, plan
+    from jobs.runtime import GroupRuntime, Plan
     from operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -264,7 +264,7 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
                               "time_field": "event_time"}],
                  "operators": [{"kind": "count", "name": "c", "window": {"events": 5}, "predicate": "amount > 10",
                                 "emit": "per_event", "output": "n"}]}, "t")
-    p = plan(cfg)
+    p = Plan.from_config(cfg)
     rt = GroupRuntime(p)
     rt.offer_many([Event("a", 1, 1, {"amount": "lots"}, 0, 0, "s"), Event("a", 2, 2, {"amount": 20.0}, 0, 1, "s")])
     out = rt.advance(CTI_INFINITY)
@@ -314,7 +314,7 @@ def test_the_counter_reader_reads_only_what_was_appended_and_sums_as_read_counte
     import random
 
     from jobs.checkpoint import CounterReader
-    from jobs.pipeline import read_counters
+    from jobs.checkpoint import read_counters
 
     rng = random.Random(5)
     path = tmp_path / "ctiflow-progress.jsonl"

@@ -140,12 +140,12 @@ def parse_refused(raw: dict) -> str:
 
 @pytest.mark.parametrize("times", [{"times": 1001}, {"times": 10 ** 7}, {"times": [2, 10 ** 9]}, {"times_or_more": 5000}])
 def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
-    from jobs.runtime import plan
+    from jobs.runtime import Plan
 
     raw = copy.deepcopy(TRANSACTIONS)
     op(raw, "login-brute-force")["pattern"]["stages"][0]["quantifier"] = times
     with pytest.raises(ConfigError, match="is more than 1000 .each repetition is a state"):
-        plan(parse(raw))
+        Plan.from_config(parse(raw))
 
 
 @pytest.mark.parametrize("expression, reason", [
@@ -156,7 +156,7 @@ def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
     ("(" * 300 + "amount" + ")" * 300 + " > 1", "too many nested parentheses"),
 ])
 def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spark(expression, reason):
-    from jobs.runtime import plan
+    from jobs.runtime import Plan
 
     for where in ("predicate", "where"):
         raw = copy.deepcopy(TRANSACTIONS)
@@ -165,7 +165,7 @@ def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spa
         else:
             op(raw, "two-countries-then-large")["pattern"]["stages"][2]["where"] = expression
         with pytest.raises(ConfigError, match=reason):
-            plan(parse(raw))
+            Plan.from_config(parse(raw))
 
 
 def test_arithmetic_on_fields_is_bounded_per_event():
@@ -241,7 +241,7 @@ def test_the_json_schema_types_durations_as_ms_or_text():
     from jobs.config import JobConfig
 
     schema = JobConfig.model_json_schema()
-    delay = schema["$defs"]["Cti"]["properties"]["delay"]
+    delay = schema["$defs"]["CtiConfig"]["properties"]["delay"]
     kinds = {branch["type"] for branch in delay["anyOf"]}
     assert kinds == {"integer", "string"}
 

@@ -5,7 +5,7 @@ import json
 
 from jobs.config import parse
 from jobs.recognize import derived_schemas
-from jobs.runtime import GroupRuntime, plan as make_plan, register_schemas
+from jobs.runtime import GroupRuntime, Plan, register_schemas
 from jobs.serde import AvroDeserializer, AvroSerializer
 from operators.time import CTI_INFINITY, Event
 
@@ -40,7 +40,7 @@ def test_match_events_are_typed_records_of_the_input():
     inputs = [tx(0, "a", T0, "login_failed"), tx(1, "a", T0 + 1, "login_failed", merchant="m"),
               tx(2, "a", T0 + 2, "login_ok", amount=2.5),
               tx(3, "b", T0, "login_failed"), tx(4, "b", T0 + 1, "login_failed")]  # b's run times out
-    rt = GroupRuntime(make_plan(cfg))
+    rt = GroupRuntime(Plan.from_config(cfg))
     rt.offer_many([Event(r["account"], r["event_time"], r["event_time"], r, 0, i, "tx") for i, r in enumerate(inputs)])
     out = rt.advance(CTI_INFINITY)
     by_topic = {}

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from jobs.config import parse
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from operators.cep.recognize import compile_query, column_families
 from operators.time import CTI_INFINITY, Event
 
@@ -22,7 +22,7 @@ TYPES = ["purchase", "withdrawal", "login_failed", "login_ok"]
 
 def job(sql: str, chunk_keys: int = 1, ttl: str | None = None):
     state = {"chunk_keys": chunk_keys, **({"ttl": ttl} if ttl else {})}
-    return make_plan(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
+    return Plan.from_config(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction",
                                          "key_field": "account", "time_field": "event_time"}],
                             "operators": [{"kind": "match", "name": "q", "sql": sql, "output": "out"}],

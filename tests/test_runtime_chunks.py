@@ -3,7 +3,7 @@ or whose next change (a window emptying, a bin becoming final, a run timing out)
 untouched keys stay bytes. (That results do not depend on the chunking: test_runtime_restore.)"""
 
 from jobs.config import parse
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -11,7 +11,7 @@ MIN = 60_000
 
 
 def job(operator, chunk_keys=1):
-    return make_plan(parse({"job": "c", "kafka": {"bootstrap_servers": "x:1"},
+    return Plan.from_config(parse({"job": "c", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time", "measures": ["amount"]}],
                             "operators": [operator], "state": {"chunk_keys": chunk_keys}}, "t"))

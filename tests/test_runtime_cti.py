@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jobs.config import parse
 from jobs.rows import GroupInput
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from jobs.testing import oracle
 from operators.time import CTI_NONE, Event, PartitionCtis, combined_cti
 
@@ -26,7 +26,7 @@ def job_plan(policy: str = "drop", operators=None, idle_timeout: int = 60_000):
                               "time_field": "event_time",
                               "cti": {"delay": DELAY, "policy": policy, "idle_timeout": idle_timeout}}],
                  "operators": operators or [{"kind": "passthrough", "output": "out"}]}, "t")
-    return make_plan(cfg)
+    return Plan.from_config(cfg)
 
 
 def drive(plan, batches: list[dict[int, list[Event]]], partitions: list[int], groups: int,
@@ -145,7 +145,7 @@ def parse_delay_plan(delay: int):
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time", "cti": {"delay": delay}}],
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    return make_plan(cfg)
+    return Plan.from_config(cfg)
 
 
 # ---- idle partitions -----------------------------------------------------------------------

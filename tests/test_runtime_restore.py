@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from jobs.config import parse
 from jobs.rows import GroupInput
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from operators.time import Event
 from tests.test_runtime_cti import partitioned_input
 
@@ -32,7 +32,7 @@ OPERATORS = {
 
 
 def plan_for(kind: str):
-    return make_plan(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
+    return Plan.from_config(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time", "measures": ["amount"],
                                          "cti": {"delay": 50}}],

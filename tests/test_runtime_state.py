@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from jobs.config import parse
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from jobs.state.parts import is_chunk
 from operators.errors import StateError
 from operators.time import Event
@@ -15,7 +15,7 @@ T0 = 1_767_225_600_000
 
 
 def job(*operators):
-    return make_plan(parse({"job": "s", "kafka": {"bootstrap_servers": "x:1"},
+    return Plan.from_config(parse({"job": "s", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time"}],
                             "operators": list(operators)}, "t"))

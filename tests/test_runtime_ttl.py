@@ -5,7 +5,7 @@ event-count window keeps every key forever."""
 import pytest
 
 from jobs.config import parse
-from jobs.runtime import GroupRuntime, plan as make_plan
+from jobs.runtime import GroupRuntime, Plan
 from operators.errors import ConfigError
 from operators.time import Event
 
@@ -21,7 +21,7 @@ def job(ttl=None, operators=None):
                                         "emit": "per_event", "output": "c"}]}
     if ttl is not None:
         spec["state"] = {"ttl": ttl}
-    return make_plan(parse(spec, "t"))
+    return Plan.from_config(parse(spec, "t"))
 
 
 def feed(rt, key: str, t: int, cti: int) -> list[dict]:

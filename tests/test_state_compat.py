@@ -17,7 +17,7 @@ import pytest
 
 from jobs.config import parse
 from jobs.rows import Control, GroupInput
-from jobs.runtime import GroupRuntime, plan
+from jobs.runtime import GroupRuntime, Plan
 from operators.columns import EventColumns
 
 RECORDED = Path(__file__).parent / "data" / "state" / "main-2026-11-27.pkl.gz"
@@ -37,7 +37,7 @@ def group_input(batch, streams: tuple[str, ...], last: bool) -> GroupInput:
 def test_a_snapshot_of_main_2026_11_27_restores_and_goes_on_as_it_did(name):
     with gzip.open(RECORDED) as f:
         recorded = pickle.load(f)[name]
-    p = plan(parse(recorded["spec"], recorded["spec"]["job"]))
+    p = Plan.from_config(parse(recorded["spec"], recorded["spec"]["job"]))
     rt = GroupRuntime(p, recorded["snapshot"])
     for i, (batch, want) in enumerate(zip(recorded["batches"], recorded["outputs"])):
         out = rt.run_batch(group_input(batch, tuple(p.streams), i == len(recorded["batches"]) - 1)).outputs

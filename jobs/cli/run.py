@@ -31,10 +31,9 @@ def run(config: JobFile,
     The YAML's fields: `ctiflow schemas job` (JSON schema, every field described) and examples/."""
     # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
     from jobs import pipeline
-    from jobs.runtime import plan
 
     cfg = load(config)
-    plan(cfg)  # builds every operator once: pattern/predicate errors surface before Spark starts
+    pipeline.refuse_errors(cfg)  # every field, pattern and predicate error before anything connects
     for warning in cfg.warnings():
         console.print(f"[yellow]warning[/]: {warning}", highlight=False)
     try:

@@ -18,7 +18,14 @@ import random
 import sys
 
 from jobs.config import parse
-from jobs.runtime import GroupRuntime, plan
+from jobs.runtime import GroupRuntime
+
+try:
+    from jobs.runtime import plan  # the versions this was written for
+except ImportError:
+    from jobs.runtime import Plan
+
+    plan = Plan.from_config
 from operators.time import CTI_INFINITY, Event
 
 TX = {"name": "s", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time",
