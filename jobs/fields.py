@@ -61,41 +61,54 @@ def _stage_expressions(stages: Any, label: str) -> Iterator[tuple[str, str]]:
 def field_errors(cfg: JobConfig, store: SchemaStore | None = None) -> list[str]:
     """Every field of ``cfg`` that its schema does not have or has with an unusable type, after
     the topics that collide or loop (:meth:`JobConfig.topic_errors`)."""
-    store = store or default_store()
-    errors: list[str] = cfg.topic_errors()
-    schemas: dict[str, dict[str, set[str]]] = {}
-    for s in cfg.sources:
-        try:
-            schemas[s.name] = record_fields(store, s.schema_name)
-        except CtiflowError as exc:
-            errors.append(f"sources.{s.name}.schema: {exc}")
+    check = _FieldCheck(cfg, store or default_store())
+    check.sources()
+    check.operators()
+    return check.errors
 
-    def need(where: str, stream: str, field: str, types: frozenset[str] | None = None, what: str = "") -> None:
-        fields = schemas.get(stream)
+
+class _FieldCheck:
+    """The fields a job names, checked against its sources' record schemas; ``errors`` collects."""
+
+    def __init__(self, cfg: JobConfig, store: SchemaStore) -> None:
+        self.cfg = cfg
+        self.errors: list[str] = cfg.topic_errors()
+        self.schemas: dict[str, dict[str, set[str]]] = {}
+        for s in cfg.sources:
+            try:
+                self.schemas[s.name] = record_fields(store, s.schema_name)
+            except CtiflowError as exc:
+                self.errors.append(f"sources.{s.name}.schema: {exc}")
+        self.fast = cfg.reference.fast if cfg.reference else cfg.sources[0].name
+        self.joined = cfg.reference is not None
+
+    def need(self, where: str, stream: str, field: str, types: frozenset[str] | None = None, what: str = "") -> None:
+        fields = self.schemas.get(stream)
         if fields is None:
             return
-        schema = cfg.source(stream).schema_name
+        schema = self.cfg.source(stream).schema_name
         if field not in fields:
-            errors.append(f"{where}: schema {schema!r} has no field {field!r}; its fields: {', '.join(fields)}")
+            self.errors.append(f"{where}: schema {schema!r} has no field {field!r}; its fields: {', '.join(fields)}")
         elif types is not None and not (fields[field] - {"null"}) <= types:
             fitting = [n for n, t in fields.items() if t - {"null"} and t - {"null"} <= types]
-            errors.append(f"{where}: field {field!r} of schema {schema!r} is {'/'.join(sorted(fields[field]))}, "
-                          f"{what} must be {'/'.join(sorted(types))}; fields that are: {', '.join(fitting) or 'none'}")
+            self.errors.append(f"{where}: field {field!r} of schema {schema!r} is {'/'.join(sorted(fields[field]))}, "
+                               f"{what} must be {'/'.join(sorted(types))}; fields that are: "
+                               f"{', '.join(fitting) or 'none'}")
 
-    for s in cfg.sources:
-        need(f"sources.{s.name}.key_field", s.name, s.key_field)
-        need(f"sources.{s.name}.time_field", s.name, s.time_field, INTEGER, "an event time (ms since 1970)")
-        if s.end_field:
-            need(f"sources.{s.name}.end_field", s.name, s.end_field, INTEGER, "an event time (ms since 1970)")
-        for m in s.measures:
-            need(f"sources.{s.name}.measures", s.name, m, NUMERIC, "a measure")
-    fast = cfg.reference.fast if cfg.reference else cfg.sources[0].name
-    joined = cfg.reference is not None
-    if joined:
-        need("reference.join_field", cfg.reference.source, cfg.reference.join_field)
-        need("reference.join_field", cfg.reference.fast, cfg.reference.join_field)
+    def sources(self) -> None:
+        cfg, need = self.cfg, self.need
+        for s in cfg.sources:
+            need(f"sources.{s.name}.key_field", s.name, s.key_field)
+            need(f"sources.{s.name}.time_field", s.name, s.time_field, INTEGER, "an event time (ms since 1970)")
+            if s.end_field:
+                need(f"sources.{s.name}.end_field", s.name, s.end_field, INTEGER, "an event time (ms since 1970)")
+            for m in s.measures:
+                need(f"sources.{s.name}.measures", s.name, m, NUMERIC, "a measure")
+        if self.joined:
+            need("reference.join_field", cfg.reference.source, cfg.reference.join_field)
+            need("reference.join_field", cfg.reference.fast, cfg.reference.join_field)
 
-    def expression(where: str, text: str, match: bool) -> None:
+    def expression(self, where: str, text: str, match: bool) -> None:
         try:
             paths = compile_expression(text, match_functions=match).field_paths
         except CtiflowError:
@@ -103,27 +116,28 @@ def field_errors(cfg: JobConfig, store: SchemaStore | None = None) -> list[str]:
         for path in sorted(paths):
             if len(path) > 1 and (path[0],) in paths and path[0] != "reference":
                 continue  # a nested field: its record is checked as path[0]
-            if joined and path[0] in JOINED:
+            if self.joined and path[0] in JOINED:
                 if path[0] == "reference" and len(path) > 1:
-                    need(where, cfg.reference.source, path[1])
+                    self.need(where, self.cfg.reference.source, path[1])
                 continue
             if len(path) == 1:
-                need(where, fast, path[0])
+                self.need(where, self.fast, path[0])
 
-    for op in cfg.operators:
-        label = f"operators.{op.name}"
-        if isinstance(op, CountOp):
-            if op.predicate:
-                expression(f"{label}.predicate", op.predicate, False)
-            if op.value_field:
-                need(f"{label}.value_field", fast, op.value_field, INTEGER, "a summed value")
-        elif isinstance(op, BinsOp):
-            for m in op.measures:
-                need(f"{label}.measures", fast, m, NUMERIC, "a prorated measure")
-        elif isinstance(op, MatchOp) and op.pattern is not None:  # a query's columns: its own check
-            for where, text in _stage_expressions(op.pattern.get("stages"), f"{label}.pattern"):
-                expression(where, text, True)
-    return errors
+    def operators(self) -> None:
+        fast = self.fast
+        for op in self.cfg.operators:
+            label = f"operators.{op.name}"
+            if isinstance(op, CountOp):
+                if op.predicate:
+                    self.expression(f"{label}.predicate", op.predicate, False)
+                if op.value_field:
+                    self.need(f"{label}.value_field", fast, op.value_field, INTEGER, "a summed value")
+            elif isinstance(op, BinsOp):
+                for m in op.measures:
+                    self.need(f"{label}.measures", fast, m, NUMERIC, "a prorated measure")
+            elif isinstance(op, MatchOp) and op.pattern is not None:  # a query's columns: its own check
+                for where, text in _stage_expressions(op.pattern.get("stages"), f"{label}.pattern"):
+                    self.expression(where, text, True)
 
 
 def check_fields(cfg: JobConfig, origin: str = "<config>", store: SchemaStore | None = None) -> None:

@@ -77,24 +77,10 @@ def executor_credentials(cfg: JobConfig) -> dict[str, str]:
     return found
 
 
-def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
-    """A Spark session configured for this machine's realities (see ENVIRONMENT.md)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if not os.environ.get("JAVA_HOME"):
-        java = shutil.which("java")
-        if java:
-            os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
-    # Spark's modules are imported where a session starts: the CLI imports this module to
-    # refuse a bad configuration before Spark, in a fraction of pyspark's import time.
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-    from pyspark.sql import SparkSession
-
+def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dict[str, str]:
+    """The session's Spark settings: the job's ``spark`` section over ctiflow's defaults."""
     spark_cfg = cfg.spark if cfg else None
-    log = spark_log_path()
-    options = {
+    return {
         # Spark's own log to a file (jobs/spark-log4j2.properties), no progress bars:
         # the console shows ctiflow's progress lines only.
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}",
@@ -128,6 +114,25 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
         # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs.
         **({f"spark.executorEnv.{var}": value for var, value in executor_credentials(cfg).items()} if cfg else {}),
     }
+
+
+def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
+    """A Spark session configured for this machine's realities (see ENVIRONMENT.md)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if not os.environ.get("JAVA_HOME"):
+        java = shutil.which("java")
+        if java:
+            os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+    # Spark's modules are imported where a session starts: the CLI imports this module to
+    # refuse a bad configuration before Spark, in a fraction of pyspark's import time.
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    log = spark_log_path()
+    options = spark_options(cfg, log, app)
     conf = SparkConf().setAll(list(options.items()))
     fresh = SparkSession.getActiveSession() is None
     if SparkContext._gateway is None:  # the first session of this process (a stopped one keeps its JVM)
@@ -312,7 +317,6 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
     ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
     entered = time.monotonic()
-    first_batch: list[float] = []  # seconds from here to the first completed batch (recovery time on a restart)
     prepare(cfg)
     metrics = start_metrics(cfg)  # before Spark: a port in use is one error, not a traceback 15 s later
     if metrics is not None:
@@ -327,31 +331,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
             metrics.close()
         raise
     started = time.monotonic()
-    batches: dict[int, dict] = {}  # batch id → its progress (idle triggers repeat an id: keep the first)
-
-    def collect() -> None:
-        # Idle triggers report the last batch again, without ``addBatch``: not a batch. The last
-        # progress alone (one JSON) when it is the only new batch; all recent ones (up to 100,
-        # each with its state metrics: CPU the driver shares with the job) only after a jump.
-        last = query.lastProgress
-        if last is None or last["batchId"] in batches:
-            return
-        follows = last["batchId"] - 1 in batches or (not batches and last["batchId"] == 0)
-        if "addBatch" in last["durationMs"] and follows:
-            fresh = [last]
-        else:
-            fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
-        for p in fresh:
-            batches.setdefault(p["batchId"], p)
-        if fresh and not first_batch:
-            first_batch.append(time.monotonic() - entered)  # polled every 0.5 s
-        if fresh and (on_progress or metrics):
-            counters = counters_now()
-            for p in fresh:
-                if metrics:
-                    metrics.update(p, counters)
-                if on_progress:
-                    on_progress(p, counters)
+    collect = _Progress(query, entered, counters_now, metrics, on_progress)
+    batches = collect.batches
 
     with _signals_stop_gracefully() as signals:
         try:
@@ -378,4 +359,42 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     cti = counters.get("cti")
     return RunSummary(len(progress), mine.get("received", 0), time.monotonic() - started, counters,
                       None if cti is None or cti <= CTI_NONE else cti, progress,
-                      signals[0] if signals else None, first_batch[0] if first_batch else None)
+                      signals[0] if signals else None, collect.first_batch)
+
+
+class _Progress:
+    """Polled after every wait on the query: each completed micro-batch's progress, once
+    (``batches``: id → progress; idle triggers repeat an id, the first is kept), handed with
+    the job's counters to the metrics and ``on_progress``; ``first_batch``: seconds from
+    ``entered`` to the first (recovery time on a restart; polled every 0.5 s)."""
+
+    def __init__(self, query, entered: float, counters_now, metrics, on_progress) -> None:
+        self.query, self.entered, self.counters_now = query, entered, counters_now
+        self.metrics, self.on_progress = metrics, on_progress
+        self.batches: dict[int, dict] = {}
+        self.first_batch: float | None = None
+
+    def __call__(self) -> None:
+        # Idle triggers report the last batch again, without ``addBatch``: not a batch. The last
+        # progress alone (one JSON) when it is the only new batch; all recent ones (up to 100,
+        # each with its state metrics: CPU the driver shares with the job) only after a jump.
+        batches, query = self.batches, self.query
+        last = query.lastProgress
+        if last is None or last["batchId"] in batches:
+            return
+        follows = last["batchId"] - 1 in batches or (not batches and last["batchId"] == 0)
+        if "addBatch" in last["durationMs"] and follows:
+            fresh = [last]
+        else:
+            fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
+        for p in fresh:
+            batches.setdefault(p["batchId"], p)
+        if fresh and self.first_batch is None:
+            self.first_batch = time.monotonic() - self.entered
+        if fresh and (self.on_progress or self.metrics):
+            counters = self.counters_now()
+            for p in fresh:
+                if self.metrics:
+                    self.metrics.update(p, counters)
+                if self.on_progress:
+                    self.on_progress(p, counters)

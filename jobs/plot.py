@@ -159,6 +159,28 @@ def _bin_steps(points: list[tuple[int, float]], size_of: Mapping[int, int]) -> t
     return x, y
 
 
+def _bin_series(ax, by_kind: dict, k: str, c: str, size_of: dict[int, int], value) -> None:
+    """One key's bins in one panel: ``updated`` revisions as crosses, Σ ``incremental`` dashed,
+    the newest ``final`` revision of each bin solid (:func:`plot_bins`)."""
+    updated = by_kind.get((k, "updated"), [])
+    if updated:
+        ax.scatter([_utc(r["bin_end"] - size_of[r["bin_end"]] / 2) for r in updated],
+                   [value(r) for r in updated], marker="x", s=14, alpha=0.3, color=c)
+    total: dict[int, float] = defaultdict(float)
+    for r in by_kind.get((k, "incremental"), []):
+        total[r["bin_end"]] += value(r)
+    if total:
+        x, y = _bin_steps(sorted(total.items()), size_of)
+        ax.plot(x, y, drawstyle="steps-post", linestyle="--", linewidth=1.4, color=c, alpha=0.9)
+    last: dict[int, Mapping[str, Any]] = {}
+    for r in sorted(by_kind.get((k, "final"), []), key=lambda r: (r.get("revision", 0), r.get("cti", 0))):
+        last[r["bin_end"]] = r
+    finals = [last[b] for b in sorted(last)]
+    if finals:
+        x, y = _bin_steps([(r["bin_end"], value(r)) for r in finals], size_of)
+        ax.plot(x, y, drawstyle="steps-post", linewidth=1.2, color=c)
+
+
 def plot_bins(records: Iterable[Mapping[str, Any]], out_png: str | Path,
               size: tuple[int, int] = DEFAULT_SIZE) -> Path:
     """Bin values per key over application time, one panel per measure (``events`` when the
@@ -200,24 +222,7 @@ def plot_bins(records: Iterable[Mapping[str, Any]], out_png: str | Path,
     for i, m in enumerate(measures):
         ax = fig.add_subplot(len(measures), 1, i + 1)
         for k in keys:
-            c = colors[k]
-            updated = by_kind.get((k, "updated"), [])
-            if updated:
-                ax.scatter([_utc(r["bin_end"] - size_of[r["bin_end"]] / 2) for r in updated],
-                           [value(r, m) for r in updated], marker="x", s=14, alpha=0.3, color=c)
-            total: dict[int, float] = defaultdict(float)
-            for r in by_kind.get((k, "incremental"), []):
-                total[r["bin_end"]] += value(r, m)
-            if total:
-                x, y = _bin_steps(sorted(total.items()), size_of)
-                ax.plot(x, y, drawstyle="steps-post", linestyle="--", linewidth=1.4, color=c, alpha=0.9)
-            last: dict[int, Mapping[str, Any]] = {}
-            for r in sorted(by_kind.get((k, "final"), []), key=lambda r: (r.get("revision", 0), r.get("cti", 0))):
-                last[r["bin_end"]] = r
-            finals = [last[b] for b in sorted(last)]
-            if finals:
-                x, y = _bin_steps([(r["bin_end"], value(r, m)) for r in finals], size_of)
-                ax.plot(x, y, drawstyle="steps-post", linewidth=1.2, color=c)
+            _bin_series(ax, by_kind, k, colors[k], size_of, lambda r: value(r, m))
         ax.set_ylabel(m)
         ax.set_title(f"{m} per bin", fontsize=9)
         _time_axis(ax)

@@ -472,36 +472,14 @@ class Binner(Operator):
         time, finite numeric measures, times within ±2**52 — are buffered as whole columns; the
         rest take the exact path one by one, in their place in the order. Bins are emitted by
         :meth:`advance_to`."""
-        n, m = len(cols), self._m
+        n = len(cols)
         if not n:
             return []
         s, e = cols.start, cols.end
         fast = (s >= self._cti) & (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT) & ((e - s) < self._span_check)
         if cols.adjusted is not None:
             fast &= ~cols.adjusted
-        values = np.empty((n, m), np.float64)
-        for j, name in enumerate(self.settings.measures):
-            col = cols.fields.get(name)
-            if col is None:
-                fast[:] = False
-                break
-            if col.dtype.kind in "iub":
-                values[:, j] = col
-            elif col.dtype.kind == "f":
-                values[:, j] = col
-                fast &= np.isfinite(col)
-            else:  # an object column (nulls, or values as given): checked value by value
-                ok = np.zeros(n, bool)
-                for i, v in enumerate(col.tolist()):
-                    if isinstance(v, numbers.Real):
-                        try:
-                            f = float(v)
-                        except OverflowError:
-                            continue
-                        if math.isfinite(f):
-                            values[i, j] = f
-                            ok[i] = True
-                fast &= ok
+        values = self._measure_values(cols, fast)
         key_ids = self._key_ids
         key_id = self._key_id
         keys = cols.key.tolist()
@@ -528,6 +506,35 @@ class Binner(Operator):
         if self._buffered() >= _FLUSH_AT:
             self._flush()
         return out
+
+    def _measure_values(self, cols, fast: np.ndarray) -> np.ndarray:
+        """The rows' measures (n × m floats); ``fast`` loses the rows whose measures are not
+        finite numbers (they take the exact path, which refuses them)."""
+        n = len(cols)
+        values = np.empty((n, self._m), np.float64)
+        for j, name in enumerate(self.settings.measures):
+            col = cols.fields.get(name)
+            if col is None:
+                fast[:] = False
+                break
+            if col.dtype.kind in "iub":
+                values[:, j] = col
+            elif col.dtype.kind == "f":
+                values[:, j] = col
+                fast &= np.isfinite(col)
+            else:  # an object column (nulls, or values as given): checked value by value
+                ok = np.zeros(n, bool)
+                for i, v in enumerate(col.tolist()):
+                    if isinstance(v, numbers.Real):
+                        try:
+                            f = float(v)
+                        except OverflowError:
+                            continue
+                        if math.isfinite(f):
+                            values[i, j] = f
+                            ok[i] = True
+                fast &= ok
+        return values
 
     def _seal(self) -> None:
         """The rows appended as lists become a column part (keeps the buffer's order)."""

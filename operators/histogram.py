@@ -310,19 +310,13 @@ class ExponentialHistogram:
 
     # -- batched updates ---------------------------------------------------------------------
 
-    def update_many(self, timestamps: Any, values: Any = None) -> None:
-        """Apply ``update(t, v)`` for each pair, in order, in one vectorised pass.
-
-        ``timestamps``: non-decreasing integers (NumPy array or sequence), none before ``now``.
-        ``values``: None (all interesting), booleans, or non-negative integer weights.
-        The resulting state is exactly that of the same updates made one by one.
-        """
+    def _checked_times(self, timestamps: Any) -> np.ndarray:
+        """``timestamps`` as int64, refused unless one-dimensional integers, none before ``now``."""
         t = np.asarray(timestamps)
         if t.ndim != 1:
             raise ValueError("timestamps must be one-dimensional")
-        n = len(t)
-        if n == 0:
-            return
+        if not len(t):
+            return t
         if t.dtype.kind not in "iu":
             raise ValueError(f"timestamps must be integers, got dtype {t.dtype}")
         if t.dtype.kind == "u" and int(t[-1]) > TIME_LIMIT:
@@ -330,6 +324,19 @@ class ExponentialHistogram:
         t = t.astype(np.int64, copy=False)
         if int(t[0]) < self._now:
             raise ValueError(f"timestamp {int(t[0])} is before the histogram's now {self._now}; timestamps never decrease")
+        return t
+
+    def update_many(self, timestamps: Any, values: Any = None) -> None:
+        """Apply ``update(t, v)`` for each pair, in order, in one vectorised pass.
+
+        ``timestamps``: non-decreasing integers (NumPy array or sequence), none before ``now``.
+        ``values``: None (all interesting), booleans, or non-negative integer weights.
+        The resulting state is exactly that of the same updates made one by one.
+        """
+        t = self._checked_times(timestamps)
+        n = len(t)
+        if n == 0:
+            return
         if n > 1 and bool(np.any(t[1:] < t[:-1])):
             raise ValueError("timestamps must be non-decreasing")
         if int(t[-1]) > TIME_LIMIT or int(t[0]) < -TIME_LIMIT:

@@ -67,38 +67,47 @@ def produce(topic: Topic,
         out.print(f"{topic} already holds records: nothing produced (--if-empty)")
         return
 
-    def rejected(line: int, error: Exception) -> None:
-        console.print(f"[yellow]skipped[/yellow] {escape(f'{name}:{line}: {error}')}", highlight=False)
-
-    number = undecodable = 0  # the line being produced; lines that are not UTF-8
-    unknown: set[str] = set(fields)  # the schema's fields, then each unknown one once warned about
-
-    def lines():
-        nonlocal number, undecodable
-        for number, raw in enumerate(stream, 1):
-            try:
-                yield decode_line(raw, number)
-            except UnicodeDecodeError as exc:
-                undecodable += 1
-                rejected(number, InputError(not_utf8(exc)))
-                yield ""  # (a blank line: skipped, and the next keeps its number)
-
-    def encode(record) -> bytes:
-        for field in (record.keys() - unknown if isinstance(record, dict) else ()):
-            unknown.add(field)
-            warning = f"{name}:{number}: field {field!r} is not in schema {schema!r}: dropped (here and wherever it is)"
-            console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
-        return serializer(record)
-
+    lines = _Lines(name, stream, schema, fields, serializer)
     with stream, Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"producing to {topic}", total=None)
-        done = kafka.produce(bs, topic, lines(), encode, key_field, conn.client, on_rejected=rejected,
+        done = kafka.produce(bs, topic, lines, lines.encode, key_field, conn.client, on_rejected=lines.rejected,
                              on_progress=lambda sent: progress.update(task, completed=sent))
-    skipped = done.rejected + undecodable
+    skipped = done.rejected + lines.undecodable
     out.print(f"produced {done.sent - done.unflushed} records to {topic}"
               + (f", {skipped} lines rejected" if skipped else ""))
     if done.unflushed or skipped:
         raise typer.Exit(1)
+
+
+class _Lines:
+    """The lines of a JSON-lines file as :func:`jobs.kafka.produce` takes them: each decoded
+    (one that is not UTF-8 is reported and skipped, the next keeps its number), and each record
+    encoded with its unknown fields warned about once (they are dropped)."""
+
+    def __init__(self, name: str, stream, schema: str, fields: list[str], serializer) -> None:
+        self.name, self.stream, self.schema, self.serializer = name, stream, schema, serializer
+        self.number = self.undecodable = 0  # the line being produced; lines that are not UTF-8
+        self.known: set[str] = set(fields)  # the schema's fields, then each unknown one once warned about
+
+    def rejected(self, line: int, error: Exception) -> None:
+        console.print(f"[yellow]skipped[/yellow] {escape(f'{self.name}:{line}: {error}')}", highlight=False)
+
+    def __iter__(self):
+        for self.number, raw in enumerate(self.stream, 1):
+            try:
+                yield decode_line(raw, self.number)
+            except UnicodeDecodeError as exc:
+                self.undecodable += 1
+                self.rejected(self.number, InputError(not_utf8(exc)))
+                yield ""  # (a blank line: skipped, and the next keeps its number)
+
+    def encode(self, record) -> bytes:
+        for field in (record.keys() - self.known if isinstance(record, dict) else ()):
+            self.known.add(field)
+            warning = (f"{self.name}:{self.number}: field {field!r} is not in schema {self.schema!r}: dropped "
+                       "(here and wherever it is)")
+            console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        return self.serializer(record)
 
 
 def _json(record: dict) -> str:
