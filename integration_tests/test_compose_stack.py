@@ -363,7 +363,10 @@ def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stac
         assert instant('up{job="spark-master"}')[0][1] == 1
         assert instant('count({job="spark-master",__name__=~"metrics_master_.*"})')[0][1] > 0
 
-        # `ctiflow status` reads the stack's Prometheus (its default when given no job): the job's line.
+        # `ctiflow status` reads the stack's Prometheus (its default when given no job): the job's line,
+        # once Prometheus holds two samples of the input to take a rate over (a series seen once has none).
+        eventually(lambda: instant(f'rate(ctiflow_records_received_total{{job="{name}"}}[1m])'), 60,
+                   "Prometheus has an input rate")
         view = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--once"], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "COLUMNS": "90"})
         assert view.returncode == 0, view.stderr

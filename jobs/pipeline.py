@@ -287,6 +287,8 @@ def refuse_errors(cfg: JobConfig) -> None:
     from jobs.check import config_errors
 
     errors = config_errors(cfg)
+    if len(errors) == 1:  # one line, as every other refusal
+        raise ConfigError(f"job {cfg.job!r}: {errors[0]}")
     if errors:
         raise ConfigError(f"job {cfg.job!r} cannot run", errors)
 
