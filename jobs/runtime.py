@@ -30,7 +30,6 @@ from operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legac
 from operators.errors import EventRejected, StateError
 from operators.events import OutputBatch
 from operators.operator import Output
-from operators.passthrough import Passthrough  # noqa: F401 - re-exported (the identity operator)
 from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
 from operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
