@@ -1,7 +1,7 @@
 """MkDocs hooks (mkdocs.yml → hooks): the job file reference is generated at build time from the
 configuration model (jobs/reference_doc.py), so docs/reference/job.md holds only its frame."""
 
-from jobs.reference_doc import job_reference
+from ctiflow.jobs.reference_doc import job_reference
 
 MARKER = "<!-- job-reference -->"
 

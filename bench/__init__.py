@@ -19,53 +19,53 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             raise SystemExit(f'Invalid benchmark "{name}". Valid choices are: all, '
                              f'{", ".join(BENCHES + LONG_BENCHES)}.')
         if name == "soak":
-            from bench.soak import main as soak_main
+            from ctiflow.bench.soak import main as soak_main
 
             result = soak_main(out, minutes=30.0 if minutes is None else minutes)
             if not result["ok"]:
                 raise SystemExit("soak: the results do not match the oracle (see above)")
         if name == "source":
-            from bench.spark_jobs import bench_source
+            from ctiflow.bench.spark_jobs import bench_source
 
             bench_source(events or 300_000, out)
         elif name == "adapter":
-            from bench.spark_jobs import bench_adapter
+            from ctiflow.bench.spark_jobs import bench_adapter
 
             bench_adapter(events or 2_400_000, out, trigger or 200_000)  # 12 batches, 6 measured (WARM_UP)
         elif name == "count":
-            from bench.count_operator import main as count_main
+            from ctiflow.bench.count_operator import main as count_main
 
             count_main([] if events is None else ["--events", str(events)])
-            from bench.spark_jobs import bench_count_e2e
+            from ctiflow.bench.spark_jobs import bench_count_e2e
 
             bench_count_e2e(events or 500_000, out)
         elif name == "bins":
-            from bench.bins_spark import bench_bins
+            from ctiflow.bench.bins_spark import bench_bins
 
             bench_bins(events or 200_000, out, trigger or 50_000)
         elif name == "match":
-            from bench.match_operator import main as match_main
+            from ctiflow.bench.match_operator import main as match_main
 
             match_main(events)
         elif name == "scale" and cti_delay:
-            from bench.state_scale import delay_main
+            from ctiflow.bench.state_scale import delay_main
 
             delay_main(out)
         elif name == "scale":
-            from bench.state_scale import delay_main, main as scale_main, spark_main as scale_spark
+            from ctiflow.bench.state_scale import delay_main, main as scale_main, spark_main as scale_spark
 
             scale_spark(out, per_batch=trigger or 200_000)
             scale_main(out)
             delay_main(out)
         elif name == "peers":
-            from bench.peers import main as peers_main
+            from ctiflow.bench.peers import main as peers_main
 
             peers_main(out, events=events, trigger=trigger)
         elif name == "latency":
-            from bench.latency import main as latency_main
+            from ctiflow.bench.latency import main as latency_main
 
             latency_main(out, backlog=events or 500_000)
         elif name == "reliability":
-            from bench.reliability import main as reliability_main
+            from ctiflow.bench.reliability import main as reliability_main
 
             reliability_main(out, events=events or 20_000)

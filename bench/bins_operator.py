@@ -6,13 +6,13 @@ a uniform random time in ``[0, max_span_bins · bin_size]`` (so it touches 1 to
 ``max_span_bins + 1`` bins), with measures ``bytes`` and ``packets``. Events are created up
 front and fed in application-time order; a CTI follows every ``cti_every`` events, then a
 final CTI at +∞. Timed: ``process_columns`` (each CTI step's events as
-:class:`~operators.columns.EventColumns`, built before the clock starts, as the source hands
+:class:`~ctiflow.operators.columns.EventColumns`, built before the clock starts, as the source hands
 them over) plus ``advance_to`` (building every output column), i.e. prorated events per second
 of the operator itself. The pre-built
 input is frozen out of the cyclic garbage collector (``gc.freeze``): a streaming job never
 holds a million events at once, and scanning them would be charged to the operator.
 
-Run ``python -m bench.bins_operator`` for the table; timing targets live here, never in tests.
+Run ``python -m ctiflow.bench.bins_operator`` for the table; timing targets live here, never in tests.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import random
 import time
 from typing import Any
 
-from operators.bins import Binner, BinSettings
-from operators.columns import EventColumns
-from operators.time import CTI_INFINITY, Event, ViolationPolicy
+from ctiflow.operators.bins import Binner, BinSettings
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.time import CTI_INFINITY, Event, ViolationPolicy
 
 MEASURES = ("bytes", "packets")
 

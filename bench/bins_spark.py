@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from bench.spark_jobs import (Figures, PeakMemory, bench_stack, figures, passthrough_to_kafka, plumbing_ceiling,
+from ctiflow.bench.spark_jobs import (Figures, PeakMemory, bench_stack, figures, passthrough_to_kafka, plumbing_ceiling,
                               run_job, table)
 
 
 def produce_flows(bootstrap: str, topic: str, n: int) -> None:
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
-    from jobs.testing import workload
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.testing import workload
 
     kafka.create_topics(bootstrap, {topic: 2})
     ser = AvroSerializer("flow", validate=False)
@@ -34,14 +34,14 @@ def produce_flows(bootstrap: str, topic: str, n: int) -> None:
 
 
 def flow_source(topic: str, limit: int) -> dict:
-    from bench.peers import flow_spec
+    from ctiflow.bench.peers import flow_spec
 
     return flow_spec(topic, limit)
 
 
 def spark_native(spark, bootstrap: str, topic: str, limit: int, home: str, mode: str) -> Figures:
-    """The Spark SQL proration of :func:`bench.peers.native_bins` → ``noop``."""
-    from bench.peers import native_bins
+    """The Spark SQL proration of :func:`ctiflow.bench.peers.native_bins` → ``noop``."""
+    from ctiflow.bench.peers import native_bins
 
     agg = native_bins(spark, bootstrap, flow_source(topic, limit))[0]
     with PeakMemory() as mem:
@@ -52,7 +52,7 @@ def spark_native(spark, bootstrap: str, topic: str, limit: int, home: str, mode:
 
 
 def bench_bins(events: int, out: Console, limit: int = 50_000) -> None:
-    from bench.bins_operator import run as operator_run
+    from ctiflow.bench.bins_operator import run as operator_run
 
     alone = operator_run(events=min(events, 1_000_000))
     out.print(f"binner alone (pure Python, no Spark, all three outputs): {alone['events_per_s']:,.0f} events/s, "

@@ -27,7 +27,7 @@ class ChaosReport:
 def _start(config: Path, log: Path, until_end: bool = True) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", str(config)] + ["--until-end"] * until_end,
+        return subprocess.Popen([sys.executable, "-m", "ctiflow.jobs.cli", "run", str(config)] + ["--until-end"] * until_end,
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 

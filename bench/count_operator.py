@@ -12,8 +12,8 @@ Errors are checked at ``queries`` random positions against the exact count from 
 the batched and per-call histograms must end in the same state. Wall-clock figures are for
 people; tests only look at the correctness figures.
 
-    python -m bench.count_operator                   # the full run: 10M events, N = 1M
-    python -m bench.count_operator --events 1000000  # a quick one
+    python -m ctiflow.bench.count_operator                   # the full run: 10M events, N = 1M
+    python -m ctiflow.bench.count_operator --events 1000000  # a quick one
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.histogram import ExponentialHistogram, buckets_per_size
+from ctiflow.operators.histogram import ExponentialHistogram, buckets_per_size
 
 
 def _segments(n: int, points: np.ndarray) -> list[tuple[int, int]]:

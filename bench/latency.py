@@ -55,8 +55,8 @@ def _job(kind: str, topic: str, out_topic: str, trigger: str, limit: int | None)
 
 def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, stop: threading.Event) -> int:
     """Transactions at ``rate`` a second for ``seconds`` (event time = now); → how many."""
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     ser = AvroSerializer("transaction", validate=False)
     prod = kafka.producer(bootstrap)
@@ -80,8 +80,8 @@ def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, sto
 
 def _read(bootstrap: str, topic: str, schema: str) -> list[tuple[int, dict]]:
     """Every record of ``topic`` as ``(Kafka timestamp ms, decoded record)``."""
-    from jobs import kafka
-    from jobs.serde import AvroDeserializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroDeserializer
 
     decode = AvroDeserializer(schema)
     cons = kafka.consumer(bootstrap, {}, **{"group.id": "bench-latency-read"})
@@ -125,9 +125,9 @@ def _percentile(values: list[int], q: float) -> float:
 
 
 def main(out: Console | None = None, *, seconds: float = 90.0, backlog: int = 500_000) -> list[dict]:
-    from bench.spark_jobs import bench_stack, produce_transactions, run_job
-    from jobs import kafka, pipeline
-    from jobs.config import parse
+    from ctiflow.bench.spark_jobs import bench_stack, produce_transactions, run_job
+    from ctiflow.jobs import kafka, pipeline
+    from ctiflow.jobs.config import parse
 
     out = out or Console(width=200)
     rows = []

@@ -32,7 +32,7 @@ Per pattern, over the same events:
 * **end to end, in process** — what one Spark micro-batch does in ``jobs/adapter.py``, without
   Spark or Kafka: the records Avro-encoded up front (the producer's work, untimed), then per
   micro-batch of ``cti_every`` records and per key group (``crc32(key) mod G``): restore the
-  group's :class:`~jobs.runtime.GroupRuntime` from its snapshot, apply the CTI (the watermark
+  group's :class:`~ctiflow.jobs.runtime.GroupRuntime` from its snapshot, apply the CTI (the watermark
   of the previous batches), decode and offer the records, snapshot, Avro-encode the outputs;
   a final flush to +∞. Matches must equal the operator's;
 * **Flink** — ``bench/match_flink.py`` run with the PyFlink venv (``bench/setup_flink.sh``)
@@ -40,8 +40,8 @@ Per pattern, over the same events:
 
 Wall-clock figures are for people; the smoke test looks only at matches and state figures.
 
-    python -m bench.match_operator                   # 1M events, with Flink if installed
-    python -m bench.match_operator --events 200000 --no-flink
+    python -m ctiflow.bench.match_operator                   # 1M events, with Flink if installed
+    python -m ctiflow.bench.match_operator --events 200000 --no-flink
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TYPES = ("purchase", "withdrawal", "refund", "login_failed", "login_ok")
 _CUMULATIVE = (0.55, 0.70, 0.75, 0.90, 1.0)
 
-#: The patterns, once, as declarative dicts (``operators.cep.declarative``). Keep them literals:
+#: The patterns, once, as declarative dicts (``ctiflow.operators.cep.declarative``). Keep them literals:
 #: ``bench/match_flink.py`` reads this assignment with ``ast.literal_eval`` (the Flink venv has
 #: neither this project nor its dependencies installed).
 PATTERNS = {
@@ -181,7 +181,7 @@ def hot_key_records(n: int, start_ms: int = T0) -> list[dict[str, Any]]:
 
 
 def to_events(records: list[dict[str, Any]]) -> list[Any]:
-    from operators.time import Event
+    from ctiflow.operators.time import Event
 
     return [Event(key=r["account"], start=r["event_time"], end=r["event_time"], fields=r,
                   partition=0, offset=i, stream="transactions") for i, r in enumerate(records)]
@@ -208,7 +208,7 @@ def state_figures(op: Any) -> dict[str, int]:
     """What the operator holds now: snapshot bytes, partial matches, stored events and nodes of
     the shared buffers, and the events a store without sharing would hold (every partial match
     with its own copy of its events)."""
-    from operators.cep.contiguous_buffer import ContiguousBuffer
+    from ctiflow.operators.cep.contiguous_buffer import ContiguousBuffer
 
     partial = held = stored = nodes = copies = 0
     event_bytes = run_bytes = 0
@@ -242,11 +242,11 @@ def state_figures(op: Any) -> dict[str, int]:
 
 
 def typed_columns(events: list[Any]):
-    """``events`` as :class:`~operators.columns.EventColumns` with typed NumPy columns, as the
+    """``events`` as :class:`~ctiflow.operators.columns.EventColumns` with typed NumPy columns, as the
     job's packs give them (Arrow → NumPy: doubles as float64, longs as int64, strings as objects)."""
     import numpy as np
 
-    from operators.columns import EventColumns
+    from ctiflow.operators.columns import EventColumns
 
     cols = EventColumns.from_events(events)
     for name, values in list(cols.fields.items()):
@@ -264,8 +264,8 @@ def run_operator(spec: dict[str, Any] | None, events: list[Any], *, cti_every: i
     as typed columns (:func:`typed_columns`, built before the clock starts, as the job's packs
     arrive) into ``process_columns``, which builds the :class:`Event` s of the rows it keeps —
     and time only its calls."""
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import CTI_INFINITY
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.time import CTI_INFINITY
 
     op = MatchOperator(MatchSettings(pattern=spec, emit_timed_out=False, sql=sql))
     process, advance = op.process_columns, op.advance_to
@@ -319,7 +319,7 @@ def run_hot_key(sizes: tuple[int, ...] = HOT_KEY_EVENTS, *, flink: bool = True,
     release into ``process_columns``, timed; the state = the key's snapshot bytes after it) and, with
     PyFlink installed, Flink's MATCH_RECOGNIZE on the same rows (net of reading them; after a
     size that fails or times out, larger ones are not tried)."""
-    from operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 
     sql = HOT_KEY_SQL_FILE.read_text()
     python = flink_python() if flink else None
@@ -361,7 +361,7 @@ def job_config(name: str, spec: dict[str, Any], key_groups: int) -> dict[str, An
 
 
 def encode_records(records: list[dict[str, Any]]) -> list[bytes]:
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     encode = AvroSerializer("transaction", validate=False)
     return [encode(r) for r in records]
@@ -371,12 +371,12 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
                    payloads: list[bytes], *, cti_every: int = 10_000,
                    key_groups: int = 8) -> dict[str, Any]:
     """Decode → time layer → operator → snapshot → encode, per micro-batch and key group."""
-    from jobs.config import parse
-    from jobs.rows import Control, GroupInput
-    from jobs.runtime import GroupRuntime, Plan
-    from jobs.serde import AvroDeserializer, AvroSerializer
-    from operators.columns import EventColumns
-    from operators.time import Event
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.rows import Control, GroupInput
+    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
+    from ctiflow.operators.columns import EventColumns
+    from ctiflow.operators.time import Event
 
     cfg = parse(job_config(name, spec, key_groups))
     plan = Plan.from_config(cfg)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from jobs.checkpoint import read_counters
+from ctiflow.jobs.checkpoint import read_counters
 
 
 @dataclass
@@ -41,16 +41,16 @@ def _wait_for(path: Path, key: str, value: int, timeout: float, proc: subprocess
 def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str, list[dict], str]],
                second: list[tuple[str, str, list[dict], str]], outage: float = 32.0) -> OutageReport:
     """``inputs``/``second``: (topic, schema, records, key_field) produced before/after the outage."""
-    from jobs import kafka, stack
-    from jobs.kafka import read_topic
-    from jobs.config import parse
+    from ctiflow.jobs import kafka, stack
+    from ctiflow.jobs.kafka import read_topic
+    from ctiflow.jobs.config import parse
 
     bootstrap = f"127.0.0.1:{port}"
     cfg = parse(spec, "outage job")
     topics = cfg.topics()
 
     def load(batches):
-        from jobs.serde import AvroSerializer
+        from ctiflow.jobs.avro.serde import AvroSerializer
 
         for topic, schema, records, key in batches:
             ser = AvroSerializer(schema)
@@ -64,11 +64,11 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
     load(inputs)
     config = workdir / "job.yaml"
     config.write_text(yaml.safe_dump(spec))
-    from jobs.checkpoint import progress_path
+    from ctiflow.jobs.checkpoint import progress_path
 
     progress = progress_path(cfg)
     log = open(workdir / "job.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", str(config)], stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([sys.executable, "-m", "ctiflow.jobs.cli", "run", str(config)], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         n1 = sum(len(b[2]) for b in inputs)
@@ -90,7 +90,7 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
         os.kill(proc.pid, signal.SIGTERM)  # graceful: the CLI stops the query, then exits
         proc.wait(120)
         after = {t: read_topic(bootstrap, t) for t in cfg.result_topics()}
-        drain = subprocess.run([sys.executable, "-m", "jobs.cli", "drain", str(config)], stdout=log,
+        drain = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "drain", str(config)], stdout=log,
                                stderr=subprocess.STDOUT, timeout=600)
         assert drain.returncode == 0
         drained = {t: read_topic(bootstrap, t) for t in cfg.result_topics()}

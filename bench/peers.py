@@ -13,12 +13,12 @@ as context: the engine's own floor, not the peer.
 * **count** — ours, per key, "interesting events in the last hour", one record per touched key per
   CTI, ε = 1 %, vs Spark's exact sliding-window count (``window(ts, '1 hour', '1 minute')`` per key,
   watermark, ``update`` mode). Ours is checked against the exact count by the oracle in
-  :mod:`jobs.testing.oracle` (independent of the operator), and the largest error is printed.
+  :mod:`ctiflow.jobs.testing.oracle` (independent of the operator), and the largest error is printed.
 * **match** — the operator vs Flink 2.3 ``MATCH_RECOGNIZE`` (PyFlink, ``bench/setup_flink.sh``)
-  on the same events, operator level (:mod:`bench.match_operator`); skipped with one line when
+  on the same events, operator level (:mod:`ctiflow.bench.match_operator`); skipped with one line when
   PyFlink is not installed.
 
-Peak memory (PSS of the process tree: :class:`bench.spark_jobs.PeakMemory`) is compared with
+Peak memory (PSS of the process tree: :class:`ctiflow.bench.spark_jobs.PeakMemory`) is compared with
 each side run again **alone**, in a new process with its own Spark (:func:`alone`; the query
 once unmeasured, then measured): in the shared
 session a JVM keeps the heap earlier queries grew, so the ladder's memory column is the session's
@@ -42,7 +42,7 @@ import pandas as pd  # noqa: F401 - the pandas UDF's type hints are resolved in 
 from rich.console import Console
 from rich.table import Table
 
-from bench.spark_jobs import Figures, PeakMemory, bench_stack, figures, plumbing_ceiling, run_job, warm_up
+from ctiflow.bench.spark_jobs import Figures, PeakMemory, bench_stack, figures, plumbing_ceiling, run_job, warm_up
 
 BIN = 60_000
 HOUR = 3_600_000
@@ -63,7 +63,7 @@ def avro_udf(schema_name: str, shape):
     import fastavro
     from pyspark.sql.functions import pandas_udf
 
-    from jobs.serde import default_store
+    from ctiflow.jobs.avro.serde import default_store
 
     stored = default_store().get(schema_name)
     parsed = fastavro.parse_schema(json.loads(stored.text))
@@ -98,8 +98,8 @@ def _count_record(r: dict) -> dict:
 def _typed_source(spark, bootstrap: str, spec: dict):
     from pyspark.sql import functions as F
 
-    from jobs.config import parse
-    from jobs.pipeline import source_options
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.pipeline import source_options
 
     cfg = parse({"job": "native", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
@@ -151,8 +151,8 @@ def run_native(built, mode: str, home: str, name: str, bootstrap: str | None = N
     """The native query → ``noop`` (``topic`` None) or → the Kafka sink, Avro-encoded by a pandas UDF."""
     from pyspark.sql import functions as F
 
-    from jobs import kafka
-    from jobs.sink import SinkOptions
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.sink import SinkOptions
 
     agg, fields, schema, shape, key = built
     if topic is None:
@@ -199,10 +199,10 @@ def alone(what: str, bootstrap: str, spec: dict, topic_suffix: str = "-alone") -
     env = {**os.environ, "CTIFLOW_HOME": home}
     arg = json.dumps({"what": what, "bootstrap": bootstrap, "spec": spec, "suffix": topic_suffix})
     try:
-        done = subprocess.run([sys.executable, "-m", "bench.peers", arg], env=env, capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "ctiflow.bench.peers", arg], env=env, capture_output=True, text=True,
                               timeout=1800)
         if done.returncode != 0:
-            raise RuntimeError(f"bench.peers {what} alone failed:\n{done.stderr[-3000:]}")
+            raise RuntimeError(f"ctiflow.bench.peers {what} alone failed:\n{done.stderr[-3000:]}")
         got = json.loads(done.stdout.strip().splitlines()[-1])
         return Figures(**got)
     finally:
@@ -213,7 +213,7 @@ def _alone_main(arg: str) -> None:
     """The child of :func:`alone`: run one query in this process's own Spark, print its figures."""
     from dataclasses import asdict
 
-    from jobs.pipeline import spark_session
+    from ctiflow.jobs.pipeline import spark_session
 
     a = json.loads(arg)
     what, bootstrap, spec, suffix = a["what"], a["bootstrap"], a["spec"], a["suffix"]
@@ -251,8 +251,8 @@ def _alone_main(arg: str) -> None:
 def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str) -> None:
     """Records keyed by ``key_field`` over :data:`PEER_TOPIC_PARTITIONS` partitions (Kafka's
     default partitioner: uneven rates per partition)."""
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: PEER_TOPIC_PARTITIONS})
     kafka.produce(bootstrap, topic, records, AvroSerializer(schema, validate=False), key_field=key_field)
@@ -264,14 +264,14 @@ THREE = {"incremental": "peers-bins-inc", "updated": "peers-bins-upd", "final": 
 
 
 def _flows(n: int, rate_per_s: float = 200.0) -> list[dict]:
-    from jobs.testing import workload
+    from ctiflow.jobs.testing import workload
 
     return workload.flows(n, devices=1000, seed=1, rate_per_s=rate_per_s)
 
 
 def _transactions(n: int) -> list[dict]:
     """1,000 accounts, ≈ 100 transactions a second: several hours of event time."""
-    from jobs.testing import workload
+    from ctiflow.jobs.testing import workload
 
     return workload.transactions(n, accounts=1000, seed=3, rate_per_s=100.0, disorder_ms=2_000)
 
@@ -320,7 +320,7 @@ class Peer:
 
 def records_in(bootstrap: str, topics) -> int:
     """Records in ``topics`` (every partition, low to true end offset)."""
-    from jobs import kafka
+    from ctiflow.jobs import kafka
 
     cons = kafka.consumer(bootstrap)
     try:
@@ -379,9 +379,9 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
 
 
 def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
-    from jobs import kafka
-    from jobs.config import parse
-    from jobs.testing import oracle
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.testing import oracle
 
     topic, result = "peers-tx", "peers-counts"
     produce(bootstrap, topic, "transaction", _transactions(events), "account")
@@ -418,7 +418,7 @@ def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: 
 
 def bench_match(events: int, out: Console) -> list[tuple[str, float, float | None, str]]:
     """(pattern, ours events/s, Flink events/s or None, note)."""
-    from bench.match_operator import flink_python, run as match_run
+    from ctiflow.bench.match_operator import flink_python, run as match_run
 
     if flink_python() is None:
         out.print("match vs Flink: skipped — PyFlink is not installed (bash bench/setup_flink.sh)")
@@ -502,8 +502,8 @@ def count_job(spec: dict, output: str) -> dict:
 
 
 def record_costs(bootstrap: str | None, events: int, out: Console) -> None:
-    """The adapter's Python costs per input event, stage by stage (:mod:`bench.record_costs`)."""
-    from bench.record_costs import measure
+    """The adapter's Python costs per input event, stage by stage (:mod:`ctiflow.bench.record_costs`)."""
+    from ctiflow.bench.record_costs import measure
 
     runs = {
         "bins, 3 outputs": measure(bins_job(flow_spec("costs-flows", BATCH), {k: f"costs-{v}" for k, v in THREE.items()}), _flows(events), bootstrap=bootstrap),
@@ -532,7 +532,7 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
     peers: list[Peer] = []
     if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
-            # 30 micro-batches, the last 15 measured (bench.spark_jobs.WARM_UP), after a round of both
+            # 30 micro-batches, the last 15 measured (ctiflow.bench.spark_jobs.WARM_UP), after a round of both
             # sides unmeasured (warm_up): the JIT's warm-up left out
             n, limit = events or 3_000_000, trigger or BATCH
             for kind, run, title in (

@@ -2,19 +2,19 @@
 
 Each stage runs the code the job runs, on the same records, and is timed alone:
 
-* **Avro decode** — :meth:`jobs.source.RecordDecoder.decoded` (bulk decode + validation on the
+* **Avro decode** — :meth:`ctiflow.jobs.source.decoder.RecordDecoder.decoded` (bulk decode + validation on the
   columns), one call per fetch of :data:`FETCH` records as the source makes them;
-* **packs** — :func:`jobs.rows.pack_columns` per key group → bytes → :func:`jobs.rows.unpack_columns`
+* **packs** — :func:`ctiflow.jobs.rows.pack_columns` per key group → bytes → :func:`ctiflow.jobs.rows.unpack_columns`
   (source worker → stateful worker; Arrow columns, then the NumPy columns the time layer takes);
-* **time layer + operator** — :meth:`jobs.runtime.GroupRuntime.run_batch`,
+* **time layer + operator** — :meth:`ctiflow.jobs.runtime.GroupRuntime.run_batch`,
   one runtime per key group and micro-batch, as the adapter drives it; of that,
 * **result columns** — the operator's record-building method (bins ``Binner._build``, count
-  ``CountOperator._emit_touched``: :class:`~operators.events.OutputBatch` columns), timed by
+  ``CountOperator._emit_touched``: :class:`~ctiflow.operators.events.OutputBatch` columns), timed by
   wrapping it;
 * **state round trip** — ``GroupRuntime`` load from header + chunks and ``commit()``;
-* **Avro encode** — :class:`jobs.avro_encode.ResultEncoder` as the adapter calls it (bulk for
-  the operators' column batches, one :class:`jobs.serde.AvroSerializer` call per other result);
-* **result packs** — the ``(key, value, role)`` packs as Arrow IPC (:func:`jobs.rows.output_frame`)
+* **Avro encode** — :class:`ctiflow.jobs.avro.encode.ResultEncoder` as the adapter calls it (bulk for
+  the operators' column batches, one :class:`ctiflow.jobs.avro.serde.AvroSerializer` call per other result);
+* **result packs** — the ``(key, value, role)`` packs as Arrow IPC (:func:`ctiflow.jobs.rows.output_frame`)
   and read back in the sink;
 * **Kafka produce** — one ``Producer.produce`` call per result, with the sink's headers, to the
   broker, then ``flush`` (only with a broker).
@@ -31,7 +31,7 @@ from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 
 BATCH = 100_000
-#: Records per Kafka fetch (what one ``consume`` call returns at most: ``jobs.kafka.read_range``).
+#: Records per Kafka fetch (what one ``consume`` call returns at most: ``ctiflow.jobs.kafka.read_range``).
 FETCH = 10_000
 
 
@@ -58,24 +58,24 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
             gc_paused: bool = True) -> dict:
     """µs per input event of each stage (module docstring) for ``job`` (a job spec with one
     source and its operators) over ``records`` (the source's records, in arrival order).
-    ``gc_paused``: as the job runs (:mod:`jobs.alloc`); ``False`` shows what that saves."""
-    from jobs import kafka
-    from jobs.alloc import cyclic_gc_paused
-    from jobs.config import parse
-    from jobs.pipeline import source_options
+    ``gc_paused``: as the job runs (:mod:`ctiflow.jobs.alloc`); ``False`` shows what that saves."""
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.alloc import cyclic_gc_paused
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.pipeline import source_options
     import numpy as np
     import pyarrow as pa
 
-    from jobs.avro_encode import ResultEncoder
-    from jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
-    from jobs.counters import Counters
-    from jobs.runtime import GroupRuntime, Plan
-    from jobs.serde import AvroSerializer
-    from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
-    from jobs.source import RecordDecoder
-    from operators.bins import Binner
-    from operators.columns import EventColumns
-    from operators.count import CountOperator
+    from ctiflow.jobs.avro.encode import ResultEncoder
+    from ctiflow.jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
+    from ctiflow.jobs.counters import Counters
+    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.operators.bins import Binner
+    from ctiflow.operators.columns import EventColumns
+    from ctiflow.operators.count import CountOperator
 
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap or "127.0.0.1:9"}})
     src = cfg.sources[0]

@@ -27,12 +27,12 @@ def _passthrough(bootstrap: str, topic: str, out: str, ckpt: Path, job: str, lim
 
 
 def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad: int = 10_000) -> dict:
-    from bench.chaos import crash_loop
-    from bench.outage import outage_run
-    from jobs import kafka, stack
-    from jobs.kafka import read_topic
-    from jobs.serde import AvroSerializer
-    from jobs.testing import workload
+    from ctiflow.bench.chaos import crash_loop
+    from ctiflow.bench.outage import outage_run
+    from ctiflow.jobs import kafka, stack
+    from ctiflow.jobs.kafka import read_topic
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.testing import workload
 
     out = out or Console(width=160)
     work = Path(tempfile.mkdtemp(prefix="ctiflow-reliability-"))
@@ -67,7 +67,7 @@ def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad:
 
         fuzz = _passthrough(bootstrap, "rel-fuzz", "rel-fuzz-out", work / "ck-fuzz", "rel-fuzz", 5000)
         (work / "fuzz.yaml").write_text(yaml.safe_dump(fuzz))
-        subprocess.run([sys.executable, "-m", "jobs.cli", "run", str(work / "fuzz.yaml"), "--until-end"],
+        subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "run", str(work / "fuzz.yaml"), "--until-end"],
                        capture_output=True, check=True, timeout=900)
         dead = read_topic(bootstrap, "rel-fuzz.dead-letter")
         fuzz_out = read_topic(bootstrap, "rel-fuzz-out")

@@ -8,7 +8,7 @@ this process with its own trigger; every minute a row: the process tree's memory
 state's bytes and keys, the last minute's batches (count, p50, p99), records not read yet
 (the partitions' high watermarks − the offsets the job has read), the CTI's lag behind the wall
 clock. At the end the producer stops, the job is drained from its checkpoint (the final CTI),
-and every result topic is checked against the oracle (``jobs.testing.oracle.final_bins``,
+and every result topic is checked against the oracle (``ctiflow.jobs.testing.oracle.final_bins``,
 exact fractions): each final bin exactly once with its exact measures, the incremental records
 of each bin adding up to it — nothing lost, nothing twice.
 """
@@ -40,8 +40,8 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
     the topic back at the end: this process's memory is what the soak measures)."""
     import random
 
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     ser = AvroSerializer("flow", validate=False)
     # Records leave in producer batches of ≈ 0.5 s (≈ 80 a partition), as a producer that favours
@@ -78,7 +78,7 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
 def _tree_pss_mb() -> float:
     import psutil
 
-    from bench.spark_jobs import _pss
+    from ctiflow.bench.spark_jobs import _pss
 
     me = psutil.Process()
     total = 0
@@ -108,12 +108,12 @@ def _job(bootstrap: str, home: str, topic: str, trigger: str) -> dict:
 
 
 def main(out: Console | None = None, *, minutes: float = 30.0, rate: float = 500.0, trigger: str = "2s") -> dict:
-    from bench.spark_jobs import bench_stack
-    from jobs import kafka, pipeline
-    from jobs.config import parse
-    from jobs.metrics import kafka_ends
-    from jobs.progress import format_cti
-    from jobs.testing import oracle
+    from ctiflow.bench.spark_jobs import bench_stack
+    from ctiflow.jobs import kafka, pipeline
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.metrics import kafka_ends
+    from ctiflow.jobs.progress import format_cti
+    from ctiflow.jobs.testing import oracle
 
     out = out or Console(width=200)
     topic = "soak-flows"

@@ -33,7 +33,7 @@ class Figures:
     p99_ms: float
     first_batch_ms: float
     peak_rss_mb: float
-    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (jobs.counters.Counters), summed
+    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (ctiflow.jobs.counters.Counters), summed
 
     @property
     def rate(self) -> float:
@@ -118,7 +118,7 @@ def warm_up(*queries) -> None:
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
     """A query's figures over its micro-batches after the :data:`WARM_UP` share (the first batch
     at least: it is reported apart)."""
-    from jobs.progress import records_read
+    from ctiflow.jobs.progress import records_read
 
     def read(p: dict) -> int:  # a first batch has no start offset: it is reported apart anyway
         n = records_read(p)
@@ -136,8 +136,8 @@ def figures(name: str, progress: list[dict], peak: int) -> Figures:
 @contextmanager
 def bench_stack():
     """A private embedded broker and Spark session for one benchmark."""
-    from jobs import stack
-    from jobs.pipeline import spark_session
+    from ctiflow.jobs import stack
+    from ctiflow.jobs.pipeline import spark_session
 
     home = tempfile.mkdtemp(prefix="ctiflow-bench-")
     os.environ["CTIFLOW_HOME"] = home
@@ -155,8 +155,8 @@ def bench_stack():
 
 
 def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitions: int = 2) -> None:
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: partitions})
     ser = AvroSerializer("transaction", validate=False)
@@ -172,8 +172,8 @@ def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitio
 
 
 def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str, without_broker: bool = False) -> Figures:
-    from jobs import pipeline
-    from jobs.config import parse
+    from ctiflow.jobs import pipeline
+    from ctiflow.jobs.config import parse
 
     cfg_spec = {**cfg_spec, "kafka": {"bootstrap_servers": bootstrap},
                 "spark": {**cfg_spec.get("spark", {}), "checkpoint": f"{home}/ck-{name}"}}
@@ -189,9 +189,10 @@ def raw_reader(bootstrap: str, topic: str) -> Figures:
     """The ceiling: one Python process, confluent-kafka consume + fastavro decode, no Spark."""
     import json
 
-    from jobs import kafka
-    from jobs.serde import default_store
-    from jobs.source import KafkaStreamReader, OffsetRange, arrow_schema
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import default_store
+    from ctiflow.jobs.source.decoder import arrow_schema
+    from ctiflow.jobs.source.reader import KafkaStreamReader, OffsetRange
 
     opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
             "time_field": "event_time", "key_groups": "8"}
@@ -213,15 +214,15 @@ def raw_reader(bootstrap: str, topic: str) -> Figures:
 
 def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
     """The limit of one Python process, no Spark: consume → bulk decode and validate (the
-    source's :class:`~jobs.source.RecordDecoder`) → bulk Avro-encode the records
-    (:class:`~jobs.avro_encode.ColumnEncoder`, the fastest encoder here) → produce each to the
+    source's :class:`~ctiflow.jobs.source.decoder.RecordDecoder`) → bulk Avro-encode the records
+    (:class:`~ctiflow.jobs.avro.encode.ColumnEncoder`, the fastest encoder here) → produce each to the
     same broker. What the identity job does, minus Spark and state."""
     import json
 
-    from jobs import kafka
-    from jobs.avro_encode import ColumnEncoder
-    from jobs.serde import AvroSerializer, default_store
-    from jobs.source import RecordDecoder, arrow_schema
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.encode import ColumnEncoder
+    from ctiflow.jobs.avro.serde import AvroSerializer, default_store
+    from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
 
     opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
             "time_field": "event_time", "columns": "packed", "values": "errors"}
@@ -264,8 +265,8 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
     """Stateless pass-through: the Spark source decoding into typed columns → noop sink."""
     import json
 
-    from jobs.config import parse
-    from jobs.pipeline import source_options
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.pipeline import source_options
 
     cfg = parse({"job": "noop", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
@@ -278,8 +279,8 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
 
 
 def _source(spark, bootstrap: str, spec: dict, columns: str):
-    from jobs.config import parse
-    from jobs.pipeline import group_labels, source_options
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.pipeline import group_labels, source_options
 
     cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
@@ -289,7 +290,7 @@ def _source(spark, bootstrap: str, spec: dict, columns: str):
 
 
 def _to_kafka(df, bootstrap: str, topic: str, home: str, name: str) -> Figures:
-    from jobs import kafka
+    from ctiflow.jobs import kafka
 
     kafka.create_topics(bootstrap, {topic: 2})
     with PeakMemory() as mem:
@@ -314,7 +315,7 @@ class _Forward:
     """A ``StatefulProcessor`` that forwards each group's records unchanged (or, with
     ``forward=False``, only unpacks them and emits nothing): Spark's stateful plumbing (shuffle,
     Python worker, Arrow both ways, one state update a group) with the least work of ours — the
-    packs' columns read (:func:`jobs.rows.unpack_columns`) and each record's bytes passed on as
+    packs' columns read (:func:`ctiflow.jobs.rows.unpack_columns`) and each record's bytes passed on as
     one Arrow array, no time layer, no operator. (Defined lazily: PySpark classes are imported
     only when a benchmark runs.)"""
 
@@ -324,8 +325,8 @@ class _Forward:
         import pyarrow as pa
         from pyspark.sql.streaming import StatefulProcessor
 
-        from jobs.alloc import cyclic_gc_paused
-        from jobs.rows import result_batch, result_pack, unpack_columns
+        from ctiflow.jobs.alloc import cyclic_gc_paused
+        from ctiflow.jobs.rows import result_batch, result_pack, unpack_columns
 
         class Forward(StatefulProcessor):
             def init(self, handle) -> None:
@@ -333,7 +334,7 @@ class _Forward:
 
             def handleInputRows(self, key, rows, timerValues):
                 out = []
-                with cyclic_gc_paused():  # as the adapter does (jobs.alloc)
+                with cyclic_gc_paused():  # as the adapter does (ctiflow.jobs.alloc)
                     for r in rows:
                         packs = [unpack_columns(p, "s", 0) for p in r["meta_pack"] if p is not None]
                         if forward:
@@ -354,7 +355,7 @@ def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool
                      name: str = "plumbing-noop", without_broker: bool = False) -> Figures:
     """Packed source → key groups → a stateful function with no operator → Kafka (``forward``)
     or, without output, → noop: the least any job on the adapter costs."""
-    from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
+    from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
 
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward), OUTPUT_SCHEMA, "Append", "None")

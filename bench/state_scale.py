@@ -25,10 +25,10 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from jobs.config import parse
-from jobs.rows import GroupInput
-from jobs.runtime import GroupRuntime, Plan
-from operators.time import Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.rows import GroupInput
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
 DAY = 86_400_000
@@ -60,7 +60,7 @@ class Row:
     peak_rss_mb: float     # Spark: the job's process tree (JVM, Python workers), not the embedded broker (PSS)
     restart_s: float       # to the first completed batch after a restart
     chunks: float = 0.0    # Spark: mean chunks used (read or taken from the worker's cache) and written per batch
-    cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (jobs.state.warm.WarmChunks)
+    cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (ctiflow.jobs.state.warm.WarmChunks)
 
     @property
     def rate(self) -> float:
@@ -181,7 +181,7 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
     seconds of it, ``cti.delay`` = ``delay_s``: the buffer is filled first (``delay_s / batch_s``
     batches), then ``batches`` are timed — restore the header, the batch, commit, the header
     compressed as the adapter stores it. Events arrive up to 2 s out of order."""
-    from jobs.state.store import compressed, expanded
+    from ctiflow.jobs.state.codec import compressed, expanded
 
     plan = replace(Plan.from_config(parse({
         "job": "delay", "kafka": {"bootstrap_servers": "x:1"},
@@ -245,8 +245,8 @@ def delay_main(out: Console | None = None, delays=(10, 60, 180, 600), rate: int 
 def _produce(bootstrap: str, topic: str, live: int) -> None:
     """``live`` keys with one event each (a first stage for match, an open bin for bins), 1 ms
     apart, over two partitions."""
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: 2})
     ser = AvroSerializer("transaction", validate=False)
@@ -265,10 +265,10 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
                per_batch: int, conf: dict | None = None, tag: str = "", state: dict | None = None) -> Row:
     import json
 
-    from bench.spark_jobs import PeakMemory, figures
-    from jobs import kafka, pipeline
-    from jobs.checkpoint import progress_path
-    from jobs.config import parse
+    from ctiflow.bench.spark_jobs import PeakMemory, figures
+    from ctiflow.jobs import kafka, pipeline
+    from ctiflow.jobs.checkpoint import progress_path
+    from ctiflow.jobs.config import parse
 
     topic = f"scale-{kind}-{live}{tag}"
     _produce(bootstrap, topic, live)
@@ -317,8 +317,8 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
 
 def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: int, seed: int = 7) -> None:
     """``measured`` events after the live keys, over ``active`` of them (amounts at random)."""
-    from jobs import kafka
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs import kafka
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     rng = random.Random(seed)
     hot = rng.sample(range(live), min(active, live))
@@ -342,11 +342,11 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
     ``conf``: SQL confs set on every session (e.g. RocksDB changelog checkpointing). ``uncached``:
     operators also run at the smallest and largest size with ``state.cache_chunks: 0`` (every
     touched chunk read from the state store and decoded, as without the worker's cache)."""
-    from bench.spark_jobs import bench_stack
+    from ctiflow.bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
     rows = []
-    from jobs.pipeline import spark_session
+    from ctiflow.jobs.pipeline import spark_session
 
     with bench_stack() as (bootstrap, spark, home):
         rows.append(_spark_row(spark, bootstrap, home, "identity", 10_000, per_batch * measured_batches, active,

@@ -20,29 +20,61 @@ used; ``import ctiflow`` alone does not.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from jobs.check import Report, check_job as check, config_errors as check_config
-from jobs.config import JobConfig, load, parse
-from jobs.serde import AvroDeserializer, AvroSerializer, SchemaStore, default_store
-from operators.bins import Binner, BinSettings
-from operators.cep.operator import MatchOperator, MatchSettings
-from operators.cep.pattern import Pattern
-from operators.count import CountOperator, CountSettings
-from operators.errors import ConfigError, CtiflowError
-from operators.operator import Output
-from operators.time import CTI_INFINITY, Event
+if TYPE_CHECKING:
+    from ctiflow.jobs.config import JobConfig
 
-__all__ = ["AvroDeserializer", "AvroSerializer", "Binner", "BinSettings", "CTI_INFINITY", "ConfigError",
-           "CountOperator", "CountSettings", "CtiflowError", "Event", "JobConfig", "MatchOperator", "MatchSettings",
-           "Output", "Pattern", "Report", "SchemaStore", "check", "check_config", "default_store", "load", "parse", "run",
-           "spark_session", "stream"]
+#: Public name → (module, name there). Imported when first used (PEP 562), so importing one of
+#: ctiflow's subpackages — what a Spark worker does — does not load the configuration model,
+#: the serdes and every operator with it.
+_EXPORTS = {
+    "Report": ("ctiflow.jobs.check", "Report"),
+    "check": ("ctiflow.jobs.check", "check_job"),
+    "check_config": ("ctiflow.jobs.check", "config_errors"),
+    "JobConfig": ("ctiflow.jobs.config", "JobConfig"),
+    "load": ("ctiflow.jobs.config", "load"),
+    "parse": ("ctiflow.jobs.config", "parse"),
+    "AvroDeserializer": ("ctiflow.jobs.avro.serde", "AvroDeserializer"),
+    "AvroSerializer": ("ctiflow.jobs.avro.serde", "AvroSerializer"),
+    "SchemaStore": ("ctiflow.jobs.avro.serde", "SchemaStore"),
+    "default_store": ("ctiflow.jobs.avro.serde", "default_store"),
+    "Binner": ("ctiflow.operators.bins", "Binner"),
+    "BinSettings": ("ctiflow.operators.bins", "BinSettings"),
+    "MatchOperator": ("ctiflow.operators.cep.operator", "MatchOperator"),
+    "MatchSettings": ("ctiflow.operators.cep.operator", "MatchSettings"),
+    "Pattern": ("ctiflow.operators.cep.pattern", "Pattern"),
+    "CountOperator": ("ctiflow.operators.count", "CountOperator"),
+    "CountSettings": ("ctiflow.operators.count", "CountSettings"),
+    "ConfigError": ("ctiflow.operators.errors", "ConfigError"),
+    "CtiflowError": ("ctiflow.operators.errors", "CtiflowError"),
+    "Output": ("ctiflow.operators.operator", "Output"),
+    "CTI_INFINITY": ("ctiflow.operators.time", "CTI_INFINITY"),
+    "Event": ("ctiflow.operators.time", "Event"),
+}
+
+__all__ = sorted([*_EXPORTS, "run", "spark_session", "stream"])
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'ctiflow' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def run(job: JobConfig, *, until_end: bool = False, spark: Any = None, timeout: float | None = None):
     """Run ``job`` as ``ctiflow run`` does (``until_end``: as ``ctiflow drain``) and return its
-    :class:`jobs.progress.RunSummary`. Without ``spark``, on a session of its own, stopped after."""
-    from jobs import pipeline
+    :class:`ctiflow.jobs.progress.RunSummary`. Without ``spark``, on a session of its own, stopped after."""
+    from ctiflow.jobs import pipeline
 
     own = spark is None
     try:
@@ -57,7 +89,7 @@ def stream(spark: Any, job: JobConfig, *, until_end: bool = False):
     the checks ``ctiflow run`` makes before Spark (broker, topics, checkpoint, fields, pattern).
     ctiflow's Kafka source and sink are registered in ``spark``; the session should carry the
     settings of :func:`spark_session` (RocksDB state store, Arrow batch sizes)."""
-    from jobs import pipeline
+    from ctiflow.jobs import pipeline
 
     pipeline.prepare(job)
     pipeline.register_data_sources(spark)
@@ -66,6 +98,6 @@ def stream(spark: Any, job: JobConfig, *, until_end: bool = False):
 
 def spark_session(job: JobConfig | None = None, app: str = "ctiflow"):
     """A SparkSession configured as ctiflow's jobs run (state store, Arrow, the data sources)."""
-    from jobs import pipeline
+    from ctiflow.jobs import pipeline
 
     return pipeline.spark_session(job, app)

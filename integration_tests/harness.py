@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs import kafka
-from jobs.config import JobConfig, parse
-from jobs.serde import AvroSerializer
+from ctiflow.jobs import kafka
+from ctiflow.jobs.config import JobConfig, parse
+from ctiflow.jobs.avro.serde import AvroSerializer
 
 
 def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str | None,
@@ -33,12 +33,12 @@ def job(stack, tmp_path: Path, **spec) -> JobConfig:
 
 
 def run(cfg: JobConfig, spark, **kwargs):
-    from jobs import pipeline
+    from ctiflow.jobs import pipeline
 
     return pipeline.run(cfg, until_end=kwargs.pop("until_end", True), spark=spark, **kwargs)
 
 
 def read(stack, topic: str) -> list[dict]:
-    from jobs.kafka import read_topic
+    from ctiflow.jobs.kafka import read_topic
 
     return read_topic(stack.bootstrap, topic, registry_url=stack.registry_url)

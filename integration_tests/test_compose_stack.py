@@ -1,7 +1,7 @@
 """The docker-compose stack, for real: jobs in Spark cluster mode (driver in a job container,
 executors on the spark-worker container, checkpoints and replay markers on the shared volume),
 fed and read through the broker's published port, compared with the same independent oracles
-as the embedded tests (``jobs.testing.oracle``). Faults: ``docker kill`` of a job container mid-stream
+as the embedded tests (``ctiflow.jobs.testing.oracle``). Faults: ``docker kill`` of a job container mid-stream
 and a restart from its checkpoint; the worker container killed mid-batch and started again; the
 broker container stopped for 30 s and started again while a job runs (handled as the embedded
 outage test handles it: the stand-in broker is memory-only, see that test).
@@ -23,8 +23,8 @@ import pytest
 
 from integration_tests.conftest import COMPOSE_FILES, COMPOSE_PROJECT
 from integration_tests.harness import produce, read
-from jobs import kafka
-from jobs.testing import oracle, workload
+from ctiflow.jobs import kafka
+from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.compose]
 
@@ -174,7 +174,7 @@ def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_sta
 
 def job_counters(stack, name: str, tmp_path) -> dict:
     """The running job container's counters (its progress file on the checkpoint volume)."""
-    from jobs.checkpoint import read_counters
+    from ctiflow.jobs.checkpoint import read_counters
 
     done = stack.docker("exec", name, "cat", f"/checkpoints/{name}/ctiflow-progress.jsonl", check=False)
     path = tmp_path / f"{name}-progress.jsonl"
@@ -198,7 +198,7 @@ def wait_for_received(stack, name: str, n: int, tmp_path, timeout: float = 600) 
 def produce_as_one_batch(bootstrap: str, topic: str, records: list[dict], raw: list[bytes]) -> None:
     """Records (then ``raw`` values) in one producer batch: the job, polling while this is
     produced, sees none or all of them, so its micro-batch cuts stay those of the oracle."""
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     ser = AvroSerializer("flow")
     prod = kafka.producer(bootstrap, **{"linger.ms": 30_000, "batch.num.messages": 100_000, "batch.size": 1_000_000})
@@ -367,7 +367,7 @@ def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stac
         # once Prometheus holds two samples of the input to take a rate over (a series seen once has none).
         eventually(lambda: instant(f'rate(ctiflow_records_received_total{{job="{name}"}}[1m])'), 60,
                    "Prometheus has an input rate")
-        view = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--once"], capture_output=True, text=True,
+        view = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "status", "--once"], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "COLUMNS": "90"})
         assert view.returncode == 0, view.stderr
         line = next(row for row in view.stdout.splitlines() if row.startswith(f"{name}: CTI "))

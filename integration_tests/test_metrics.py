@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from integration_tests.harness import job, produce, read, run
 from integration_tests.test_operators import BATCH, PARTITIONS, checked_input, partition_of_key, spread_keys, tx_source
-from jobs import kafka
-from jobs.stack import free_port
-from jobs.testing import oracle, workload
+from ctiflow.jobs import kafka
+from ctiflow.jobs.stack import free_port
+from ctiflow.jobs.testing import oracle, workload
 
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -56,7 +56,7 @@ def test_the_metrics_endpoint_reports_what_the_job_did(stack, spark, tmp_path):
             scrapes.append(samples(r.read().decode()))
         if len(scrapes) == 2:  # `ctiflow status` against the running job (its metrics stay put until we return)
             for width in (200, 80):
-                done = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--once", "--url",
+                done = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "status", "--once", "--url",
                                        f"http://127.0.0.1:{port}/metrics"], capture_output=True, text=True,
                                       timeout=60, env={**os.environ, "COLUMNS": str(width)})
                 assert done.returncode == 0, done.stderr
@@ -136,7 +136,7 @@ def test_a_metrics_port_in_use_or_a_host_it_cannot_listen_on_is_one_error_before
         open(path, "w").write(yaml.safe_dump(spec))
         env.pop("CTIFLOW_METRICS_PORT")
     try:
-        result = subprocess.run([sys.executable, "-m", "jobs.cli", "run", path, "--until-end"], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "run", path, "--until-end"], capture_output=True,
                                 text=True, timeout=120, env={**env, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
     finally:
         held.close()

@@ -2,7 +2,7 @@
 
 Inputs are on three partitions with uneven rates (keys spread 2 : 1 : 2 over them); with
 ``max_offsets_per_trigger`` the source's micro-batch cuts — and with them each partition's
-CTI — are known to the oracle (``jobs.testing.oracle.spread_batches``)."""
+CTI — are known to the oracle (``ctiflow.jobs.testing.oracle.spread_batches``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from fractions import Fraction
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka
-from jobs.testing import oracle, workload
+from ctiflow.jobs import kafka
+from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -152,8 +152,8 @@ def brute_force_run(stack, spark, tmp_path, name: str, operator: dict, seed: int
     """Out-of-order, multi-partition logins through a one-operator job; → (the job's config, the
     input records, the Pattern API operator's matches run stepwise over the admitted events in
     order: the oracle)."""
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     records = workload.transactions(2000, accounts=15, seed=seed, disorder_ms=3000, scenario_rate=0.05)
     src, out = stack.topic(f"{name}-in"), stack.topic(f"{name}-out")
@@ -195,8 +195,8 @@ def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack,
 def test_a_match_recognize_job_finds_what_the_equivalent_pattern_api_job_finds(stack, spark, tmp_path):
     """The SQL form of the brute-force pattern as a job: its typed records (partition column,
     measures) are the Pattern API operator's matches."""
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
+    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.runtime import register_schemas
 
     cfg, records, expected = brute_force_run(stack, spark, tmp_path, "sql", {
         "kind": "match", "name": "brute-force-sql", "sql": BRUTE_FORCE_SQL}, seed=6)
@@ -221,10 +221,10 @@ def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_res
     """Poison records (an integer division by zero in DEFINE) on every partition: each is in the
     dead-letter topic with the reason, the job runs to the end, and its matches are the Pattern API
     operator's over the admitted records without them (as if they had not come)."""
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.runtime import register_schemas
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     assert POISONED_SQL != BRUTE_FORCE_SQL
     records = workload.transactions(2000, accounts=15, seed=9, disorder_ms=3000, scenario_rate=0.05)
@@ -266,9 +266,9 @@ def sql_job_and_recognize(stack, spark, tmp_path, name: str, operator: str, sql:
     """``records`` on three partitions through a job whose one operator runs ``sql`` → (its
     config, its output topic — this process can decode it —, and what `ctiflow recognize`,
     checked against Flink, gives for the admitted events in application-time order: the oracle)."""
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
-    from operators.cep.recognize import column_families, compile_query
+    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.runtime import register_schemas
+    from ctiflow.operators.cep.recognize import column_families, compile_query
 
     src, out = stack.topic(f"{name}-in"), stack.topic(f"{name}-out")
     kafka.create_topics(stack.bootstrap, {src: PARTITIONS})
@@ -293,8 +293,8 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
     largest: before, this one key held ~70 MB (runs × their length) and cost ~30 s of CPU."""
     from pathlib import Path
 
-    from bench.match_operator import hot_key_records
-    from jobs.checkpoint import progress_path
+    from ctiflow.bench.match_operator import hot_key_records
+    from ctiflow.jobs.checkpoint import progress_path
 
     sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "two-countries.sql").read_text()
     base = workload.transactions(1500, accounts=15, seed=11, disorder_ms=3000, scenario_rate=0.05)

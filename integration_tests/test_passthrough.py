@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka
-from jobs.serde import AvroSerializer
+from ctiflow.jobs import kafka
+from ctiflow.jobs.avro.serde import AvroSerializer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -69,7 +69,7 @@ def test_valid_events_once_bad_ones_dead_lettered(stack, spark, tmp_path):
 
 
 def test_missing_topic_is_a_clear_error_before_spark(stack, spark, tmp_path):
-    from operators.errors import StackError
+    from ctiflow.operators.errors import StackError
 
     cfg = job(stack, tmp_path, job="missing", sources=[{"name": "tx", "topic": stack.topic("nope"),
                                                         "schema": "transaction", "key_field": "account",
@@ -85,7 +85,7 @@ def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, 
     shuffle does) puts the groups' labels evenly on the partitions: no core gets 5/8 of the work."""
     from pyspark.sql import functions as F
 
-    from jobs.checkpoint import group_labels
+    from ctiflow.jobs.checkpoint import group_labels
 
     labels = group_labels(groups, partitions, tmp_path)
     assert len(set(labels)) == groups

@@ -8,7 +8,7 @@ import math
 
 from rich.console import Console
 
-from bench.peers import INTERESTING, bench_bins, bench_count
+from ctiflow.bench.peers import INTERESTING, bench_bins, bench_count
 from integration_tests.harness import read
 
 

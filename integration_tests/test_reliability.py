@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 from confluent_kafka import TopicPartition
 
-from bench.chaos import crash_loop, kill_when
+from ctiflow.bench.chaos import crash_loop, kill_when
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka
-from jobs.testing import oracle, workload
+from ctiflow.jobs import kafka
+from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -91,17 +91,17 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
     for k, e in expected.items():
         assert math.isclose(inc[k], float(e.measures["bytes"]), rel_tol=1e-9, abs_tol=1e-6)
     # Matches: the in-order stepwise run of the same pattern.
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     stepwise = MatchOperator(MatchSettings(pattern=PATTERN, name="big-then-small", emit_timed_out=False))
     want = []
     for c in sorted(admitted, key=lambda c: c.order):
         want += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset))
     want += stepwise.advance_to(CTI_INFINITY)
-    from jobs.config import parse
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.runtime import register_schemas
 
     register_schemas(derived_schemas(parse(spec, "chaos")))  # the job (other processes) derived the match schema
     got = read(stack, topics["matches"])
@@ -118,7 +118,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     writes its commit log. A checkpoint whose last batch has offsets but no commit is what a
     kill in between leaves; the restart replays that batch, and no result may land twice.
     The batch is a drain's flush (no new data, so no later batch cleans up after it)."""
-    from jobs.checkpoint import progress_path, read_counters
+    from ctiflow.jobs.checkpoint import progress_path, read_counters
 
     flows = workload.flows(900, devices=6, seed=5, rate_per_s=0.5)
     src = stack.topic("window-in")
@@ -156,7 +156,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     again = read_counters(progress, {last})
     assert (again["written"], again["replay_skipped"]) == (0, first["written"])
     # Records name their query by the id the checkpoint keeps (what a replay matches them by).
-    from jobs.sink import H_QUERY
+    from ctiflow.jobs.sink import H_QUERY
 
     query = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
     cons = kafka.consumer(stack.bootstrap)
@@ -241,8 +241,8 @@ def test_ten_thousand_malformed_records_go_to_dead_letter_and_the_job_keeps_runn
 
 
 def test_a_30_second_broker_outage_is_waited_out_without_loss_or_duplicates(tmp_path):
-    from bench.outage import outage_run
-    from jobs import stack as embedded
+    from ctiflow.bench.outage import outage_run
+    from ctiflow.jobs import stack as embedded
 
     port = embedded.free_port()
     bootstrap = f"127.0.0.1:{port}"

@@ -12,16 +12,16 @@ import uuid
 
 import pytest
 
-from jobs import kafka
-from jobs.kafka import SCHEMAS_TOPIC as TOPIC
-from jobs.kafka import publish_schemas as publish
-from jobs.serde import SCHEMA_DIR, AvroSerializer, SchemaStore
+from ctiflow.jobs import kafka
+from ctiflow.jobs.kafka import SCHEMAS_TOPIC as TOPIC
+from ctiflow.jobs.kafka import publish_schemas as publish
+from ctiflow.jobs.avro.serde import SCHEMA_DIR, AvroSerializer, SchemaStore
 
 pytestmark = [pytest.mark.integration]
 
 
 def consume(stack, topic: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "consume", "--topic", topic], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "consume", "--topic", topic], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]

@@ -9,8 +9,8 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from jobs import kafka
-from jobs.sink import KafkaStreamWriter
+from ctiflow.jobs import kafka
+from ctiflow.jobs.sink import KafkaStreamWriter
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
     """An output topic shared with another job, or one an earlier run wrote with a fresh
     checkpoint (batch ids start again at 0): records with the same batch/task/seq numbers but
     another query id must not be skipped on replay, or results would be lost."""
-    from jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+    from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
 
     topic = stack.topic("sink-two-queries")
     kafka.create_topics(stack.bootstrap, {topic: 1})
@@ -103,7 +103,7 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
 def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
     """Spark asks the source for batch 0's start again when it replays batch 0; with
     ``latest`` the answer must still be the first attempt's, not the topic's new end."""
-    from jobs.source import KafkaStreamReader
+    from ctiflow.jobs.source.reader import KafkaStreamReader
 
     topic = stack.topic("source-start")
     kafka.create_topics(stack.bootstrap, {topic: 2})
@@ -134,7 +134,7 @@ def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
 def test_a_worker_keeps_its_producer_across_writes_and_drops_it_when_a_write_fails(stack, tmp_path):
     """One producer per Python worker (a fresh idempotent one costs ≈ 0.5 s before its first
     acknowledgement); a write that fails drops it, and the replay still lands each record once."""
-    from jobs import sink
+    from ctiflow.jobs import sink
 
     topic = stack.topic("sink-producer")
     kafka.create_topics(stack.bootstrap, {topic: 3})
@@ -165,7 +165,7 @@ def test_after_a_broker_restart_the_next_write_gets_a_fresh_producer_and_lands(t
     one instead of waiting in vain for acknowledgements (the job used to fail after an outage)."""
     import time
 
-    from jobs import sink, stack as embedded
+    from ctiflow.jobs import sink, stack as embedded
 
     port = embedded.free_port()
     bootstrap = f"127.0.0.1:{port}"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import kafka, stack
-from operators.errors import StackError
+from ctiflow.jobs import kafka, stack
+from ctiflow.operators.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_a_broker_that_is_not_there_is_a_clear_error_after_a_bounded_wait():
 
 
 def ctiflow(*args, stdin: str | None = None, env_bootstrap: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", *args], input=stdin, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "CTIFLOW_BOOTSTRAP": env_bootstrap})
 
 
@@ -119,7 +119,7 @@ def test_produce_skips_a_line_that_is_not_utf8_and_warns_once_per_unknown_field(
 
 
 def test_consume_follow_prints_an_undecodable_record_and_goes_on(stack):
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     topic = stack.topic("cli-follow")
     kafka.create_topics(stack.bootstrap, {topic: 1})
@@ -205,7 +205,7 @@ def assert_console_is_ctiflows_own(stderr: str) -> None:
 def test_sigterm_stops_a_running_job_cleanly_and_the_next_run_continues(stack, tmp_path):
     topic = transactions_topic(stack, "cli-term", 1000)
     job = job_file(tmp_path, topic)
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", job], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "ctiflow.jobs.cli", "run", job], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
     lines = []
     for line in proc.stderr:  # unbounded run: stop it after its second batch, as `docker compose stop` would
@@ -249,7 +249,7 @@ def test_the_docs_dead_letter_replay_snippet_sends_the_original_bytes_back(stack
     for byte and with their keys; the others do not."""
     import re
 
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     page = (ROOT / "docs" / "operations" / "dead-letters.md").read_text()
     snippet = re.search(r"```python\n(.*?)```", page, re.S).group(1)

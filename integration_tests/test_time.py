@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from jobs import kafka
-from jobs.testing import oracle, workload
+from ctiflow.jobs import kafka
+from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -77,7 +77,7 @@ def test_restart_from_the_checkpoint_continues_the_operator_state(stack, spark, 
     """Also across RocksDB changelog checkpointing turned on (ctiflow's default since 2026-11-26:
     a checkpoint of an earlier version) or off (a deployment's ``spark.conf``) between runs; with
     a reorder buffer of 16,000 events or more (a 1 h CTI delay), stored apart from the header in
-    parts (jobs.state.parts) when the first run stops; and in a checkpoint of state layout 2
+    parts (ctiflow.jobs.state.parts) when the first run stops; and in a checkpoint of state layout 2
     (three state variables, before 2026-11-26), which keeps its layout."""
     try:
         _restart(stack, spark, tmp_path, changelog, long_buffer, layout)
@@ -105,7 +105,7 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
               spark={"trigger": "500ms", **({"key_groups": 1} if long_buffer else {})})
     if layout != 3:  # a checkpoint started by the ctiflow of that layout
-        from jobs.checkpoint import group_labels, state_layout
+        from ctiflow.jobs.checkpoint import group_labels, state_layout
         groups = Path(cfg.spark.checkpoint) / "ctiflow-groups.json"
         group_labels(cfg.key_groups, int(spark.conf.get("spark.sql.shuffle.partitions")), Path(cfg.spark.checkpoint))
         groups.write_text(json.dumps({**json.loads(groups.read_text()), "state_layout": layout}))
@@ -116,7 +116,7 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
     partial = read(stack, final)
     assert 0 < first.records < len(flows)
     if long_buffer:  # the buffer is in parts beside the header (Spark's state data source reads them)
-        from jobs.state.parts import PART_KEYS
+        from ctiflow.jobs.state.parts import PART_KEYS
 
         reader = spark.read.format("statestore").option("path", cfg.spark.checkpoint)
         entries = reader.option("stateVarName", "chunks" if layout == 2 else "state").load()

@@ -2,15 +2,15 @@
 
 Why it is fast enough: rows are grouped by **key group** (``crc32(key) mod G``, computed in the
 source and carried as a label that Spark's partitioner spreads evenly, see
-:func:`jobs.checkpoint.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
+:func:`ctiflow.jobs.checkpoint.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
 of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
 reorder buffer, CTI clocks, reference join, chunk index) is one value (the "header"; a large
 one in parts: :meth:`OperatorProcessor._store`), and the operators' keyed state is in chunks of
 about ``state.chunk_keys`` keys, of which a batch reads and writes only those it touches
-(:class:`jobs.runtime.GroupRuntime`); both live in the group's one ``MapState``
-(:class:`jobs.state.store.GroupState`). Chunks this worker committed and still holds decoded are
-used without a read (:class:`jobs.state.warm.WarmChunks`).
+(:class:`ctiflow.jobs.runtime.GroupRuntime`); both live in the group's one ``MapState``
+(:class:`ctiflow.jobs.state.store.GroupState`). Chunks this worker committed and still holds decoded are
+used without a read (:class:`ctiflow.jobs.state.warm.WarmChunks`).
 
 **Packed rows.** Spark's per-row costs (shuffle, Arrow to and from the Python worker, the
 sink's hand-off) are paid per *row*, ours per event; so the source ships one row per key group
@@ -18,7 +18,7 @@ of each Kafka fetch (``meta_pack``: the group's decoded, validated records as Ar
 plus one row per failed record, and the adapter answers with one row per result topic
 (``kind = "pack"``: ``(key, value, role)`` columns, Avro-encoded, ≤ :data:`PACK_SIZE`), which
 the sink unpacks. A micro-batch of 100k events is a few dozen rows for Spark. The rows and
-the packs' layout: :mod:`jobs.rows`.
+the packs' layout: :mod:`ctiflow.jobs.rows`.
 
 Contract (PySpark's ``StatefulProcessor``): the processor object is pickled on the driver and
 ``init`` runs on an executor's Python worker, so it holds only the picklable :class:`Plan`; all
@@ -26,7 +26,7 @@ operators are built in the worker. Records passed on unchanged keep their Avro b
 
 **CTIs** are ours, not Spark's watermark (one global ``max − delay`` that declares a slower
 partition's in-order events late): every key group gets, each micro-batch, a frontier row per
-offset range read and a control row per stream (:mod:`jobs.source`), so every group computes
+offset range read and a control row per stream (:mod:`ctiflow.jobs.source.reader`), so every group computes
 the same per-partition CTI (:meth:`GroupRuntime.next_cti`) and keeps it in its state — in the
 checkpoint, so a replayed batch sees the same CTI. A micro-batch's events are checked against
 the CTI the previous batch ended with; the batch then ends by advancing to its own CTI (or to
@@ -42,26 +42,26 @@ from collections.abc import Iterator
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from jobs import rows
-from jobs.alloc import cyclic_gc_paused
-from jobs.avro_encode import ResultEncoder
-from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA, PACK_SIZE  # noqa: F401 - re-exported (the wire format's)
-from jobs.counters import Counters
-from jobs.runtime import GroupRuntime, Plan, register_schemas
-from jobs.serde import AvroSerializer, registry_client
-from jobs.state.store import LAYOUTS, STATE_LAYOUT, compressed, expanded
-from jobs.state.warm import WARM
+from ctiflow.jobs import rows
+from ctiflow.jobs.alloc import cyclic_gc_paused
+from ctiflow.jobs.avro.encode import ResultEncoder
+from ctiflow.jobs.counters import Counters
+from ctiflow.jobs.runtime import GroupRuntime, Plan, register_schemas
+from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
+from ctiflow.jobs.state.codec import compressed, expanded
+from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
+from ctiflow.jobs.state.warm import WARM
 
 
 def _field_decoder(options: dict[str, str]):
     """``list of Avro bytes → field columns`` (an Arrow table) with the source's own decoder,
-    built on first use (:class:`jobs.rows.BytesFields`)."""
+    built on first use (:class:`ctiflow.jobs.rows.BytesFields`)."""
     decoder = None
 
     def decode(values: list) -> "pa.Table":
         nonlocal decoder
         if decoder is None:
-            from jobs.source import RecordDecoder
+            from ctiflow.jobs.source.decoder import RecordDecoder
 
             decoder = RecordDecoder(options, None)
         got = decoder.decoded(values)
@@ -79,11 +79,11 @@ class OperatorProcessor(StatefulProcessor):
         if state_layout not in LAYOUTS:
             raise ValueError(f"state layout {state_layout}: this ctiflow reads {sorted(LAYOUTS)}")
         self.plan = plan
-        self.state_layout = state_layout     # the checkpoint's (jobs.checkpoint.state_layout)
+        self.state_layout = state_layout     # the checkpoint's (ctiflow.jobs.checkpoint.state_layout)
         self.topic_schemas = topic_schemas   # topic → schema name
         self.framing = framing
         self.registry = registry
-        self.sources = sources or {}         # stream → its source's options (jobs.source.SourceOptions)
+        self.sources = sources or {}         # stream → its source's options (ctiflow.jobs.source.options.SourceOptions)
 
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -104,7 +104,7 @@ class OperatorProcessor(StatefulProcessor):
     # -- the two entry points --------------------------------------------------------
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         try:
-            with cyclic_gc_paused():  # (see jobs.alloc) the batch's output is one small frame
+            with cyclic_gc_paused():  # (see ctiflow.jobs.alloc) the batch's output is one small frame
                 out = list(self._batch(rows))
             yield from out
         except Exception as exc:
@@ -140,7 +140,7 @@ class OperatorProcessor(StatefulProcessor):
 
     def _store(self, stored: bytes | None, runtime: GroupRuntime) -> None:
         """Commit ``runtime``; the header is stored :func:`compressed`. One of more than
-        :data:`jobs.rows.PACK_BYTES` (a long reorder buffer) is stored in parts of that size
+        :data:`ctiflow.jobs.rows.PACK_BYTES` (a long reorder buffer) is stored in parts of that size
         (:meth:`GroupState.write`): one large value is several G1 "humongous" copies in the state
         server's JVM each write and read (measured under "Memory", docs/performance.md)."""
         raw = runtime.commit()
@@ -154,8 +154,8 @@ class OperatorProcessor(StatefulProcessor):
         self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
-        """Result records, Avro-encoded (:class:`jobs.avro_encode.ResultEncoder`) and packed per
-        topic (:func:`jobs.rows.output_frame`, ≤ :data:`~jobs.rows.PACK_SIZE` each) in output
+        """Result records, Avro-encoded (:class:`ctiflow.jobs.avro.encode.ResultEncoder`) and packed per
+        topic (:func:`ctiflow.jobs.rows.output_frame`, ≤ :data:`~ctiflow.jobs.rows.PACK_SIZE` each) in output
         order, then one metrics row: like the input, few rows for Spark to move. ``started``: the
         call's ``perf_counter`` at its start (→ ``python_us``)."""
         packs = self.results.packs(out, dead, counters)

@@ -1,7 +1,7 @@
 """``ctiflow check``: everything a job file gets wrong, found at once, without Kafka or Spark.
 
 Runs what ``ctiflow run`` runs before Spark starts — YAML, the configuration model, the fields
-against the Avro schemas (:mod:`jobs.fields`), every operator's predicate and pattern, the
+against the Avro schemas (:mod:`ctiflow.jobs.fields`), every operator's predicate and pattern, the
 checkpoint directory — but collects every error instead of stopping at the first, each prefixed
 with the file and the config field, and adds the warnings (:meth:`JobConfig.warnings`).
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.checkpoint import check_checkpoint_dir, check_key_groups
-from jobs.config import JobConfig, load
-from jobs.fields import field_errors
-from jobs.recognize import operator_of
-from operators.errors import ConfigError, CtiflowError
+from ctiflow.jobs.checkpoint import check_checkpoint_dir, check_key_groups
+from ctiflow.jobs.config import JobConfig, load
+from ctiflow.jobs.fields import field_errors
+from ctiflow.jobs.recognize import operator_of
+from ctiflow.operators.errors import ConfigError, CtiflowError
 
 
 @dataclass

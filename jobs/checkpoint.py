@@ -3,7 +3,7 @@
 * ``ctiflow-groups.json``: the key groups' labels (:func:`group_labels`): they name the state.
 * ``ctiflow-start-<source>.json``: the offsets a source's first micro-batch started from
   (:func:`start_file`): Spark asks for them again when it replays batch 0.
-* ``ctiflow-sink/``: the sink's replay markers (:mod:`jobs.sink`).
+* ``ctiflow-sink/``: the sink's replay markers (:mod:`ctiflow.jobs.sink`).
 * ``ctiflow-progress.jsonl``: per-batch counters (:func:`progress_path`, :func:`read_counters`).
 
 Every file is written whole or not at all (:func:`write_atomically`).
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import mmh3
 
-from jobs.config import JobConfig
-from jobs.counters import is_gauge, merge
-from jobs.state.store import LAYOUTS, STATE_LAYOUT
-from operators.errors import ConfigError
+from ctiflow.jobs.config import JobConfig
+from ctiflow.jobs.counters import is_gauge, merge
+from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
+from ctiflow.operators.errors import ConfigError
 
 
-#: the layouts this version reads (:data:`jobs.state.store.LAYOUTS`); a checkpoint keeps the
+#: the layouts this version reads (:data:`ctiflow.jobs.state.store.LAYOUTS`); a checkpoint keeps the
 #: layout it was started with
 STATE_LAYOUTS_READ = tuple(LAYOUTS)
 
@@ -114,7 +114,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 def start_file(cfg: JobConfig, src) -> Path:
     """Where a source keeps the offsets its first micro-batch starts from (see
-    :meth:`jobs.source.KafkaStreamReader.initialOffset`)."""
+    :meth:`ctiflow.jobs.source.reader.KafkaStreamReader.initialOffset`)."""
     return Path(cfg.checkpoint_dir) / f"ctiflow-start-{src.name}.json"
 
 

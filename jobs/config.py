@@ -24,18 +24,18 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 
-from operators.bins import Binner, BinSettings
-from operators.cep.operator import MatchOperator, MatchSettings
-from operators.count import CountOperator, CountSettings, Emit, compile_predicate
-from operators.errors import ConfigError, CtiflowError
-from operators.passthrough import Passthrough
-from operators.reference import MissingReference, SyncMode
-from operators.time import Shape, ViolationPolicy
+from ctiflow.operators.bins import Binner, BinSettings
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.count import CountOperator, CountSettings, Emit, compile_predicate
+from ctiflow.operators.errors import ConfigError, CtiflowError
+from ctiflow.operators.passthrough import Passthrough
+from ctiflow.operators.reference import MissingReference, SyncMode
+from ctiflow.operators.time import Shape, ViolationPolicy
 
 _TOPIC_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 #: librdkafka settings that are secrets: never written to Spark options, plans, logs or errors.
 #: Not chosen by hand: every property the librdkafka ctiflow runs on flags sensitive, as
-#: ``python -m jobs.librdkafka`` prints it (this model imports no Kafka code, so the list is
+#: ``python -m ctiflow.jobs.librdkafka`` prints it (this model imports no Kafka code, so the list is
 #: written here; tests/test_secrets.py fails when it and librdkafka's differ).
 SECRET_KEYS = frozenset({
     "sasl.oauthbearer.assertion.private.key.file", "sasl.oauthbearer.assertion.private.key.passphrase",
@@ -485,11 +485,11 @@ class BinsOp(Strict):
 
 
 def _pattern_json_schema() -> dict:
-    """The JSON schema of a declarative pattern (:mod:`operators.cep.declarative`), for editors
+    """The JSON schema of a declarative pattern (:mod:`ctiflow.operators.cep.declarative`), for editors
     and ``ctiflow schemas job`` (a group's inner stages are typed as objects: JSON schema
     recursion would need a ``$defs`` entry the model's generator does not know)."""
-    from operators.cep.declarative import CONTIGUITY, NEGATION, SKIPS
-    from operators.cep.pattern import WithinType
+    from ctiflow.operators.cep.declarative import CONTIGUITY, NEGATION, SKIPS
+    from ctiflow.operators.cep.pattern import WithinType
 
     within_types = {"enum": [t.value for t in WithinType]}
     count = {"type": "integer", "minimum": 0, "maximum": 1000}
@@ -599,7 +599,7 @@ class MatchOp(Strict):
         """The pattern bounds its runs in time (``within``, or the query's ``WITHIN``)."""
         if self.pattern is not None:
             return _has_within(self.pattern)
-        from operators.cep.sql import SqlError, parse
+        from ctiflow.operators.cep.sql import SqlError, parse
 
         try:
             return parse(self.sql).within_ms is not None
@@ -620,7 +620,7 @@ class MatchOp(Strict):
 
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts.
-        A ``sql`` operator needs the input's schema too: :func:`jobs.recognize.operator_of` builds it."""
+        A ``sql`` operator needs the input's schema too: :func:`ctiflow.jobs.recognize.operator_of` builds it."""
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None,
                                  max_partial_matches=self.max_partial_matches,
                                  max_buffered_events=self.max_buffered_events, sql=self.sql,
@@ -638,7 +638,7 @@ def matched_events_schema(job: "JobConfig", base: str) -> str:
     """The record schema of a job's match (``base`` = ``match``) or timed-out match
     (``timed_out_match``) records: ``schemas/<base>.avsc`` with each event typed as the matched
     stream's record — the source's, or with a reference join the enriched one — so it is named
-    after that stream (every match operator of a job shares it; ``jobs.recognize`` derives it)."""
+    after that stream (every match operator of a job shares it; ``ctiflow.jobs.recognize`` derives it)."""
     stream = job.reference.fast if job.reference else job.sources[0].name
     return f"{base}_{re.sub(r'[^A-Za-z0-9_]', '_', stream)}" + ("_enriched" if job.reference else "")
 
@@ -755,7 +755,7 @@ class Outputs(Strict):
 
 
 class Metrics(Strict):
-    """Prometheus metrics of the running job (:mod:`jobs.metrics`), served by its driver process."""
+    """Prometheus metrics of the running job (:mod:`ctiflow.jobs.metrics`), served by its driver process."""
 
     port: int | None = Field(None, ge=0, le=65535, description=(
         "serve Prometheus metrics at http://<host>:<port>/metrics (0: any free port, printed at start); "

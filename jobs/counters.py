@@ -2,7 +2,7 @@
 Prometheus family and its help text. Key groups report counters as a flat ``name → int`` dict
 (:meth:`Counters.metrics`), the sink adds what it wrote, the progress file keeps one
 line per micro-batch; :func:`merge` adds them up, progress lines and warnings read them
-(:mod:`jobs.progress`), :mod:`jobs.metrics` exposes them, ``ctiflow status`` reads them back and
+(:mod:`ctiflow.jobs.progress`), :mod:`ctiflow.jobs.metrics` exposes them, ``ctiflow status`` reads them back and
 the alert rules (``deploy/prometheus/alerts.yml``) name them — all from this table (a test checks
 that every ``ctiflow_*`` name the status command and the alert rules use is one of its families).
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from operators.events import CTI_NONE
+from ctiflow.operators.events import CTI_NONE
 
 
 class Kind(str, Enum):

@@ -17,13 +17,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from jobs import kafka, pipeline, progress, stack
-from jobs.config import load
-from jobs.serde import bundled_dir
-from jobs.plot import plot_bins, plot_counts
-from jobs.testing.oracle import exact_counts
-from jobs.serde import AvroSerializer
-from jobs.testing import workload
+from ctiflow.jobs import kafka, pipeline, progress, stack
+from ctiflow.jobs.config import load
+from ctiflow.jobs.avro.serde import bundled_dir
+from ctiflow.jobs.plot import plot_bins, plot_counts
+from ctiflow.jobs.testing.oracle import exact_counts
+from ctiflow.jobs.avro.serde import AvroSerializer
+from ctiflow.jobs.testing import workload
 
 EXAMPLES = bundled_dir("examples")
 JOBS = ("demo-transactions.yaml", "demo-flows.yaml")

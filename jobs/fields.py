@@ -2,8 +2,8 @@
 
 A misspelt ``key_field`` or predicate field, or a string used as a measure, would otherwise be
 accepted and then dead-letter every record or keep a count at 0 without a word. This module
-reads the reader schemas (:mod:`jobs.serde`) and the expressions' field paths
-(:attr:`operators.cep.expression.CompiledExpression.field_paths`) and returns *every* problem,
+reads the reader schemas (:mod:`ctiflow.jobs.avro.serde`) and the expressions' field paths
+(:attr:`ctiflow.operators.cep.expression.CompiledExpression.field_paths`) and returns *every* problem,
 each naming the config field, what is wrong and the schema's real fields.
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from jobs.config import BinsOp, CountOp, JobConfig, MatchOp
-from jobs.serde import SchemaStore, default_store
-from operators.cep.expression import compile_expression
-from operators.errors import ConfigError, CtiflowError
+from ctiflow.jobs.config import BinsOp, CountOp, JobConfig, MatchOp
+from ctiflow.jobs.avro.serde import SchemaStore, default_store
+from ctiflow.operators.cep.expression import compile_expression
+from ctiflow.operators.errors import ConfigError, CtiflowError
 
 NUMERIC = frozenset({"int", "long", "float", "double"})
 INTEGER = frozenset({"int", "long"})
-#: Fields a joined event carries besides the fast stream's own (operators.reference.enriched_event).
+#: Fields a joined event carries besides the fast stream's own (ctiflow.operators.reference.enriched_event).
 JOINED = ("reference", "reference_valid_from", "reference_missing")
 
 

@@ -24,9 +24,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobs.config import check_topic_name, secret_keys  # noqa: F401 - re-exported: configuration facts
-from jobs.serde import AvroDeserializer, default_store, registry_client
-from operators.errors import CtiflowError, StackError
+from ctiflow.jobs.config import secret_keys
+from ctiflow.jobs.avro.serde import AvroDeserializer, default_store, registry_client
+from ctiflow.operators.errors import CtiflowError, StackError
 
 
 def public_client(client: dict[str, str] | None) -> dict[str, str]:
@@ -50,8 +50,8 @@ CLIENT_SECRETS_ENV = "CTIFLOW_CLIENT_SECRETS"
 def env_credentials() -> dict[str, str]:
     """SASL/SCRAM credentials from ``CTIFLOW_SASL_USERNAME`` / ``CTIFLOW_SASL_PASSWORD``: how
     executors' clients get them (``spark.executorEnv``, set from the job's config by
-    :func:`jobs.pipeline.spark_session`, or the container's environment), never from a Spark
-    option. The driver passes :meth:`jobs.config.Kafka.client_config` explicitly."""
+    :func:`ctiflow.jobs.pipeline.spark_session`, or the container's environment), never from a Spark
+    option. The driver passes :meth:`ctiflow.jobs.config.Kafka.client_config` explicitly."""
     secrets = json.loads(os.environ.get(CLIENT_SECRETS_ENV) or "{}")  # ssl.key.password etc.
     user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
     if not (user and password):
@@ -115,7 +115,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
     encoded by ``serializer`` and keyed by its ``key_field`` (unkeyed when that is missing or
     null); bytes are sent as they are, unkeyed (e.g. malformed records for a test). A blank text
     is skipped, so the lines of a JSON-lines file can be passed as they are. A record that is not
-    JSON or that ``serializer`` refuses (``ValueError``, :class:`~operators.errors.CtiflowError`)
+    JSON or that ``serializer`` refuses (``ValueError``, :class:`~ctiflow.operators.errors.CtiflowError`)
     is passed to ``on_rejected(position, error)`` (1-based position in ``records``: the line
     number of a file) and skipped, and so is one the producer refuses as larger than a message
     may be (``message.max.bytes``); without ``on_rejected`` the error is raised.

@@ -87,5 +87,5 @@ def sensitive_properties() -> frozenset[str]:
     return frozenset(found)
 
 
-if __name__ == "__main__":  # the list jobs.config.SECRET_KEYS holds
+if __name__ == "__main__":  # the list ctiflow.jobs.config.SECRET_KEYS holds
     print("\n".join(sorted(sensitive_properties())))

@@ -1,7 +1,7 @@
 """A running job's Prometheus metrics, served by its driver process (``metrics.port``).
 
 What the driver knows after each micro-batch — the job's counters summed over its key groups
-(:class:`jobs.counters.Counters`, through the progress file) and Spark's progress of the batch —
+(:class:`ctiflow.jobs.counters.Counters`, through the progress file) and Spark's progress of the batch —
 is exposed through ``prometheus_client`` (its HTTP server, in a daemon thread): nothing on the
 data path calls into it. Names follow Prometheus's conventions: the unit in the name, ``_total``
 for counters, labels of low cardinality only (job, stream, partition, operator, topic, stage;
@@ -37,11 +37,11 @@ import threading
 import time
 from collections.abc import Iterable
 
-from jobs import counters
-from jobs.config import JobConfig
-from operators.errors import ConfigError
-from jobs.progress import records_read
-from operators.events import CTI_INFINITY, CTI_NONE
+from ctiflow.jobs import counters
+from ctiflow.jobs.config import JobConfig
+from ctiflow.operators.errors import ConfigError
+from ctiflow.jobs.progress import records_read
+from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 #: Batch duration buckets (seconds): micro-batches take 0.1 s to minutes.
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 90, 150, 300, float("inf"))
@@ -171,8 +171,8 @@ class JobMetrics:
 
 
 def _counter_families(c: dict, job: str, now: float) -> Iterable:
-    """The families of :data:`jobs.counters.TABLE` from the job's counters ``c``: a counter of
-    :attr:`~jobs.counters.Kind.COUNT` as a Prometheus counter, any other as a gauge; labels
+    """The families of :data:`ctiflow.jobs.counters.TABLE` from the job's counters ``c``: a counter of
+    :attr:`~ctiflow.jobs.counters.Kind.COUNT` as a Prometheus counter, any other as a gauge; labels
     ``job`` + the counter's (a counter without the family's labels: ``""``); a timestamp in epoch
     seconds, with its lag family (wall clock − it)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -207,7 +207,7 @@ def kafka_ends(cfg: JobConfig):
     connection (the reported end; tansu's lags by its last producer batch)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from jobs.kafka import LIBRDKAFKA_LOG, base_config
+    from ctiflow.jobs.kafka import LIBRDKAFKA_LOG, base_config
 
     conf = {**base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client_config()),
             "group.id": f"ctiflow-metrics-{cfg.job}", "enable.auto.commit": False}

@@ -3,11 +3,11 @@
 How StreamInsight's settings map onto Spark (also in the README's time model):
 
 * ``delay`` → each Kafka partition's CTI is its largest start − delay, and a stream's CTI the
-  **minimum** over its partitions that are not idle (:class:`operators.time.PartitionCtis`,
+  **minimum** over its partitions that are not idle (:class:`ctiflow.operators.time.PartitionCtis`,
   Flink's per-partition watermarks). Not Spark's watermark: that is one ``max(start) − delay``
   over all rows of all partitions, so the faster partition would declare the slower one's
   in-order events late, by an amount that depends on the batch size. The source sends every
-  key group each partition's progress and the batch's idle set (:mod:`jobs.source`); each
+  key group each partition's progress and the batch's idle set (:mod:`ctiflow.jobs.source.reader`); each
   group computes the same CTI and keeps it in its state. Spark never drops a row for being
   late: our time layer sends late rows to the ``late`` topic.
 * ``idle_timeout`` → Flink's ``withIdleness``: a partition with nothing to read for that long
@@ -36,17 +36,17 @@ import time
 import traceback
 from pathlib import Path
 
-from jobs.config import JobConfig, duration_ms
-from jobs.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
-from jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
+from ctiflow.jobs.config import JobConfig, duration_ms
+from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
+from ctiflow.jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
                         wait_for_broker)
-from jobs.checkpoint import (CounterReader, group_labels, progress_path, read_counters, reset_uncommitted_checkpoint,
+from ctiflow.jobs.checkpoint import (CounterReader, group_labels, progress_path, read_counters, reset_uncommitted_checkpoint,
                              start_file, state_layout)
-from jobs.progress import RunSummary
-from jobs.runtime import Plan
-from jobs.metrics import start as start_metrics
-from operators.errors import ConfigError
-from operators.time import CTI_NONE
+from ctiflow.jobs.progress import RunSummary
+from ctiflow.jobs.runtime import Plan
+from ctiflow.jobs.metrics import start as start_metrics
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.time import CTI_NONE
 
 
 #: Spark's logging configuration for the driver (everything to one file, see spark_log_path).
@@ -62,8 +62,8 @@ def spark_log_path() -> Path:
 
 def executor_credentials(cfg: JobConfig) -> dict[str, str]:
     """The job's secrets (SASL, other secret client settings such as ``ssl.key.password``, the
-    registry's) as the variables the executors' clients read (:func:`jobs.kafka.env_credentials`,
-    :func:`jobs.serde.registry_client`). Spark redacts these names in its UI and logs."""
+    registry's) as the variables the executors' clients read (:func:`ctiflow.jobs.kafka.env_credentials`,
+    :func:`ctiflow.jobs.avro.serde.registry_client`). Spark redacts these names in its UI and logs."""
     k = cfg.kafka
     found = {}
     if k.sasl_username and k.sasl_password:
@@ -104,13 +104,13 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
             "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
         "spark.python.worker.reuse": "true",
-        # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared (jobs.spark_daemon)
-        "spark.python.daemon.module": "jobs.spark_daemon",
+        # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared (ctiflow.jobs.spark_daemon)
+        "spark.python.daemon.module": "ctiflow.jobs.spark_daemon",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         **(spark_metrics(cfg.metrics.spark_ui_port) if cfg and cfg.metrics.spark_ui_port else {}),
         **(spark_cfg.conf if spark_cfg else {}),
-        # The executors' Kafka clients get credentials from their environment (jobs.kafka.env_credentials),
+        # The executors' Kafka clients get credentials from their environment (ctiflow.jobs.kafka.env_credentials),
         # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs.
         **({f"spark.executorEnv.{var}": value for var, value in executor_credentials(cfg).items()} if cfg else {}),
     }
@@ -182,8 +182,8 @@ def spark_metrics(port: int) -> dict[str, str]:
 
 def register_data_sources(spark) -> None:
     """ctiflow's Kafka source (``ctiflow_kafka``) and exactly-once sink (``ctiflow_kafka_sink``)."""
-    from jobs.sink import KafkaSink  # (imports pyspark: see spark_session)
-    from jobs.source import KafkaSource
+    from ctiflow.jobs.sink import KafkaSink  # (imports pyspark: see spark_session)
+    from ctiflow.jobs.source.reader import KafkaSource
 
     spark.dataSource.register(KafkaSource)
     spark.dataSource.register(KafkaSink)
@@ -205,9 +205,9 @@ def stop_session() -> None:
 
 
 def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, packed: bool = True):
-    """The Kafka source's options for one of the job's sources (:class:`jobs.source.SourceOptions`);
+    """The Kafka source's options for one of the job's sources (:class:`ctiflow.jobs.source.options.SourceOptions`);
     ``packed=False``: one typed row per record (a stateless query, e.g. the benchmarks' baselines)."""
-    from jobs.source import SourceOptions  # (imports pyspark: see spark_session)
+    from ctiflow.jobs.source.options import SourceOptions  # (imports pyspark: see spark_session)
 
     return SourceOptions(
         bootstrap=cfg.kafka.bootstrap_servers, topic=src.topic, schema=src.schema_name, stream=src.name,
@@ -225,9 +225,9 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
-    from jobs.adapter import OperatorProcessor  # these import pyspark (see spark_session)
-    from jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
-    from jobs.sink import SinkOptions
+    from ctiflow.jobs.adapter import OperatorProcessor  # these import pyspark (see spark_session)
+    from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
+    from ctiflow.jobs.sink import SinkOptions
 
     job_plan: Plan = Plan.from_config(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
@@ -284,7 +284,7 @@ def refuse_errors(cfg: JobConfig) -> None:
     """The job's own errors — fields against the schemas, predicates, patterns and queries, the
     checkpoint — as one :class:`ConfigError` listing every one (what ``ctiflow check`` finds),
     before anything connects."""
-    from jobs.check import config_errors
+    from ctiflow.jobs.check import config_errors
 
     errors = config_errors(cfg)
     if len(errors) == 1:  # one line, as every other refusal
@@ -305,8 +305,8 @@ def prepare(cfg: JobConfig) -> None:
     create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
                   client)
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
-    from jobs.recognize import derived_schemas
-    from jobs.runtime import register_schemas
+    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.runtime import register_schemas
 
     derived = derived_schemas(cfg)
     register_schemas(derived)  # this process can decode the job's result topics too

@@ -96,7 +96,7 @@ def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact
     records (ties by name).
 
     The exact count is drawn when known: from ``exact`` — records with ``key``, ``time``,
-    ``exact`` and optionally ``counter`` (e.g. :func:`jobs.testing.oracle.sliding_counts`), or a mapping
+    ``exact`` and optionally ``counter`` (e.g. :func:`ctiflow.jobs.testing.oracle.sliding_counts`), or a mapping
     ``(counter, key)`` / ``key`` → ``[(time, exact), …]`` — or else from the records' own
     ``exact`` field. Counts hold between records, so every line is a step."""
     series: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)

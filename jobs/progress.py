@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobs import counters as counters_
-from operators.events import CTI_INFINITY, CTI_NONE
+from ctiflow.jobs import counters as counters_
+from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 
 @dataclass
@@ -16,7 +16,7 @@ class RunSummary:
     batches: int
     records: int  # input records of this run's batches (good and dead-lettered, every stream)
     seconds: float
-    counters: dict  # the job's counters over every run of this checkpoint (jobs.counters)
+    counters: dict  # the job's counters over every run of this checkpoint (ctiflow.jobs.counters)
     cti: int | None  # the job's CTI after the last batch (None: no CTI yet)
     progress: list[dict]  # one entry per micro-batch, in order
     stopped_by: int | None = None  # the signal (SIGINT/SIGTERM) that stopped an unbounded run
@@ -30,7 +30,7 @@ def records_read(progress: dict) -> int | None:
     first batch, whose progress has no start offset."""
     def offsets(value) -> dict | None:
         value = json.loads(value) if isinstance(value, str) else value
-        # partitions only: an offset also carries the ``flushed`` and ``idle`` markers (jobs.source)
+        # partitions only: an offset also carries the ``flushed`` and ``idle`` markers (ctiflow.jobs.source.reader)
         return None if value is None else {p: int(v) for p, v in value.items() if p.isdigit()}
 
     total = 0
@@ -96,7 +96,7 @@ def late_warnings(counters: dict, already: set[str]) -> list[str]:
 
 
 def printer(console, indent: str = "") -> Callable[[dict, dict], None]:
-    """An ``on_progress`` callback for :func:`jobs.pipeline.run`: prints each micro-batch's
+    """An ``on_progress`` callback for :func:`ctiflow.jobs.pipeline.run`: prints each micro-batch's
     :func:`progress_line` and, once each, its :func:`late_warnings` (in yellow) to ``console``
     (a :class:`rich.console.Console`), every line after ``indent``."""
     warned: set[str] = set()

@@ -1,8 +1,8 @@
 """``MATCH_RECOGNIZE`` in jobs: a ``sql`` match operator checked against its job and its input's
 Avro schema, its settings, and the record schema its MEASURES derive.
 
-Here, not in :mod:`jobs.config` (which stays a leaf of ``operators``), because it reads the
-schema store (:mod:`jobs.serde`). :func:`operator_of` is how the runtime and ``ctiflow check``
+Here, not in :mod:`ctiflow.jobs.config` (which stays a leaf of ``operators``), because it reads the
+schema store (:mod:`ctiflow.jobs.avro.serde`). :func:`operator_of` is how the runtime and ``ctiflow check``
 build every configured operator.
 """
 
@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jobs.config import JobConfig, MatchOp
-from jobs.fields import base_types
-from jobs.serde import default_store
-from operators.cep.operator import MatchOperator, MatchSettings
-from operators.cep.recognize import output_schema
-from operators.cep.sql import SqlError, parse
-from operators.errors import ConfigError, CtiflowError
+from ctiflow.jobs.config import JobConfig, MatchOp
+from ctiflow.jobs.fields import base_types
+from ctiflow.jobs.avro.serde import default_store
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.cep.recognize import output_schema
+from ctiflow.operators.cep.sql import SqlError, parse
+from ctiflow.operators.errors import ConfigError, CtiflowError
 
 
 def operator_of(op, job: JobConfig) -> tuple[type, Any]:
@@ -57,7 +57,7 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
 
 
 def family(avro_type: Any) -> str | None:
-    """The type family (:func:`operators.cep.recognize.compile_query`) of an Avro field type."""
+    """The type family (:func:`ctiflow.operators.cep.recognize.compile_query`) of an Avro field type."""
     if _logical(avro_type) in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis"):
         return "timestamp"  # a plain long stays a BIGINT (epoch ms you can subtract)
     kinds = base_types(avro_type) - {"null"}
@@ -80,7 +80,7 @@ def _logical(avro_type: Any) -> str | None:
 
 def derived_schemas(job: JobConfig) -> dict[str, str]:
     """Record schemas the job's operators derive (name → Avro JSON): a ``sql`` match operator's
-    output, from its MEASURES (:func:`operators.cep.recognize.output_schema`); match and
+    output, from its MEASURES (:func:`ctiflow.operators.cep.recognize.output_schema`); match and
     timed-out match records with their events typed as the input's records
     (:func:`matched_events_record`)."""
     found = {}
@@ -104,7 +104,7 @@ REFERENCE_FIELDS = ("reference", "reference_valid_from", "reference_missing")
 
 def matched_events_record(job: JobConfig, base: str, name: str) -> dict:
     """``schemas/<base>.avsc`` under ``name``, each stage's events typed as the matched stream's
-    record (:func:`jobs.config.matched_events_schema`)."""
+    record (:func:`ctiflow.jobs.config.matched_events_schema`)."""
     store = default_store()
     schema = json.loads(store.get(base).text)
     fast = job.source(job.reference.fast) if job.reference else job.sources[0]

@@ -1,7 +1,7 @@
 """The job file reference (docs/reference/job.md) as Markdown, generated from the configuration
 model's JSON schema — the same schema ``ctiflow schemas job`` prints and editors validate
 against — so the reference cannot drift from the model: every section, field, type, default,
-environment override and description comes from :class:`jobs.config.JobConfig`."""
+environment override and description comes from :class:`ctiflow.jobs.config.JobConfig`."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _cell(text: str) -> str:
 
 def job_reference() -> str:
     """Every model of the job file as a Markdown section with a table of its fields."""
-    from jobs.config import JobConfig
+    from ctiflow.jobs.config import JobConfig
 
     schema = JobConfig.model_json_schema(by_alias=True)
     models = {"JobConfig": {k: v for k, v in schema.items() if k != "$defs"}, **schema["$defs"]}

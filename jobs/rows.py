@@ -2,7 +2,7 @@
 
 Two row types cross Spark, each with one writer and one reader:
 
-**Input rows** (``jobs.source`` writes them, ``jobs.adapter`` reads them), one Arrow schema
+**Input rows** (``ctiflow.jobs.source.reader`` writes them, ``ctiflow.jobs.adapter`` reads them), one Arrow schema
 (:func:`input_schema`): the record's fields as typed columns (typed reads only) plus these
 ``meta_`` columns. Every row has ``meta_stream``, ``meta_group`` (the key group label Spark
 shuffles on) and ``meta_partition``; what else is set says what the row is:
@@ -21,7 +21,7 @@ typed      (typed reads only, no operator) one row per record: fields + ``meta_k
            ``meta_start``, ``meta_end``, ``meta_offset``, ``meta_value``, ...
 ========== ====================================================================================
 
-**Output rows** (``jobs.adapter`` writes them, ``jobs.sink`` reads them): :data:`OUTPUT_SCHEMA`
+**Output rows** (``ctiflow.jobs.adapter`` writes them, ``ctiflow.jobs.sink`` reads them): :data:`OUTPUT_SCHEMA`
 ``(topic, key, value, kind)``. ``kind = "pack"``: ``value`` holds up to :data:`PACK_SIZE`
 Avro-encoded result records of ``topic`` as Arrow columns ``(key, value, role)``
 (:func:`output_frame`); ``kind = "metrics"``: the key group's counters as JSON (summed by the
@@ -48,9 +48,9 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from jobs import counters
-from operators.columns import EventColumns, LazyFields, object_array
-from operators.events import Event
+from ctiflow.jobs import counters
+from ctiflow.operators.columns import EventColumns, LazyFields, object_array
+from ctiflow.operators.events import Event
 
 #: ``meta_`` columns of every input row, in order (Arrow types).
 META_FIELDS = [
@@ -142,7 +142,7 @@ def _numpy(column: pa.Array, as_json: bool) -> np.ndarray:
 
 #: stream → the function that decodes its records' bytes into field columns (an Arrow table
 #: in the reader schema's layout, as the source packs them): set where packs without field
-#: columns are read (:class:`jobs.adapter.OperatorProcessor`), used by :class:`BytesFields`.
+#: columns are read (:class:`ctiflow.jobs.adapter.OperatorProcessor`), used by :class:`BytesFields`.
 FIELD_DECODERS: dict = {}
 
 
@@ -166,7 +166,7 @@ class BytesFields(LazyFields):
             decode = FIELD_DECODERS.get(self.stream)
             if decode is None:
                 raise RuntimeError(f"stream {self.stream!r}: its packs carry records' bytes only and this process has "
-                                   "no decoder for them (jobs.rows.FIELD_DECODERS; a bug in ctiflow)")
+                                   "no decoder for them (ctiflow.jobs.rows.FIELD_DECODERS; a bug in ctiflow)")
             table = decode(list(self.raw)) if n else None
             if table is not None and table.num_rows != n:
                 raise RuntimeError(f"stream {self.stream!r}: {n - table.num_rows} records the source decoded do not "
@@ -517,7 +517,7 @@ def output_frame(packs: list[tuple[str, list]], metrics: dict[str, int]):
 
 def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
     """``(topic, key, value)`` of every record in the output rows, in row order; ``metrics``
-    rows are summed into ``metrics`` (:func:`jobs.counters.merge`), not yielded."""
+    rows are summed into ``metrics`` (:func:`ctiflow.jobs.counters.merge`), not yielded."""
     for rows in batches:
         cols = [rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
         for topic, key, value, kind in zip(*cols):

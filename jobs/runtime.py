@@ -1,6 +1,6 @@
 """What one key group runs, independent of Spark: time layer → [reference join] → operators.
 
-The Spark adapter (:mod:`jobs.adapter`) restores a :class:`GroupRuntime` from the state store
+The Spark adapter (:mod:`ctiflow.jobs.adapter`) restores a :class:`GroupRuntime` from the state store
 (its header; keyed state chunks are read as the batch needs them), feeds it a micro-batch's
 rows, advances it to the CTI, commits the chunks it touched and the header back, and encodes its
 outputs. Keeping this pure lets the tests drive exactly what runs in Spark.
@@ -18,20 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from jobs import rows
-from jobs.config import JobConfig, StateConfig
-from jobs.counters import Counters
-from jobs.fields import check_fields
-from jobs.recognize import derived_schemas, operator_of
-from jobs.serde import default_store
-from jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
-from jobs.state.parts import StoredParts
-from operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
-from operators.errors import EventRejected, StateError
-from operators.events import OutputBatch
-from operators.operator import Output
-from operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
-from operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
+from ctiflow.jobs import rows
+from ctiflow.jobs.config import JobConfig, StateConfig
+from ctiflow.jobs.counters import Counters
+from ctiflow.jobs.fields import check_fields
+from ctiflow.jobs.recognize import derived_schemas, operator_of
+from ctiflow.jobs.avro.serde import default_store
+from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
+from ctiflow.jobs.state.parts import StoredParts
+from ctiflow.operators import snapshots
+from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
+from ctiflow.operators.errors import EventRejected, StateError
+from ctiflow.operators.events import OutputBatch
+from ctiflow.operators.operator import Output
+from ctiflow.operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
+from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
 
 
@@ -129,7 +130,7 @@ class Plan:
 
 
 def _time_settings(src) -> AdvanceTimeSettings:
-    # In Spark the CTIs come from the watermark (jobs.adapter), so no generation here.
+    # In Spark the CTIs come from the watermark (ctiflow.jobs.adapter), so no generation here.
     return AdvanceTimeSettings(delay=src.cti.delay, frequency=None, flush_at_end=src.cti.flush_at_end,
                                policy=ViolationPolicy(src.cti.policy))
 
@@ -178,7 +179,7 @@ _LAYOUT = 2
 
 
 class Clocks:
-    """Each stream's per-partition CTIs (:class:`operators.time.PartitionCtis`), as every key
+    """Each stream's per-partition CTIs (:class:`ctiflow.operators.time.PartitionCtis`), as every key
     group learns them from the frontier and control rows."""
 
     def __init__(self, streams: dict[str, PartitionCtis]) -> None:
@@ -189,7 +190,7 @@ class Clocks:
 
     def cti(self, streams: tuple[str, ...]) -> int:
         """Per stream the min over its non-idle partitions of ``largest start − delay``, then
-        the min over ``streams`` (:func:`operators.time.combined_cti`)."""
+        the min over ``streams`` (:func:`ctiflow.operators.time.combined_cti`)."""
         for name in streams:
             self.streams[name].advance()
         return combined_cti({n: self.streams[n] for n in streams})
@@ -313,31 +314,31 @@ class ReferenceStage:
 
 class GroupRuntime:
     """The state of one key group: a time layer, an optional reference join and the operators'
-    keyed state (:class:`jobs.state.chunks.KeyedState`).
+    keyed state (:class:`ctiflow.jobs.state.chunks.KeyedState`).
 
     **State layout.** The group-wide part — the time layer's index (its rows are stored apart,
-    :mod:`jobs.state.parts`), per-partition CTI clocks, the reference join, the chunks' index —
+    :mod:`ctiflow.jobs.state.parts`), per-partition CTI clocks, the reference join, the chunks' index —
     is the *header* (:meth:`commit` returns it); the operators' keyed state and the time layer's
     parts are entries of ``chunks`` (a ``MapState`` in Spark; a dict here), read as the batch
     needs them.
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
-    :class:`jobs.state.warm.WarmChunks`), taken over (:meth:`still_warm` after :meth:`commit`).
+    :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (:meth:`still_warm` after :meth:`commit`).
     ``batched``: see :class:`Router`.
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
                  warm: dict[int, Chunk] | None = None, batched: bool = False):
         if plan.reference is None and len(plan.streams) != 1:
-            raise ValueError("several input streams need a reference join (jobs.config refuses it)")
+            raise ValueError("several input streams need a reference join (ctiflow.jobs.config refuses it)")
         self.plan = plan
         self.counters = Counters()
         self.route = Router(plan, self.counters, batched)
         self.chunks = {} if chunks is None else chunks
         if data is not None:
             with restoring("the key group's state"):
-                layout, header, stored = pickle.loads(data)
+                layout, header, stored = snapshots.loads(data)
                 if layout != _LAYOUT:
                     raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {_LAYOUT}: "
                                      f"{STATE_FIX}")
@@ -351,7 +352,7 @@ class GroupRuntime:
             index = None
         else:
             with restoring("the key group's time layer"):
-                (layer, join, enriched, self.ended, clocks, self.ops_cti, *index, operators) = pickle.loads(header)
+                (layer, join, enriched, self.ended, clocks, self.ops_cti, *index, operators) = snapshots.loads(header)
                 self.clocks = Clocks({name: PartitionCtis.restore(c) for name, c in clocks.items()})
             if operators != self._operator_names():
                 raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
@@ -404,7 +405,7 @@ class GroupRuntime:
         return header
 
     def still_warm(self) -> dict[int, Chunk]:
-        """(:meth:`jobs.state.chunks.KeyedState.still_warm`)"""
+        """(:meth:`ctiflow.jobs.state.chunks.KeyedState.still_warm`)"""
         return self.keyed.still_warm()
 
     def snapshot(self) -> bytes:

@@ -1,6 +1,6 @@
 """Kafka sink for result topics: a PySpark 4 Python Data Source (stream writer), exactly-once.
 
-Rows are the adapter's output rows (:mod:`jobs.rows`): ``(topic, key, value, kind)`` with the
+Rows are the adapter's output rows (:mod:`ctiflow.jobs.rows`): ``(topic, key, value, kind)`` with the
 values already Avro-encoded, many records a row.
 
 **Exactly-once without transactions.** Spark replays a micro-batch whose commit did not
@@ -18,7 +18,7 @@ executor (local mode: a local path; a cluster: a shared file system), like the c
 
 ``kind = "metrics"`` rows are not written: the writers sum them and the driver's ``commit``
 appends one JSON line per micro-batch to the job's progress file (a replayed batch gets a
-second line; :func:`jobs.checkpoint.read_counters` keeps the last).
+second line; :func:`ctiflow.jobs.checkpoint.read_counters` keeps the last).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from jobs import kafka, rows
-from jobs.alloc import cyclic_gc_paused
-from jobs.kafka import low_offset, read_range, true_end_offset
-from jobs import counters
+from ctiflow.jobs import kafka, rows
+from ctiflow.jobs.alloc import cyclic_gc_paused
+from ctiflow.jobs.kafka import low_offset, read_range, true_end_offset
+from ctiflow.jobs import counters
 
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
 
@@ -141,7 +141,6 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     return seqs
 
 
-records = rows.output_records  # re-exported: the output rows are jobs.rows's
 
 #: Seconds a Python worker trusts the result topics' partition counts it read (one metadata
 #: request per this interval, not one per topic and task).
@@ -205,7 +204,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return path
 
     def write(self, iterator: Iterator) -> SinkCommit:
-        with cyclic_gc_paused():  # (see jobs.alloc)
+        with cyclic_gc_paused():  # (see ctiflow.jobs.alloc)
             return self._write(iterator)
 
     def _write(self, iterator: Iterator) -> SinkCommit:
@@ -248,7 +247,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         metrics: dict[str, int] = {}
         per_topic: dict[str, int] = {}  # records written per topic (counter "written" by topic)
         q_header, b_header, t_header = query.encode(), str(batch).encode(), str(task).encode()
-        for topic, key, value in records(iterator, metrics):
+        for topic, key, value in rows.output_records(iterator, metrics):
             n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
             partition = partition_for(key, value, n)
             this = seq

@@ -6,7 +6,7 @@ workers, the sink's writers: 15–17 processes in a 2-core job), and each import
 pyarrow, NumPy, PySpark's worker and ctiflow after the fork — ≈ 50 MB of private heap apiece.
 Imported before the fork, those pages are shared copy-on-write; ``gc.freeze`` keeps the
 collector from writing to them. Measured under "Memory" in docs/performance.md.
-``jobs.pipeline.spark_session`` sets ``spark.python.daemon.module`` to this module.
+``ctiflow.jobs.pipeline.spark_session`` sets ``spark.python.daemon.module`` to this module.
 
 Contract: nothing here starts a thread or opens a client (a fork copies neither); a job's own
 state is built in the forked worker, as before."""
@@ -24,9 +24,9 @@ def preload() -> None:
     import pyspark.sql.pandas.serializers  # noqa: F401
     import pyspark.worker  # noqa: F401
 
-    import jobs.adapter  # noqa: F401 - the stateful workers (runtime, operators, encoders)
-    import jobs.sink  # noqa: F401 - the sink's writers
-    import jobs.source  # noqa: F401 - the source's readers (decoders, Kafka clients)
+    import ctiflow.jobs.adapter  # noqa: F401 - the stateful workers (runtime, operators, encoders)
+    import ctiflow.jobs.sink  # noqa: F401 - the sink's writers
+    import ctiflow.jobs.source.reader  # noqa: F401 - the source's readers (decoders, Kafka clients)
 
 
 if __name__ == "__main__":

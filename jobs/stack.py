@@ -18,8 +18,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from jobs.config import EMBEDDED_PORT, home  # noqa: F401 - re-exported: where ctiflow keeps its files
-from operators.errors import StackError
+from ctiflow.jobs.config import EMBEDDED_PORT, home
+from ctiflow.operators.errors import StackError
 
 DEFAULT_PORT = EMBEDDED_PORT
 

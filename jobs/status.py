@@ -1,6 +1,6 @@
 """``ctiflow status``: the running jobs of a stack, read from their Prometheus metrics.
 
-Where the figures come from: each job's own endpoint (``metrics.port``, :mod:`jobs.metrics`;
+Where the figures come from: each job's own endpoint (``metrics.port``, :mod:`ctiflow.jobs.metrics`;
 the embedded stack) or the compose stack's Prometheus (its HTTP API: the latest value of every
 ``ctiflow_*`` series). Either way the same samples are turned into one :class:`JobStatus` per
 job and drawn with rich: per partition the CTI, event-time lag, records not read yet, input rate,
@@ -18,8 +18,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from jobs import counters
-from jobs.progress import format_cti
+from ctiflow.jobs import counters
+from ctiflow.jobs.progress import format_cti
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

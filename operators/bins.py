@@ -50,10 +50,10 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from operators.errors import ConfigError, EventRejected, invalid_choice
-from operators.events import MapColumn, OutputBatch
-from operators.operator import Operator, Output
-from operators.time import (
+from ctiflow.operators.errors import ConfigError, EventRejected, invalid_choice
+from ctiflow.operators.events import MapColumn, OutputBatch
+from ctiflow.operators.operator import Operator, Output
+from ctiflow.operators.time import (
     CTI_INFINITY,
     CTI_NONE,
     REASON_BEFORE_CTI,
@@ -248,7 +248,7 @@ def _split(event: Event, cti: int, settings: BinSettings, values: list[Any]) -> 
 
     Returns ``(late record or None, index of the first bin to apply or None)``; None as the
     second item means nothing of the event is applied. The late record is the time layer's
-    (:func:`operators.time.late_record`, the event as it arrived) plus ``fraction`` and
+    (:func:`ctiflow.operators.time.late_record`, the event as it arrived) plus ``fraction`` and
     ``measures``: the dropped share.
     """
     real = event.start if event.original_start is None else event.original_start
@@ -294,7 +294,7 @@ def late_share(event: Event, cti: int, settings: BinSettings) -> dict[str, Any] 
     event, fraction 1. ADJUST, event reaching past the CTI: prorated over its *original*
     lifetime (``original_start`` if set), the shares of the bins with ``bin_end < cti``.
 
-    The record is :func:`operators.time.late_record`'s (``stream, key, start, end, cti,
+    The record is :func:`ctiflow.operators.time.late_record`'s (``stream, key, start, end, cti,
     reason, policy, partition, offset, fields_json``; ``start`` is the original start) plus
     ``fraction`` (the dropped share of the event) and ``measures`` (the dropped measure
     values). :class:`Binner` returns it for an ADJUSTed event; for DROP it describes what the
@@ -331,7 +331,7 @@ def _expand(s: np.ndarray, e: np.ndarray, k0: np.ndarray, nb: np.ndarray, bin_si
 
 
 class Binner(Operator):
-    """Prorates the events of many keys into bins (:class:`operators.operator.Operator`).
+    """Prorates the events of many keys into bins (:class:`ctiflow.operators.operator.Operator`).
 
     State: one *slot* per open (key, bin) in column arrays — cumulative and incremental
     measure sums, fraction sums and event counts, revision — plus a dict (key id, bin
@@ -348,7 +348,7 @@ class Binner(Operator):
 
     @classmethod
     def needs_records(cls, settings: BinSettings, cols) -> bool:
-        """Whether a row of ``cols`` (:class:`operators.columns.EventColumns`) may take the exact
+        """Whether a row of ``cols`` (:class:`ctiflow.operators.columns.EventColumns`) may take the exact
         path of :meth:`process_columns` — ADJUSTed, odd times, too many bins, measures that are
         not finite numbers — where its late record or its refusal carries all its fields."""
         if not len(cols):
@@ -464,7 +464,7 @@ class Binner(Operator):
         return [] if record is None else [Output("late", record)]
 
     def process_columns(self, cols) -> list[tuple[int, Any]]:
-        """The rows of an :class:`operators.columns.EventColumns` (in release order); the state
+        """The rows of an :class:`ctiflow.operators.columns.EventColumns` (in release order); the state
         does not depend on how rows are cut into calls. → ``(row, late outputs)`` for each row
         that produced some (an ADJUSTed or late event touching final bins) and ``(row,
         EventRejected)`` for each row refused (``end < start``, a missing or non-numeric measure,

@@ -1,5 +1,5 @@
 """Events as columns: what the Spark path hands the time layer and the operators, instead of
-one :class:`~operators.events.Event` (and one record dict) per input record.
+one :class:`~ctiflow.operators.events.Event` (and one record dict) per input record.
 
 :class:`EventColumns` holds one stream's events as NumPy arrays — key, start, end, partition,
 offset, the record's fields (numeric fields typed, others as object arrays), the original bytes
@@ -9,7 +9,7 @@ columns take it (``process_columns``); the others get :meth:`EventColumns.events
 :class:`ColumnTimeLayer` is the job's time layer: a reorder buffer per input stream kept as
 columns (:class:`ColumnBuffer`), CTIs given by the caller: the CTI check is one comparison over
 the column, a release is one stable ``lexsort`` and a cut. Its released sequence, late records
-and CTIs are those of the row time layer (``jobs.testing.time_layer``, StreamInsight's model
+and CTIs are those of the row time layer (``ctiflow.jobs.testing.time_layer``, StreamInsight's model
 event by event) for the same arrivals and CTIs — a property test holds it so; only late events
 become Python objects (their late record needs the event's fields).
 """
@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from operators.errors import ConfigError
-from operators.events import CTI_INFINITY, CTI_NONE, Event, Output, record_maker
-from operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, AdvanceTimeSettings,
+from ctiflow.operators import snapshots
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.events import CTI_NONE, Event, Output, record_maker
+from ctiflow.operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, AdvanceTimeSettings,
                             ViolationPolicy, late_record)
 
 __all__ = ["ColumnBuffer", "ColumnTimeLayer", "EventColumns", "LazyFields", "merged_events", "record_maker"]
@@ -112,7 +113,7 @@ class TakenFields(LazyFields):
 
 class EventColumns:
     """Events of one stream as columns, row ``i`` being one event; no end edges (a stream with
-    end edges exists only in the row model, ``jobs.testing.time_layer``).
+    end edges exists only in the row model, ``ctiflow.jobs.testing.time_layer``).
 
     ``fields``: field name → array, in the record's field order; ``adjusted`` (None: no row
     is) marks the rows whose start the ADJUST policy moved to the CTI, ``original_start`` their
@@ -401,7 +402,7 @@ def merged_events(runs: Sequence[EventColumns]) -> list[Event]:
 class ColumnTimeLayer:
     """The time layer of a key group: a :class:`ColumnBuffer` per input stream (each with its
     stream's violation policy), one CTI for all of them — the runtime computes the job's CTI from
-    the partitions' frontiers (:func:`operators.time.combined_cti`) and every stream is checked
+    the partitions' frontiers (:func:`ctiflow.operators.time.combined_cti`) and every stream is checked
     against it and released up to it.
 
     ``offer_columns`` admits one stream's rows; ``enqueue``/``step`` apply a CTI and release →
@@ -410,7 +411,7 @@ class ColumnTimeLayer:
 
     **State.** :meth:`index` is the small part (CTIs, each buffer's parts by id, ``lo`` and row
     count); each part's rows are stored apart (:meth:`stored`, ``load``): a caller that keeps
-    them so (:mod:`jobs.state`) writes the parts made since the last commit (:meth:`commit`
+    them so (:mod:`ctiflow.jobs.state`) writes the parts made since the last commit (:meth:`commit`
     lists them, and the parts released since) and reads a part only when a release reaches it.
     :meth:`snapshot` is everything in one blob (tests, tools). ``keep_fields`` /
     ``needs_records``: what a stored part keeps of its rows (:meth:`stored`)."""
@@ -526,7 +527,7 @@ class ColumnTimeLayer:
         layer's (state written before the layer kept columns). Rows of an earlier layout are
         parts made now: the next :meth:`commit` lists them to be stored."""
         layer = cls(settings, handles_adjust, keep_fields, needs_records, load)
-        got = pickle.loads(data) if isinstance(data, bytes) else data
+        got = snapshots.loads(data) if isinstance(data, bytes) else data
         parts: dict[int, EventColumns] = {}
         if len(got) == 2 and isinstance(got[0], tuple):  # a snapshot: (index, parts)
             got, parts = got
@@ -558,7 +559,7 @@ class ColumnTimeLayer:
 def legacy_buffer(data: bytes) -> tuple[int, EventColumns | None]:
     """A row reorder buffer's snapshot (``(cti, events in order, events arrived since)`` as
     :class:`Event` tuples; before 2026-11-27) as ``(its CTI, its events as sorted columns)``."""
-    cti, *parts = pickle.loads(data)
+    cti, *parts = snapshots.loads(data)
     events = [Event(*t) for part in parts for t in part]
     if any(e.edge_end for e in events):
         raise ValueError("the old reorder buffer holds end edges, which columns do not")

@@ -1,6 +1,6 @@
 """Count operator: approximate counts (or sums) of interesting events over sliding windows.
 
-One :class:`~operators.histogram.ExponentialHistogram` per key (or one global histogram under
+One :class:`~ctiflow.operators.histogram.ExponentialHistogram` per key (or one global histogram under
 key ``"*"``). A count-based window covers the key's last N events: the histogram's timestamp
 is the key's sequence number in application-time order (1, 2, …), counting uninteresting
 events too. A time-based window covers the last T ms of application time: the timestamp is
@@ -33,11 +33,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
-from operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
-from operators.events import OutputBatch
-from operators.operator import Operator, Output, process_rows
-from operators.time import CTI_INFINITY, CTI_NONE, Event
+from ctiflow.operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
+from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
+from ctiflow.operators.events import OutputBatch
+from ctiflow.operators.operator import Operator, Output, process_rows
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
 
@@ -68,7 +68,7 @@ class CountSettings:
 
     ``predicate`` decides which events are interesting: a callable on the record's fields, or
     a string — an expression over the fields (``"amount > 500"``) compiled by
-    ``operators.cep.expression.compile_expression`` or, where that module is absent, the name
+    ``ctiflow.operators.cep.expression.compile_expression`` or, where that module is absent, the name
     of a field whose truthiness decides — or None (every event is interesting).
     ``value_field`` turns the count into a sum: an interesting event weighs the field's
     non-negative integer value (null counts as 0).
@@ -121,7 +121,7 @@ def compile_predicate(predicate: Predicate | str | None) -> Predicate | None:
             raise ConfigError(f'Invalid "predicate" value: {text!r}: {exc}') from exc
     if not text.isidentifier():
         raise ConfigError(
-            f'Invalid "predicate" value: {text!r}. Expressions need operators.cep.expression, which is not '
+            f'Invalid "predicate" value: {text!r}. Expressions need ctiflow.operators.cep.expression, which is not '
             "available; give a field name (its truthiness decides) or a callable."
         )
     return lambda fields: fields.get(text)
@@ -133,14 +133,14 @@ _PREDICATES: dict[int, tuple[CountSettings, Predicate | None, Callable | None]] 
 def _compiled_predicate(settings: CountSettings) -> tuple[Predicate | None, Callable | None]:
     """:func:`compile_predicate` once per settings object (the runtime builds an operator per
     state chunk it loads; an expression compiles in ≈ 25 µs), with its column form
-    (:func:`operators.cep.expression.column_truth`, or None). A few dozen entries at most."""
+    (:func:`ctiflow.operators.cep.expression.column_truth`, or None). A few dozen entries at most."""
     hit = _PREDICATES.get(id(settings))
     if hit is not None and hit[0] is settings:
         return hit[1], hit[2]
     predicate = compile_predicate(settings.predicate)
     truth = None
     if isinstance(settings.predicate, str) and predicate is not None and hasattr(predicate, "uses_match_context"):
-        from operators.cep.expression import column_truth
+        from ctiflow.operators.cep.expression import column_truth
 
         truth = column_truth(predicate)
     if len(_PREDICATES) >= 64:
@@ -150,11 +150,11 @@ def _compiled_predicate(settings: CountSettings) -> tuple[Predicate | None, Call
 
 
 def _expression_compiler() -> Callable[[str], Predicate] | None:
-    """``operators.cep.expression.compile_expression`` if that module exists, else None."""
+    """``ctiflow.operators.cep.expression.compile_expression`` if that module exists, else None."""
     try:
-        from operators.cep.expression import compile_expression
+        from ctiflow.operators.cep.expression import compile_expression
     except ModuleNotFoundError as exc:
-        if exc.name in ("operators.cep.expression", "operators.cep"):
+        if exc.name in ("ctiflow.operators.cep.expression", "ctiflow.operators.cep"):
             return None
         raise
     return compile_expression
@@ -167,7 +167,7 @@ _STATE_HEADER = struct.Struct("<4sBBqdqII")
 
 
 class CountOperator(Operator):
-    """Keyed approximate counts (:class:`operators.operator.Operator`).
+    """Keyed approximate counts (:class:`ctiflow.operators.operator.Operator`).
 
     Owns one histogram per key of its key group. Events must come in
     application-time order (the time layer guarantees it); for count-based windows that order
@@ -221,7 +221,7 @@ class CountOperator(Operator):
         return []
 
     def process_columns(self, cols) -> list[tuple[int, Any]]:
-        """The rows of an :class:`operators.columns.EventColumns`, in application-time order:
+        """The rows of an :class:`ctiflow.operators.columns.EventColumns`, in application-time order:
         weights row by row (or as a column), then each key's histogram takes its rows in one
         ``update_many`` — the state of taking them one by one. → ``(row, EventRejected)`` per
         refused row (with ``emit: per_event``, also ``(row, outputs)`` per row), in row order.

@@ -1,8 +1,8 @@
 """The shared vocabulary of every layer: events, CTIs and output records.
 
-Nothing here depends on anything else in the project: :mod:`operators.time`, the operators,
+Nothing here depends on anything else in the project: :mod:`ctiflow.operators.time`, the operators,
 the Spark adapter and the tests all speak these types. (Also importable from their older homes,
-:mod:`operators.time` and :mod:`operators.operator`.)
+:mod:`ctiflow.operators.time` and :mod:`ctiflow.operators.operator`.)
 """
 
 from __future__ import annotations

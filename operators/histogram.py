@@ -65,7 +65,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from operators.errors import ConfigError
+from ctiflow.operators.errors import ConfigError
 
 #: Largest timestamp magnitude and window accepted: sums and differences stay within int64.
 TIME_LIMIT = 2**62

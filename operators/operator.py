@@ -1,4 +1,4 @@
-"""The one interface every operator implements, so the runtime (:mod:`jobs.runtime`) is written
+"""The one interface every operator implements, so the runtime (:mod:`ctiflow.jobs.runtime`) is written
 once and probes nothing (in the manner of bytewax's ``StatefulLogic``).
 
 An operator instance owns the state of *many* keys (a chunk of a key group): the runtime hands
@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from operators.columns import EventColumns
-from operators.errors import EventRejected
-from operators.events import CTI_NONE, Event, Output, OutputBatch, outputs_of
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.errors import EventRejected
+from ctiflow.operators.events import CTI_NONE, Event, Output, OutputBatch, outputs_of
 
 __all__ = ["Operator", "Output", "OutputBatch", "outputs_of", "process_rows"]
 
@@ -100,7 +100,7 @@ class Operator(ABC):
         """The smallest CTI at which :meth:`advance_to` could emit or change state that matters
         (a window closing, a bin becoming final, a run timing out); until then the runtime may
         skip ``advance_to`` and leave the operator as bytes in the state store. Never later than
-        the first CTI that would change an output; :data:`~operators.events.CTI_INFINITY` means
+        the first CTI that would change an output; :data:`~ctiflow.operators.events.CTI_INFINITY` means
         "only events change me". By default: due at every CTI."""
         return CTI_NONE
 
@@ -125,7 +125,7 @@ class Operator(ABC):
     @classmethod
     def fields_read(cls, settings: Any) -> tuple[str, ...] | None:
         """The only record fields the operator reads of an event on its common path; the reorder
-        buffer then keeps just those (:class:`operators.columns.ColumnTimeLayer`). None (the
+        buffer then keeps just those (:class:`ctiflow.operators.columns.ColumnTimeLayer`). None (the
         default): any field may be read, all are kept."""
         return None
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.events import CTI_INFINITY, Event, Output, OutputBatch
-from operators.operator import Operator, process_rows
+from ctiflow.operators.events import CTI_INFINITY, Event, Output, OutputBatch
+from ctiflow.operators.operator import Operator, process_rows
 
 
 class Passthrough(Operator):

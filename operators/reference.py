@@ -15,11 +15,11 @@ Time synchronisation (StreamInsight's CTI import, seeds/streaminsight-applicatio
   on (earlier fast events keep the version they were enriched with; a late record reports the
   moved start).
 * ``SyncMode.MIN`` — both streams keep their own CTIs and the join releases at the older one
-  (:func:`operators.time.merge_ctis`): no reference version is ever late, but the join stalls
+  (:func:`ctiflow.operators.time.merge_ctis`): no reference version is ever late, but the join stalls
   while the reference stream is silent.
 
 :meth:`ReferenceJoinSettings.time_settings` builds the two streams' ``AdvanceTimeSettings`` for
-the chosen mode; ``jobs.testing.time_layer.run_reference_sync`` is the pure model (time layer +
+the chosen mode; ``ctiflow.jobs.testing.time_layer.run_reference_sync`` is the pure model (time layer +
 join) the tests and docs use.
 """
 
@@ -31,9 +31,10 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from operators.errors import ConfigError, invalid_choice
-from operators.operator import Output
-from operators.time import CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Event, event_tuple
+from ctiflow.operators import snapshots
+from ctiflow.operators.errors import ConfigError, invalid_choice
+from ctiflow.operators.operator import Output
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Event, event_tuple
 
 
 class MissingReference(str, Enum):
@@ -275,7 +276,7 @@ class ReferenceJoin:
     @classmethod
     def restore(cls, settings: ReferenceJoinSettings, data: bytes) -> "ReferenceJoin":
         join = cls(settings)
-        time, cti, versions, pending, held, seq = pickle.loads(data)
+        time, cti, versions, pending, held, seq = snapshots.loads(data)
         join._time, join._cti, join._versions, join._seq = time, cti, versions, seq
         join._pending = [Event(*t) for t in pending]
         hold_for = settings.hold_for

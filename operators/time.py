@@ -17,7 +17,7 @@ The pieces:
   joins and unions release at the *older* CTI of their inputs; a stream that imports takes
   the CTIs of the stream it names.
 
-The job's reorder buffers are columns (:mod:`operators.columns`); StreamInsight's model event
+The job's reorder buffers are columns (:mod:`ctiflow.operators.columns`); StreamInsight's model event
 by event (CTI generation, the row reorder buffer and time layer) is the reference they are
 tested against, in ``jobs/testing/time_layer.py``.
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from operators.errors import ConfigError, invalid_choice
-from operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output, outputs_of  # noqa: F401 - re-exported
+from ctiflow.operators.errors import ConfigError, invalid_choice
+from ctiflow.operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output, outputs_of  # noqa: F401 - re-exported
 
 class Shape(str, Enum):
     """Event shapes. A point lives for one tick [t, t+1); an edge lives from its start until

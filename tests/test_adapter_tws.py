@@ -12,13 +12,13 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.streaming import TwsTester  # noqa: E402
 
-from jobs.adapter import OperatorProcessor  # noqa: E402
-from jobs.state.store import STATE_LAYOUT  # noqa: E402
-from jobs.config import parse  # noqa: E402
-from jobs.rows import pack_events  # noqa: E402
-from jobs.runtime import Plan  # noqa: E402
-from jobs.serde import AvroDeserializer  # noqa: E402
-from jobs.sink import records  # noqa: E402
+from ctiflow.jobs.adapter import OperatorProcessor  # noqa: E402
+from ctiflow.jobs.state.store import STATE_LAYOUT  # noqa: E402
+from ctiflow.jobs.config import parse  # noqa: E402
+from ctiflow.jobs.rows import pack_events  # noqa: E402
+from ctiflow.jobs.runtime import Plan  # noqa: E402
+from ctiflow.jobs.avro.serde import AvroDeserializer  # noqa: E402
+from ctiflow.jobs.rows import output_records as records  # noqa: E402
 
 T0 = 1_767_225_600_000
 BASE = {"meta_error": None, "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": None,
@@ -141,7 +141,7 @@ def count_batch(first: int, n: int, t0: int) -> pd.DataFrame:
 
 @pytest.mark.parametrize("layout", [3, 2])
 def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_replay_reads_the_store(layout):
-    """jobs.state.warm.WarmChunks: a batch after a commit of this worker takes its chunks decoded
+    """ctiflow.jobs.state.warm.WarmChunks: a batch after a commit of this worker takes its chunks decoded
     (no state-store read); a replay of that batch after the store rolled back must not see the
     chunks the first attempt changed (a count per key would count its events twice)."""
     t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY}, layout)
@@ -164,7 +164,7 @@ def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_repl
 
 
 def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(monkeypatch):
-    from operators.count import CountOperator as Counter
+    from ctiflow.operators.count import CountOperator as Counter
     t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
     t.testInPandas(5, count_batch(0, 6, T0))
     batch = count_batch(6, 6, T0 + 10_000)
@@ -234,9 +234,9 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     after the store rolled back, and a worker that keeps no chunks decoded release what the
     oracle says, batch by batch; once the buffer is flushed its entries and the header's parts
     are gone."""
-    from jobs import rows
-    from jobs.state.store import HEADER_IN_PARTS
-    from jobs.state.parts import PART_KEYS
+    from ctiflow.jobs import rows
+    from ctiflow.jobs.state.store import HEADER_IN_PARTS
+    from ctiflow.jobs.state.parts import PART_KEYS
 
     PACK_BYTES, real = 64, rows.PACK_BYTES
     monkeypatch.setattr(rows, "PACK_BYTES", PACK_BYTES)
@@ -270,8 +270,8 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
 
 
 def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_other():
-    from jobs.state.store import LAYOUTS as GROUP_STATES
-    from jobs.checkpoint import STATE_LAYOUTS_READ
+    from ctiflow.jobs.state.store import LAYOUTS as GROUP_STATES
+    from ctiflow.jobs.checkpoint import STATE_LAYOUTS_READ
 
     assert sorted(GROUP_STATES) == sorted(STATE_LAYOUTS_READ) and STATE_LAYOUT in GROUP_STATES
     with pytest.raises(ValueError, match="state layout 1"):
@@ -281,8 +281,8 @@ def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_othe
 def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
     """Layout 3: parts beyond the count the value names are removed when a header shrinks, and
     a header read joins exactly the parts the value names."""
-    from jobs import rows
-    from jobs.state.store import HEADER_IN_PARTS, GroupState
+    from ctiflow.jobs import rows
+    from ctiflow.jobs.state.store import HEADER_IN_PARTS, GroupState
 
     frames, _ = uneven_batches()
     t, _ = make_tester({"sources": [SLOW], "operators": PASS})
@@ -305,10 +305,11 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     batch releases what the oracle says."""
     import pickle
 
-    from jobs.state.store import HEADER_IN_PARTS, HEADER_ZSTD, expanded
-    from jobs.state.warm import WarmChunks
-    from jobs.state.parts import PART_KEYS
-    from operators.columns import EventColumns
+    from ctiflow.jobs.state.codec import HEADER_ZSTD, expanded
+    from ctiflow.jobs.state.store import HEADER_IN_PARTS
+    from ctiflow.jobs.state.warm import WarmChunks
+    from ctiflow.jobs.state.parts import PART_KEYS
+    from ctiflow.operators.columns import EventColumns
 
     frames, _ = uneven_batches()
     expected = expected_releases()

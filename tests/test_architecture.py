@@ -1,13 +1,13 @@
 """Dependencies point one way: ``operators`` ← the ``jobs`` data path ← references and tools
-(``jobs.testing``) ← CLI, bench, tests.
+(``ctiflow.jobs.testing``) ← CLI, bench, tests.
 
 Every module's imports are read from its source (module level *and* inside functions, so a
 function-local import cannot hide a cycle), resolved to this project's modules, and checked:
 
 * no import cycle between modules (a package's ``__init__`` counts as a module);
 * ``operators`` imports nothing of ``jobs``, ``bench``, ``pyspark`` or ``confluent_kafka``;
-* no module of the data path reaches ``jobs.testing``, the CLI or ``bench``, even indirectly;
-* nothing outside the CLI package (``jobs.cli`` and its modules) imports the CLI;
+* no module of the data path reaches ``ctiflow.jobs.testing``, the CLI or ``bench``, even indirectly;
+* nothing outside the CLI package (``ctiflow.jobs.cli`` and its modules) imports the CLI;
 * ``ctiflow`` (the public Python API) sits on top: nothing of ours imports it.
 """
 
@@ -19,15 +19,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ctiflow", "operators", "jobs", "bench")
 #: The Spark data path, in the order data flows; what a running job imports.
-DATA_PATH = ("jobs.config", "jobs.kafka", "jobs.serde", "jobs.source", "jobs.rows", "jobs.runtime",
-             "jobs.adapter", "jobs.sink", "jobs.checkpoint", "jobs.progress", "jobs.pipeline", "jobs.stack")
+DATA_PATH = ("ctiflow.jobs.config", "ctiflow.jobs.kafka", "ctiflow.jobs.avro.serde", "ctiflow.jobs.source.reader",
+             "ctiflow.jobs.source.decoder", "ctiflow.jobs.rows", "ctiflow.jobs.runtime",
+             "ctiflow.jobs.adapter", "ctiflow.jobs.sink", "ctiflow.jobs.checkpoint", "ctiflow.jobs.progress", "ctiflow.jobs.pipeline", "ctiflow.jobs.stack")
 
 
 def module_name(path: Path) -> str:
+    """The installed name: the folders operators/, jobs/ and bench/ are ``ctiflow.operators`` …"""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join(parts)
+    return ".".join(parts if parts[0] == "ctiflow" else ["ctiflow", *parts])
+
+
+def top(name: str) -> str:
+    """The part of the design a module belongs to: ``ctiflow`` (the API), ``operators``, ``jobs``
+    or ``bench``."""
+    return name.removeprefix("ctiflow.").split(".")[0]
 
 
 def modules() -> dict[str, Path]:
@@ -120,9 +128,9 @@ def test_no_import_cycles():
 def test_operators_depend_on_nothing_of_spark_kafka_or_the_jobs():
     bad = {}
     for name, path in modules().items():
-        if name.split(".")[0] != "operators":
+        if top(name) != "operators":
             continue
-        wrong = {m for m in graph()[name] if m.split(".")[0] in ("jobs", "bench")}
+        wrong = {m for m in graph()[name] if top(m) in ("jobs", "bench")}
         wrong |= external_imports(path) & {"pyspark", "confluent_kafka"}
         if wrong:
             bad[name] = sorted(wrong)
@@ -130,13 +138,13 @@ def test_operators_depend_on_nothing_of_spark_kafka_or_the_jobs():
 
 
 def test_the_public_api_package_is_on_top_nothing_of_ours_imports_it():
-    users = {name for name, deps in graph().items() if any(d.split(".")[0] == "ctiflow" for d in deps)
-             and name.split(".")[0] != "ctiflow"}
+    users = {name for name, deps in graph().items() if any(top(d) == "ctiflow" for d in deps)
+             and top(name) != "ctiflow"}
     assert users == set()
 
 
 def test_only_the_cli_imports_the_cli():
-    cli = {m for m in modules() if m == "jobs.cli" or m.startswith("jobs.cli.")}
+    cli = {m for m in modules() if m == "ctiflow.jobs.cli" or m.startswith("ctiflow.jobs.cli.")}
     users = {name for name, deps in graph().items() if deps & cli and name not in cli}
     assert users == set()
 
@@ -157,7 +165,7 @@ def test_the_data_path_reaches_no_reference_tool_or_cli():
     """A running job imports no oracle, workload, conformance replay, CLI or benchmark: they
     depend on the data path, never the other way round."""
     g = graph()
-    tools = ("jobs.testing", "jobs.cli", "bench", "jobs.oracle", "jobs.workload", "jobs.conformance")
+    tools = ("ctiflow.jobs.testing", "ctiflow.jobs.cli", "ctiflow.bench", "ctiflow.jobs.oracle", "ctiflow.jobs.workload", "ctiflow.jobs.conformance")
     assert set(DATA_PATH) <= set(g), sorted(set(DATA_PATH) - set(g))
     bad = {name: sorted(d for d in reachable(g, name) if any(d == t or d.startswith(t + ".") for t in tools))
            for name in DATA_PATH}
@@ -165,33 +173,33 @@ def test_the_data_path_reaches_no_reference_tool_or_cli():
 
 
 def test_the_config_model_is_a_leaf_of_the_jobs():
-    """``jobs.config`` imports only ``operators`` (the enums and settings it builds): the CLI,
+    """``ctiflow.jobs.config`` imports only ``operators`` (the enums and settings it builds): the CLI,
     the jobs and docker-compose read one model that pulls in no Kafka, Spark or stack code."""
-    deps = graph()["jobs.config"]
-    assert {d for d in deps if not d.startswith("operators")} == set()
-    assert external_imports(modules()["jobs.config"]) & {"pyspark", "confluent_kafka"} == set()
+    deps = graph()["ctiflow.jobs.config"]
+    assert {d for d in deps if top(d) != "operators"} == set()
+    assert external_imports(modules()["ctiflow.jobs.config"]) & {"pyspark", "confluent_kafka"} == set()
 
 
 def test_the_wire_format_is_read_and_written_through_jobs_rows():
-    """Source, adapter and sink take rows apart through :mod:`jobs.rows` only: none of them
+    """Source, adapter and sink take rows apart through :mod:`ctiflow.jobs.rows` only: none of them
     unpickles a pack itself."""
-    for name in ("jobs.source", "jobs.adapter", "jobs.sink"):
-        assert "jobs.rows" in graph()[name], name
+    for name in ("ctiflow.jobs.source.decoder", "ctiflow.jobs.adapter", "ctiflow.jobs.sink"):
+        assert "ctiflow.jobs.rows" in graph()[name], name
         assert "pickle" not in external_imports(modules()[name]), f"{name} reads pickled rows itself"
 
 
 def test_every_operator_implements_the_one_operator_base_and_the_runtime_probes_none():
-    """Each operator a job can configure subclasses :class:`operators.operator.Operator` and
+    """Each operator a job can configure subclasses :class:`ctiflow.operators.operator.Operator` and
     implements its abstract members (instantiable); the runtime asks it through that base class
-    only — no ``hasattr``/``getattr`` in :mod:`jobs.runtime`."""
+    only — no ``hasattr``/``getattr`` in :mod:`ctiflow.jobs.runtime`."""
     import importlib
     import inspect
 
-    from operators.operator import Operator
+    from ctiflow.operators.operator import Operator
 
     found = {}
     for name, path in modules().items():
-        if not name.startswith("operators."):
+        if not name.startswith("ctiflow.operators."):
             continue
         for cls_name, cls in vars(importlib.import_module(name)).items():
             if (inspect.isclass(cls) and cls.__module__ == name and "process_columns" in vars(cls)
@@ -200,16 +208,16 @@ def test_every_operator_implements_the_one_operator_base_and_the_runtime_probes_
     assert {"Binner", "CountOperator", "MatchOperator", "Passthrough"} <= set(found), sorted(found)
     for cls_name, cls in found.items():
         assert issubclass(cls, Operator) and not inspect.isabstract(cls), cls_name
-    tree = ast.parse(modules()["jobs.runtime"].read_text())
+    tree = ast.parse(modules()["ctiflow.jobs.runtime"].read_text())
     probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id in ("hasattr", "getattr")]
     assert probes == [], f"jobs/runtime.py probes members at lines {probes}"
 
 
 def test_the_product_imports_no_benchmark():
-    """``bench`` is loaded by name where the CLI runs it (``jobs.cli.bench.registry``): nothing of
+    """``bench`` is loaded by name where the CLI runs it (``ctiflow.jobs.cli.bench.registry``): nothing of
     ``ctiflow``, ``operators`` or ``jobs`` imports it, so the product is whole without it."""
     g = graph()
-    wrong = {name: sorted(d for d in deps if d.split(".")[0] == "bench")
-             for name, deps in g.items() if name.split(".")[0] != "bench"}
+    wrong = {name: sorted(d for d in deps if top(d) == "bench")
+             for name, deps in g.items() if top(name) != "bench"}
     assert {name: deps for name, deps in wrong.items() if deps} == {}

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.avro_columns import ColumnDecoder, compile_schema, read_body, record_reader
-from jobs.serde import SchemaStore
-from operators.errors import DecodeError
+from ctiflow.jobs.avro.decode import ColumnDecoder, compile_schema, read_body, record_reader
+from ctiflow.jobs.avro.serde import SchemaStore
+from ctiflow.operators.errors import DecodeError
 
 STORE = SchemaStore()
 SCHEMAS = [n for n in STORE.names()]
@@ -296,7 +296,7 @@ def test_items_that_take_no_bytes_are_capped_per_record_not_per_block():
     """An array of nulls: a block of 65,536 items costs 3 bytes, so before the cap was per block a
     1 kB record held 20 million items. At most MAX_ZERO_SIZE_ITEMS in one record, over all blocks
     and nested arrays."""
-    from jobs.avro_columns import MAX_ZERO_SIZE_ITEMS
+    from ctiflow.jobs.avro.decode import MAX_ZERO_SIZE_ITEMS
 
     schema = {"type": "record", "name": "Z", "fields": [{"name": "xs", "type": {"type": "array", "items": "null"}}]}
     read = record_reader(compile_schema(schema))

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.avro_encode import ColumnEncoder
-from operators.events import MapColumn
+from ctiflow.jobs.avro.encode import ColumnEncoder
+from ctiflow.operators.events import MapColumn
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

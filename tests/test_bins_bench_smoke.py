@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bins_operator import run
+from ctiflow.bench.bins_operator import run
 
 
 def test_bench_conserves_measures():

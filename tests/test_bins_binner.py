@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from operators.columns import EventColumns
-from operators.bins import REASON_FINAL_BINS, Binner, BinSettings, late_share
-from operators.errors import ConfigError
-from operators.operator import Operator, Output, outputs_of
-from operators.time import CTI_INFINITY, REASON_BEFORE_CTI, REASON_DROPPED, Event, ViolationPolicy
-from jobs.testing.time_layer import ReorderBuffer
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.bins import REASON_FINAL_BINS, Binner, BinSettings, late_share
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.operator import Operator, Output, outputs_of
+from ctiflow.operators.time import CTI_INFINITY, REASON_BEFORE_CTI, REASON_DROPPED, Event, ViolationPolicy
+from ctiflow.jobs.testing.time_layer import ReorderBuffer
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
@@ -424,7 +424,7 @@ def test_a_snapshot_listing_a_key_twice_is_refused():
     """The key table is rebuilt in one step from the snapshot's list, which must be distinct."""
     import struct
 
-    from operators.bins import _SNAPSHOT_MAGIC as MAGIC
+    from ctiflow.operators.bins import _SNAPSHOT_MAGIC as MAGIC
 
     b = binner()
     b.process(flow("x", 0, 200, bytes_=7))

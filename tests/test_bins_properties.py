@@ -2,7 +2,7 @@
 
 The oracle counts, tick by tick, how much of each event's lifetime ``(s, e]`` falls in each
 bin (exact ``Fraction``s; a zero-length event goes to the bin whose ``(start, end]`` holds
-it, found by scanning bins) — it shares no code with ``operators.bins``.
+it, found by scanning bins) — it shares no code with ``ctiflow.operators.bins``.
 
 The driver plays the time layer and the reorder buffer: events arrive in some order, CTIs
 are interleaved; an event behind the CTI follows the violation policy (DROP → ``late``;
@@ -22,11 +22,11 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import operators.bins as bins_module
-from operators.bins import Binner, BinSettings, late_share
-from operators.columns import EventColumns
-from operators.events import outputs_of
-from operators.time import CTI_INFINITY, CTI_NONE, Event, ViolationPolicy
+import ctiflow.operators.bins as bins_module
+from ctiflow.operators.bins import Binner, BinSettings, late_share
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.events import outputs_of
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event, ViolationPolicy
 
 MEASURES = ("bytes", "load")
 

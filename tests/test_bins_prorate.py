@@ -2,7 +2,7 @@
 
 The oracle transliterates the PR's ``filter`` and ``prorate`` (quoted below as data) into
 exact rational arithmetic and scans *every* bin around the event — it shares no code with
-``operators.bins``.
+``ctiflow.operators.bins``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from operators.bins import BinShare, prorate
+from ctiflow.operators.bins import BinShare, prorate
 
 #: seeds/spark-pr-2633-event-proration.txt, verbatim.
 PR_PRORATE = """\

@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.config import parse
-from jobs.rows import Control, GroupInput, pack_columns, unpack_columns
-from jobs.runtime import GroupRuntime, Plan
-from jobs.serde import AvroSerializer
-from jobs.testing import workload
-from operators.bins import Binner
-from operators.columns import EventColumns
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.rows import Control, GroupInput, pack_columns, unpack_columns
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.avro.serde import AvroSerializer
+from ctiflow.jobs.testing import workload
+from ctiflow.operators.bins import Binner
+from ctiflow.operators.columns import EventColumns
 
 pytest.importorskip("pyspark")
 
@@ -33,7 +33,8 @@ def _plan():
 
 def _columns(records: list[dict], first_offset: int) -> EventColumns:
     """Records → Avro → the source's bulk decode → one pack → its columns (as the adapter gets them)."""
-    from jobs.source import RecordDecoder, SourceOptions
+    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.source.options import SourceOptions
 
     options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema="flow", stream="flows", packed=True,
                             keep_values=False, key_field="device", time_field="start_time", end_field="end_time",

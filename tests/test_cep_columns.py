@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.cep.operator import MatchOperator, MatchSettings
-from operators.columns import EventColumns
-from operators.errors import EventRejected
-from operators.time import CTI_INFINITY, Event
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.errors import EventRejected
+from ctiflow.operators.time import CTI_INFINITY, Event
 
 PATTERNS = {
     "strict": {"name": "strict", "within_ms": 50, "stages": [

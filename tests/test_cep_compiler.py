@@ -13,9 +13,9 @@ import itertools
 
 import pytest
 
-from operators.cep import GroupPattern, Nfa, Pattern, compile_pattern
-from operators.cep.pattern import ConsumingStrategy
-from operators.errors import PatternError
+from ctiflow.operators.cep import GroupPattern, Nfa, Pattern, compile_pattern
+from ctiflow.operators.cep.pattern import ConsumingStrategy
+from ctiflow.operators.errors import PatternError
 
 
 def first_char_is(char: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.testing.conformance import DEFAULT_CASES, load_cases, run_case
+from ctiflow.jobs.testing.conformance import DEFAULT_CASES, load_cases, run_case
 
 CASES_PATH = Path(os.environ.get("CTIFLOW_CEP_CASES", DEFAULT_CASES))
 EXPECTED_CASE_COUNT = 222

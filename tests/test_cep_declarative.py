@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from operators.cep import AfterMatchSkipStrategy, Nfa, Pattern, compile_pattern, pattern_from_dict
-from operators.cep.declarative import skip_from_spec
-from operators.errors import CtiflowError, PatternError
+from ctiflow.operators.cep import AfterMatchSkipStrategy, Nfa, Pattern, compile_pattern, pattern_from_dict
+from ctiflow.operators.cep.declarative import skip_from_spec
+from ctiflow.operators.errors import CtiflowError, PatternError
 
 EVENTS = [
     {"kind": "login", "amount": 0, "country": "DE"},

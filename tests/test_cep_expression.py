@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.cep.expression import ExpressionError, compile_expression
-from operators.errors import ConfigError
+from ctiflow.operators.cep.expression import ExpressionError, compile_expression
+from ctiflow.operators.errors import ConfigError
 
 RECORD = {"amount": 120, "country": "FR", "name": "Alice", "tags": ["vip", "new"],
           "geo": {"lat": 48.8}, "missing_is_none": None}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from operators.cep import IterativeCondition, Nfa, Pattern, compile_pattern
+from ctiflow.operators.cep import IterativeCondition, Nfa, Pattern, compile_pattern
 
 
 def event(label: str, eid: int, name: str, price: float, volume: float | None = None) -> dict:
@@ -185,7 +185,7 @@ def test_skip_to_first_waits_for_an_earlier_partial_match() -> None:
     """AfterMatchSkipITCase.testSkipBeforeOtherAlreadyCompleted (records without timestamps)."""
     a1, c1, a2 = event("a1", 1, "a1", 0.0), event("c1", 2, "c1", 0.0), event("a2", 3, "a2", 1.0)
     c2, b1, b2 = event("c2", 4, "c2", 0.0), event("b1", 5, "b1", 1.0), event("b2", 6, "b2", 0.0)
-    from operators.cep import AfterMatchSkipStrategy
+    from ctiflow.operators.cep import AfterMatchSkipStrategy
 
     pattern = (
         Pattern.begin("a", AfterMatchSkipStrategy.skip_to_first("c"))

@@ -10,10 +10,10 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from operators.cep import MatchOperator, MatchSettings, Pattern
-from operators.errors import PatternError
-from operators.operator import Operator, Output
-from operators.time import CTI_INFINITY, Event
+from ctiflow.operators.cep import MatchOperator, MatchSettings, Pattern
+from ctiflow.operators.errors import PatternError
+from ctiflow.operators.operator import Operator, Output
+from ctiflow.operators.time import CTI_INFINITY, Event
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from operators.cep import (
+from ctiflow.operators.cep import (
     AfterMatchSkipStrategy,
     IterativeCondition,
     Nfa,
@@ -15,9 +15,9 @@ from operators.cep import (
     can_produce_empty_matches,
     compile_pattern,
 )
-from operators.cep.conditions import IterativeCondition as IterativeConditionClass
-from operators.cep.pattern import QuantifierProperty
-from operators.errors import PatternError
+from ctiflow.operators.cep.conditions import IterativeCondition as IterativeConditionClass
+from ctiflow.operators.cep.pattern import QuantifierProperty
+from ctiflow.operators.errors import PatternError
 
 
 def a() -> Pattern:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from operators.cep import DeweyNumber, Nfa, NfaState, Pattern, SharedBuffer, compile_pattern
+from ctiflow.operators.cep import DeweyNumber, Nfa, NfaState, Pattern, SharedBuffer, compile_pattern
 
 
 def name_is(name: str):
@@ -106,7 +106,7 @@ def test_initial_state_is_idle() -> None:
 
 def test_shared_buffer_is_properly_cleared_after_skipped_matches() -> None:
     """AfterMatchSkipITCase.testSharedBufferIsProperlyCleared."""
-    from operators.cep import AfterMatchSkipStrategy
+    from ctiflow.operators.cep import AfterMatchSkipStrategy
 
     pattern = Pattern.begin("start", AfterMatchSkipStrategy.skip_past_last_event()).times(2)
     nfa = Nfa(compile_pattern(pattern))

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jobs.checkpoint import group_labels
-from operators.errors import ConfigError
+from ctiflow.jobs.checkpoint import group_labels
+from ctiflow.operators.errors import ConfigError
 
 
 def test_labels_are_distinct_and_kept_with_the_checkpoint(tmp_path):
@@ -37,7 +37,7 @@ def test_a_checkpoint_of_the_one_blob_state_layout_is_refused_before_spark(tmp_p
 
 
 def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_its_own(tmp_path):
-    from jobs.checkpoint import STATE_LAYOUT, state_layout
+    from ctiflow.jobs.checkpoint import STATE_LAYOUT, state_layout
 
     group_labels(8, 2, tmp_path / "new")
     assert state_layout(tmp_path / "new") == STATE_LAYOUT == 3
@@ -61,7 +61,7 @@ def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_i
 def test_a_replayed_batchs_counters_count_once(tmp_path):
     """The sink appends a progress line per attempt of a batch; a crash after the first
     attempt's line must not count the replayed batch twice."""
-    from jobs.checkpoint import read_counters
+    from ctiflow.jobs.checkpoint import read_counters
 
     path = tmp_path / "job.progress.jsonl"
     lines = [{"batch": 0, "time": 1.0, "received": 5, "late": 1},
@@ -73,8 +73,8 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
 
 
 def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
-    from jobs.checkpoint import read_counters
-    from jobs.counters import merge as merge_metrics
+    from ctiflow.jobs.checkpoint import read_counters
+    from ctiflow.jobs.counters import merge as merge_metrics
 
     per_group = {}
     for group_state in (300, 200):  # two key groups' counters in one batch add up
@@ -90,7 +90,7 @@ def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
 def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_path):
     """Only the uncommitted operator state goes (Spark refuses to plan batch 0 over it); the
     logged offsets stay, so batch 0 is replayed over the same records, not re-planned."""
-    from jobs.checkpoint import reset_uncommitted_checkpoint
+    from ctiflow.jobs.checkpoint import reset_uncommitted_checkpoint
 
     for name in ("offsets/0", "state/0/0/1.zip", "ctiflow-sink/0-0.started", "ctiflow-groups.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,7 @@ def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_pa
 def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_checkpoint(tmp_path):
     """A mistyped ``spark.checkpoint`` naming a user's folder that happens to hold ``state/``:
     nothing in it is deleted, and the run is refused before Spark starts."""
-    from jobs.checkpoint import check_checkpoint_dir, reset_uncommitted_checkpoint
+    from ctiflow.jobs.checkpoint import check_checkpoint_dir, reset_uncommitted_checkpoint
 
     for name in ("state/thesis.tex", "notes.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +137,8 @@ def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_chec
 
 
 def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in_the_checkpoint(tmp_path):
-    from jobs.config import parse
-    from jobs.checkpoint import progress_path, read_counters
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.checkpoint import progress_path, read_counters
 
     lines = [{"batch": 0, "time": 1.0, "received": 5, "cti": 100, "late@tx/0": 1},
              {"batch": 1, "time": 2.0, "received": 7, "cti": 250, "late@tx/0": 2}]
@@ -152,7 +152,7 @@ def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in
 
 
 def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
-    from jobs.progress import late_warnings
+    from ctiflow.jobs.progress import late_warnings
 
     warned: set[str] = set()
     counters = {"received@tx/0": 1000, "late@tx/0": 10, "received@tx/1": 1000, "late@tx/1": 11}
@@ -164,11 +164,11 @@ def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
 def test_counters_balance_with_a_reference_stream_and_dead_letters():
     """received = released + late + dead_letter + buffered, over both streams; after the final
     CTI nothing is buffered."""
-    from jobs.config import parse
-    from jobs.rows import Control, DeadRow, GroupInput
-    from jobs.runtime import GroupRuntime, Plan
-    from operators.columns import EventColumns
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.rows import Control, DeadRow, GroupInput
+    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.operators.columns import EventColumns
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
@@ -193,9 +193,9 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
 
 
 def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_stream_name():
-    from jobs.config import parse
-    from jobs.runtime import GroupRuntime, Plan
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "flows", "topic": "netflow-raw", "schema": "flow", "key_field": "device",
@@ -215,9 +215,9 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
 
     import pytest
 
-    from jobs.config import parse
-    from jobs.runtime import GroupRuntime, Plan
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
@@ -234,8 +234,8 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
 def test_config_refuses_fields_nothing_would_read():
     import pytest
 
-    from jobs.config import parse
-    from operators.errors import ConfigError
+    from ctiflow.jobs.config import parse
+    from ctiflow.operators.errors import ConfigError
 
     base = {"job": "t", "operators": [{"kind": "passthrough", "output": "o"}]}
     src = {"name": "s", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time"}
@@ -255,9 +255,9 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
 
     import pytest
 
-    from jobs.config import parse
-    from jobs.runtime import GroupRuntime, Plan
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "tx-topic", "schema": "transaction", "key_field": "account",
@@ -284,7 +284,7 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
 
 
 def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_higher():
-    from jobs.config import parse
+    from ctiflow.jobs.config import parse
 
     def cfg(spark: dict, per_key: bool = True):
         return parse({"job": "g", "sources": [{"name": "tx", "topic": "tx", "schema": "transaction",
@@ -299,7 +299,7 @@ def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_hig
 
 
 def test_a_changed_count_is_refused_by_the_check_run_makes_before_spark(tmp_path):
-    from jobs.checkpoint import check_key_groups
+    from ctiflow.jobs.checkpoint import check_key_groups
 
     assert check_key_groups(6, tmp_path) is None  # a new checkpoint
     group_labels(6, 6, tmp_path)
@@ -313,8 +313,8 @@ def test_the_counter_reader_reads_only_what_was_appended_and_sums_as_read_counte
     gauge, a line still being written — while reading each byte of the file once."""
     import random
 
-    from jobs.checkpoint import CounterReader
-    from jobs.checkpoint import read_counters
+    from ctiflow.jobs.checkpoint import CounterReader
+    from ctiflow.jobs.checkpoint import read_counters
 
     rng = random.Random(5)
     path = tmp_path / "ctiflow-progress.jsonl"

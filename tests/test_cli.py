@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench import BENCHES, LONG_BENCHES
-from jobs.cli import app
-from jobs.config import MAX_PARTITIONS
-from jobs.stack import free_port
-from jobs.cli.records import Framing
-from jobs.serde import FRAMINGS
+from ctiflow.bench import BENCHES, LONG_BENCHES
+from ctiflow.jobs.cli import app
+from ctiflow.jobs.config import MAX_PARTITIONS
+from ctiflow.jobs.stack import free_port
+from ctiflow.jobs.cli.records import Framing
+from ctiflow.jobs.avro.serde import FRAMINGS
 
 runner = CliRunner()
 
@@ -158,7 +158,7 @@ def ctiflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The ``ctiflow`` entry point in a process of its own (its error handling is the CLI's
     boundary), pointed at a port where no broker listens."""
     env = {**os.environ, "CTIFLOW_BOOTSTRAP": f"127.0.0.1:{free_port()}"}
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=120)
 
 
@@ -235,17 +235,17 @@ def test_a_bug_is_one_loud_line_and_its_traceback_goes_to_a_log_file(tmp_path, m
     not the 2 of a user's mistake — with one line naming it and the file holding its traceback."""
     import sys
 
-    import jobs.check
-    import jobs.cli
+    import ctiflow.jobs.check
+    import ctiflow.jobs.cli
 
     def boom(*args, **kwargs):
         raise KeyError("deliberate")
 
-    monkeypatch.setattr(jobs.check, "check_job", boom)
+    monkeypatch.setattr(ctiflow.jobs.check, "check_job", boom)
     monkeypatch.setenv("CTIFLOW_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(sys, "argv", ["ctiflow", "check", "examples/demo-flows.yaml"])
     with pytest.raises(SystemExit) as exited:
-        jobs.cli.main()
+        ctiflow.jobs.cli.main()
     assert exited.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "a bug in ctiflow: KeyError: 'deliberate'" in err
@@ -256,7 +256,7 @@ def test_a_bug_is_one_loud_line_and_its_traceback_goes_to_a_log_file(tmp_path, m
 def test_a_job_file_that_is_not_utf8_is_one_error_naming_it_and_a_bom_is_fine(tmp_path):
     from typer.testing import CliRunner
 
-    from jobs.cli import app
+    from ctiflow.jobs.cli import app
 
     good = Path("examples/demo-flows.yaml").read_bytes()
     latin = tmp_path / "latin1.yaml"

@@ -7,11 +7,11 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from operators.cep.expression import ExpressionFailed, column_truth, compile_expression
-from operators.columns import EventColumns
-from operators.count import CountOperator, CountSettings
-from operators.events import outputs_of
-from operators.time import Event
+from ctiflow.operators.cep.expression import ExpressionFailed, column_truth, compile_expression
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.count import CountOperator, CountSettings
+from ctiflow.operators.events import outputs_of
+from ctiflow.operators.time import Event
 
 FIELDS = {
     "i": st.integers(-(2**62), 2**62),

@@ -1,6 +1,6 @@
-"""Events as columns (:mod:`operators.columns`) behave as the event-at-a-time path they replace.
+"""Events as columns (:mod:`ctiflow.operators.columns`) behave as the event-at-a-time path they replace.
 
-* :class:`ColumnTimeLayer` against the row model (``jobs.testing.time_layer.TimeLayer``, its own
+* :class:`ColumnTimeLayer` against the row model (``ctiflow.jobs.testing.time_layer.TimeLayer``, its own
   tests elsewhere) on random arrivals of one or two streams from several partitions with uneven
   rates, lag and out-of-order starts, duplicated offsets, both policies: the same late records,
   the same released events per CTI.
@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.rows import pack_events, unpack_columns
-from operators.bins import Binner, BinSettings
-from operators.columns import ColumnTimeLayer, EventColumns, merged_events
-from operators.count import CountOperator, CountSettings
-from operators.errors import EventRejected
-from operators.events import CTI_INFINITY, Cti, Event, outputs_of
-from operators.time import AdvanceTimeSettings, ViolationPolicy
-from jobs.testing.time_layer import TimeLayer
+from ctiflow.jobs.rows import pack_events, unpack_columns
+from ctiflow.operators.bins import Binner, BinSettings
+from ctiflow.operators.columns import ColumnTimeLayer, EventColumns, merged_events
+from ctiflow.operators.count import CountOperator, CountSettings
+from ctiflow.operators.errors import EventRejected
+from ctiflow.operators.events import CTI_INFINITY, Cti, Event, outputs_of
+from ctiflow.operators.time import AdvanceTimeSettings, ViolationPolicy
+from ctiflow.jobs.testing.time_layer import TimeLayer
 
 
 @st.composite
@@ -233,8 +233,8 @@ def test_packs_read_as_columns_keep_their_records():
 def test_passthrough_passes_columns_on_unchanged(with_key_field):
     """``Passthrough.process_columns`` gives, in row order, each event's record, bytes and Kafka
     key (a record's ``key`` field if it has one, else the event's key) in one batch."""
-    from operators.events import OutputBatch
-    from operators.passthrough import Passthrough
+    from ctiflow.operators.events import OutputBatch
+    from ctiflow.operators.passthrough import Passthrough
 
     events = []
     for i in range(9):

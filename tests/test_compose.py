@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import ENV_OVERRIDES, JobConfig, load
+from ctiflow.jobs.config import ENV_OVERRIDES, JobConfig, load
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -265,7 +265,7 @@ def test_the_variables_really_reconfigure_a_job(base, sasl, monkeypatch):
         assert cfg.kafka.effective_framing == "confluent"
         assert cfg.spark.master == env["CTIFLOW_SPARK_MASTER"]
         assert cfg.checkpoint_dir == env["CTIFLOW_CHECKPOINT"]
-        from jobs.kafka import base_config, public_client
+        from ctiflow.jobs.kafka import base_config, public_client
 
         client = base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client)  # credentials from the environment
         assert client["sasl.username"] == FAKE_SASL["CTIFLOW_SASL_USERNAME"]
@@ -352,7 +352,7 @@ def test_demo_producer_feeds_the_jobs_inputs(base):
 def _cli_parse(argv: list[str]) -> None:
     import typer.main
 
-    from jobs.cli import app
+    from ctiflow.jobs.cli import app
 
     cmd, name, rest = typer.main.get_command(app), "ctiflow", list(argv)
     while hasattr(cmd, "commands"):
@@ -423,7 +423,7 @@ def test_clients_reach_kafka_on_an_advertised_listener(which, base, sasl):
 def test_sasl_mechanism_matches_what_ctiflow_uses(sasl, monkeypatch):
     env = environment(sasl["services"]["job-flows"])
     cfg = load_with(ROOT / JOB_SERVICES["job-flows"], env, monkeypatch)
-    from jobs.kafka import base_config
+    from ctiflow.jobs.kafka import base_config
 
     client = base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client)  # credentials come from the environment
     kafka = environment(sasl["services"]["kafka"])
@@ -670,7 +670,7 @@ def test_prometheus_scrapes_every_job_service_where_its_metrics_are_served(base)
     names = {r["alert"] for r in rules}
     assert {"CtiflowJobDown", "CtiflowDeadLettersRising", "CtiflowLateShareHigh", "CtiflowCtiStalled",
             "CtiflowConsumerLagGrowing"} <= names
-    from jobs.counters import all_metric_names
+    from ctiflow.jobs.counters import all_metric_names
 
     metric_names = all_metric_names()
     for rule in rules:  # every series a rule reads is one the jobs export

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import parse
-from jobs.fields import check_fields, field_errors
-from operators.errors import ConfigError
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.fields import check_fields, field_errors
+from ctiflow.operators.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRANSACTIONS = yaml.safe_load((EXAMPLES / "demo-transactions.yaml").read_text())
@@ -140,7 +140,7 @@ def parse_refused(raw: dict) -> str:
 
 @pytest.mark.parametrize("times", [{"times": 1001}, {"times": 10 ** 7}, {"times": [2, 10 ** 9]}, {"times_or_more": 5000}])
 def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
-    from jobs.runtime import Plan
+    from ctiflow.jobs.runtime import Plan
 
     raw = copy.deepcopy(TRANSACTIONS)
     op(raw, "login-brute-force")["pattern"]["stages"][0]["quantifier"] = times
@@ -156,7 +156,7 @@ def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
     ("(" * 300 + "amount" + ")" * 300 + " > 1", "too many nested parentheses"),
 ])
 def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spark(expression, reason):
-    from jobs.runtime import Plan
+    from ctiflow.jobs.runtime import Plan
 
     for where in ("predicate", "where"):
         raw = copy.deepcopy(TRANSACTIONS)
@@ -169,7 +169,7 @@ def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spa
 
 
 def test_arithmetic_on_fields_is_bounded_per_event():
-    from operators.cep.expression import ExpressionError, compile_expression
+    from ctiflow.operators.cep.expression import ExpressionError, compile_expression
 
     with pytest.raises(ExpressionError, match="more than 4096 bits"):
         compile_expression("(amount ** 999) ** 999 > 1")({"amount": 9})
@@ -181,7 +181,7 @@ def test_arithmetic_on_fields_is_bounded_per_event():
 def test_percent_on_a_field_formats_nothing_and_refuses_the_record():
     """``%`` is the remainder of numbers: a format string's width (``'%0*d'``) would build a string
     as long as a field says, per record."""
-    from operators.cep.expression import ExpressionFailed, compile_expression
+    from ctiflow.operators.cep.expression import ExpressionFailed, compile_expression
 
     with pytest.raises(ExpressionFailed, match="formatting a string with % is not allowed"):
         compile_expression("type % (amount, 1) == 'x'")({"type": "%0*d", "amount": 2 * 10 ** 6})
@@ -192,7 +192,7 @@ def test_percent_on_a_field_formats_nothing_and_refuses_the_record():
 
 
 def test_a_yaml_alias_bomb_and_a_key_given_twice_are_refused(tmp_path):
-    from jobs.config import load
+    from ctiflow.jobs.config import load
 
     text = yaml.safe_dump(MINIMAL) + 'x0: &a0 [{name: s, where: "amount > 1"}]\n'
     for i in range(1, 10):
@@ -238,7 +238,7 @@ def test_durations_are_accepted_with_units_everywhere_including_within():
 
 
 def test_the_json_schema_types_durations_as_ms_or_text():
-    from jobs.config import JobConfig
+    from ctiflow.jobs.config import JobConfig
 
     schema = JobConfig.model_json_schema()
     delay = schema["$defs"]["CtiConfig"]["properties"]["delay"]
@@ -257,8 +257,8 @@ def test_a_pattern_whose_runs_double_per_event_stops_at_the_limit_and_refuses_th
     """one_or_more + allow_combinations doubles the runs per event (2^14 after 14 events without
     a bound); with max_partial_matches the key's runs stop near the limit, the events that find
     it exceeded are refused (dead letters in a job), and another key still matches."""
-    from operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit
-    from operators.time import Event
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit
+    from ctiflow.operators.time import Event
 
     limit = 100
     operator = MatchOperator(MatchSettings(pattern=EXPLODING, name="x", max_partial_matches=limit))
@@ -310,8 +310,8 @@ def sql_job(sql: str = SQL) -> dict:
 def test_a_sql_operator_derives_its_output_schema_from_the_measures():
     import json
 
-    from jobs.check import config_errors
-    from jobs.recognize import derived_schemas
+    from ctiflow.jobs.check import config_errors
+    from ctiflow.jobs.recognize import derived_schemas
 
     cfg = parse(sql_job())
     assert config_errors(cfg) == [] and cfg.warnings() == []
@@ -332,7 +332,7 @@ def test_a_sql_operator_derives_its_output_schema_from_the_measures():
     (lambda q: q.replace("S)", "S+)"), "greedy quantifier on the last variable"),
 ])
 def test_a_sql_operator_that_does_not_fit_its_job_is_refused_with_a_caret(change, message):
-    from jobs.check import config_errors
+    from ctiflow.jobs.check import config_errors
 
     errors = config_errors(parse(sql_job(change(SQL))))
     assert len(errors) == 1 and message in errors[0] and errors[0].startswith("operators.brute-force.sql: line ")
@@ -352,7 +352,7 @@ def test_the_job_files_validate_against_the_models_json_schema_as_an_editor_woul
     typed stage by stage (a misspelt stage key is caught there too)."""
     import jsonschema
 
-    from jobs.config import JobConfig
+    from ctiflow.jobs.config import JobConfig
 
     schema = JobConfig.model_json_schema(by_alias=True)
     for raw in (TRANSACTIONS, FLOWS, sql_job()):
@@ -370,8 +370,8 @@ def test_the_job_files_validate_against_the_models_json_schema_as_an_editor_woul
 def test_a_key_that_keeps_too_many_events_for_its_runs_has_its_next_events_refused():
     """The second bound: events kept per key (the shared buffer, what its state bytes grow with),
     with relaxed contiguity and no within: every purchase is kept for a b that never comes."""
-    from operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit
-    from operators.time import Event
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit
+    from ctiflow.operators.time import Event
 
     pattern = {"stages": [{"name": "a", "where": "amount > 0", "quantifier": "one_or_more"},
                           {"name": "b", "contiguity": "followed_by", "where": "amount < 0"}]}
@@ -388,7 +388,7 @@ def test_a_key_that_keeps_too_many_events_for_its_runs_has_its_next_events_refus
 
 
 def test_every_error_of_one_query_and_one_pattern_is_shown_at_once():
-    from jobs.check import config_errors
+    from ctiflow.jobs.check import config_errors
 
     query = SQL.replace("COUNT(F.id)", "COUNT(F.idd)").replace("S.country AS", "SUM(S.country) AS") \
                .replace("F.type = 'login_failed'", "F.amount > 'x'")
@@ -410,7 +410,7 @@ def test_every_error_of_one_query_and_one_pattern_is_shown_at_once():
 
 @pytest.mark.parametrize("group", [5, "a", [], {"name": "x"}])
 def test_a_group_that_is_not_a_list_of_stages_is_one_error(group):
-    from jobs.check import config_errors
+    from ctiflow.jobs.check import config_errors
 
     raw = sql_job()
     raw["operators"] = [{"kind": "match", "name": "g", "output": "g-out", "pattern": {

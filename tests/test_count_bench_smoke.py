@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.count_operator import run
+from ctiflow.bench.count_operator import run
 
 
 def test_count_bench_small_run_keeps_epsilon_and_agrees_with_every_baseline():

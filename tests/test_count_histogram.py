@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from operators.errors import ConfigError
-from operators.histogram import Bucket, ExponentialHistogram, buckets_per_size
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.histogram import Bucket, ExponentialHistogram, buckets_per_size
 
 EPSILONS = st.sampled_from([1.0, 0.5, 0.34, 0.25, 0.2, 0.1, 0.07, 0.05, 0.03, 0.01])
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import operators.count as count_module
-from operators.columns import EventColumns
-from operators.count import GLOBAL_KEY, CountOperator, CountSettings
-from operators.errors import ConfigError, EventRejected
-from operators.operator import Operator, Output, outputs_of
-from operators.time import CTI_INFINITY, Event
+import ctiflow.operators.count as count_module
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.count import GLOBAL_KEY, CountOperator, CountSettings
+from ctiflow.operators.errors import ConfigError, EventRejected
+from ctiflow.operators.operator import Operator, Output, outputs_of
+from ctiflow.operators.time import CTI_INFINITY, Event
 
 RECORD_FIELDS = [
     "counter", "key", "time", "window_kind", "window", "epsilon",
@@ -37,7 +37,7 @@ def estimates(outputs: list[Output]) -> list[tuple[str, int, float]]:
 
 @pytest.fixture
 def without_expressions(monkeypatch):
-    """As if operators.cep.expression did not exist (yet)."""
+    """As if ctiflow.operators.cep.expression did not exist (yet)."""
     monkeypatch.setattr(count_module, "_expression_compiler", lambda: None)
 
 
@@ -134,7 +134,7 @@ def test_predicate_string_is_compiled_by_the_expression_module_when_present(monk
 
 
 def test_predicate_expression_from_the_expression_module():
-    pytest.importorskip("operators.cep.expression")
+    pytest.importorskip("ctiflow.operators.cep.expression")
     op = counting(predicate="amount > 500 and country == 'NL'")
     assert op.process(event("a", 1, amount=900, country="NL"))[0].record["estimate"] == 1.0
     assert op.process(event("a", 2, amount=900, country="BE"))[0].record["estimate"] == 1.0

@@ -1,4 +1,4 @@
-"""The one counter table (:mod:`jobs.counters`): what the key groups and the sink report is in
+"""The one counter table (:mod:`ctiflow.jobs.counters`): what the key groups and the sink report is in
 it, it adds up as the progress file and the metrics expect, and every Prometheus name the
 status command and the alert rules use is one of its families."""
 
@@ -8,8 +8,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from jobs import counters
-from jobs.counters import Counters
+from ctiflow.jobs import counters
+from ctiflow.jobs.counters import Counters
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,9 +6,9 @@ import pkgutil
 
 import pytest
 
-import bench
-import jobs
-import operators
+import ctiflow.bench as bench
+import ctiflow.jobs as jobs
+import ctiflow.operators as operators
 
 
 @pytest.mark.parametrize("name", sorted(m.name for pkg in (jobs, operators, bench)

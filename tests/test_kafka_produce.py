@@ -1,4 +1,4 @@
-"""``jobs.kafka.produce``: records in order, keyed by their field; bad ones reported by position or raised."""
+"""``ctiflow.jobs.kafka.produce``: records in order, keyed by their field; bad ones reported by position or raised."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from jobs import kafka
-from jobs.serde import AvroDeserializer, AvroSerializer
-from operators.errors import SchemaError
+from ctiflow.jobs import kafka
+from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
+from ctiflow.operators.errors import SchemaError
 
 TX = {"id": "t1", "account": "a1", "event_time": 1_767_225_600_000, "type": "purchase", "amount": 1.5,
       "currency": "EUR", "country": "DE", "merchant": None}

@@ -11,8 +11,8 @@ import io
 import pytest
 from rich.console import Console
 
-from bench.match_flink import NotExpressible, load_patterns, match_recognize, sql_condition
-from bench.match_operator import PATTERNS, notes, run, tables
+from ctiflow.bench.match_flink import NotExpressible, load_patterns, match_recognize, sql_condition
+from ctiflow.bench.match_operator import PATTERNS, notes, run, tables
 
 
 @pytest.fixture(scope="module")

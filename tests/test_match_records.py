@@ -3,11 +3,11 @@
 
 import json
 
-from jobs.config import parse
-from jobs.recognize import derived_schemas
-from jobs.runtime import GroupRuntime, Plan, register_schemas
-from jobs.serde import AvroDeserializer, AvroSerializer
-from operators.time import CTI_INFINITY, Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.recognize import derived_schemas
+from ctiflow.jobs.runtime import GroupRuntime, Plan, register_schemas
+from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
+from ctiflow.operators.time import CTI_INFINITY, Event
 
 T0 = 1_767_225_600_000
 BRUTE_FORCE = {"within": "5m", "skip": "skip_past_last_event",

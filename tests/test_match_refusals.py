@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.match_operator import HOT_KEY_PATTERN, HOT_KEY_SQL_FILE, hot_key_records, to_events
-from operators.cep.operator import MatchOperator, MatchSettings
-from operators.cep.recognize import Timestamp, column_families, compile_query
-from operators.cep.sql import Expr, parse
-from operators.errors import EventRejected
-from operators.time import CTI_INFINITY, Event
+from ctiflow.bench.match_operator import HOT_KEY_PATTERN, HOT_KEY_SQL_FILE, hot_key_records, to_events
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.cep.recognize import Timestamp, column_families, compile_query
+from ctiflow.operators.cep.sql import Expr, parse
+from ctiflow.operators.errors import EventRejected
+from ctiflow.operators.time import CTI_INFINITY, Event
 from tests.test_recognize_flink import RECORDED, TYPES, by_partition, same
 
 TWO_COUNTRIES = HOT_KEY_SQL_FILE.read_text()

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.config import parse
-from jobs.testing import oracle
-from jobs.testing.oracle import ADJUSTED, ADMITTED, LATE, OracleEvent
-from operators.errors import ConfigError
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.testing import oracle
+from ctiflow.jobs.testing.oracle import ADJUSTED, ADMITTED, LATE, OracleEvent
+from ctiflow.operators.errors import ConfigError
 
 
 def ev(key: str, start: int, end: int | None = None, offset: int = 0, partition: int = 0, **fields) -> OracleEvent:

@@ -5,6 +5,7 @@ documented Python API."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,6 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def installed(tmp_path_factory) -> Path:
     """The wheel built from this checkout, installed into a directory of its own."""
     tmp = tmp_path_factory.mktemp("wheel")
+    # setuptools' scratch folder: it keeps modules of earlier builds (packages since renamed)
+    # and would pack them into this wheel too.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(tmp / "dist"), str(ROOT)], check=True, capture_output=True, timeout=300)
     wheel = next((tmp / "dist").glob("ctiflow-*.whl"))
@@ -42,27 +46,40 @@ def test_the_wheel_carries_schemas_examples_and_the_log4j_settings(installed):
     schemas = {p.name for p in (ROOT / "schemas").rglob("*.avsc")}
     assert {f"ctiflow/schemas/{s}" for s in schemas} <= names
     assert {"ctiflow/examples/demo-flows.yaml", "ctiflow/examples/demo-transactions.yaml",
-            "jobs/spark-log4j2.properties", "ctiflow/__init__.py"} <= names
+            "ctiflow/jobs/spark-log4j2.properties", "ctiflow/__init__.py"} <= names
     queries = {p.name for p in (ROOT / "examples" / "recognize").glob("*.sql")}
     assert queries and {f"ctiflow/examples/recognize/{q}" for q in queries} <= names
+    tops = {p.name for p in installed.iterdir() if not p.name.endswith((".dist-info", ".egg-info"))}
+    assert tops - {"bin", "__pycache__"} == {"ctiflow"}, tops
+
+
+def test_the_wheel_installs_one_top_level_package(installed, tmp_path):
+    """``import ctiflow`` works from the installed wheel; ``jobs``, ``operators`` and ``bench`` —
+    generic names another distribution may own — are not installed beside it."""
+    for generic in ("jobs", "operators", "bench"):
+        got = run_installed(installed, "-c", f"import {generic}", cwd=tmp_path)
+        assert got.returncode != 0 and "ModuleNotFoundError" in got.stderr, (generic, got.stdout, got.stderr)
+    got = run_installed(installed, "-c", "import ctiflow.operators.count, ctiflow.bench; print(ctiflow.check)",
+                        cwd=tmp_path)
+    assert got.returncode == 0 and "check_job" in got.stdout, got.stderr
 
 
 def test_the_installed_package_finds_its_files_and_checks_a_job(installed, tmp_path):
-    probe = run_installed(installed, "-c", "import ctiflow, jobs.serde, jobs.pipeline, jobs.demo; "
-                          "print(ctiflow.__file__); print(jobs.serde.SCHEMA_DIR); print(jobs.demo.EXAMPLES); "
-                          "print(jobs.pipeline.SPARK_LOG4J2.is_file())", cwd=tmp_path)
+    probe = run_installed(installed, "-c", "import ctiflow, ctiflow.jobs.avro.serde, ctiflow.jobs.pipeline, ctiflow.jobs.demo; "
+                          "print(ctiflow.__file__); print(ctiflow.jobs.avro.serde.SCHEMA_DIR); print(ctiflow.jobs.demo.EXAMPLES); "
+                          "print(ctiflow.jobs.pipeline.SPARK_LOG4J2.is_file())", cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     module, schemas, examples, log4j = probe.stdout.split()
     for path in (module, schemas, examples):
         assert Path(path).resolve().is_relative_to(installed.resolve()), path
     assert log4j == "True"
-    checked = run_installed(installed, "-m", "jobs.cli", "check", str(Path(examples) / "demo-transactions.yaml"),
+    checked = run_installed(installed, "-m", "ctiflow.jobs.cli", "check", str(Path(examples) / "demo-transactions.yaml"),
                             cwd=tmp_path)
     assert checked.returncode == 0 and "ok" in checked.stdout, checked.stdout + checked.stderr
 
 
 def test_user_schema_directories_are_read_after_ctiflow_s(tmp_path, monkeypatch):
-    import jobs.serde
+    import ctiflow.jobs.avro.serde
 
     mine = tmp_path / "my-schemas"
     mine.mkdir()
@@ -70,27 +87,27 @@ def test_user_schema_directories_are_read_after_ctiflow_s(tmp_path, monkeypatch)
                                        '{"name": "sensor", "type": "string"}, {"name": "at", "type": "long"}, '
                                        '{"name": "value", "type": "double"}]}')
     monkeypatch.setenv("CTIFLOW_SCHEMA_PATH", str(mine))
-    monkeypatch.setattr(jobs.serde, "_default_store", None)
+    monkeypatch.setattr(ctiflow.jobs.avro.serde, "_default_store", None)
     try:
-        store = jobs.serde.default_store()
+        store = ctiflow.jobs.avro.serde.default_store()
         assert "reading" in store.names() and "transaction" in store.names()
-        from jobs.check import config_errors
-        from jobs.config import parse
+        from ctiflow.jobs.check import config_errors
+        from ctiflow.jobs.config import parse
 
         cfg = parse({"job": "r", "sources": [{"name": "r", "topic": "readings", "schema": "reading",
                                               "key_field": "sensor", "time_field": "at", "measures": ["value"]}],
                      "operators": [{"kind": "bins", "name": "b", "bin_size": "1m", "measures": ["value"],
                                     "outputs": {"final": "bins"}}]})
         assert config_errors(cfg) == []
-        from jobs.pipeline import executor_credentials
+        from ctiflow.jobs.pipeline import executor_credentials
 
         assert executor_credentials(cfg)["CTIFLOW_SCHEMA_PATH"] == str(mine)  # executors read the same
         monkeypatch.setenv("CTIFLOW_SCHEMA_PATH", str(tmp_path / "missing"))
-        monkeypatch.setattr(jobs.serde, "_default_store", None)
+        monkeypatch.setattr(ctiflow.jobs.avro.serde, "_default_store", None)
         with pytest.raises(Exception, match="does not exist .from CTIFLOW_SCHEMA_PATH"):
-            jobs.serde.default_store()
+            ctiflow.jobs.avro.serde.default_store()
     finally:
-        monkeypatch.setattr(jobs.serde, "_default_store", None)
+        monkeypatch.setattr(ctiflow.jobs.avro.serde, "_default_store", None)
 
 
 def test_import_ctiflow_is_light_and_exports_what_its_docstring_promises():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.plot import DEFAULT_SIZE, plot_bins, plot_counts
-from jobs.testing import oracle
+from ctiflow.jobs.plot import DEFAULT_SIZE, plot_bins, plot_counts
+from ctiflow.jobs.testing import oracle
 
 T0 = 1_767_225_600_000
 

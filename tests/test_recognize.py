@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.cep.recognize import compile_query, recognize
-from operators.cep.sql import SqlError
+from ctiflow.operators.cep.recognize import compile_query, recognize
+from ctiflow.operators.cep.sql import SqlError
 
 
 def rows(values, column="price", start=1):
@@ -147,7 +147,7 @@ EXAMPLES = sorted((__import__("pathlib").Path(__file__).resolve().parent.parent 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_the_readme_queries_run_on_the_demo_workload(path):
-    from jobs.testing import workload
+    from ctiflow.jobs.testing import workload
 
     got = recognize(path.read_text(), workload.transactions(20_000, seed=11, scenario_rate=0.05))
     assert got and all(r["account"] for r in got)
@@ -160,9 +160,9 @@ def test_the_brute_force_query_finds_what_the_demo_jobs_pattern_finds():
 
     import yaml
 
-    from jobs.testing import workload
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import CTI_INFINITY, Event
+    from ctiflow.jobs.testing import workload
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.time import CTI_INFINITY, Event
 
     records = sorted(workload.transactions(4000, seed=12, scenario_rate=0.08), key=lambda r: r["event_time"])
     sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "brute-force.sql").read_text()
@@ -193,8 +193,8 @@ def test_a_type_error_names_the_clause_the_variable_and_the_column(define, messa
 
 
 def test_a_type_error_in_a_job_query_is_refused_with_the_schema_types():
-    from jobs.check import config_errors
-    from jobs.config import parse
+    from ctiflow.jobs.check import config_errors
+    from ctiflow.jobs.config import parse
 
     sql = ("SELECT * FROM tx MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time MEASURES A.amount AS a "
            "PATTERN (A B) DEFINE A AS A.country > 3)")
@@ -208,8 +208,8 @@ def test_a_type_error_in_a_job_query_is_refused_with_the_schema_types():
 def test_a_sql_operator_reports_partial_matches_whose_within_expired_to_the_timed_out_role():
     """In a job, a query's timed-out partial matches keep their topic (Flink's SQL drops them):
     the same records the Pattern API operator writes there."""
-    from operators.cep.operator import MatchOperator, MatchSettings
-    from operators.time import Event
+    from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+    from ctiflow.operators.time import Event
 
     sql = ("SELECT * FROM tx MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time MEASURES COUNT(F.id) AS n "
            "PATTERN (F{3} S) WITHIN INTERVAL '5' SECOND DEFINE F AS F.type = 'login_failed', S AS S.type = 'login_ok')")

@@ -9,9 +9,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from jobs.cli import app
-from operators.cep.recognize import recognize
-from operators.cep.sql import SqlError
+from ctiflow.jobs.cli import app
+from ctiflow.operators.cep.recognize import recognize
+from ctiflow.operators.cep.sql import SqlError
 
 BASE = "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES A.v AS v PATTERN (A) DEFINE A AS {})"
 ROWS = [{"ts": 1, "v": 1, "c": "x"}, {"ts": 2, "v": 2, "c": "y"}]

@@ -1,6 +1,6 @@
 """``MATCH_RECOGNIZE`` against Flink itself: cases recorded from Flink's SQL (PyFlink, local
 mini-cluster, event time; ``bench/recognize_flink.py``, run by hand) replayed through
-:mod:`operators.cep.recognize` with no Flink installed. Every output row identical — in order
+:mod:`ctiflow.operators.cep.recognize` with no Flink installed. Every output row identical — in order
 within a partition — and every query Flink rejects is rejected here too."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.cep.recognize import Timestamp, recognize
-from operators.errors import CtiflowError
+from ctiflow.operators.cep.recognize import Timestamp, recognize
+from ctiflow.operators.errors import CtiflowError
 
 CASES = Path(__file__).resolve().parent / "data" / "recognize"
 

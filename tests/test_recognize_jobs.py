@@ -11,10 +11,10 @@ import random
 
 import pytest
 
-from jobs.config import parse
-from jobs.runtime import GroupRuntime, Plan
-from operators.cep.recognize import compile_query, column_families
-from operators.time import CTI_INFINITY, Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.cep.recognize import compile_query, column_families
+from ctiflow.operators.time import CTI_INFINITY, Event
 
 T0 = 1_767_225_600_000
 TYPES = ["purchase", "withdrawal", "login_failed", "login_ok"]
@@ -155,7 +155,7 @@ def test_numbering_starts_again_after_the_key_ttl_forgets_a_key():
 def test_all_rows_per_match_derives_a_schema_with_every_column():
     import json
 
-    from jobs.recognize import derived_schemas
+    from ctiflow.jobs.recognize import derived_schemas
 
     cfg = parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction", "key_field": "account",
@@ -172,7 +172,7 @@ def test_all_rows_per_match_derives_a_schema_with_every_column():
 
 
 def test_the_time_columns_type_is_the_declared_one():
-    from jobs.recognize import family
+    from ctiflow.jobs.recognize import family
 
     assert family(["null", "long"]) == "number"  # epoch ms you can subtract: B.event_time - A.event_time
     assert family({"type": "long", "logicalType": "timestamp-millis"}) == "timestamp"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.cep.sql import SqlError, parse
+from ctiflow.operators.cep.sql import SqlError, parse
 
 QUERY = """SELECT * FROM events MATCH_RECOGNIZE (
   PARTITION BY account, channel ORDER BY event_time, id DESC

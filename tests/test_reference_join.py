@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.errors import ConfigError
-from operators.operator import Operator, Output
-from operators.reference import MissingReference, ReferenceJoin, ReferenceJoinSettings, enriched_event
-from jobs.testing.time_layer import run_reference_sync
-from operators.time import CTI_INFINITY, AdvanceTimeSettings, Event, Frequency
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.operator import Operator, Output
+from ctiflow.operators.reference import MissingReference, ReferenceJoin, ReferenceJoinSettings, enriched_event
+from ctiflow.jobs.testing.time_layer import run_reference_sync
+from ctiflow.operators.time import CTI_INFINITY, AdvanceTimeSettings, Event, Frequency
 
 INF = CTI_INFINITY
 

@@ -3,10 +3,10 @@
 
 import pytest
 
-from operators.errors import ConfigError
-from operators.reference import ReferenceJoinSettings, SyncMode, join_cti
-from jobs.testing.time_layer import run_reference_sync
-from operators.time import (
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.reference import ReferenceJoinSettings, SyncMode, join_cti
+from ctiflow.jobs.testing.time_layer import run_reference_sync
+from ctiflow.operators.time import (
     CTI_INFINITY,
     REASON_ADJUSTED,
     REASON_DROPPED,

@@ -2,9 +2,9 @@
 or whose next change (a window emptying, a bin becoming final, a run timing out) its CTI reaches;
 untouched keys stay bytes. (That results do not depend on the chunking: test_runtime_restore.)"""
 
-from jobs.config import parse
-from jobs.runtime import GroupRuntime, Plan
-from operators.time import Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
 MIN = 60_000

@@ -11,11 +11,11 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.config import parse
-from jobs.rows import GroupInput
-from jobs.runtime import GroupRuntime, Plan
-from jobs.testing import oracle
-from operators.time import CTI_NONE, Event, PartitionCtis, combined_cti
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.rows import GroupInput
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.testing import oracle
+from ctiflow.operators.time import CTI_NONE, Event, PartitionCtis, combined_cti
 
 DELAY = 50
 

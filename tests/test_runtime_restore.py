@@ -10,10 +10,10 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.config import parse
-from jobs.rows import GroupInput
-from jobs.runtime import GroupRuntime, Plan
-from operators.time import Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.rows import GroupInput
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.time import Event
 from tests.test_runtime_cti import partitioned_input
 
 OPERATORS = {
@@ -69,7 +69,7 @@ def run(plan, batches, partitions: list[int], groups: int, restore_after: set[in
                 runtimes[g] = GroupRuntime(plan, rt.snapshot())
             elif b in restore_after:
                 # as the adapter does: the header and the store, plus (some of) the chunks the
-                # worker still holds decoded (jobs.state.warm.WarmChunks keeps the most recent ones)
+                # worker still holds decoded (ctiflow.jobs.state.warm.WarmChunks keeps the most recent ones)
                 header = rt.commit()
                 kept = {c: chunk for i, (c, chunk) in enumerate(rt.still_warm().items())
                         if warm == "all" or (warm == "some" and i % 2 == b % 2)}
@@ -95,7 +95,7 @@ def test_restoring_after_any_batch_in_any_number_of_groups_changes_no_result(dat
 @given(partitioned_input(), st.integers(1, 3), st.sets(st.integers(0, 40)), st.sampled_from(sorted(OPERATORS)),
        st.sampled_from([1, 2, 1_000_000]), st.sampled_from(["all", "some", "none"]))
 def test_chunks_kept_decoded_between_batches_change_no_result(data, groups, restore_after, kind, chunk_keys, warm):
-    """The worker's cache (jobs.state.warm.WarmChunks): a restored group that takes all, some or
+    """The worker's cache (ctiflow.jobs.state.warm.WarmChunks): a restored group that takes all, some or
     none of the chunks its previous call left decoded, and reads the rest from the store, gives
     the results of one uninterrupted run."""
     events, batches = data

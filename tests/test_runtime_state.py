@@ -5,11 +5,11 @@ import pickle
 
 import pytest
 
-from jobs.config import parse
-from jobs.runtime import GroupRuntime, Plan
-from jobs.state.parts import is_chunk
-from operators.errors import StateError
-from operators.time import Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.state.parts import is_chunk
+from ctiflow.operators.errors import StateError
+from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
 

@@ -4,10 +4,10 @@ event-count window keeps every key forever."""
 
 import pytest
 
-from jobs.config import parse
-from jobs.runtime import GroupRuntime, Plan
-from operators.errors import ConfigError
-from operators.time import Event
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
 MIN = 60_000

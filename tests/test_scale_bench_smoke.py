@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from bench.state_scale import main
+from ctiflow.bench.state_scale import main
 
 
 def test_the_scale_bench_builds_its_live_keys_and_prints_a_row_each():
@@ -16,7 +16,7 @@ def test_the_scale_bench_builds_its_live_keys_and_prints_a_row_each():
 def test_the_cti_delay_table_holds_what_each_delay_holds_back_and_stores_the_buffer_apart():
     """The buffer holds about rate × delay events (give or take the batch and 2 s of disorder),
     and the stored header stays small however much it holds: the buffer is stored in parts."""
-    from bench.state_scale import delay_main
+    from ctiflow.bench.state_scale import delay_main
 
     rows = delay_main(Console(file=open("/dev/null", "w")), delays=(2, 20), rate=200)
     assert [r.delay_s for r in rows] == [2, 20]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from jobs.config import parse
-from jobs.kafka import base_config, public_client, redact
-from jobs.pipeline import source_options
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.kafka import base_config, public_client, redact
+from ctiflow.jobs.pipeline import source_options
 
 SECRET = "hunter2-very-secret"
 
@@ -30,7 +30,7 @@ def test_a_password_in_the_file_stays_in_the_config_and_out_of_dumps_options_and
     client = base_config("b:1", cfg.kafka.client_config())  # this process's clients get it explicitly
     assert client["sasl.password"] == SECRET and client["ssl.key.password"] == "k3y-" + SECRET
     assert client["sasl.username"] == "alice" and client["sasl.mechanism"] == "SCRAM-SHA-256"
-    from jobs.pipeline import executor_credentials
+    from ctiflow.jobs.pipeline import executor_credentials
 
     assert executor_credentials(cfg) == {"CTIFLOW_SASL_USERNAME": "alice", "CTIFLOW_SASL_PASSWORD": SECRET,
                                          "CTIFLOW_CLIENT_SECRETS": json.dumps({"ssl.key.password": "k3y-" + SECRET})}
@@ -52,7 +52,7 @@ def test_public_client_drops_every_secret_and_redact_masks_them():
 
 
 def test_config_errors_do_not_echo_the_password(monkeypatch):
-    from operators.errors import ConfigError
+    from ctiflow.operators.errors import ConfigError
 
     monkeypatch.setenv("CTIFLOW_SASL_PASSWORD", "placeholder")
     monkeypatch.setenv("CTIFLOW_SASL_USERNAME", "placeholder")
@@ -74,7 +74,7 @@ def registry_spec() -> dict:
 
 
 def test_registry_credentials_are_kept_apart_and_reach_executors_only_through_their_environment(monkeypatch):
-    from jobs.pipeline import executor_credentials
+    from ctiflow.jobs.pipeline import executor_credentials
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
     cfg = parse(registry_spec())
@@ -92,9 +92,9 @@ def test_registry_credentials_are_kept_apart_and_reach_executors_only_through_th
 def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch):
     """``ssl.key.password`` used to stop at the driver: executors' Kafka clients (source, sink)
     and registry clients now read what ``spark.executorEnv`` gives them."""
-    import jobs.serde
-    from jobs.kafka import env_credentials
-    from jobs.pipeline import executor_credentials
+    import ctiflow.jobs.avro.serde
+    from ctiflow.jobs.kafka import env_credentials
+    from ctiflow.jobs.pipeline import executor_credentials
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
     for var, value in executor_credentials(parse(registry_spec())).items():
@@ -108,7 +108,7 @@ def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch
             seen.update(conf)
 
     monkeypatch.setattr("confluent_kafka.schema_registry.SchemaRegistryClient", Recording)
-    jobs.serde.registry_client("http://registry:8081", {"basic.auth.credentials.source": "USER_INFO"})
+    ctiflow.jobs.avro.serde.registry_client("http://registry:8081", {"basic.auth.credentials.source": "USER_INFO"})
     assert seen == {"url": "http://registry:8081", "basic.auth.credentials.source": "USER_INFO",
                     "basic.auth.user.info": f"alice:{SECRET}"}
 
@@ -116,7 +116,7 @@ def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch
 def test_the_tools_connect_as_the_job_does_with_config(tmp_path, monkeypatch):
     import yaml
 
-    from jobs.cli.parameters import connection
+    from ctiflow.jobs.cli.parameters import connection
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
     path = tmp_path / "job.yaml"
@@ -132,7 +132,7 @@ def test_the_tools_connect_as_the_job_does_with_config(tmp_path, monkeypatch):
 def test_the_broker_port_variable_is_checked_and_used_by_jobs_too(monkeypatch):
     from typer.testing import CliRunner
 
-    from jobs.cli import app
+    from ctiflow.jobs.cli import app
 
     monkeypatch.setenv("CTIFLOW_BROKER_PORT", "19555")
     assert parse(spec()).kafka.bootstrap_servers == "127.0.0.1:19555"
@@ -163,11 +163,11 @@ def test_a_registry_url_with_userinfo_is_split_into_a_url_and_a_secret(monkeypat
 def test_every_property_librdkafka_marks_sensitive_is_a_secret(monkeypatch):
     """Not a hand-kept list: librdkafka's own redaction decides (it names this passphrase, which
     the old list lacked)."""
-    from jobs.config import SECRET_KEYS
-    from jobs.librdkafka import sensitive_properties
+    from ctiflow.jobs.config import SECRET_KEYS
+    from ctiflow.jobs.librdkafka import sensitive_properties
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
-    assert SECRET_KEYS == sensitive_properties()  # else: python -m jobs.librdkafka, and copy its list
+    assert SECRET_KEYS == sensitive_properties()  # else: python -m ctiflow.jobs.librdkafka, and copy its list
     assert {"sasl.password", "ssl.key.password", "sasl.oauthbearer.assertion.private.key.passphrase"} \
         <= sensitive_properties()
     assert "bootstrap.servers" not in sensitive_properties() and "acks" not in sensitive_properties()

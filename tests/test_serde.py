@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.serde import AvroDeserializer, AvroSerializer, SchemaStore, registry_client
-from jobs.testing.workload import zigzag
-from operators.errors import DecodeError, SchemaError
+from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer, SchemaStore, registry_client
+from ctiflow.jobs.testing.workload import zigzag
+from ctiflow.operators.errors import DecodeError, SchemaError
 
 TX = {"id": "1", "account": "acct-1", "event_time": 1_767_225_600_000, "type": "purchase", "amount": 12.5,
       "currency": "EUR", "country": "DE", "merchant": None}

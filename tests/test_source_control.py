@@ -7,8 +7,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from jobs.source import BatchControl, KafkaStreamReader, arrow_schema  # noqa: E402
-from jobs.serde import default_store  # noqa: E402
+from ctiflow.jobs.source.decoder import arrow_schema  # noqa: E402
+
+from ctiflow.jobs.source.reader import BatchControl, KafkaStreamReader
+from ctiflow.jobs.avro.serde import default_store  # noqa: E402
 
 OPTIONS = {"bootstrap": "127.0.0.1:1", "topic": "t", "schema": "transaction", "stream": "tx", "key_field": "account",
            "time_field": "event_time", "key_groups": "3", "group_labels": "[7, 1, 4]"}

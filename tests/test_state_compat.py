@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import parse
-from jobs.rows import Control, GroupInput
-from jobs.runtime import GroupRuntime, Plan
-from operators.columns import EventColumns
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.rows import Control, GroupInput
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.columns import EventColumns
 
 RECORDED = Path(__file__).parent / "data" / "state" / "main-2026-11-27.pkl.gz"
 

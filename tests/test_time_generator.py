@@ -1,8 +1,8 @@
 """CtiGenerator reproduces StreamInsight's AdvanceTimeGenerationSettings (seed:
 streaminsight-application-time-advance.de.txt)."""
 
-from operators.time import CTI_INFINITY, AdvanceTimeSettings, Event, Frequency
-from jobs.testing.time_layer import CtiGenerator, TimeLayer
+from ctiflow.operators.time import CTI_INFINITY, AdvanceTimeSettings, Event, Frequency
+from ctiflow.jobs.testing.time_layer import CtiGenerator, TimeLayer
 
 
 def points(*times, stream="events"):

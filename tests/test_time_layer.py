@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.errors import ConfigError
-from operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Cti, Event,
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Cti, Event,
                             Frequency, ViolationPolicy, effective_ctis, imported_cti, merge_ctis)
-from jobs.testing.time_layer import TimeLayer
+from ctiflow.jobs.testing.time_layer import TimeLayer
 
 # ------------------------------------------------------------------------------- strategies
 

@@ -2,9 +2,9 @@
 
 import json
 
-from operators.time import (CTI_INFINITY, REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED,
+from ctiflow.operators.time import (CTI_INFINITY, REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED,
                             REASON_EDGE_END, Event, ViolationPolicy, late_record)
-from jobs.testing.time_layer import ReorderBuffer
+from ctiflow.jobs.testing.time_layer import ReorderBuffer
 
 LATE_FIELDS = {"stream", "key", "start", "end", "cti", "reason", "policy", "partition", "offset",
                "fields_json"}
@@ -150,7 +150,7 @@ def test_a_snapshot_of_the_earlier_heap_layout_restores_and_releases_in_order():
     import heapq
     import pickle
 
-    from operators.time import event_tuple
+    from ctiflow.operators.time import event_tuple
 
     events = [Event("k", t, t, {"i": i}, partition=i % 2, offset=i) for i, t in enumerate([50, 10, 40, 10, 30])]
     heap = [(e.start, e.partition, e.offset, e.key, e.start, e.end, i, e) for i, e in enumerate(events)]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from operators.errors import ConfigError
-from operators.time import AdvanceTimeSettings, Frequency, ViolationPolicy
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.time import AdvanceTimeSettings, Frequency, ViolationPolicy
 
 
 def test_seed_generation_settings_map_to_advance_time_settings():

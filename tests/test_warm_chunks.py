@@ -1,8 +1,8 @@
-"""The worker's cache of decoded chunks (jobs.state.warm.WarmChunks): an entry is found only by
+"""The worker's cache of decoded chunks (ctiflow.jobs.state.warm.WarmChunks): an entry is found only by
 the header it was committed with, is taken out when used, and the process keeps at most the
 configured number of chunks, least recently used going first."""
 
-from jobs.state.warm import WarmChunks
+from ctiflow.jobs.state.warm import WarmChunks
 
 TOKEN = WarmChunks.TOKEN_BYTES
 

@@ -1,5 +1,5 @@
 """Sample workloads: deterministic, schema-valid, with the planted scenarios, bounded disorder and
-late events the docstring of ``jobs.testing.workload`` promises; bad records that each fail as labelled."""
+late events the docstring of ``ctiflow.jobs.testing.workload`` promises; bad records that each fail as labelled."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import fastavro
 import pytest
 from fastavro.validation import validate_many
 
-from jobs.serde import AvroDeserializer, default_store
-from jobs.testing import oracle, workload
-from operators.errors import ConfigError, DecodeError
+from ctiflow.jobs.avro.serde import AvroDeserializer, default_store
+from ctiflow.jobs.testing import oracle, workload
+from ctiflow.operators.errors import ConfigError, DecodeError
 
 N = 3000
 
@@ -309,7 +309,7 @@ def test_undecodable_kinds_fail_to_decode_for_the_intended_reason(bad):
 
 
 def test_unknown_schema_id_is_unknown_to_a_registry_too(bad):
-    from jobs.serde import registry_client
+    from ctiflow.jobs.avro.serde import registry_client
 
     decode = AvroDeserializer("transaction", registry=registry_client("mock://workload-test"))
     for kind, value in bad:
@@ -366,12 +366,12 @@ SOURCE_OPTIONS = {
 
 def test_the_source_dead_letters_every_bad_record_at_the_intended_stage(bad):
     pytest.importorskip("pyspark")
-    from jobs.source import RecordDecoder, arrow_schema
+    from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
 
     for schema_name, options in SOURCE_OPTIONS.items():
         mine = [(k, v) for k, v in bad if workload.BAD_KINDS[k][0] == schema_name]
         good = workload.transactions(3) if schema_name == "transaction" else workload.flows(3)
-        from jobs.serde import AvroSerializer
+        from ctiflow.jobs.avro.serde import AvroSerializer
 
         values = [v for _, v in mine] + [AvroSerializer(schema_name)(r) for r in good]
         avro = json.loads(default_store().get(schema_name).text)
@@ -394,9 +394,9 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
     pytest.importorskip("pyspark")
     import zlib
 
-    from jobs.rows import pack_items
-    from jobs.serde import AvroSerializer
-    from jobs.source import RecordDecoder, arrow_schema
+    from ctiflow.jobs.rows import pack_items
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
 
     good = workload.transactions(40, seed=7)
     mine = [v for k, v in bad if workload.BAD_KINDS[k][0] == "transaction"]
@@ -434,9 +434,9 @@ def test_a_fetch_larger_than_a_pack_splits_each_key_groups_records_into_consecut
     pytest.importorskip("pyspark")
     import zlib
 
-    from jobs.rows import PACK_BYTES, pack_items
-    from jobs.serde import AvroSerializer
-    from jobs.source import RecordDecoder, arrow_schema
+    from ctiflow.jobs.rows import PACK_BYTES, pack_items
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
 
     good = workload.transactions(6000, seed=11)
     encoded = [AvroSerializer("transaction")(r) for r in good]
@@ -459,7 +459,7 @@ def test_a_fetch_larger_than_a_pack_splits_each_key_groups_records_into_consecut
 
 
 def test_good_records_still_decode():
-    from jobs.serde import AvroSerializer
+    from ctiflow.jobs.avro.serde import AvroSerializer
 
     for r in workload.transactions(20, seed=4):
         assert AvroDeserializer("transaction")(AvroSerializer("transaction")(r)) == r
@@ -472,8 +472,8 @@ def test_the_source_dead_letters_a_record_framed_with_another_subjects_schema_id
     pytest.importorskip("pyspark")
     from confluent_kafka.schema_registry import Schema
 
-    from jobs.serde import AvroSerializer, registry_client
-    from jobs.source import RecordDecoder, arrow_schema
+    from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
+    from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
 
     options = {**SOURCE_OPTIONS["transaction"], "schema_registry": json.dumps({"url": "mock://source-subject"})}
     decoder = RecordDecoder(options, arrow_schema(json.loads(default_store().get("transaction").text)))

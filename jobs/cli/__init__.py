@@ -1,7 +1,7 @@
 """``ctiflow``: the command line for everything a user does with the platform.
 
 One module per group of commands, each command thin: it parses its parameters, calls the
-library (:mod:`jobs.stack`, :mod:`jobs.kafka`, :mod:`jobs.pipeline`, …) and prints. The root
+library (:mod:`ctiflow.jobs.stack`, :mod:`ctiflow.jobs.kafka`, :mod:`ctiflow.jobs.pipeline`, …) and prints. The root
 :data:`app` lists them in the order of the help; :func:`main` is the ``ctiflow`` entry point.
 """
 
@@ -17,12 +17,12 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, status, topics
-from jobs.cli.consoles import console
-from jobs.cli.parameters import not_utf8
-from jobs.config import home
-from jobs.kafka import env_credentials, read_topic, redact  # noqa: F401 - read_topic re-exported
-from operators.errors import CtiflowError
+from ctiflow.jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, status, topics
+from ctiflow.jobs.cli.consoles import console
+from ctiflow.jobs.cli.parameters import not_utf8
+from ctiflow.jobs.config import home
+from ctiflow.jobs.kafka import env_credentials, redact
+from ctiflow.operators.errors import CtiflowError
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False,

@@ -1,6 +1,6 @@
-"""``python -m jobs.cli …``: the same as ``ctiflow …``."""
+"""``python -m ctiflow.jobs.cli …``: the same as ``ctiflow …``."""
 
-from jobs.cli import main
+from ctiflow.jobs.cli import main
 
 if __name__ == "__main__":
     main()

@@ -8,16 +8,16 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from operators.errors import CtiflowError
+from ctiflow.operators.errors import CtiflowError
 
 app = typer.Typer()
 
 
 def registry():
-    """The benchmarks (:mod:`bench`, loaded by name: the product never imports them; they live
-    in the repository and are installed beside it)."""
+    """The benchmarks (:mod:`ctiflow.bench`, loaded by name: the product never imports them;
+    the wheel carries them)."""
     try:
-        return importlib.import_module("bench")
+        return importlib.import_module("ctiflow.bench")
     except ModuleNotFoundError:
         raise CtiflowError("the benchmarks are not installed: run them from a checkout of the repository "
                            "(./dev bench …), where bench/ is") from None

@@ -1,4 +1,4 @@
-"""``ctiflow conformance``: recorded conformance suites (:mod:`jobs.testing.conformance`)."""
+"""``ctiflow conformance``: recorded conformance suites (:mod:`ctiflow.jobs.testing.conformance`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.testing.conformance import DEFAULT_CASES, main as replay
+from ctiflow.jobs.testing.conformance import DEFAULT_CASES, main as replay
 
 app = typer.Typer(no_args_is_help=True, help="Run recorded conformance suites.")
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import codecs
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, BinaryIO, Optional
 
 import typer
 
-from jobs import stack
-from jobs.config import broker_port, load
-from jobs.serde import registry_client
-from operators.errors import CtiflowError
+from ctiflow.jobs import stack
+from ctiflow.jobs.config import broker_port, load
+from ctiflow.jobs.avro.serde import registry_client
+from ctiflow.operators.errors import CtiflowError
 
 #: The embedded broker's default port (``--port``, else ``CTIFLOW_BROKER_PORT``, else this).
 DEFAULT_PORT = stack.DEFAULT_PORT
@@ -39,7 +38,7 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
 
 def read_text(path: Path) -> str:
     """A user's text file: UTF-8, a byte-order mark skipped; else an :class:`InputError` naming
-    it (a missing file, a folder: ``OSError``, reported with its name by :func:`jobs.cli.main`)."""
+    it (a missing file, a folder: ``OSError``, reported with its name by :func:`ctiflow.jobs.cli.main`)."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
@@ -75,7 +74,7 @@ JobFile = Annotated[Optional[Path], typer.Option(
 @dataclass(frozen=True)
 class Connection:
     """Where and how a command talks to Kafka and the Schema Registry: the same settings a job
-    uses (:class:`jobs.config.Kafka`) when ``--config`` names one, else the flags, the
+    uses (:class:`ctiflow.jobs.config.Kafka`) when ``--config`` names one, else the flags, the
     ``CTIFLOW_*`` variables and the embedded broker."""
 
     bootstrap: str
@@ -92,8 +91,8 @@ def connection(bootstrap: str | None = None, registry: str | None = None, config
     if config is None:
         return Connection(bootstrap_servers(bootstrap), {}, registry)
     cfg = load(config)
-    from jobs.recognize import derived_schemas  # the job's derived output schemas decode its topics
-    from jobs.runtime import register_schemas
+    from ctiflow.jobs.recognize import derived_schemas  # the job's derived output schemas decode its topics
+    from ctiflow.jobs.runtime import register_schemas
 
     register_schemas(derived_schemas(cfg))
     kafka_cfg = cfg.kafka

@@ -1,4 +1,4 @@
-"""``ctiflow plot counts | bins``: result topics as PNG (:mod:`jobs.plot`)."""
+"""``ctiflow plot counts | bins``: result topics as PNG (:mod:`ctiflow.jobs.plot`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.consoles import out
-from jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
-from jobs.config import load
-from jobs.kafka import read_topic
-from jobs.testing.oracle import exact_counts
+from ctiflow.jobs.cli.consoles import out
+from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
+from ctiflow.jobs.config import load
+from ctiflow.jobs.kafka import read_topic
+from ctiflow.jobs.testing.oracle import exact_counts
 
 app = typer.Typer(no_args_is_help=True, help="Render count or bin result topics as PNG.")
 
@@ -34,7 +34,7 @@ def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
            )] = None,
            bootstrap: Bootstrap = None):
     """Estimate with its guaranteed bounds over application time (and the exact count with --config)."""
-    from jobs.plot import plot_counts  # here: matplotlib is slow to import
+    from ctiflow.jobs.plot import plot_counts  # here: matplotlib is slow to import
 
     conn = connection(bootstrap, None, config)
 
@@ -54,7 +54,7 @@ def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
          bootstrap: Bootstrap = None,
          config: JobFile = None):
     """Bins per key over time; updated revisions converge on the final value."""
-    from jobs.plot import plot_bins  # here: matplotlib is slow to import
+    from ctiflow.jobs.plot import plot_bins  # here: matplotlib is slow to import
 
     conn = connection(bootstrap, None, config)
     topics = [name for name in (topic, final_topic) if name]

@@ -10,15 +10,15 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from jobs.cli.consoles import console
-from jobs.cli.parameters import InputError, decode_line, not_utf8, open_lines, read_text
+from ctiflow.jobs.cli.consoles import console
+from ctiflow.jobs.cli.parameters import InputError, decode_line, not_utf8, open_lines, read_text
 
 app = typer.Typer()
 
 
 def to_json(row: dict) -> str:
     """One output row as JSON: timestamps as SQL TIMESTAMP(3) text, columns in output order."""
-    from operators.cep.recognize import Timestamp
+    from ctiflow.operators.cep.recognize import Timestamp
 
     return json.dumps({k: str(v) if isinstance(v, Timestamp) else v for k, v in row.items()}, ensure_ascii=False)
 
@@ -36,8 +36,8 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
     file closes every WITHIN. The output rows are the partition columns and the measures, in
     emission order. A row a DEFINE fails on is refused (listed on standard error) and the others
     matched as if it had not come."""
-    from operators.cep.recognize import recognize as run
-    from operators.cep.sql import SqlError
+    from ctiflow.operators.cep.recognize import recognize as run
+    from ctiflow.operators.cep.sql import SqlError
 
     text = read_text(query)
     rows, lines = [], []

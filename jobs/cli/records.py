@@ -11,16 +11,16 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
-from jobs import kafka
-from jobs.cli.consoles import console, out
-from jobs.cli.parameters import Bootstrap, InputError, JobFile, Registry, connection, decode_line, not_utf8, open_lines
-from jobs.serde import AvroSerializer, default_store
+from ctiflow.jobs import kafka
+from ctiflow.jobs.cli.consoles import console, out
+from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, Registry, connection, decode_line, not_utf8, open_lines
+from ctiflow.jobs.avro.serde import AvroSerializer, default_store
 
 app = typer.Typer()
 
 
 class Framing(str, Enum):
-    """How a produced value is framed (:mod:`jobs.serde`)."""
+    """How a produced value is framed (:mod:`ctiflow.jobs.avro.serde`)."""
 
     SINGLE_OBJECT = "single_object"  # Avro single-object encoding: the schema's fingerprint, no registry
     CONFLUENT = "confluent"  # Confluent's: the schema's id in a Schema Registry
@@ -80,7 +80,7 @@ def produce(topic: Topic,
 
 
 class _Lines:
-    """The lines of a JSON-lines file as :func:`jobs.kafka.produce` takes them: each decoded
+    """The lines of a JSON-lines file as :func:`ctiflow.jobs.kafka.produce` takes them: each decoded
     (one that is not UTF-8 is reported and skipped, the next keeps its number), and each record
     encoded with its unknown fields warned about once (they are dropped)."""
 

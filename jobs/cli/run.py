@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from jobs import progress
-from jobs.cli.consoles import console, out
-from jobs.config import load
+from ctiflow.jobs import progress
+from ctiflow.jobs.cli.consoles import console, out
+from ctiflow.jobs.config import load
 
 app = typer.Typer()
 
@@ -30,7 +30,7 @@ def run(config: JobFile,
 
     The YAML's fields: `ctiflow schemas job` (JSON schema, every field described) and examples/."""
     # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
-    from jobs import pipeline
+    from ctiflow.jobs import pipeline
 
     cfg = load(config)
     pipeline.refuse_errors(cfg)  # every field, pattern and predicate error before anything connects
@@ -65,7 +65,7 @@ def drain(config: JobFile):
 def check(configs: Annotated[list[Path], typer.Argument(help="job YAML files")]):
     """Check job files without Kafka or Spark: every configuration, schema-field, predicate and
     pattern error at once, each with its file, field and fix; warnings too. Exit 1 on an error."""
-    from jobs.check import check_job
+    from ctiflow.jobs.check import check_job
 
     failed = False
     for path in configs:

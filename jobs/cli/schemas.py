@@ -9,13 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from jobs.cli.consoles import out
-from jobs.cli.parameters import Registry
-from jobs.config import JobConfig, load
-from jobs.recognize import derived_schemas
-from jobs.runtime import register_schemas
-from jobs.serde import default_store, registry_client
-from operators.errors import CtiflowError
+from ctiflow.jobs.cli.consoles import out
+from ctiflow.jobs.cli.parameters import Registry
+from ctiflow.jobs.config import JobConfig, load
+from ctiflow.jobs.recognize import derived_schemas
+from ctiflow.jobs.runtime import register_schemas
+from ctiflow.jobs.avro.serde import default_store, registry_client
+from ctiflow.operators.errors import CtiflowError
 
 app = typer.Typer(no_args_is_help=True, help="Avro schemas: list, register in a Schema Registry; the job YAML's JSON schema.")
 

@@ -10,11 +10,11 @@ from typing import Annotated
 
 import typer
 
-from jobs import stack as embedded
-from jobs.cli.consoles import console, out
-from jobs.cli.parameters import DEFAULT_PORT, Port
-from jobs.serde import default_store
-from operators.errors import CtiflowError
+from ctiflow.jobs import stack as embedded
+from ctiflow.jobs.cli.consoles import console, out
+from ctiflow.jobs.cli.parameters import DEFAULT_PORT, Port
+from ctiflow.jobs.avro.serde import default_store
+from ctiflow.operators.errors import CtiflowError
 
 app = typer.Typer()
 users_app = typer.Typer(no_args_is_help=True, help="SASL/SCRAM users of the embedded broker.")

@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from jobs import kafka
-from jobs.cli.consoles import out
-from jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
-from jobs.config import MAX_PARTITIONS, load
+from ctiflow.jobs import kafka
+from ctiflow.jobs.cli.consoles import out
+from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
+from ctiflow.jobs.config import MAX_PARTITIONS, check_topic_name, load
 
 app = typer.Typer(no_args_is_help=True, help="Create and list Kafka topics.")
 
@@ -30,7 +30,7 @@ def create(names: Annotated[Optional[list[str]], typer.Argument(help="topic name
         raise typer.BadParameter("name at least one topic or give --config JOB.yaml")
     for n in wanted:
         try:
-            kafka.check_topic_name(n)
+            check_topic_name(n)
         except ValueError as exc:  # (the rule is also a validator of the job model's fields)
             raise InputError(str(exc)) from None
     conn = connection(bootstrap, None, config)

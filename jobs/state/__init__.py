@@ -1,9 +1,9 @@
 """A key group's state, as the runtime keeps it between micro-batches.
 
-* :mod:`jobs.state.parts` — the time layer's buffered rows, part by part (a batch reads and
+* :mod:`ctiflow.jobs.state.parts` — the time layer's buffered rows, part by part (a batch reads and
   writes what it admits and releases, whatever the ``cti.delay``).
-* :mod:`jobs.state.store` — the layouts in Spark's state store (one table, ``LAYOUTS``), the
+* :mod:`ctiflow.jobs.state.store` — the layouts in Spark's state store (one table, ``LAYOUTS``), the
   header and its parts.
-* :mod:`jobs.state.codec` — the zstd frame headers and parts are stored in.
-* :mod:`jobs.state.warm` — decoded chunks a Python worker keeps between micro-batches.
+* :mod:`ctiflow.jobs.state.codec` — the zstd frame headers and parts are stored in.
+* :mod:`ctiflow.jobs.state.warm` — decoded chunks a Python worker keeps between micro-batches.
 """

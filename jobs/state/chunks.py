@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from jobs.state.parts import is_chunk
-from operators.errors import StateError
-from operators.events import CTI_INFINITY, CTI_NONE
+from ctiflow.jobs.state.parts import is_chunk
+from ctiflow.operators import snapshots
+from ctiflow.operators.errors import StateError
+from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 _FIRST = itemgetter(0)
 
@@ -84,9 +85,9 @@ class Chunk:
 class KeyedState:
     """The chunks of one key group (module docstring). ``specs``: the operators (each with
     ``build(data=None)``); ``store``: the group's state entries; ``warm``: decoded chunks known to
-    equal their bytes in ``store`` (the worker's cache, :class:`jobs.state.warm.WarmChunks`), used
+    equal their bytes in ``store`` (the worker's cache, :class:`ctiflow.jobs.state.warm.WarmChunks`), used
     instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
-    a new group; ``counters``: the call's :class:`jobs.counters.Counters`."""
+    a new group; ``counters``: the call's :class:`ctiflow.jobs.counters.Counters`."""
 
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int, chunk_keys: int,
                  ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None) -> None:
@@ -142,7 +143,7 @@ class KeyedState:
 
     def _decoded(self, c: int, blob: bytes) -> Chunk:
         with restoring(f"state chunk {c}"):
-            cti, blobs, last_seen, keys, *op_keys = pickle.loads(blob)
+            cti, blobs, last_seen, keys, *op_keys = snapshots.loads(blob)
         ops = []
         for spec, op_blob in zip(self.specs, blobs):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):

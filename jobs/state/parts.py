@@ -2,11 +2,11 @@
 
 The reorder buffer holds everything a ``cti.delay`` holds back — minutes of input. Kept in the
 key group's header, every micro-batch would read and write all of it (≈ 15 MiB a batch at a
-6-minute delay and 500 events/s). Instead each :class:`operators.columns.Part` (the rows one
+6-minute delay and 500 events/s). Instead each :class:`ctiflow.operators.columns.Part` (the rows one
 batch admitted, or what a release left of them; never changed once made) is one entry of the
 group's state under :data:`PART_KEYS` + its id: a batch writes the parts it made and deletes
 the parts it released, and reads a part only when a release reaches it; a part is stored
-compressed (:mod:`jobs.state.codec`). The header keeps the layer's index (CTIs, parts by id,
+compressed (:mod:`ctiflow.jobs.state.codec`). The header keeps the layer's index (CTIs, parts by id,
 ``lo``, rows) and each stored part's size.
 """
 
@@ -15,8 +15,9 @@ from __future__ import annotations
 import pickle
 from collections.abc import MutableMapping
 
-from jobs.state.codec import compressed, expanded
-from operators.columns import ColumnTimeLayer, EventColumns
+from ctiflow.jobs.state.codec import compressed, expanded
+from ctiflow.operators import snapshots
+from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 
 #: A part's entry number in the group's state: chunks are numbered from 0, parts from here
 #: (Spark's key column is a 32-bit int; no key group has 2**30 chunks).
@@ -40,7 +41,7 @@ class StoredParts:
         blob = self.store.get(PART_KEYS + part)
         if blob is None:
             raise RuntimeError(f"part {part} of the time layer is missing from the state store (a bug)")
-        return pickle.loads(expanded(blob))
+        return snapshots.loads(expanded(blob))
 
     @property
     def bytes(self) -> int:

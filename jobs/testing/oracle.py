@@ -5,10 +5,10 @@ no binner): late events are found by recomputing the watermark batch by batch, s
 by rescanning each key's history, bins by scanning every candidate bin with exact
 ``fractions.Fraction`` arithmetic. Everything is O(n²)-ish and meant for test-sized inputs.
 
-The Spark semantics modelled (one watermarked input stream, as ``jobs.pipeline`` sets it up):
+The Spark semantics modelled (one watermarked input stream, as ``ctiflow.jobs.pipeline`` sets it up):
 
 * **Micro-batches.** ``cuts`` are the arrival indices at which a new micro-batch begins (as in
-  ``jobs.testing.time_layer.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
+  ``ctiflow.jobs.testing.time_layer.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
   Or ``batches``: each arrival's batch number.
 * **CTI per partition, combined by min.** After batch ``i`` partition ``p``'s CTI is
   ``max(start of p's events in batches ≤ i) − delay`` (events that turn out late included; dead
@@ -29,7 +29,7 @@ The Spark semantics modelled (one watermarked input stream, as ``jobs.pipeline``
   ends with a final CTI at +∞, so every admitted event is processed and every bin is final.
 
 Events are any objects with ``key``, ``start``, ``end``, ``fields``, ``partition`` and
-``offset`` attributes (``operators.time.Event`` works); :func:`to_events` turns workload
+``offset`` attributes (``ctiflow.operators.time.Event`` works); :func:`to_events` turns workload
 records into such objects.
 """
 
@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from jobs.config import CountOp, JobConfig
-from operators.cep.expression import compile_expression
-from operators.errors import ConfigError, invalid_choice
+from ctiflow.jobs.config import CountOp, JobConfig
+from ctiflow.operators.cep.expression import compile_expression
+from ctiflow.operators.errors import ConfigError, invalid_choice
 
 ADMITTED, ADJUSTED, LATE = "admitted", "adjusted", "late"
 POLICIES = ("drop", "adjust")
@@ -277,7 +277,7 @@ def exact_counts(cfg: JobConfig, records: Iterable[Mapping[str, Any]],
     ``(counter, key) → [(time, exact count)]``, the reference line of ``ctiflow plot counts``.
 
     The input is what the job read, as ``read_topic(topic)`` returns it (decoded records, see
-    :func:`jobs.kafka.read_topic`): the fast stream's topic, or the enriched topic when the job
+    :func:`ctiflow.jobs.kafka.read_topic`): the fast stream's topic, or the enriched topic when the job
     writes one (predicates may use the reference version). Every decodable record with a key and
     an integer time counts, late ones included; the CTI is not modelled (delay 0, one batch)."""
     src = cfg.source(cfg.reference.fast) if cfg.reference else cfg.sources[0]

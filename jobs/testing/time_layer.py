@@ -1,17 +1,17 @@
 """StreamInsight's application time event by event: the row model of the time layer, kept as
-the reference the job's column time layer (:class:`operators.columns.ColumnTimeLayer`) is tested
+the reference the job's column time layer (:class:`ctiflow.operators.columns.ColumnTimeLayer`) is tested
 against (a property test: the same releases and late records for the same arrivals and CTIs),
 and as the pure driver the oracles and docs examples use (:meth:`TimeLayer.run`). Never imported
 by the data path.
 
 * :class:`CtiGenerator` — turns the arrival sequence of one stream into CTIs (``frequency``).
 * :class:`ReorderBuffer` — checks each event against the stream's CTI (the violation policy;
-  late events become :func:`operators.time.late_record` outputs) and releases admitted events in
+  late events become :func:`ctiflow.operators.time.late_record` outputs) and releases admitted events in
   application-time order once the CTI has passed them; end edges take effect at their ``end``.
 * :class:`TimeLayer` — all of the above for the input streams of one job, CTIs combined by
-  :func:`operators.time.imported_cti` and :func:`operators.time.merge_ctis`.
+  :func:`ctiflow.operators.time.imported_cti` and :func:`ctiflow.operators.time.merge_ctis`.
 * :func:`run_reference_sync` — a reference-sync job's pure model: the time layer feeding a
-  :class:`operators.reference.ReferenceJoin`.
+  :class:`ctiflow.operators.reference.ReferenceJoin`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
-from operators.errors import ConfigError
-from operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output, outputs_of
-from operators.reference import ReferenceJoin, ReferenceJoinSettings
-from operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, REASON_EDGE_END,
+from ctiflow.operators import snapshots
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output, outputs_of
+from ctiflow.operators.reference import ReferenceJoin, ReferenceJoinSettings
+from ctiflow.operators.time import (REASON_ADJUSTED, REASON_BEFORE_CTI, REASON_DROPPED, REASON_EDGE_END,
                             AdvanceTimeSettings, ViolationPolicy, effective_ctis, event_tuple, imported_cti,
                             late_record, merge_ctis)
 
@@ -113,7 +114,7 @@ class CtiGenerator:
     @classmethod
     def restore(cls, settings: AdvanceTimeSettings, data: bytes) -> "CtiGenerator":
         gen = cls(settings)
-        gen._count, gen._anchor, gen._latest, gen._last = pickle.loads(data)
+        gen._count, gen._anchor, gen._latest, gen._last = snapshots.loads(data)
         return gen
 
 
@@ -259,7 +260,7 @@ class ReorderBuffer:
     def restore(cls, policy: ViolationPolicy | str, data: bytes,
                 handles_adjust: bool = False) -> "ReorderBuffer":
         buf = cls(policy, handles_adjust)
-        cti, *events = pickle.loads(data)
+        cti, *events = snapshots.loads(data)
         buf._cti = cti
         if len(events) == 2:
             buf._held = [Event(*t) for t in events[0]]
@@ -502,7 +503,7 @@ class TimeLayer:
     def restore(cls, settings: Mapping[str, AdvanceTimeSettings], data: bytes,
                 handles_adjust: bool = False) -> "TimeLayer":
         layer = cls(settings, handles_adjust)
-        buffers, generators, own, pending, merged = pickle.loads(data)
+        buffers, generators, own, pending, merged = snapshots.loads(data)
         layer._buffers = {
             n: ReorderBuffer.restore(layer.settings[n].policy, b, handles_adjust)
             for n, b in buffers.items()

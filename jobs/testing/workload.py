@@ -44,8 +44,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from jobs.serde import AvroSerializer
-from operators.errors import ConfigError
+from ctiflow.jobs.avro.serde import AvroSerializer
+from ctiflow.operators.errors import ConfigError
 
 #: 2026-01-01T00:00:00Z, the default start of every workload.
 DEFAULT_START_MS = 1_767_225_600_000

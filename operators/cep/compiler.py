@@ -17,7 +17,7 @@ complete once the window closes without the forbidden event.
 
 Stage copies get internal names ``name:0``, ``name:1``, … (``times(3)`` needs three states); the
 shared buffer and the matches use the original names. The plan is immutable after compilation
-and shared by all keys; the per-key mutable part lives in :class:`operators.cep.nfa.NfaState`.
+and shared by all keys; the per-key mutable part lives in :class:`ctiflow.operators.cep.nfa.NfaState`.
 
 This is a faithful port: the order in which states and edges are created decides the Dewey
 versions and therefore the matches, so it follows ``NFACompiler.NFAFactoryCompiler`` step by
@@ -26,7 +26,7 @@ step (including its quirks). One deliberate difference: where Flink compiles a P
 :meth:`_Compiler._original_state`), the edge goes to the state Flink meant: the matches are
 Flink's wherever Flink's NFA does not throw.
 
-Every pattern that cannot be compiled raises :class:`~operators.errors.PatternError` naming
+Every pattern that cannot be compiled raises :class:`~ctiflow.operators.errors.PatternError` naming
 the stage.
 """
 
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from operators.cep.conditions import TRUE, AndCondition, Condition, NotCondition, fast_predicate
-from operators.cep.pattern import (
+from ctiflow.operators.cep.conditions import TRUE, AndCondition, Condition, NotCondition, fast_predicate
+from ctiflow.operators.cep.pattern import (
     ConsumingStrategy,
     GroupPattern,
     Pattern,
@@ -45,8 +45,8 @@ from operators.cep.pattern import (
     Times,
     WithinType,
 )
-from operators.cep.skip_strategy import AfterMatchSkipStrategy
-from operators.errors import PatternError
+from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.errors import PatternError
 
 ENDING_STATE_NAME = "$endState$"
 STATE_NAME_DELIMITER = ":"
@@ -174,7 +174,7 @@ class NfaPlan:
     has_iterative_conditions: bool
     stage_names: tuple[str, ...] = field(default=())
     #: No state but the start ignores an event: every run takes a contiguous range of events
-    #: (:mod:`operators.cep.contiguous_buffer` holds the runs)
+    #: (:mod:`ctiflow.operators.cep.contiguous_buffer` holds the runs)
     contiguous: bool = False
 
     @property

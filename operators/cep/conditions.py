@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from operators.errors import PatternError
+from ctiflow.operators.errors import PatternError
 
 
 class MatchContext(Protocol):
@@ -255,12 +255,12 @@ def column_condition(condition: Condition | None) -> Callable[[Mapping[str, Any]
     """A non-iterative condition over whole columns: ``truth(columns, n) → bool array``, or
     ``None`` from the call where a column cannot be compared exactly (then test per event).
     Returns None itself when some part has no column form (a Python callable, a subtype, an
-    iterative condition, an expression beyond :func:`operators.cep.expression.column_truth`).
+    iterative condition, an expression beyond :func:`ctiflow.operators.cep.expression.column_truth`).
     Exact: the parts never raise where per-event evaluation would, so short-circuiting does
     not matter."""
     import numpy as np
 
-    from operators.cep.expression import column_truth
+    from ctiflow.operators.cep.expression import column_truth
 
     if condition is None or condition is TRUE:
         return lambda columns, n: np.ones(n, bool)

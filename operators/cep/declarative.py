@@ -20,11 +20,11 @@
         negation: not_followed_by     # not_next | not_followed_by
         where: "kind == 'refund'"
 
-Conditions are :mod:`~operators.cep.expression` expressions over the record's fields;
+Conditions are :mod:`~ctiflow.operators.cep.expression` expressions over the record's fields;
 ``first('small').amount``, ``count('large')``, ``avg_of('large', 'amount')`` … make a stage
 condition iterative. A stage with ``group: [stages…]`` is a group stage. ``within_ms`` /
 ``within_type`` may also be given per stage. Every error is a
-:class:`~operators.errors.PatternError` that names the stage and the problem.
+:class:`~ctiflow.operators.errors.PatternError` that names the stage and the problem.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from operators.cep.conditions import Condition, IterativeCondition, SimpleCondition
-from operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
-from operators.cep.pattern import Pattern, WithinType
-from operators.cep.skip_strategy import AfterMatchSkipStrategy
-from operators.errors import PatternError, invalid_choice
+from ctiflow.operators.cep.conditions import Condition, IterativeCondition, SimpleCondition
+from ctiflow.operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
+from ctiflow.operators.cep.pattern import Pattern, WithinType
+from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.errors import PatternError, invalid_choice
 
 PATTERN_KEYS = {"name", "stages", "within_ms", "within_type", "skip"}
 STAGE_KEYS = {
@@ -264,7 +264,7 @@ def stage_condition(text: Any, label: str, key: str) -> Condition:
 
 
 def _is_optional(pattern: Pattern) -> bool:
-    from operators.cep.pattern import QuantifierProperty
+    from ctiflow.operators.cep.pattern import QuantifierProperty
 
     return pattern.quantifier.has(QuantifierProperty.OPTIONAL)
 

@@ -25,7 +25,7 @@ stage ``a`` (or ``None``), ``count('a')`` the number of events, ``sum_of('a', 'a
 ``avg_of``, ``min_of``, ``max_of`` aggregate a field over them. Such an expression is
 *iterative* (:attr:`CompiledExpression.uses_match_context`).
 
-Errors are :class:`ExpressionError`, a :class:`~operators.errors.ConfigError`: the message
+Errors are :class:`ExpressionError`, a :class:`~ctiflow.operators.errors.ConfigError`: the message
 quotes the expression, says what is not allowed and where (column), and lists what is.
 """
 
@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from operators.errors import ConfigError, EventRejected
+from ctiflow.operators.errors import ConfigError, EventRejected
 
 MAX_LENGTH = 10_000
 MAX_NODES = 2_000

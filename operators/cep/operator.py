@@ -1,7 +1,7 @@
 """The match operator: a CEP pattern over the events of many keys (the Operator contract).
 
-One :class:`~operators.cep.compiler.NfaPlan` is compiled from the settings and shared; each key
-with something in flight has its own :class:`~operators.cep.nfa.NfaState`. As Flink's CEP
+One :class:`~ctiflow.operators.cep.compiler.NfaPlan` is compiled from the settings and shared; each key
+with something in flight has its own :class:`~ctiflow.operators.cep.nfa.NfaState`. As Flink's CEP
 operator does, every event first advances its key's time to the event's start (expiring
 windows, completing pending ``not_followed_by`` runs) and is then processed; ``advance_to(cti)``
 advances every key with state. Keys whose state is back to the initial one are dropped, so
@@ -13,7 +13,7 @@ Records (see ``schemas/match.avsc`` and ``schemas/timed_out_match.avsc``)::
      "stages": [{"stage": "a", "events": ["{...json of the fields...}", ...]}, ...]}
 
 (with ``structured_events``, as in jobs, each event is its fields' mapping instead of JSON text:
-the job derives the record schema from its input's, :func:`jobs.recognize.derived_schemas`)
+the job derives the record schema from its input's, :func:`ctiflow.jobs.recognize.derived_schemas`)
 
 plus ``"timed_out_at"`` for a timed-out partial match. ``match_id`` is
 ``key:first.n-last.n:digest`` built from the buffer ids ``(time, n-th event at that time)`` of
@@ -36,15 +36,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
+from ctiflow.operators import snapshots
+from ctiflow.operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
                                     proceed_closure)
-from operators.cep.declarative import pattern_from_dict, pattern_name
-from operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
-from operators.cep.pattern import Pattern
-from operators.errors import EventRejected, PatternError
-from operators.operator import Operator, Output, process_rows
-from operators.events import record_maker
-from operators.time import CTI_INFINITY, CTI_NONE, Event
+from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
+from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
+from ctiflow.operators.cep.pattern import Pattern
+from ctiflow.operators.errors import EventRejected, PatternError
+from ctiflow.operators.operator import Operator, Output, process_rows
+from ctiflow.operators.events import record_maker
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 _SNAPSHOT_VERSION = 3  # 2: each key pickled on its own, with its due CTI; 3: + MATCH_NUMBER counts
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
@@ -60,7 +61,7 @@ class MatchSettings:
     """What the match operator needs.
 
     ``pattern``: a :class:`Pattern` (its last stage) or a declarative dict
-    (:mod:`operators.cep.declarative`). ``name``: the pattern name in the records (default: the
+    (:mod:`ctiflow.operators.cep.declarative`). ``name``: the pattern name in the records (default: the
     dict's ``name``, else ``"pattern"``). ``key_field``: key by this field of the event instead
     of ``Event.key`` (``None``). ``emit_timed_out``: report partial matches whose window
     expired (role ``timed_out``).
@@ -77,7 +78,7 @@ class MatchSettings:
     #: At most this many events kept per key for its runs (the shared buffer, what the key's state
     #: bytes grow with); an event arriving while its key keeps more is refused likewise.
     max_buffered_events: int | None = None
-    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`operators.cep.recognize`): its PATTERN and
+    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.recognize`): its PATTERN and
     #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
@@ -93,7 +94,7 @@ class MatchSettings:
         """The compiled ``sql`` (None without one), once per settings object."""
         if self.sql is None:
             return None
-        from operators.cep.recognize import compile_query
+        from ctiflow.operators.cep.recognize import compile_query
 
         cached = _RECOGNIZERS.get(id(self))
         if cached is None or cached[0] is not self:
@@ -163,8 +164,8 @@ def start_filter(plan: NfaPlan):
     reachable from them through PROCEED edges (whatever their conditions) is false,
     so the NFA would take nothing, fork nothing and change no version, and the key would be
     dropped as idle at the next CTI. None (or None from the call) when some TAKE or IGNORE
-    edge has no exact column form (:func:`operators.cep.conditions.column_condition`) or is always true."""
-    from operators.cep.conditions import TRUE, column_condition
+    edge has no exact column form (:func:`ctiflow.operators.cep.conditions.column_condition`) or is always true."""
+    from ctiflow.operators.cep.conditions import TRUE, column_condition
 
     forms = []
     for state in proceed_closure(s for s in plan.states.values() if s.is_start):
@@ -271,7 +272,7 @@ class MatchOperator(Operator):
         return outputs
 
     def process_columns(self, cols) -> list[tuple[int, Any]]:
-        """The rows of an :class:`operators.columns.EventColumns`, one event at a time in row
+        """The rows of an :class:`ctiflow.operators.columns.EventColumns`, one event at a time in row
         order → ``(row, outputs)`` for rows that produced records, ``(row, EventRejected)``
         for refused rows. A row whose key has nothing in flight (no state before the call,
         and no earlier row of the call kept) and on which the pattern's start cannot move
@@ -341,7 +342,7 @@ class MatchOperator(Operator):
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
         operator = cls(settings)
-        version, fingerprint, keyed, *numbers = pickle.loads(data)
+        version, fingerprint, keyed, *numbers = snapshots.loads(data)
         if version not in (2, _SNAPSHOT_VERSION):
             raise PatternError(f"unsupported match operator snapshot version {version}")
         if fingerprint != operator._fingerprint():
@@ -354,7 +355,7 @@ class MatchOperator(Operator):
         return operator
 
     def _decode(self, key: str) -> NfaState:
-        state = self._states[key] = NfaState.from_plain(pickle.loads(self._raw.pop(key)[1]))
+        state = self._states[key] = NfaState.from_plain(snapshots.loads(self._raw.pop(key)[1]))
         return state
 
     def _decode_all(self) -> None:
@@ -530,10 +531,10 @@ def _FIRST(pair: tuple) -> Any:
 
 
 def _ranked(rows: dict[str, list[Any]], ids: MatchIds) -> dict[str, list[Any]]:
-    """A match's rows as :class:`operators.cep.recognize.Row` s whose ``seq`` is their place in
+    """A match's rows as :class:`ctiflow.operators.cep.recognize.Row` s whose ``seq`` is their place in
     the partition's order (the buffer ids ``(time, n-th at that time)`` sort as the rows were
     processed), for ALL ROWS PER MATCH."""
-    from operators.cep.recognize import Row
+    from ctiflow.operators.cep.recognize import Row
 
     ranked: dict[str, list[Any]] = {}
     for name, fields in rows.items():

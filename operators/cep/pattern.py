@@ -2,8 +2,8 @@
 
 A :class:`Pattern` is only a *description*: a linked list of stages (each points to its
 ``previous``), with a condition, a quantifier and windows per stage. :func:`compile_pattern`
-(:mod:`operators.cep.compiler`) turns it into an NFA plan once; the plan is then run by
-:class:`operators.cep.nfa.Nfa` against a separate, serialisable state.
+(:mod:`ctiflow.operators.cep.compiler`) turns it into an NFA plan once; the plan is then run by
+:class:`ctiflow.operators.cep.nfa.Nfa` against a separate, serialisable state.
 
     Pattern.begin("start").where(lambda e: e["name"] == "c") \\
         .followed_by("middle").where(lambda e: e["name"] == "a").one_or_more().optional() \\
@@ -29,7 +29,7 @@ the gap between a stage's event and the previous accepted event; ``times(n, wind
 events of a loop. Durations are integers (milliseconds of application time) or
 :class:`datetime.timedelta`.
 
-Validation follows Flink: option misuse raises :class:`~operators.errors.PatternError` while
+Validation follows Flink: option misuse raises :class:`~ctiflow.operators.errors.PatternError` while
 the pattern is built (where Flink throws ``MalformedPatternException`` or
 ``UnsupportedOperationException``); whole-pattern checks (unique names, skip target exists,
 ``not_followed_by`` at the end needs a window, loop windows within the pattern window) run at
@@ -42,7 +42,7 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any
 
-from operators.cep.conditions import (
+from ctiflow.operators.cep.conditions import (
     TRUE,
     AndCondition,
     Condition,
@@ -50,8 +50,8 @@ from operators.cep.conditions import (
     SubtypeCondition,
     as_condition,
 )
-from operators.cep.skip_strategy import AfterMatchSkipStrategy
-from operators.errors import PatternError
+from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.errors import PatternError
 
 
 class WithinType(str, Enum):

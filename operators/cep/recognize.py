@@ -1,5 +1,5 @@
-"""``MATCH_RECOGNIZE`` on the CEP engine: a parsed :class:`~operators.cep.sql.Query` becomes a
-:class:`~operators.cep.pattern.Pattern` (the same NFA the Pattern API and YAML stages use) whose
+"""``MATCH_RECOGNIZE`` on the CEP engine: a parsed :class:`~ctiflow.operators.cep.sql.Query` becomes a
+:class:`~ctiflow.operators.cep.pattern.Pattern` (the same NFA the Pattern API and YAML stages use) whose
 conditions evaluate ``DEFINE``, and ``MEASURES`` are computed from each match.
 
 Semantics are Flink's (flink-table-planner ``CommonExecMatch`` / ``MatchCodeGenerator``):
@@ -35,13 +35,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operators.cep.compiler import can_produce_empty_matches, compile_pattern
-from operators.cep.conditions import IterativeCondition, SimpleCondition
-from operators.cep.nfa import Nfa, NfaState
-from operators.cep.pattern import Pattern, QuantifierProperty
-from operators.cep.skip_strategy import AfterMatchSkipStrategy
-from operators.cep.sql import CAST_TYPES, Expr, Query, SqlError, parse
-from operators.errors import EventRejected, PatternError
+from ctiflow.operators.cep.compiler import can_produce_empty_matches, compile_pattern
+from ctiflow.operators.cep.conditions import IterativeCondition, SimpleCondition
+from ctiflow.operators.cep.nfa import Nfa, NfaState
+from ctiflow.operators.cep.pattern import Pattern, QuantifierProperty
+from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.cep.sql import CAST_TYPES, Expr, Query, SqlError, parse
+from ctiflow.operators.errors import EventRejected, PatternError
 
 STAR = "*"  # the universal pattern variable: every row of the match
 NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")

@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from operators.errors import PatternError
+from ctiflow.operators.errors import PatternError
 
 if TYPE_CHECKING:
-    from operators.cep.heap import BinaryHeap
-    from operators.cep.shared_buffer import EventId, SharedBuffer
+    from ctiflow.operators.cep.heap import BinaryHeap
+    from ctiflow.operators.cep.shared_buffer import EventId, SharedBuffer
 
 Match = dict[str, list["EventId"]]
 

@@ -6,7 +6,7 @@ accepts it) plus ``ALL ROWS PER MATCH`` and ``MATCH_NUMBER()`` from the standard
 the spot — line, column, a caret and what is supported instead — and because the ``PATTERN``
 sub-language and ``WITHIN INTERVAL`` are not in the SQL parsers available here.
 
-Errors are :class:`SqlError` (a :class:`~operators.errors.PatternError`): ``message``,
+Errors are :class:`SqlError` (a :class:`~ctiflow.operators.errors.PatternError`): ``message``,
 ``line``, ``column`` (1-based) and :meth:`SqlError.render` for the caret display.
 """
 
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.errors import PatternError
+from ctiflow.operators.errors import PatternError
 
 
 class SqlError(PatternError):
@@ -153,7 +153,7 @@ _RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "M
 
 
 #: Bounds that keep a hostile query from exhausting the stack or the CPU (as the YAML expressions'
-#: ``operators.cep.expression``): nesting levels of an expression or a pattern group, the length
+#: ``ctiflow.operators.cep.expression``): nesting levels of an expression or a pattern group, the length
 #: of the query, the BIGINT range of an integer literal.
 MAX_DEPTH = 100
 MAX_QUERY_LENGTH = 100_000

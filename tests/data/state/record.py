@@ -17,16 +17,16 @@ import pickle
 import random
 import sys
 
-from jobs.config import parse
-from jobs.runtime import GroupRuntime
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.runtime import GroupRuntime
 
 try:
-    from jobs.runtime import plan  # the versions this was written for
+    from ctiflow.jobs.runtime import plan  # the versions this was written for
 except ImportError:
-    from jobs.runtime import Plan
+    from ctiflow.jobs.runtime import Plan
 
     plan = Plan.from_config
-from operators.time import CTI_INFINITY, Event
+from ctiflow.operators.time import CTI_INFINITY, Event
 
 TX = {"name": "s", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time",
       "cti": {"delay": 40, "policy": "adjust"}}

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators.errors import DecodeError
+from ctiflow.operators.errors import DecodeError
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 #: A zero-size array or map item (``null``, an empty record) costs no bytes, so the bytes left

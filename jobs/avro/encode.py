@@ -12,10 +12,10 @@ framing header) field by field, each field one NumPy step over every record:
 * ``string`` / ``bytes`` — a length varint, then the bytes from an Arrow array's data buffer
   (UTF-8 done by Arrow); ``fixed`` — the bytes, length checked;
 * a union of ``null`` and one of those — the branch index, then the value where not null;
-* a ``map`` given as a :class:`~operators.events.MapColumn` (every record the same keys) —
+* a ``map`` given as a :class:`~ctiflow.operators.events.MapColumn` (every record the same keys) —
   one block of ``len(keys)`` entries, then the end marker.
 
-A column is a NumPy array, a list, a :class:`~operators.events.MapColumn`, or one scalar for
+A column is a NumPy array, a list, a :class:`~ctiflow.operators.events.MapColumn`, or one scalar for
 every record. Schemas with other field types (arrays, nested records) are not bulk-encodable:
 :attr:`ColumnEncoder.bulk` is False and the caller encodes those records one by one. The
 output is the framed bodies as an Arrow ``binary`` array. Equal, byte for byte, to fastavro's
@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import rows
-from jobs.avro_columns import Node, compile_schema
-from operators.events import MapColumn, OutputBatch
+from ctiflow.jobs import rows
+from ctiflow.jobs.avro.decode import Node, compile_schema
+from ctiflow.operators.events import MapColumn, OutputBatch
 
 __all__ = ["ColumnEncoder", "ResultEncoder"]
 
@@ -291,7 +291,7 @@ def _assemble(pieces: list[_Piece], n: int) -> pa.BinaryArray:
 
 
 class ResultEncoder:
-    """A key group's results → Avro-encoded packs per topic (:class:`jobs.rows.ResultPacks`),
+    """A key group's results → Avro-encoded packs per topic (:class:`ctiflow.jobs.rows.ResultPacks`),
     in output order: what the adapter does with a micro-batch's output.
 
     ``out`` items are ``(topic, Output, key)`` — encoded with the topic's serializer, except an
@@ -300,7 +300,7 @@ class ResultEncoder:
     schema allows, else record by record. ``dead``: dead-letter records, after the rest."""
 
     def __init__(self, serializers: dict, late_topic: str, dead_letter_topic: str):
-        self.serializers = serializers  # topic → jobs.serde.AvroSerializer
+        self.serializers = serializers  # topic → ctiflow.jobs.avro.serde.AvroSerializer
         self.headers = {topic: s.header for topic, s in serializers.items()}
         self.late_topic, self.dead_letter_topic = late_topic, dead_letter_topic
         self._bulk: dict[str, ColumnEncoder] = {}

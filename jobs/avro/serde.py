@@ -10,8 +10,8 @@ Same call shape as confluent-kafka's serializers: ``serializer(obj, ctx) -> byte
 
 Readers accept both and resolve writer → reader schema as the Avro spec says, so a record
 written with a compatible older or newer schema decodes. Decoding is strict
-(:mod:`jobs.avro_columns`: hostile bytes that fastavro would return as a record are refused);
-anything that does not decode raises :class:`~operators.errors.DecodeError` with the reason (the
+(:mod:`ctiflow.jobs.avro.decode`: hostile bytes that fastavro would return as a record are refused);
+anything that does not decode raises :class:`~ctiflow.operators.errors.DecodeError` with the reason (the
 job dead-letters it).
 """
 
@@ -31,19 +31,18 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from jobs.avro_columns import Node, Reader, compile_schema, read_body, record_reader
-from operators.errors import DecodeError, SchemaError, invalid_choice
+from ctiflow.jobs.avro.decode import Node, Reader, compile_schema, read_body, record_reader
+from ctiflow.operators.errors import DecodeError, SchemaError, invalid_choice
+
 
 def bundled_dir(name: str) -> Path:
-    """A directory shipped with ctiflow: beside the packages in a source checkout (an editable
-    install), else inside the installed ``ctiflow`` package (a wheel maps it there)."""
-    beside = Path(__file__).resolve().parent.parent / name
-    if beside.is_dir():
-        return beside
+    """A directory shipped with ctiflow: inside the installed ``ctiflow`` package (a wheel maps it
+    there), else beside that package at the top of a source checkout (an editable install)."""
     import importlib.util  # finds the package without importing it (ctiflow imports this module)
 
-    spec = importlib.util.find_spec("ctiflow")
-    return Path(next(iter(spec.submodule_search_locations))) / name
+    package = Path(next(iter(importlib.util.find_spec("ctiflow").submodule_search_locations)))
+    inside = package / name
+    return inside if inside.is_dir() else package.parent / name
 
 
 #: The schemas ctiflow ships (inputs of the examples, and every result topic's).
@@ -73,7 +72,7 @@ class StoredSchema:
 
     @functools.cached_property
     def node(self) -> Node:
-        """The compiled schema (:mod:`jobs.avro_columns`), built once."""
+        """The compiled schema (:mod:`ctiflow.jobs.avro.decode`), built once."""
         return compile_schema(json.loads(self.text))
 
 
@@ -144,7 +143,7 @@ def default_store() -> SchemaStore:
 
 
 #: Secret registry settings (JSON) for clients on executors: set from the job's config through
-#: ``spark.executorEnv`` (:func:`jobs.pipeline.executor_credentials`), never a Spark option.
+#: ``spark.executorEnv`` (:func:`ctiflow.jobs.pipeline.executor_credentials`), never a Spark option.
 REGISTRY_SECRETS_ENV = "CTIFLOW_REGISTRY_SECRETS"
 
 
@@ -208,7 +207,7 @@ class AvroDeserializer:
         (the topic's ``<topic>-value``); any other id is a :class:`DecodeError` — a record must
         not pick its own writer schema from everything the registry holds. ``lookup``: where a
         fingerprint the store lacks is looked up (``fingerprint → (name, schema JSON)`` or None:
-        :class:`jobs.kafka.SchemaTopic`); a schema found whose own fingerprint is another
+        :class:`ctiflow.jobs.kafka.SchemaTopic`); a schema found whose own fingerprint is another
         is refused."""
         self.lookup = lookup
         self.store = store or default_store()

@@ -1,0 +1,1 @@
+"""Avro: the job schemas, Confluent / single-object framing, bulk decode to columns and bulk encode."""

@@ -1,0 +1,1 @@
+"""The Kafka source: offset ranges planned on the driver, records read, decoded and checked on executors."""

@@ -1,0 +1,377 @@
+"""One fetch of Kafka messages → typed Arrow columns and metadata, on an executor.
+
+Avro bodies are decoded in bulk per writer schema (:mod:`ctiflow.jobs.avro.decode`) and checked on
+the columns (key, event time, end time, measures); a message that fails gets its own reason and
+comes out alone with its bytes (the job dead-letters it), its neighbours go on. For the operator
+pipeline the good records are packed per key group (:mod:`ctiflow.jobs.rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ctiflow.jobs import rows
+from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema, read_body
+from ctiflow.jobs.avro.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, registry_client
+from ctiflow.jobs.kafka import MESSAGE_OFFSET, MESSAGE_PARTITION, MESSAGE_TIMESTAMP, MESSAGE_VALUE
+from ctiflow.jobs.source.options import SourceOptions
+from ctiflow.operators.errors import DecodeError
+from ctiflow.operators.events import CTI_INFINITY
+
+#: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
+MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
+EDGE_END = CTI_INFINITY  # an edge's end while it is current
+
+
+def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
+    """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata, one
+    row per record; ``typed=False``: the operator pipeline's packed rows (one per key group of
+    a fetch, see :meth:`RecordDecoder._packed_batch`)."""
+    return rows.input_schema(record_fields(avro_schema) if typed else [], packed=not typed)
+
+
+def record_fields(avro_schema: dict) -> list[pa.Field]:
+    """An Avro record's fields as Arrow fields (:func:`ctiflow.jobs.avro.decode.arrow_type`)."""
+    return [pa.field(name, arrow_type(t)) for name, t, _, _ in compile_schema(avro_schema).fields]
+
+
+def nested_fields(avro_schema: dict) -> list[str]:
+    """Fields whose values are records/arrays/maps: they travel as JSON strings."""
+    return [name for name, t, _, _ in compile_schema(avro_schema).fields
+            if arrow_type(t) == pa.string() and _complex(t)]
+
+
+def _complex(node) -> bool:
+    if node.kind == "union":
+        return any(_complex(b) for b in node.branches)
+    return node.kind in ("record", "array", "map")
+
+
+
+@dataclass
+class Decoded:
+    """One fetch, decoded and validated: the good records as columns (``fields``: the reader
+    schema's, in its order) with their message index, key, start and end; a reason per failed
+    message (``"<stage>: <reason>"``)."""
+
+    fields: pa.Table
+    index: np.ndarray
+    keys: pa.Array
+    starts: np.ndarray
+    ends: np.ndarray
+    errors: dict[int, str]
+
+
+class RecordDecoder:
+    """Avro bytes → typed columns in bulk (:mod:`ctiflow.jobs.avro.decode`), validated on the columns;
+    a message that fails gets its own reason, its neighbours go on."""
+
+    def __init__(self, options: "SourceOptions | dict[str, str]", arrow: pa.Schema):
+        options = SourceOptions.parsed(options)
+        reg = options.schema_registry or {}
+        registry = registry_client(reg["url"], reg.get("config")) if reg.get("url") else None
+        self.decode = AvroDeserializer(options.schema, registry=registry, subject=f"{options.topic}-value")
+        self.arrow = arrow
+        reader = json.loads(self.decode.reader.text)
+        self.nested_fields = nested_fields(reader)
+        self.record_schema = pa.schema(record_fields(reader))
+        self.stream = options.stream
+        self.key_field = options.key_field
+        self.time_field = options.time_field
+        self.end_field = options.end_field
+        self.shape = options.shape
+        self.groups = options.key_groups
+        # crc32(key) mod G picks the group (stable across processes, unlike hash()); the label
+        # is the value Spark shuffles on (see ctiflow.jobs.checkpoint.group_labels).
+        self.labels = list(options.group_labels or range(self.groups))
+        self.measures = list(options.measures)
+        # values=errors: good rows leave meta_value null (only dead letters need the bytes,
+        # unless an operator passes records on unchanged); less to shuffle and to keep in state.
+        self.keep_values = options.keep_values
+        # fields=bytes: no operator reads the fields, the bytes travel alone (ctiflow.jobs.rows.BytesFields).
+        self.pack_fields = options.pack_fields
+        self.frontier: int | None = None  # the largest start of a good record decoded so far
+        self._bulk: dict[bytes, ColumnDecoder | DecodeError | None] = {}
+
+    # -- decoding ------------------------------------------------------------------------
+    def _column_decoder(self, writer) -> "ColumnDecoder | None":
+        """The bulk decoder for ``writer`` (None: not flat, decode per record); raises
+        :class:`DecodeError` when ``writer`` does not resolve to the reader schema."""
+        got = self._bulk.get(writer.fingerprint, False)
+        if got is False:
+            try:
+                self.decode.record_reader(writer)  # refuses an unresolvable writer schema
+                reader = None if writer.fingerprint == self.decode.reader.fingerprint else self.decode.reader.node
+                got = ColumnDecoder(writer.node, reader) if ColumnDecoder.flat(writer.node) else None
+            except DecodeError as exc:
+                got = exc
+            self._bulk[writer.fingerprint] = got
+        if isinstance(got, DecodeError):
+            raise got
+        return got
+
+    def decoded(self, values: list) -> Decoded:
+        """Decode and validate Kafka values (bytes or None), in bulk per writer schema."""
+        n = len(values)
+        if None in values:  # (a C-level scan; tombstones are rare)
+            values = [b"" if v is None else v for v in values]
+        lengths = np.fromiter(map(len, values), np.int64, n)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        data = b"".join(values)
+        errors: dict[int, str] = {}
+        parts: list[tuple[pa.Table, np.ndarray]] = []
+        for writer, header, index in self._by_writer(values, data, starts, lengths, errors):
+            self._decode_group(writer, header, index, values, data, starts, ends, parts, errors)
+        if not parts:
+            table, index = self.record_schema.empty_table(), np.zeros(0, np.int64)
+        elif len(parts) == 1:
+            table, index = parts[0]
+        else:
+            index = np.concatenate([i for _, i in parts])
+            order = np.argsort(index, kind="stable")
+            table, index = pa.concat_tables([t for t, _ in parts]).take(order), index[order]
+        return self._validated(table, index, errors)
+
+    def _by_writer(self, values: list, data: bytes, starts: np.ndarray, lengths: np.ndarray,
+                   errors: dict[int, str]) -> list[tuple]:
+        """``(writer schema, header length, message indices)``, from the framing headers in bulk;
+        an unknown or malformed header is each message's error."""
+        buf = np.frombuffer(data + bytes(10), np.uint8)
+        first, second = buf[starts], buf[starts + 1]
+        single = (lengths >= 10) & (first == SINGLE_OBJECT_MAGIC[0]) & (second == SINGLE_OBJECT_MAGIC[1])
+        confluent = (lengths >= 5) & (first == CONFLUENT_MAGIC[0])
+        ids = np.zeros(len(values), np.uint64)
+        if single.any():
+            at = starts[single]
+            ids[single] = buf[at[:, None] + np.arange(2, 10)].copy().view("<u8").ravel()
+        if confluent.any():
+            at = starts[confluent]
+            ids[confluent] = buf[at[:, None] + np.arange(1, 5)].copy().view(">u4").ravel().astype(np.uint64)
+        kind = np.where(single, 1, np.where(confluent, 2, 0))
+        groups: dict = {}
+        for i in np.nonzero(kind == 0)[0]:
+            errors[int(i)] = f"decode: {self._header_error(values[i])}"
+        for k in (1, 2):
+            mine = np.nonzero(kind == k)[0]
+            if not len(mine):
+                continue
+            distinct, inverse = np.unique(ids[mine], return_inverse=True)
+            for j in range(len(distinct)):
+                index = mine[inverse == j]
+                try:
+                    writer, header = self.decode.writer_schema(values[index[0]])
+                except DecodeError as exc:
+                    errors.update((int(i), f"decode: {exc}") for i in index)
+                    continue
+                groups.setdefault(writer.fingerprint, (writer, header, []))[2].append(index)
+        return [(writer, header, np.sort(np.concatenate(idx))) for writer, header, idx in groups.values()]
+
+    def _header_error(self, value: bytes) -> str:
+        """Why a value with neither a full single-object nor a full Confluent header is refused."""
+        if not value:
+            return "empty value"
+        try:
+            self.decode.writer_schema(value)
+        except DecodeError as exc:
+            return str(exc)
+        return "malformed header"  # not reached: writer_schema refuses what the bulk checks refuse
+
+    def _decode_group(self, writer, header: int, index: np.ndarray, values: list, data: bytes, starts: np.ndarray,
+                      ends: np.ndarray, parts: list, errors: dict[int, str]) -> None:
+        where = f"decode: Avro body does not decode with schema {writer.name!r}"
+        try:
+            bulk = self._column_decoder(writer)
+        except DecodeError as exc:
+            errors.update((int(i), f"{where}: {exc}") for i in index)
+            return
+        if bulk is not None:
+            columns, good, reasons = bulk.decode(data, starts[index] + header, ends[index])
+            errors.update((int(index[i]), f"{where}: {reason}") for i, reason in reasons.items())
+            parts.append((pa.Table.from_arrays(columns, schema=self.record_schema), index[good]))
+            return
+        read, records, kept = self.decode.record_reader(writer), [], []
+        for i in index:
+            try:
+                rec = read_body(read, values[i], header)
+            except DecodeError as exc:
+                errors[int(i)] = f"{where}: {exc}"
+                continue
+            for f in self.nested_fields:
+                if rec.get(f) is not None and not isinstance(rec[f], str):
+                    rec[f] = json.dumps(rec[f], default=str)
+            records.append(rec)
+            kept.append(i)
+        parts.append((pa.Table.from_pylist(records, schema=self.record_schema), np.array(kept, np.int64)))
+
+    # -- validation ----------------------------------------------------------------------
+    def _column(self, table: pa.Table, name: str | None):
+        return table.column(name) if name and name in table.column_names else pa.nulls(table.num_rows)
+
+    def _times(self, table: pa.Table, name: str, fail, missing: str, absurd) -> np.ndarray:
+        """A time column as int64 (0 where null), failing nulls and values outside [1970, 2500)."""
+        col = self._column(table, name)
+        null = np.asarray(col.is_null())
+        fail(null, missing)
+        if pa.types.is_integer(col.type):
+            values = np.asarray(col.fill_null(0).to_numpy(), np.int64)
+            out_of_range = ~null & ((values < MIN_TIME) | (values >= MAX_TIME))
+        else:  # not an integer: every value is absurd (ms since 1970 are integers)
+            values = np.zeros(table.num_rows, np.int64)
+            out_of_range = ~null
+        fail(out_of_range, lambda i: absurd(col[int(i)].as_py()))
+        return values
+
+    def _validated(self, table: pa.Table, index: np.ndarray, errors: dict[int, str]) -> Decoded:
+        """The checks of a record's key, times and measures, on the columns; the first that
+        fails is the record's reason."""
+        n = table.num_rows
+        bad = np.zeros(n, bool)
+        reasons: dict[int, str] = {}
+
+        def fail(mask: np.ndarray, message) -> None:
+            new = mask & ~bad
+            if new.any():
+                for i in np.nonzero(new)[0]:
+                    reasons[int(i)] = "validate: " + (message(i) if callable(message) else message)
+                bad[:] |= new
+
+        key = self._column(table, self.key_field)
+        if not pa.types.is_string(key.type):
+            key = pa.array([None if k is None else str(k) for k in key.to_pylist()], pa.string())
+        fail(np.asarray(pc.or_kleene(key.is_null(), pc.equal(key, "")).fill_null(True)),
+             f"missing key field {self.key_field!r}")
+        tf, ef = self.time_field, self.end_field
+        start = self._times(table, tf, fail, f"missing event time {tf!r}",
+                            lambda v: f"absurd event time {tf}={v!r} (expected ms since 1970, before 2500)")
+        if self.shape == "interval":
+            end = self._times(table, ef, fail, f"missing end time {ef!r}", lambda v: f"absurd end time {ef}={v!r}")
+            fail(end < start, lambda i: f"end < start ({ef}={end[i]} < {tf}={start[i]})")
+        elif self.shape == "edge":
+            end = np.full(n, EDGE_END, np.int64)
+        else:
+            end = start
+        for m in self.measures:
+            col = self._column(table, m)
+            wrong = np.asarray(col.is_null())
+            if pa.types.is_floating(col.type):
+                wrong |= ~np.isfinite(np.asarray(col.fill_null(0).to_numpy(), np.float64))
+            fail(wrong, lambda i, col=col, m=m: f"measure {m!r} is {col[int(i)].as_py()!r}; measures must be finite numbers")
+        for i, reason in reasons.items():
+            errors[int(index[i])] = reason
+        if bad.any():
+            keep = ~bad
+            table, index, key, start, end = (table.filter(pa.array(keep)), index[keep], key.filter(pa.array(keep)),
+                                            start[keep], end[keep])
+        return Decoded(table, index, key.combine_chunks() if isinstance(key, pa.ChunkedArray) else key,
+                       start, end, errors)
+
+    # -- rows ----------------------------------------------------------------------------
+    def _group_of(self, keys: pa.Array) -> np.ndarray:
+        """Each key's group label: crc32 once per distinct key."""
+        encoded = pc.dictionary_encode(keys)
+        labels, groups, crc = self.labels, self.groups, zlib.crc32
+        per_key = np.array([labels[crc(k.encode()) % groups] for k in encoded.dictionary.to_pylist()], np.int64)
+        return per_key[np.asarray(encoded.indices)] if len(per_key) else np.zeros(0, np.int64)
+
+    def batch(self, msgs) -> pa.RecordBatch:
+        """Kafka messages (confluent-kafka ``Message`` objects) → one Arrow record batch."""
+        values = list(map(MESSAGE_VALUE, msgs))
+        got = self.decoded(values)
+        if len(got.starts):
+            top = int(got.starts.max())
+            if self.frontier is None or top > self.frontier:
+                self.frontier = top
+        if "meta_pack" in self.arrow.names:
+            return self._packed_batch(msgs, values, got)
+        n_good = got.fields.num_rows
+        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
+        kafka_ts = [ts for _, ts in map(MESSAGE_TIMESTAMP, msgs)]
+        partitions = list(map(MESSAGE_PARTITION, msgs))
+        good_cols = {name: got.fields.column(name) for name in got.fields.column_names}
+        index = got.index
+        good_cols.update(
+            meta_stream=pa.array([self.stream] * n_good, pa.string()), meta_key=got.keys,
+            meta_start=pa.array(got.starts, pa.int64()), meta_end=pa.array(got.ends, pa.int64()),
+            meta_group=pa.array(self._group_of(got.keys), pa.int32()),
+            meta_partition=pa.array([partitions[i] for i in index], pa.int32()),
+            meta_offset=pa.array(offsets[index], pa.int64()),
+            meta_kafka_ts=pa.array([kafka_ts[i] for i in index], pa.int64()),
+            meta_value=pa.array([values[i] for i in index], pa.binary()))
+        good = pa.table({name: good_cols.get(name, pa.nulls(n_good, self.arrow.field(name).type))
+                         for name in self.arrow.names}, schema=self.arrow)
+        dead_index = sorted(got.errors)
+        groups = self.groups
+        dead = pa.table({
+            "meta_stream": [self.stream] * len(dead_index),
+            "meta_group": [self.labels[partitions[i] % groups] for i in dead_index],
+            "meta_partition": [partitions[i] for i in dead_index], "meta_offset": [int(offsets[i]) for i in dead_index],
+            "meta_kafka_ts": [kafka_ts[i] for i in dead_index], "meta_error": [got.errors[i] for i in dead_index],
+            "meta_value": [values[i] for i in dead_index], "meta_raw_key": [msgs[i].key() for i in dead_index],
+        })
+        dead = pa.table({name: dead.column(name) if name in dead.column_names else pa.nulls(len(dead_index), f.type)
+                         for name, f in zip(self.arrow.names, self.arrow)}, schema=self.arrow)
+        both = pa.concat_tables([good, dead])
+        order = np.argsort(np.concatenate([index, np.array(dead_index, np.int64)]), kind="stable")
+        return both.take(order).combine_chunks().to_batches()[0] if both.num_rows else pa.RecordBatch.from_pylist([], schema=self.arrow)
+
+    def _packed_batch(self, msgs, values: list, got: Decoded) -> pa.RecordBatch:
+        """The operator pipeline's rows: one row per **key group** of a fetch, its good records
+        as Arrow columns in ``meta_pack`` (:func:`ctiflow.jobs.rows.pack_columns`), plus one row per
+        failed record (error, raw key, Kafka timestamp, bytes). Spark then moves a few hundred
+        rows a micro-batch instead of one per event: the shuffle and the Arrow hand-offs to and
+        from the stateful worker cost per row, the operators per event. A pack row's
+        ``meta_start`` is its largest start (all the watermark needs) and its ``meta_offset``
+        its first offset (the adapter's replay-stable order)."""
+        part = msgs[0].partition() if msgs else 0
+        if msgs and msgs[-1].partition() != part:  # packs and their order assume one partition a fetch
+            raise ValueError(f"a fetch spans partitions {part} and {msgs[-1].partition()}; read one partition at a time")
+        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
+        index = got.index
+        group = self._group_of(got.keys)
+        kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
+        packs: list[tuple[int, int, int, bytes]] = []
+        each = self._record_bytes(got, kept)
+        for g in np.unique(group):
+            chosen = np.nonzero(group == g)[0]
+            # consecutive runs of the group's records, each about PACK_BYTES: sorting packs by first offset sorts events
+            count = max(1, min(len(chosen), int(np.ceil(len(chosen) * each / rows.PACK_BYTES))))
+            for sel in np.array_split(chosen, count):
+                take = pa.array(sel)
+                blob = rows.pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel], got.ends[sel],
+                                         offsets[index[sel]], kept.take(take), tuple(self.nested_fields),
+                                         with_fields=self.pack_fields)
+                packs.append((int(g), int(offsets[index[sel[0]]]), int(got.starts[sel].max()), blob))
+        dead = [(self.labels[part % self.groups], int(offsets[i]), got.errors[i], values[i], msgs[i].key(),
+                 msgs[i].timestamp()[1]) for i in sorted(got.errors)]
+        names = self.arrow.names
+        n = len(packs) + len(dead)
+        cols: dict[str, list] = {name: [None] * n for name in names}
+        for i, (g, first, top, blob) in enumerate(packs):
+            cols["meta_group"][i], cols["meta_offset"][i], cols["meta_start"][i], cols["meta_pack"][i] = g, first, top, blob
+        for i, (g, off, error, value, raw_key, ts) in enumerate(dead, len(packs)):
+            cols["meta_group"][i], cols["meta_offset"][i], cols["meta_error"][i] = g, off, error
+            cols["meta_value"][i], cols["meta_raw_key"][i], cols["meta_kafka_ts"][i] = value, raw_key, ts
+        cols["meta_stream"] = [self.stream] * n
+        cols["meta_partition"] = [part] * n
+        return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
+
+    def _record_bytes(self, got: Decoded, kept: pa.Array) -> float:
+        """A good record's mean size in a pack of this fetch (what splits packs at
+        :data:`ctiflow.jobs.rows.PACK_BYTES`)."""
+        return ((got.fields.nbytes if self.pack_fields else 0) + kept.nbytes + got.keys.nbytes) / max(1, len(got.index)) + 32
+
+    def frontier_rows(self, partition: int) -> pa.RecordBatch:
+        """One frontier row per key group: ``partition`` has been read up to :attr:`frontier`."""
+        return rows.rows_per_group(self.arrow, self.stream, self.labels, partition, self.frontier, rows.FRONTIER)
+
+    def control_rows(self, partitions: list[int], idle: list[int], flush: bool) -> pa.RecordBatch:
+        """One control row per key group (see the module docstring)."""
+        return rows.rows_per_group(self.arrow, self.stream, self.labels, -1, None,
+                                   rows.Control(partitions, idle, flush).to_json())
