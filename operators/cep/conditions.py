@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ctiflow.operators.cep.column_form import AllOf, AnyOf, Const, Node, Not
 from ctiflow.operators.errors import PatternError
 
 
@@ -50,9 +51,9 @@ class Condition:
 
 class SimpleCondition(Condition):
     """Wraps ``predicate(event) -> bool``; ``expression``: the compiled expression it
-    evaluates, when it came from one (its column form, :func:`column_condition`);
-    ``column_form``: a ready column form instead (``truth(columns, n)``, as
-    :func:`column_condition` returns), e.g. a SQL ``DEFINE``'s."""
+    evaluates, when it came from one (its column form, :func:`condition_node`);
+    ``column_form``: its column form when its compiler lowered it already (a
+    :mod:`ctiflow.operators.cep.column_form` node, e.g. a SQL ``DEFINE``'s)."""
 
     __slots__ = ("predicate", "expression", "column_form")
 
@@ -251,42 +252,24 @@ def fast_predicate(condition: Condition | None) -> Any:
     return lambda event: test(event, None)
 
 
-def column_condition(condition: Condition | None) -> Callable[[Mapping[str, Any], int], Any] | None:
-    """A non-iterative condition over whole columns: ``truth(columns, n) → bool array``, or
-    ``None`` from the call where a column cannot be compared exactly (then test per event).
-    Returns None itself when some part has no column form (a Python callable, a subtype, an
-    iterative condition, an expression beyond :func:`ctiflow.operators.cep.expression.column_truth`).
-    Exact: the parts never raise where per-event evaluation would, so short-circuiting does
-    not matter."""
-    import numpy as np
-
-    from ctiflow.operators.cep.expression import column_truth
+def condition_node(condition: Condition | None) -> Node | None:
+    """The condition in the column form (:mod:`ctiflow.operators.cep.column_form`), or None."""
+    from ctiflow.operators.cep.expression import column_node
 
     if condition is None or condition is TRUE:
-        return lambda columns, n: np.ones(n, bool)
+        return Const(True)
     if condition.iterative:
         return None
     if isinstance(condition, SimpleCondition):
         if condition.column_form is not None:
             return condition.column_form
-        return column_truth(condition.expression) if condition.expression is not None else None
-    if isinstance(condition, NotCondition):
-        inner = column_condition(condition.inner)
-        if inner is None:
-            return None
-        return lambda columns, n: (lambda m: None if m is None else ~m)(inner(columns, n))
+        return column_node(condition.expression) if condition.expression is not None else None
+    if isinstance(condition, NotCondition):  # (a condition's truth is a bool: NOT of it is exact)
+        inner = condition_node(condition.inner)
+        return None if inner is None else Not(inner)
     if isinstance(condition, (AndCondition, OrCondition)):
-        left, right = column_condition(condition.left), column_condition(condition.right)
+        left, right = condition_node(condition.left), condition_node(condition.right)
         if left is None or right is None:
             return None
-        combine = np.logical_and if isinstance(condition, AndCondition) else np.logical_or
-
-        def both(columns, n):
-            a = left(columns, n)
-            if a is None:
-                return None
-            b = right(columns, n)
-            return None if b is None else combine(a, b)
-
-        return both
+        return (AllOf if isinstance(condition, AndCondition) else AnyOf)((left, right))
     return None

@@ -36,6 +36,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ctiflow.operators.cep.column_form import (AllOf, AnyOf, ColumnTruth, Compare, Const, Field, Node, Not,
+                                               NotVectorizable, Operand, Truth, evaluator)
 from ctiflow.operators.errors import ConfigError, EventRejected
 
 MAX_LENGTH = 10_000
@@ -544,210 +546,55 @@ class _Builder:
 
 
 # -- column at a time ---------------------------------------------------------------------------
-ColumnTruth = Callable[[Mapping[str, Any], int], Any]
-
-_FLIPPED = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Eq: ast.Eq, ast.NotEq: ast.NotEq}
-_EXACT_FLOAT = 2**53  # ints up to this compare with a float64 exactly
-
-
-class _NotVectorizable(Exception):
-    """The expression (or, at run time, a column's type) needs per-record evaluation."""
+_COMPARE_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
 
 def column_truth(expression: CompiledExpression | str) -> ColumnTruth | None:
-    """The truthiness of an expression over whole columns, where NumPy gives exactly what
-    per-record evaluation gives: ``and``/``or``/``not`` of comparisons (``== != < <= > >=``,
-    chains too) between fields and constants, fields being int64/float64/bool columns without
-    nulls (``==``/``!=`` also on object columns, e.g. strings), and bare boolean fields.
+    """The truthiness of an expression over whole columns (:func:`column_node` evaluated), or None."""
+    node = column_node(expression)
+    return None if node is None else evaluator(node)
 
-    Returns ``truth(columns, n) → bool array`` (``columns``: field name → NumPy array of ``n``
-    values), or None if the expression has anything else (arithmetic, functions, ``in``…). The
-    callable itself returns None when a column is missing or of a type that could compare
-    differently from Python (then evaluate per record): int64 against a non-integral float
-    constant is done exactly, float64 against an int beyond 2^53 is not vectorized, int64
-    against float64 columns neither. Python's ``and``/``or`` return operands, but only their
-    truthiness matters to a predicate, which is what this computes."""
-    import numpy as np
 
+def column_node(expression: CompiledExpression | str) -> Node | None:
+    """The expression in the column form (:mod:`ctiflow.operators.cep.column_form`, the python
+    rule), or None if it has anything beyond ``and``/``or``/``not`` of comparisons (``== != < <=
+    > >=``, chains too) between fields and constants and bare boolean fields (arithmetic,
+    functions, ``in``, match functions: per record). Python's ``and``/``or`` return operands, but
+    only their truthiness matters to a predicate, which is what the column form computes."""
     text = expression.text if isinstance(expression, CompiledExpression) else expression
     if getattr(expression, "uses_match_context", False):
         return None
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-        build = _column_builder(np)
-        evaluate = build(tree.body)
-    except (_NotVectorizable, SyntaxError):
+        return _lowered(ast.parse(text.strip(), mode="eval").body)
+    except (NotVectorizable, SyntaxError):
         return None
 
-    def truth(columns: Mapping[str, Any], n: int):
-        try:
-            value = evaluate(columns, n)
-        except _NotVectorizable:
-            return None
-        return value if isinstance(value, np.ndarray) else np.full(n, bool(value))
 
-    return truth
-
-
-def _typed(np, col):
-    """An object column of Python numbers of one type as int64 / float64 / bool (what it
-    holds, exactly), else as it is."""
-    kinds = set(map(type, col.tolist()))
-    if len(kinds) != 1:
-        return col
-    (kind,) = kinds
-    if kind is float:
-        return col.astype(np.float64)
-    if kind is bool:
-        return col.astype(np.bool_)
-    if kind is int:
-        try:
-            return np.array(col.tolist(), np.int64)
-        except OverflowError:
-            return col
-    return col
+def _lowered(node: ast.AST) -> Node:
+    """``node`` in the column form, or :class:`NotVectorizable`."""
+    if isinstance(node, ast.BoolOp):
+        parts = tuple(_lowered(v) for v in node.values)
+        return AllOf(parts) if isinstance(node.op, ast.And) else AnyOf(parts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return Not(_lowered(node.operand))
+    if isinstance(node, ast.Compare):
+        if any(type(op) not in _COMPARE_OPS for op in node.ops):
+            raise NotVectorizable("comparison")
+        operands = [_operand(node.left)] + [_operand(c) for c in node.comparators]
+        pairs = tuple(Compare(_COMPARE_OPS[type(op)], left, right)
+                      for op, left, right in zip(node.ops, operands, operands[1:]))
+        return pairs[0] if len(pairs) == 1 else AllOf(pairs)
+    if isinstance(node, ast.Name) and node.id not in CONSTANT_NAMES:
+        return Truth(node.id)
+    raise NotVectorizable(type(node).__name__)
 
 
-def _column_builder(np):
-    numeric = (np.int64, np.float64, np.bool_)  # (columns are normalised to these or object)
-
-    def operand(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
-            value = node.value
-            return lambda cols, n: ("const", value)
-        if isinstance(node, ast.Name):
-            if node.id in CONSTANT_NAMES:
-                value = CONSTANT_NAMES[node.id]
-                return lambda cols, n: ("const", value)
-            name = node.id
-
-            def column(cols, n):
-                col = cols.get(name)
-                if col is None or not isinstance(col, np.ndarray) or len(col) != n:
-                    raise _NotVectorizable(name)
-                kind = col.dtype.kind
-                if kind == "f":  # (a float32 value compares as the Python float it becomes)
-                    col = col.astype(np.float64, copy=False)
-                elif kind in "iu" and not (kind == "u" and col.itemsize == 8):
-                    col = col.astype(np.int64, copy=False)
-                elif col.dtype == object:
-                    col = _typed(np, col)
-                elif kind != "b":
-                    raise _NotVectorizable(str(col.dtype))
-                return "col", col
-
-            return column
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-                and type(node.operand.value) in (int, float):
-            value = -node.operand.value
-            return lambda cols, n: ("const", value)
-        raise _NotVectorizable(type(node).__name__)
-
-    def compare(op, left, right):
-        """``left op right`` elementwise, as Python compares each pair; raises if not exact."""
-        (lk, lv), (rk, rv) = left, right
-        if lk == "const" and rk == "const":
-            try:
-                return _COMPARISONS[op](lv, rv)
-            except Exception as exc:  # (refused per record, with the reason)
-                raise _NotVectorizable("constants") from exc
-        if lk == "const":
-            op, (lk, lv), (rk, rv) = _FLIPPED[op], right, left
-        ufunc = {ast.Eq: np.equal, ast.NotEq: np.not_equal, ast.Lt: np.less, ast.LtE: np.less_equal,
-                 ast.Gt: np.greater, ast.GtE: np.greater_equal}[op]
-        ordering = op not in (ast.Eq, ast.NotEq)
-        if lv.dtype == object:
-            if ordering or (rk == "col" and rv.dtype != object) or (rk == "const" and isinstance(rv, float)):
-                raise _NotVectorizable("object column")
-            return np.fromiter(((a == b) if op is ast.Eq else (a != b)
-                                for a, b in zip(lv.tolist(), rv.tolist() if rk == "col" else [rv] * len(lv))),
-                               np.bool_, count=len(lv))
-        if lv.dtype.type not in numeric:
-            raise _NotVectorizable(str(lv.dtype))
-        if rk == "col":
-            if rv.dtype.type not in numeric or (lv.dtype.kind == "f") != (rv.dtype.kind == "f"):
-                raise _NotVectorizable("mixed columns")
-            return ufunc(lv, rv)
-        if rv is None:
-            if ordering:
-                return np.zeros(len(lv), bool)  # an ordering with None is false
-            return np.full(len(lv), op is ast.NotEq)
-        if isinstance(rv, str):
-            return np.full(len(lv), op is ast.NotEq) if not ordering else _raise(_NotVectorizable("str"))
-        if lv.dtype.kind == "f":
-            if isinstance(rv, int) and abs(rv) > _EXACT_FLOAT:
-                raise _NotVectorizable("big int")
-            return ufunc(lv, float(rv))
-        # an int64 (or bool) column against a number
-        if isinstance(rv, float):
-            if math.isnan(rv):
-                return np.full(len(lv), op is ast.NotEq)
-            if math.isinf(rv):
-                below = rv > 0  # every int is below +inf, above -inf
-                result = {ast.Eq: False, ast.NotEq: True, ast.Lt: below, ast.LtE: below,
-                          ast.Gt: not below, ast.GtE: not below}[op]
-                return np.full(len(lv), result)
-            if not rv.is_integer():  # exact: compare with the integers around it
-                if op is ast.Eq or op is ast.NotEq:
-                    return np.full(len(lv), op is ast.NotEq)
-                floor = math.floor(rv)
-                op, rv = {ast.Lt: (ast.LtE, floor), ast.LtE: (ast.LtE, floor),
-                          ast.Gt: (ast.Gt, floor), ast.GtE: (ast.Gt, floor)}[op]
-                ufunc = {ast.LtE: np.less_equal, ast.Gt: np.greater}[op]
-            rv = int(rv)
-        if not -(2**63) <= rv < 2**63:
-            raise _NotVectorizable("beyond int64")
-        return ufunc(lv.astype(np.int64, copy=False), np.int64(rv))
-
-    def _raise(exc):
-        raise exc
-
-    def truth_of(value, n):
-        if isinstance(value, np.ndarray):
-            if value.dtype == np.bool_:
-                return value
-            raise _NotVectorizable("non-boolean column")
-        return bool(value)
-
-    def build(node):
-        if isinstance(node, ast.BoolOp):
-            parts = [build(v) for v in node.values]
-            combine = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-
-            def boolop(cols, n):
-                out = truth_of(parts[0](cols, n), n)
-                for part in parts[1:]:
-                    out = combine(out, truth_of(part(cols, n), n))
-                return out
-
-            return boolop
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            inner = build(node.operand)
-            return lambda cols, n: np.logical_not(truth_of(inner(cols, n), n))
-        if isinstance(node, ast.Compare):
-            if any(type(op) not in _FLIPPED for op in node.ops):
-                raise _NotVectorizable("comparison")
-            operands = [operand(node.left)] + [operand(c) for c in node.comparators]
-            ops = [type(op) for op in node.ops]
-
-            def comparison(cols, n):
-                values = [o(cols, n) for o in operands]
-                out = True
-                for op, left, right in zip(ops, values, values[1:]):
-                    out = np.logical_and(out, compare(op, left, right))
-                return out
-
-            return comparison
-        if isinstance(node, ast.Name) and node.id not in CONSTANT_NAMES:
-            get = operand(node)
-
-            def bare(cols, n):
-                _, col = get(cols, n)
-                if col.dtype != np.bool_:
-                    raise _NotVectorizable("truthiness of a non-boolean column")
-                return col
-
-            return bare
-        raise _NotVectorizable(type(node).__name__)
-
-    return build
+def _operand(node: ast.AST) -> Operand:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+        return Const(node.value)
+    if isinstance(node, ast.Name):
+        return Const(CONSTANT_NAMES[node.id]) if node.id in CONSTANT_NAMES else Field(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and type(node.operand.value) in (int, float):
+        return Const(-node.operand.value)
+    raise NotVectorizable(type(node).__name__)

@@ -164,33 +164,23 @@ def start_filter(plan: NfaPlan):
     reachable from them through PROCEED edges (whatever their conditions) is false,
     so the NFA would take nothing, fork nothing and change no version, and the key would be
     dropped as idle at the next CTI. None (or None from the call) when some TAKE or IGNORE
-    edge has no exact column form (:func:`ctiflow.operators.cep.conditions.column_condition`) or is always true."""
-    from ctiflow.operators.cep.conditions import TRUE, column_condition
+    edge has no exact column form (:func:`ctiflow.operators.cep.conditions.condition_node`) or is always
+    true. The edges' forms make one column-form tree, ``NOT e1 AND NOT e2 …``, evaluated as one."""
+    from ctiflow.operators.cep.column_form import AllOf, Not, evaluator
+    from ctiflow.operators.cep.conditions import TRUE, condition_node
 
-    forms = []
+    nodes = []
     for state in proceed_closure(s for s in plan.states.values() if s.is_start):
         for t in state.transitions:
             if t.action is PROCEED:  # follows on to the target's edges, changes nothing itself
                 continue
             if t.condition is None or t.condition is TRUE:
                 return None
-            form = column_condition(t.condition)
-            if form is None:
+            node = condition_node(t.condition)
+            if node is None:
                 return None
-            forms.append(form)
-    if not forms:
-        return None
-
-    def idle(columns, n):
-        out = None
-        for form in forms:
-            m = form(columns, n)
-            if m is None:
-                return None
-            out = ~m if out is None else out & ~m
-        return out
-
-    return idle
+            nodes.append(Not(node))
+    return evaluator(AllOf(tuple(nodes))) if nodes else None
 
 
 class PartialMatchLimit(EventRejected):

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctiflow.operators.cep.column_form import FLIPPED, AllOf, AnyOf, Compare, Const, Field, Node
 from ctiflow.operators.cep.compiler import can_produce_empty_matches, compile_pattern
 from ctiflow.operators.cep.conditions import IterativeCondition, SimpleCondition
 from ctiflow.operators.cep.nfa import Nfa, NfaState
@@ -707,51 +708,29 @@ def _current_row_only(expr: Expr, var: str) -> bool:
     return all(_current_row_only(sub, var) for sub in _children(expr))
 
 
-_FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_SQL_COMPARE_OPS = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
-def _column_form(expr: Expr):
-    """``truth(columns, n) → bool array`` for a DEFINE made of ``column <op> literal``
-    comparisons joined by AND / OR (what a start filter needs to skip rows in bulk), or None.
-    Exact under SQL's three-valued logic: a comparison with NULL is unknown, and AND / OR of
-    unknowns is TRUE exactly when it is TRUE with every unknown taken as FALSE (no NOT here)."""
-    import numpy as np
-
+def _column_form(expr: Expr) -> Node | None:
+    """A DEFINE made of ``column <op> literal`` comparisons joined by AND / OR in the column form
+    (:mod:`ctiflow.operators.cep.column_form`, the sql rule: what a start filter needs to skip
+    rows in bulk), or None. No NOT: under SQL's three-valued logic NOT of unknown is not TRUE."""
     if expr.kind == "binary" and expr.value in ("AND", "OR"):
         left, right = _column_form(expr.args[0]), _column_form(expr.args[1])
         if left is None or right is None:
             return None
-        join = np.logical_and if expr.value == "AND" else np.logical_or
-
-        def both(columns, n):
-            a, b = left(columns, n), right(columns, n)
-            return None if a is None or b is None else join(a, b)
-
-        return both
-    if expr.kind != "binary" or expr.value not in _FLIP:
+        return (AllOf if expr.value == "AND" else AnyOf)((left, right))
+    if expr.kind != "binary" or expr.value not in _SQL_COMPARE_OPS:
         return None
     a, b = expr.args
-    op = expr.value
     if a.kind == "literal" and b.kind == "column":
-        a, b, op = b, a, _FLIP[op]
+        a, b = b, a
+        op = FLIPPED[_SQL_COMPARE_OPS[expr.value]]
+    else:
+        op = _SQL_COMPARE_OPS[expr.value]
     if a.kind != "column" or b.kind != "literal" or b.value is None or isinstance(b.value, bool):
         return None
-    column, literal = a.value[1], b.value
-    compare = _COMPARE[op]
-
-    def truth(columns, n):
-        values = columns.get(column)
-        if values is None:
-            return np.zeros(n, bool)  # the column is absent: NULL everywhere
-        if values.dtype.kind in "if" and isinstance(literal, (int, float)):
-            return compare(values, literal) & ~np.isnan(values) if values.dtype.kind == "f" else compare(values, literal)
-        if values.dtype.kind == "O" and isinstance(literal, str):
-            if not all(v is None or type(v) is str for v in values.tolist()):
-                return None
-            return np.fromiter((v is not None and compare(v, literal) for v in values.tolist()), bool, n)
-        return None  # another mix of types: row by row
-
-    return truth
+    return Compare(op, Field(a.value[1]), Const(b.value), rule="sql")
 
 
 class RowRefused(EventRejected):
