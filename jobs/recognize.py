@@ -9,14 +9,15 @@ build every configured operator.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ctiflow.jobs.config import JobConfig, MatchOp
 from ctiflow.jobs.fields import base_types
 from ctiflow.jobs.avro.serde import default_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
-from ctiflow.operators.cep.recognize import output_schema
-from ctiflow.operators.cep.sql import SqlError, parse
+from ctiflow.operators.cep.recognize import Recognizer
+from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, Expr, SqlError, parse
 from ctiflow.operators.errors import ConfigError, CtiflowError
 
 
@@ -80,7 +81,7 @@ def _logical(avro_type: Any) -> str | None:
 
 def derived_schemas(job: JobConfig) -> dict[str, str]:
     """Record schemas the job's operators derive (name → Avro JSON): a ``sql`` match operator's
-    output, from its MEASURES (:func:`ctiflow.operators.cep.recognize.output_schema`); match and
+    output, from its MEASURES (:func:`output_schema`); match and
     timed-out match records with their events typed as the input's records
     (:func:`matched_events_record`)."""
     found = {}
@@ -127,3 +128,118 @@ def matched_events_record(job: JobConfig, base: str, name: str) -> dict:
                 if f["name"] == "events":
                     f["type"] = {"type": "array", "items": event}
     return schema
+
+
+# -- the output's Avro schema -------------------------------------------------------------------
+TIMESTAMP = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+def output_schema(recognizer: Recognizer, column_types: Mapping[str, Any], name: str) -> dict:
+    """The Avro record schema of the output rows (:meth:`Recognizer.outputs`): the partition
+    columns with their types, then each measure typed from its expression (``column_types``: the
+    input's Avro field types; the ORDER BY time column is a ``timestamp-millis``); ALL ROWS PER
+    MATCH adds the ORDER BY columns before the measures and the input's other columns after
+    them, as the input types them. A measure is nullable unless it cannot be NULL (``COUNT``,
+    ``MATCH_ROWTIME()``, ``MATCH_NUMBER()``, ``CLASSIFIER()``); columns are nullable."""
+    q = recognizer.query
+    types = {c: _base(t) for c, t in column_types.items()}
+    fields: dict[str, dict] = {}
+
+    def column(c: str, avro: Any) -> None:
+        fields.setdefault(c, {"name": c, "type": _nullable(avro), "default": None})
+
+    for c in q.partition_by:
+        column(c, types.get(c, "string"))
+    if q.all_rows:
+        for c, _, _ in q.order_by:
+            column(c, types.get(c, "string"))
+    for m in q.measures:
+        avro, nullable = _typeof(m.expr, types)
+        fields[m.name] = {"name": m.name, "type": ["null", avro] if nullable else avro,
+                          **({"default": None} if nullable else {})}
+    if q.all_rows:
+        for c, t in column_types.items():
+            column(c, t)
+    return {"type": "record", "name": name, "namespace": "ctiflow.recognize",
+            "doc": "MATCH_RECOGNIZE output: partition columns, then measures", "fields": list(fields.values())}
+
+
+def _nullable(avro: Any) -> list:
+    """``avro`` as a union with ``null`` first (a union's own branches kept)."""
+    branches = avro if isinstance(avro, list) else [avro]
+    return ["null", *(b for b in branches if b != "null")]
+
+
+def _base(avro_type: Any) -> Any:
+    """A field's type without its null branch (the first other branch of a union)."""
+    if isinstance(avro_type, list):
+        others = [t for t in avro_type if t != "null"]
+        return _base(others[0]) if others else "string"
+    if isinstance(avro_type, Mapping) and avro_type.get("logicalType") == "timestamp-millis":
+        return TIMESTAMP
+    if isinstance(avro_type, Mapping):
+        return _base(avro_type.get("type"))
+    return {"int": "long", "float": "double"}.get(avro_type, avro_type)
+
+
+def _numeric(*types: Any) -> Any:
+    return "double" if "double" in types else "long"
+
+
+def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
+    """``(Avro type, nullable)`` of ``expr``'s values."""
+    kind = expr.kind
+    if kind == "literal":
+        v = expr.value
+        return ({bool: "boolean", int: "long", float: "double", str: "string"}.get(type(v), "string"), v is None)
+    if kind == "column":
+        return types.get(expr.value[1], "string"), True
+    if kind in ("is_null", "is_bool"):
+        return "boolean", False
+    if kind in ("between", "in", "like", "unary") and (kind != "unary" or expr.value == "NOT"):
+        return "boolean", True
+    if kind == "unary":
+        return _typeof(expr.args[0], types)
+    if kind == "binary":
+        if expr.value in ("AND", "OR", "=", "<>", "<", "<=", ">", ">="):
+            return "boolean", True
+        if expr.value == "||":
+            return "string", True
+        left, right = _typeof(expr.args[0], types)[0], _typeof(expr.args[1], types)[0]
+        if left == TIMESTAMP and expr.value in "+-" and right != TIMESTAMP:
+            return TIMESTAMP, True
+        return _numeric(left, right), True
+    if kind == "case":
+        branches, otherwise = expr.args
+        for _, value in branches:
+            t, _ = _typeof(value, types)
+            if not (value.kind == "literal" and value.value is None):
+                return t, True
+        return _typeof(otherwise, types)[0], True
+    if kind == "cast":
+        return {"int": "long", "float": "double", "str": "string", "bool": "boolean"}[CAST_TYPES[expr.value]], True
+    if kind == "call":
+        name = expr.value
+        if name == "COUNT":
+            return "long", False
+        if name == "MATCH_NUMBER":
+            return "long", False
+        if name == "MATCH_ROWTIME":
+            return TIMESTAMP, False
+        if name == "CLASSIFIER":
+            return "string", False
+        inner = _typeof(expr.args[0], types)[0] if expr.args and expr.args[0].kind != "star" else "long"
+        if name in NAVIGATION or name in ("MIN", "MAX", "COALESCE", "NULLIF", "ABS", "FLOOR", "CEIL", "CEILING"):
+            return inner, True
+        if name in ("SUM", "AVG", "MOD"):
+            return _numeric(inner), True
+        if name == "LISTAGG":
+            return "string", True
+        if name in ("POWER", "SQRT"):
+            return "double", True
+        if name in ("CHAR_LENGTH", "CHARACTER_LENGTH", "TIMESTAMPDIFF"):
+            return "long", True
+        if name == "IF":
+            return _typeof(expr.args[1], types)[0], True
+        return "string", True
+    return "string", True

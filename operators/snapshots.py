@@ -15,12 +15,16 @@ import pickle
 from typing import Any
 
 _MOVED = ("operators", "jobs")
+#: Classes that moved to another module since: (old module, name) → new module.
+_CLASSES = {("ctiflow.operators.cep.recognize", "Row"): "ctiflow.operators.cep.sql",
+            ("ctiflow.operators.cep.recognize", "Timestamp"): "ctiflow.operators.cep.sql"}
 
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module.partition(".")[0] in _MOVED:
             module = f"ctiflow.{module}"
+        module = _CLASSES.get((module, name), module)
         return super().find_class(module, name)
 
 

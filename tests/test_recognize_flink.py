@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctiflow.operators.cep.recognize import Timestamp, recognize
+from ctiflow.operators.cep.recognize import recognize
+from ctiflow.operators.cep.sql import Timestamp
 from ctiflow.operators.errors import CtiflowError
 
 CASES = Path(__file__).resolve().parent / "data" / "recognize"

@@ -46,3 +46,21 @@ def test_a_snapshot_of_main_2026_11_27_restores_and_goes_on_as_it_did(name):
         assert [r for r in got if r[0] != late] == [r for r in want if r[0] != late]
         assert sorted(repr(r) for r in got if r[0] == late) == sorted(repr(r) for r in want if r[0] == late)
     assert rt.keys() == set()
+
+
+def test_snapshots_of_earlier_versions_name_classes_where_they_were():
+    """A pickle naming ``operators.columns.EventColumns`` (before the ``ctiflow`` package) or
+    ``operators.cep.recognize.Timestamp`` (before the SQL modules split) reads as today's class."""
+    import pickle
+
+    from ctiflow.operators import snapshots
+    from ctiflow.operators.cep.sql import Timestamp
+    from ctiflow.operators.events import Event
+
+    old = pickle.dumps((Event("k", 1, 2, {"a": 1}), Timestamp(5)), protocol=2)  # (names as text)
+    old = old.replace(b"cctiflow.operators.events\n", b"coperators.events\n")
+    old = old.replace(b"cctiflow.operators.cep.sql\n", b"coperators.cep.recognize\n")
+    assert b"ctiflow" not in old
+    event, stamp = snapshots.loads(old)
+    assert type(event) is Event and event.fields == {"a": 1}
+    assert type(stamp) is Timestamp and stamp == 5

@@ -18,7 +18,7 @@ app = typer.Typer()
 
 def to_json(row: dict) -> str:
     """One output row as JSON: timestamps as SQL TIMESTAMP(3) text, columns in output order."""
-    from ctiflow.operators.cep.recognize import Timestamp
+    from ctiflow.operators.cep.sql import Timestamp
 
     return json.dumps({k: str(v) if isinstance(v, Timestamp) else v for k, v in row.items()}, ensure_ascii=False)
 

@@ -521,10 +521,10 @@ def _FIRST(pair: tuple) -> Any:
 
 
 def _ranked(rows: dict[str, list[Any]], ids: MatchIds) -> dict[str, list[Any]]:
-    """A match's rows as :class:`ctiflow.operators.cep.recognize.Row` s whose ``seq`` is their place in
+    """A match's rows as :class:`ctiflow.operators.cep.sql.Row` s whose ``seq`` is their place in
     the partition's order (the buffer ids ``(time, n-th at that time)`` sort as the rows were
     processed), for ALL ROWS PER MATCH."""
-    from ctiflow.operators.cep.recognize import Row
+    from ctiflow.operators.cep.sql import Row
 
     ranked: dict[str, list[Any]] = {}
     for name, fields in rows.items():

@@ -12,6 +12,7 @@ Errors are :class:`SqlError` (a :class:`~ctiflow.operators.errors.PatternError`)
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import re
 import sys
@@ -643,3 +644,70 @@ def deep_enough(frames: int = 20_000):
         yield
     finally:
         sys.setrecursionlimit(old)
+
+
+# -- the language's vocabulary (shared by checking, evaluating and translating) ------------------
+STAR = "*"  # the universal pattern variable: every row of the match
+NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")
+AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT", "LISTAGG")
+FUNCTIONS: dict[str, tuple[int, int | None]] = {
+    "ABS": (1, 1), "MOD": (2, 2), "POWER": (2, 2), "SQRT": (1, 1), "FLOOR": (1, 1), "CEIL": (1, 1),
+    "CEILING": (1, 1), "UPPER": (1, 1), "LOWER": (1, 1), "CHAR_LENGTH": (1, 1), "CHARACTER_LENGTH": (1, 1),
+    "TRIM": (1, 1), "CONCAT": (1, None), "COALESCE": (1, None), "NULLIF": (2, 2), "IF": (3, 3),
+    "TIMESTAMPDIFF": (3, 3),
+}
+MATCH_FUNCTIONS = ("MATCH_ROWTIME", "CLASSIFIER", "MATCH_NUMBER")
+
+
+
+
+class Timestamp(int):
+    """Epoch milliseconds that print as an SQL ``TIMESTAMP(3)`` (UTC): the ORDER BY column and
+    ``MATCH_ROWTIME()``."""
+
+    def __str__(self) -> str:
+        moment = _dt.datetime(1970, 1, 1) + _dt.timedelta(milliseconds=int(self))
+        return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+    __repr__ = __str__
+
+
+def to_millis(value: Any) -> int:
+    """An ORDER BY time value: epoch ms, or an ISO-8601 timestamp (UTC unless it says otherwise)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{value!r} is not a time")
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = str(value).strip().replace(" ", "T", 1)
+    moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return int(round(moment.timestamp() * 1000))
+
+
+# -- rows ---------------------------------------------------------------------------------------
+class Row(dict):
+    """An input row: its columns, plus its time and its place in the input (ties keep it)."""
+
+    __slots__ = ("time", "seq", "number")
+
+
+def variables_of(expr: Expr) -> set[str]:
+    found = set()
+    if expr.kind == "column" and expr.value[0] is not None:
+        found.add(expr.value[0])
+    for sub in children_of(expr):
+        found |= variables_of(sub)
+    return found
+
+
+def reads_columns(expr: Expr) -> bool:
+    return expr.kind == "column" or any(reads_columns(sub) for sub in children_of(expr))
+
+
+def children_of(expr: Expr) -> list[Expr]:
+    if expr.kind == "case":
+        branches, otherwise = expr.args
+        out = [p for branch in branches for p in branch] + [otherwise]
+        return out + ([expr.value] if expr.value is not None else [])
+    return [a for a in expr.args if isinstance(a, Expr)]
