@@ -306,26 +306,7 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
             f"compiled per-state windows {plan.state_windows_ms} != Flink's {expected_windows}"
         )
 
-    nfa = Nfa(plan)
-    got_matches: dict[int, Counter[CanonicalMatch]] = {}
-    got_timeouts: dict[int, Counter[tuple[CanonicalMatch, int]]] = {}
-    raised: Exception | None = None
-    for index, step in enumerate(case["steps"]):
-        try:
-            if "advance_time" in step:
-                matches, timed_out = nfa.advance_time(step["advance_time"])
-            else:
-                event = events[step["event"]]
-                ts = event["ts"] if event["ts"] is not None else NO_TIMESTAMP
-                matches, timed_out = nfa.process(event, ts), []
-        except CtiflowError as exc:
-            raised = exc
-            break
-        if matches:
-            got_matches[index] = Counter(_canonical(_seqs(m)) for m in matches)
-        if timed_out:
-            got_timeouts[index] = Counter((_canonical(_seqs(m)), ts) for m, ts in timed_out)
-
+    got_matches, got_timeouts, raised, index = _replay(Nfa(plan), case["steps"], events)
     if expected_error:
         if raised is None:
             problems.append(f"expected {expected_error}, but no error was raised")
@@ -335,21 +316,8 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
     if raised is not None:
         problems.append(f"unexpected error at step {index}: {raised}")
         return _result(case, problems)
-
-    want_matches: dict[int, Counter[CanonicalMatch]] = {}
-    for match, step_index in zip(case["expected_matches_by_stage"], case["emitted_at_step"]):
-        want_matches.setdefault(step_index, Counter())[_canonical(match)] += 1
-    want_timeouts: dict[int, Counter[tuple[CanonicalMatch, int]]] = {}
-    for timeout in case.get("timed_out_partial_matches") or []:
-        want_timeouts.setdefault(timeout["step"], Counter())[
-            (_canonical(timeout["match_by_stage"]), timeout["timeout_ts"])
-        ] += 1
-
-    comparisons = (
-        ("matches", got_matches, want_matches),
-        ("timeouts", got_timeouts, want_timeouts),
-    )
-    for label, got, want in comparisons:
+    want_matches, want_timeouts = _expected(case)
+    for label, got, want in (("matches", got_matches, want_matches), ("timeouts", got_timeouts, want_timeouts)):
         for step_index in sorted(set(got) | set(want)):
             g, w = got.get(step_index, Counter()), want.get(step_index, Counter())
             if g != w:
@@ -360,6 +328,42 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
                     f"missing {missing} extra {extra}"
                 )
     return _result(case, problems)
+
+
+def _replay(nfa: Nfa, steps: list, events: dict) -> tuple[dict, dict, Exception | None, int]:
+    """The case's steps through our NFA: matches and timeouts by step, the error that stopped it
+    (if any) and the step it stopped at."""
+    got_matches: dict[int, Counter[CanonicalMatch]] = {}
+    got_timeouts: dict[int, Counter[tuple[CanonicalMatch, int]]] = {}
+    index = 0
+    for index, step in enumerate(steps):
+        try:
+            if "advance_time" in step:
+                matches, timed_out = nfa.advance_time(step["advance_time"])
+            else:
+                event = events[step["event"]]
+                ts = event["ts"] if event["ts"] is not None else NO_TIMESTAMP
+                matches, timed_out = nfa.process(event, ts), []
+        except CtiflowError as exc:
+            return got_matches, got_timeouts, exc, index
+        if matches:
+            got_matches[index] = Counter(_canonical(_seqs(m)) for m in matches)
+        if timed_out:
+            got_timeouts[index] = Counter((_canonical(_seqs(m)), ts) for m, ts in timed_out)
+    return got_matches, got_timeouts, None, index
+
+
+def _expected(case: Mapping[str, Any]) -> tuple[dict, dict]:
+    """What Flink recorded: matches and timed-out partial matches by step."""
+    want_matches: dict[int, Counter[CanonicalMatch]] = {}
+    for match, step_index in zip(case["expected_matches_by_stage"], case["emitted_at_step"]):
+        want_matches.setdefault(step_index, Counter())[_canonical(match)] += 1
+    want_timeouts: dict[int, Counter[tuple[CanonicalMatch, int]]] = {}
+    for timeout in case.get("timed_out_partial_matches") or []:
+        want_timeouts.setdefault(timeout["step"], Counter())[
+            (_canonical(timeout["match_by_stage"]), timeout["timeout_ts"])
+        ] += 1
+    return want_matches, want_timeouts
 
 
 def _check_error(expected: str, raised: Exception, problems: list[str]) -> None:

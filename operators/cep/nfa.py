@@ -416,7 +416,8 @@ class Nfa:
         self, cs: ComputationState, handle: _EventHandle, result: list[ComputationState]
     ) -> None:
         """Flink's ``computeNextStates``: the runs ``cs`` becomes on this event, appended to
-        ``result`` as each takes its locks (the caller releases ``cs`` itself)."""
+        ``result`` as each takes its locks (the caller releases ``cs`` itself). One long function
+        on purpose: it follows Flink's branch for branch, so the two can be read side by side."""
         buffer = self.state.buffer
         states = self._states
         state = states[cs.state]

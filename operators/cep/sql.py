@@ -226,35 +226,10 @@ class _Parser:
         table = self.identifier("a table name")
         self.expect("MATCH_RECOGNIZE", hint="row pattern recognition is all this statement does")
         self.expect("(")
-        partition_by: list[str] = []
-        if self.accept("PARTITION", "BY"):
-            partition_by.append(self.identifier("a partition column"))
-            while self.accept(","):
-                partition_by.append(self.identifier("a partition column"))
-        order_by = []
-        if not self.at("ORDER", "BY"):
-            raise self.fail("MATCH_RECOGNIZE needs ORDER BY <time column> (rows are matched in time order)")
-        self.expect("ORDER", "BY")
-        while True:
-            pos = self.tok.pos
-            column = self.identifier("an ORDER BY column")
-            ascending = True
-            if self.accept("DESC"):
-                ascending = False
-            else:
-                self.accept("ASC")
-            order_by.append((column, ascending, pos))
-            if not self.accept(","):
-                break
+        partition_by = self.partition_by()
+        order_by = self.order_by()
         measures = self.measures() if self.accept("MEASURES") else []
-        all_rows = False
-        if self.accept("ONE", "ROW", "PER", "MATCH"):
-            pass
-        elif self.accept("ALL", "ROWS", "PER", "MATCH"):
-            all_rows = True
-            if self.at("SHOW") or self.at("OMIT") or self.at("WITH"):
-                raise self.fail("ALL ROWS PER MATCH options (SHOW/OMIT EMPTY MATCHES, WITH UNMATCHED ROWS) are "
-                                "not supported; write ALL ROWS PER MATCH alone")
+        all_rows = self.rows_per_match()
         skip = ("to_next_row", None)  # the default (SQL:2016, Calcite, Flink): AFTER MATCH SKIP TO NEXT ROW
         if self.accept("AFTER", "MATCH", "SKIP"):
             skip = self.skip()
@@ -265,20 +240,7 @@ class _Parser:
         within = None
         if self.accept("WITHIN"):
             within = self.interval()
-        define, define_pos = {}, {}
-        if not self.at("DEFINE"):
-            raise self.fail("expected DEFINE <variable> AS <condition>, … (required, as in SQL and Flink; a "
-                            "variable left out matches every row)")
-        if self.accept("DEFINE"):
-            while True:
-                pos = self.tok.pos
-                name = self.identifier("a pattern variable")
-                if name in define:
-                    raise self.fail(f"variable {name} is defined twice", self.tokens[self.i - 1])
-                self.expect("AS")
-                define[name], define_pos[name] = self.expression(), pos
-                if not self.accept(","):
-                    break
+        define, define_pos = self.define()
         self.expect(")", hint="the MATCH_RECOGNIZE clause ends here")
         alias = None
         if self.accept("AS"):
@@ -290,6 +252,58 @@ class _Parser:
             raise self.fail(f"unexpected {self.tok.text!r} after the query")
         return Query(self.text, table, partition_by, order_by, measures, all_rows, skip, pattern, within,
                      define, define_pos, alias)
+
+    def partition_by(self) -> list[str]:
+        columns: list[str] = []
+        if self.accept("PARTITION", "BY"):
+            columns.append(self.identifier("a partition column"))
+            while self.accept(","):
+                columns.append(self.identifier("a partition column"))
+        return columns
+
+    def order_by(self) -> list[tuple[str, bool, int]]:
+        if not self.at("ORDER", "BY"):
+            raise self.fail("MATCH_RECOGNIZE needs ORDER BY <time column> (rows are matched in time order)")
+        self.expect("ORDER", "BY")
+        order_by = []
+        while True:
+            pos = self.tok.pos
+            column = self.identifier("an ORDER BY column")
+            ascending = True
+            if self.accept("DESC"):
+                ascending = False
+            else:
+                self.accept("ASC")
+            order_by.append((column, ascending, pos))
+            if not self.accept(","):
+                return order_by
+
+    def rows_per_match(self) -> bool:
+        """True for ALL ROWS PER MATCH (ONE ROW PER MATCH is the default)."""
+        if self.accept("ONE", "ROW", "PER", "MATCH"):
+            return False
+        if not self.accept("ALL", "ROWS", "PER", "MATCH"):
+            return False
+        if self.at("SHOW") or self.at("OMIT") or self.at("WITH"):
+            raise self.fail("ALL ROWS PER MATCH options (SHOW/OMIT EMPTY MATCHES, WITH UNMATCHED ROWS) are "
+                            "not supported; write ALL ROWS PER MATCH alone")
+        return True
+
+    def define(self) -> tuple[dict[str, "Expr"], dict[str, int]]:
+        define, define_pos = {}, {}
+        if not self.at("DEFINE"):
+            raise self.fail("expected DEFINE <variable> AS <condition>, … (required, as in SQL and Flink; a "
+                            "variable left out matches every row)")
+        self.expect("DEFINE")
+        while True:
+            pos = self.tok.pos
+            name = self.identifier("a pattern variable")
+            if name in define:
+                raise self.fail(f"variable {name} is defined twice", self.tokens[self.i - 1])
+            self.expect("AS")
+            define[name], define_pos[name] = self.expression(), pos
+            if not self.accept(","):
+                return define, define_pos
 
     def measures(self) -> list[Measure]:
         out = []

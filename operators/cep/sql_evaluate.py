@@ -182,16 +182,6 @@ def compile_expr(expr: Expr) -> Callable[[Scope], Any]:
     if kind == "literal":
         value = expr.value
         return lambda s: value
-    if kind == "column":
-        var, column = expr.value
-
-        def column_value(s: Scope) -> Any:
-            if s.define is not None and (var is None or var == s.define):
-                return s.current.get(column)
-            rows = s.rows_of(var if var is not None else STAR)
-            return rows[-1].get(column) if rows else None
-
-        return column_value
     if kind == "unary":
         inner = compile_expr(expr.args[0])
         if expr.value == "NOT":
@@ -199,61 +189,76 @@ def compile_expr(expr: Expr) -> Callable[[Scope], Any]:
         if expr.value == "-":
             return lambda s: _negate(inner(s), expr.pos)
         return inner
-    if kind == "binary":
-        return _binary(expr)
     if kind == "is_null":
         inner, negated = compile_expr(expr.args[0]), expr.value
         return lambda s: (inner(s) is None) != negated
     if kind == "is_bool":
         inner, (value, negated) = compile_expr(expr.args[0]), expr.value
         return lambda s: (inner(s) is value) != negated
-    if kind == "between":
-        v, lo, hi = (compile_expr(a) for a in expr.args)
-        negated = expr.value
-
-        def between(s: Scope) -> Any:
-            x, a, b = v(s), lo(s), hi(s)
-            result = _and(_cmp(">=", x, a), _cmp("<=", x, b))
-            return None if result is None else result != negated
-
-        return between
-    if kind == "in":
-        v, *items = (compile_expr(a) for a in expr.args)
-        negated = expr.value
-
-        def in_(s: Scope) -> Any:
-            x = v(s)
-            result: Any = False
-            for item in items:
-                eq = _cmp("=", x, item(s))
-                if eq is True:
-                    result = True
-                    break
-                if eq is None:
-                    result = None
-            return None if result is None else result != negated
-
-        return in_
-    if kind == "like":
-        v, pattern = (compile_expr(a) for a in expr.args)
-        negated = expr.value
-
-        def like(s: Scope) -> Any:
-            x, p = v(s), pattern(s)
-            if x is None or p is None:
-                return None
-            regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(p))
-            return (re.fullmatch(regex, str(x), re.DOTALL) is not None) != negated
-
-        return like
-    if kind == "case":
-        return _case(expr)
     if kind == "cast":
         inner, target = compile_expr(expr.args[0]), CAST_TYPES[expr.value]
         return lambda s: _cast(inner(s), target)
-    if kind == "call":
-        return _call(expr)
-    raise SqlError(f"{kind} is not supported here", "", expr.pos)
+    build = _BUILDERS.get(kind)
+    if build is None:
+        raise SqlError(f"{kind} is not supported here", "", expr.pos)
+    return build(expr)
+
+
+def _column(expr: Expr) -> Callable[[Scope], Any]:
+    var, column = expr.value
+
+    def column_value(s: Scope) -> Any:
+        if s.define is not None and (var is None or var == s.define):
+            return s.current.get(column)
+        rows = s.rows_of(var if var is not None else STAR)
+        return rows[-1].get(column) if rows else None
+
+    return column_value
+
+
+def _between(expr: Expr) -> Callable[[Scope], Any]:
+    v, lo, hi = (compile_expr(a) for a in expr.args)
+    negated = expr.value
+
+    def between(s: Scope) -> Any:
+        x, a, b = v(s), lo(s), hi(s)
+        result = _and(_cmp(">=", x, a), _cmp("<=", x, b))
+        return None if result is None else result != negated
+
+    return between
+
+
+def _in(expr: Expr) -> Callable[[Scope], Any]:
+    v, *items = (compile_expr(a) for a in expr.args)
+    negated = expr.value
+
+    def in_(s: Scope) -> Any:
+        x = v(s)
+        result: Any = False
+        for item in items:
+            eq = _cmp("=", x, item(s))
+            if eq is True:
+                result = True
+                break
+            if eq is None:
+                result = None
+        return None if result is None else result != negated
+
+    return in_
+
+
+def _like(expr: Expr) -> Callable[[Scope], Any]:
+    v, pattern = (compile_expr(a) for a in expr.args)
+    negated = expr.value
+
+    def like(s: Scope) -> Any:
+        x, p = v(s), pattern(s)
+        if x is None or p is None:
+            return None
+        regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(p))
+        return (re.fullmatch(regex, str(x), re.DOTALL) is not None) != negated
+
+    return like
 
 
 def _negate(v: Any, pos: int) -> Any:
@@ -524,3 +529,10 @@ def _aggregate(expr: Expr) -> Callable[[Scope], Any]:
         return total / len(values)
 
     return aggregate
+
+
+#: How each remaining kind of expression compiles (:func:`compile_expr`).
+_BUILDERS: dict[str, Callable[[Expr], Callable[[Scope], Any]]] = {
+    "column": _column, "binary": _binary, "between": _between, "in": _in, "like": _like, "case": _case,
+    "call": _call,
+}
