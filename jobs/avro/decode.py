@@ -242,15 +242,7 @@ def _compile(w: Node, r: Node, cache: dict) -> Reader:
 
 def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
     if w.kind == "union":
-        branches = [_compile(b, b, cache) if r is w else _resolve_branch(b, r, cache) for b in w.branches]
-        count = len(branches)
-
-        def read_union(buf, pos):
-            i, pos = _read_long(buf, pos)
-            if not 0 <= i < count:
-                raise DecodeError(f"union branch index {i} at byte {pos - 1} (the union has {count} branches)")
-            return branches[i](buf, pos)
-        return read_union
+        return _union(w, r, cache)
     if r.kind == "union":  # writer is not a union: the first reader branch it matches, exact first
         for exact in (True, False):
             for b in r.branches:
@@ -260,83 +252,113 @@ def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
     if not _matches(w, r):
         raise DecodeError(f"writer type {w.name or w.kind} does not resolve to reader type {r.name or r.kind}")
     if w.kind in PRIMITIVES:
-        read = _primitive(w.kind)
-        if w.kind == r.kind:
-            return read
-        if r.kind in ("float", "double"):
-            def promote(buf, pos):
-                value, pos = read(buf, pos)
-                return float(value), pos
-            return promote
-        if r.kind == "bytes":
-            def to_bytes(buf, pos):
-                value, pos = read(buf, pos)
-                return value.encode("utf-8"), pos
-            return to_bytes
-        if r.kind == "string":
-            return _primitive("string")  # bytes → string: the same bytes, checked as UTF-8
-        return read  # int → long
-    if w.kind == "fixed":
-        if w.size != r.size:
-            raise DecodeError(f"fixed {w.name} has size {w.size}, the reader's {r.size}")
-        n = w.size
+        return _promoted(w.kind, r.kind)
+    compile_kind = {"fixed": _fixed, "enum": _enum, "array": _blocks, "map": _blocks, "record": _record}[w.kind]
+    return compile_kind(w, r, cache)
 
-        def read_fixed(buf, pos):
-            if pos + n > len(buf):
-                raise DecodeError(f"fixed at byte {pos} needs {n} bytes")
-            return bytes(buf[pos:pos + n]), pos + n
-        return read_fixed
-    if w.kind == "enum":
-        symbols, known = w.symbols, set(r.symbols)
-        default = r.enum_default
 
-        def read_enum(buf, pos):
-            i, pos = _read_long(buf, pos)
-            if not 0 <= i < len(symbols):
-                raise DecodeError(f"enum index {i} at byte {pos - 1} ({len(symbols)} symbols)")
-            s = symbols[i]
-            if s not in known:
-                if default is None:
-                    raise DecodeError(f"enum symbol {s!r} is not in the reader's {w.short_name}")
-                s = default
-            return s, pos
-        return read_enum
-    if w.kind in ("array", "map"):
-        item = _compile(w.items, r.items, cache)
-        zero_size = w.items.min_size() == 0
-        is_map = w.kind == "map"
+def _union(w: Node, r: Node, cache: dict) -> Reader:
+    branches = [_compile(b, b, cache) if r is w else _resolve_branch(b, r, cache) for b in w.branches]
+    count = len(branches)
 
-        def read_blocks(buf, pos):
-            out: Any = {} if is_map else []
-            while True:
-                count, pos = _read_long(buf, pos)
-                if count == 0:
-                    return out, pos
-                if count < 0:
-                    count = -count
-                    _, pos = _read_long(buf, pos)  # the block's size in bytes (not needed to read it)
-                left = len(buf) - pos
-                if zero_size:
-                    _zero_size_items.n = seen = getattr(_zero_size_items, "n", 0) + count
-                    if seen > MAX_ZERO_SIZE_ITEMS:
-                        raise DecodeError(f"{w.kind} items that take no bytes: {seen} in one record by byte {pos}, "
-                                          f"more than {MAX_ZERO_SIZE_ITEMS}")
-                elif count > left:
-                    raise DecodeError(f"{w.kind} block of {count} items at byte {pos} (only {left} bytes left)")
-                for _ in range(count):
-                    if is_map:
-                        n, pos = _read_length(buf, pos, "map key")
-                        try:
-                            key = bytes(buf[pos:pos + n]).decode("utf-8")
-                        except UnicodeDecodeError:
-                            raise DecodeError(f"map key at byte {pos} is not UTF-8") from None
-                        out[key], pos = item(buf, pos + n)
-                    else:
-                        value, pos = item(buf, pos)
-                        out.append(value)
-        return read_blocks
-    # records: writer fields in writer order (those the reader lacks are read and dropped); a reader
-    # field takes the writer field of its name, else one named by its aliases (a renamed field)
+    def read_union(buf, pos):
+        i, pos = _read_long(buf, pos)
+        if not 0 <= i < count:
+            raise DecodeError(f"union branch index {i} at byte {pos - 1} (the union has {count} branches)")
+        return branches[i](buf, pos)
+    return read_union
+
+
+def _promoted(written: str, read_as: str) -> Reader:
+    """A primitive as written, promoted as the spec allows (int→long→float→double, string↔bytes)."""
+    read = _primitive(written)
+    if written == read_as:
+        return read
+    if read_as in ("float", "double"):
+        def promote(buf, pos):
+            value, pos = read(buf, pos)
+            return float(value), pos
+        return promote
+    if read_as == "bytes":
+        def to_bytes(buf, pos):
+            value, pos = read(buf, pos)
+            return value.encode("utf-8"), pos
+        return to_bytes
+    if read_as == "string":
+        return _primitive("string")  # bytes → string: the same bytes, checked as UTF-8
+    return read  # int → long
+
+
+def _fixed(w: Node, r: Node, cache: dict) -> Reader:
+    if w.size != r.size:
+        raise DecodeError(f"fixed {w.name} has size {w.size}, the reader's {r.size}")
+    n = w.size
+
+    def read_fixed(buf, pos):
+        if pos + n > len(buf):
+            raise DecodeError(f"fixed at byte {pos} needs {n} bytes")
+        return bytes(buf[pos:pos + n]), pos + n
+    return read_fixed
+
+
+def _enum(w: Node, r: Node, cache: dict) -> Reader:
+    symbols, known = w.symbols, set(r.symbols)
+    default = r.enum_default
+
+    def read_enum(buf, pos):
+        i, pos = _read_long(buf, pos)
+        if not 0 <= i < len(symbols):
+            raise DecodeError(f"enum index {i} at byte {pos - 1} ({len(symbols)} symbols)")
+        s = symbols[i]
+        if s not in known:
+            if default is None:
+                raise DecodeError(f"enum symbol {s!r} is not in the reader's {w.short_name}")
+            s = default
+        return s, pos
+    return read_enum
+
+
+def _blocks(w: Node, r: Node, cache: dict) -> Reader:
+    """An array or a map: blocks of items, each count bounded by the bytes left (zero-size items
+    by :data:`MAX_ZERO_SIZE_ITEMS` per record)."""
+    item = _compile(w.items, r.items, cache)
+    zero_size = w.items.min_size() == 0
+    is_map = w.kind == "map"
+
+    def read_blocks(buf, pos):
+        out: Any = {} if is_map else []
+        while True:
+            count, pos = _read_long(buf, pos)
+            if count == 0:
+                return out, pos
+            if count < 0:
+                count = -count
+                _, pos = _read_long(buf, pos)  # the block's size in bytes (not needed to read it)
+            left = len(buf) - pos
+            if zero_size:
+                _zero_size_items.n = seen = getattr(_zero_size_items, "n", 0) + count
+                if seen > MAX_ZERO_SIZE_ITEMS:
+                    raise DecodeError(f"{w.kind} items that take no bytes: {seen} in one record by byte {pos}, "
+                                      f"more than {MAX_ZERO_SIZE_ITEMS}")
+            elif count > left:
+                raise DecodeError(f"{w.kind} block of {count} items at byte {pos} (only {left} bytes left)")
+            for _ in range(count):
+                if is_map:
+                    n, pos = _read_length(buf, pos, "map key")
+                    try:
+                        key = bytes(buf[pos:pos + n]).decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise DecodeError(f"map key at byte {pos} is not UTF-8") from None
+                    out[key], pos = item(buf, pos + n)
+                else:
+                    value, pos = item(buf, pos)
+                    out.append(value)
+    return read_blocks
+
+
+def _record(w: Node, r: Node, cache: dict) -> Reader:
+    """Writer fields in writer order (those the reader lacks are read and dropped); a reader field
+    takes the writer field of its name, else one named by its aliases (a renamed field)."""
     r_fields = {name: node for name, node, _, _ in r.fields}
     as_read = {written: name for name, written in sources(w, r).items()}  # writer field → reader field
     plan = [(as_read.get(name, name), _compile(node, r_fields[as_read[name]] if name in as_read and r is not w
