@@ -380,7 +380,8 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
 
     cfg = parse(job_config(name, spec, key_groups))
     plan = Plan.from_config(cfg)
-    encoders = {topic: AvroSerializer(schema, validate=False)
+    store = plan.schema_store()
+    encoders = {topic: AvroSerializer(schema, store=store, validate=False)
                 for topic, schema in cfg.result_topics().items()}
     decode = AvroDeserializer("transaction")
     keys = [r["account"] for r in records]

@@ -38,7 +38,8 @@ def run(cfg: JobConfig, spark, **kwargs):
     return pipeline.run(cfg, until_end=kwargs.pop("until_end", True), spark=spark, **kwargs)
 
 
-def read(stack, topic: str) -> list[dict]:
+def read(stack, topic: str, store=None) -> list[dict]:
+    """``topic``'s records; ``store``: a job's schema store (its derived schemas) to decode them with."""
     from ctiflow.jobs.kafka import read_topic
 
-    return read_topic(stack.bootstrap, topic, registry_url=stack.registry_url)
+    return read_topic(stack.bootstrap, topic, registry_url=stack.registry_url, store=store)

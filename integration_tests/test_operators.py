@@ -14,6 +14,7 @@ import pytest
 
 from integration_tests.harness import job, produce, read, run
 from ctiflow.jobs import kafka
+from ctiflow.jobs.recognize import job_schema_store
 from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -195,17 +196,15 @@ def test_match_job_on_out_of_order_input_equals_the_in_order_stepwise_run(stack,
 def test_a_match_recognize_job_finds_what_the_equivalent_pattern_api_job_finds(stack, spark, tmp_path):
     """The SQL form of the brute-force pattern as a job: its typed records (partition column,
     measures) are the Pattern API operator's matches."""
-    from ctiflow.jobs.recognize import derived_schemas
-    from ctiflow.jobs.runtime import register_schemas
 
     cfg, records, expected = brute_force_run(stack, spark, tmp_path, "sql", {
         "kind": "match", "name": "brute-force-sql", "sql": BRUTE_FORCE_SQL}, seed=6)
     by_id = {r["id"]: r for r in records}
     want = sorted((m["key"], m["first_time"], m["last_time"], 3,
                    by_id[json.loads(m["stages"][-1]["events"][-1])["id"]]["country"]) for m in expected)
-    register_schemas(derived_schemas(cfg))  # this process decodes the derived record schema
+    store = job_schema_store(cfg)  # this process decodes the derived record schema
     got = sorted((r["account"], millis(r["first_time"]), millis(r["last_time"]), r["failures"], r["login_country"])
-                 for r in read(stack, cfg.operators[0].output))
+                 for r in read(stack, cfg.operators[0].output, store))
     assert want and got == want
 
 
@@ -221,8 +220,6 @@ def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_res
     """Poison records (an integer division by zero in DEFINE) on every partition: each is in the
     dead-letter topic with the reason, the job runs to the end, and its matches are the Pattern API
     operator's over the admitted records without them (as if they had not come)."""
-    from ctiflow.jobs.recognize import derived_schemas
-    from ctiflow.jobs.runtime import register_schemas
     from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
     from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -253,10 +250,10 @@ def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_res
     expected += stepwise.advance_to(CTI_INFINITY)
     want = sorted((o.record["key"], o.record["first_time"], o.record["last_time"]) for o in expected
                   if o.role == "match")
-    register_schemas(derived_schemas(cfg))
-    got = sorted((r["account"], millis(r["first_time"]), millis(r["last_time"])) for r in read(stack, out))
+    store = job_schema_store(cfg)
+    got = sorted((r["account"], millis(r["first_time"]), millis(r["last_time"])) for r in read(stack, out, store))
     assert len(want) > 5 and got == want
-    letters = read(stack, dlq)
+    letters = read(stack, dlq, store)
     assert sorted(json.loads(d["value"])["id"] for d in letters) == sorted(poisoned)
     assert all(d["stage"] == "operator" and "DEFINE F: division by zero" in d["error"] for d in letters)
     assert {d["partition"] for d in letters} == set(range(PARTITIONS))
@@ -264,10 +261,8 @@ def test_a_sql_job_dead_letters_a_record_its_define_fails_on_and_matches_the_res
 
 def sql_job_and_recognize(stack, spark, tmp_path, name: str, operator: str, sql: str, records: list[dict]):
     """``records`` on three partitions through a job whose one operator runs ``sql`` → (its
-    config, its output topic — this process can decode it —, and what `ctiflow recognize`,
+    config, its output topic — read it with the job's schema store —, and what `ctiflow recognize`,
     checked against Flink, gives for the admitted events in application-time order: the oracle)."""
-    from ctiflow.jobs.recognize import derived_schemas
-    from ctiflow.jobs.runtime import register_schemas
     from ctiflow.operators.cep.recognize import column_families, compile_query
 
     src, out = stack.topic(f"{name}-in"), stack.topic(f"{name}-out")
@@ -281,7 +276,6 @@ def sql_job_and_recognize(stack, spark, tmp_path, name: str, operator: str, sql:
     assert all(c.status == oracle.ADMITTED for c in checked)
     rows = [dict(c.fields) for c in sorted(checked, key=lambda c: c.order)]
     want = compile_query(sql, column_families(rows)).run(rows)
-    register_schemas(derived_schemas(cfg))
     return cfg, out, want
 
 
@@ -304,7 +298,7 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
                 "country": "FR"})
     records = sorted(base + hot, key=lambda r: r["event_time"])  # the hot key interleaved, as it arrived
     cfg, out, want = sql_job_and_recognize(stack, spark, tmp_path, "sql-hot", "two-countries", sql, records)
-    got = read(stack, out)
+    got = read(stack, out, job_schema_store(cfg))
 
     def table(found):
         return sorted((r["account"], r["home"], r["abroad"], r["amount"], millis(r["large_at"])) for r in found)
@@ -345,6 +339,6 @@ def test_all_rows_per_match_with_a_wider_partition_gives_what_recognize_gives(st
                 (millis(r["event_time"]), r["id"], r["n"], r["var"], r["so_far"], r["amount"]))
         return table
 
-    got = per_partition(read(stack, out))
+    got = per_partition(read(stack, out, job_schema_store(cfg)))
     assert len(want) > 20 and max(r["n"] for r in want) > 1
     assert got == per_partition(want)

@@ -100,11 +100,10 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
         want += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset))
     want += stepwise.advance_to(CTI_INFINITY)
     from ctiflow.jobs.config import parse
-    from ctiflow.jobs.recognize import derived_schemas
-    from ctiflow.jobs.runtime import register_schemas
+    from ctiflow.jobs.recognize import job_schema_store
 
-    register_schemas(derived_schemas(parse(spec, "chaos")))  # the job (other processes) derived the match schema
-    got = read(stack, topics["matches"])
+    store = job_schema_store(parse(spec, "chaos"))  # the job (other processes) derived the match schema
+    got = read(stack, topics["matches"], store)
     assert Counter(r["match_id"] for r in got) == Counter(o.record["match_id"] for o in want if o.role == "match")
     # Late: exactly the oracle's late events, once each.
     late = read(stack, topics["late"])

@@ -46,7 +46,7 @@ from ctiflow.jobs import rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
 from ctiflow.jobs.avro.encode import ResultEncoder
 from ctiflow.jobs.counters import Counters
-from ctiflow.jobs.runtime import GroupRuntime, Plan, register_schemas
+from ctiflow.jobs.runtime import GroupRuntime, Plan
 from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
 from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
@@ -90,8 +90,8 @@ class OperatorProcessor(StatefulProcessor):
         self.handle = handle
         self.group = LAYOUTS[self.state_layout](handle)
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
-        register_schemas(self.plan.schemas)  # an executor's store has only the files: add the derived ones
-        self.encoders = {topic: AvroSerializer(schema, framing=self.framing, registry=reg,
+        store = self.plan.schema_store()  # an executor's store has only the files: the derived ones besides
+        self.encoders = {topic: AvroSerializer(schema, store=store, framing=self.framing, registry=reg,
                                                subject=f"{topic}-value", validate=False)
                          for topic, schema in self.topic_schemas.items()}
         self.results = ResultEncoder(self.encoders, self.plan.late_topic, self.plan.dead_letter_topic)

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ctiflow.jobs.config import secret_keys
-from ctiflow.jobs.avro.serde import AvroDeserializer, default_store, registry_client
+from ctiflow.jobs.avro.serde import AvroDeserializer, SchemaStore, StoredSchema, registry_client
 from ctiflow.operators.errors import CtiflowError, StackError
 
 
@@ -385,19 +385,21 @@ def holds_records(bootstrap: str, topic: str, client: dict | None = None) -> boo
 
 def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
                timeout: float = 10.0, registry_url: str | None = None,
-               registry_config: dict[str, str] | None = None) -> list[dict]:
+               registry_config: dict[str, str] | None = None, store: SchemaStore | None = None) -> list[dict]:
     """Every record of a topic (from the beginning) decoded to dicts: :func:`iter_topic` as a list.
     Used by the plots, the demo, the benchmarks and the tests."""
-    return list(iter_topic(bootstrap, topic, client, max_records, registry_url, registry_config))
+    return list(iter_topic(bootstrap, topic, client, max_records, registry_url, registry_config, store))
 
 
 def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
-               registry_url: str | None = None, registry_config: dict[str, str] | None = None) -> Iterator[dict]:
+               registry_url: str | None = None, registry_config: dict[str, str] | None = None,
+               store: SchemaStore | None = None) -> Iterator[dict]:
     """A topic's records as they are now, partition by partition from the beginning, decoded to
     dicts (any ctiflow schema, either framing) one range at a time (a large topic is never held
     in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
-    decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
+    decode = AvroDeserializer(None, store=store,
+                              registry=registry_client(registry_url, registry_config) if registry_url else None,
                               subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
     n = 0
     cons = consumer(bootstrap, client)
@@ -422,13 +424,14 @@ def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
 
 def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,
                  max_records: int | None = None, registry_url: str | None = None,
-                 registry_config: dict[str, str] | None = None) -> Iterator[dict]:
+                 registry_config: dict[str, str] | None = None, store: SchemaStore | None = None) -> Iterator[dict]:
     """A topic's records decoded as they arrive (any ctiflow schema, either framing), from the
     beginning or only those written from now on, until ``max_records`` or for ever. A record
     that does not decode comes back as ``{"_undecodable": reason, "_bytes": hex}`` (as from
     :func:`iter_topic`); an error the consumer reports is a StackError. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
-    decode = AvroDeserializer(None, registry=registry_client(registry_url, registry_config) if registry_url else None,
+    decode = AvroDeserializer(None, store=store,
+                              registry=registry_client(registry_url, registry_config) if registry_url else None,
                               subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
     parts = topic_partitions(bootstrap, topic, client)
     cons = consumer(bootstrap, client)
@@ -486,10 +489,9 @@ def publish_schemas(bootstrap: str, schemas: Mapping[str, str], client: dict[str
     if not schemas:
         return 0
     ensure_schemas_topic(bootstrap, client)
-    store = default_store()
     prod = producer(bootstrap, client)
     for name, text in schemas.items():
-        fp = store.add(name, text).fingerprint
+        fp = StoredSchema.of(name, text).fingerprint
         send(prod, SCHEMAS_TOPIC, json.dumps({"name": name, "schema": text}).encode(), key=fp)
     remaining = prod.flush(30)
     if remaining:

@@ -306,10 +306,8 @@ def prepare(cfg: JobConfig) -> None:
                   client)
     reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
     from ctiflow.jobs.recognize import derived_schemas
-    from ctiflow.jobs.runtime import register_schemas
 
     derived = derived_schemas(cfg)
-    register_schemas(derived)  # this process can decode the job's result topics too
     if cfg.kafka.effective_framing == "single_object":  # and so can every reader: the schemas topic
         publish_schemas(cfg.kafka.bootstrap_servers, derived, client)
 

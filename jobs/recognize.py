@@ -14,7 +14,7 @@ from typing import Any
 
 from ctiflow.jobs.config import JobConfig, MatchOp
 from ctiflow.jobs.fields import base_types
-from ctiflow.jobs.avro.serde import default_store
+from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 from ctiflow.operators.cep.recognize import Recognizer
 from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, Expr, SqlError, parse
@@ -77,6 +77,12 @@ def _logical(avro_type: Any) -> str | None:
         others = [t for t in avro_type if t != "null"]
         return _logical(others[0]) if len(others) == 1 else None
     return avro_type.get("logicalType") if isinstance(avro_type, dict) else None
+
+
+def job_schema_store(job: JobConfig) -> SchemaStore:
+    """The schema store a process that reads or writes the job's topics uses: this process's
+    schemas and the job's derived ones (:func:`derived_schemas`)."""
+    return default_store().with_schemas(derived_schemas(job))
 
 
 def derived_schemas(job: JobConfig) -> dict[str, str]:

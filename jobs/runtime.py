@@ -23,7 +23,7 @@ from ctiflow.jobs.config import JobConfig, StateConfig
 from ctiflow.jobs.counters import Counters
 from ctiflow.jobs.fields import check_fields
 from ctiflow.jobs.recognize import derived_schemas, operator_of
-from ctiflow.jobs.avro.serde import default_store
+from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
 from ctiflow.jobs.state.parts import StoredParts
 from ctiflow.operators import snapshots
@@ -77,9 +77,14 @@ class Plan:
     cache_chunks: int = StateConfig.model_fields["cache_chunks"].default
     #: False when an operator must see every key in one state (a global count): one chunk
     chunked: bool = True
-    #: record schemas the operators derive (name → Avro JSON): every process that encodes or
-    #: decodes their topics adds them to its schema store (:func:`register_schemas`)
+    #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes
+    #: their topics uses :meth:`schema_store`
     schemas: dict[str, str] = field(default_factory=dict)
+
+    def schema_store(self) -> SchemaStore:
+        """This process's schemas with the job's derived ones besides (the process's own store is
+        left as it is)."""
+        return default_store().with_schemas(self.schemas)
 
     @property
     def handles_adjust(self) -> bool:
@@ -117,7 +122,6 @@ class Plan:
             streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
         check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
         schemas = derived_schemas(cfg)
-        register_schemas(schemas)
         cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
         return cls(streams=streams, fast=fast, reference=reference,
                    operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
@@ -139,13 +143,6 @@ def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
     """The pure operator behind one configured operator (the config class builds it)."""
     cls, settings = operator_of(op, cfg)
     return OperatorSpec(op.name, cls, settings, op.roles())
-
-
-def register_schemas(schemas: dict[str, str]) -> None:
-    """Add derived record schemas (name → Avro JSON) to this process's schema store."""
-    store = default_store()
-    for name, text in schemas.items():
-        store.add(name, text)
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:

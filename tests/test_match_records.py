@@ -5,7 +5,7 @@ import json
 
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.recognize import derived_schemas
-from ctiflow.jobs.runtime import GroupRuntime, Plan, register_schemas
+from ctiflow.jobs.runtime import GroupRuntime, Plan
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -36,17 +36,18 @@ def test_match_events_are_typed_records_of_the_input():
     event_type = json.loads(schemas["match_tx"])["fields"][-1]["type"]["items"]["fields"][-1]["type"]["items"]
     assert event_type["name"] == "Transaction" and [f["name"] for f in event_type["fields"]][:3] == \
         ["id", "account", "event_time"]
-    register_schemas(schemas)
     inputs = [tx(0, "a", T0, "login_failed"), tx(1, "a", T0 + 1, "login_failed", merchant="m"),
               tx(2, "a", T0 + 2, "login_ok", amount=2.5),
               tx(3, "b", T0, "login_failed"), tx(4, "b", T0 + 1, "login_failed")]  # b's run times out
-    rt = GroupRuntime(Plan.from_config(cfg))
+    plan = Plan.from_config(cfg)
+    store = plan.schema_store()
+    rt = GroupRuntime(plan)
     rt.offer_many([Event(r["account"], r["event_time"], r["event_time"], r, 0, i, "tx") for i, r in enumerate(inputs)])
     out = rt.advance(CTI_INFINITY)
     by_topic = {}
     for topic, o, _ in out:
-        encoded = AvroSerializer(cfg.result_topics()[topic])(o.record)
-        by_topic.setdefault(topic, []).append(AvroDeserializer(cfg.result_topics()[topic])(encoded))
+        encoded = AvroSerializer(cfg.result_topics()[topic], store=store)(o.record)
+        by_topic.setdefault(topic, []).append(AvroDeserializer(cfg.result_topics()[topic], store=store)(encoded))
     (match,) = by_topic["found"]
     assert [(s["stage"], s["events"]) for s in match["stages"]] == [("failures", inputs[:2]), ("success", [inputs[2]])]
     timed_out = next(r for r in by_topic["gave-up"] if r["key"] == "b")

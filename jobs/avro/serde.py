@@ -17,6 +17,8 @@ job dead-letters it).
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 import functools
 import io
 import json
@@ -70,6 +72,15 @@ class StoredSchema:
     text: str
     fingerprint: bytes
 
+    @staticmethod
+    def of(name: str, text: str) -> "StoredSchema":
+        """``text`` (Avro JSON) parsed and fingerprinted; a :class:`SchemaError` if it does not parse."""
+        try:
+            parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
+        except Exception as exc:  # fastavro raises several types; all mean "bad schema"
+            raise SchemaError(f"schema {name!r} does not parse: {exc}") from exc
+        return StoredSchema(name, parsed, text, _fingerprint(parsed))
+
     @functools.cached_property
     def node(self) -> Node:
         """The compiled schema (:mod:`ctiflow.jobs.avro.decode`), built once."""
@@ -93,23 +104,24 @@ class SchemaStore:
                 self.add(path.stem, path.read_text())
 
     def add(self, name: str, text: str) -> StoredSchema:
-        try:
-            parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
-        except Exception as exc:  # fastavro raises several types; all mean "bad schema file"
-            raise SchemaError(f"schema {name!r} does not parse: {exc}") from exc
-        stored = StoredSchema(name, parsed, text, _fingerprint(parsed))
+        stored = StoredSchema.of(name, text)
         self._by_name[name] = stored
         self._by_fp[stored.fingerprint] = stored
         return stored
 
+    def with_schemas(self, schemas: Mapping[str, str]) -> "SchemaStore":
+        """A store with this one's schemas and ``schemas`` (name → Avro JSON, e.g. a job's derived
+        record schemas) besides; this store is left as it is."""
+        other = copy.copy(self)
+        other._by_name, other._by_fp = dict(self._by_name), dict(self._by_fp)
+        for name, text in schemas.items():
+            other.add(name, text)
+        return other
+
     def adopt(self, name: str, text: str) -> StoredSchema:
         """A schema found elsewhere (the schemas topic): addressable by its fingerprint, and by
         ``name`` only when no schema has that name (it never replaces one of this store's)."""
-        try:
-            parsed = fastavro.parse_schema(json.loads(text), named_schemas={})
-        except Exception as exc:  # fastavro raises several types; all mean "bad schema"
-            raise SchemaError(f"schema {name!r} does not parse: {exc}") from exc
-        stored = StoredSchema(name, parsed, text, _fingerprint(parsed))
+        stored = StoredSchema.of(name, text)
         self._by_fp.setdefault(stored.fingerprint, stored)
         self._by_name.setdefault(name, stored)
         return stored

@@ -12,7 +12,7 @@ import typer
 
 from ctiflow.jobs import stack
 from ctiflow.jobs.config import broker_port, load
-from ctiflow.jobs.avro.serde import registry_client
+from ctiflow.jobs.avro.serde import SchemaStore, registry_client
 from ctiflow.operators.errors import CtiflowError
 
 #: The embedded broker's default port (``--port``, else ``CTIFLOW_BROKER_PORT``, else this).
@@ -81,6 +81,7 @@ class Connection:
     client: dict[str, str]
     registry_url: str | None = None
     registry_config: dict[str, str] | None = None
+    store: SchemaStore | None = None  # with --config: the job's schemas, derived ones included
 
     def registry(self):
         return registry_client(self.registry_url, self.registry_config) if self.registry_url else None
@@ -91,10 +92,9 @@ def connection(bootstrap: str | None = None, registry: str | None = None, config
     if config is None:
         return Connection(bootstrap_servers(bootstrap), {}, registry)
     cfg = load(config)
-    from ctiflow.jobs.recognize import derived_schemas  # the job's derived output schemas decode its topics
-    from ctiflow.jobs.runtime import register_schemas
+    from ctiflow.jobs.recognize import job_schema_store  # the job's derived output schemas decode its topics
 
-    register_schemas(derived_schemas(cfg))
     kafka_cfg = cfg.kafka
     return Connection(bootstrap or kafka_cfg.bootstrap_servers, kafka_cfg.client_config(),
-                      registry or kafka_cfg.schema_registry.url, kafka_cfg.schema_registry.client_config())
+                      registry or kafka_cfg.schema_registry.url, kafka_cfg.schema_registry.client_config(),
+                      job_schema_store(cfg))

@@ -40,7 +40,7 @@ def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
 
     def read(name: str) -> list[dict]:
         return read_topic(conn.bootstrap, name, conn.client, registry_url=conn.registry_url,
-                          registry_config=conn.registry_config)
+                          registry_config=conn.registry_config, store=conn.store)
 
     records = _only(read(topic), [topic], "count", ("counter", "key", "time", "estimate", "lower", "upper"))
     exact = exact_counts(load(config), records, read) if config else None
@@ -60,6 +60,6 @@ def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
     topics = [name for name in (topic, final_topic) if name]
     records = _only([r for name in topics for r in read_topic(conn.bootstrap, name, conn.client,
                                                               registry_url=conn.registry_url,
-                                                              registry_config=conn.registry_config)],
+                                                              registry_config=conn.registry_config, store=conn.store)],
                     topics, "bin", ("binner", "key", "bin_start", "bin_end"))
     out.print(f"wrote {plot_bins(records, str(out_png))} from {len(records)} records")

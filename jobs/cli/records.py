@@ -139,14 +139,14 @@ def consume(topic: Topic,
 
     if not follow and from_beginning:
         for record in kafka.iter_topic(bs, topic, conn.client, max_records=max_records, registry_url=conn.registry_url,
-                                       registry_config=conn.registry_config):
+                                       registry_config=conn.registry_config, store=conn.store):
             hint(record)
             out.print_json(_json(record)) if sys.stdout.isatty() else print(_json(record))
         return
     try:
         for record in kafka.follow_topic(bs, topic, conn.client, from_beginning=from_beginning,
                                          max_records=max_records, registry_url=conn.registry_url,
-                                         registry_config=conn.registry_config):
+                                         registry_config=conn.registry_config, store=conn.store):
             hint(record)
             print(json.dumps(record, default=str), flush=True)
     except KeyboardInterrupt:

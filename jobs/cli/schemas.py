@@ -12,8 +12,7 @@ from rich.table import Table
 from ctiflow.jobs.cli.consoles import out
 from ctiflow.jobs.cli.parameters import Registry
 from ctiflow.jobs.config import JobConfig, load
-from ctiflow.jobs.recognize import derived_schemas
-from ctiflow.jobs.runtime import register_schemas
+from ctiflow.jobs.recognize import derived_schemas, job_schema_store
 from ctiflow.jobs.avro.serde import default_store, registry_client
 from ctiflow.operators.errors import CtiflowError
 
@@ -37,7 +36,7 @@ def register(config: Annotated[Path, typer.Option("--config", "-c", help="the jo
     from confluent_kafka.schema_registry import Schema  # here: the registry client (httpx) is slow to import
 
     cfg = load(config)
-    register_schemas(derived_schemas(cfg))
+    store = job_schema_store(cfg)
     url = registry or cfg.kafka.schema_registry.url
     if not url:
         raise CtiflowError("no Schema Registry configured: "
@@ -45,7 +44,7 @@ def register(config: Annotated[Path, typer.Option("--config", "-c", help="the jo
     client = registry_client(url, cfg.kafka.schema_registry.client_config())
     topics = {s.topic: s.schema_name for s in cfg.sources} | cfg.result_topics()
     for topic, schema in topics.items():
-        schema_id = client.register_schema(f"{topic}-value", Schema(default_store().get(schema).text, "AVRO"))
+        schema_id = client.register_schema(f"{topic}-value", Schema(store.get(schema).text, "AVRO"))
         out.print(f"{topic}-value → {schema} (id {schema_id})")
 
 
