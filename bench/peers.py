@@ -103,8 +103,8 @@ def _typed_source(spark, bootstrap: str, spec: dict):
 
     cfg = parse({"job": "native", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
-    return (spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, packed=False)
-                                                              .to_options()).load()
+    return (spark.readStream.format("ctiflow_kafka_typed").options(**source_options(cfg, cfg.sources[0], False)
+                                                                    .to_options()).load()
             .where(F.col("meta_error").isNull()))
 
 
@@ -167,7 +167,7 @@ def run_native(built, mode: str, home: str, name: str, bootstrap: str | None = N
             writer = out.writeStream.format("ctiflow_kafka_sink").options(**options)
         else:  # Spark offers Python stream writers append mode only: update mode goes through foreachBatch
             writer = out.writeStream.foreachBatch(
-                lambda batch, _id: batch.write.format("ctiflow_kafka_sink").options(**options).mode("append").save())
+                lambda batch, _id: batch.write.format("ctiflow_kafka_batch_sink").options(**options).mode("append").save())
         ck = f"{home}/ck-{topic}"
     with PeakMemory(without_broker=True) as mem:
         q = writer.outputMode(mode).option("checkpointLocation", ck).trigger(availableNow=True).start()
@@ -218,7 +218,10 @@ def _alone_main(arg: str) -> None:
     a = json.loads(arg)
     what, bootstrap, spec, suffix = a["what"], a["bootstrap"], a["spec"], a["suffix"]
     home = os.environ["CTIFLOW_HOME"]
+    from ctiflow.bench.baselines import register as register_baselines
+
     spark = spark_session()
+    register_baselines(spark)
 
     def query(tag: str = "") -> Figures:
         if what == "bins-peer":

@@ -81,8 +81,8 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     src = cfg.sources[0]
     plan = Plan.from_config(cfg)
     groups = cfg.key_groups
-    opts = source_options(cfg, src, False, list(range(groups)), packed=True)
-    decoder = RecordDecoder(opts, None)
+    opts = source_options(cfg, src, False, list(range(groups)))
+    decoder = RecordDecoder(opts)
     payloads = [AvroSerializer(src.schema_name, validate=False)(r) for r in records]
     encoders = ResultEncoder({t: AvroSerializer(s, store=plan.schema_store(), validate=False)
                               for t, s in cfg.result_topics().items()},

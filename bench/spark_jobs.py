@@ -145,7 +145,10 @@ def bench_stack():
     stack.up(port)
     spark = None
     try:
+        from ctiflow.bench.baselines import register as register_baselines
+
         spark = spark_session()
+        register_baselines(spark)
         yield f"127.0.0.1:{port}", spark, home
     finally:
         if spark is not None:
@@ -191,12 +194,12 @@ def raw_reader(bootstrap: str, topic: str) -> Figures:
 
     from ctiflow.jobs import kafka
     from ctiflow.jobs.avro.serde import default_store
-    from ctiflow.jobs.source.decoder import arrow_schema
-    from ctiflow.jobs.source.reader import KafkaStreamReader, OffsetRange
+    from ctiflow.bench.baselines import TypedKafkaStreamReader, typed_schema
+    from ctiflow.jobs.source.reader import OffsetRange
 
     opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
             "time_field": "event_time", "key_groups": "8"}
-    reader = KafkaStreamReader(opts, arrow_schema(json.loads(default_store().get("transaction").text)))
+    reader = TypedKafkaStreamReader(opts, typed_schema(json.loads(default_store().get("transaction").text)))
     ends = reader._ends({})
     start = time.perf_counter()
     n = 0
@@ -222,11 +225,11 @@ def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
     from ctiflow.jobs import kafka
     from ctiflow.jobs.avro.encode import ColumnEncoder
     from ctiflow.jobs.avro.serde import AvroSerializer, default_store
-    from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
+    from ctiflow.jobs.source.decoder import RecordDecoder
 
     opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
-            "time_field": "event_time", "columns": "packed", "values": "errors"}
-    decoder = RecordDecoder(opts, arrow_schema(json.loads(default_store().get("transaction").text), typed=False))
+            "time_field": "event_time", "values": "errors"}
+    decoder = RecordDecoder(opts)
     serializer = AvroSerializer("transaction", validate=False)
     encode = ColumnEncoder(json.loads(serializer.schema.text), serializer.header)
     kafka.create_topics(bootstrap, {out_topic: 2})
@@ -270,7 +273,7 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
 
     cfg = parse({"job": "noop", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
-    df = spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, cfg.sources[0], False, packed=False).to_options()).load()
+    df = spark.readStream.format("ctiflow_kafka_typed").options(**source_options(cfg, cfg.sources[0], False).to_options()).load()
     with PeakMemory() as mem:
         q = (df.writeStream.format("noop").option("checkpointLocation", f"{home}/ck-noop")
              .trigger(availableNow=True).start())
@@ -285,8 +288,9 @@ def _source(spark, bootstrap: str, spec: dict, columns: str):
     cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
     labels = group_labels(8, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    opts = source_options(cfg, cfg.sources[0], False, labels, packed=columns == "packed")
-    return spark.readStream.format("ctiflow_kafka").options(**opts.to_options()).load()
+    opts = source_options(cfg, cfg.sources[0], False, labels)
+    source = "ctiflow_kafka" if columns == "packed" else "ctiflow_kafka_typed"  # (typed: the baselines')
+    return spark.readStream.format(source).options(**opts.to_options()).load()
 
 
 def _to_kafka(df, bootstrap: str, topic: str, home: str, name: str) -> Figures:

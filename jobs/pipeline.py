@@ -204,9 +204,8 @@ def stop_session() -> None:
     spark.stop()
 
 
-def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, packed: bool = True):
-    """The Kafka source's options for one of the job's sources (:class:`ctiflow.jobs.source.options.SourceOptions`);
-    ``packed=False``: one typed row per record (a stateless query, e.g. the benchmarks' baselines)."""
+def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None):
+    """The Kafka source's options for one of the job's sources (:class:`ctiflow.jobs.source.options.SourceOptions`)."""
     from ctiflow.jobs.source.options import SourceOptions  # (imports pyspark: see spark_session)
 
     return SourceOptions(
@@ -218,9 +217,9 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         measures=tuple(src.measures), client=public_client(cfg.kafka.client),
         schema_registry=cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
-        flush_at_end=flush and src.cti.flush_at_end, start_file=str(start_file(cfg, src)), packed=packed,
+        flush_at_end=flush and src.cti.flush_at_end, start_file=str(start_file(cfg, src)),
         # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
-        keep_values=not packed or cfg.passes_records, pack_fields=not packed or cfg.reads_fields)
+        keep_values=cfg.passes_records, pack_fields=cfg.reads_fields)
 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):

@@ -2,9 +2,8 @@
 
 Two row types cross Spark, each with one writer and one reader:
 
-**Input rows** (``ctiflow.jobs.source.reader`` writes them, ``ctiflow.jobs.adapter`` reads them), one Arrow schema
-(:func:`input_schema`): the record's fields as typed columns (typed reads only) plus these
-``meta_`` columns. Every row has ``meta_stream``, ``meta_group`` (the key group label Spark
+**Input rows** (``ctiflow.jobs.source.decoder`` writes them, ``ctiflow.jobs.adapter`` reads them), one Arrow
+schema (:data:`INPUT_SCHEMA`) of ``meta_`` columns. Every row has ``meta_stream``, ``meta_group`` (the key group label Spark
 shuffles on) and ``meta_partition``; what else is set says what the row is:
 
 ========== ====================================================================================
@@ -17,8 +16,6 @@ dead       ``meta_error`` (``"<stage>: <reason>"``), ``meta_offset``, ``meta_val
 frontier   ``meta_control = "frontier"``, ``meta_start``: the partition has been read up to
            that start (one row per key group per offset range read)
 control    ``meta_control`` = :class:`Control` as JSON (one row per key group per micro-batch)
-typed      (typed reads only, no operator) one row per record: fields + ``meta_key``,
-           ``meta_start``, ``meta_end``, ``meta_offset``, ``meta_value``, ...
 ========== ====================================================================================
 
 **Output rows** (``ctiflow.jobs.adapter`` writes them, ``ctiflow.jobs.sink`` reads them): :data:`OUTPUT_SCHEMA`
@@ -58,8 +55,10 @@ META_FIELDS = [
     ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
     ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_control", pa.string()),
 ]
-#: Packed reads only: a key group's records of one fetch, Arrow columns (see :func:`pack_columns`).
+#: A key group's records of one fetch, Arrow columns (see :func:`pack_columns`).
 META_PACK = ("meta_pack", pa.binary())
+#: The input rows' schema.
+INPUT_SCHEMA = pa.schema([pa.field(n, t) for n, t in META_FIELDS + [META_PACK]])
 #: The input columns the adapter reads (besides ``meta_group``, the grouping key).
 INPUT_COLUMNS = ["meta_stream", "meta_partition", "meta_offset", "meta_error", "meta_value", "meta_raw_key",
                  "meta_kafka_ts", "meta_control", "meta_start", "meta_pack"]
@@ -81,11 +80,6 @@ PACK_SIZE = 10_000
 #: "Memory" in docs/performance.md.
 PACK_BYTES = 128 * 1024
 PACK, METRICS = "pack", "metrics"
-
-
-def input_schema(fields: list[pa.Field], packed: bool) -> pa.Schema:
-    """Input rows: ``fields`` (the record's typed columns; none for packed reads) + metadata."""
-    return pa.schema(list(fields) + [pa.field(n, t) for n, t in (META_FIELDS + [META_PACK] if packed else META_FIELDS)])
 
 
 # -- input: packs ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ctiflow.jobs import kafka, rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
@@ -86,10 +86,6 @@ class KafkaSink(DataSource):
     def streamWriter(self, schema, overwrite: bool) -> "KafkaStreamWriter":
         return KafkaStreamWriter(SinkOptions.from_options(self.options))
 
-    def writer(self, schema, overwrite: bool) -> "KafkaBatchWriter":
-        """Batch writes, for ``foreachBatch`` — how a query in ``update`` mode reaches this sink
-        (Spark offers Python stream writers ``append`` mode only); at-least-once (see below)."""
-        return KafkaBatchWriter(SinkOptions.from_options(self.options))
 
 
 def _query_and_batch() -> tuple[str, int]:
@@ -292,28 +288,4 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             os.fsync(out.fileno())
 
     def abort(self, messages, batchId: int) -> None:
-        pass
-
-
-class KafkaBatchWriter(DataSourceArrowWriter):
-    """The stream writer's ``write`` for a batch job started inside ``foreachBatch`` (the
-    micro-batch's query and batch ids are the task's local properties there too).
-
-    **At-least-once**: replay markers identify a record by its position in the task's output,
-    which only the adapter's sorted output keeps the same on a replay; an arbitrary query's rows
-    (a shuffled aggregation) have no such order, so ``state_dir`` is refused here."""
-
-    def __init__(self, options: SinkOptions):
-        if options.state_dir:
-            raise ValueError("ctiflow_kafka_sink: batch writes (foreachBatch) are at-least-once and take no "
-                             "state_dir; drop the option (exactly-once needs the streaming writer)")
-        self.stream = KafkaStreamWriter(options)
-
-    def write(self, iterator: Iterator) -> SinkCommit:
-        return self.stream.write(iterator)
-
-    def commit(self, messages) -> None:
-        pass
-
-    def abort(self, messages) -> None:
         pass

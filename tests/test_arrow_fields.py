@@ -29,9 +29,9 @@ def _packed(schema: str) -> tuple[EventColumns, list[dict]]:
 
     spec, make = SOURCES[schema]
     records = make()
-    options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema=schema, stream=schema, packed=True,
+    options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema=schema, stream=schema,
                             keep_values=False, **spec).to_options()
-    decoder = RecordDecoder(options, None)
+    decoder = RecordDecoder(options)
     got = decoder.decoded([AvroSerializer(schema)(r) for r in records])
     assert not got.errors
     n = len(records)

@@ -36,10 +36,10 @@ def _columns(records: list[dict], first_offset: int) -> EventColumns:
     from ctiflow.jobs.source.decoder import RecordDecoder
     from ctiflow.jobs.source.options import SourceOptions
 
-    options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema="flow", stream="flows", packed=True,
+    options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema="flow", stream="flows",
                             keep_values=False, key_field="device", time_field="start_time", end_field="end_time",
                             shape="interval").to_options()
-    got = RecordDecoder(options, None).decoded([AvroSerializer("flow")(r) for r in records])
+    got = RecordDecoder(options).decoded([AvroSerializer("flow")(r) for r in records])
     assert not got.errors
     n = len(records)
     pack = pack_columns(got.fields, got.keys, got.starts, got.ends, first_offset + np.arange(n), pa.nulls(n, pa.binary()))

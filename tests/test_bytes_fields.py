@@ -29,9 +29,9 @@ def _events(schema: str):
 
     spec, records = SOURCES[schema]
     options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema=schema, stream=f"bytes-{schema}",
-                            packed=True, **spec).to_options()
+                            **spec).to_options()
     values = [AvroSerializer(schema)(r) for r in records()]
-    decoder = RecordDecoder(options, None)
+    decoder = RecordDecoder(options)
     got = decoder.decoded(values)
     assert not got.errors
     args = (got.fields, got.keys, got.starts, got.ends, np.arange(len(values)) * 3, pa.array(values, pa.binary()),
@@ -73,7 +73,7 @@ def test_a_pack_without_fields_must_keep_every_records_bytes():
     from ctiflow.jobs.source.options import SourceOptions
 
     with pytest.raises(ValueError, match="bytes"):
-        SourceOptions(bootstrap="x:1", topic="t", packed=True, keep_values=False, pack_fields=False)
+        SourceOptions(bootstrap="x:1", topic="t", keep_values=False, pack_fields=False)
 
 
 @pytest.mark.parametrize("operators, reference, bytes_only", [
@@ -94,5 +94,5 @@ def test_only_jobs_whose_operators_pass_records_on_ship_bytes_alone(operators, r
                         "time_field": "valid_from", "shape": "edge"})
         spec["reference"] = {"source": "acct", "fast": "tx", "join_field": "account"}
     cfg = parse(spec, "j")
-    opts = source_options(cfg, cfg.sources[0], False, packed=True)
+    opts = source_options(cfg, cfg.sources[0], False)
     assert opts.pack_fields is not bytes_only and opts.keep_values

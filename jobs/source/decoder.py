@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from ctiflow.jobs import rows
 from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema, read_body
 from ctiflow.jobs.avro.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, registry_client
-from ctiflow.jobs.kafka import MESSAGE_OFFSET, MESSAGE_PARTITION, MESSAGE_TIMESTAMP, MESSAGE_VALUE
+from ctiflow.jobs.kafka import MESSAGE_OFFSET, MESSAGE_VALUE
 from ctiflow.jobs.source.options import SourceOptions
 from ctiflow.operators.errors import DecodeError
 from ctiflow.operators.events import CTI_INFINITY
@@ -27,13 +27,6 @@ from ctiflow.operators.events import CTI_INFINITY
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = CTI_INFINITY  # an edge's end while it is current
-
-
-def arrow_schema(avro_schema: dict, typed: bool = True) -> pa.Schema:
-    """Typed columns for an Avro record's fields (nested values as JSON strings) + metadata, one
-    row per record; ``typed=False``: the operator pipeline's packed rows (one per key group of
-    a fetch, see :meth:`RecordDecoder._packed_batch`)."""
-    return rows.input_schema(record_fields(avro_schema) if typed else [], packed=not typed)
 
 
 def record_fields(avro_schema: dict) -> list[pa.Field]:
@@ -72,7 +65,7 @@ class RecordDecoder:
     """Avro bytes → typed columns in bulk (:mod:`ctiflow.jobs.avro.decode`), validated on the columns;
     a message that fails gets its own reason, its neighbours go on."""
 
-    def __init__(self, options: "SourceOptions | dict[str, str]", arrow: pa.Schema):
+    def __init__(self, options: "SourceOptions | dict[str, str]", arrow: pa.Schema = rows.INPUT_SCHEMA):
         options = SourceOptions.parsed(options)
         reg = options.schema_registry or {}
         registry = registry_client(reg["url"], reg.get("config")) if reg.get("url") else None
@@ -288,40 +281,9 @@ class RecordDecoder:
             top = int(got.starts.max())
             if self.frontier is None or top > self.frontier:
                 self.frontier = top
-        if "meta_pack" in self.arrow.names:
-            return self._packed_batch(msgs, values, got)
-        n_good = got.fields.num_rows
-        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
-        kafka_ts = [ts for _, ts in map(MESSAGE_TIMESTAMP, msgs)]
-        partitions = list(map(MESSAGE_PARTITION, msgs))
-        good_cols = {name: got.fields.column(name) for name in got.fields.column_names}
-        index = got.index
-        good_cols.update(
-            meta_stream=pa.array([self.stream] * n_good, pa.string()), meta_key=got.keys,
-            meta_start=pa.array(got.starts, pa.int64()), meta_end=pa.array(got.ends, pa.int64()),
-            meta_group=pa.array(self._group_of(got.keys), pa.int32()),
-            meta_partition=pa.array([partitions[i] for i in index], pa.int32()),
-            meta_offset=pa.array(offsets[index], pa.int64()),
-            meta_kafka_ts=pa.array([kafka_ts[i] for i in index], pa.int64()),
-            meta_value=pa.array([values[i] for i in index], pa.binary()))
-        good = pa.table({name: good_cols.get(name, pa.nulls(n_good, self.arrow.field(name).type))
-                         for name in self.arrow.names}, schema=self.arrow)
-        dead_index = sorted(got.errors)
-        groups = self.groups
-        dead = pa.table({
-            "meta_stream": [self.stream] * len(dead_index),
-            "meta_group": [self.labels[partitions[i] % groups] for i in dead_index],
-            "meta_partition": [partitions[i] for i in dead_index], "meta_offset": [int(offsets[i]) for i in dead_index],
-            "meta_kafka_ts": [kafka_ts[i] for i in dead_index], "meta_error": [got.errors[i] for i in dead_index],
-            "meta_value": [values[i] for i in dead_index], "meta_raw_key": [msgs[i].key() for i in dead_index],
-        })
-        dead = pa.table({name: dead.column(name) if name in dead.column_names else pa.nulls(len(dead_index), f.type)
-                         for name, f in zip(self.arrow.names, self.arrow)}, schema=self.arrow)
-        both = pa.concat_tables([good, dead])
-        order = np.argsort(np.concatenate([index, np.array(dead_index, np.int64)]), kind="stable")
-        return both.take(order).combine_chunks().to_batches()[0] if both.num_rows else pa.RecordBatch.from_pylist([], schema=self.arrow)
+        return self.rows(msgs, values, got)
 
-    def _packed_batch(self, msgs, values: list, got: Decoded) -> pa.RecordBatch:
+    def rows(self, msgs, values: list, got: Decoded) -> pa.RecordBatch:
         """The operator pipeline's rows: one row per **key group** of a fetch, its good records
         as Arrow columns in ``meta_pack`` (:func:`ctiflow.jobs.rows.pack_columns`), plus one row per
         failed record (error, raw key, Kafka timestamp, bytes). Spark then moves a few hundred

@@ -31,7 +31,6 @@ class SourceOptions:
     idle_timeout: float = 60.0  # seconds
     flush_at_end: bool = True
     start_file: str | None = None  # where the first batch's start offsets are kept
-    packed: bool = False  # columns=packed: the operator pipeline's rows (ctiflow.jobs.rows)
     keep_values: bool = True  # values=all: every row keeps its Avro bytes (else only failed rows)
     pack_fields: bool = True  # fields=packed: packs carry field columns (else only names: ctiflow.jobs.rows.BytesFields)
 
@@ -48,7 +47,7 @@ class SourceOptions:
                 "measures": json.dumps(list(self.measures)), "client": json.dumps(self.client),
                 "outage_timeout": str(self.outage_timeout), "idle_timeout": str(self.idle_timeout),
                 "flush_at_end": "true" if self.flush_at_end else "false",
-                "columns": "packed" if self.packed else "all", "values": "all" if self.keep_values else "errors",
+                "values": "all" if self.keep_values else "errors",
                 "fields": "packed" if self.pack_fields else "bytes"}
         if self.group_labels is not None:
             opts["group_labels"] = json.dumps(list(self.group_labels))
@@ -74,7 +73,7 @@ class SourceOptions:
                    schema_registry=json.loads(o["schema_registry"]) if o.get("schema_registry") else None,
                    outage_timeout=float(o.get("outage_timeout", "120")), idle_timeout=float(o.get("idle_timeout", "60")),
                    flush_at_end=o.get("flush_at_end", "true") == "true", start_file=o.get("start_file") or None,
-                   packed=o.get("columns", "all") == "packed", keep_values=o.get("values", "all") == "all",
+                   keep_values=o.get("values", "all") == "all",
                    pack_fields=o.get("fields", "packed") != "bytes")
 
     @staticmethod

@@ -47,11 +47,11 @@ from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from ctiflow.jobs import rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
-from ctiflow.jobs.avro.serde import default_store
 from ctiflow.jobs.checkpoint import write_atomically
 from ctiflow.jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
-from ctiflow.jobs.source.decoder import RecordDecoder, arrow_schema
+from ctiflow.jobs.source.decoder import RecordDecoder
 from ctiflow.jobs.source.options import SourceOptions
 from ctiflow.operators.errors import StackError
 
@@ -69,10 +69,7 @@ class KafkaSource(DataSource):
         return "ctiflow_kafka"
 
     def _arrow(self) -> pa.Schema:
-        opts = SourceOptions.from_options(self.options)
-        # columns=packed: the operator pipeline needs no typed columns (Spark cannot prune a
-        # Python source's columns itself) and far fewer rows.
-        return arrow_schema(json.loads(default_store().get(opts.schema).text), typed=not opts.packed)
+        return rows.INPUT_SCHEMA
 
     def schema(self) -> str:
         return spark_ddl(self._arrow())
@@ -119,7 +116,7 @@ class BatchControl(InputPartition):
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: "SourceOptions | dict[str, str]", schema: pa.Schema):
+    def __init__(self, options: "SourceOptions | dict[str, str]", schema: pa.Schema = rows.INPUT_SCHEMA):
         self.options = options = SourceOptions.parsed(options)
         self.arrow = schema
         self.topic = options.topic
@@ -276,8 +273,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._drop_consumer()
 
     # -- executor side -----------------------------------------------------------------
+    #: What turns a fetch into rows (a benchmark's baseline reads typed rows with its own).
+    decoder_class = RecordDecoder
+
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        decoder = RecordDecoder(self.options, self.arrow)
+        decoder = self.decoder_class(self.options, self.arrow)
         # Frontier and control rows are for the operator pipeline (packed rows) only: a typed
         # read (one row per record, e.g. a stateless pass-through) gets records and dead rows.
         control = "meta_pack" in self.arrow.names
