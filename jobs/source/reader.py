@@ -9,9 +9,9 @@ in PySpark's terms:
   partition is probed past tansu's lagging high watermark (:func:`ctiflow.jobs.kafka.true_end_offsets`,
   all partitions in one probe), and offsets never go backwards.
 * executors: ``read`` fetches one range, decodes each fetch's Avro in bulk and strictly
-  (:mod:`ctiflow.jobs.avro.decode`, per writer schema) and yields Arrow record batches: typed columns
-  plus ``meta_``-prefixed metadata, or, for the operator pipeline, one row per key group whose
-  ``meta_pack`` holds its records as Arrow columns. A record that cannot be decoded or validated
+  (:mod:`ctiflow.jobs.avro.decode`, per writer schema) and yields Arrow record batches
+  (:data:`ctiflow.jobs.rows.INPUT_SCHEMA`): one row per key group whose ``meta_pack`` holds its
+  records as Arrow columns, ``meta_``-prefixed metadata beside. A record that cannot be decoded or validated
   is *not* dropped: it comes out alone with ``meta_error`` set and its original bytes in
   ``meta_value``, so the job writes it to the dead-letter topic.
 * everything here is picklable and imported by module path: the project must be installed
@@ -278,8 +278,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         decoder = self.decoder_class(self.options, self.arrow)
-        # Frontier and control rows are for the operator pipeline (packed rows) only: a typed
-        # read (one row per record, e.g. a stateless pass-through) gets records and dead rows.
+        # Frontier and control rows go with packs (a baseline's typed rows have none).
         control = "meta_pack" in self.arrow.names
         batch_control = partition if isinstance(partition, BatchControl) else partition.control
         if batch_control is not None and control:
