@@ -24,13 +24,8 @@ def produce_flows(bootstrap: str, topic: str, n: int) -> None:
     from ctiflow.jobs.testing import workload
 
     kafka.create_topics(bootstrap, {topic: 2})
-    ser = AvroSerializer("flow", validate=False)
-    prod = kafka.producer(bootstrap)
-    for i, rec in enumerate(workload.flows(n, devices=1000, seed=1, rate_per_s=200.0)):
-        kafka.send(prod, topic, ser(rec), rec["device"].encode())
-        if i % 10000 == 0:
-            prod.poll(0)
-    prod.flush(60)
+    kafka.produce(bootstrap, topic, workload.flows(n, devices=1000, seed=1, rate_per_s=200.0),
+                  AvroSerializer("flow", validate=False), "device")
 
 
 def flow_source(topic: str, limit: int) -> dict:

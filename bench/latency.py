@@ -58,24 +58,22 @@ def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, sto
     from ctiflow.jobs import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
-    ser = AvroSerializer("transaction", validate=False)
-    prod = kafka.producer(bootstrap)
-    start = time.monotonic()
-    i = 0
-    while not stop.is_set():
-        elapsed = time.monotonic() - start
-        if elapsed >= seconds:
-            break
-        due = int(elapsed * rate)
-        now_ms = int(time.time() * 1000)
-        while i < due:
-            rec = _transaction(i, now_ms)
-            kafka.send(prod, topic, ser(rec), rec["account"].encode(), partition=zlib.crc32(rec["account"].encode()) % 3)
-            i += 1
-        prod.poll(0)
-        time.sleep(0.005)
-    prod.flush(60)
-    return i
+    def steady():
+        start = time.monotonic()
+        i = 0
+        while not stop.is_set():
+            elapsed = time.monotonic() - start
+            if elapsed >= seconds:
+                return
+            due = int(elapsed * rate)
+            now_ms = int(time.time() * 1000)
+            while i < due:
+                yield _transaction(i, now_ms)
+                i += 1
+            time.sleep(0.005)
+
+    return kafka.produce(bootstrap, topic, steady(), AvroSerializer("transaction", validate=False), "account",
+                         partition_of=lambda _, rec: zlib.crc32(rec["account"].encode()) % 3).sent
 
 
 def _read(bootstrap: str, topic: str, schema: str) -> list[tuple[int, dict]]:

@@ -53,11 +53,7 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
         from ctiflow.jobs.avro.serde import AvroSerializer
 
         for topic, schema, records, key in batches:
-            ser = AvroSerializer(schema)
-            prod = kafka.producer(bootstrap)
-            for r in records:
-                prod.produce(topic, key=str(r[key]).encode(), value=ser(r))
-            prod.flush(60)
+            kafka.produce(bootstrap, topic, records, AvroSerializer(schema), key)
 
     stack.up(port)
     kafka.create_topics(bootstrap, topics)

@@ -98,8 +98,11 @@ def _count_record(r: dict) -> dict:
 def _typed_source(spark, bootstrap: str, spec: dict):
     from pyspark.sql import functions as F
 
+    from ctiflow.bench.baselines import register as register_baselines
     from ctiflow.jobs.config import parse
     from ctiflow.jobs.pipeline import source_options
+
+    register_baselines(spark)  # the typed source and the batch sink of the baselines
 
     cfg = parse({"job": "native", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
@@ -218,10 +221,7 @@ def _alone_main(arg: str) -> None:
     a = json.loads(arg)
     what, bootstrap, spec, suffix = a["what"], a["bootstrap"], a["spec"], a["suffix"]
     home = os.environ["CTIFLOW_HOME"]
-    from ctiflow.bench.baselines import register as register_baselines
-
     spark = spark_session()
-    register_baselines(spark)
 
     def query(tag: str = "") -> Figures:
         if what == "bins-peer":

@@ -43,17 +43,9 @@ def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad:
         records = workload.transactions(events, accounts=200, seed=1)
         kafka.create_topics(bootstrap, {"rel-in": 1, "rel-fuzz": 2})
         ser = AvroSerializer("transaction")
-        prod = kafka.producer(bootstrap)
-        for r in records:
-            prod.produce("rel-in", key=r["account"].encode(), value=ser(r))
-            prod.poll(0)
+        kafka.produce(bootstrap, "rel-in", records, ser, "account")
         bad_values = workload.bad_records(bad, seed=2)
-        for r in records[:2000]:
-            prod.produce("rel-fuzz", key=r["account"].encode(), value=ser(r))
-        for _, v in bad_values:
-            prod.produce("rel-fuzz", value=v)
-            prod.poll(0)
-        prod.flush(60)
+        kafka.produce(bootstrap, "rel-fuzz", [*records[:2000], *(v for _, v in bad_values)], ser, "account")
 
         # 50 micro-batches: the input must outlast the kills (at 1,000 a batch the job finished
         # after 8 of 10 once the adapter got faster).

@@ -49,30 +49,31 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
     # number of batches a partition holds — reading the last 1,000 records took 21 ms at 10,000
     # batches, 844 ms at 20,000, and no fetch returned within 60 s at 40,000 (5-record batches,
     # measured 2026-11-26) — which a producer sending every record at once reaches in minutes.
-    prod = kafka.producer(bootstrap, **{"linger.ms": 500})
     rng = random.Random(7)
     last = [0] * PARTITIONS  # each partition's starts never go back by more than 5 minutes: never late
-    start = time.monotonic()
-    i = 0
-    while not stop.is_set():
-        due = int((time.monotonic() - start) * rate)
-        now = int(time.time() * 1000)
-        while i < due:
-            device = f"dev-{rng.randrange(DEVICES):04d}"
-            r = rng.random()
-            length = 0 if r < 0.1 else rng.randrange(1, 60_000) if r < 0.8 else rng.randrange(60_000, MAX_FLOW_MS)
-            p = _partition(device)
-            end = max(now, last[p])
-            last[p] = end
-            packets = float(rng.randrange(1, 200))
-            rec = {"id": f"f{i}", "device": device, "start_time": end - length, "end_time": end,
-                   "bytes": packets * rng.randrange(60, 1500), "packets": packets, "protocol": "tcp"}
-            kafka.send(prod, topic, ser(rec), device.encode(), partition=p)
-            i += 1
-        prod.poll(0)
-        time.sleep(0.01)
-    prod.flush(60)
-    sent.append(i)
+
+    def steady():
+        start = time.monotonic()
+        i = 0
+        while not stop.is_set():
+            due = int((time.monotonic() - start) * rate)
+            now = int(time.time() * 1000)
+            while i < due:
+                device = f"dev-{rng.randrange(DEVICES):04d}"
+                r = rng.random()
+                length = 0 if r < 0.1 else rng.randrange(1, 60_000) if r < 0.8 else rng.randrange(60_000, MAX_FLOW_MS)
+                p = _partition(device)
+                end = max(now, last[p])
+                last[p] = end
+                packets = float(rng.randrange(1, 200))
+                yield {"id": f"f{i}", "device": device, "start_time": end - length, "end_time": end,
+                       "bytes": packets * rng.randrange(60, 1500), "packets": packets, "protocol": "tcp"}
+                i += 1
+            time.sleep(0.01)
+
+    done = kafka.produce(bootstrap, topic, steady(), ser, "device", config={"linger.ms": 500},
+                         partition_of=lambda _, rec: _partition(rec["device"]))
+    sent.append(done.sent)
 
 
 def _tree_pss_mb() -> float:

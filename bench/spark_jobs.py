@@ -162,16 +162,11 @@ def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitio
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: partitions})
-    ser = AvroSerializer("transaction", validate=False)
-    prod = kafka.producer(bootstrap)
-    for i in range(n):
-        acct = f"acct-{i % keys:05d}"
-        rec = {"id": str(i), "account": acct, "event_time": T0 + i * 10, "type": "purchase",
-               "amount": float((i * 7919) % 2000), "currency": "EUR", "country": "DE", "merchant": None}
-        kafka.send(prod, topic, ser(rec), acct.encode(), partition=i % partitions)
-        if i % 10000 == 0:
-            prod.poll(0)
-    prod.flush(60)
+    records = ({"id": str(i), "account": f"acct-{i % keys:05d}", "event_time": T0 + i * 10, "type": "purchase",
+                "amount": float((i * 7919) % 2000), "currency": "EUR", "country": "DE", "merchant": None}
+               for i in range(n))
+    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction", validate=False), "account",
+                  partition_of=lambda i, _: i % partitions)
 
 
 def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str, without_broker: bool = False) -> Figures:

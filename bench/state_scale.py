@@ -249,16 +249,10 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: 2})
-    ser = AvroSerializer("transaction", validate=False)
-    prod = kafka.producer(bootstrap)
-    for i in range(live):
-        acct = f"k{i:08d}"
-        rec = {"id": str(i), "account": acct, "event_time": T0 + 1 + i, "type": "purchase", "amount": 1999.0,
-               "currency": "EUR", "country": "DE", "merchant": None}
-        kafka.send(prod, topic, ser(rec), acct.encode(), partition=i % 2)
-        if i % 10000 == 0:
-            prod.poll(0)
-    prod.flush(120)
+    records = ({"id": str(i), "account": f"k{i:08d}", "event_time": T0 + 1 + i, "type": "purchase", "amount": 1999.0,
+                "currency": "EUR", "country": "DE", "merchant": None} for i in range(live))
+    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction", validate=False), "account",
+                  partition_of=lambda i, _: i % 2, flush_timeout=120)
 
 
 def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
@@ -322,16 +316,11 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
     rng = random.Random(seed)
     hot = rng.sample(range(live), min(active, live))
-    ser = AvroSerializer("transaction", validate=False)
-    prod = kafka.producer(bootstrap)
-    for i in range(live, live + measured):
-        acct = f"k{hot[rng.randrange(len(hot))]:08d}"
-        rec = {"id": str(i), "account": acct, "event_time": T0 + 1 + i, "type": "purchase",
-               "amount": float(rng.randrange(2000)), "currency": "EUR", "country": "DE", "merchant": None}
-        kafka.send(prod, topic, ser(rec), acct.encode(), partition=i % 2)
-        if i % 10000 == 0:
-            prod.poll(0)
-    prod.flush(120)
+    records = ({"id": str(i), "account": f"k{hot[rng.randrange(len(hot))]:08d}", "event_time": T0 + 1 + i,
+                "type": "purchase", "amount": float(rng.randrange(2000)), "currency": "EUR", "country": "DE",
+                "merchant": None} for i in range(live, live + measured))
+    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction", validate=False), "account",
+                  partition_of=lambda i, _: (live + i) % 2, flush_timeout=120)
 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,

@@ -11,16 +11,12 @@ from ctiflow.jobs.avro.serde import AvroSerializer
 
 def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str | None,
             partition_of=None, raw: list[bytes] = ()) -> None:
-    ser = AvroSerializer(schema)
-    prod = kafka.producer(bootstrap)
-    for i, rec in enumerate(records):
-        kwargs = {} if partition_of is None else {"partition": partition_of(i, rec)}
-        prod.produce(topic, key=None if key_field is None else str(rec[key_field]).encode(), value=ser(rec), **kwargs)
-        if i % 5000 == 0:
-            prod.poll(0)
-    for value in raw:
-        prod.produce(topic, value=value)
-    assert prod.flush(60) == 0
+    """``records`` (keyed by ``key_field``; ``partition_of(index, record)`` picks partitions), then
+    the ``raw`` values unkeyed."""
+    done = kafka.produce(bootstrap, topic, records, AvroSerializer(schema), key_field, partition_of=partition_of)
+    assert done.unflushed == 0 and done.sent == len(records)
+    if raw:
+        assert kafka.produce(bootstrap, topic, list(raw), AvroSerializer(schema)).unflushed == 0
 
 
 def job(stack, tmp_path: Path, **spec) -> JobConfig:

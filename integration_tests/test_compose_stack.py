@@ -200,13 +200,9 @@ def produce_as_one_batch(bootstrap: str, topic: str, records: list[dict], raw: l
     produced, sees none or all of them, so its micro-batch cuts stay those of the oracle."""
     from ctiflow.jobs.avro.serde import AvroSerializer
 
-    ser = AvroSerializer("flow")
-    prod = kafka.producer(bootstrap, **{"linger.ms": 30_000, "batch.num.messages": 100_000, "batch.size": 1_000_000})
-    for rec in records:
-        prod.produce(topic, key=str(rec["device"]).encode(), value=ser(rec))
-    for value in raw:
-        prod.produce(topic, value=value)
-    assert prod.flush(60) == 0
+    done = kafka.produce(bootstrap, topic, [*records, *raw], AvroSerializer("flow"), "device",
+                         config={"linger.ms": 30_000, "batch.num.messages": 100_000, "batch.size": 1_000_000})
+    assert done.unflushed == 0
 
 
 def test_a_broker_restart_is_waited_out_and_the_results_equal_the_oracle(compose_stack, tmp_path):

@@ -108,7 +108,8 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
             serializer: Callable[[Mapping[str, Any]], bytes], key_field: str | None = None,
             client: dict[str, str] | None = None, *,
             on_rejected: Callable[[int, Exception], None] | None = None,
-            on_progress: Callable[[int], None] | None = None, flush_timeout: float = 60.0) -> Produced:
+            on_progress: Callable[[int], None] | None = None, flush_timeout: float = 60.0,
+            partition_of: Callable[[int, Any], int] | None = None, config: Mapping[str, Any] | None = None) -> Produced:
     """Write ``records`` to ``topic`` in their order with one idempotent producer, then flush.
 
     A record is a dict, its JSON text, or a value already encoded. A dict (or JSON text) is
@@ -120,8 +121,11 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
     number of a file) and skipped, and so is one the producer refuses as larger than a message
     may be (``message.max.bytes``); without ``on_rejected`` the error is raised.
     ``on_progress(sent)`` is called every :data:`PROGRESS_EVERY` records sent.
+    ``partition_of(index, record)`` (index from 0) picks a record's partition (default: by key);
+    ``config``: producer settings beside the defaults (e.g. ``linger.ms``). ``records`` may be a
+    generator that paces itself (a steady load): each record is sent as it comes.
     """
-    prod = producer(bootstrap, client)
+    prod = producer(bootstrap, client, **(config or {}))
     sent = rejected = 0
     for position, record in enumerate(records, 1):
         key = None
@@ -142,7 +146,10 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
             if key_field and record.get(key_field) is not None:
                 key = str(record[key_field]).encode()
         try:
-            send(prod, topic, value, key)
+            if partition_of is None:
+                send(prod, topic, value, key)
+            else:
+                send(prod, topic, value, key, partition=partition_of(position - 1, record))
         except KafkaException as exc:  # refused by the client before sending: this record only
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE or on_rejected is None:
                 raise

@@ -62,3 +62,31 @@ def test_a_bad_record_is_reported_with_its_line_number_and_skipped(producer):
 def test_without_a_rejection_handler_a_bad_record_raises(producer):
     with pytest.raises(SchemaError):
         kafka.produce("b:1", "tx", [{"id": "broken"}], AvroSerializer("transaction"), "account")
+
+
+def test_partition_of_picks_each_record_s_partition_and_config_reaches_the_producer(monkeypatch):
+    """What the load generators need: a record's partition from its index and fields, producer
+    settings beside the defaults, and a generator that paces itself consumed as it yields."""
+    sent, configs = [], []
+
+    class Partitioned(FakeProducer):
+        def produce(self, topic, value=None, key=None, partition=None):
+            sent.append((key, partition))
+
+    def make(bootstrap, client=None, **config):
+        configs.append(config)
+        return Partitioned()
+
+    monkeypatch.setattr(kafka, "producer", make)
+    yielded = []
+
+    def paced():
+        for i in range(5):
+            yielded.append(i)
+            assert len(sent) == i  # the previous record went out before this one was made
+            yield TX | {"id": f"t{i}", "account": f"a{i % 2}"}
+
+    done = kafka.produce("b:1", "tx", paced(), AvroSerializer("transaction"), "account",
+                         partition_of=lambda i, rec: (i + int(rec["account"][1])) % 3, config={"linger.ms": 500})
+    assert done.sent == 5 and configs == [{"linger.ms": 500}]
+    assert sent == [(b"a0", 0), (b"a1", 2), (b"a0", 2), (b"a1", 1), (b"a0", 1)]
