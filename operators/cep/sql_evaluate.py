@@ -10,7 +10,6 @@ gets its column form (:mod:`ctiflow.operators.cep.column_form`, the sql rule).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -255,10 +254,36 @@ def _like(expr: Expr) -> Callable[[Scope], Any]:
         x, p = v(s), pattern(s)
         if x is None or p is None:
             return None
-        regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(p))
-        return (re.fullmatch(regex, str(x), re.DOTALL) is not None) != negated
+        return like_match(str(x), str(p)) != negated
 
     return like
+
+
+def like_match(text: str, pattern: str) -> bool:
+    """SQL ``LIKE``: ``%`` any run of characters, ``_`` any one, the rest itself; the whole text.
+
+    By hand, not a regular expression: a backtracking regex takes time exponential in the
+    ``%`` s (``'%a%a%a%a%b'`` against a long run of ``a`` s never returns), so one record could
+    stall a job. Greedy with one backtrack point, the last ``%``: at most ``len(text) ×
+    len(pattern)`` steps."""
+    t = p = 0
+    star, mark = -1, 0
+    n, m = len(text), len(pattern)
+    while t < n:
+        if p < m and pattern[p] == "%":
+            star, mark = p, t
+            p += 1
+        elif p < m and (pattern[p] == "_" or pattern[p] == text[t]):
+            t += 1
+            p += 1
+        elif star >= 0:  # let the last % take one more character
+            mark += 1
+            t, p = mark, star + 1
+        else:
+            return False
+    while p < m and pattern[p] == "%":
+        p += 1
+    return p == m
 
 
 def _negate(v: Any, pos: int) -> Any:
