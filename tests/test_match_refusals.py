@@ -155,3 +155,28 @@ def test_the_buffered_events_limit_bounds_a_sql_key():
         except EventRejected:
             refused += 1
     assert refused >= 250 and op.buffered_event_count() <= 101
+
+
+def test_integer_measures_wrap_as_java_longs_and_never_leave_64_bits():
+    """``A.q * B.q * C.q`` of large BIGINTs: Flink's long arithmetic wraps at 64 bits; a result
+    Python would keep whole (2^69) would not fit the output's Avro ``long``, and the encoder would
+    fail the whole job on that one match. A CAST beyond BIGINT refuses the row instead."""
+    from ctiflow.jobs.avro.encode import ColumnEncoder
+
+    query = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.q * B.q * C.q AS p, "
+             "SUM(A.q) + SUM(B.q) AS s ONE ROW PER MATCH PATTERN (A B C) DEFINE A AS q > 0)")
+    import numpy as np
+
+    qs = [3_000_000_007, 5_000_000_011, 7_000_000_013]
+    rows = [{"k": "x", "ts": i, "q": q} for i, q in enumerate(qs)]
+    (out,) = compile_query(query).run(rows)
+    with np.errstate(over="ignore"):  # NumPy's int64 wraps as Java's long does: the oracle
+        want = int(np.int64(qs[0]) * np.int64(qs[1]) * np.int64(qs[2]))
+    assert out["p"] == want and want != qs[0] * qs[1] * qs[2] and out["s"] == qs[0] + qs[1]
+    schema = {"type": "record", "name": "r", "fields": [{"name": "p", "type": "long"}]}
+    assert len(ColumnEncoder(schema, b"").encode({"p": [out["p"]]}, 1)) == 1
+    refused = []
+    cast = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES A.ts AS at ONE ROW PER MATCH "
+            "PATTERN (A) DEFINE A AS CAST(s AS BIGINT) > 0)")
+    got = compile_query(cast).run([{"k": "x", "ts": 1, "s": "1e30"}, {"k": "x", "ts": 2, "s": "5"}], refused)
+    assert [r["at"] for r in got] == [2] and len(refused) == 1 and "BIGINT" in str(refused[0])

@@ -161,7 +161,10 @@ def measure(name: str, expr: Expr, order: list[str]):
         classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
                                                        None)
         try:
-            return _sql_value(evaluate(Scope(rows_of, None, None, classifier, number, emitted)))
+            got = _sql_value(evaluate(Scope(rows_of, None, None, classifier, number, emitted)))
+            if type(got) is int and not -_LONG <= got < _LONG:  # (a literal beyond BIGINT)
+                raise SqlError(f"{got} is beyond BIGINT", "", expr.pos)
+            return got
         except DATA_ERRORS as exc:
             reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
             raise MatchRefused(f"MEASURES {name}: {reason} (the match of {len(every)} rows is not emitted)") from None
@@ -291,7 +294,18 @@ def _negate(v: Any, pos: int) -> Any:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise SqlError(f"cannot negate {_type(v)} {v!r}", "", pos)
-    return -v
+    return _long(-v)
+
+
+_LONG = 2**63
+
+
+def _long(v: Any) -> Any:
+    """An integer result as Java's ``long`` arithmetic (Flink's BIGINT) has it: wrapped to 64 bits
+    (so a product of large values is what Flink gives, and always fits the output's Avro ``long``)."""
+    if type(v) is int and not -_LONG <= v < _LONG:
+        return (v + _LONG) % (2 * _LONG) - _LONG
+    return v
 
 
 def _kleene(a: Any, b: Any, dominant: bool) -> Any:
@@ -372,7 +386,7 @@ def _binary(expr: Expr) -> Callable[[Scope], Any]:
         if op == "||":
             return arith(_text(a), _text(b))
         try:
-            result = arith(a, b)
+            result = _long(arith(a, b))
         except TypeError:
             raise SqlError(f"cannot apply {op} to {_type(a)} {a!r} and {_type(b)} {b!r}", "", expr.pos) from None
         if isinstance(a, Timestamp) and not isinstance(b, Timestamp) and op in "+-":
@@ -414,7 +428,10 @@ def _cast(v: Any, target: str) -> Any:
         return v if isinstance(v, bool) else str(v).strip().lower() == "true"
     try:
         if target == "int":
-            return int(float(v)) if isinstance(v, str) else int(v)
+            got = int(float(v)) if isinstance(v, str) else int(v)
+            if not -_LONG <= got < _LONG:
+                raise ValueError("beyond BIGINT")
+            return got
         return float(v)
     except (TypeError, ValueError, OverflowError):
         raise SqlError(f"CAST({_text(v) if isinstance(v, str) else v!r} AS {_CAST_NAMES[target]}) is not possible",
@@ -487,7 +504,7 @@ def _call(expr: Expr) -> Callable[[Scope], Any]:
 
 
 _SCALARS: dict[str, Callable[..., Any]] = {
-    "ABS": abs, "MOD": _java_mod, "POWER": _power, "SQRT": _sqrt,
+    "ABS": lambda a: _long(abs(a)), "MOD": _java_mod, "POWER": _power, "SQRT": _sqrt,
     "FLOOR": lambda a: math.floor(a) if isinstance(a, float) else a,
     "CEIL": lambda a: math.ceil(a) if isinstance(a, float) else a,
     "UPPER": lambda a: str(a).upper(), "LOWER": lambda a: str(a).lower(), "CHAR_LENGTH": lambda a: len(str(a)),
@@ -543,14 +560,14 @@ def _aggregate(expr: Expr) -> Callable[[Scope], Any]:
         if name == "LISTAGG":  # Flink's: the non-NULL values in row order, joined
             return separator.join(map(_text, values))
         if name == "SUM":
-            return sum(values)
+            return _long(sum(values))
         if name == "MIN":
             return min(values)
         if name == "MAX":
             return max(values)
         total = sum(values)
         if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return _java_div(total, len(values))  # AVG of integers is an integer (Flink)
+            return _java_div(_long(total), len(values))  # AVG of integers is an integer (Flink; its sum wraps)
         return total / len(values)
 
     return aggregate
