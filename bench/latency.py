@@ -126,6 +126,7 @@ def main(out: Console | None = None, *, seconds: float = 90.0, backlog: int = 50
     from ctiflow.bench.spark_jobs import bench_stack, produce_transactions, run_job
     from ctiflow.jobs import kafka, pipeline
     from ctiflow.jobs.config import parse
+    from ctiflow.operators.errors import CtiflowError
 
     out = out or Console(width=200)
     rows = []
@@ -134,6 +135,9 @@ def main(out: Console | None = None, *, seconds: float = 90.0, backlog: int = 50
             produce_transactions(bootstrap, f"lat-max-{kind}", backlog, keys=ACCOUNTS, partitions=3)
             best = run_job(spark, _job(kind, f"lat-max-{kind}", f"lat-max-{kind}-out", "1s", 100_000), bootstrap,
                            home, f"lat-max-{kind}")
+            if best.rate <= 0:  # the first batch is reported apart: one batch measures nothing
+                raise CtiflowError(f"bench latency: the max-rate run read {backlog:,} events in {best.batches} "
+                                   "micro-batch(es) of 100,000, too few to measure; use a backlog of 300,000 or more")
             rate = best.rate / 2
             for trigger in TRIGGERS:
                 topic, out_topic = f"lat-{kind}-{trigger}", f"lat-{kind}-{trigger}-out"
