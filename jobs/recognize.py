@@ -16,7 +16,7 @@ from ctiflow.jobs.config import JobConfig, MatchOp
 from ctiflow.jobs.fields import base_types
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
-from ctiflow.operators.cep.recognize import Recognizer
+from ctiflow.operators.cep.sql_translate import Recognizer
 from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, Expr, SqlError, parse
 from ctiflow.operators.errors import ConfigError, CtiflowError
 
@@ -58,7 +58,7 @@ def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, 
 
 
 def family(avro_type: Any) -> str | None:
-    """The type family (:func:`ctiflow.operators.cep.recognize.compile_query`) of an Avro field type."""
+    """The type family (:func:`ctiflow.operators.cep.sql_translate.compile_query`) of an Avro field type."""
     if _logical(avro_type) in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis"):
         return "timestamp"  # a plain long stays a BIGINT (epoch ms you can subtract)
     kinds = base_types(avro_type) - {"null"}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ctiflow.bench.match_operator import HOT_KEY_PATTERN, HOT_KEY_SQL_FILE, hot_key_records, to_events
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
-from ctiflow.operators.cep.recognize import column_families, compile_query
+from ctiflow.operators.cep.sql_translate import column_families, compile_query
 from ctiflow.operators.cep.sql import Timestamp
 from ctiflow.operators.cep.sql import Expr, parse
 from ctiflow.operators.errors import EventRejected

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctiflow.operators.cep.recognize import compile_query, recognize
+from ctiflow.operators.cep.sql_translate import compile_query, recognize
 from ctiflow.operators.cep.sql import SqlError
 
 

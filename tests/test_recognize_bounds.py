@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ctiflow.jobs.cli import app
-from ctiflow.operators.cep.recognize import recognize
+from ctiflow.operators.cep.sql_translate import recognize
 from ctiflow.operators.cep.sql import SqlError
 
 BASE = "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES A.v AS v PATTERN (A) DEFINE A AS {})"

@@ -13,7 +13,7 @@ import pytest
 
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.runtime import GroupRuntime, Plan
-from ctiflow.operators.cep.recognize import compile_query, column_families
+from ctiflow.operators.cep.sql_translate import compile_query, column_families
 from ctiflow.operators.time import CTI_INFINITY, Event
 
 T0 = 1_767_225_600_000

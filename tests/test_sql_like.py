@@ -8,7 +8,7 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from ctiflow.operators.cep.recognize import compile_query
+from ctiflow.operators.cep.sql_translate import compile_query
 from ctiflow.operators.cep.sql_evaluate import like_match
 
 ALPHABET = st.sampled_from("ab%_\n.*")

@@ -36,7 +36,7 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
     file closes every WITHIN. The output rows are the partition columns and the measures, in
     emission order. A row a DEFINE fails on is refused (listed on standard error) and the others
     matched as if it had not come."""
-    from ctiflow.operators.cep.recognize import recognize as run
+    from ctiflow.operators.cep.sql_translate import recognize as run
     from ctiflow.operators.cep.sql import SqlError
 
     text = read_text(query)

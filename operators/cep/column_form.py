@@ -2,7 +2,7 @@
 their column-at-a-time subset to, and the one evaluator for it.
 
 A job file's Python-subset expression (:mod:`ctiflow.operators.cep.expression`) and a
-``MATCH_RECOGNIZE`` ``DEFINE`` (:mod:`ctiflow.operators.cep.recognize`) each compile once; where
+``MATCH_RECOGNIZE`` ``DEFINE`` (:mod:`ctiflow.operators.cep.sql_translate`) each compile once; where
 a condition is ``and``/``or``/``not`` of comparisons between fields and constants, its compiler
 also lowers it to these nodes, and :func:`evaluator` turns them into ``truth(columns, n)`` →
 a bool array over whole NumPy columns (``columns``: field name → array of ``n`` values), which

@@ -78,7 +78,7 @@ class MatchSettings:
     #: At most this many events kept per key for its runs (the shared buffer, what the key's state
     #: bytes grow with); an event arriving while its key keeps more is refused likewise.
     max_buffered_events: int | None = None
-    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.recognize`): its PATTERN and
+    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.sql_translate`): its PATTERN and
     #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
@@ -94,7 +94,7 @@ class MatchSettings:
         """The compiled ``sql`` (None without one), once per settings object."""
         if self.sql is None:
             return None
-        from ctiflow.operators.cep.recognize import compile_query
+        from ctiflow.operators.cep.sql_translate import compile_query
 
         cached = _RECOGNIZERS.get(id(self))
         if cached is None or cached[0] is not self:
