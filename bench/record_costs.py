@@ -84,7 +84,8 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     opts = source_options(cfg, src, False, list(range(groups)))
     decoder = RecordDecoder(opts)
     payloads = [AvroSerializer(src.schema_name, validate=False)(r) for r in records]
-    encoders = ResultEncoder({t: AvroSerializer(s, store=plan.schema_store(), validate=False)
+    store = plan.schema_store()  # (one copy of the store for every result topic)
+    encoders = ResultEncoder({t: AvroSerializer(s, store=store, validate=False)
                               for t, s in cfg.result_topics().items()},
                              plan.late_topic, plan.dead_letter_topic)  # as the adapter
     t: dict[str, float] = defaultdict(float)
