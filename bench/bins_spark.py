@@ -25,7 +25,7 @@ def produce_flows(bootstrap: str, topic: str, n: int) -> None:
 
     kafka.create_topics(bootstrap, {topic: 2})
     kafka.produce(bootstrap, topic, workload.flows(n, devices=1000, seed=1, rate_per_s=200.0),
-                  AvroSerializer("flow", validate=False), "device")
+                  AvroSerializer("flow"), "device")
 
 
 def flow_source(topic: str, limit: int) -> dict:

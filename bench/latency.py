@@ -72,7 +72,7 @@ def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, sto
                 i += 1
             time.sleep(0.005)
 
-    return kafka.produce(bootstrap, topic, steady(), AvroSerializer("transaction", validate=False), "account",
+    return kafka.produce(bootstrap, topic, steady(), AvroSerializer("transaction"), "account",
                          partition_of=lambda _, rec: zlib.crc32(rec["account"].encode()) % 3).sent
 
 

@@ -363,7 +363,7 @@ def job_config(name: str, spec: dict[str, Any], key_groups: int) -> dict[str, An
 def encode_records(records: list[dict[str, Any]]) -> list[bytes]:
     from ctiflow.jobs.avro.serde import AvroSerializer
 
-    encode = AvroSerializer("transaction", validate=False)
+    encode = AvroSerializer("transaction")
     return [encode(r) for r in records]
 
 
@@ -381,7 +381,7 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     cfg = parse(job_config(name, spec, key_groups))
     plan = Plan.from_config(cfg)
     store = plan.schema_store()
-    encoders = {topic: AvroSerializer(schema, store=store, validate=False)
+    encoders = {topic: AvroSerializer(schema, store=store)
                 for topic, schema in cfg.result_topics().items()}
     decode = AvroDeserializer("transaction")
     keys = [r["account"] for r in records]

@@ -258,7 +258,7 @@ def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_fi
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: PEER_TOPIC_PARTITIONS})
-    kafka.produce(bootstrap, topic, records, AvroSerializer(schema, validate=False), key_field=key_field)
+    kafka.produce(bootstrap, topic, records, AvroSerializer(schema), key_field=key_field)
 
 
 BATCH = 100_000  # events a micro-batch (--trigger)

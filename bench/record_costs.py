@@ -12,7 +12,7 @@ Each stage runs the code the job runs, on the same records, and is timed alone:
   ``CountOperator._emit_touched``: :class:`~ctiflow.operators.events.OutputBatch` columns), timed by
   wrapping it;
 * **state round trip** — ``GroupRuntime`` load from header + chunks and ``commit()``;
-* **Avro encode** — :class:`ctiflow.jobs.avro.encode.ResultEncoder` as the adapter calls it (bulk for
+* **Avro encode** — :class:`ctiflow.jobs.rows.ResultEncoder` as the adapter calls it (bulk for
   the operators' column batches, one :class:`ctiflow.jobs.avro.serde.AvroSerializer` call per other result);
 * **result packs** — the ``(key, value, role)`` packs as Arrow IPC (:func:`ctiflow.jobs.rows.output_frame`)
   and read back in the sink;
@@ -66,7 +66,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     import numpy as np
     import pyarrow as pa
 
-    from ctiflow.jobs.avro.encode import ResultEncoder
+    from ctiflow.jobs.rows import ResultEncoder
     from ctiflow.jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
     from ctiflow.jobs.counters import Counters
     from ctiflow.jobs.runtime import GroupRuntime, Plan
@@ -83,9 +83,9 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     groups = cfg.key_groups
     opts = source_options(cfg, src, False, list(range(groups)))
     decoder = RecordDecoder(opts)
-    payloads = [AvroSerializer(src.schema_name, validate=False)(r) for r in records]
+    payloads = [AvroSerializer(src.schema_name)(r) for r in records]
     store = plan.schema_store()  # (one copy of the store for every result topic)
-    encoders = ResultEncoder({t: AvroSerializer(s, store=store, validate=False)
+    encoders = ResultEncoder({t: AvroSerializer(s, store=store)
                               for t, s in cfg.result_topics().items()},
                              plan.late_topic, plan.dead_letter_topic)  # as the adapter
     t: dict[str, float] = defaultdict(float)

@@ -43,7 +43,7 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
     from ctiflow.jobs import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
-    ser = AvroSerializer("flow", validate=False)
+    ser = AvroSerializer("flow")
     # Records leave in producer batches of ≈ 0.5 s (≈ 80 a partition), as a producer that favours
     # throughput sends them: the embedded broker (tansu 0.6, memory storage) slows down with the
     # number of batches a partition holds — reading the last 1,000 records took 21 ms at 10,000

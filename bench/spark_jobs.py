@@ -165,7 +165,7 @@ def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitio
     records = ({"id": str(i), "account": f"acct-{i % keys:05d}", "event_time": T0 + i * 10, "type": "purchase",
                 "amount": float((i * 7919) % 2000), "currency": "EUR", "country": "DE", "merchant": None}
                for i in range(n))
-    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction", validate=False), "account",
+    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction"), "account",
                   partition_of=lambda i, _: i % partitions)
 
 
@@ -225,7 +225,7 @@ def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
     opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
             "time_field": "event_time", "values": "errors"}
     decoder = RecordDecoder(opts)
-    serializer = AvroSerializer("transaction", validate=False)
+    serializer = AvroSerializer("transaction")
     encode = ColumnEncoder(json.loads(serializer.schema.text), serializer.header)
     kafka.create_topics(bootstrap, {out_topic: 2})
     parts = kafka.topic_partitions(bootstrap, topic)

@@ -251,7 +251,7 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
     kafka.create_topics(bootstrap, {topic: 2})
     records = ({"id": str(i), "account": f"k{i:08d}", "event_time": T0 + 1 + i, "type": "purchase", "amount": 1999.0,
                 "currency": "EUR", "country": "DE", "merchant": None} for i in range(live))
-    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction", validate=False), "account",
+    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction"), "account",
                   partition_of=lambda i, _: i % 2, flush_timeout=120)
 
 
@@ -319,7 +319,7 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
     records = ({"id": str(i), "account": f"k{hot[rng.randrange(len(hot))]:08d}", "event_time": T0 + 1 + i,
                 "type": "purchase", "amount": float(rng.randrange(2000)), "currency": "EUR", "country": "DE",
                 "merchant": None} for i in range(live, live + measured))
-    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction", validate=False), "account",
+    kafka.produce(bootstrap, topic, records, AvroSerializer("transaction"), "account",
                   partition_of=lambda i, _: (live + i) % 2, flush_timeout=120)
 
 

@@ -44,7 +44,6 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from ctiflow.jobs import rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
-from ctiflow.jobs.avro.encode import ResultEncoder
 from ctiflow.jobs.counters import Counters
 from ctiflow.jobs.runtime import GroupRuntime, Plan
 from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
@@ -92,9 +91,9 @@ class OperatorProcessor(StatefulProcessor):
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
         store = self.plan.schema_store()  # an executor's store has only the files: the derived ones besides
         self.encoders = {topic: AvroSerializer(schema, store=store, framing=self.framing, registry=reg,
-                                               subject=f"{topic}-value", validate=False)
+                                               subject=f"{topic}-value")
                          for topic, schema in self.topic_schemas.items()}
-        self.results = ResultEncoder(self.encoders, self.plan.late_topic, self.plan.dead_letter_topic)
+        self.results = rows.ResultEncoder(self.encoders, self.plan.late_topic, self.plan.dead_letter_topic)
         for stream, options in self.sources.items():  # packs that carry only bytes decode with these
             rows.FIELD_DECODERS[stream] = _field_decoder(options)
 
@@ -154,7 +153,7 @@ class OperatorProcessor(StatefulProcessor):
         self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
-        """Result records, Avro-encoded (:class:`ctiflow.jobs.avro.encode.ResultEncoder`) and packed per
+        """Result records, Avro-encoded (:class:`ctiflow.jobs.rows.ResultEncoder`) and packed per
         topic (:func:`ctiflow.jobs.rows.output_frame`, ≤ :data:`~ctiflow.jobs.rows.PACK_SIZE` each) in output
         order, then one metrics row: like the input, few rows for Spark to move. ``started``: the
         call's ``perf_counter`` at its start (→ ``python_us``)."""

@@ -43,11 +43,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ctiflow.jobs import counters
+from ctiflow.jobs.avro.encode import ColumnEncoder
 from ctiflow.operators.columns import EventColumns, LazyFields, object_array
-from ctiflow.operators.events import Event
+from ctiflow.operators.events import Event, OutputBatch
 
 #: ``meta_`` columns of every input row, in order (Arrow types).
 META_FIELDS = [
@@ -523,3 +525,71 @@ def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -
                 counters.merge(metrics, json.loads(value))
             else:
                 yield topic, key, value
+
+
+class ResultEncoder:
+    """A key group's results → Avro-encoded packs per topic (:class:`ResultPacks`),
+    in output order: what the adapter does with a micro-batch's output.
+
+    ``out`` items are ``(topic, Output, key)`` — encoded with the topic's serializer, except an
+    input record passed on unchanged, which keeps its bytes if they carry the topic's schema —
+    or ``(topic, OutputBatch, None)``, encoded in bulk (:class:`ColumnEncoder`) where the topic's
+    schema allows, else record by record. ``dead``: dead-letter records, after the rest."""
+
+    def __init__(self, serializers: dict, late_topic: str, dead_letter_topic: str):
+        self.serializers = serializers  # topic → ctiflow.jobs.avro.serde.AvroSerializer
+        self.headers = {topic: s.header for topic, s in serializers.items()}
+        self.late_topic, self.dead_letter_topic = late_topic, dead_letter_topic
+        self._bulk: dict[str, ColumnEncoder] = {}
+
+    def bulk(self, topic: str) -> ColumnEncoder:
+        encoder = self._bulk.get(topic)
+        if encoder is None:
+            encoder = self._bulk[topic] = ColumnEncoder(json.loads(self.serializers[topic].schema.text),
+                                                        self.headers[topic])
+        return encoder
+
+    def _value(self, topic: str, o) -> bytes:
+        """An :class:`Output`'s bytes: as they came if they carry the topic's schema, else encoded."""
+        raw = o.encoded
+        return raw if raw is not None and raw.startswith(self.headers[topic]) else self.serializers[topic](o.record)
+
+    def _as_they_came(self, topic: str, raw) -> pa.Array | None:
+        """Records passed on unchanged (their original bytes, ``raw``) as one binary array, if
+        every one was kept and carries the topic's schema; None if any must be encoded."""
+        values = pa.array(raw, pa.binary())
+        if values.null_count:
+            return None
+        header = self.headers[topic]
+        if header and len(values) and not pc.all(pc.starts_with(values, pattern=header)).as_py():
+            return None
+        return values
+
+    def packs(self, out: list, dead: list, counters) -> ResultPacks:
+        """``counters.late_records`` counts the records written to the late topic."""
+        enc, late = self.serializers, self.late_topic
+        packs = ResultPacks()
+        for topic, o, k in out:
+            if type(o) is OutputBatch:
+                if topic == late:
+                    counters.late_records += o.n
+                keys = o.keys if o.keys is not None else o.columns.get("key")
+                if o.raw is not None:
+                    values = self._as_they_came(topic, o.raw)
+                    if values is not None:
+                        packs.add_batch(topic, result_batch(keys, values, o.role))
+                        continue
+                else:
+                    packs.add_batch(topic, result_batch(keys, self.bulk(topic).encode(o.columns, o.n), o.role))
+                    continue
+                for one in o.outputs():  # record by record, as the Output items below
+                    key = one.key if one.key is not None else one.record.get("key")
+                    packs.add(topic, None if key is None else str(key).encode(), self._value(topic, one), o.role)
+                continue
+            if topic == late:
+                counters.late_records += 1
+            packs.add(topic, None if k is None else str(k).encode(), self._value(topic, o), o.role)
+        dlq = self.dead_letter_topic
+        for rec in dead:
+            packs.add(dlq, rec["key"], enc[dlq](rec), "dead_letter")
+        return packs

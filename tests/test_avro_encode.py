@@ -1,7 +1,8 @@
-"""ColumnEncoder against fastavro's schemaless_writer: the same bytes for every record.
+"""ColumnEncoder and record_writer against fastavro's schemaless_writer: the same bytes for every record.
 
 The oracle is fastavro (an independent encoder); the inputs are random columns of every
-bulk-encodable type, given as lists, NumPy arrays, Arrow arrays and one scalar per column."""
+column-wise type, given as lists, NumPy arrays, Arrow arrays and one scalar per column, and
+random schemas (nested records, arrays, maps, unions of several types) with random values."""
 
 from __future__ import annotations
 
@@ -93,8 +94,8 @@ def _columns(rows, keys, okeys, om_vals, nulls, form):
         cols["om"] = None
     elif not any(nulls):
         cols["om"] = MapColumn(tuple(okeys), np.array(om_vals, np.int64).T)
-    else:  # a nullable map of some nulls is not bulk input: checked separately below
-        cols["om"] = None
+    else:  # a nullable map of some nulls: a list of dicts, written value by value
+        cols["om"] = [r["om"] for r in rows]
     return cols
 
 
@@ -102,12 +103,8 @@ def _columns(rows, keys, okeys, om_vals, nulls, form):
 @given(batches())
 def test_columns_encode_as_fastavro_does(batch):
     rows, keys, okeys, om_vals, nulls, form = batch
-    if any(nulls) and not all(nulls):
-        for r in rows:
-            r["om"] = None
     header = b"\xc3\x01" + bytes(range(8))
     enc = ColumnEncoder(ALL_KINDS, header)
-    assert enc.bulk
     got = enc.encode(_columns(rows, keys, okeys, om_vals, nulls, form), len(rows)).to_pylist()
     want = _oracle(ALL_KINDS, header, [dict(r, dflt="zz") for r in rows])
     assert got == want
@@ -121,12 +118,6 @@ def test_scalar_columns_repeat_one_value():
     got = enc.encode(cols, 3).to_pylist()
     records = [{**{k: v for k, v in cols.items() if k != "m"}, "m": {"k": v}} for v in (1.0, 2.0, 3.0)]
     assert got == _oracle(ALL_KINDS, b"", records)
-
-
-@pytest.mark.parametrize("name", ["bin", "count", "late", "dead_letter"])
-def test_result_schemas_bulk_encode(name):
-    schema = json.loads((SCHEMAS / f"{name}.avsc").read_text())
-    assert ColumnEncoder(schema).bulk
 
 
 def test_bin_records_as_the_binner_gives_them():
@@ -148,8 +139,7 @@ def test_bin_records_as_the_binner_gives_them():
     assert got == _oracle(schema, b"\x00\x00\x00\x00\x07", records)
 
 
-def test_not_bulk_encodable_and_bad_columns_are_refused():
-    assert not ColumnEncoder(json.loads((SCHEMAS / "match.avsc").read_text())).bulk
+def test_bad_columns_are_refused():
     enc = ColumnEncoder({"type": "record", "name": "R", "fields": [{"name": "i", "type": "int"}]})
     with pytest.raises(ValueError, match="outside 32 bits"):
         enc.encode({"i": np.array([2**31])}, 1)
@@ -157,3 +147,157 @@ def test_not_bulk_encodable_and_bad_columns_are_refused():
         enc.encode({}, 1)
     with pytest.raises(ValueError, match="values for 2 records"):
         enc.encode({"i": [1, 2, 3]}, 2)
+
+
+# -- nested and union fields: value by value, as fastavro writes them ----------------------------
+_PRIMITIVES = ["null", "boolean", "int", "long", "float", "double", "string", "bytes"]
+_VALUES = {
+    "null": st.none(), "boolean": st.booleans(), "int": st.integers(-(2**31), 2**31 - 1), "long": INT64,
+    "float": st.floats(width=32), "double": st.floats(), "string": TEXT, "bytes": st.binary(max_size=5),
+}
+
+
+@st.composite
+def schema_and_values(draw):
+    """A random record schema (nested records, arrays, maps, enums, fixed, unions of several
+    types in any order) and records of it, drawn per branch so every branch is taken."""
+    names = iter(f"N{i}" for i in range(1000))
+
+    def schema(depth):
+        kinds = ["prim", "union"] + (["record", "array", "map", "enum", "fixed"] if depth < 3 else [])
+        kind = draw(st.sampled_from(kinds))
+        if kind == "prim":
+            return draw(st.sampled_from(_PRIMITIVES[1:]))
+        if kind == "enum":
+            return {"type": "enum", "name": next(names), "symbols": ["A", "B", "C"]}
+        if kind == "fixed":
+            return {"type": "fixed", "name": next(names), "size": draw(st.integers(0, 4))}
+        if kind == "array":
+            return {"type": "array", "items": schema(depth + 1)}
+        if kind == "map":
+            return {"type": "map", "values": schema(depth + 1)}
+        if kind == "record":
+            return record(depth + 1)
+        prims = draw(st.lists(st.sampled_from(_PRIMITIVES), min_size=1, max_size=4, unique=True))
+        extra = [record(depth + 1) for _ in range(draw(st.integers(0, 2 if depth < 3 else 0)))]
+        return draw(st.permutations(prims + extra))
+
+    def record(depth):
+        fields = [{"name": f"f{i}", "type": schema(depth)} for i in range(draw(st.integers(0, 4)))]
+        return {"type": "record", "name": next(names), "fields": fields}
+
+    def value(s):
+        if isinstance(s, str):
+            return draw(_VALUES[s])
+        if isinstance(s, list):
+            return value(draw(st.sampled_from(s)))
+        kind = s["type"]
+        if kind == "record":
+            return {f["name"]: value(f["type"]) for f in s["fields"]}
+        if kind == "enum":
+            return draw(st.sampled_from(s["symbols"]))
+        if kind == "fixed":
+            return draw(st.binary(min_size=s["size"], max_size=s["size"]))
+        if kind == "array":
+            return [value(s["items"]) for _ in range(draw(st.integers(0, 3)))]
+        return {draw(TEXT): value(s["values"]) for _ in range(draw(st.integers(0, 3)))}
+
+    root = record(0)
+    return root, [value(root) for _ in range(draw(st.integers(1, 6)))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema_and_values())
+def test_nested_and_union_fields_write_as_fastavro_does(case):
+    from ctiflow.jobs.avro.decode import compile_schema
+    from ctiflow.jobs.avro.encode import record_writer
+
+    schema, records = case
+    want = _oracle(schema, b"", records)
+    write = record_writer(compile_schema(schema))
+    got = []
+    for r in records:
+        out = bytearray()
+        write(r, out)
+        got.append(bytes(out))
+    assert got == want
+    columns = {f["name"]: [r[f["name"]] for r in records] for f in schema["fields"]}
+    assert ColumnEncoder(schema, b"\x01").encode(columns, len(records)).to_pylist() == [b"\x01" + w for w in want]
+
+
+def test_union_branches_follow_fastavro():
+    """The branch rules a reader of the code might get wrong, each against fastavro."""
+    cases = [
+        (["int", "long"], [5, 2**40]),                       # the first that fits
+        (["float", "double"], [1.5, 3]),                     # a float gives way to a later double
+        (["int", "float", "string"], [7, 0.5, "x"]),
+        (["string", "bytes", "null"], ["s", b"b", None]),
+        ([{"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]},
+          {"type": "record", "name": "B", "fields": [{"name": "x", "type": "long"},
+                                                     {"name": "y", "type": ["null", "long"], "default": None}]}],
+         [{"x": 1}, {"x": 1, "y": 2}]),                      # the record sharing the most fields
+        ([{"type": "enum", "name": "E", "symbols": ["A"]}, "string"], ["A", "B"]),
+    ]
+    from ctiflow.jobs.avro.decode import compile_schema
+    from ctiflow.jobs.avro.encode import record_writer
+
+    for union, values in cases:
+        schema = {"type": "record", "name": "R", "fields": [{"name": "u", "type": union}]}
+        write = record_writer(compile_schema(schema))
+        for v in values:
+            out = bytearray()
+            write({"u": v}, out)
+            assert bytes(out) == _oracle(schema, b"", [{"u": v}])[0], (union, v)
+
+
+def test_match_records_encode_from_columns():
+    schema = json.loads((SCHEMAS / "match.avsc").read_text())
+    from ctiflow.jobs.avro.decode import compile_schema
+
+    fields = [name for name, _, _, _ in compile_schema(schema).fields]
+    records = []
+    for i in range(5):
+        records.append(_a_record_of(schema, i))
+    got = ColumnEncoder(schema).encode({f: [r[f] for r in records] for f in fields}, 5).to_pylist()
+    assert got == _oracle(schema, b"", records)
+
+
+def _a_record_of(schema: dict, i: int):
+    """A record of ``schema`` with values varying by ``i`` (nulls in every other nullable field)."""
+    def value(s, depth=0):
+        if isinstance(s, list):
+            return None if "null" in s and i % 2 else value(next(b for b in s if b != "null"), depth)
+        if isinstance(s, str):
+            return {"boolean": i % 2 == 0, "int": i, "long": i * 10**12, "float": 0.5 * i, "double": i / 3,
+                    "string": f"é{i}", "bytes": bytes([i]), "null": None}[s]
+        kind = s["type"]
+        if kind == "record":
+            return {f["name"]: value(f["type"], depth + 1) for f in s["fields"]}
+        if kind == "array":
+            return [value(s["items"], depth + 1) for _ in range(i % 3 + 1)]
+        if kind == "map":
+            return {f"k{j}": value(s["values"], depth + 1) for j in range(i % 2 + 1)}
+        if kind == "enum":
+            return s["symbols"][i % len(s["symbols"])]
+        return value(kind, depth)
+    return value(schema)
+
+
+def test_a_record_that_does_not_fit_names_the_field():
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.operators.errors import SchemaError
+
+    ser = AvroSerializer("transaction")
+    good = {"id": "1", "account": "a", "type": "purchase", "amount": 1.0, "country": "DE", "event_time": 1}
+    assert ser(good)
+    with pytest.raises(SchemaError, match="event_time: expected long, got str .soon."):
+        ser({**good, "event_time": "soon"})
+    with pytest.raises(SchemaError, match="account: no value and no default"):
+        ser({k: v for k, v in good.items() if k != "account"})
+    with pytest.raises(SchemaError, match="amount: expected double, got str"):
+        ser({**good, "amount": "1"})
+    enc = ColumnEncoder(json.loads((SCHEMAS / "match.avsc").read_text()))
+    columns = {"pattern": "p", "key": "k", "match_id": "m", "first_time": 1, "last_time": 2,
+               "stages": [[{"stage": "a", "events": ["{}", 7]}]]}
+    with pytest.raises(ValueError, match=r"stages\[0\]\.events\[1\]: expected string, got int 7 \(record 0 of 1\)"):
+        enc.encode(columns, 1)

@@ -12,10 +12,13 @@ Avro's Java decoder refuses those; a record ctiflow accepts must be one it would
   the Avro spec says: fields by name with defaults, promotions int→long→float→double and
   string↔bytes, unions either side, enum symbols) into one function ``read(buf, pos) → (value,
   pos)`` for any schema; every count and length is bounded by the bytes left;
-* :class:`ColumnDecoder` decodes many bodies of one *flat* writer schema (primitives, enums,
-  fixed, and unions of ``null`` with one of those) at once: field by field, each field one
-  NumPy step over every record, to Arrow arrays in the reader schema's order and types; a
-  record that fails gets its own reason and the others go on.
+* :class:`ColumnDecoder` decodes many bodies of one writer schema at once, field by field, to
+  Arrow arrays in the reader schema's order and types: a flat field (a primitive, enum, fixed,
+  or a union of ``null`` with one of those) in one NumPy step over every record, any other
+  (records, arrays, maps, unions of several types) value by value with the field's per-record
+  reader (as JSON text in its column); a record that fails gets its own reason and the others
+  go on. It is how a job decodes; the per-record reader alone serves single messages (the
+  CLI's consume, tests).
 
 Both refuse, with a reason: a union index outside ``[0, branches)``; an ``int`` varint longer
 than 5 bytes or above 32 bits; a ``long`` varint longer than 10 bytes or above 64 bits; a
@@ -400,6 +403,11 @@ def sources(w: Node, r: Node) -> dict[str, str]:
     return out
 
 
+def _json(value: Any) -> str:
+    """A nested value as the text its string column holds (bytes as their ``repr``)."""
+    return json.dumps(value, default=str)
+
+
 def _default_value(default: Any) -> Any:
     return json.loads(json.dumps(default)) if isinstance(default, (dict, list)) else default
 
@@ -454,6 +462,7 @@ class _Bulk:
         self.end = ends
         self.limit = len(data) - 16
         self.reason = np.zeros(len(starts), np.int32)  # 0 = fine, else 1 + index into messages
+        self.zero_size = [0] * len(starts)  # zero-size array/map items read so far per record
         self.messages: list[str] = []
 
     def fail(self, rows: np.ndarray, bad: np.ndarray, message: str) -> np.ndarray:
@@ -527,17 +536,19 @@ class ColumnDecoder:
 
     def __init__(self, writer: Node, reader: Node | None = None):
         reader = reader or writer
-        if writer.kind != "record" or not all(node.flat() for _, node, _, _ in writer.fields):
-            raise ValueError("ColumnDecoder decodes records of primitives, enums and fixed (and their nullable unions)")
+        if writer.kind != "record":
+            raise DecodeError(f"a writer schema of {writer.kind}, not of a record")
         self.writer, self.reader = writer, reader
         record_reader(writer, reader)  # the per-record rules refuse an unresolvable pair here too
         self.names = [name for name, _, _, _ in reader.fields]
         self.types = [arrow_type(node) for _, node, _, _ in reader.fields]
         self.sources = sources(writer, reader)  # reader field → writer field (aliases resolved)
-
-    @staticmethod
-    def flat(writer: Node) -> bool:
-        return writer.kind == "record" and all(node.flat() for _, node, _, _ in writer.fields)
+        read_as = {written: node for name, node, _, _ in reader.fields if (written := self.sources.get(name))}
+        cache: dict = {}
+        #: writer field → its per-record reader, for the fields not decoded column-wise (a field
+        #: the reader lacks is read as written, and dropped)
+        self.each = {name: _compile(node, read_as.get(name, node) if reader is not writer else node, cache)
+                     for name, node, _, _ in writer.fields if not node.flat()}
 
     def decode(self, data: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[list[pa.Array], np.ndarray, dict[int, str]]:
         """→ (the reader's columns for the good records, their indices, {index: reason} for the rest)."""
@@ -547,7 +558,10 @@ class ColumnDecoder:
         rows = np.arange(n)
         decoded: dict[str, _Column] = {}
         for name, node, _, _ in self.writer.fields:
-            rows, decoded[name] = self._field(bulk, rows, node, name, n)
+            if name in self.each:
+                rows, decoded[name] = self._each(bulk, rows, name, n, data)
+            else:
+                rows, decoded[name] = self._field(bulk, rows, node, name, n)
         leftover = bulk.pos[rows] != bulk.end[rows]
         rows = bulk.fail(rows, leftover, "trailing bytes after the Avro record")
         for name, r_node, _, _ in self.reader.fields:
@@ -555,6 +569,8 @@ class ColumnDecoder:
             if col is None:
                 continue
             nullable = r_node.kind == "union" and any(b.kind == "null" for b in r_node.branches)
+            if col.kind == "each":  # (resolved by its per-record reader)
+                continue
             if not nullable:
                 rows = bulk.fail(rows, ~col.valid[rows], f"field {name!r}: null, and the reader's "
                                                           f"{r_node.kind} has no null branch")
@@ -569,7 +585,9 @@ class ColumnDecoder:
         for (name, r_node, has, default), typ in zip(self.reader.fields, self.types):
             col = decoded.get(self.sources.get(name, ""))
             if col is None:
-                columns.append(pa.array([_default_value(default)] * len(take), typ))
+                value = _default_value(default)
+                value = value if typ != pa.string() or value is None or isinstance(value, str) else _json(value)
+                columns.append(pa.array([value] * len(take), typ))
             else:
                 columns.append(self._arrow(col, take, typ, buf, r_node))
         # a string that is not UTF-8 fails its record only (found when building the column)
@@ -647,7 +665,35 @@ class ColumnDecoder:
         starts[rows_ok], lengths[rows_ok] = at, length
         return rows_ok, _Column(kind, name, (starts, lengths), valid)
 
+    def _each(self, bulk: _Bulk, rows: np.ndarray, name: str, n: int, data: bytes) -> tuple[np.ndarray, _Column]:
+        """A field read value by value with its per-record reader, each body on its own (so a
+        count or length is bounded by that body's bytes, never its neighbours')."""
+        read, values = self.each[name], [None] * n
+        kept = np.ones(len(rows), bool)
+        for j, r in enumerate(rows.tolist()):
+            at, end = int(bulk.pos[r]), int(bulk.end[r])
+            _zero_size_items.n = bulk.zero_size[r]
+            try:
+                values[r], used = read(data[at:end], 0)
+            except DecodeError as exc:
+                reason = f"field {name!r}: {exc}"
+            except IndexError:
+                reason = "truncated Avro body"
+            except RecursionError:
+                reason = "Avro body nests too deeply"
+            else:
+                bulk.pos[r] = at + used
+                bulk.zero_size[r] = _zero_size_items.n
+                continue
+            kept[j] = False
+            bulk.fail(rows[j:j + 1], np.ones(1, bool), reason)
+        valid = np.fromiter((v is not None for v in values), bool, n)
+        return rows[kept], _Column("each", name, values, valid)
+
     def _arrow(self, col: _Column, take: np.ndarray, typ: pa.DataType, buf: np.ndarray, r_node: Node):
+        if col.kind == "each":  # JSON text, a string as it is (the per-record decoder did the same)
+            values = [col.values[i] for i in take.tolist()]
+            return pa.array([v if v is None or isinstance(v, str) else _json(v) for v in values], typ)
         valid = col.valid[take]
         mask = None if valid.all() else ~valid
         if col.kind in ("string", "bytes", "fixed"):

@@ -16,25 +16,29 @@ framing header) field by field, each field one NumPy step over every record:
   one block of ``len(keys)`` entries, then the end marker.
 
 A column is a NumPy array, a list, a :class:`~ctiflow.operators.events.MapColumn`, or one scalar for
-every record. Schemas with other field types (arrays, nested records) are not bulk-encodable:
-:attr:`ColumnEncoder.bulk` is False and the caller encodes those records one by one. The
-output is the framed bodies as an Arrow ``binary`` array. Equal, byte for byte, to fastavro's
-``schemaless_writer`` on the same records (``tests/test_avro_encode.py``).
+every record. Other fields (arrays, nested records, unions of several types, a map given as a
+list of dicts) are written value by value into their own piece by :func:`record_writer` — the
+one per-record Avro writer, also what :class:`~ctiflow.jobs.avro.serde.AvroSerializer` encodes a
+single record with. The output is the framed bodies as an Arrow ``binary`` array. Equal, byte
+for byte, to fastavro's ``schemaless_writer`` on the same records, union branches included
+(``tests/test_avro_encode.py``: fastavro is the oracle, not a dependency of the path).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ctiflow.jobs import rows
 from ctiflow.jobs.avro.decode import Node, compile_schema
-from ctiflow.operators.events import MapColumn, OutputBatch
+from ctiflow.operators.events import MapColumn
 
-__all__ = ["ColumnEncoder", "ResultEncoder"]
+__all__ = ["AvroWriteError", "ColumnEncoder", "record_writer"]
 
 _INT32 = (-(2**31), 2**31 - 1)
 _SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)  # 7-bit groups of a 64-bit value
@@ -120,22 +124,21 @@ class ColumnEncoder:
         self.header = header
         if self.root.kind != "record":
             raise ValueError("ColumnEncoder encodes records")
-        self.bulk = all(self._encodable(t) for _, t, _, _ in self.root.fields)
+        self._writers: dict[int, Writer] = {}
 
     @classmethod
-    def _encodable(cls, t: Node) -> bool:
+    def _columnar(cls, t: Node) -> bool:
+        """``t`` is encoded column-wise (else value by value, :func:`record_writer`)."""
         if t.kind == "map":
             return t.items is not None and t.items.flat() and t.items.kind != "union"
         if t.kind == "union":
             return t.flat() or (len(t.branches) == 2 and any(b.kind == "null" for b in t.branches)
-                                and all(b.kind == "null" or cls._encodable(b) for b in t.branches))
+                                and all(b.kind == "null" or cls._columnar(b) for b in t.branches))
         return t.flat()
 
     def encode(self, columns: dict[str, Any], n: int) -> pa.BinaryArray:
         """The ``n`` records' framed bodies, in record order. ``columns`` holds every field of
         the schema by name (a missing field with a default takes it)."""
-        if not self.bulk:
-            raise ValueError("this schema has fields that are not bulk-encodable (see ColumnEncoder.bulk)")
         pieces = [_Piece(const=self.header)] if self.header else []
         for name, t, has_default, default in self.root.fields:
             if name in columns:
@@ -144,13 +147,18 @@ class ColumnEncoder:
                 column = default
             else:
                 raise ValueError(f"no column and no default for field {name!r}")
-            pieces.extend(self._field(t, column, n))
+            try:
+                pieces.extend(self._field(t, column, n))
+            except AvroWriteError as exc:
+                raise exc.at(name) from None
         return _assemble(pieces, n)
 
     # -- fields -----------------------------------------------------------------------------
     def _field(self, t: Node, column: Any, n: int) -> list[_Piece]:
-        if column is None or isinstance(column, _SCALAR):
-            return [_Piece(const=self._scalar(t, column))]
+        if column is None or isinstance(column, (*_SCALAR, dict)):
+            return [_Piece(const=self._one(t, column))]
+        if not self._columnar(t) or (t.kind == "map" and not isinstance(column, MapColumn)):
+            return self._each(t, column, n)
         kind = t.kind
         if kind == "union":
             return self._union(t, column, n)
@@ -179,22 +187,41 @@ class ColumnEncoder:
             if len(data) != n * t.size:
                 raise ValueError(f"fixed {t.name} values are not all {t.size} bytes")
             return [_Piece(matrix=np.frombuffer(data, np.uint8).reshape(n, t.size))]
-        raise ValueError(f"type {kind} is not bulk-encodable")
+        raise AssertionError(f"type {kind} is written value by value (_columnar)")
 
-    def _scalar(self, t: Node, value: Any) -> bytes:
+    def _writer(self, t: Node) -> Writer:
+        got = self._writers.get(id(t))
+        if got is None:
+            got = self._writers[id(t)] = record_writer(t)
+        return got
+
+    def _one(self, t: Node, value: Any) -> bytes:
         """One value's bytes (a column that is the same for every record)."""
-        if t.kind == "union":
-            branch = next((i for i, b in enumerate(t.branches) if (b.kind == "null") == (value is None)), None)
-            if branch is None:
-                raise ValueError(f"no branch of the union for {value!r}")
-            return _zigzag_varint(branch) + (b"" if value is None else self._scalar(t.branches[branch], value))
-        if value is None:
-            if t.kind == "null":
-                return b""
-            raise ValueError(f"null for a {t.kind} field")
-        pieces = self._field(t, [value], 1) if not isinstance(value, dict) else self._field(
-            t, MapColumn(tuple(value), np.array([[v] for v in value.values()])), 1)
-        return bytes(_assemble(pieces, 1).to_pylist()[0])
+        out = bytearray()
+        self._writer(t)(value, out)
+        return bytes(out)
+
+    def _each(self, t: Node, column: Any, n: int) -> list[_Piece]:
+        """A field that is not encoded column-wise (arrays, records, unions of several types):
+        value by value with :func:`record_writer`, into one variable-width piece."""
+        if isinstance(column, (pa.Array, pa.ChunkedArray)):
+            column = column.to_pylist()
+        elif isinstance(column, MapColumn):
+            column = [dict(zip(column.names, row)) for row in np.asarray(column.values).T.tolist()]
+        elif isinstance(column, np.ndarray):
+            column = column.tolist()
+        write, out = self._writer(t), bytearray()
+        if len(column) != n:
+            raise ValueError(f"a column of {len(column)} values for {n} records")
+        lens = np.empty(n, np.int64)
+        at = 0
+        for i, value in enumerate(column):
+            try:
+                write(value, out)
+            except AvroWriteError as exc:
+                raise AvroWriteError(f"{exc.message} (record {i} of {n})", exc.path) from None
+            lens[i], at = len(out) - at, len(out)
+        return [_Piece(lens=lens, flat=np.frombuffer(bytes(out), np.uint8))]
 
     def _union(self, t: Node, column: Any, n: int) -> list[_Piece]:
         null = next(i for i, b in enumerate(t.branches) if b.kind == "null")
@@ -290,73 +317,287 @@ def _assemble(pieces: list[_Piece], n: int) -> pa.BinaryArray:
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-class ResultEncoder:
-    """A key group's results → Avro-encoded packs per topic (:class:`ctiflow.jobs.rows.ResultPacks`),
-    in output order: what the adapter does with a micro-batch's output.
+# -- per record ------------------------------------------------------------------------------
+Writer = Callable[[Any, bytearray], None]
+_LONG = (-(2**63), 2**63 - 1)
+_MISSING = object()
+_pack_float, _pack_double = struct.Struct("<f").pack, struct.Struct("<d").pack
 
-    ``out`` items are ``(topic, Output, key)`` — encoded with the topic's serializer, except an
-    input record passed on unchanged, which keeps its bytes if they carry the topic's schema —
-    or ``(topic, OutputBatch, None)``, encoded in bulk (:class:`ColumnEncoder`) where the topic's
-    schema allows, else record by record. ``dead``: dead-letter records, after the rest."""
 
-    def __init__(self, serializers: dict, late_topic: str, dead_letter_topic: str):
-        self.serializers = serializers  # topic → ctiflow.jobs.avro.serde.AvroSerializer
-        self.headers = {topic: s.header for topic, s in serializers.items()}
-        self.late_topic, self.dead_letter_topic = late_topic, dead_letter_topic
-        self._bulk: dict[str, ColumnEncoder] = {}
+class AvroWriteError(ValueError):
+    """A value does not fit the schema; ``path`` names where (``events[2].amount``)."""
 
-    def bulk(self, topic: str) -> ColumnEncoder:
-        encoder = self._bulk.get(topic)
-        if encoder is None:
-            import json
+    def __init__(self, message: str, path: tuple = ()):
+        super().__init__(message)
+        self.message, self.path = message, path
 
-            encoder = self._bulk[topic] = ColumnEncoder(json.loads(self.serializers[topic].schema.text),
-                                                        self.headers[topic])
-        return encoder
+    def at(self, step: str | int) -> "AvroWriteError":
+        return AvroWriteError(self.message, (step, *self.path))
 
-    def _value(self, topic: str, o) -> bytes:
-        """An :class:`Output`'s bytes: as they came if they carry the topic's schema, else encoded."""
-        raw = o.encoded
-        return raw if raw is not None and raw.startswith(self.headers[topic]) else self.serializers[topic](o.record)
+    def __str__(self) -> str:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in self.path).lstrip(".")
+        return f"{where}: {self.message}" if where else self.message
 
-    def _as_they_came(self, topic: str, raw) -> pa.Array | None:
-        """Records passed on unchanged (their original bytes, ``raw``) as one binary array, if
-        every one was kept and carries the topic's schema; None if any must be encoded."""
-        values = pa.array(raw, pa.binary())
-        if values.null_count:
-            return None
-        header = self.headers[topic]
-        if header and len(values) and not pc.all(pc.starts_with(values, pattern=header)).as_py():
-            return None
-        return values
 
-    def packs(self, out: list, dead: list, counters) -> rows.ResultPacks:
-        """``counters.late_records`` counts the records written to the late topic."""
-        enc, late = self.serializers, self.late_topic
-        packs = rows.ResultPacks()
-        for topic, o, k in out:
-            if type(o) is OutputBatch:
-                if topic == late:
-                    counters.late_records += o.n
-                keys = o.keys if o.keys is not None else o.columns.get("key")
-                if o.raw is not None:
-                    values = self._as_they_came(topic, o.raw)
-                    if values is not None:
-                        packs.add_batch(topic, rows.result_batch(keys, values, o.role))
-                        continue
-                else:
-                    encoder = self.bulk(topic)
-                    if encoder.bulk:
-                        packs.add_batch(topic, rows.result_batch(keys, encoder.encode(o.columns, o.n), o.role))
-                        continue
-                for one in o.outputs():  # record by record, as the Output items below
-                    key = one.key if one.key is not None else one.record.get("key")
-                    packs.add(topic, None if key is None else str(key).encode(), self._value(topic, one), o.role)
+def _mismatch(node: Node, value: Any) -> AvroWriteError:
+    return AvroWriteError(f"expected {node.name or node.kind}, got {type(value).__name__} {value!r:.80}")
+
+
+def _varint_into(out: bytearray, value: int) -> None:
+    z = (value << 1) ^ (value >> 63)
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def record_writer(node: Node) -> Writer:
+    """``write(value, out)``: ``value``'s Avro binary encoding appended to ``out`` (a
+    ``bytearray``); an :class:`AvroWriteError` naming the field when ``value`` does not fit.
+
+    The one per-record writer (the bulk :class:`ColumnEncoder` uses it for the fields it does not
+    encode column-wise). Which values fit and which union branch a value takes are fastavro's
+    rules (its ``validate`` and ``write_union``; fastavro is the test oracle,
+    ``tests/test_avro_encode.py``): a branch is the first that accepts the value, except that a
+    ``float`` branch gives way to a later ``double`` and among record branches the one sharing the
+    most fields with the value wins. A missing field takes its default, or null in a union with
+    ``null``; an ``int`` beyond 32 bits or a ``long`` beyond 64 is refused, never wrapped."""
+    return _writer(node, {})
+
+
+def _writer(node: Node, cache: dict) -> Writer:
+    got = cache.get(id(node))
+    if got is not None:
+        return got
+    if node.kind == "record":  # (named, maybe recursive: the cache holds a forward reference)
+        slot: list[Writer] = []
+        cache[id(node)] = lambda value, out: slot[0](value, out)
+        slot.append(_record_writer(node, cache))
+        cache[id(node)] = slot[0]
+        return slot[0]
+    got = cache[id(node)] = _WRITERS[node.kind](node, cache)
+    return got
+
+
+def _null_writer(node: Node, cache: dict) -> Writer:
+    def write_null(value, out):
+        if value is not None:
+            raise _mismatch(node, value)
+    return write_null
+
+
+def _boolean_writer(node: Node, cache: dict) -> Writer:
+    def write_boolean(value, out):
+        if value is True or value is False or isinstance(value, np.bool_):
+            out.append(1 if value else 0)
+        else:
+            raise _mismatch(node, value)
+    return write_boolean
+
+
+def _integer_writer(node: Node, cache: dict) -> Writer:
+    low, high = _INT32 if node.kind == "int" else _LONG
+
+    def write_integer(value, out):
+        if type(value) is not int:
+            if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
+                raise _mismatch(node, value)
+            value = int(value)
+        if not low <= value <= high:
+            raise AvroWriteError(f"{value} is outside {node.kind}'s {32 if node.kind == 'int' else 64} bits")
+        _varint_into(out, value)
+    return write_integer
+
+
+def _real_writer(node: Node, cache: dict) -> Writer:
+    pack = _pack_float if node.kind == "float" else _pack_double
+
+    def write_real(value, out):
+        if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+            raise _mismatch(node, value)
+        try:
+            out += pack(value)
+        except OverflowError:  # beyond float's range: Java's (float) cast gives ±Infinity
+            out += pack(math.copysign(math.inf, value))
+    return write_real
+
+
+def _binary_writer(node: Node, cache: dict) -> Writer:
+    string = node.kind == "string"
+
+    def write_binary(value, out):
+        if string:
+            if not isinstance(value, str):
+                raise _mismatch(node, value)
+            try:
+                value = value.encode()
+            except UnicodeEncodeError as exc:
+                raise AvroWriteError(f"string is not encodable as UTF-8: {exc.reason}") from None
+        elif not isinstance(value, (bytes, bytearray)):
+            raise _mismatch(node, value)
+        _varint_into(out, len(value))
+        out += value
+    return write_binary
+
+
+def _fixed_writer(node: Node, cache: dict) -> Writer:
+    def write_fixed(value, out):
+        if not isinstance(value, bytes) or len(value) != node.size:
+            raise _mismatch(node, value)
+        out += value
+    return write_fixed
+
+
+def _enum_writer(node: Node, cache: dict) -> Writer:
+    index = {s: i for i, s in enumerate(node.symbols)}
+
+    def write_enum(value, out):
+        i = index.get(value) if isinstance(value, str) else None
+        if i is None:
+            raise AvroWriteError(f"{value!r:.80} is not a symbol of enum {node.name} ({', '.join(node.symbols)})")
+        _varint_into(out, i)
+    return write_enum
+
+
+def _blocks_writer(node: Node, cache: dict) -> Writer:
+    item = _writer(node.items, cache)
+    is_map = node.kind == "map"
+
+    def write_blocks(value, out):
+        if is_map:
+            if not isinstance(value, Mapping):
+                raise _mismatch(node, value)
+        elif isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, (Sequence, np.ndarray)):
+            raise _mismatch(node, value)
+        if len(value):
+            _varint_into(out, len(value))
+            for step, v in (value.items() if is_map else enumerate(value)):
+                try:
+                    if is_map:
+                        if not isinstance(step, str):
+                            raise AvroWriteError(f"a map key must be a string, got {step!r:.80}")
+                        key = step.encode()
+                        _varint_into(out, len(key))
+                        out += key
+                    item(v, out)
+                except AvroWriteError as exc:
+                    raise exc.at(step) from None
+        out.append(0)
+    return write_blocks
+
+
+def _record_writer(node: Node, cache: dict) -> Writer:
+    fields = [(name, _writer(t, cache), _absent(name, t, has, default)) for name, t, has, default in node.fields]
+
+    def write_record(value, out):
+        if not isinstance(value, Mapping):
+            raise _mismatch(node, value)
+        name = None
+        try:
+            for name, write, absent in fields:
+                v = value.get(name, _MISSING)
+                write(absent() if v is _MISSING else v, out)
+        except AvroWriteError as exc:
+            raise exc.at(name) from None
+    return write_record
+
+
+def _absent(name: str, t: Node, has_default: bool, default: Any) -> Callable[[], Any]:
+    """What a record without field ``name`` writes: its default (JSON form: bytes and fixed as
+    code points), else null where the type is a union with ``null``, else an error."""
+    if has_default:
+        value = default.encode("latin-1") if isinstance(default, str) and t.kind in ("bytes", "fixed") else default
+        return lambda: value
+    if t.kind == "union" and any(b.kind == "null" for b in t.branches):
+        return lambda: None
+
+    def missing():
+        raise AvroWriteError("no value and no default")
+    return missing
+
+
+def _union_writer(node: Node, cache: dict) -> Writer:
+    writers = [_writer(b, cache) for b in node.branches]
+    accepts = [_accepter(b, {}) for b in node.branches]
+    kinds = [b.kind for b in node.branches]
+    null = kinds.index("null") if "null" in kinds else None
+    single = len(kinds) == 2 and null is not None  # null or the other: no search needed
+
+    def branch(value) -> int:
+        if value is None and null is not None:
+            return null
+        if single:
+            return 1 - null
+        best, most, after_float = -1, -1, False
+        for i, (kind, accept) in enumerate(zip(kinds, accepts)):
+            if after_float:  # fastavro prefers a later double to a float
+                if kind == "double":
+                    return i
                 continue
-            if topic == late:
-                counters.late_records += 1
-            packs.add(topic, None if k is None else str(k).encode(), self._value(topic, o), o.role)
-        dlq = self.dead_letter_topic
-        for rec in dead:
-            packs.add(dlq, rec["key"], enc[dlq](rec), "dead_letter")
-        return packs
+            if accept(value):
+                if kind == "record":
+                    shared = len({f for f, _, _, _ in node.branches[i].fields} & set(value))
+                    if shared > most:
+                        best, most = i, shared
+                elif kind == "float":
+                    best, after_float = i, True
+                else:
+                    return i
+        if best < 0:
+            raise AvroWriteError(f"{type(value).__name__} {value!r:.80} fits no branch of "
+                                 f"[{', '.join(b.name or b.kind for b in node.branches)}]")
+        return best
+
+    def write_union(value, out):
+        i = branch(value)
+        _varint_into(out, i)
+        writers[i](value, out)
+    return write_union
+
+
+def _accepter(node: Node, cache: dict) -> Callable[[Any], bool]:
+    """Whether ``value`` fits ``node`` (fastavro's ``validate``: what picks a union's branch)."""
+    if id(node) in cache:
+        return lambda value: cache[id(node)](value)
+    kind = node.kind
+    if kind == "record":
+        cache[id(node)] = None
+        fields = [(name, _accepter(t, cache), default if has else _MISSING) for name, t, has, default in node.fields]
+        cache[id(node)] = got = lambda value: (
+            isinstance(value, Mapping) and value.get("-type", node.name) == node.name
+            and all(accept(value.get(name, default)) for name, accept, default in fields))
+        return got
+    if kind in ("array", "map"):
+        item = _accepter(node.items, cache)
+        if kind == "map":
+            return lambda value: isinstance(value, Mapping) and all(
+                isinstance(k, str) and item(v) for k, v in value.items())
+        return lambda value: isinstance(value, (Sequence, np.ndarray)) and not isinstance(
+            value, (str, bytes, bytearray)) and all(map(item, value))
+    if kind == "union":
+        branches = [_accepter(b, cache) for b in node.branches]
+        return lambda value: any(accept(value) for accept in branches)
+    if kind in ("int", "long"):
+        low, high = _INT32 if kind == "int" else _LONG
+        return lambda value: isinstance(value, numbers.Integral) and not isinstance(
+            value, (bool, np.bool_)) and low <= value <= high
+    return _SIMPLE_ACCEPTS[kind] if kind in _SIMPLE_ACCEPTS else (
+        (lambda value: isinstance(value, bytes) and len(value) == node.size) if kind == "fixed"
+        else (lambda value: value in node.symbols))  # enum
+
+
+_SIMPLE_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    "null": lambda value: value is None,
+    "boolean": lambda value: isinstance(value, (bool, np.bool_)),
+    "string": lambda value: isinstance(value, str),
+    "bytes": lambda value: isinstance(value, (bytes, bytearray)),
+    "float": lambda value: isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
+    "double": lambda value: isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
+}
+
+_WRITERS: dict[str, Callable[[Node, dict], Writer]] = {
+    "null": _null_writer, "boolean": _boolean_writer, "int": _integer_writer, "long": _integer_writer,
+    "float": _real_writer, "double": _real_writer, "bytes": _binary_writer, "string": _binary_writer,
+    "fixed": _fixed_writer, "enum": _enum_writer, "array": _blocks_writer, "map": _blocks_writer,
+    "union": _union_writer,
+}

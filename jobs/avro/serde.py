@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 import functools
-import io
 import json
 import os
 import struct
@@ -34,6 +33,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from ctiflow.jobs.avro.decode import Node, Reader, compile_schema, read_body, record_reader
+from ctiflow.jobs.avro.encode import AvroWriteError, record_writer
 from ctiflow.operators.errors import DecodeError, SchemaError, invalid_choice
 
 
@@ -169,16 +169,17 @@ def registry_client(url: str, config: dict[str, str] | None = None):
 
 
 class AvroSerializer:
-    """Encode dicts with one writer schema in one framing; validates the record first."""
+    """Encode dicts with one writer schema in one framing (:func:`ctiflow.jobs.avro.encode.record_writer`);
+    a record that does not fit the schema is a :class:`SchemaError` naming the field."""
 
     def __init__(self, schema: str, *, framing: str = "single_object", store: SchemaStore | None = None,
-                 registry: Any = None, subject: str | None = None, validate: bool = True):
+                 registry: Any = None, subject: str | None = None):
         if framing not in FRAMINGS:
             raise invalid_choice("framing", framing, FRAMINGS, SchemaError)
         self.store = store or default_store()
         self.schema = self.store.get(schema)
         self.framing = framing
-        self.validate = validate
+        self._write = record_writer(self.schema.node)
         if framing == "confluent":
             if registry is None:
                 raise SchemaError("framing 'confluent' needs a Schema Registry: set schema_registry.url")
@@ -195,15 +196,12 @@ class AvroSerializer:
         return self._header
 
     def __call__(self, obj: dict, ctx: Any = None) -> bytes:
-        if self.validate:
-            try:
-                fastavro.validation.validate(obj, self.schema.parsed, raise_errors=True)
-            except Exception as exc:
-                raise SchemaError(f"record does not match schema {self.schema.name!r}: {exc}") from exc
-        out = io.BytesIO()
-        out.write(self._header)
-        fastavro.schemaless_writer(out, self.schema.parsed, obj)
-        return out.getvalue()
+        out = bytearray(self._header)
+        try:
+            self._write(obj, out)
+        except AvroWriteError as exc:
+            raise SchemaError(f"record does not match schema {self.schema.name!r}: {exc}") from None
+        return bytes(out)
 
 
 class AvroDeserializer:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctiflow.jobs import rows
-from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema, read_body
+from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema
 from ctiflow.jobs.avro.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, registry_client
 from ctiflow.jobs.kafka import MESSAGE_OFFSET, MESSAGE_VALUE
 from ctiflow.jobs.source.options import SourceOptions
@@ -90,18 +90,18 @@ class RecordDecoder:
         # fields=bytes: no operator reads the fields, the bytes travel alone (ctiflow.jobs.rows.BytesFields).
         self.pack_fields = options.pack_fields
         self.frontier: int | None = None  # the largest start of a good record decoded so far
-        self._bulk: dict[bytes, ColumnDecoder | DecodeError | None] = {}
+        self._bulk: dict[bytes, ColumnDecoder | DecodeError] = {}
 
     # -- decoding ------------------------------------------------------------------------
-    def _column_decoder(self, writer) -> "ColumnDecoder | None":
-        """The bulk decoder for ``writer`` (None: not flat, decode per record); raises
-        :class:`DecodeError` when ``writer`` does not resolve to the reader schema."""
-        got = self._bulk.get(writer.fingerprint, False)
-        if got is False:
+    def _column_decoder(self, writer) -> ColumnDecoder:
+        """The decoder for ``writer``; raises :class:`DecodeError` when ``writer`` does not
+        resolve to the reader schema."""
+        got = self._bulk.get(writer.fingerprint)
+        if got is None:
             try:
                 self.decode.record_reader(writer)  # refuses an unresolvable writer schema
                 reader = None if writer.fingerprint == self.decode.reader.fingerprint else self.decode.reader.node
-                got = ColumnDecoder(writer.node, reader) if ColumnDecoder.flat(writer.node) else None
+                got = ColumnDecoder(writer.node, reader)
             except DecodeError as exc:
                 got = exc
             self._bulk[writer.fingerprint] = got
@@ -184,24 +184,9 @@ class RecordDecoder:
         except DecodeError as exc:
             errors.update((int(i), f"{where}: {exc}") for i in index)
             return
-        if bulk is not None:
-            columns, good, reasons = bulk.decode(data, starts[index] + header, ends[index])
-            errors.update((int(index[i]), f"{where}: {reason}") for i, reason in reasons.items())
-            parts.append((pa.Table.from_arrays(columns, schema=self.record_schema), index[good]))
-            return
-        read, records, kept = self.decode.record_reader(writer), [], []
-        for i in index:
-            try:
-                rec = read_body(read, values[i], header)
-            except DecodeError as exc:
-                errors[int(i)] = f"{where}: {exc}"
-                continue
-            for f in self.nested_fields:
-                if rec.get(f) is not None and not isinstance(rec[f], str):
-                    rec[f] = json.dumps(rec[f], default=str)
-            records.append(rec)
-            kept.append(i)
-        parts.append((pa.Table.from_pylist(records, schema=self.record_schema), np.array(kept, np.int64)))
+        columns, good, reasons = bulk.decode(data, starts[index] + header, ends[index])
+        errors.update((int(index[i]), f"{where}: {reason}") for i, reason in reasons.items())
+        parts.append((pa.Table.from_arrays(columns, schema=self.record_schema), index[good]))
 
     # -- validation ----------------------------------------------------------------------
     def _column(self, table: pa.Table, name: str | None):

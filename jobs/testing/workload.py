@@ -503,8 +503,8 @@ def bad_records(n: int, seed: int | str = 0) -> list[tuple[str, bytes]]:
     still fail, at schema resolution (Flow → Transaction).
     """
     _check_int("n", n, 0)
-    tx_ser = AvroSerializer("transaction", validate=False)
-    flow_ser = AvroSerializer("flow", validate=False)
+    tx_ser = AvroSerializer("transaction")
+    flow_ser = AvroSerializer("flow")
     rng = random.Random(f"bad:{seed}")
     kinds = list(BAD_KINDS)
     base_tx = transactions(len(kinds), accounts=50, seed=f"bad:{seed}", scenario_rate=0.0)
