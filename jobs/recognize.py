@@ -17,7 +17,8 @@ from ctiflow.jobs.fields import base_types
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 from ctiflow.operators.cep.sql_translate import Recognizer
-from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, Expr, SqlError, parse
+from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, SqlError, parse
+from ctiflow.operators.cep.tree import Expr
 from ctiflow.operators.errors import ConfigError, CtiflowError
 
 

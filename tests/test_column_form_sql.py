@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from ctiflow.operators.cep.column_form import evaluator
-from ctiflow.operators.cep.sql_evaluate import column_form_of, define_condition
+from ctiflow.operators.cep.evaluate import column_form
+from ctiflow.operators.cep.sql_translate import define_condition
 from ctiflow.operators.cep.sql import parse
 
 OPS = ["=", "<>", "<", "<=", ">", ">="]
@@ -33,12 +34,12 @@ ints = st.lists(st.integers(-5, 5), min_size=1, max_size=12)
 
 @settings(max_examples=300, deadline=None)
 @given(define, ints, st.data())
-def test_the_column_form_of_a_define_is_each_row_s_truth_or_nothing(text, xs, data):
+def test_the_column_form_a_define_is_each_row_s_truth_or_nothing(text, xs, data):
     n = len(xs)
     ys = data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.5, -3.0, math.nan, 1e300]), min_size=n, max_size=n))
     ss = data.draw(st.lists(st.sampled_from([None, "DE", "a", "", "b"]), min_size=n, max_size=n))
     expr = parse(query(text)).define["A"]
-    node = column_form_of(expr)
+    node = column_form(expr)
     columns = {"x": np.array(xs, np.int64), "y": np.array(ys, np.float64), "s": np.array(ss, object)}
     rows = [{"x": x, "y": None if math.isnan(y) else y, "s": s, "ts": i} for i, (x, y, s) in enumerate(zip(xs, ys, ss))]
     expected = []
@@ -58,5 +59,5 @@ def test_the_column_form_of_a_define_is_each_row_s_truth_or_nothing(text, xs, da
 
 def test_common_defines_have_a_column_form():
     for text in ("x > 1", "s = 'DE' AND y < 2.5", "1 < x OR s <> 'a'"):
-        assert column_form_of(parse(query(text)).define["A"]) is not None, text
-    assert column_form_of(parse(query("NOT x > 1")).define["A"]) is None  # NOT of unknown is not TRUE
+        assert column_form(parse(query(text)).define["A"]) is not None, text
+    assert column_form(parse(query("NOT x > 1")).define["A"]) is None  # NOT of unknown is not TRUE

@@ -17,7 +17,8 @@ from ctiflow.bench.match_operator import HOT_KEY_PATTERN, HOT_KEY_SQL_FILE, hot_
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 from ctiflow.operators.cep.sql_translate import column_families, compile_query
 from ctiflow.operators.cep.sql import Timestamp
-from ctiflow.operators.cep.sql import Expr, parse
+from ctiflow.operators.cep.sql import parse
+from ctiflow.operators.cep.tree import Expr
 from ctiflow.operators.errors import EventRejected
 from ctiflow.operators.time import CTI_INFINITY, Event
 from tests.test_recognize_flink import RECORDED, TYPES, by_partition, same

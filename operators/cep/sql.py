@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctiflow.operators.cep.tree import BOUNDS, Expr
 from ctiflow.operators.errors import PatternError
 
 
@@ -99,17 +100,6 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
-# -- the tree -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Expr:
-    """An expression node: ``kind`` and its parts; ``pos`` for errors."""
-
-    kind: str  # literal, column, call, unary, binary, case, is_null, between, in, cast, interval, star
-    pos: int
-    value: Any = None  # literal value; column (variable or None, name); call/unary/binary operator name
-    args: tuple = ()
-
-
 @dataclass(frozen=True)
 class PatternVar:
     name: str
@@ -156,8 +146,8 @@ _RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "M
 #: Bounds that keep a hostile query from exhausting the stack or the CPU (as the YAML expressions'
 #: ``ctiflow.operators.cep.expression``): nesting levels of an expression or a pattern group, the length
 #: of the query, the BIGINT range of an integer literal.
-MAX_DEPTH = 100
-MAX_QUERY_LENGTH = 100_000
+MAX_DEPTH = BOUNDS.depth
+MAX_QUERY_LENGTH = BOUNDS.query_length
 BIGINT_MAX = 2 ** 63 - 1
 
 
@@ -704,24 +694,3 @@ class Row(dict):
     """An input row: its columns, plus its time and its place in the input (ties keep it)."""
 
     __slots__ = ("time", "seq", "number")
-
-
-def variables_of(expr: Expr) -> set[str]:
-    found = set()
-    if expr.kind == "column" and expr.value[0] is not None:
-        found.add(expr.value[0])
-    for sub in children_of(expr):
-        found |= variables_of(sub)
-    return found
-
-
-def reads_columns(expr: Expr) -> bool:
-    return expr.kind == "column" or any(reads_columns(sub) for sub in children_of(expr))
-
-
-def children_of(expr: Expr) -> list[Expr]:
-    if expr.kind == "case":
-        branches, otherwise = expr.args
-        out = [p for branch in branches for p in branch] + [otherwise]
-        return out + ([expr.value] if expr.value is not None else [])
-    return [a for a in expr.args if isinstance(a, Expr)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ctiflow.operators.cep.sql import (AGGREGATES, CAST_TYPES, FUNCTIONS, MATCH_FUNCTIONS, NAVIGATION, Expr, Query,
-                                       SqlError, children_of, reads_columns, variables_of)
-from ctiflow.operators.cep.sql_evaluate import COMPARE, DATA_ERRORS, Scope, compile_expr
+from ctiflow.operators.cep.sql import AGGREGATES, CAST_TYPES, FUNCTIONS, MATCH_FUNCTIONS, NAVIGATION, Query, SqlError
+from ctiflow.operators.cep.tree import Expr, children_of, reads_columns, variables_of
+from ctiflow.operators.cep.evaluate import COMPARE, DATA_ERRORS, Scope, compile_expr
 
 class Checker:
     """What Flink's validator refuses, with the spot: unknown variables and columns, navigation

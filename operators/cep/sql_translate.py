@@ -28,7 +28,8 @@ condition holds only when it is TRUE.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +38,106 @@ from ctiflow.operators.cep.conditions import IterativeCondition, SimpleCondition
 from ctiflow.operators.cep.nfa import Nfa, NfaState
 from ctiflow.operators.cep.pattern import Pattern, QuantifierProperty
 from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
-from ctiflow.operators.cep.sql import Expr, Query, Row, SqlError, Timestamp, children_of, parse, to_millis
+from ctiflow.operators.cep.sql import (AGGREGATES, MATCH_FUNCTIONS, NAVIGATION, STAR, Query, Row, SqlError, Timestamp,
+                                       parse, to_millis)
+from ctiflow.operators.cep.evaluate import (DATA_ERRORS, LONG, MatchRefused, RowRefused, Scope, column_form,
+                                            compile_expr, guarded)
 from ctiflow.operators.cep.sql_check import Checker, Types, fold
-from ctiflow.operators.cep.sql_evaluate import MatchRefused, RowRefused, define_condition, measure
+from ctiflow.operators.cep.tree import Expr, children_of
 from ctiflow.operators.errors import PatternError
 
 END_OF_TIME = 2 ** 63 - 1  # Flink's final watermark (Long.MAX_VALUE)
+
+# -- DEFINE and MEASURES on the Pattern API --------------------------------------------------
+def current_row_only(expr: Expr, var: str) -> bool:
+    """``expr`` reads the row being tested and nothing else of the match (a simple condition:
+    the NFA need not build a context for it)."""
+    if expr.kind == "call" and expr.value in (*NAVIGATION, *AGGREGATES, *MATCH_FUNCTIONS):
+        return False
+    if expr.kind == "column" and expr.value[0] not in (None, var):
+        return False
+    return all(current_row_only(sub, var) for sub in children_of(expr))
+
+
+def define_condition(expr: Expr, var: str, order: list[str]):
+    """DEFINE ``var`` as a condition: simple when it reads only the current row, else iterative."""
+    evaluate = guarded(compile_expr(expr), f"DEFINE {var}")
+    if current_row_only(expr, var):
+        return SimpleCondition(lambda row: evaluate(Scope(None, row, var)) is True,
+                               column_form=column_form(expr))
+
+    def test(row: Row, ctx) -> bool:
+        def rows_of(name: str) -> Sequence[Row]:
+            if name == STAR:  # the rows of the match so far in time order, then this one
+                return _Then(ctx.events_view(None), row)
+            rows = ctx.events_view(name)
+            return _Then(rows, row) if name == var else rows
+
+        return evaluate(Scope(rows_of, row, var)) is True
+
+    return test
+
+
+class _Then(Sequence):
+    """``rows`` followed by ``last``, without copying ``rows`` (a DEFINE reads the run's rows
+    and the row being tested: O(1) per navigation however long the run)."""
+
+    __slots__ = ("_rows", "_last", "_n")
+
+    def __init__(self, rows: Sequence[Row], last: Row) -> None:
+        self._rows, self._last, self._n = rows, last, len(rows)
+
+    def __len__(self) -> int:
+        return self._n + 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n + 1))]
+        if index < 0:
+            index += self._n + 1
+        if index == self._n:
+            return self._last
+        if not 0 <= index < self._n:
+            raise IndexError(index)
+        return self._rows[index]
+
+    def __iter__(self):
+        yield from self._rows
+        yield self._last
+
+
+def measure(name: str, expr: Expr, order: list[str]):
+    """MEASURES ``name``: ``value(match, at, number, emitted)``; a failure on the match's data
+    raises :class:`MatchRefused`."""
+    evaluate = compile_expr(expr)
+
+    def value(match: dict[str, list[Row]], at: tuple[Row, str] | None, number: int, emitted: int) -> Any:
+        def rows_of(name: str) -> list[Row]:
+            if name == STAR:
+                return [r for n in order for r in match.get(n, ())]  # pattern order: time order (Flink)
+            return match.get(name, [])
+
+        every = rows_of(STAR)
+        completed = every[-1] if every else None
+        classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
+                                                       None)
+        try:
+            got = _sql_value(evaluate(Scope(rows_of, None, None, classifier, number, emitted)))
+            if type(got) is int and not -LONG <= got < LONG:  # (a literal beyond BIGINT)
+                raise SqlError(f"{got} is beyond BIGINT", "", expr.pos)
+            return got
+        except DATA_ERRORS as exc:
+            reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
+            raise MatchRefused(f"MEASURES {name}: {reason} (the match of {len(every)} rows is not emitted)") from None
+
+    return value
+
+
+def _sql_value(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
 
 # -- the compiled query -------------------------------------------------------------------------
 @dataclass

@@ -1,23 +1,32 @@
-"""``MATCH_RECOGNIZE`` expressions evaluated on rows: ``DEFINE`` conditions and ``MEASURES``.
+"""The one row evaluator of both expression languages, and their one lowering to the column form.
+
+:func:`compile_expr` turns an :class:`~ctiflow.operators.cep.tree.Expr` tree — a ``MATCH_RECOGNIZE``
+expression or a job file's Python-subset expression — into a closure over a row, one builder per
+node kind (:data:`_BUILDERS`); :func:`column_form` lowers the part of either that NumPy can
+answer exactly to :mod:`ctiflow.operators.cep.column_form`. Bounds come from one table
+(:data:`ctiflow.operators.cep.tree.BOUNDS`). A failure on the data is the record's, never the
+job's: an :class:`~ctiflow.operators.errors.EventRejected` — :class:`RowRefused` /
+:class:`MatchRefused` here (DEFINE, MEASURES), ``ExpressionFailed`` for a Python-subset
+expression (:mod:`ctiflow.operators.cep.expression`) — which a job dead-letters with the reason.
 
 SQL's semantics as Flink has them: three-valued logic (NULL compares as unknown; a condition holds
-only when TRUE), Java's integer division and remainder, ``CAST`` failures and division by zero as
-errors of the row (:class:`RowRefused`, dead-lettered by a job) or of the match
-(:class:`MatchRefused`), never of the job. A ``DEFINE`` of column-against-literal comparisons also
-gets its column form (:mod:`ctiflow.operators.cep.column_form`, the sql rule).
+only when TRUE), Java's integer division and remainder, BIGINT arithmetic wrapping at 64 bits.
+The Python subset's as Python has them, except that ``None`` never orders, ``%`` never formats a
+string and integers, strings and lists are bounded.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ctiflow.operators.cep.column_form import FLIPPED, AllOf, AnyOf, Compare, Const, Field, Node
-from ctiflow.operators.cep.conditions import SimpleCondition
-from ctiflow.operators.cep.sql import (AGGREGATES, CAST_TYPES, MATCH_FUNCTIONS, NAVIGATION, STAR, Expr, Row, SqlError,
-                                       Timestamp, children_of, variables_of)
+from ctiflow.operators.cep.column_form import (FLIPPED, AllOf, AnyOf, Compare, Const, Field, Node, Not,
+                                               NotVectorizable, Operand, Truth)
+from ctiflow.operators.cep.sql import AGGREGATES, CAST_TYPES, NAVIGATION, STAR, Row, SqlError, Timestamp
+from ctiflow.operators.cep.tree import BOUNDS, Expr, variables_of
 from ctiflow.operators.errors import EventRejected
+
 
 class Scope:
     """What a column reference and a navigation see: rows per variable, in time order."""
@@ -32,41 +41,6 @@ class Scope:
         self.classifier = classifier
         self.number = number
         self.emitted = emitted
-
-
-def current_row_only(expr: Expr, var: str) -> bool:
-    """``expr`` reads the row being tested and nothing else of the match (a simple condition:
-    the NFA need not build a context for it)."""
-    if expr.kind == "call" and expr.value in (*NAVIGATION, *AGGREGATES, *MATCH_FUNCTIONS):
-        return False
-    if expr.kind == "column" and expr.value[0] not in (None, var):
-        return False
-    return all(current_row_only(sub, var) for sub in children_of(expr))
-
-
-_SQL_COMPARE_OPS = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-
-
-def column_form_of(expr: Expr) -> Node | None:
-    """A DEFINE made of ``column <op> literal`` comparisons joined by AND / OR in the column form
-    (:mod:`ctiflow.operators.cep.column_form`, the sql rule: what a start filter needs to skip
-    rows in bulk), or None. No NOT: under SQL's three-valued logic NOT of unknown is not TRUE."""
-    if expr.kind == "binary" and expr.value in ("AND", "OR"):
-        left, right = column_form_of(expr.args[0]), column_form_of(expr.args[1])
-        if left is None or right is None:
-            return None
-        return (AllOf if expr.value == "AND" else AnyOf)((left, right))
-    if expr.kind != "binary" or expr.value not in _SQL_COMPARE_OPS:
-        return None
-    a, b = expr.args
-    if a.kind == "literal" and b.kind == "column":
-        a, b = b, a
-        op = FLIPPED[_SQL_COMPARE_OPS[expr.value]]
-    else:
-        op = _SQL_COMPARE_OPS[expr.value]
-    if a.kind != "column" or b.kind != "literal" or b.value is None or isinstance(b.value, bool):
-        return None
-    return Compare(op, Field(a.value[1]), Const(b.value), rule="sql")
 
 
 class RowRefused(EventRejected):
@@ -85,7 +59,7 @@ class MatchRefused(EventRejected):
 DATA_ERRORS = (SqlError, ArithmeticError, ValueError)
 
 
-def _guarded(evaluate: Callable[[Scope], Any], clause: str) -> Callable[[Scope], Any]:
+def guarded(evaluate: Callable[[Scope], Any], clause: str) -> Callable[[Scope], Any]:
     """``evaluate``, with a failure on the data raised as :class:`RowRefused` naming ``clause``."""
 
     def guarded(scope: Scope) -> Any:
@@ -98,88 +72,10 @@ def _guarded(evaluate: Callable[[Scope], Any], clause: str) -> Callable[[Scope],
     return guarded
 
 
-def define_condition(expr: Expr, var: str, order: list[str]):
-    """DEFINE ``var`` as a condition: simple when it reads only the current row, else iterative."""
-    evaluate = _guarded(compile_expr(expr), f"DEFINE {var}")
-    if current_row_only(expr, var):
-        return SimpleCondition(lambda row: evaluate(Scope(None, row, var)) is True,
-                               column_form=column_form_of(expr))
-
-    def test(row: Row, ctx) -> bool:
-        def rows_of(name: str) -> Sequence[Row]:
-            if name == STAR:  # the rows of the match so far in time order, then this one
-                return _Then(ctx.events_view(None), row)
-            rows = ctx.events_view(name)
-            return _Then(rows, row) if name == var else rows
-
-        return evaluate(Scope(rows_of, row, var)) is True
-
-    return test
-
-
-class _Then(Sequence):
-    """``rows`` followed by ``last``, without copying ``rows`` (a DEFINE reads the run's rows
-    and the row being tested: O(1) per navigation however long the run)."""
-
-    __slots__ = ("_rows", "_last", "_n")
-
-    def __init__(self, rows: Sequence[Row], last: Row) -> None:
-        self._rows, self._last, self._n = rows, last, len(rows)
-
-    def __len__(self) -> int:
-        return self._n + 1
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._n + 1))]
-        if index < 0:
-            index += self._n + 1
-        if index == self._n:
-            return self._last
-        if not 0 <= index < self._n:
-            raise IndexError(index)
-        return self._rows[index]
-
-    def __iter__(self):
-        yield from self._rows
-        yield self._last
-
-
-def measure(name: str, expr: Expr, order: list[str]):
-    """MEASURES ``name``: ``value(match, at, number, emitted)``; a failure on the match's data
-    raises :class:`MatchRefused`."""
-    evaluate = compile_expr(expr)
-
-    def value(match: dict[str, list[Row]], at: tuple[Row, str] | None, number: int, emitted: int) -> Any:
-        def rows_of(name: str) -> list[Row]:
-            if name == STAR:
-                return [r for n in order for r in match.get(n, ())]  # pattern order: time order (Flink)
-            return match.get(name, [])
-
-        every = rows_of(STAR)
-        completed = every[-1] if every else None
-        classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
-                                                       None)
-        try:
-            got = _sql_value(evaluate(Scope(rows_of, None, None, classifier, number, emitted)))
-            if type(got) is int and not -_LONG <= got < _LONG:  # (a literal beyond BIGINT)
-                raise SqlError(f"{got} is beyond BIGINT", "", expr.pos)
-            return got
-        except DATA_ERRORS as exc:
-            reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
-            raise MatchRefused(f"MEASURES {name}: {reason} (the match of {len(every)} rows is not emitted)") from None
-
-    return value
-
-
-def _sql_value(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    return value
-
-
-def compile_expr(expr: Expr) -> Callable[[Scope], Any]:
-    """A closure evaluating ``expr`` in a scope (three-valued logic: ``None`` is NULL)."""
+def compile_expr(expr: Expr) -> Callable[[Any], Any]:
+    """The row evaluator of either language: a closure evaluating ``expr`` — a SQL tree in a
+    :class:`Scope` (three-valued logic: ``None`` is NULL), a Python-subset tree in ``(record,
+    match context)``."""
     kind = expr.kind
     if kind == "literal":
         value = expr.value
@@ -297,14 +193,14 @@ def _negate(v: Any, pos: int) -> Any:
     return _long(-v)
 
 
-_LONG = 2**63
+LONG = 2 ** (BOUNDS.long_bits - 1)
 
 
 def _long(v: Any) -> Any:
     """An integer result as Java's ``long`` arithmetic (Flink's BIGINT) has it: wrapped to 64 bits
     (so a product of large values is what Flink gives, and always fits the output's Avro ``long``)."""
-    if type(v) is int and not -_LONG <= v < _LONG:
-        return (v + _LONG) % (2 * _LONG) - _LONG
+    if type(v) is int and not -LONG <= v < LONG:
+        return (v + LONG) % (2 * LONG) - LONG
     return v
 
 
@@ -429,7 +325,7 @@ def _cast(v: Any, target: str) -> Any:
     try:
         if target == "int":
             got = int(float(v)) if isinstance(v, str) else int(v)
-            if not -_LONG <= got < _LONG:
+            if not -LONG <= got < LONG:
                 raise ValueError("beyond BIGINT")
             return got
         return float(v)
@@ -573,8 +469,342 @@ def _aggregate(expr: Expr) -> Callable[[Scope], Any]:
     return aggregate
 
 
-#: How each remaining kind of expression compiles (:func:`compile_expr`).
-_BUILDERS: dict[str, Callable[[Expr], Callable[[Scope], Any]]] = {
+# -- the Python subset (job files' expressions): env is (record, match context or None) ------------
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+def _strip(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _startswith(value: Any, prefix: Any) -> bool:
+    return isinstance(value, str) and isinstance(prefix, str) and value.startswith(prefix)
+
+
+def _endswith(value: Any, suffix: Any) -> bool:
+    return isinstance(value, str) and isinstance(suffix, str) and value.endswith(suffix)
+
+
+def _contains(container: Any, item: Any) -> bool:
+    if container is None or item is None:
+        return False
+    try:
+        return item in container
+    except TypeError:
+        return False
+
+
+def _coalesce(*values: Any) -> Any:
+    for value in values:
+        if value is not None:
+            return value
+    return None
+
+
+def _len(value: Any) -> Any:
+    return None if value is None else len(value)
+
+
+#: The Python subset's functions (``py_call``).
+PY_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "abs": abs, "len": _len, "lower": _lower, "upper": _upper, "strip": _strip, "min": min, "max": max,
+    "round": round, "int": int, "float": float, "str": str, "bool": bool, "startswith": _startswith,
+    "endswith": _endswith, "contains": _contains, "coalesce": _coalesce,
+}
+PY_STRING_METHODS = {"lower", "upper", "strip", "startswith", "endswith"}
+PY_MATCH_FUNCTIONS = {"first", "last", "prev", "count", "sum_of", "avg_of", "min_of", "max_of"}
+
+
+def field_of(value: Any, name: Any) -> Any:
+    """``value[name]`` for mappings, ``value[index]`` for sequences; ``None`` if absent."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return value.get(name)
+    if isinstance(name, int) and isinstance(value, (list, tuple, str)):
+        try:
+            return value[name]
+        except IndexError:
+            return None
+    if isinstance(name, str) and not name.startswith("_"):
+        return getattr(value, name, None)
+    return None
+
+
+def _ordering(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    def compare(left: Any, right: Any) -> bool:
+        if left is None or right is None:
+            return False
+        return op(left, right)
+
+    return compare
+
+
+_PY_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    "<": _ordering(lambda a, b: a < b), "<=": _ordering(lambda a, b: a <= b),
+    ">": _ordering(lambda a, b: a > b), ">=": _ordering(lambda a, b: a >= b),
+    "in": lambda a, b: _contains(b, a), "not in": lambda a, b: not _contains(b, a),
+    "is": lambda a, b: a is b, "is not": lambda a, b: a is not b,
+}
+
+
+def _py_power(base: Any, exponent: Any) -> Any:
+    if isinstance(exponent, (int, float)) and abs(exponent) > BOUNDS.exponent:
+        raise ArithmeticError(f"exponent {exponent} is larger than {BOUNDS.exponent}")
+    if (type(base) is int and type(exponent) is int and exponent > 0 and abs(base) > 1
+            and (abs(base).bit_length() - 1) * exponent > BOUNDS.int_bits):
+        raise ArithmeticError(f"the result of ** would have more than {BOUNDS.int_bits} bits")
+    return base**exponent
+
+
+def _bounded(value: Any) -> Any:
+    """``value`` if it is within :data:`BOUNDS` (an int of at most ``int_bits`` bits), else
+    :class:`ArithmeticError`."""
+    if type(value) is int and value.bit_length() > BOUNDS.int_bits:
+        raise ArithmeticError(f"an integer result has more than {BOUNDS.int_bits} bits")
+    return value
+
+
+def _py_multiply(a: Any, b: Any) -> Any:
+    for seq, times in ((a, b), (b, a)):
+        if isinstance(seq, (str, tuple)) and isinstance(times, int) and len(seq) * times > BOUNDS.sequence:
+            raise ArithmeticError(f"a repeated string or list would have more than {BOUNDS.sequence} items")
+    return _bounded(a * b)
+
+
+def _py_remainder(a: Any, b: Any) -> Any:
+    """``a % b`` of numbers; a string (or bytes) on the left is refused: Python formats it, and a
+    width in its format (``'%0300000000d'``, ``'%0*d'``) builds a string of any size."""
+    if isinstance(a, (str, bytes)):
+        raise TypeError("% is the remainder of numbers; formatting a string with % is not allowed "
+                        "(use str() and +)")
+    return a % b
+
+
+def _py_add(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, tuple)) and isinstance(b, (str, tuple)) and len(a) + len(b) > BOUNDS.sequence:
+        raise ArithmeticError(f"a joined string or list would have more than {BOUNDS.sequence} items")
+    return _bounded(a + b)
+
+
+#: The Python subset's arithmetic (``py_arith``), bounded.
+PY_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": _py_add, "-": lambda a, b: a - b, "*": _py_multiply, "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b, "%": _py_remainder, "**": _py_power,
+}
+
+
+def _py_field(expr: Expr) -> Callable:
+    name = expr.value
+
+    def field(env) -> Any:
+        record = env[0]
+        if type(record) is dict or isinstance(record, Mapping):
+            return record.get(name)
+        return field_of(record, name)
+
+    return field
+
+
+def _py_attr(expr: Expr) -> Callable:
+    inner, attr = compile_expr(expr.args[0]), expr.value
+    return lambda env: field_of(inner(env), attr)
+
+
+def _py_item(expr: Expr) -> Callable:
+    inner, key = compile_expr(expr.args[0]), compile_expr(expr.args[1])
+    return lambda env: field_of(inner(env), key(env))
+
+
+def _py_tuple(expr: Expr) -> Callable:
+    parts = [compile_expr(a) for a in expr.args]
+    if expr.kind == "py_set":
+        return lambda env: frozenset(p(env) for p in parts)
+    return lambda env: tuple(p(env) for p in parts)
+
+
+def _py_logic(expr: Expr) -> Callable:
+    """Python's ``and``/``or``: the first operand that decides, itself (not a bool)."""
+    parts = [compile_expr(a) for a in expr.args]
+    if expr.value == "and":
+        def both(env) -> Any:
+            value: Any = True
+            for part in parts:
+                value = part(env)
+                if not value:
+                    return value
+            return value
+
+        return both
+
+    def either(env) -> Any:
+        value: Any = False
+        for part in parts:
+            value = part(env)
+            if value:
+                return value
+        return value
+
+    return either
+
+
+def _py_unary(expr: Expr) -> Callable:
+    operand = compile_expr(expr.args[0])
+    if expr.kind == "py_not":
+        return lambda env: not operand(env)
+    if expr.kind == "py_neg":
+        return lambda env: -operand(env)
+    return lambda env: +operand(env)
+
+
+def _py_arith(expr: Expr) -> Callable:
+    op, left, right = PY_ARITHMETIC[expr.value], compile_expr(expr.args[0]), compile_expr(expr.args[1])
+    return lambda env: op(left(env), right(env))
+
+
+def _py_compare(expr: Expr) -> Callable:
+    operands = [compile_expr(a) for a in expr.args]
+    ops = [_PY_COMPARE[op] for op in expr.value]
+    if len(ops) == 1:
+        compare, left, right = ops[0], operands[0], operands[1]
+        if expr.value[0] in ("==", "!=") and expr.args[1].kind == "literal":
+            value = expr.args[1].value
+            if expr.value[0] == "==":
+                return lambda env: left(env) == value
+            return lambda env: left(env) != value
+        return lambda env: compare(left(env), right(env))
+
+    def chain(env) -> bool:
+        left = operands[0](env)
+        for compare, operand in zip(ops, operands[1:]):
+            right = operand(env)
+            if not compare(left, right):
+                return False
+            left = right
+        return True
+
+    return chain
+
+
+def _py_if(expr: Expr) -> Callable:
+    test, body, orelse = (compile_expr(a) for a in expr.args)
+    return lambda env: body(env) if test(env) else orelse(env)
+
+
+def _py_call(expr: Expr) -> Callable:
+    function, args = PY_FUNCTIONS[expr.value], [compile_expr(a) for a in expr.args]
+    return lambda env: function(*(a(env) for a in args))
+
+
+def _py_method(expr: Expr) -> Callable:
+    target, *args = (compile_expr(a) for a in expr.args)
+    name = expr.value
+
+    def call_method(env) -> Any:
+        value = target(env)
+        if not isinstance(value, str):
+            return False if name in ("startswith", "endswith") else value
+        return getattr(value, name)(*(a(env) for a in args))
+
+    return call_method
+
+
+def _py_match(expr: Expr) -> Callable:
+    """``first('a')`` … ``max_of('a', 'amount')``: the events a CEP run matched to a stage."""
+    name, stage = expr.value, expr.args[0].value
+
+    def events(env) -> list[Any]:
+        ctx = env[1]
+        return list(ctx.get_events_for_pattern(stage)) if ctx is not None else []
+
+    if name == "first":
+        return lambda env: (lambda es: es[0] if es else None)(events(env))
+    if name in ("last", "prev"):
+        return lambda env: (lambda es: es[-1] if es else None)(events(env))
+    if name == "count":
+        return lambda env: len(events(env))
+    field_arg = compile_expr(expr.args[1])
+
+    def values(env) -> list[Any]:
+        key = field_arg(env)
+        return [v for v in (field_of(e, key) for e in events(env)) if v is not None]
+
+    if name == "sum_of":
+        return lambda env: sum(values(env))
+    if name == "avg_of":
+        return lambda env: (lambda vs: math.fsum(vs) / len(vs) if vs else None)(values(env))
+    if name == "min_of":
+        return lambda env: (lambda vs: min(vs) if vs else None)(values(env))
+    return lambda env: (lambda vs: max(vs) if vs else None)(values(env))
+
+
+# -- the column form of either language -----------------------------------------------------------
+_SQL_COMPARE_OPS = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_PY_ORDERINGS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def column_form(expr: Expr) -> Node | None:
+    """``expr`` in the column form (:mod:`ctiflow.operators.cep.column_form`), or None where it
+    is more than logic over comparisons of fields with constants (arithmetic, functions, match
+    context: per record).
+
+    Python (the ``python`` rule): ``and``/``or``/``not`` of comparisons (chains too) and bare
+    boolean fields — ``and``/``or`` return operands, but only their truthiness matters to a
+    predicate, which is what the column form computes. SQL (the ``sql`` rule): ``column <op>
+    literal`` joined by ``AND``/``OR``, no ``NOT`` (under three-valued logic NOT of unknown is
+    not TRUE)."""
+    try:
+        return _column_form(expr)
+    except NotVectorizable:
+        return None
+
+
+def _column_form(expr: Expr) -> Node:
+    kind = expr.kind
+    if kind == "py_logic":
+        return (AllOf if expr.value == "and" else AnyOf)(tuple(_column_form(a) for a in expr.args))
+    if kind == "py_not":
+        return Not(_column_form(expr.args[0]))
+    if kind == "py_compare":
+        if any(op not in _PY_ORDERINGS for op in expr.value):
+            raise NotVectorizable("comparison")
+        operands = [_py_operand(a) for a in expr.args]
+        pairs = tuple(Compare(op, left, right) for op, left, right in zip(expr.value, operands, operands[1:]))
+        return pairs[0] if len(pairs) == 1 else AllOf(pairs)
+    if kind == "py_field":
+        return Truth(expr.value)
+    if kind == "binary" and expr.value in ("AND", "OR"):
+        return (AllOf if expr.value == "AND" else AnyOf)((_column_form(expr.args[0]), _column_form(expr.args[1])))
+    if kind == "binary" and expr.value in _SQL_COMPARE_OPS:
+        a, b = expr.args
+        op = _SQL_COMPARE_OPS[expr.value]
+        if a.kind == "literal" and b.kind == "column":
+            a, b, op = b, a, FLIPPED[op]
+        if a.kind != "column" or b.kind != "literal" or b.value is None or isinstance(b.value, bool):
+            raise NotVectorizable("comparison")
+        return Compare(op, Field(a.value[1]), Const(b.value), rule="sql")
+    raise NotVectorizable(kind)
+
+
+def _py_operand(expr: Expr) -> Operand:
+    if expr.kind == "literal" and isinstance(expr.value, (int, float, str, bool, type(None))):
+        return Const(expr.value)
+    if expr.kind == "py_field":
+        return Field(expr.value)
+    raise NotVectorizable(expr.kind)
+
+
+#: How each kind of node compiles (:func:`compile_expr`); the ``py_`` kinds take ``env`` =
+#: (record, match context), the SQL kinds a :class:`Scope`; ``literal`` either.
+_BUILDERS: dict[str, Callable[[Expr], Callable[[Any], Any]]] = {
     "column": _column, "binary": _binary, "between": _between, "in": _in, "like": _like, "case": _case,
-    "call": _call,
+    "call": _call, "py_field": _py_field, "py_attr": _py_attr, "py_item": _py_item, "py_tuple": _py_tuple, "py_set": _py_tuple,
+    "py_logic": _py_logic, "py_not": _py_unary, "py_neg": _py_unary, "py_pos": _py_unary, "py_arith": _py_arith,
+    "py_compare": _py_compare, "py_if": _py_if, "py_call": _py_call, "py_method": _py_method, "py_match": _py_match,
 }
