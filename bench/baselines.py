@@ -9,7 +9,7 @@ exactly once.
   query in ``update`` mode reaches Kafka (Spark offers Python stream writers ``append`` mode
   only). **At-least-once**: replay markers identify a record by its position in the task's
   output, which only the adapter's sorted output keeps the same on a replay; an arbitrary
-  query's rows (a shuffled aggregation) have no such order, so ``state_dir`` is refused.
+  query's rows (a shuffled aggregation) have no such order, so ``markers`` is refused.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     micro-batch's query and batch ids are the task's local properties there too); at-least-once."""
 
     def __init__(self, options: SinkOptions):
-        if options.state_dir:
+        if options.markers:
             raise ValueError("ctiflow_kafka_batch_sink: batch writes (foreachBatch) are at-least-once and take no "
-                             "state_dir; drop the option (exactly-once needs the streaming writer)")
+                             "markers; drop the option (exactly-once needs the streaming writer)")
         self.stream = KafkaStreamWriter(options)
 
     def write(self, iterator: Iterator) -> SinkCommit:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ctiflow.jobs.checkpoint import read_counters
+from ctiflow.jobs.checkpoint import ProgressLog, read_counters
 
 
 @dataclass
@@ -28,13 +28,13 @@ class OutageReport:
     drained: list[dict]
 
 
-def _wait_for(path: Path, key: str, value: int, timeout: float, proc: subprocess.Popen) -> None:
+def _wait_for(progress: ProgressLog, key: str, value: int, timeout: float, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + timeout
-    while read_counters(path).get(key, 0) < value:
+    while read_counters(progress).get(key, 0) < value:
         if proc.poll() is not None:
             raise RuntimeError(f"the job exited with {proc.returncode} while waiting for {key} ≥ {value}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{key} stayed at {read_counters(path).get(key, 0)} < {value}")
+            raise TimeoutError(f"{key} stayed at {read_counters(progress).get(key, 0)} < {value}")
         time.sleep(1)
 
 
@@ -60,9 +60,7 @@ def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str
     load(inputs)
     config = workdir / "job.yaml"
     config.write_text(yaml.safe_dump(spec))
-    from ctiflow.jobs.checkpoint import progress_path
-
-    progress = progress_path(cfg)
+    progress = ProgressLog.of(cfg)
     log = open(workdir / "job.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "ctiflow.jobs.cli", "run", str(config)], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -257,11 +257,9 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
 
 def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
                per_batch: int, conf: dict | None = None, tag: str = "", state: dict | None = None) -> Row:
-    import json
-
     from ctiflow.bench.spark_jobs import PeakMemory, figures
     from ctiflow.jobs import kafka, pipeline
-    from ctiflow.jobs.checkpoint import progress_path
+    from ctiflow.jobs.checkpoint import ProgressLog, latest_query
     from ctiflow.jobs.config import parse
 
     topic = f"scale-{kind}-{live}{tag}"
@@ -291,10 +289,11 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
     f = figures(topic, summary.progress, mem.peak)
     mine = {p["batchId"] for p in summary.progress}
     per_batch_counters: dict[int, dict] = {}
-    for line in progress_path(cfg).read_text().splitlines():
-        rec = json.loads(line)
+    log = ProgressLog.of(cfg)
+    for rec in latest_query(log.read()[0]):
         if rec["batch"] in mine:
             per_batch_counters[rec["batch"]] = rec
+    log.close()
     recs = [per_batch_counters[b] for b in sorted(per_batch_counters)][1:] or list(per_batch_counters.values())
     state_s = sum(r.get("state_us", 0) for r in recs) / 1e6
     label = kind + "".join(f", {k} {v}" for k, v in (state or {}).items())

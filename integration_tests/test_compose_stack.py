@@ -173,13 +173,14 @@ def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_sta
 
 
 def job_counters(stack, name: str, tmp_path) -> dict:
-    """The running job container's counters (its progress file on the checkpoint volume)."""
-    from ctiflow.jobs.checkpoint import read_counters
+    """The running job's counters (its progress topic)."""
+    from ctiflow.jobs.checkpoint import ProgressLog, progress_topic, read_counters
 
-    done = stack.docker("exec", name, "cat", f"/checkpoints/{name}/ctiflow-progress.jsonl", check=False)
-    path = tmp_path / f"{name}-progress.jsonl"
-    path.write_text(done.stdout if done.returncode == 0 else "")
-    return read_counters(path)
+    log = ProgressLog(stack.bootstrap, progress_topic(name))
+    try:
+        return read_counters(log)
+    finally:
+        log.close()
 
 
 def wait_for_received(stack, name: str, n: int, tmp_path, timeout: float = 600) -> dict:

@@ -288,7 +288,7 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
     from pathlib import Path
 
     from ctiflow.bench.match_operator import hot_key_records
-    from ctiflow.jobs.checkpoint import progress_path
+    from ctiflow.jobs.checkpoint import ProgressLog, latest_query
 
     sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "two-countries.sql").read_text()
     base = workload.transactions(1500, accounts=15, seed=11, disorder_ms=3000, scenario_rate=0.05)
@@ -304,7 +304,7 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
         return sorted((r["account"], r["home"], r["abroad"], r["amount"], millis(r["large_at"])) for r in found)
 
     assert any(r["account"] == "acct-hot" for r in want) and table(got) == table(want)
-    batches = [json.loads(line) for line in progress_path(cfg).read_text().splitlines() if line.strip()]
+    batches = latest_query(ProgressLog.of(cfg).read()[0])
     largest = max(b.get("state_bytes", 0) for b in batches)
     assert 0 < largest < 4 * 2**20, largest  # a few hundred kB: the key's 600 rows and 600 short runs
 

@@ -85,16 +85,16 @@ def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, 
     shuffle does) puts the groups' labels evenly on the partitions: no core gets 5/8 of the work."""
     from pyspark.sql import functions as F
 
-    from ctiflow.jobs.checkpoint import group_labels
+    from ctiflow.jobs.checkpoint import CheckpointDir, group_labels
 
-    labels = group_labels(groups, partitions, tmp_path)
+    labels = group_labels(groups, partitions, CheckpointDir.of(tmp_path, spark))
     assert len(set(labels)) == groups
     rows = (spark.createDataFrame([(lbl,) for lbl in labels], "meta_group int").repartition(partitions, "meta_group")
             .select(F.spark_partition_id().alias("p")).collect())
     counts = [sum(1 for r in rows if r.p == p) for p in range(partitions)]
     assert max(counts) - min(counts) <= 1, counts
     # Kept with the checkpoint: the same labels on restart, whatever the partition count now.
-    assert group_labels(groups, partitions + 1, tmp_path) == labels
+    assert group_labels(groups, partitions + 1, CheckpointDir.of(tmp_path, spark)) == labels
 
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import urllib.parse
 from collections import Counter
+from pathlib import Path
 
+import pyspark
 import pytest
 from confluent_kafka import TopicPartition
 
@@ -41,14 +45,47 @@ def two_uneven(key: str) -> int:
 
 
 def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
+    exactly_once_across_sigkills(stack, tmp_path, "chaos", {"checkpoint": str(tmp_path / "checkpoint")}, kills=10)
+
+
+def test_exactly_once_with_the_checkpoint_on_an_object_store_python_cannot_reach(stack, tmp_path):
+    """The checkpoint on a Hadoop file system with an object store's semantics — no directories,
+    objects appear whole on close, rename is copy-then-delete (not atomic) — registered under its
+    own scheme from a class compiled now (integration_tests/objectstore): nothing ctiflow keeps
+    can go through Python's ``open()``; it goes through Spark's CheckpointFileManager or Kafka.
+    The SIGKILL loop's results are still exact."""
+    import shutil
+    import subprocess
+
+    from ctiflow.jobs.jvm import java_environment
+
+    java_environment()
+    javac = shutil.which("javac") or str(Path(os.environ["JAVA_HOME"]) / "bin" / "javac")
+    jars = Path(pyspark.__file__).parent / "jars"
+    classes = tmp_path / "classes"
+    source = Path(__file__).parent / "objectstore" / "ObjectStoreFileSystem.java"
+    subprocess.run([javac, "-d", str(classes), "-cp", f"{jars}/*", str(source)], check=True, timeout=120)
+    objects = tmp_path / "objects"
+    spark = {"checkpoint": "objstore://bucket/jobs/chaos-objstore",
+             "conf": {"spark.driver.extraClassPath": str(classes), "spark.executor.extraClassPath": str(classes),
+                      "spark.hadoop.fs.objstore.impl": "ObjectStoreFileSystem",
+                      "spark.hadoop.fs.objstore.root": str(objects)}}
+    exactly_once_across_sigkills(stack, tmp_path, "chaos-objstore", spark, kills=4)
+    names = [urllib.parse.unquote(p.name) for p in objects.iterdir() if not p.name.startswith(".")]
+    assert any(n.startswith("bucket/jobs/chaos-objstore/offsets/") for n in names)  # Spark's log is there
+    assert "bucket/jobs/chaos-objstore/ctiflow-groups.json" in names                  # and ctiflow's files
+    assert not [p for p in tmp_path.rglob("ctiflow-*") if "objects" not in p.parts]   # nothing on a local path
+
+
+def exactly_once_across_sigkills(stack, tmp_path, name: str, spark: dict, kills: int) -> None:
     flows = workload.flows(2400, devices=8, seed=31, rate_per_s=0.5, late_fraction=0.02, late_by_ms=900_000)
-    src = stack.topic("chaos-in")
-    topics = {"counts": stack.topic("chaos-counts"), "matches": stack.topic("chaos-matches"),
-              "final": stack.topic("chaos-final"), "incremental": stack.topic("chaos-inc"),
-              "late": stack.topic("chaos-late"), "dlq": stack.topic("chaos-dlq")}
+    src = stack.topic(f"{name}-in")
+    topics = {"counts": stack.topic(f"{name}-counts"), "matches": stack.topic(f"{name}-matches"),
+              "final": stack.topic(f"{name}-final"), "incremental": stack.topic(f"{name}-inc"),
+              "late": stack.topic(f"{name}-late"), "dlq": stack.topic(f"{name}-dlq")}
     kafka.create_topics(stack.bootstrap, {src: 3})
     produce(stack.bootstrap, src, "flow", flows, "device", partition_of=lambda i, rec: uneven(rec["device"]))
-    spec = {"job": "chaos", "kafka": {"bootstrap_servers": stack.bootstrap},
+    spec = {"job": name, "kafka": {"bootstrap_servers": stack.bootstrap},
             "sources": [{"name": "flows", "topic": src, "schema": "flow", "key_field": "device",
                          "time_field": "start_time", "end_field": "end_time", "shape": "interval", "partitions": 3,
                          "measures": ["bytes", "packets"], "max_offsets_per_trigger": PER_BATCH,
@@ -61,10 +98,10 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
                 {"kind": "bins", "name": "per_minute", "bin_size": "1m", "measures": ["bytes"],
                  "outputs": {"final": topics["final"], "incremental": topics["incremental"]}}],
             "outputs": {"late": topics["late"], "dead_letter": topics["dlq"]},
-            "spark": {"checkpoint": str(tmp_path / "checkpoint"), "key_groups": 4}}
-    report = crash_loop(spec, tmp_path, kills=10, seed=7, window=KILL_WINDOW)
-    print(f"\n[chaos] kills survived: {report.kills} at {report.kill_times} s; runs: {report.runs}")
-    assert report.kills >= 10 and report.final_returncode == 0
+            "spark": {**spark, "key_groups": 4}}
+    report = crash_loop(spec, tmp_path, kills=kills, seed=7, window=KILL_WINDOW)
+    print(f"\n[{name}] kills survived: {report.kills} at {report.kill_times} s; runs: {report.runs}")
+    assert report.kills >= kills and report.final_returncode == 0
 
     # Each batch's cut over the three partitions follows from the offsets alone, so the replays
     # and re-plans of the crash loop cut where one uninterrupted run does.
@@ -102,7 +139,7 @@ def test_results_are_exactly_once_across_repeated_sigkills(stack, tmp_path):
     from ctiflow.jobs.config import parse
     from ctiflow.jobs.recognize import job_schema_store
 
-    store = job_schema_store(parse(spec, "chaos"))  # the job (other processes) derived the match schema
+    store = job_schema_store(parse(spec, name))  # the job (other processes) derived the match schema
     got = read(stack, topics["matches"], store)
     assert Counter(r["match_id"] for r in got) == Counter(o.record["match_id"] for o in want if o.role == "match")
     # Late: exactly the oracle's late events, once each.
@@ -117,7 +154,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     writes its commit log. A checkpoint whose last batch has offsets but no commit is what a
     kill in between leaves; the restart replays that batch, and no result may land twice.
     The batch is a drain's flush (no new data, so no later batch cleans up after it)."""
-    from ctiflow.jobs.checkpoint import progress_path, read_counters
+    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
 
     flows = workload.flows(900, devices=6, seed=5, rate_per_s=0.5)
     src = stack.topic("window-in")
@@ -140,7 +177,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     run(config(flush=False), spark)                         # everything read, results still pending
     drain = run(config(flush=True), spark)                  # one batch: the flush
     assert drain.batches == 1
-    progress, commits = progress_path(config(True)), tmp_path / "checkpoint" / "commits"
+    progress, commits = ProgressLog.of(config(True)), tmp_path / "checkpoint" / "commits"
     last = max(int(f.name) for f in commits.glob("[0-9]*"))
     first = read_counters(progress, {last})
     assert first["written"] > 0

@@ -1,5 +1,6 @@
 """Replays, driven directly (no Spark): a micro-batch written in part, then replayed in full,
-lands exactly once; a replayed first batch starts where the first attempt started."""
+lands exactly once — recognised by the marker the first attempt left in the job's marker topic,
+nothing on a disk; a replayed first batch starts where the first attempt started."""
 
 from __future__ import annotations
 
@@ -34,13 +35,19 @@ def values_in(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
         cons.close()
 
 
+def markers(stack, name: str, partitions: int = 2) -> str:
+    topic = stack.topic(name)
+    kafka.create_topics(stack.bootstrap, {topic: partitions})
+    return topic
+
+
 def test_a_replayed_batch_skips_exactly_what_the_first_attempt_wrote(stack, tmp_path):
     topic = stack.topic("sink-replay")
     kafka.create_topics(stack.bootstrap, {topic: 3})
     batch = rows(100)
     batch = batch.set_column(0, "topic", pa.array([topic] * 100))
     writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "topics": json.dumps([topic]),
-                                "state_dir": str(tmp_path / "sink")})
+                                "markers": markers(stack, "sink-replay-markers")})
     first = writer.write(iter([batch.slice(0, 40)]))      # the attempt that "crashed" after 40 records
     assert first.written == 40
     second = writer.write(iter([batch]))                   # Spark replays the whole micro-batch
@@ -67,14 +74,11 @@ def test_a_batch_replayed_after_the_sinks_commit_lands_once(stack, tmp_path):
     kafka.create_topics(stack.bootstrap, {topic: 2})
     batch = rows(30).set_column(0, "topic", pa.array([topic] * 30))
     writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "topics": json.dumps([topic]),
-                                "state_dir": str(tmp_path / "sink")})
+                                "markers": markers(stack, "sink-after-commit-markers")})
     first = writer.write(iter([batch]))                    # outside Spark the batch id is -1
     writer.commit([first], -1)                             # ... and the kill comes right after
     again = writer.write(iter([batch]))
     assert (again.written, again.skipped) == (0, 30)
-    writer.commit([again], -1)
-    writer.commit([], 0)                                   # batch 0 runs: batch -1 is committed,
-    assert not list((tmp_path / "sink").glob("-1-*"))      # its markers go
 
 
 def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
@@ -87,7 +91,7 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
     kafka.create_topics(stack.bootstrap, {topic: 1})
     batch = rows(30).set_column(0, "topic", pa.array([topic] * 30))
     writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "topics": json.dumps([topic]),
-                                "state_dir": str(tmp_path / "sink")})
+                                "markers": markers(stack, "sink-two-queries-markers")})
     writer.write(iter([batch.slice(0, 10)]))                # this query's attempt dies after 10
     prod = kafka.producer(stack.bootstrap)
     for seq in range(10, 30):                               # the other query's batch -1, task 0
@@ -114,16 +118,25 @@ def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
             prod.produce(topic, value=b"x", partition=i % 2)
         assert prod.flush(30) == 0
 
-    def reader(start_file):
-        opts = {"bootstrap": stack.bootstrap, "topic": topic, "startingoffsets": "latest"}
-        return KafkaStreamReader({**opts, "start_file": str(start_file)} if start_file else opts, None)
+    from ctiflow.jobs.checkpoint import CheckpointDir, start_offsets
+
+    checkpoint = CheckpointDir.of(tmp_path / "checkpoint")
+    opts = {"bootstrap": stack.bootstrap, "topic": topic, "startingoffsets": "latest"}
+
+    def reader(checkpoint):  # as the driver builds the source: the start kept with the checkpoint
+        if checkpoint is None:
+            return KafkaStreamReader(opts, None)
+        resolver = KafkaStreamReader(opts, None)
+        start = start_offsets(checkpoint, "tx", resolver.resolve_start)
+        resolver.stop()
+        return KafkaStreamReader({**opts, "start_offsets": json.dumps(start)}, None)
 
     send(10)
-    first = reader(tmp_path / "start.json")
+    first = reader(checkpoint)
     assert first.initialOffset() == {"0": 5, "1": 5}
     first.stop()
     send(6)                                                 # the stream goes on during the outage
-    again = reader(tmp_path / "start.json")
+    again = reader(CheckpointDir.of(tmp_path / "checkpoint"))
     assert again.initialOffset() == {"0": 5, "1": 5}
     again.stop()
     unsaved = reader(None)                                  # the control: latest has moved
@@ -139,7 +152,7 @@ def test_a_worker_keeps_its_producer_across_writes_and_drops_it_when_a_write_fai
     topic = stack.topic("sink-producer")
     kafka.create_topics(stack.bootstrap, {topic: 3})
     batch = rows(60).set_column(0, "topic", pa.array([topic] * 60))
-    opts = {"bootstrap": stack.bootstrap, "topics": json.dumps([topic]), "state_dir": str(tmp_path / "sink")}
+    opts = {"bootstrap": stack.bootstrap, "topics": json.dumps([topic]), "markers": markers(stack, "sink-keep-markers")}
     key = sink._config_key(stack.bootstrap, {})
     KafkaStreamWriter(opts).write(iter([batch.slice(0, 10)]))
     kept = sink._PRODUCERS[key]
@@ -170,18 +183,18 @@ def test_after_a_broker_restart_the_next_write_gets_a_fresh_producer_and_lands(t
     port = embedded.free_port()
     bootstrap = f"127.0.0.1:{port}"
     topic = "sink-restart"
-    opts = {"bootstrap": bootstrap, "topics": json.dumps([topic]), "state_dir": str(tmp_path / "sink")}
+    opts = {"bootstrap": bootstrap, "topics": json.dumps([topic]), "markers": "sink-restart-markers"}
     key = sink._config_key(bootstrap, {})
     batch = rows(40).set_column(0, "topic", pa.array([topic] * 40))
     embedded.up(port)
     try:
-        kafka.create_topics(bootstrap, {topic: 2})
+        kafka.create_topics(bootstrap, {topic: 2, "sink-restart-markers": 1})
         KafkaStreamWriter(opts).write(iter([batch.slice(0, 20)]))
         kept = sink._PRODUCERS[key]
         embedded.down(port)
         time.sleep(3)  # long enough for the idle producer to notice its broker is gone
         embedded.up(port)
-        kafka.create_topics(bootstrap, {topic: 2})
+        kafka.create_topics(bootstrap, {topic: 2, "sink-restart-markers": 1})
         sink._PARTITIONS.clear()
         KafkaStreamWriter(opts).write(iter([batch.slice(20, 20)]))
         assert sink._PRODUCERS[key] is not kept
@@ -213,3 +226,42 @@ def test_true_end_offsets_probes_every_partition_at_once_past_the_reported_water
             assert kafka.true_end_offset(cons, topic, p, 0) == n
     finally:
         cons.close()
+
+
+def test_a_marker_tells_a_tasks_retry_from_its_first_attempt(stack):
+    """What the sink asks before it writes: did an attempt of this (query, batch, task) begin?
+    A retry (task or stage) or a replay after a restart finds its first attempt's marker; the
+    next batch, another task or another query (an earlier checkpoint of the job) do not."""
+    from ctiflow.jobs.sink import began, leave_marker
+
+    topic = markers(stack, "sink-began", partitions=2)
+    prod, cons = kafka.producer(stack.bootstrap), kafka.consumer(stack.bootstrap)
+    try:
+        assert not began(cons, topic, 2, "q", 0, 1)
+        leave_marker(prod, topic, 2, "q", 0, 1)
+        assert began(cons, topic, 2, "q", 0, 1)             # task 1 of batch 0 again: a retry
+        assert not began(cons, topic, 2, "q", 0, 0)         # task 0 has not begun
+        assert not began(cons, topic, 2, "q", 1, 1)         # the next batch is new
+        assert not began(cons, topic, 2, "other", 0, 1)     # another query's batch 0 is its own
+        # more tasks than partitions: task 2 shares task 0's partition, found by reading back
+        leave_marker(prod, topic, 2, "q", 0, 2)
+        leave_marker(prod, topic, 2, "q", 0, 0)
+        assert began(cons, topic, 2, "q", 0, 2) and began(cons, topic, 2, "q", 0, 0)
+        leave_marker(prod, topic, 2, "q", 1, 0)
+        assert not began(cons, topic, 2, "q", 1, 2)         # read back to batch 0's markers: not begun
+        assert began(cons, topic, 2, "q", 1, 0)
+    finally:
+        cons.close()
+
+
+def test_a_batch_the_checkpoint_planned_before_the_run_is_a_replay_without_a_marker(stack):
+    """A checkpoint of a version that kept its markers on a disk (or a marker topic somebody
+    deleted): the batch Spark's offset log had planned before this run is replayed as a replay."""
+    topic = stack.topic("sink-planned")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    batch = rows(30).set_column(0, "topic", pa.array([topic] * 30))
+    opts = {"bootstrap": stack.bootstrap, "topics": json.dumps([topic]), "markers": markers(stack, "sink-planned-m")}
+    KafkaStreamWriter(opts).write(iter([batch.slice(0, 12)]))   # (it leaves a marker: a new version's attempt)
+    kafka.delete_topics(stack.bootstrap, [opts["markers"]])
+    opts["markers"] = markers(stack, "sink-planned-m2")          # no marker of the first attempt
+    assert KafkaStreamWriter({**opts, "replay_through": "-1"}).write(iter([batch])).skipped == 12

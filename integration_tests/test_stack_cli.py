@@ -187,7 +187,7 @@ def test_run_json_summary_counts_every_input_record_once(stack, tmp_path):
     assert summary["cti"] == 2**62  # flushed
     assert 0 < summary["first_batch_seconds"] <= summary["seconds"] + 60  # Spark's start-up included
     assert c["live_keys"] == 0 and c["state_bytes"] > 0  # flushed: nothing kept per key
-    assert (tmp_path / "cp" / "ctiflow-progress.jsonl").exists()
+    assert (tmp_path / "cp" / "ctiflow-groups.json").exists()  # beside Spark's checkpoint; the counters in Kafka
     assert_console_is_ctiflows_own(result.stderr)
 
 

@@ -105,11 +105,12 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
               spark={"trigger": "500ms", **({"key_groups": 1} if long_buffer else {})})
     if layout != 3:  # a checkpoint started by the ctiflow of that layout
-        from ctiflow.jobs.checkpoint import group_labels, state_layout
+        from ctiflow.jobs.checkpoint import CheckpointDir, group_labels, state_layout
         groups = Path(cfg.spark.checkpoint) / "ctiflow-groups.json"
-        group_labels(cfg.key_groups, int(spark.conf.get("spark.sql.shuffle.partitions")), Path(cfg.spark.checkpoint))
+        checkpoint = CheckpointDir.of(cfg.spark.checkpoint, spark)
+        group_labels(cfg.key_groups, int(spark.conf.get("spark.sql.shuffle.partitions")), checkpoint)
         groups.write_text(json.dumps({**json.loads(groups.read_text()), "state_layout": layout}))
-        assert state_layout(Path(cfg.spark.checkpoint)) == layout
+        assert state_layout(checkpoint) == layout
     # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
     spark.conf.set(CHANGELOG, changelog[0])
     first = run(cfg, spark, until_end=False, max_batches=4, timeout=60)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctiflow.jobs.checkpoint import check_checkpoint_dir, check_key_groups
+from ctiflow.jobs.checkpoint import CheckpointDir, check_checkpoint_dir, check_key_groups
 from ctiflow.jobs.config import JobConfig, load
 from ctiflow.jobs.fields import field_errors
 from ctiflow.jobs.recognize import operator_of
@@ -59,17 +59,20 @@ def check_job(path: str | Path) -> Report:
     return report
 
 
-def config_errors(cfg: JobConfig, path: str | Path = "<config>") -> list[str]:
-    """Every error of a parsed configuration: topics, fields, predicates, patterns, checkpoint."""
+def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "CheckpointDir | None" = None) -> list[str]:
+    """Every error of a parsed configuration: topics, fields, predicates, patterns, checkpoint
+    (``checkpoint``: the job's, already open; else opened through a JVM of this process's own,
+    :class:`ctiflow.jobs.checkpoint.CheckpointDir`)."""
     errors = field_errors(cfg)
     for op in cfg.operators:
         try:
             operator_of(op, cfg)
         except CtiflowError as exc:
             errors += _lines(exc, Path(path))
+    checkpoint = checkpoint or CheckpointDir.of(cfg.checkpoint_dir)
     for probe in (check_checkpoint_dir, lambda p: check_key_groups(cfg.key_groups, p)):
         try:
-            probe(Path(cfg.checkpoint_dir))
+            probe(checkpoint)
         except ConfigError as exc:
             errors += _lines(exc, Path(path))
     return errors

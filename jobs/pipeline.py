@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -40,8 +39,10 @@ from ctiflow.jobs.config import JobConfig, duration_ms
 from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from ctiflow.jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
                         wait_for_broker)
-from ctiflow.jobs.checkpoint import (CounterReader, group_labels, progress_path, read_counters, reset_uncommitted_checkpoint,
-                             start_file, state_layout)
+from ctiflow.jobs.checkpoint import (CheckpointDir, CounterReader, ProgressLog, group_labels, progress_topic,
+                                     read_counters, replay_through, reset_uncommitted_checkpoint, start_offsets,
+                                     state_layout)
+from ctiflow.jobs.jvm import gateway, java_environment, spark_log_path
 from ctiflow.jobs.progress import RunSummary
 from ctiflow.jobs.runtime import Plan
 from ctiflow.jobs.metrics import start as start_metrics
@@ -51,13 +52,6 @@ from ctiflow.operators.time import CTI_NONE
 
 #: Spark's logging configuration for the driver (everything to one file, see spark_log_path).
 SPARK_LOG4J2 = Path(__file__).resolve().parent / "spark-log4j2.properties"
-
-
-def spark_log_path() -> Path:
-    """Where this process's Spark log goes: ``$CTIFLOW_HOME/logs/spark-<pid>.log``."""
-    logs = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow")) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    return logs / f"spark-{os.getpid()}.log"
 
 
 def executor_credentials(cfg: JobConfig) -> dict[str, str]:
@@ -116,35 +110,29 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
     }
 
 
+def spark_conf(cfg: JobConfig | None = None, app: str = "ctiflow"):
+    """The ``SparkConf`` of a job's session (:func:`spark_options`)."""
+    from pyspark import SparkConf
+
+    return SparkConf().setAll(list(spark_options(cfg, spark_log_path(), app).items()))
+
+
 def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     """A Spark session configured for this machine's realities (see ENVIRONMENT.md)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if not os.environ.get("JAVA_HOME"):
-        java = shutil.which("java")
-        if java:
-            os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+    java_environment()
     # Spark's modules are imported where a session starts: the CLI imports this module to
     # refuse a bad configuration before Spark, in a fraction of pyspark's import time.
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     log = spark_log_path()
-    options = spark_options(cfg, log, app)
-    conf = SparkConf().setAll(list(options.items()))
+    conf = spark_conf(cfg, app)
     fresh = SparkSession.getActiveSession() is None
     if SparkContext._gateway is None:  # the first session of this process (a stopped one keeps its JVM)
-        # The driver JVM's own stdout/stderr go to the log file too: Python workers the driver
-        # starts (transformWithStateInPandas's pre-init worker) print start/finish lines there,
-        # which Spark copies to the JVM's stderr, not through log4j.
-        with open(log, "ab") as sink:
-            try:
-                gateway = launch_gateway(conf, popen_kwargs={"stdout": sink, "stderr": sink})
-            except Exception as exc:
-                raise RuntimeError(f"Spark's driver did not start ({exc}); its output is in {log}") from exc
-        SparkContext(conf=conf, gateway=gateway)
+        # The driver JVM's own stdout/stderr go to the log file too (ctiflow.jobs.jvm.gateway): Python
+        # workers the driver starts (transformWithStateInPandas's pre-init worker) print start/finish
+        # lines there, which Spark copies to the JVM's stderr, not through log4j.
+        SparkContext(conf=conf, gateway=gateway(conf))
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     if fresh:
         print(f"Spark's own log: {log}", file=sys.stderr, flush=True)
@@ -204,8 +192,9 @@ def stop_session() -> None:
     spark.stop()
 
 
-def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None):
-    """The Kafka source's options for one of the job's sources (:class:`ctiflow.jobs.source.options.SourceOptions`)."""
+def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, start: dict | None = None):
+    """The Kafka source's options for one of the job's sources (:class:`ctiflow.jobs.source.options.SourceOptions`);
+    ``start``: its first batch's offsets, as the checkpoint keeps them."""
     from ctiflow.jobs.source.options import SourceOptions  # (imports pyspark: see spark_session)
 
     return SourceOptions(
@@ -217,35 +206,43 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         measures=tuple(src.measures), client=public_client(cfg.kafka.client),
         schema_registry=cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
-        flush_at_end=flush and src.cti.flush_at_end, start_file=str(start_file(cfg, src)),
+        flush_at_end=flush and src.cti.flush_at_end, start_offsets=start,
         # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
         keep_values=cfg.passes_records, pack_fields=cfg.reads_fields)
 
 
-def build_query(spark, cfg: JobConfig, *, until_end: bool, progress_file: str | None = None):
+def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None = None,
+                checkpoint: CheckpointDir | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
     from ctiflow.jobs.adapter import OperatorProcessor  # these import pyspark (see spark_session)
     from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
-    from ctiflow.jobs.sink import SinkOptions
+    from ctiflow.jobs.sink import SinkOptions, marker_topic
+    from ctiflow.jobs.source.reader import KafkaStreamReader
 
+    checkpoint = checkpoint or CheckpointDir.of(cfg.checkpoint_dir, spark)
     job_plan: Plan = Plan.from_config(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    labels = group_labels(cfg.key_groups, partitions, Path(cfg.checkpoint_dir))
-    frames = [spark.readStream.format("ctiflow_kafka").options(**source_options(cfg, src, until_end, labels).to_options())
-              .load() for src in cfg.sources]
+    labels = group_labels(cfg.key_groups, partitions, checkpoint)
+    starts = {}
+    for src in cfg.sources:
+        reader = KafkaStreamReader(source_options(cfg, src, until_end, labels))
+        try:
+            starts[src.name] = start_offsets(checkpoint, src.name, reader.resolve_start)
+        finally:
+            reader.stop()
+    options = {src.name: source_options(cfg, src, until_end, labels, starts[src.name]).to_options() for src in cfg.sources}
+    frames = [spark.readStream.format("ctiflow_kafka").options(**options[src.name]).load() for src in cfg.sources]
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
                                   cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
-                                  sources={src.name: source_options(cfg, src, until_end, labels).to_options()
-                                           for src in cfg.sources},
-                                  state_layout=state_layout(Path(cfg.checkpoint_dir)))
+                                  sources=options, state_layout=state_layout(checkpoint))
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),
-                       topics=tuple(sorted(cfg.result_topics())), state_dir=str(Path(cfg.checkpoint_dir) / "ctiflow-sink"),
-                       progress=progress_file)
+                       topics=tuple(sorted(cfg.result_topics())), markers=marker_topic(cfg.job),
+                       replay_through=replay_through(checkpoint), progress=progress)
     writer = (out.writeStream.format("ctiflow_kafka_sink").options(**sink.to_options())
               .option("checkpointLocation", cfg.checkpoint_dir)
               .queryName(cfg.job.replace("-", "_").replace(".", "_")))
@@ -279,36 +276,41 @@ def _signals_stop_gracefully():
             signal.signal(s, h)
 
 
-def refuse_errors(cfg: JobConfig) -> None:
+def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None) -> None:
     """The job's own errors — fields against the schemas, predicates, patterns and queries, the
     checkpoint — as one :class:`ConfigError` listing every one (what ``ctiflow check`` finds),
     before anything connects."""
     from ctiflow.jobs.check import config_errors
 
-    errors = config_errors(cfg)
+    errors = config_errors(cfg, checkpoint=checkpoint)
     if len(errors) == 1:  # one line, as every other refusal
         raise ConfigError(f"job {cfg.job!r}: {errors[0]}")
     if errors:
         raise ConfigError(f"job {cfg.job!r} cannot run", errors)
 
 
-def prepare(cfg: JobConfig) -> None:
+def prepare(cfg: JobConfig) -> CheckpointDir:
     """Everything before Spark: the job's own errors (:func:`refuse_errors`), the broker answers,
     the input topics exist, the result topics are created, the checkpoint is this job's and fits
-    the config (each refusal one clear error)."""
-    refuse_errors(cfg)
+    the config (each refusal one clear error). The checkpoint is read through the JVM the session
+    will then run in (:func:`ctiflow.jobs.jvm.gateway`)."""
+    checkpoint = CheckpointDir.of(cfg.checkpoint_dir, conf=spark_conf(cfg))
+    refuse_errors(cfg, checkpoint)
     client = cfg.kafka.client_config()  # with credentials: this process's own clients
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
-    create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()},
-                  client)
-    reset_uncommitted_checkpoint(Path(cfg.checkpoint_dir))
+    from ctiflow.jobs.sink import marker_topic
+
+    create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()}
+                  | {marker_topic(cfg.job): cfg.spark.shuffle_partitions, progress_topic(cfg.job): 1}, client)
     from ctiflow.jobs.recognize import derived_schemas
 
     derived = derived_schemas(cfg)
     if cfg.kafka.effective_framing == "single_object":  # and so can every reader: the schemas topic
         publish_schemas(cfg.kafka.bootstrap_servers, derived, client)
+    reset_uncommitted_checkpoint(checkpoint)
+    return checkpoint
 
 
 def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeout: float | None = None,
@@ -316,15 +318,15 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
     ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
     entered = time.monotonic()
-    prepare(cfg)
+    checkpoint = prepare(cfg)
     metrics = start_metrics(cfg)  # before Spark: a port in use is one error, not a traceback 15 s later
     if metrics is not None:
         print(f"{cfg.job}: metrics at http://{cfg.metrics.host}:{metrics.port}/metrics", file=sys.stderr, flush=True)
-    prog = progress_path(cfg)
+    prog = ProgressLog.of(cfg)
     counters_now = CounterReader(prog)
     try:
         spark = spark or spark_session(cfg)
-        query = build_query(spark, cfg, until_end=until_end, progress_file=str(prog)).start()
+        query = build_query(spark, cfg, until_end=until_end, progress=prog.topic, checkpoint=checkpoint).start()
     except BaseException:
         if metrics is not None:
             metrics.close()
@@ -355,6 +357,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     progress = [batches[b] for b in sorted(batches)]
     mine = read_counters(prog, set(batches))
     counters = read_counters(prog)
+    prog.close()
     cti = counters.get("cti")
     return RunSummary(len(progress), mine.get("received", 0), time.monotonic() - started, counters,
                       None if cti is None or cti <= CTI_NONE else cti, progress,

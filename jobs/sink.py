@@ -10,26 +10,29 @@ complete (a crash, a kill -9). The adapter makes a batch's output deterministic 
 kept in the checkpoint) / ``ctiflow.batch`` / ``ctiflow.task`` / ``ctiflow.seq``,
 and the partition is chosen by us (a hash of the key, or of the value when there is none), so a
 replayed record goes to the same partition as the first time. Before writing, a task leaves a
-marker ``<state_dir>/<batch>-<task>.started``; if the marker is already there this is a replay:
-the task reads the tail of every output partition back to the batch's first record, collects the
-``seq`` numbers of ``(query, batch, task)`` already there and skips exactly those. This does not depend
-on ``read_committed`` (tansu does not honour it). The state directory must be visible to every
-executor (local mode: a local path; a cluster: a shared file system), like the checkpoint.
+*marker* ``(query, batch, task)`` in the job's marker topic (``<job>.ctiflow-markers``, a
+partition per task, created with the result topics) and waits for it to land; if a marker of
+its ``(query, batch, task)`` is already there — an earlier attempt began, whether Spark retried
+the task, re-ran its stage or replays the batch after a restart — this is a replay: the task
+reads the tail of every output partition back to the batch's first record, collects the ``seq``
+numbers of ``(query, batch, task)`` already there and skips exactly those. A batch the
+checkpoint had planned before this run started (option ``replay_through``, from Spark's offset
+log) is treated as a replay whatever the markers say. This does not depend on
+``read_committed`` (tansu does not honour it), and the executors keep nothing on a disk: any
+checkpoint location Spark accepts works without a file system shared with them.
 
 ``kind = "metrics"`` rows are not written: the writers sum them and the driver's ``commit``
-appends one JSON line per micro-batch to the job's progress file (a replayed batch gets a
-second line; :func:`ctiflow.jobs.checkpoint.read_counters` keeps the last).
+writes one record per micro-batch to the job's progress topic (a replayed batch gets a second
+one; :func:`ctiflow.jobs.checkpoint.read_counters` keeps the last).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyspark import TaskContext
@@ -48,6 +51,7 @@ class SinkCommit(WriterCommitMessage):
     written: int = 0
     skipped: int = 0
     metrics: dict = field(default_factory=dict)
+    query: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,20 +61,23 @@ class SinkOptions:
     bootstrap: str
     client: dict = field(default_factory=dict)  # public librdkafka settings (no credentials)
     topics: tuple[str, ...] = ()  # every result topic (their partition counts are read once per task)
-    state_dir: str | None = None  # replay markers; visible to every executor, like the checkpoint
-    progress: str | None = None  # JSON-lines file: one line of counters per micro-batch
+    markers: str | None = None  # the marker topic (exactly-once); None: no replay detection
+    replay_through: int | None = None  # batches up to this one were planned before this run: replays
+    progress: str | None = None  # the progress topic: a record of counters per micro-batch
 
     def to_options(self) -> dict[str, str]:
         opts = {"bootstrap": self.bootstrap, "client": json.dumps(self.client), "topics": json.dumps(list(self.topics))}
-        opts.update({k: v for k, v in (("state_dir", self.state_dir), ("progress", self.progress)) if v})
+        opts.update({k: v for k, v in (("markers", self.markers), ("progress", self.progress)) if v})
+        if self.replay_through is not None:
+            opts["replay_through"] = str(self.replay_through)
         return opts
 
     @classmethod
     def from_options(cls, options) -> "SinkOptions":
         o = {k.lower(): v for k, v in options.items()}
         return cls(bootstrap=o["bootstrap"], client=json.loads(o.get("client", "{}")),
-                   topics=tuple(json.loads(o.get("topics", "[]"))), state_dir=o.get("state_dir") or None,
-                   progress=o.get("progress") or None)
+                   topics=tuple(json.loads(o.get("topics", "[]"))), markers=o.get("markers") or None,
+                   replay_through=int(o["replay_through"]) if o.get("replay_through") else None, progress=o.get("progress") or None)
 
 
 class KafkaSink(DataSource):
@@ -137,11 +144,49 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     return seqs
 
 
+def marker_topic(job: str) -> str:
+    """The job's marker topic (a partition per sink task: :func:`began`)."""
+    return f"{job}.ctiflow-markers"
+
+
+def began(cons, topic: str, partitions: int, query: str, batch: int, task: int) -> bool:
+    """Whether an attempt of ``(query, batch, task)`` began before this one: its marker is in
+    partition ``task mod partitions`` of the marker topic. Read backwards from the tail until
+    that marker, a marker of an earlier batch of ``query`` (a batch's markers come after its
+    predecessor's: Spark runs a query's batches one after another), or the partition's start.
+    With a partition per task (the topic is created so) the last record decides: one short
+    read. Markers of other queries (an earlier checkpoint of the job) are passed over."""
+    partition = task % partitions
+    low = low_offset(cons, topic, partition)
+    step, hi = 16, true_end_offset(cons, topic, partition, 0, require_eof=True)
+    while hi > low:
+        lo = max(low, hi - step)
+        marks = [json.loads(m.value) for msgs in read_range(cons, topic, partition, lo, hi) for m in msgs]
+        for mark in reversed(marks):
+            if mark.get("query") == query:
+                if mark.get("batch") == batch and mark.get("task") == task:
+                    return True
+                if mark.get("batch", batch) < batch:
+                    return False
+        hi, step = lo, step * 4
+    return False
+
+
+def leave_marker(prod, topic: str, partitions: int, query: str, batch: int, task: int) -> None:
+    """``(query, batch, task)``'s marker, landed before the task writes a record (keyed by task:
+    a compacted marker topic keeps each task's last)."""
+    value = json.dumps({"query": query, "batch": batch, "task": task, "time": time.time()}).encode()
+    kafka.send(prod, topic, value, str(task).encode(), partition=task % partitions)
+    if prod.flush(60):
+        raise RuntimeError(f"Kafka sink: the replay marker of batch {batch}, task {task} did not land in {topic}")
+
+
 
 #: Seconds a Python worker trusts the result topics' partition counts it read (one metadata
 #: request per this interval, not one per topic and task).
 PARTITIONS_TTL = 30.0
 _PRODUCERS: dict[tuple, Any] = {}
+_CONSUMERS: dict[tuple, Any] = {}
 _PARTITIONS: dict[tuple, tuple[float, dict[str, int]]] = {}
 
 
@@ -174,6 +219,17 @@ def worker_producer(bootstrap: str, client: dict):
 
 def drop_producer(bootstrap: str, client: dict) -> None:
     _PRODUCERS.pop(_config_key(bootstrap, client), None)
+    _CONSUMERS.pop(_config_key(bootstrap, client), None)
+
+
+def worker_consumer(bootstrap: str, client: dict):
+    """The Python worker's consumer for markers and replays, kept across tasks like its producer
+    (it only assigns partitions, never joins a group)."""
+    key = _config_key(bootstrap, client)
+    cons = _CONSUMERS.get(key)
+    if cons is None:
+        cons = _CONSUMERS[key] = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
+    return cons
 
 
 def partition_counts(bootstrap: str, client: dict, topics) -> dict[str, int]:
@@ -192,13 +248,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: "SinkOptions | dict[str, str]"):
         self.options = options if isinstance(options, SinkOptions) else SinkOptions.from_options(options)
 
-    def _state_dir(self) -> Path | None:
-        if not self.options.state_dir:
-            return None
-        path = Path(self.options.state_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     def write(self, iterator: Iterator) -> SinkCommit:
         with cyclic_gc_paused():  # (see ctiflow.jobs.alloc)
             return self._write(iterator)
@@ -208,22 +257,21 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         query, batch = _query_and_batch()
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
-        topics = self.options.topics
-        parts = partition_counts(bootstrap, client, topics)
+        markers = self.options.markers
+        parts = partition_counts(bootstrap, client, (*self.options.topics, *([markers] if markers else [])))
         skip: dict[tuple[str, int], set[int]] = {}
-        state = self._state_dir()
-        if state is not None:
-            marker = state / f"{batch}-{task}.started"
-            if marker.exists():  # a replay of a batch this task already began writing
-                cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
-                try:
-                    skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items() for p in range(n)}
-                finally:
-                    cons.close()
-            else:
-                marker.write_text(str(time.time()))
         prod = worker_producer(bootstrap, client)
         try:
+            if markers is not None:
+                marker_partitions = parts.pop(markers)
+                cons = worker_consumer(bootstrap, client)
+                through = self.options.replay_through
+                replay = through is not None and batch <= through  # planned before this run
+                replay = replay or began(cons, markers, marker_partitions, query, batch, task)
+                if replay:  # an attempt of this task began before: skip what it wrote
+                    skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items() for p in range(n)}
+                else:
+                    leave_marker(prod, markers, marker_partitions, query, batch, task)
             return self._send(iterator, prod, parts, skip, query, batch, task)
         except BaseException:
             prod.purge()  # nothing of this failed attempt may land after the replay's scan
@@ -261,31 +309,26 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if remaining or errors:
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")
         metrics.update((counters.key("written", topic), n) for topic, n in per_topic.items())
-        return SinkCommit(written, skipped, metrics)
+        return SinkCommit(written, skipped, metrics, query)
 
     def commit(self, messages, batchId: int) -> None:
-        state = self._state_dir()
-        if state is not None:
-            # Keep this batch's markers: Spark writes its commit log *after* this call, so a kill
-            # in between replays the batch, and only the markers make that replay skip what
-            # landed. Running batch N means batch N - 1 is in the commit log: its markers can go.
-            for marker in state.glob("*.started"):
-                if int(marker.stem.rsplit("-", 1)[0]) < batchId:
-                    marker.unlink(missing_ok=True)
-        path = self.options.progress
-        if not path:
+        topic = self.options.progress
+        if not topic:
             return
         totals: dict[str, int] = {"written": 0, "replay_skipped": 0}
+        query = ""
         for m in messages:
             if m is None:
                 continue
+            query = m.query or query
             totals["written"] += m.written
             totals["replay_skipped"] += m.skipped
             counters.merge(totals, m.metrics)
-        with open(path, "a") as out:
-            out.write(json.dumps({"batch": batchId, "time": time.time(), **totals}) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
+        record = json.dumps({"batch": batchId, "time": time.time(), "query": query, **totals}).encode()
+        prod = worker_producer(self.options.bootstrap, self.options.client)
+        kafka.send(prod, topic, record, str(batchId).encode(), partition=0)
+        if prod.flush(60):
+            raise RuntimeError(f"Kafka sink: batch {batchId}'s counters did not land in {topic}")
 
     def abort(self, messages, batchId: int) -> None:
         pass

@@ -1,13 +1,33 @@
 """What a restart reads back: key-group labels (reused, and a changed count refused; their
-placement on Spark's partitions is checked against Spark in integration_tests) and the
-per-batch counters of the progress file."""
+placement on Spark's partitions is checked against Spark in integration_tests), read and written
+through Hadoop's file system in a JVM (:class:`CheckpointDir`), and the per-batch counters of the
+progress log."""
 
 import json
 
 import pytest
 
-from ctiflow.jobs.checkpoint import group_labels
+from ctiflow.jobs.checkpoint import CheckpointDir
+from ctiflow.jobs.checkpoint import group_labels as _group_labels
 from ctiflow.operators.errors import ConfigError
+
+
+def cp(path):
+    return CheckpointDir.of(path)
+
+
+def group_labels(groups, partitions, path=None):
+    return _group_labels(groups, partitions, None if path is None else cp(path))
+
+
+class Lines:
+    """A progress log's records in memory (the Kafka topic's reader is tested against a broker)."""
+
+    def __init__(self, records=()):
+        self.records = list(records)
+
+    def read(self, start=0):
+        return self.records[start:], len(self.records)
 
 
 def test_labels_are_distinct_and_kept_with_the_checkpoint(tmp_path):
@@ -40,8 +60,8 @@ def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_i
     from ctiflow.jobs.checkpoint import STATE_LAYOUT, state_layout
 
     group_labels(8, 2, tmp_path / "new")
-    assert state_layout(tmp_path / "new") == STATE_LAYOUT == 3
-    assert state_layout(tmp_path / "not-started") == 3
+    assert state_layout(cp(tmp_path / "new")) == STATE_LAYOUT == 3
+    assert state_layout(cp(tmp_path / "not-started")) == 3
     for layout, expected in ((2, 2), (3, 3)):
         ck = tmp_path / f"layout{layout}"
         (ck / "commits").mkdir(parents=True)
@@ -49,7 +69,7 @@ def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_i
         (ck / "ctiflow-groups.json").write_text(json.dumps({"key_groups": 8, "partitions": 2, "labels": [1] * 8,
                                                             "state_layout": layout}))
         assert group_labels(8, 2, ck) == [1] * 8  # accepted, its labels kept
-        assert state_layout(ck) == expected
+        assert state_layout(cp(ck)) == expected
     newer = tmp_path / "newer"
     newer.mkdir()
     (newer / "ctiflow-groups.json").write_text(json.dumps({"key_groups": 8, "partitions": 2, "labels": [1] * 8,
@@ -63,13 +83,14 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
     attempt's line must not count the replayed batch twice."""
     from ctiflow.jobs.checkpoint import read_counters
 
-    path = tmp_path / "job.progress.jsonl"
     lines = [{"batch": 0, "time": 1.0, "received": 5, "late": 1},
              {"batch": 1, "time": 2.0, "received": 7, "late": 0},
              {"batch": 1, "time": 9.0, "received": 7, "late": 0}]   # batch 1 replayed
-    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
-    assert read_counters(path) == {"received": 12, "late": 1}
-    assert read_counters(path, {1}) == {"received": 7, "late": 0}
+    assert read_counters(Lines(lines)) == {"received": 12, "late": 1}
+    assert read_counters(Lines(lines), {1}) == {"received": 7, "late": 0}
+    # an earlier checkpoint's query in the same topic is not this one's
+    older = [{**rec, "query": "q-old", "received": 1000} for rec in lines]
+    assert read_counters(Lines(older + [{**rec, "query": "q"} for rec in lines])) == {"received": 12, "late": 1}
 
 
 def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
@@ -80,11 +101,9 @@ def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
     for group_state in (300, 200):  # two key groups' counters in one batch add up
         merge_metrics(per_group, {"received": 1, "state_bytes": group_state})
     assert per_group == {"received": 2, "state_bytes": 500}
-    path = tmp_path / "p.jsonl"
     lines = [{"batch": 1, "time": 2.0, "received": 2, "state_bytes": 900},
              {"batch": 0, "time": 1.0, "received": 2, "state_bytes": 500}]  # out of order on purpose
-    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
-    assert read_counters(path) == {"received": 4, "state_bytes": 900}
+    assert read_counters(Lines(lines)) == {"received": 4, "state_bytes": 900}
 
 
 def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_path):
@@ -92,18 +111,18 @@ def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_pa
     logged offsets stay, so batch 0 is replayed over the same records, not re-planned."""
     from ctiflow.jobs.checkpoint import reset_uncommitted_checkpoint
 
-    for name in ("offsets/0", "state/0/0/1.zip", "ctiflow-sink/0-0.started", "ctiflow-groups.json"):
+    for name in ("offsets/0", "state/0/0/1.zip", "ctiflow-start-tx.json", "ctiflow-groups.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     (tmp_path / "commits").mkdir()
-    assert reset_uncommitted_checkpoint(tmp_path)
+    assert reset_uncommitted_checkpoint(cp(tmp_path))
     assert not (tmp_path / "state").exists()
-    assert all((tmp_path / n).exists() for n in ("offsets/0", "ctiflow-sink/0-0.started", "ctiflow-groups.json"))
+    assert all((tmp_path / n).exists() for n in ("offsets/0", "ctiflow-start-tx.json", "ctiflow-groups.json"))
     # Once a batch is committed, the state is the job's: never touched.
     (tmp_path / "state/0/0/2.zip").parent.mkdir(parents=True)
     (tmp_path / "state/0/0/2.zip").write_text("x")
     (tmp_path / "commits/0").write_text("x")
-    assert not reset_uncommitted_checkpoint(tmp_path)
+    assert not reset_uncommitted_checkpoint(cp(tmp_path))
     assert (tmp_path / "state/0/0/2.zip").exists()
 
 
@@ -115,40 +134,38 @@ def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_chec
     for name in ("state/thesis.tex", "notes.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    assert not reset_uncommitted_checkpoint(tmp_path)
+    assert not reset_uncommitted_checkpoint(cp(tmp_path))
     assert (tmp_path / "state/thesis.tex").exists()
     with pytest.raises(ConfigError, match=r"spark.checkpoint: .* is not a ctiflow checkpoint \(it holds notes.txt\)"):
-        check_checkpoint_dir(tmp_path)
+        check_checkpoint_dir(cp(tmp_path))
     (tmp_path / "notes.txt").unlink()
-    assert not reset_uncommitted_checkpoint(tmp_path)  # only state/: still not ctiflow's (no key-group labels)
+    assert not reset_uncommitted_checkpoint(cp(tmp_path))  # only state/: still not ctiflow's (no key-group labels)
     assert (tmp_path / "state/thesis.tex").exists()
     # only state/ is refused too: before, the run went on, wrote its key groups, and the reset deleted it
     with pytest.raises(ConfigError, match=r"holds state but neither Spark metadata nor ctiflow key groups"):
-        check_checkpoint_dir(tmp_path)
+        check_checkpoint_dir(cp(tmp_path))
     (tmp_path / "metadata").write_text('{"id": "x"}')  # as Spark writes it when a query starts
-    check_checkpoint_dir(tmp_path)
+    check_checkpoint_dir(cp(tmp_path))
     only_ours = tmp_path / "killed-early"
     only_ours.mkdir()
-    (only_ours / "ctiflow-progress.jsonl").write_text("")  # a run killed before its key groups were written
-    check_checkpoint_dir(only_ours)
-    check_checkpoint_dir(tmp_path / "new")  # a new directory is fine
+    (only_ours / "ctiflow-start-tx.json").write_text("{}")  # a run killed before its key groups were written
+    check_checkpoint_dir(cp(only_ours))
+    check_checkpoint_dir(cp(tmp_path / "new"))  # a new directory is fine
     with pytest.raises(ConfigError, match="is a file"):
-        check_checkpoint_dir(tmp_path / "state" / "thesis.tex")
+        check_checkpoint_dir(cp(tmp_path / "state" / "thesis.tex"))
 
 
-def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_file_is_in_the_checkpoint(tmp_path):
+def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_is_the_jobs_topic(tmp_path):
     from ctiflow.jobs.config import parse
-    from ctiflow.jobs.checkpoint import progress_path, read_counters
+    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
 
     lines = [{"batch": 0, "time": 1.0, "received": 5, "cti": 100, "late@tx/0": 1},
              {"batch": 1, "time": 2.0, "received": 7, "cti": 250, "late@tx/0": 2}]
-    path = tmp_path / "p.jsonl"
-    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
-    assert read_counters(path) == {"received": 12, "cti": 250, "late@tx/0": 3}
+    assert read_counters(Lines(lines)) == {"received": 12, "cti": 250, "late@tx/0": 3}
     cfg = parse({"job": "j", "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "a",
                                           "time_field": "t"}], "operators": [{"kind": "passthrough", "output": "o"}],
                  "spark": {"checkpoint": str(tmp_path / "cp")}})
-    assert progress_path(cfg).parent == tmp_path / "cp"
+    assert ProgressLog.of(cfg).topic == "j.ctiflow-progress"
 
 
 def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
@@ -301,36 +318,30 @@ def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_hig
 def test_a_changed_count_is_refused_by_the_check_run_makes_before_spark(tmp_path):
     from ctiflow.jobs.checkpoint import check_key_groups
 
-    assert check_key_groups(6, tmp_path) is None  # a new checkpoint
+    assert check_key_groups(6, cp(tmp_path)) is None  # a new checkpoint
     group_labels(6, 6, tmp_path)
-    assert check_key_groups(6, tmp_path)["key_groups"] == 6
+    assert check_key_groups(6, cp(tmp_path))["key_groups"] == 6
     with pytest.raises(ConfigError, match=r"spark.key_groups is 2.*written with 6.*set spark.key_groups to 6"):
-        check_key_groups(2, tmp_path)
+        check_key_groups(2, cp(tmp_path))
 
 
-def test_the_counter_reader_reads_only_what_was_appended_and_sums_as_read_counters(tmp_path):
-    """Equal to :func:`read_counters` after every append — replays of the newest batch, a
-    gauge, a line still being written — while reading each byte of the file once."""
+def test_the_counter_reader_reads_only_what_was_added_and_sums_as_read_counters():
+    """Equal to :func:`read_counters` after every record — replays of the newest batch, a gauge,
+    a new query (a new checkpoint) — while reading each record once."""
     import random
 
     from ctiflow.jobs.checkpoint import CounterReader
     from ctiflow.jobs.checkpoint import read_counters
 
     rng = random.Random(5)
-    path = tmp_path / "ctiflow-progress.jsonl"
-    reader = CounterReader(path)
+    log = Lines()
+    reader = CounterReader(log)
     assert reader() == {}
-    text = ""
     for batch in range(60):
-        for _attempt in range(rng.choice([1, 1, 1, 2, 3])):  # a replayed batch: one line per attempt
-            rec = {"batch": batch, "time": float(batch), "received": rng.randint(0, 9), "late": rng.randint(0, 2),
-                   "cti": 1000 * batch - rng.randint(0, 500), "state_bytes": rng.randint(100, 999)}
-            line = json.dumps(rec) + "\n"
-            cut = rng.randint(1, len(line) - 1)
-            path.write_text(text + line[:cut])  # the sink mid-write: the reader waits for the newline
-            partial = reader()
-            text += line
-            path.write_text(text)
-            assert reader() == read_counters(path), batch
-        assert partial is not None
-    assert reader.offset == len(text.encode())
+        query = "q1" if batch < 40 else "q2"  # the job restarted on a new checkpoint at batch 40
+        for _attempt in range(rng.choice([1, 1, 1, 2, 3])):  # a replayed batch: one record per attempt
+            log.records.append({"batch": batch % 40, "time": float(batch), "query": query,
+                                "received": rng.randint(0, 9), "late": rng.randint(0, 2),
+                                "cti": 1000 * batch - rng.randint(0, 500), "state_bytes": rng.randint(100, 999)})
+            assert reader() == read_counters(log), batch
+    assert reader.offset == len(log.records)

@@ -30,7 +30,7 @@ class SourceOptions:
     outage_timeout: float = 120.0  # seconds
     idle_timeout: float = 60.0  # seconds
     flush_at_end: bool = True
-    start_file: str | None = None  # where the first batch's start offsets are kept
+    start_offsets: dict | None = None  # the first batch's start (partition → offset), kept with the checkpoint
     keep_values: bool = True  # values=all: every row keeps its Avro bytes (else only failed rows)
     pack_fields: bool = True  # fields=packed: packs carry field columns (else only names: ctiflow.jobs.rows.BytesFields)
 
@@ -55,8 +55,8 @@ class SourceOptions:
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if self.schema_registry:
             opts["schema_registry"] = json.dumps(self.schema_registry)
-        if self.start_file:
-            opts["start_file"] = self.start_file
+        if self.start_offsets is not None:
+            opts["start_offsets"] = json.dumps(self.start_offsets)
         return opts
 
     @classmethod
@@ -72,7 +72,7 @@ class SourceOptions:
                    measures=tuple(json.loads(o.get("measures", "[]"))), client=json.loads(o.get("client", "{}")),
                    schema_registry=json.loads(o["schema_registry"]) if o.get("schema_registry") else None,
                    outage_timeout=float(o.get("outage_timeout", "120")), idle_timeout=float(o.get("idle_timeout", "60")),
-                   flush_at_end=o.get("flush_at_end", "true") == "true", start_file=o.get("start_file") or None,
+                   flush_at_end=o.get("flush_at_end", "true") == "true", start_offsets=json.loads(o["start_offsets"]) if o.get("start_offsets") else None,
                    keep_values=o.get("values", "all") == "all",
                    pack_fields=o.get("fields", "packed") != "bytes")
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 from confluent_kafka import KafkaException
@@ -49,7 +48,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from ctiflow.jobs import rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
-from ctiflow.jobs.checkpoint import write_atomically
 from ctiflow.jobs.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
 from ctiflow.jobs.source.decoder import RecordDecoder
 from ctiflow.jobs.source.options import SourceOptions
@@ -167,32 +165,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ends
 
     def initialOffset(self) -> dict:
-        """Where the first micro-batch starts, resolved once and kept with the checkpoint
-        (option ``start_file``). Spark logs only a batch's *end* offsets and asks again for
-        the start of batch 0 when it replays it after a crash; ``latest`` (or ``earliest``
-        after retention) would by then be elsewhere, and the replay would not be the batch whose
-        results already landed."""
-        saved = Path(self.options.start_file) if self.options.start_file else None
-        if saved is not None and saved.exists():
-            self._initial = json.loads(saved.read_text())
-            return self._initial
+        """Where the first micro-batch starts: option ``start_offsets`` (the driver resolved them
+        once and keeps them with the checkpoint, :func:`ctiflow.jobs.checkpoint.start_offsets`),
+        else resolved now from ``starting_offsets`` (:meth:`resolve_start`)."""
+        self._initial = self.options.start_offsets or self.resolve_start()
+        return self._initial
+
+    def resolve_start(self) -> dict:
+        """``starting_offsets`` (``earliest``, ``latest`` or per-partition offsets) as offsets now."""
         how = self.options.starting_offsets
         if how == "earliest":
-            start = {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
-        elif how == "latest":
-            start = self._ends({})
-        else:
-            given = json.loads(how).get(self.topic, {})
-            start = {str(p): int(given.get(str(p), 0)) for p in self._parts()}
-        if saved is not None:
-            write_atomically(saved, json.dumps(start))
-        self._initial = start
-        return start
+            return {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
+        if how == "latest":
+            return self._ends({})
+        given = json.loads(how).get(self.topic, {})
+        return {str(p): int(given.get(str(p), 0)) for p in self._parts()}
 
     def _initial_offsets(self) -> dict:
         if self._initial is None:
-            saved = Path(self.options.start_file) if self.options.start_file else None
-            self._initial = json.loads(saved.read_text()) if saved is not None and saved.exists() else {}
+            self._initial = self.options.start_offsets or {}
         return self._initial
 
     def _idle(self, start: dict, available: dict[str, int]) -> list[str]:
