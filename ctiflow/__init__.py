@@ -91,11 +91,9 @@ def stream(spark: Any, job: JobConfig, *, until_end: bool = False):
     settings of :func:`spark_session` (RocksDB state store, Arrow batch sizes)."""
     from ctiflow.jobs import pipeline
 
-    from ctiflow.jobs.checkpoint import progress_topic
-
     checkpoint = pipeline.prepare(job)
     pipeline.register_data_sources(spark)
-    return pipeline.build_query(spark, job, until_end=until_end, progress=progress_topic(job.job), checkpoint=checkpoint)
+    return pipeline.build_query(spark, job, until_end=until_end, progress=job.progress_topic, checkpoint=checkpoint)
 
 
 def spark_session(job: JobConfig | None = None, app: str = "ctiflow"):

@@ -174,7 +174,8 @@ def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_sta
 
 def job_counters(stack, name: str, tmp_path) -> dict:
     """The running job's counters (its progress topic)."""
-    from ctiflow.jobs.checkpoint import ProgressLog, progress_topic, read_counters
+    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
+    from ctiflow.jobs.config import progress_topic
 
     log = ProgressLog(stack.bootstrap, progress_topic(name))
     try:

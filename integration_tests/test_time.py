@@ -109,7 +109,8 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
         groups = Path(cfg.spark.checkpoint) / "ctiflow-groups.json"
         checkpoint = CheckpointDir.of(cfg.spark.checkpoint, spark)
         group_labels(cfg.key_groups, int(spark.conf.get("spark.sql.shuffle.partitions")), checkpoint)
-        groups.write_text(json.dumps({**json.loads(groups.read_text()), "state_layout": layout}))
+        saved = json.loads(checkpoint.read_text(groups.name))  # (Hadoop's local files carry a checksum file)
+        checkpoint.write_text(groups.name, json.dumps({**saved, "state_layout": layout}))
         assert state_layout(checkpoint) == layout
     # First run: a continuous query stopped part-way (graceful stop), nothing flushed yet.
     spark.conf.set(CHANGELOG, changelog[0])

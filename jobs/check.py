@@ -69,7 +69,7 @@ def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "Ch
             operator_of(op, cfg)
         except CtiflowError as exc:
             errors += _lines(exc, Path(path))
-    checkpoint = checkpoint or CheckpointDir.of(cfg.checkpoint_dir)
+    checkpoint = checkpoint or CheckpointDir.for_job(cfg)
     for probe in (check_checkpoint_dir, lambda p: check_key_groups(cfg.key_groups, p)):
         try:
             probe(checkpoint)

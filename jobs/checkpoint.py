@@ -23,10 +23,12 @@ from ctiflow.jobs.config import JobConfig
 from ctiflow.jobs.counters import is_gauge, merge
 from ctiflow.jobs.jvm import gateway, hadoop_configuration
 from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
-from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.errors import ConfigError, StackError
 
 
 MANAGER_CLASS = "spark.sql.streaming.checkpointFileManagerClass"
+#: The manager ctiflow's sessions set (:func:`ctiflow.jobs.pipeline.spark_options` says why).
+FILE_SYSTEM_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
 class CheckpointDir:
@@ -60,6 +62,17 @@ class CheckpointDir:
         jvm = gateway(conf).jvm
         return cls(str(location), jvm, hadoop_configuration(jvm, conf), conf.get(MANAGER_CLASS) if conf else None)
 
+    @classmethod
+    def for_job(cls, cfg: JobConfig, conf=None) -> "CheckpointDir":
+        """The job's checkpoint as its session sees it: ``conf`` (the session's ``SparkConf``),
+        else the job's own ``spark.conf`` (a store's ``spark.hadoop.*`` settings, a file system's
+        class path) — enough for a tool such as ``ctiflow check``."""
+        if conf is None:
+            from pyspark import SparkConf
+
+            conf = SparkConf().setAll([(MANAGER_CLASS, FILE_SYSTEM_MANAGER), *cfg.spark.conf.items()])
+        return cls.of(cfg.checkpoint_dir, conf=conf)
+
     def __str__(self) -> str:
         return self.location
 
@@ -88,8 +101,12 @@ class CheckpointDir:
             stream.close()
 
     def write_text(self, name: str, text: str) -> None:
-        """``name`` written whole or not at all (a kill mid-write leaves the old file or none)."""
+        """``name`` written whole or not at all (a kill mid-write leaves no file). ctiflow writes
+        each of its files once; one that exists is deleted first (Spark's rename-based manager
+        does not overwrite)."""
         path = self._path(name)
+        if self._files.exists(path):
+            self._files.delete(path)
         self._files.mkdirs(path.getParent())
         stream = self._files.createAtomic(path, True)
         try:
@@ -210,16 +227,11 @@ def replay_through(checkpoint: CheckpointDir) -> int:
     return planned[-1] if planned else -1
 
 
-def progress_topic(job: str) -> str:
-    """The job's progress topic: a record of counters per micro-batch (:class:`ProgressLog`)."""
-    return f"{job}.ctiflow-progress"
-
-
 class ProgressLog:
     """A job's per-batch counters, one record per attempt of a micro-batch (key: the batch id;
     value: JSON with ``batch``, ``time``, ``query`` and the counters), written by the sink's
     commit on the driver (:meth:`ctiflow.jobs.sink.KafkaStreamWriter.commit`) to the topic
-    :func:`progress_topic` — in Kafka, not beside the checkpoint, because that commit runs in a
+    :func:`ctiflow.jobs.config.progress_topic` — in Kafka, not beside the checkpoint, because that commit runs in a
     Python process of the driver's with no way to Hadoop's file systems.
 
     A topic outlives a checkpoint: the counters are those of the job's latest query (the
@@ -227,28 +239,34 @@ class ProgressLog:
 
     def __init__(self, bootstrap: str, topic: str, client: dict | None = None) -> None:
         self.bootstrap, self.topic, self.client = bootstrap, topic, client
-        self._cons = None
 
     @classmethod
     def of(cls, cfg: JobConfig) -> "ProgressLog":
-        return cls(cfg.kafka.bootstrap_servers, progress_topic(cfg.job), cfg.kafka.client_config())
+        return cls(cfg.kafka.bootstrap_servers, cfg.progress_topic, cfg.kafka.client_config())
 
     def read(self, start: int = 0) -> tuple[list[dict], int]:
-        """The records from offset ``start`` on, and the offset after them."""
+        """The records from offset ``start`` on, and the offset after them; none while the
+        broker does not answer (a job waits out an outage: its counters wait with it)."""
+        from confluent_kafka import KafkaException
+
         from ctiflow.jobs import kafka
 
-        if self._cons is None:
-            self._cons = kafka.consumer(self.bootstrap, self.client)
-        if self.topic not in kafka.list_topics(self.bootstrap, self.client):
+        try:
+            if self.topic not in kafka.list_topics(self.bootstrap, self.client):
+                return [], start
+            # a consumer a read: one kept across a (memory-only) broker's restart crashed its process
+            cons = kafka.consumer(self.bootstrap, self.client)
+            try:
+                end = kafka.true_end_offset(cons, self.topic, 0, start)
+                return [json.loads(m.value) for msgs in kafka.read_range(cons, self.topic, 0, start, end)
+                        for m in msgs], end
+            finally:
+                cons.close()
+        except (KafkaException, StackError):
             return [], start
-        end = kafka.true_end_offset(self._cons, self.topic, 0, start)
-        records = [json.loads(m.value) for msgs in kafka.read_range(self._cons, self.topic, 0, start, end) for m in msgs]
-        return records, end
 
     def close(self) -> None:
-        if self._cons is not None:
-            self._cons.close()
-            self._cons = None
+        """(Nothing kept open: each read has its own consumer.)"""
 
 
 def latest_query(records: list[dict]) -> list[dict]:

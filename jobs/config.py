@@ -769,6 +769,16 @@ class Metrics(Strict):
         **env("CTIFLOW_SPARK_UI_PORT"))
 
 
+def marker_topic(job: str) -> str:
+    """A job's marker topic: where its sink's tasks leave their replay markers (:mod:`ctiflow.jobs.sink`)."""
+    return f"{job}.ctiflow-markers"
+
+
+def progress_topic(job: str) -> str:
+    """A job's progress topic: a record of counters per micro-batch (:class:`ctiflow.jobs.checkpoint.ProgressLog`)."""
+    return f"{job}.ctiflow-progress"
+
+
 class JobConfig(Strict):
     """A job: Kafka sources → CTIs → [reference join] → operators → result topics."""
 
@@ -848,6 +858,14 @@ class JobConfig(Strict):
 
     # Derived names ---------------------------------------------------------------------
     @property
+    def marker_topic(self) -> str:
+        return marker_topic(self.job)
+
+    @property
+    def progress_topic(self) -> str:
+        return progress_topic(self.job)
+
+    @property
     def late_topic(self) -> str:
         return self.outputs.late or f"{self.job}.late"
 
@@ -870,7 +888,13 @@ class JobConfig(Strict):
 
     def topics(self) -> dict[str, int]:
         """Every topic the job reads or writes → the partitions ctiflow creates it with."""
-        return {s.topic: s.partitions for s in self.sources} | {t: self.outputs.partitions for t in self.result_topics()}
+        return {s.topic: s.partitions for s in self.sources} | self.written_topics()
+
+    def written_topics(self) -> dict[str, int]:
+        """The topics the job writes — its results, its sink's marker topic (a partition per task
+        of the stateful stage) and its progress topic — → the partitions ctiflow creates them with."""
+        return ({t: self.outputs.partitions for t in self.result_topics()}
+                | {marker_topic(self.job): self.spark.shuffle_partitions, progress_topic(self.job): 1})
 
     @property
     def key_groups(self) -> int:

@@ -39,7 +39,8 @@ from ctiflow.jobs.config import JobConfig, duration_ms
 from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from ctiflow.jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
                         wait_for_broker)
-from ctiflow.jobs.checkpoint import (CheckpointDir, CounterReader, ProgressLog, group_labels, progress_topic,
+from ctiflow.jobs.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, CheckpointDir, CounterReader, ProgressLog,
+                                     group_labels,
                                      read_counters, replay_through, reset_uncommitted_checkpoint, start_offsets,
                                      state_layout)
 from ctiflow.jobs.jvm import gateway, java_environment, spark_log_path
@@ -92,10 +93,9 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         # API, not FileContext: without Hadoop's native library, every FileContext rename runs
         # `readlink` as a child process four times (measured: ≈ 70 checkpoint-file process starts
         # a micro-batch; the state commit 33 → 3 ms a partition, docs/performance.md "One state
-        # variable and no process starts"). A checkpoint is a local path (shared volume in a
-        # cluster), where rename(2) is atomic, which is what this manager needs.
-        "spark.sql.streaming.checkpointFileManagerClass":
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+        # variable and no process starts"). Its files appear by a rename: atomic on a local or
+        # shared POSIX disk and on HDFS; an object store may want its own manager (spark.conf).
+        MANAGER_CLASS: FILE_SYSTEM_MANAGER,
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
         "spark.python.worker.reuse": "true",
         # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared (ctiflow.jobs.spark_daemon)
@@ -216,7 +216,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
     from ctiflow.jobs.adapter import OperatorProcessor  # these import pyspark (see spark_session)
     from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
-    from ctiflow.jobs.sink import SinkOptions, marker_topic
+    from ctiflow.jobs.sink import SinkOptions
     from ctiflow.jobs.source.reader import KafkaStreamReader
 
     checkpoint = checkpoint or CheckpointDir.of(cfg.checkpoint_dir, spark)
@@ -241,7 +241,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),
-                       topics=tuple(sorted(cfg.result_topics())), markers=marker_topic(cfg.job),
+                       topics=tuple(sorted(cfg.result_topics())), markers=cfg.marker_topic,
                        replay_through=replay_through(checkpoint), progress=progress)
     writer = (out.writeStream.format("ctiflow_kafka_sink").options(**sink.to_options())
               .option("checkpointLocation", cfg.checkpoint_dir)
@@ -282,7 +282,7 @@ def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None) -> No
     before anything connects."""
     from ctiflow.jobs.check import config_errors
 
-    errors = config_errors(cfg, checkpoint=checkpoint)
+    errors = config_errors(cfg, checkpoint=checkpoint or CheckpointDir.for_job(cfg, spark_conf(cfg)))
     if len(errors) == 1:  # one line, as every other refusal
         raise ConfigError(f"job {cfg.job!r}: {errors[0]}")
     if errors:
@@ -294,16 +294,13 @@ def prepare(cfg: JobConfig) -> CheckpointDir:
     the input topics exist, the result topics are created, the checkpoint is this job's and fits
     the config (each refusal one clear error). The checkpoint is read through the JVM the session
     will then run in (:func:`ctiflow.jobs.jvm.gateway`)."""
-    checkpoint = CheckpointDir.of(cfg.checkpoint_dir, conf=spark_conf(cfg))
+    checkpoint = CheckpointDir.for_job(cfg, spark_conf(cfg))
     refuse_errors(cfg, checkpoint)
     client = cfg.kafka.client_config()  # with credentials: this process's own clients
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
-    from ctiflow.jobs.sink import marker_topic
-
-    create_topics(cfg.kafka.bootstrap_servers, {t: cfg.outputs.partitions for t in cfg.result_topics()}
-                  | {marker_topic(cfg.job): cfg.spark.shuffle_partitions, progress_topic(cfg.job): 1}, client)
+    create_topics(cfg.kafka.bootstrap_servers, cfg.written_topics(), client)
     from ctiflow.jobs.recognize import derived_schemas
 
     derived = derived_schemas(cfg)

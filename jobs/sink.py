@@ -144,11 +144,6 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
     return seqs
 
 
-def marker_topic(job: str) -> str:
-    """The job's marker topic (a partition per sink task: :func:`began`)."""
-    return f"{job}.ctiflow-markers"
-
-
 def began(cons, topic: str, partitions: int, query: str, batch: int, task: int) -> bool:
     """Whether an attempt of ``(query, batch, task)`` began before this one: its marker is in
     partition ``task mod partitions`` of the marker topic. Read backwards from the tail until
@@ -186,7 +181,6 @@ def leave_marker(prod, topic: str, partitions: int, query: str, batch: int, task
 #: request per this interval, not one per topic and task).
 PARTITIONS_TTL = 30.0
 _PRODUCERS: dict[tuple, Any] = {}
-_CONSUMERS: dict[tuple, Any] = {}
 _PARTITIONS: dict[tuple, tuple[float, dict[str, int]]] = {}
 
 
@@ -219,17 +213,6 @@ def worker_producer(bootstrap: str, client: dict):
 
 def drop_producer(bootstrap: str, client: dict) -> None:
     _PRODUCERS.pop(_config_key(bootstrap, client), None)
-    _CONSUMERS.pop(_config_key(bootstrap, client), None)
-
-
-def worker_consumer(bootstrap: str, client: dict):
-    """The Python worker's consumer for markers and replays, kept across tasks like its producer
-    (it only assigns partitions, never joins a group)."""
-    key = _config_key(bootstrap, client)
-    cons = _CONSUMERS.get(key)
-    if cons is None:
-        cons = _CONSUMERS[key] = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
-    return cons
 
 
 def partition_counts(bootstrap: str, client: dict, topics) -> dict[str, int]:
@@ -264,13 +247,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         try:
             if markers is not None:
                 marker_partitions = parts.pop(markers)
-                cons = worker_consumer(bootstrap, client)
-                through = self.options.replay_through
-                replay = through is not None and batch <= through  # planned before this run
-                replay = replay or began(cons, markers, marker_partitions, query, batch, task)
-                if replay:  # an attempt of this task began before: skip what it wrote
-                    skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items() for p in range(n)}
-                else:
+                # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its worker)
+                cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
+                try:
+                    through = self.options.replay_through
+                    replay = through is not None and batch <= through  # planned before this run
+                    replay = replay or began(cons, markers, marker_partitions, query, batch, task)
+                    if replay:  # an attempt of this task began before: skip what it wrote
+                        skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items()
+                                for p in range(n)}
+                finally:
+                    cons.close()
+                if not replay:
                     leave_marker(prod, markers, marker_partitions, query, batch, task)
             return self._send(iterator, prod, parts, skip, query, batch, task)
         except BaseException:
