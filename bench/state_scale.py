@@ -293,7 +293,6 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
     for rec in latest_query(log.read()[0]):
         if rec["batch"] in mine:
             per_batch_counters[rec["batch"]] = rec
-    log.close()
     recs = [per_batch_counters[b] for b in sorted(per_batch_counters)][1:] or list(per_batch_counters.values())
     state_s = sum(r.get("state_us", 0) for r in recs) / 1e6
     label = kind + "".join(f", {k} {v}" for k, v in (state or {}).items())

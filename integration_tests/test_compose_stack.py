@@ -177,11 +177,7 @@ def job_counters(stack, name: str, tmp_path) -> dict:
     from ctiflow.jobs.checkpoint import ProgressLog, read_counters
     from ctiflow.jobs.config import progress_topic
 
-    log = ProgressLog(stack.bootstrap, progress_topic(name))
-    try:
-        return read_counters(log)
-    finally:
-        log.close()
+    return read_counters(ProgressLog(stack.bootstrap, progress_topic(name)))
 
 
 def wait_for_received(stack, name: str, n: int, tmp_path, timeout: float = 600) -> dict:

@@ -265,10 +265,6 @@ class ProgressLog:
         except (KafkaException, StackError):
             return [], start
 
-    def close(self) -> None:
-        """(Nothing kept open: each read has its own consumer.)"""
-
-
 def latest_query(records: list[dict]) -> list[dict]:
     """The records of the query of the last record (older checkpoints' records left out)."""
     if not records:

@@ -354,7 +354,6 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     progress = [batches[b] for b in sorted(batches)]
     mine = read_counters(prog, set(batches))
     counters = read_counters(prog)
-    prog.close()
     cti = counters.get("cti")
     return RunSummary(len(progress), mine.get("received", 0), time.monotonic() - started, counters,
                       None if cti is None or cti <= CTI_NONE else cti, progress,
