@@ -59,16 +59,19 @@ def check_job(path: str | Path) -> Report:
     return report
 
 
-def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "CheckpointDir | None" = None) -> list[str]:
+def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "CheckpointDir | None" = None,
+                  *, checkpoint_too: bool = True) -> list[str]:
     """Every error of a parsed configuration: topics, fields, predicates, patterns, checkpoint
     (``checkpoint``: the job's, already open; else opened through a JVM of this process's own,
-    :class:`ctiflow.jobs.checkpoint.CheckpointDir`)."""
+    :class:`ctiflow.jobs.checkpoint.CheckpointDir`; not at all without ``checkpoint_too``)."""
     errors = field_errors(cfg)
     for op in cfg.operators:
         try:
             operator_of(op, cfg)
         except CtiflowError as exc:
             errors += _lines(exc, Path(path))
+    if not checkpoint_too:
+        return errors
     checkpoint = checkpoint or CheckpointDir.for_job(cfg)
     for probe in (check_checkpoint_dir, lambda p: check_key_groups(cfg.key_groups, p)):
         try:

@@ -44,8 +44,17 @@ class CheckpointDir:
     def __init__(self, location: str, jvm, hadoop_conf, manager_class: str | None = None) -> None:
         self.location = location
         self._jvm = jvm
+        from py4j.protocol import Py4JJavaError
+
         self._root = jvm.org.apache.hadoop.fs.Path(location)
-        self._fs = self._root.getFileSystem(hadoop_conf)
+        try:
+            self._fs = self._root.getFileSystem(hadoop_conf)
+        except Py4JJavaError as exc:  # no FileSystem for the scheme, its class not found, a bad option
+            cause = str(exc.java_exception.toString()).splitlines()[0]
+            raise ConfigError(
+                f"spark.checkpoint {location!r}: Hadoop cannot open it here ({cause}). Put the store's "
+                "connector on the classpath (spark.jars, or spark-submit --jars / --packages: hadoop-aws for "
+                "s3a://, the GCS connector for gs://) and give its spark.hadoop.* settings") from None
         if manager_class:  # the manager Spark's own checkpoint uses (a SQL setting Hadoop's configuration lacks)
             hadoop_conf = jvm.org.apache.hadoop.conf.Configuration(hadoop_conf)
             hadoop_conf.set(MANAGER_CLASS, manager_class)

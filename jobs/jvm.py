@@ -14,17 +14,37 @@ _LOCK = threading.Lock()
 
 
 def spark_log_path() -> Path:
-    """Where this process's Spark log goes: ``$CTIFLOW_HOME/logs/spark-<pid>.log``."""
+    """Where this process's Spark log goes: ``$CTIFLOW_HOME/logs/spark-<pid>.log``, or
+    ``CTIFLOW_SPARK_LOG`` (``ctiflow submit`` names the file once for itself and the driver it starts)."""
+    if os.environ.get("CTIFLOW_SPARK_LOG"):
+        return Path(os.environ["CTIFLOW_SPARK_LOG"])
     logs = Path(os.environ.get("CTIFLOW_HOME", Path.cwd() / ".ctiflow")) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     return logs / f"spark-{os.getpid()}.log"
 
 
+def launched() -> bool:
+    """Whether spark-submit started this process (its JVM is already there, with its settings)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def launcher_settings() -> dict[str, str]:
+    """The Spark settings spark-submit gave this process's JVM (``--master``, ``--conf``, …);
+    empty when ctiflow starts its own JVM."""
+    if not launched():
+        return {}
+    from pyspark import SparkConf
+
+    return dict(SparkConf(_jvm=gateway().jvm).getAll())
+
+
 def java_environment() -> None:
-    """What a JVM started from here needs (see ENVIRONMENT.md): loopback, this Python, a JAVA_HOME."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    """What a JVM started from here needs (see ENVIRONMENT.md): loopback, this Python, a JAVA_HOME.
+    Under spark-submit, its choices stand (the workers' Python is ``spark.pyspark.python``)."""
+    if not launched():
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if not os.environ.get("JAVA_HOME"):
         java = shutil.which("java")
         if java:

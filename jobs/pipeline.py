@@ -43,7 +43,7 @@ from ctiflow.jobs.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, Checkpo
                                      group_labels,
                                      read_counters, replay_through, reset_uncommitted_checkpoint, start_offsets,
                                      state_layout)
-from ctiflow.jobs.jvm import gateway, java_environment, spark_log_path
+from ctiflow.jobs.jvm import gateway, java_environment, launcher_settings, spark_log_path
 from ctiflow.jobs.progress import RunSummary
 from ctiflow.jobs.runtime import Plan
 from ctiflow.jobs.metrics import start as start_metrics
@@ -110,11 +110,19 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
     }
 
 
+#: Settings the job file decides even under spark-submit: the stateful stage's partitions are
+#: fixed for a checkpoint, and ctiflow sizes its marker topic and key groups by them.
+JOB_OWNED = frozenset({"spark.sql.shuffle.partitions"})
+
+
 def spark_conf(cfg: JobConfig | None = None, app: str = "ctiflow"):
-    """The ``SparkConf`` of a job's session (:func:`spark_options`)."""
+    """The ``SparkConf`` of a job's session (:func:`spark_options`); under spark-submit, the
+    settings it was given win (``--conf``, spark-defaults.conf: as a user of spark-submit
+    expects), but for :data:`JOB_OWNED`."""
     from pyspark import SparkConf
 
-    return SparkConf().setAll(list(spark_options(cfg, spark_log_path(), app).items()))
+    given = {k: v for k, v in launcher_settings().items() if k not in JOB_OWNED}
+    return SparkConf().setAll(list({**spark_options(cfg, spark_log_path(), app), **given}.items()))
 
 
 def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
@@ -276,13 +284,16 @@ def _signals_stop_gracefully():
             signal.signal(s, h)
 
 
-def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None) -> None:
+def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None, *, checkpoint_too: bool = True) -> None:
     """The job's own errors — fields against the schemas, predicates, patterns and queries, the
-    checkpoint — as one :class:`ConfigError` listing every one (what ``ctiflow check`` finds),
-    before anything connects."""
+    checkpoint (unless not ``checkpoint_too``: ``ctiflow submit`` leaves it to the driver, whose
+    classpath has the jars spark-submit adds) — as one :class:`ConfigError` listing every one
+    (what ``ctiflow check`` finds), before anything connects."""
     from ctiflow.jobs.check import config_errors
 
-    errors = config_errors(cfg, checkpoint=checkpoint or CheckpointDir.for_job(cfg, spark_conf(cfg)))
+    if checkpoint_too and checkpoint is None:
+        checkpoint = CheckpointDir.for_job(cfg, spark_conf(cfg))
+    errors = config_errors(cfg, checkpoint=checkpoint, checkpoint_too=checkpoint_too)
     if len(errors) == 1:  # one line, as every other refusal
         raise ConfigError(f"job {cfg.job!r}: {errors[0]}")
     if errors:

@@ -32,6 +32,9 @@ def preload() -> None:
 if __name__ == "__main__":
     from pyspark import daemon
 
-    preload()
+    try:
+        preload()
+    except ImportError:  # e.g. an environment archive of another Python (ctiflow submit): the
+        pass             # daemon still serves, and the task that needs the module reports it
     gc.freeze()
     daemon.manager()

@@ -2,7 +2,8 @@
 # `pyspark` wheel on a Debian 12 base (mmdebstrap + docker import: `./dev images`). Same layout
 # as the official image where ctiflow relies on it:
 #   /opt/spark/{bin,sbin,jars,conf}   (bin, sbin, jars are the wheel's own)
-#   /opt/spark/python/pyspark          the pyspark package; /opt/spark/python/lib/py4j-*-src.zip
+#   /opt/spark/python/pyspark          the pyspark package; /opt/spark/python/lib/py4j-*-src.zip and
+#                                      lib/pyspark.zip (what Spark puts on its Python workers' path)
 #   SPARK_HOME=/opt/spark, user `spark` (uid 185), /usr/bin/tini, Java 17, python3 (3.11)
 # The spark-master service runs it; deploy/Dockerfile builds the ctiflow image FROM it.
 #
@@ -24,6 +25,9 @@ RUN --mount=type=secret,id=build_ca --mount=type=secret,id=build_pip \
     rm -rf /tmp/pyspark-venv; \
     for d in bin sbin jars; do ln -s "python/pyspark/$d" "/opt/spark/$d"; done; \
     cp /opt/spark/python/pyspark/python/lib/py4j-*-src.zip /opt/spark/python/lib/; \
+    cd /opt/spark/python; \
+    python3 -c 'import pathlib, zipfile; z = zipfile.ZipFile("lib/pyspark.zip", "w", zipfile.ZIP_DEFLATED); [z.write(p) for p in sorted(pathlib.Path("pyspark").rglob("*")) if p.is_file() and p.parts[1] not in ("jars", "bin", "sbin") and "__pycache__" not in p.parts]'; \
+    cd /; \
     echo "Spark ${PYSPARK_VERSION} (from the pyspark wheel)" > /opt/spark/RELEASE; \
     groupadd --system --gid 185 spark; \
     useradd --system --uid 185 --gid 185 --home-dir /opt/spark --no-create-home spark; \

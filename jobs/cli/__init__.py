@@ -65,17 +65,24 @@ def _bug_report(exc: Exception) -> Path:
 
 
 def main() -> None:
-    """Entry point: one clear line for our errors and for a file or an endpoint that cannot be
-    used (``OSError``: missing, a folder, not writable, refused; text that is not UTF-8),
-    everything started is stopped on Ctrl-C. Anything else is a bug: its traceback stays."""
+    """Entry point of ``ctiflow``: :func:`guarded` runs the command line."""
+    guarded(app)
+
+
+def guarded(command) -> None:
+    """Run ``command()`` as ``ctiflow`` runs a command (also the spark-submit entry point,
+    :mod:`ctiflow.jobs.entry`): one clear line for our errors and for a file or an endpoint that
+    cannot be used (``OSError``: missing, a folder, not writable, refused; text that is not
+    UTF-8), everything started is stopped on Ctrl-C. Anything else is a bug: its traceback stays."""
     signal.signal(signal.SIGTERM, _interrupt)  # `docker compose stop`, `kill`: as Ctrl-C
     try:
-        app()
+        command()
     except (CtiflowError, OSError, UnicodeDecodeError) as exc:
         console.print(f"[red]error:[/red] {escape(redact(_message(exc), env_credentials()))}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("interrupted; stopped what this command started")
+        sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - a bug of ours: loud, its traceback kept in a file
         log = _bug_report(exc)
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
@@ -83,4 +90,3 @@ def main() -> None:
         console.print(f"[red]error:[/red] {escape(what)} — the whole error and its traceback are in "
                       f"{escape(str(log))}; please report it", highlight=False)
         sys.exit(1)
-        sys.exit(130)

@@ -29,28 +29,66 @@ def run(config: JobFile,
     """Run a job (Spark Structured Streaming) described by a YAML file.
 
     The YAML's fields: `ctiflow schemas job` (JSON schema, every field described) and examples/."""
+    code = run_job(load(config), until_end=until_end, timeout=timeout, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
+
+
+def run_job(cfg, *, until_end: bool, timeout: float | None, as_json: bool, session=None) -> int:
+    """What ``ctiflow run`` does with a loaded job (also the spark-submit entry point's,
+    :mod:`ctiflow.jobs.entry`): its errors refused before anything connects, the run, its summary;
+    returns the exit code. ``session``: makes the Spark session (default: the job's own)."""
     # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
     from ctiflow.jobs import pipeline
 
-    cfg = load(config)
     pipeline.refuse_errors(cfg)  # every field, pattern and predicate error before anything connects
     for warning in cfg.warnings():
         console.print(f"[yellow]warning[/]: {warning}", highlight=False)
     try:
-        summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout)
+        spark = session(cfg) if session else None
+        summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout,
+                               spark=spark)
     finally:
         pipeline.stop_session()
     stopped_by = signal.Signals(summary.stopped_by).name if summary.stopped_by else None
+    code = 128 + summary.stopped_by if summary.stopped_by else 0
     if as_json:
         print(json.dumps({"job": cfg.job, "batches": summary.batches, "records": summary.records,
                           "seconds": round(summary.seconds, 3), "cti": summary.cti,
                           "counters": summary.counters, "stopped_by": stopped_by,
                           "first_batch_seconds": summary.first_batch_seconds}))
-        raise typer.Exit(128 + summary.stopped_by if summary.stopped_by else 0)
+        return code
     out.print(progress.summary_line(cfg.job, summary), highlight=False)
     if summary.stopped_by:
         console.print(f"stopped on {stopped_by}; the next run continues from the checkpoint", highlight=False)
-        raise typer.Exit(128 + summary.stopped_by)
+    return code
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(ctx: typer.Context, config: JobFile,
+           master: Annotated[str, typer.Option(help="the cluster: spark://host:7077, yarn, k8s://https://host:443")],
+           deploy_mode: Annotated[str, typer.Option(
+               help="client: the driver runs here; cluster: in the cluster (YARN, Kubernetes)")] = "client",
+           until_end: Annotated[bool, typer.Option(
+               "--until-end", help="bounded: process what is there, flush (final CTI +∞), stop")] = False,
+           timeout: Annotated[Optional[float], typer.Option(help="stop after this many seconds")] = None,
+           print_command: Annotated[bool, typer.Option(
+               "--print-command", help="build the environment archive, print the spark-submit command, run nothing")] = False):
+    """Run a job on a Spark cluster whose workers have only Spark and a Python of this minor version.
+
+    ctiflow and its dependencies travel in an environment archive (built once, kept in $CTIFLOW_HOME/submit); options ctiflow does not know go to spark-submit unchanged (--conf k=v, --executor-memory 4g, --jars …). See docs/operations/deploying.md."""
+    from ctiflow.jobs import submit as submitting
+
+    cmd = submitting.command(config, master=master, deploy_mode=deploy_mode, spark_args=list(ctx.args),
+                             until_end=until_end, timeout=timeout)
+    if print_command:
+        import shlex
+
+        print(shlex.join(cmd))
+        return
+    code = submitting.run(cmd)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
