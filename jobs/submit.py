@@ -20,7 +20,7 @@ what only the driver's command line uses (the embedded broker's binary, matplotl
 modification time) under ``$CTIFLOW_HOME/submit/``. Figures (size, build time, an executor's
 first batch with it): docs/operations/deploying.md.
 
-**The job** goes to the entry point (:mod:`ctiflow.jobs.entry`) as its file's path in client
+**The job** goes to the entry point (:mod:`ctiflow.jobs.cli.entry`) as its file's path in client
 mode (the driver runs here), and in cluster mode as its **plan**: the parsed job — after the
 ``CTIFLOW_*`` overrides, without its secrets, which the driver in the cluster takes from its own
 environment — base64 JSON on the entry point's command line. The schemas the job's operators
@@ -47,7 +47,7 @@ from ctiflow.jobs.config import JobConfig, home, load, parse
 from ctiflow.operators.errors import ConfigError
 
 #: The spark-submit entry point (a file: spark-submit takes a path, and in cluster mode ships it).
-ENTRY = Path(__file__).with_name("entry.py")
+ENTRY = Path(__file__).parent / "cli" / "entry.py"
 #: The archive's directory name on the executors (``--archives ARCHIVE#environment``).
 ARCHIVE_LINK = "environment"
 #: What the archive says of itself: the Python it was built for, the schema directories in it.

@@ -71,7 +71,7 @@ def main() -> None:
 
 def guarded(command) -> None:
     """Run ``command()`` as ``ctiflow`` runs a command (also the spark-submit entry point,
-    :mod:`ctiflow.jobs.entry`): one clear line for our errors and for a file or an endpoint that
+    :mod:`ctiflow.jobs.cli.entry`): one clear line for our errors and for a file or an endpoint that
     cannot be used (``OSError``: missing, a folder, not writable, refused; text that is not
     UTF-8), everything started is stopped on Ctrl-C. Anything else is a bug: its traceback stays."""
     signal.signal(signal.SIGTERM, _interrupt)  # `docker compose stop`, `kill`: as Ctrl-C

@@ -36,7 +36,7 @@ def run(config: JobFile,
 
 def run_job(cfg, *, until_end: bool, timeout: float | None, as_json: bool, session=None) -> int:
     """What ``ctiflow run`` does with a loaded job (also the spark-submit entry point's,
-    :mod:`ctiflow.jobs.entry`): its errors refused before anything connects, the run, its summary;
+    :mod:`ctiflow.jobs.cli.entry`): its errors refused before anything connects, the run, its summary;
     returns the exit code. ``session``: makes the Spark session (default: the job's own)."""
     # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
     from ctiflow.jobs import pipeline

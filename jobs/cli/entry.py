@@ -2,7 +2,7 @@
 
     spark-submit --master URL --archives ctiflow-environment-….tar.gz#environment \\
         --conf spark.executorEnv.PYTHONPATH=environment --conf spark.pyspark.python=python3 \\
-        …/ctiflow/jobs/entry.py JOB.yaml [--until-end] [--timeout SECONDS]
+        …/ctiflow/jobs/cli/entry.py JOB.yaml [--until-end] [--timeout SECONDS]
 
 ``ctiflow submit`` builds that command (``--print-command`` shows it); in cluster mode it passes
 ``--plan`` (the parsed job, :func:`ctiflow.jobs.submit.plan_of`) instead of a file. spark-submit's
