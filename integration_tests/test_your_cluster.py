@@ -2,12 +2,15 @@
 a stock Spark master and three stock workers — the Spark stand-in image, no ctiflow, no volume —
 and the checkpoints on an object store reached over HTTP (ObjectStoreFileSystem's ``http://``
 store, its class shipped with ``--jars``: nothing ctiflow keeps is on a disk two nodes share).
-Jobs are started by ``ctiflow submit`` in a container of the ctiflow image (the driver runs
-there, client mode); ctiflow and its packages reach the workers in the environment archive.
+ctiflow and its packages reach the workers in the environment archive of ``ctiflow submit``
+(client mode: the driver runs where it is called).
 
-* the demo jobs, results equal to the same jobs run on local Spark in this process;
-* SIGKILL of a worker and of the driver mid-stream, then a restart from the checkpoint on the
-  object store: every result against the independent oracle of test_compose_stack, exactly once.
+* the demo jobs submitted from this machine's own installation — what a user with a cluster
+  does, no ctiflow image anywhere in the cluster (the driver binds the compose network's gateway
+  address, which the executors reach) — results equal to the same jobs on local Spark here;
+* SIGKILL of a worker and of the driver (submitted from a container of the ctiflow image on the
+  cluster's network) mid-stream, then a restart from the checkpoint on the object store: every
+  result against the independent oracle of test_compose_stack, exactly once.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -68,6 +72,27 @@ class StockCluster:
 
     def worker(self, i: int) -> str:
         return f"{COMPOSE_PROJECT}-stock-worker-{i}"
+
+    def address(self, container: str) -> str:
+        return self.stack.docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                                 container).stdout.strip()
+
+    def submit_from_here(self, spec: dict, name: str, home: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+        """``ctiflow submit`` of this machine's installation: the driver here, bound to the compose
+        network's gateway (the executors connect to it there), the master and the object store
+        by their addresses on that network."""
+        gateway = self.stack.docker("network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}",
+                                    f"{COMPOSE_PROJECT}_default").stdout.strip()
+        path = home / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        master = f"spark://{self.address(f'{COMPOSE_PROJECT}-stock-master-1')}:7077"
+        env = {**os.environ, "SPARK_LOCAL_IP": gateway, "CTIFLOW_HOME": str(home)}
+        done = subprocess.run([str(Path(sys.executable).parent / "ctiflow"), "submit", str(path), "--master", master,
+                               "--until-end", "--jars", str(self.work / "objstore.jar"),
+                               "--conf", "spark.executor.cores=1", "--conf", f"spark.cores.max={WORKERS}"],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+        assert done.returncode == 0, f"job {name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        return done
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +158,7 @@ def test_the_demo_jobs_on_stock_workers_via_submit_equal_the_local_run(stock_clu
     stack = stock_cluster.stack
     tag = uuid.uuid4().hex[:6]
     out = tmp_path / "demo"
-    subprocess.run([str(Path(os.sys.executable).parent / "ctiflow"), "demo-data", "--out", str(out),
+    subprocess.run([str(Path(sys.executable).parent / "ctiflow"), "demo-data", "--out", str(out),
                     "--transactions", "8000", "--flows", "2000"], check=True, capture_output=True, timeout=120)
     inputs = {"transactions": ("transaction", "account"), "accounts": ("account", "account"),
               "flows": ("flow", "device")}
@@ -144,12 +169,14 @@ def test_the_demo_jobs_on_stock_workers_via_submit_equal_the_local_run(stock_clu
         produce(stack.bootstrap, sources[topic], schema, records, key)
 
     compared = {}
+    objects = f"http://{stock_cluster.address(f'{COMPOSE_PROJECT}-objstore-1')}:9000"
     for name in ("demo-flows", "demo-transactions"):
-        on_cluster = demo_spec(name, f"cluster-{tag}", sources, "kafka:9094", f"objstore://bucket/{name}-{tag}")
-        on_cluster["spark"]["conf"] = dict(STORE_CONF)
+        # localhost:9094 is the broker here, and on each stock worker its forwarder (see the compose file)
+        on_cluster = demo_spec(name, f"cluster-{tag}", sources, stack.bootstrap, f"objstore://bucket/{name}-{tag}")
+        on_cluster["spark"]["conf"] = {**STORE_CONF, "spark.hadoop.fs.objstore.root": objects}
         local = demo_spec(name, f"local-{tag}", sources, stack.bootstrap, str(tmp_path / f"{name}-checkpoint"))
         started = time.monotonic()
-        done = stock_cluster.run(on_cluster, f"{name}-{tag}")
+        done = stock_cluster.submit_from_here(on_cluster, f"{name}-{tag}", tmp_path)
         print(f"\n[cluster] {name} on {WORKERS} stock workers: {time.monotonic() - started:.1f} s; "
               + done.stdout.strip().splitlines()[-1])
         console = done.stdout + done.stderr

@@ -283,7 +283,8 @@ def run(cmd: list[str]) -> int:
     # its own session: Ctrl-C (and SIGTERM, which ctiflow's command line turns into it) reaches
     # only this process, which hands it to the driver's Python as SIGTERM: the query stops as
     # under `ctiflow run`, then the JVM exits with it
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env=launch_environment())
     threads = [threading.Thread(target=copy, args=(proc.stdout, sys.stdout.buffer), daemon=True),
                threading.Thread(target=copy, args=(proc.stderr, sys.stderr.buffer), daemon=True)]
     for t in threads:
@@ -297,6 +298,14 @@ def run(cmd: list[str]) -> int:
     for t in threads:
         t.join()
     return code
+
+
+def launch_environment() -> dict[str, str]:
+    """spark-submit's environment: this one, with this Python's directory first on ``PATH``. The
+    Python workers the driver itself starts (a Python data source's planning, the stateful
+    operator's set-up) run ``spark.pyspark.python`` — ``python3``, the workers' name for theirs —
+    on the driver's machine, where it must be the Python that has ctiflow."""
+    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
 
 
 def _stop_driver(pid: int) -> None:
