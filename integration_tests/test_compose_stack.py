@@ -1,5 +1,5 @@
 """The docker-compose stack, for real: jobs in Spark cluster mode (driver in a job container,
-executors on the spark-worker container, checkpoints and replay markers on the shared volume),
+executors on the spark-worker container, checkpoints on the shared volume, replay markers in Kafka),
 fed and read through the broker's published port, compared with the same independent oracles
 as the embedded tests (``ctiflow.jobs.testing.oracle``). Faults: ``docker kill`` of a job container mid-stream
 and a restart from its checkpoint; the worker container killed mid-batch and started again; the
@@ -208,8 +208,8 @@ def test_a_broker_restart_is_waited_out_and_the_results_equal_the_oracle(compose
 
     As in the embedded outage test (``test_reliability``, ``bench/outage.py``): the stand-in
     broker (tansu, memory-only storage) comes back *empty* — no topic, record or consumer-group
-    offset survives; the job's own offsets, state and replay markers live in its checkpoint on
-    the volume and are not the broker's. So, standing in for a real broker's durable log, the
+    offset survives, the job's marker and progress topics included; its offsets and state live
+    in its checkpoint on the volume. So, standing in for a real broker's durable log, the
     test re-creates the topics and produces the same input again (same records, same offsets)
     after the restart, and reads the results written before the outage *before* stopping the
     broker (they are lost with its memory). Results read before + results written after must be
