@@ -219,9 +219,10 @@ def launch_settings(cfg: JobConfig, deploy_mode: str) -> dict[str, str]:
 
     found = {"spark.driver.memory": "2g", "spark.app.name": f"ctiflow {cfg.job}",
              "spark.executorEnv.PYTHONPATH": ARCHIVE_LINK, "spark.pyspark.python": "python3"}
-    if user_schema_dirs():
+    schema_dirs = len(user_schema_dirs())
+    if schema_dirs:
         found[f"spark.executorEnv.{SCHEMA_PATH_ENV}"] = os.pathsep.join(
-            f"{ARCHIVE_LINK}/{SCHEMAS_IN_ARCHIVE}/{i}" for i in range(len(user_schema_dirs())))
+            f"{ARCHIVE_LINK}/{SCHEMAS_IN_ARCHIVE}/{i}" for i in range(schema_dirs))
     if deploy_mode == "client":
         os.environ.setdefault("CTIFLOW_SPARK_LOG", str(spark_log_path()))  # the driver's log: one file
         found["spark.pyspark.driver.python"] = sys.executable
