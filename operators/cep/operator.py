@@ -40,7 +40,8 @@ from ctiflow.operators import snapshots
 from ctiflow.operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
                                     proceed_closure)
 from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
-from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState
+from ctiflow.operators.cep.heap import BinaryHeap
+from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState, _order_key
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
 from ctiflow.operators.operator import Operator, Output, process_rows
@@ -151,7 +152,7 @@ def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any]:
     if hit is not None and hit[0] is settings:
         return hit[1], hit[2], hit[3]
     plan = compile_pattern(settings.pattern_object(), timeout_handling=settings.emit_timed_out)
-    if len(_COMPILED) >= 64:
+    if len(_COMPILED) >= 4096:  # (rules: a plan per rule version)
         _COMPILED.clear()
     skip = start_filter(plan) if settings.key_field is None else None
     _COMPILED[id(settings)] = (settings, plan, settings.pattern_label(), skip)
@@ -208,6 +209,8 @@ class MatchOperator(Operator):
         #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
         #: first use (a batch decodes the keys it has events for or that are due, not the others)
         self._raw: dict[str, tuple[int, bytes]] = {}
+        #: :meth:`close`: no run starts any more, only the runs in flight go on
+        self.closed = False
 
     # -- the Operator contract -------------------------------------------------------------------
     def _process_event(self, event: Event) -> list[Output]:
@@ -219,13 +222,15 @@ class MatchOperator(Operator):
             state = self._decode(key)
         fresh = state is None
         if fresh:
+            if self.closed:  # no run of this key in flight, and none may start
+                return []
             state = NfaState.initial(self.plan)
             self._states[key] = state
         try:
             return self._step(key, state, event)
         finally:
-            if fresh and state.is_idle():  # nothing started: the key stays as if never seen
-                del self._states[key]
+            if (fresh and state.is_idle()) or (self.closed and _drained(state)):
+                del self._states[key]  # nothing started (or left): the key stays as if never seen
 
     def _step(self, key: str, state: NfaState, event: Event) -> list[Output]:
         """:meth:`_process_event` for the key's state."""
@@ -270,6 +275,13 @@ class MatchOperator(Operator):
         :class:`Event`: processing it would leave the key as it is, idle."""
         n = len(cols)
         rows: Any = range(n)
+        if self.closed:  # only keys with runs in flight
+            live = self._states.keys() | self._raw.keys()
+            rows = [i for i, key in enumerate(cols.key.tolist()) if key in live]
+            if not rows:
+                return []
+            events = cols.take(np.asarray(rows, np.int64)).events()
+            return process_rows(self._process_event, rows, events)
         idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None \
             and not self._composite else None
         if idle is not None and idle.any():
@@ -315,9 +327,29 @@ class MatchOperator(Operator):
             nfa.state = state
             matches, timed_out = nfa.advance_time_with_ids(cti)
             self._emit(key, matches, timed_out, outputs, cti)
-            if flush or state.is_idle():
+            if flush or state.is_idle() or (self.closed and _drained(state)):
                 del self._states[key]
         return outputs
+
+    def close(self) -> None:
+        """From now on no run starts (each key's waiting start is withdrawn, Flink's start
+        computation state): the runs in flight go on to their end, keys whose runs are all over
+        are dropped, and a key with nothing in flight is never taken up again. Idempotent."""
+        self._decode_all()
+        states = self.plan.states
+        for key in list(self._states):
+            state = self._states[key]
+            waiting = [cs for cs in state.partial_matches.view()
+                       if cs.start_event_id is None and states[cs.state].is_start]
+            if waiting:
+                kept = BinaryHeap(_order_key)
+                for cs in state.partial_matches.view():
+                    if cs not in waiting:
+                        kept.offer(cs)
+                state.partial_matches = kept
+            if _drained(state):
+                del self._states[key]
+        self.closed = True
 
     def snapshot(self) -> bytes:
         """Each key's state pickled on its own, with its due CTI: keys not touched since the
@@ -404,6 +436,7 @@ class MatchOperator(Operator):
                 part = parts.get(d)
                 if part is None:
                     part = parts[d] = MatchOperator(self.settings)
+                    part.closed = self.closed
                 getattr(part, held)[key] = value
         return parts
 
@@ -514,6 +547,11 @@ class MatchOperator(Operator):
                 for stage, stage_events in events.items()
             ],
         }
+
+
+def _drained(state: NfaState) -> bool:
+    """A closed key's state with no run left (:meth:`MatchOperator.close`)."""
+    return not state.partial_matches and not state.completed_matches
 
 
 def _FIRST(pair: tuple) -> Any:

@@ -1,0 +1,457 @@
+"""Rules that change at a CTI: patterns put, replaced and deleted while a job runs (SPEC §4.6).
+
+A **rule** is a reference record whose validity starts at an application time: ``(rule_id,
+version, effective_time, action, definition)``. Version ``k`` of a rule **judges** the events
+whose time lies in ``[effective_k, effective_{k+1})`` — a run of it starts only on such an
+event — and a ``delete`` version judges nothing. What happens at ``effective_{k+1}`` to the runs
+version ``k`` has in flight is the operator's ``on_change``:
+
+* ``drain`` (default): they are judged by version ``k`` to their end (match, timeout, window);
+  only their *start* is withdrawn (:meth:`MatchOperator.close`).
+* ``cut``: version ``k`` is advanced to ``effective_{k+1}`` (what completes or times out by then
+  is emitted) and its runs are discarded.
+
+So the results are a function of the events and the rule versions alone: a version's runs see
+exactly the events a static job with that pattern would see from ``effective_k`` on, with no
+run starting at or after ``effective_{k+1}`` (drain) or nothing after it at all (cut) — never
+of batch boundaries, partitions, restarts or when the rule's record was read.
+
+**Late rules.** A rule record is judged against the CTI in effect when it arrives (as an event
+is): ``effective_time < CTI`` means events it should judge have been released already.
+``late_rules: reject`` refuses it (the previous version stays); ``adjust`` moves its effective
+time to the CTI (the record's :attr:`RuleVersion.requested` keeps what was asked).
+
+:class:`RuleBook` is the timeline (one per operator and key group, in the group's header): it
+validates and schedules rule records. :class:`RuledMatchOperator` is one chunk's keys: a
+:class:`MatchOperator` per rule version (and one for the job file's static pattern), fed by the
+timeline; the runtime hands every chunk its group's book (:meth:`RuledMatchOperator.use_rules`)
+before any other call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ctiflow.operators import snapshots
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.errors import CtiflowError, EventRejected, PatternError, invalid_choice
+from ctiflow.operators.operator import Operator, Output
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
+
+ON_CHANGE = ("drain", "cut")
+LATE_RULES = ("reject", "adjust")
+ACTIONS = ("put", "delete")
+_SNAPSHOT_VERSION = 1
+_STATIC = ("", 0)  # the sub-operator key of the job file's own pattern
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One record of a rules topic (``schemas/rule.avsc``)."""
+
+    rule_id: str
+    operator: str
+    version: int
+    effective_time: int
+    action: str = "put"
+    definition: str | None = None
+    comment: str | None = None
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Rule":
+        return cls(**{f: record.get(f) for f in cls.__dataclass_fields__ if f in record})
+
+
+@dataclass(frozen=True)
+class RuleVersion:
+    """A version in the timeline: its settings (None: deleted from ``effective`` on), the time
+    it takes effect, and the time its record asked for (they differ when it was adjusted)."""
+
+    rule_id: str
+    version: int
+    effective: int
+    settings: MatchSettings | None
+    requested: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.rule_id, self.version
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :meth:`RuleBook.offer` did with a rule record: ``applied``, ``adjusted`` (to
+    ``effective``) or ``rejected`` (``reason``; nothing changed)."""
+
+    outcome: str
+    reason: str = ""
+    effective: int | None = None
+
+
+@dataclass(frozen=True)
+class RulesSettings:
+    """How an operator takes rules: ``operator`` (its name: the records it accepts),
+    ``on_change``, ``late_rules``, ``max_rules`` (rule ids with a live version at once)."""
+
+    operator: str
+    on_change: str = "drain"
+    late_rules: str = "reject"
+    max_rules: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.on_change not in ON_CHANGE:
+            raise invalid_choice("on_change", self.on_change, ON_CHANGE)
+        if self.late_rules not in LATE_RULES:
+            raise invalid_choice("late_rules", self.late_rules, LATE_RULES)
+
+
+class RuleBook:
+    """The timeline of an operator's rules: ``rule_id → [RuleVersion]`` in effective-time order
+    (strictly increasing versions, non-decreasing effective times). Past a CTI the timeline
+    never changes (a record behind it is late), so every chunk that reads it — whenever it
+    catches up — sees the same versions at the same times."""
+
+    def __init__(self, settings: RulesSettings) -> None:
+        self.settings = settings
+        self.timeline: dict[str, list[RuleVersion]] = {}
+        self._times: list[int] = []  # every version's effective time, sorted (with repeats)
+        self.applied = self.rejected = self.adjusted = 0
+
+    # -- rule records ------------------------------------------------------------------------
+    def offer(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
+        """Validate ``rule`` and schedule it (``cti``: the CTI in effect when it arrived;
+        ``compile``: its definition → settings, raising :class:`CtiflowError` with the reason)."""
+        decision = self._judge(rule, cti, compile)
+        if decision.outcome == "rejected":
+            self.rejected += 1
+        else:
+            self.applied += 1
+            self.adjusted += decision.outcome == "adjusted"
+        return decision
+
+    def _judge(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
+        s = self.settings
+        if rule.operator != s.operator:
+            return Decision("rejected", f"the rule is for operator {rule.operator!r}; this job's rules topic feeds "
+                                        f"operator {s.operator!r}")
+        if not rule.rule_id:
+            return Decision("rejected", "rule_id is empty")
+        if rule.action not in ACTIONS:
+            return Decision("rejected", f"action {rule.action!r} is not one of put, delete")
+        versions = self.timeline.get(rule.rule_id, [])
+        last = versions[-1] if versions else None
+        if last is not None and rule.version <= last.version:
+            return Decision("rejected", f"version {rule.version} of rule {rule.rule_id!r} is not newer than version "
+                                        f"{last.version} (give the next version a higher number)")
+        settings = None
+        if rule.action == "put":
+            if not rule.definition:
+                return Decision("rejected", "a put needs a definition (a pattern or a MATCH_RECOGNIZE query)")
+            try:
+                settings = compile(rule)
+            except CtiflowError as exc:
+                problems = getattr(exc, "problems", None) or [str(exc)]
+                return Decision("rejected", "invalid definition: " + "; ".join(problems))
+            live = sum(1 for vs in self.timeline.values() if vs[-1].settings is not None)
+            if (last is None or last.settings is None) and live >= s.max_rules:
+                return Decision("rejected", f"the operator already has {live} rules, its max_rules; delete one or "
+                                            "raise rules.max_rules")
+        elif last is None or last.settings is None:
+            return Decision("rejected", f"rule {rule.rule_id!r} has no live version to delete")
+        effective, outcome = rule.effective_time, "applied"
+        if effective < cti:
+            if s.late_rules == "reject":
+                return Decision("rejected", f"late: effective_time {effective} is behind the CTI {cti} (events it "
+                                            "should judge have been released); give a later time, or set "
+                                            "rules.late_rules: adjust")
+            effective, outcome = cti, "adjusted"
+        if last is not None and effective < last.effective:
+            return Decision("rejected", f"effective_time {effective} is before version {last.version}'s "
+                                        f"{last.effective}: a version takes effect after the one before it")
+        versions.append(RuleVersion(rule.rule_id, rule.version, effective, settings, rule.effective_time))
+        self.timeline[rule.rule_id] = versions
+        bisect.insort(self._times, effective)
+        return Decision(outcome, effective=effective)
+
+    # -- the timeline ------------------------------------------------------------------------
+    def transitions(self, after: int, upto: int) -> list[int]:
+        """The distinct effective times ``t`` with ``after < t <= upto``, in order."""
+        times = self._times
+        lo, hi = bisect.bisect_right(times, after), bisect.bisect_right(times, upto)
+        return sorted(set(times[lo:hi]))
+
+    def starting_at(self, time: int) -> list[tuple[RuleVersion | None, RuleVersion]]:
+        """``(previous version, version)`` of every version taking effect at ``time``."""
+        found = []
+        for rule_id in sorted(self.timeline):
+            versions = self.timeline[rule_id]
+            for i, v in enumerate(versions):
+                if v.effective == time:
+                    found.append((versions[i - 1] if i else None, v))
+        return found
+
+    def judging(self, time: int) -> list[RuleVersion]:
+        """The versions whose runs may start on an event at ``time`` (rule id order)."""
+        found = []
+        for rule_id in sorted(self.timeline):
+            current = None
+            for v in self.timeline[rule_id]:
+                if v.effective > time:
+                    break
+                current = v
+            if current is not None and current.settings is not None:
+                found.append(current)
+        return found
+
+    def version(self, key: tuple[str, int]) -> RuleVersion:
+        return next(v for v in self.timeline[key[0]] if v.version == key[1])
+
+    def until(self, v: RuleVersion) -> int:
+        """The time ``v`` stops judging (its successor's effective time, else +∞)."""
+        versions = self.timeline[v.rule_id]
+        i = versions.index(v)
+        return versions[i + 1].effective if i + 1 < len(versions) else CTI_INFINITY
+
+    def stats(self, cti: int) -> dict[str, int]:
+        """Rules with a version in effect at ``cti``, versions in the timeline, and those scheduled
+        after ``cti``; the records applied / adjusted / rejected (metrics and status)."""
+        return {"active": len(self.judging(cti)), "versions": len(self._times),
+                "scheduled": len(self._times) - bisect.bisect_right(self._times, cti),
+                "applied": self.applied, "adjusted": self.adjusted, "rejected": self.rejected}
+
+    # -- state -------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        return pickle.dumps((_SNAPSHOT_VERSION, self.timeline, (self.applied, self.rejected, self.adjusted)),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def restore(cls, settings: RulesSettings, data: bytes) -> "RuleBook":
+        book = cls(settings)
+        version, book.timeline, (book.applied, book.rejected, book.adjusted) = snapshots.loads(data)
+        if version != _SNAPSHOT_VERSION:
+            raise PatternError(f"unsupported rule book snapshot version {version}")
+        book._times = sorted(v.effective for vs in book.timeline.values() for v in vs)
+        return book
+
+
+@dataclass(frozen=True)
+class RuledMatchSettings:
+    """A match operator that takes rules: its static pattern (None: rules only), how it takes
+    rules, and the record shape (``measures``: a ``MATCH_RECOGNIZE`` operator's records carry
+    their measures as ``[{name, value}]``, one schema whatever queries come later)."""
+
+    static: MatchSettings | None
+    rules: RulesSettings
+    measures: bool = False
+
+    def pattern_object(self):  # the static pattern checked as a MatchOperator checks it
+        return None if self.static is None else self.static.pattern_object()
+
+
+def tag_record(record: dict, v: RuleVersion | None, measures: bool) -> dict:
+    """A sub-operator's record with its rule (``rule_id`` / ``rule_version`` /
+    ``rule_effective_time``: None for the static pattern); a rule version's ``match_id`` is
+    prefixed ``rule_id@version/`` (two versions may match the same events). ``measures``: a
+    ``MATCH_RECOGNIZE`` row → ``{key, rule…, measures: [{name, value}]}``."""
+    rule = {"rule_id": None if v is None else v.rule_id, "rule_version": None if v is None else v.version,
+            "rule_effective_time": None if v is None else v.effective}
+    if measures:
+        return {"key": record.get("__key"), **rule,
+                "measures": [{"name": k, "value": _scalar(x)} for k, x in record.items() if k != "__key"]}
+    record.update(rule)
+    if v is not None and "match_id" in record:
+        record["match_id"] = f"{v.rule_id}@{v.version}/{record['match_id']}"
+    return record
+
+
+def _scalar(x: Any) -> Any:
+    """A measure's value as the union ``null | boolean | long | double | string`` holds it."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, np.generic):
+        return x.item()
+    return str(x)
+
+
+class RuledMatchOperator(Operator):
+    """One chunk's keys under a rule timeline (module docstring): a :class:`MatchOperator` per
+    rule version with something in flight (plus the static pattern's).
+
+    Invariant: every timeline transition at a time ``<= self.at`` has been applied (drain:
+    the previous version closed; cut: advanced to the transition and dropped); events at a time
+    ``t`` are fed only after the transitions up to ``t``. ``advance_to(cti)`` applies those
+    before ``cti`` (a version adjusted to take effect at the CTI is still ahead)."""
+
+    def __init__(self, settings: RuledMatchSettings) -> None:
+        super().__init__(settings)
+        self.book: RuleBook | None = None
+        self.subs: dict[tuple[str, int], MatchOperator] = {}
+        if settings.static is not None:
+            self.subs[_STATIC] = MatchOperator(settings.static)
+        self.at = CTI_NONE
+        self._raw: dict[tuple[str, int], tuple[bytes, bool]] = {}  # restored, waiting for the book
+
+    def use_rules(self, book: RuleBook) -> None:
+        """The group's timeline (before any other call of a batch)."""
+        self.book = book
+        for key, (data, closed) in self._raw.items():
+            sub = self.subs[key] = MatchOperator.restore(book.version(key).settings, data)
+            sub.closed = closed
+        self._raw = {}
+
+    # -- the Operator contract ---------------------------------------------------------------
+    def process_columns(self, cols) -> list[tuple[int, Any]]:
+        starts = cols.start
+        n = len(starts)
+        if not n:
+            return []
+        got: list[tuple[int, Any]] = []
+        lo = 0
+        for b in self.book.transitions(self.at, int(starts[-1])):
+            hi = int(np.searchsorted(starts, b, "left"))
+            if hi > lo:
+                self._feed(cols, lo, hi, got)
+                lo = hi
+            outputs: list[Output] = []
+            self._transition(b, outputs)
+            if outputs:  # (a cut's last records) before the first event at or after the transition
+                got.append((lo, outputs))
+        if lo < n:
+            self._feed(cols, lo, n, got)
+        self.at = max(self.at, int(starts[-1]))
+        got.sort(key=_ROW)  # stable: within a row, the order the subs were fed in
+        return got
+
+    def _feed(self, cols, lo: int, hi: int, got: list) -> None:
+        """Rows ``lo:hi`` (one time span without transitions) into every version judging them
+        and every closed one with runs in flight."""
+        part = cols if lo == 0 and hi == len(cols) else cols.take(np.arange(lo, hi, dtype=np.int64))
+        for v in self.book.judging(int(cols.start[lo])):
+            if v.key not in self.subs:
+                self.subs[v.key] = MatchOperator(v.settings)
+        for key in sorted(self.subs):
+            sub = self.subs[key]
+            v = None if key == _STATIC else self.book.version(key)
+            for row, r in sub.process_columns(part):
+                if isinstance(r, EventRejected):
+                    if v is not None:
+                        r = EventRejected(f"rule {v.rule_id!r} version {v.version}: {r}")
+                    got.append((row + lo, r))
+                else:
+                    got.append((row + lo, self._tag(v, r)))
+            if sub.closed and not sub.keys_in_flight:
+                del self.subs[key]
+
+    def _transition(self, time: int, outputs: list) -> None:
+        """The versions taking effect at ``time``: their predecessors closed (drain) or cut."""
+        cut = self.settings.rules.on_change == "cut"
+        for previous, _ in self.book.starting_at(time):
+            if previous is None or previous.key not in self.subs:
+                continue
+            sub = self.subs[previous.key]
+            if cut:
+                outputs.extend(self._tag(previous, sub.advance_to(time)))
+                del self.subs[previous.key]
+            else:
+                sub.close()
+                if not sub.keys_in_flight:
+                    del self.subs[previous.key]
+        self.at = max(self.at, time)
+
+    def _tag(self, v: RuleVersion | None, outputs: list) -> list:
+        measures = self.settings.measures
+        for o in outputs:
+            if o.role != "dead_letter":
+                o.record = tag_record(o.record if not measures else {"__key": o.key, **o.record}, v, measures)
+        return outputs
+
+    def advance_to(self, cti: int) -> list[Output]:
+        outputs: list[Output] = []
+        for b in self.book.transitions(self.at, cti - 1):
+            self._transition(b, outputs)
+        for key in sorted(self.subs):
+            sub = self.subs[key]
+            outputs.extend(self._tag(None if key == _STATIC else self.book.version(key), sub.advance_to(cti)))
+            if key != _STATIC and (cti >= CTI_INFINITY or (sub.closed and not sub.keys_in_flight)):
+                del self.subs[key]
+        return outputs
+
+    def snapshot(self) -> bytes:
+        subs = {key: (sub.snapshot(), sub.closed) for key, sub in self.subs.items() if key == _STATIC
+                or sub.keys_in_flight or sub.live_keys()}
+        subs.update(self._raw)
+        return pickle.dumps((_SNAPSHOT_VERSION, self.at, subs), protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def restore(cls, settings: RuledMatchSettings, data: bytes) -> "RuledMatchOperator":
+        operator = cls(settings)
+        version, operator.at, subs = snapshots.loads(data)
+        if version != _SNAPSHOT_VERSION:
+            raise PatternError(f"unsupported ruled match operator snapshot version {version}")
+        static = subs.pop(_STATIC, None)
+        if static is not None and settings.static is not None:
+            operator.subs[_STATIC] = MatchOperator.restore(settings.static, static[0])
+        operator._raw = subs
+        return operator
+
+    def live_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for sub in self.subs.values():
+            keys |= sub.live_keys()
+        for data, closed in self._raw.values():
+            keys |= set(snapshots.loads(data)[2])
+        return keys
+
+    def next_due(self) -> int:
+        """The subs' earliest (transitions change nothing a later event or CTI would not)."""
+        due = min((sub.next_due() for sub in self.subs.values()), default=CTI_INFINITY)
+        return CTI_NONE if self._raw else due
+
+    @classmethod
+    def partitionable(cls, settings: RuledMatchSettings) -> bool:
+        return settings.static is None or MatchOperator.partitionable(settings.static)
+
+    def partition(self, where) -> dict[int, "RuledMatchOperator"]:
+        parts: dict[int, RuledMatchOperator] = {}
+
+        def part(d: int) -> RuledMatchOperator:
+            p = parts.get(d)
+            if p is None:
+                p = parts[d] = RuledMatchOperator(self.settings)  # (with an empty static sub)
+                p.book, p.at = self.book, self.at
+            return p
+
+        for key, sub in self.subs.items():
+            for d, piece in sub.partition(where).items():
+                part(d).subs[key] = piece
+        return parts
+
+    def forget_keys(self, keys) -> None:
+        keys = list(keys)
+        for sub in self.subs.values():
+            sub.forget_keys(keys)
+
+    # -- inspection -------------------------------------------------------------------------
+    @property
+    def keys_in_flight(self) -> int:
+        return sum(sub.keys_in_flight for sub in self.subs.values())
+
+    def partial_match_count(self) -> int:
+        return sum(sub.partial_match_count() for sub in self.subs.values())
+
+    def partial_matches_per_rule(self) -> dict[str, int]:
+        """Partial matches in flight per rule id (``""``: the static pattern), for metrics."""
+        found: dict[str, int] = {}
+        for (rule_id, _), sub in self.subs.items():
+            found[rule_id] = found.get(rule_id, 0) + sub.partial_match_count()
+        return found
+
+
+def _ROW(pair: tuple) -> int:
+    return pair[0]
