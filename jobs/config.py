@@ -557,6 +557,32 @@ def _has_within(spec: Any) -> bool:
         for stage in (spec.get(key) if isinstance(spec.get(key), list) else []))
 
 
+class RulesConfig(Strict):
+    """Rules that change at a CTI (docs/concepts/rules.md): patterns put, replaced and deleted
+    through a rules topic while the job runs, each version judging the events from its effective
+    time on."""
+
+    topic: str = Field(description="the rules topic (records of schemas/rule.avsc; `ctiflow rules put` writes them)")
+    on_change: Literal["drain", "cut"] = Field("drain", description=(
+        "a version's runs in flight when the next version takes effect: drain (judged by it to their end) or "
+        "cut (discarded at that time)"))
+    late_rules: Literal["reject", "adjust"] = Field("reject", description=(
+        "a rule whose effective_time the CTI has passed: reject (dead-letter topic, the previous version stays) "
+        "or adjust (takes effect at the CTI; the records carry the time it took effect)"))
+    sync: SyncMode = Field(SyncMode.IMPORT, description=(
+        "import: the job never waits for the rules topic; min: events are not released past the rules "
+        "stream's CTI (a deterministic backfill)"))
+    language: Literal["pattern", "sql"] | None = Field(None, description=(
+        "what the rules' definitions are: pattern (YAML of the Pattern API) or sql (MATCH_RECOGNIZE); "
+        "default: the operator's own pattern or sql"))
+    max_rules: int = Field(1000, ge=1, le=100_000, description="rule ids with a live version at once")
+    idle_timeout: Duration = Field(60_000, description=(
+        "with sync: min, how long the rules topic may have nothing new before it stops holding the CTI back"))
+
+    _t = field_validator("topic")(lambda v: check_topic_name(v, "rules.topic"))
+    _i = field_validator("idle_timeout", mode="before")(lambda v: duration_ms(v))
+
+
 class MatchOp(Strict):
     """Complex-event pattern matching with Flink CEP's semantics, per key."""
 
@@ -579,6 +605,9 @@ class MatchOp(Strict):
     max_buffered_events: int | None = Field(100_000, ge=1, le=100_000_000, description=(
         "at most this many events kept per key for its partial matches (what the key's state bytes grow with); "
         "an event arriving while its key keeps more goes to the dead-letter topic likewise; null: no bound"))
+    rules: RulesConfig | None = Field(None, description=(
+        "patterns from a rules topic besides (or instead of) pattern / sql, each taking effect at an application "
+        "time (docs/concepts/rules.md)"))
 
     _p = field_validator("pattern", mode="before")(lambda v: _pattern_durations(v, "pattern"))
 
@@ -586,10 +615,30 @@ class MatchOp(Strict):
 
     @model_validator(mode="after")
     def _one_form(self):
-        if (self.pattern is None) == (self.sql is None):
+        if self.pattern is not None and self.sql is not None or (
+                self.pattern is None and self.sql is None and self.rules is None):
             raise ValueError(f"operators.{self.name}: give exactly one of pattern (Flink's Pattern API as YAML) or "
-                             "sql (a MATCH_RECOGNIZE query)")
+                             "sql (a MATCH_RECOGNIZE query), or rules")
+        if self.rules is not None and self.rules.language is not None and (
+                (self.rules.language == "sql") != (self.sql is not None) and (self.pattern or self.sql)):
+            raise ValueError(f"operators.{self.name}.rules.language: {self.rules.language!r} rules need the operator's "
+                             f"own definition in the same language ({'sql' if self.rules.language == 'sql' else 'pattern'})"
+                             ": one operator writes one record shape")
         return self
+
+    @property
+    def language(self) -> str:
+        """``pattern`` or ``sql``: what the operator's definitions (its own and its rules') are."""
+        if self.sql is not None:
+            return "sql"
+        if self.pattern is not None:
+            return "pattern"
+        return self.rules.language or "pattern"
+
+    @property
+    def rules_stream(self) -> str | None:
+        """The job-internal stream name of the operator's rules topic."""
+        return None if self.rules is None else "rules_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
 
     def roles(self) -> dict[str, str]:
         return {"match": self.output, **({"timed_out": self.timed_out} if self.timed_out else {})}
@@ -597,6 +646,8 @@ class MatchOp(Strict):
     @property
     def bounded(self) -> bool:
         """The pattern bounds its runs in time (``within``, or the query's ``WITHIN``)."""
+        if self.pattern is None and self.sql is None:
+            return True  # rules only: each rule is checked as it arrives
         if self.pattern is not None:
             return _has_within(self.pattern)
         from ctiflow.operators.cep.sql import SqlError, parse
@@ -609,18 +660,26 @@ class MatchOp(Strict):
     @property
     def schema_name(self) -> str:
         """The output topic's record schema: ``match``, or one derived from the query's MEASURES."""
+        if self.rules is not None and self.language == "sql":
+            return "ruled_recognize"
         return "match" if self.sql is None else "recognize_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
 
     def result_topics(self, job: "JobConfig") -> dict[str, str]:
-        matches = self.schema_name if self.sql is not None else matched_events_schema(job, "match")
+        """With rules, records name their rule (``ruled_…`` schemas: the match record plus ``rule_id``,
+        ``rule_version``, ``rule_effective_time``; a sql operator's measures as name/value pairs)."""
+        ruled = "ruled_" if self.rules is not None else ""
+        matches = self.schema_name if self.language == "sql" else ruled + matched_events_schema(job, "match")
         return {self.output: matches,
-                **({self.timed_out: matched_events_schema(job, "timed_out_match")} if self.timed_out else {})}
+                **({self.timed_out: ruled + matched_events_schema(job, "timed_out_match")} if self.timed_out else {})}
 
     needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
 
     def operator(self, job: "JobConfig"):
         """``(operator class, settings)``; the pattern compiles here: a bad one fails before Spark starts.
-        A ``sql`` operator needs the input's schema too: :func:`ctiflow.jobs.recognize.operator_of` builds it."""
+        A ``sql`` operator needs the input's schema too, and one with rules the rules' settings:
+        :func:`ctiflow.jobs.recognize.operator_of` builds those. None without a pattern."""
+        if self.pattern is None:
+            return None
         settings = MatchSettings(pattern=self.pattern, name=self.name, emit_timed_out=self.timed_out is not None,
                                  max_partial_matches=self.max_partial_matches,
                                  max_buffered_events=self.max_buffered_events, sql=self.sql,
@@ -817,7 +876,31 @@ class JobConfig(Strict):
         ops = [o.name for o in self.operators]
         if len(set(ops)) != len(ops):
             raise ValueError("operators: names must be unique")
+        ruled = [o for o in self.operators if getattr(o, "rules", None) is not None]
+        topics = [o.rules.topic for o in ruled]
+        if len(set(topics)) != len(topics):
+            raise ValueError("operators.*.rules.topic: each operator with rules needs a rules topic of its own")
+        for o in ruled:
+            if o.rules.topic in {s.topic for s in self.sources}:
+                raise ValueError(f"operators.{o.name}.rules.topic: {o.rules.topic!r} is a source's topic; give the "
+                                 "rules a topic of their own")
+            if o.rules_stream in names:
+                raise ValueError(f"sources: the name {o.rules_stream!r} is the stream of operators.{o.name}'s rules; "
+                                 "rename the source")
         return self
+
+    @property
+    def rule_sources(self) -> list["Source"]:
+        """Each rules topic as a source the job reads (every key group gets every rule record)."""
+        return [Source(name=o.rules_stream, topic=o.rules.topic, schema="rule", key_field="rule_id",
+                       time_field="effective_time", partitions=1,
+                       cti=CtiConfig(delay=0, idle_timeout=o.rules.idle_timeout))
+                for o in self.operators if getattr(o, "rules", None) is not None]
+
+    @property
+    def read_sources(self) -> list["Source"]:
+        """Every topic the job reads as a source: its sources, then its rules topics."""
+        return [*self.sources, *self.rule_sources]
 
     def topic_errors(self) -> list[str]:
         """Outputs sharing a topic share its record schema (several counts or matches into one
@@ -831,6 +914,8 @@ class JobConfig(Strict):
         if self.reference is not None and self.reference.output:
             uses.append((self.reference.output, "enriched", "reference.output"))
         inputs = {s.topic: f"sources.{s.name}.topic" for s in self.sources}
+        inputs.update({o.rules.topic: f"operators.{o.name}.rules.topic" for o in self.operators
+                       if getattr(o, "rules", None) is not None})
         writers: dict[str, tuple[str, str]] = {}
         errors = []
         for topic, schema, where in uses:
@@ -888,7 +973,7 @@ class JobConfig(Strict):
 
     def topics(self) -> dict[str, int]:
         """Every topic the job reads or writes → the partitions ctiflow creates it with."""
-        return {s.topic: s.partitions for s in self.sources} | self.written_topics()
+        return {s.topic: s.partitions for s in self.read_sources} | self.written_topics()
 
     def written_topics(self) -> dict[str, int]:
         """The topics the job writes — its results, its sink's marker topic (a partition per task

@@ -80,6 +80,16 @@ TABLE: tuple[Counter, ...] = (
     Counter("state_written", C, "bytes written to the state store (chunks used, and the header)"),
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written back"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
+    Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",), "ctiflow_rules_active"),
+    Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",), "ctiflow_rule_versions"),
+    Counter("rules_scheduled", S, "rule versions that take effect after the CTI", ("operator",),
+            "ctiflow_rules_scheduled"),
+    Counter("rules_applied", S, "rule records applied (adjusted ones included) since the job began", ("operator",),
+            "ctiflow_rules_applied"),
+    Counter("rules_adjusted", S, "late rule records moved to take effect at the CTI", ("operator",),
+            "ctiflow_rules_adjusted"),
+    Counter("rules_rejected", S, "rule records refused (to the dead-letter topic)", ("operator",),
+            "ctiflow_rules_rejected"),
     Counter("state_us", C, "time spent decoding and encoding state, µs"),
     Counter("python_us", C, "the key groups' calls in the Python workers, µs"),
 )
@@ -206,6 +216,8 @@ class Counters:
     #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
     partitions: dict = field(default_factory=dict)
     ops: dict = field(default_factory=dict)
+    #: operator → its rule book's figures (:meth:`ctiflow.operators.cep.rules.RuleBook.stats`)
+    rules: dict = field(default_factory=dict)
 
     def count(self, stream: str, partition: int, late: bool) -> None:
         slot = self.by_partition.get((stream, partition))  # per event: no string built here
@@ -216,7 +228,10 @@ class Counters:
 
     def metrics(self) -> dict[str, int]:
         """Flat ``name → int`` (what the sink adds up: :func:`merge`)."""
-        out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops")}
+        out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops", "rules")}
+        for name, stats in self.rules.items():
+            for figure, n in stats.items():
+                out[key("rules_" + figure, name)] = n
         for (stream, partition), (received, late) in self.by_partition.items():
             out[key("received", stream, partition)] = received
             out[key("late", stream, partition)] = late

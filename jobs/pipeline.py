@@ -215,6 +215,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         schema_registry=cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
         flush_at_end=flush and src.cti.flush_at_end, start_offsets=start,
+        broadcast=src in cfg.rule_sources,  # every key group judges every rule
         # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
         keep_values=cfg.passes_records, pack_fields=cfg.reads_fields)
 
@@ -232,14 +233,15 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     labels = group_labels(cfg.key_groups, partitions, checkpoint)
     starts = {}
-    for src in cfg.sources:
+    for src in cfg.read_sources:
         reader = KafkaStreamReader(source_options(cfg, src, until_end, labels))
         try:
             starts[src.name] = start_offsets(checkpoint, src.name, reader.resolve_start)
         finally:
             reader.stop()
-    options = {src.name: source_options(cfg, src, until_end, labels, starts[src.name]).to_options() for src in cfg.sources}
-    frames = [spark.readStream.format("ctiflow_kafka").options(**options[src.name]).load() for src in cfg.sources]
+    options = {src.name: source_options(cfg, src, until_end, labels, starts[src.name]).to_options()
+               for src in cfg.read_sources}
+    frames = [spark.readStream.format("ctiflow_kafka").options(**options[src.name]).load() for src in cfg.read_sources]
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
@@ -311,7 +313,8 @@ def prepare(cfg: JobConfig) -> CheckpointDir:
     wait_for_broker(cfg.kafka.bootstrap_servers, client)
     for src in cfg.sources:
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
-    create_topics(cfg.kafka.bootstrap_servers, cfg.written_topics(), client)
+    # (a rules topic may be empty until the first `ctiflow rules put`)
+    create_topics(cfg.kafka.bootstrap_servers, cfg.written_topics() | {s.topic: 1 for s in cfg.rule_sources}, client)
     from ctiflow.jobs.recognize import derived_schemas
 
     derived = derived_schemas(cfg)

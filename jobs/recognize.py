@@ -16,6 +16,7 @@ from ctiflow.jobs.config import JobConfig, MatchOp
 from ctiflow.jobs.fields import base_types
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.cep.rules import RuledMatchOperator, RuledMatchSettings, RulesSettings
 from ctiflow.operators.cep.sql_translate import Recognizer
 from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, SqlError, parse
 from ctiflow.operators.cep.tree import Expr
@@ -23,10 +24,16 @@ from ctiflow.operators.errors import ConfigError, CtiflowError
 
 
 def operator_of(op, job: JobConfig) -> tuple[type, Any]:
-    """``(operator class, settings)`` of a configured operator (``sql`` ones checked here)."""
-    if isinstance(op, MatchOp) and op.sql is not None:
-        return MatchOperator, sql_settings(op, job)[0]
-    return op.operator(job)
+    """``(operator class, settings)`` of a configured operator (``sql`` ones checked here; one
+    with ``rules`` is a :class:`RuledMatchOperator` around its own pattern, if any)."""
+    if not isinstance(op, MatchOp):
+        return op.operator(job)
+    static = sql_settings(op, job)[0] if op.sql is not None else (op.operator(job) or (None, None))[1]
+    if op.rules is None:
+        return MatchOperator, static
+    rules = RulesSettings(op.name, on_change=op.rules.on_change, late_rules=op.rules.late_rules,
+                          max_rules=op.rules.max_rules)
+    return RuledMatchOperator, RuledMatchSettings(static, rules, measures=op.language == "sql")
 
 
 def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, Any]]:
@@ -95,15 +102,41 @@ def derived_schemas(job: JobConfig) -> dict[str, str]:
     for op in job.operators:
         if not isinstance(op, MatchOp):
             continue
-        if op.sql is not None:
+        if op.rules is not None and op.language == "sql":
+            found[op.schema_name] = json.dumps(RULED_RECOGNIZE)
+        elif op.sql is not None:
             settings, types = sql_settings(op, job)
             found[op.schema_name] = json.dumps(output_schema(settings.recognizer(), types, op.schema_name))
         for role, base in (("match", "match"), ("timed_out", "timed_out_match")):
             topic = op.roles().get(role)
             name = op.result_topics(job).get(topic) if topic else None
-            if name and name.startswith(base + "_") and name not in found:
-                found[name] = json.dumps(matched_events_record(job, base, name))
+            ruled = name is not None and name.startswith("ruled_" + base + "_")
+            if name and (name.startswith(base + "_") or ruled) and name not in found:
+                record = matched_events_record(job, base, name.removeprefix("ruled_"))
+                if ruled:
+                    record["name"] = "Ruled" + record["name"]
+                    record["fields"] = record["fields"] + RULE_FIELDS
+                found[name] = json.dumps(record)
     return found
+
+
+#: What a record of an operator with rules says of its rule (None: the operator's own pattern).
+RULE_FIELDS = [
+    {"name": "rule_id", "type": ["null", "string"], "default": None},
+    {"name": "rule_version", "type": ["null", "long"], "default": None},
+    {"name": "rule_effective_time", "type": ["null", "long"], "default": None,
+     "doc": "when the version took effect (later than asked when a late rule was adjusted)"}]
+
+#: A sql operator with rules: every query's partition columns and measures as name/value pairs,
+#: so the topic keeps one schema whatever queries later rules bring.
+RULED_RECOGNIZE = {
+    "type": "record", "name": "RuledRecognize", "namespace": "ctiflow.recognize",
+    "doc": "MATCH_RECOGNIZE output of a rule: the partition columns and measures of its query, in order",
+    "fields": [{"name": "key", "type": ["null", "string"], "default": None}, *RULE_FIELDS,
+               {"name": "measures", "type": {"type": "array", "items": {
+                   "type": "record", "name": "Measure", "fields": [
+                       {"name": "name", "type": "string"},
+                       {"name": "value", "type": ["null", "boolean", "long", "double", "string"]}]}}}]}
 
 
 #: fields a reference join adds to each fast event (they win over same-named event fields)

@@ -31,6 +31,7 @@ from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumn
 from ctiflow.operators.errors import EventRejected, StateError
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Output
+from ctiflow.operators.cep.rules import Rule, RuleBook, RulesSettings
 from ctiflow.operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
 from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
@@ -80,6 +81,13 @@ class Plan:
     #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes
     #: their topics uses :meth:`schema_store`
     schemas: dict[str, str] = field(default_factory=dict)
+    #: the operators that take rules, each with its rules stream (:class:`RulesSpec`)
+    rules: tuple["RulesSpec", ...] = ()
+
+    @property
+    def clock_streams(self) -> tuple[str, ...]:
+        """Every stream whose partitions' CTIs the group tracks: the event streams and the rules streams."""
+        return (*self.streams, *(r.stream for r in self.rules))
 
     def schema_store(self) -> SchemaStore:
         """This process's schemas with the job's derived ones besides (the process's own store is
@@ -123,12 +131,14 @@ class Plan:
         check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
         schemas = derived_schemas(cfg)
         cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
+        rules = rules_specs(cfg)
+        cti_streams += tuple(r.stream for r in rules if r.sync == "min")
         return cls(streams=streams, fast=fast, reference=reference,
                    operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
                    late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
                    enriched_topic=cfg.reference.output if cfg.reference else None,
-                   cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.sources},
-                   source_topics={s.name: s.topic for s in cfg.sources}, ttl=cfg.state.ttl,
+                   cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.read_sources},
+                   source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl, rules=rules,
                    key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
                    chunked=not any(op.needs_every_key for op in cfg.operators), schemas=schemas)
 
@@ -137,6 +147,26 @@ def _time_settings(src) -> AdvanceTimeSettings:
     # In Spark the CTIs come from the watermark (ctiflow.jobs.adapter), so no generation here.
     return AdvanceTimeSettings(delay=src.cti.delay, frequency=None, flush_at_end=src.cti.flush_at_end,
                                policy=ViolationPolicy(src.cti.policy))
+
+
+@dataclass(frozen=True)
+class RulesSpec:
+    """An operator that takes rules: its rules stream, its place in the plan's operators, how it
+    takes them and how a rule's definition compiles (:class:`ctiflow.jobs.rules.RuleCompiler`)."""
+
+    stream: str
+    operator: int
+    settings: RulesSettings
+    compile: Any
+    sync: str = "import"
+
+
+def rules_specs(cfg: JobConfig) -> tuple[RulesSpec, ...]:
+    from ctiflow.jobs.rules import RuleCompiler
+
+    return tuple(RulesSpec(op.rules_stream, i, operator_spec(op, cfg).settings.rules, RuleCompiler(cfg, op.name),
+                           op.rules.sync.value)
+                 for i, op in enumerate(cfg.operators) if getattr(op, "rules", None) is not None)
 
 
 def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
@@ -326,7 +356,7 @@ class GroupRuntime:
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
-                 warm: dict[int, Chunk] | None = None, batched: bool = False):
+                 warm: dict[int, Chunk] | None = None, batched: bool = False, reports_rules: bool = True):
         if plan.reference is None and len(plan.streams) != 1:
             raise ValueError("several input streams need a reference join (ctiflow.jobs.config refuses it)")
         self.plan = plan
@@ -341,22 +371,32 @@ class GroupRuntime:
                                      f"{STATE_FIX}")
             self.chunks.update(stored)
         started = time.perf_counter()
+        #: Rule records are offered in every key group (each keeps its own books, all alike); the
+        #: dead letters of those refused are written by one (``reports_rules``: the adapter's choice).
+        self.reports_rules = reports_rules
+        books = None
         if header is None:
             layer = join = None
             self.ended: set[str] = set()
-            self.clocks = Clocks({name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.streams})
+            self.clocks = Clocks({name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.clock_streams})
             self.ops_cti = CTI_NONE  # the CTI every chunk's operators are at (or will be caught up to)
             index = None
         else:
             with restoring("the key group's time layer"):
                 (layer, join, enriched, self.ended, clocks, self.ops_cti, *index, operators) = snapshots.loads(header)
+                if plan.rules:  # (the books come last: a header without rules keeps its layout)
+                    books, operators, index = operators, index[-1], index[:-1]
                 self.clocks = Clocks({name: PartitionCtis.restore(c) for name, c in clocks.items()})
             if operators != self._operator_names():
                 raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
                                  f"{self._operator_names()}: {STATE_FIX}")
+        with restoring("the key group's rule books"):
+            self.books = {r.operator: RuleBook(r.settings) if books is None else RuleBook.restore(r.settings, books[j])
+                          for j, r in enumerate(plan.rules)}
         grows = plan.chunked and all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
-                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index)
+                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index,
+                                prepare=self._use_rules if self.books else None)
         with restoring("the key group's time layer"):
             self.layer = self._layer(layer)
         if plan.reference is None:
@@ -380,6 +420,26 @@ class GroupRuntime:
         return ColumnTimeLayer(plan.streams, *args) if data is None else ColumnTimeLayer.restore(plan.streams, data,
                                                                                                  *args)
 
+    def _use_rules(self, i: int, op) -> None:
+        book = self.books.get(i)
+        if book is not None:
+            op.use_rules(book)
+
+    def offer_rules(self, spec: "RulesSpec", cols: EventColumns) -> list[tuple[str, Output, str | None]]:
+        """A batch's rule records, in topic order, each judged against the CTI in effect (as an
+        event is) and scheduled in the operator's book (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`);
+        a refused one → the dead-letter topic with the reason (from the reporting group only)."""
+        book, out = self.books[spec.operator], []
+        cti = self.cti
+        for e in cols.events():
+            decision = book.offer(Rule.from_record(e.fields), cti, spec.compile)
+            if decision.outcome == "rejected" and self.reports_rules:
+                out.append((self.plan.dead_letter_topic, Output("dead_letter", rows.dead_letter(
+                    self.plan.source_topics.get(spec.stream, spec.stream), e.partition, e.offset, e.key.encode(),
+                    json.dumps(e.fields, default=str).encode(), f"rule refused: {decision.reason}", stage="rule")),
+                    e.key))
+        return out
+
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
 
@@ -392,9 +452,10 @@ class GroupRuntime:
         keyed.commit()
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
+        books = (tuple(b.snapshot() for b in self.books.values()),) if self.books else ()
         header = pickle.dumps(((self.layer.index(), self.parts.sizes), *reference, self.ended,
                                self.clocks.snapshot(), self.ops_cti,
-                               *keyed.index(), self._operator_names()), protocol=5)
+                               *keyed.index(), self._operator_names(), *books), protocol=5)
         counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
         counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, keyed.op_totals)}
         counters.state_written += len(header)
@@ -449,10 +510,13 @@ class GroupRuntime:
             dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key, d.value,
                                          d.error, d.kafka_timestamp))
         out = []
-        for _, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
-            out.extend(self.offer_many(EventColumns.concat(list(packs))))
+        rules = {r.stream: r for r in self.plan.rules}
+        for stream, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
+            cols = EventColumns.concat(list(packs))
+            out.extend(self.offer_rules(rules[stream], cols) if stream in rules else self.offer_many(cols))
         out.extend(self.advance(CTI_INFINITY if flush else self.next_cti()))
         counters.cti = self.cti
+        counters.rules = {self.plan.operators[i].name: b.stats(self.cti) for i, b in self.books.items()}
         counters.live_keys = self.live_keys()
         counters.partitions = self.clocks.gauges()
         return BatchResult(out, dead, counters)
@@ -461,7 +525,7 @@ class GroupRuntime:
         """A bounded input's stream ended; True once every stream has (then flush to +∞:
         one stream's end must not finalise results another stream can still change)."""
         self.ended.add(stream)
-        return self.ended >= set(self.plan.streams)
+        return self.ended >= set(self.plan.clock_streams)
 
     def offer_many(self, events: EventColumns | list[Event]) -> list[tuple[str, Output, str | None]]:
         """A micro-batch's events (in arrival order), each checked against the CTI in effect

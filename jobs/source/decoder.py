@@ -89,6 +89,7 @@ class RecordDecoder:
         self.keep_values = options.keep_values
         # fields=bytes: no operator reads the fields, the bytes travel alone (ctiflow.jobs.rows.BytesFields).
         self.pack_fields = options.pack_fields
+        self.broadcast = options.broadcast
         self.frontier: int | None = None  # the largest start of a good record decoded so far
         self._bulk: dict[bytes, ColumnDecoder | DecodeError] = {}
 
@@ -282,6 +283,12 @@ class RecordDecoder:
         offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
         index = got.index
         group = self._group_of(got.keys)
+        if self.broadcast and len(index):  # every record to every key group (a rules topic: a few records)
+            n = len(self.labels)
+            group = np.repeat(np.asarray(self.labels, np.int64), len(index))
+            got = Decoded(pa.concat_tables([got.fields] * n), np.tile(index, n), pa.concat_arrays([got.keys] * n),
+                          np.tile(got.starts, n), np.tile(got.ends, n), got.errors)
+            index = got.index
         kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
         packs: list[tuple[int, int, int, bytes]] = []
         each = self._record_bytes(got, kept)

@@ -33,6 +33,7 @@ class SourceOptions:
     start_offsets: dict | None = None  # the first batch's start (partition → offset), kept with the checkpoint
     keep_values: bool = True  # values=all: every row keeps its Avro bytes (else only failed rows)
     pack_fields: bool = True  # fields=packed: packs carry field columns (else only names: ctiflow.jobs.rows.BytesFields)
+    broadcast: bool = False  # every record to every key group (a rules topic), not by its key
 
     def __post_init__(self):
         if not self.stream:
@@ -48,7 +49,8 @@ class SourceOptions:
                 "outage_timeout": str(self.outage_timeout), "idle_timeout": str(self.idle_timeout),
                 "flush_at_end": "true" if self.flush_at_end else "false",
                 "values": "all" if self.keep_values else "errors",
-                "fields": "packed" if self.pack_fields else "bytes"}
+                "fields": "packed" if self.pack_fields else "bytes",
+                "broadcast": "true" if self.broadcast else "false"}
         if self.group_labels is not None:
             opts["group_labels"] = json.dumps(list(self.group_labels))
         if self.max_offsets_per_trigger:
@@ -74,7 +76,7 @@ class SourceOptions:
                    outage_timeout=float(o.get("outage_timeout", "120")), idle_timeout=float(o.get("idle_timeout", "60")),
                    flush_at_end=o.get("flush_at_end", "true") == "true", start_offsets=json.loads(o["start_offsets"]) if o.get("start_offsets") else None,
                    keep_values=o.get("values", "all") == "all",
-                   pack_fields=o.get("fields", "packed") != "bytes")
+                   pack_fields=o.get("fields", "packed") != "bytes", broadcast=o.get("broadcast") == "true")
 
     @staticmethod
     def parsed(options) -> "SourceOptions":

@@ -90,8 +90,11 @@ class KeyedState:
     a new group; ``counters``: the call's :class:`ctiflow.jobs.counters.Counters`."""
 
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int, chunk_keys: int,
-                 ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None) -> None:
+                 ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None,
+                 prepare=None) -> None:
         self.specs = specs
+        #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (rule books)
+        self.prepare = prepare
         self.store = store
         self.counters = counters
         self.key_groups, self.chunk_keys, self.ttl, self.grows = key_groups, chunk_keys, ttl, grows
@@ -128,6 +131,7 @@ class KeyedState:
             return got
         got = self.warm.pop(c, None)
         if got is not None:
+            self._prepare(got.ops)
             self.loaded[c] = got
             self.counters.chunks_loaded += 1
             self.counters.chunks_cached += 1
@@ -136,10 +140,16 @@ class KeyedState:
         if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
             blob = self.store.get(c)
         got = Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None else self._decoded(c, blob)
+        self._prepare(got.ops)
         self.loaded[c] = got
         self.counters.chunks_loaded += 1
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
         return got
+
+    def _prepare(self, ops: list) -> None:
+        if self.prepare is not None:
+            for i, op in enumerate(ops):
+                self.prepare(i, op)
 
     def _decoded(self, c: int, blob: bytes) -> Chunk:
         with restoring(f"state chunk {c}"):
@@ -212,10 +222,12 @@ class KeyedState:
             seen.setdefault(address(key), {})[key] = t
         for d in {c}.union(*parts, seen):
             ops = []
-            for spec, part in zip(self.specs, parts):
+            for i, (spec, part) in enumerate(zip(self.specs, parts)):
                 op = part.get(d)
                 if op is None:
                     op = spec.build()
+                    if self.prepare is not None:
+                        self.prepare(i, op)
                     if chunk.cti > CTI_NONE and op.advance_to(chunk.cti):
                         raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
                 ops.append(op)

@@ -1,0 +1,136 @@
+"""Rules in jobs: a rule record's definition checked as ``ctiflow check`` checks a job's pattern
+or ``sql:`` (:class:`RuleCompiler`), and the rules topic read and written for ``ctiflow rules``.
+
+The semantics (when a version judges which events) are the operator's:
+:mod:`ctiflow.operators.cep.rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ctiflow.jobs.config import JobConfig, MatchOp, _pattern_durations
+from ctiflow.operators.cep.operator import MatchSettings
+from ctiflow.operators.cep.rules import Rule
+from ctiflow.operators.errors import ConfigError, CtiflowError
+
+RULE_SCHEMA = "rule"
+
+
+def ruled_operator(job: JobConfig, name: str) -> MatchOp:
+    """The job's match operator ``name`` that takes rules (a :class:`ConfigError` naming the
+    operators that do, otherwise)."""
+    ruled = [o for o in job.operators if isinstance(o, MatchOp) and o.rules is not None]
+    for op in ruled:
+        if op.name == name:
+            return op
+    names = ", ".join(o.name for o in ruled) or "none"
+    raise ConfigError(f"--operator {name!r}: job {job.job!r} has no match operator with rules by that name (those "
+                      f"with a rules: section: {names}); add rules: {{topic: …}} to the operator")
+
+
+@dataclass(frozen=True)
+class RuleCompiler:
+    """``rule → MatchSettings`` for one operator of a job, checking the definition as the job's
+    own would be checked (fields against the source schema, the expression bounds, the SQL
+    parser's errors): a :class:`ConfigError` with the problems. Picklable (the executors
+    compile the rules they receive)."""
+
+    job: JobConfig
+    operator: str
+
+    def __call__(self, rule: Rule) -> MatchSettings:
+        from ctiflow.jobs.fields import field_errors
+        from ctiflow.jobs.recognize import operator_of
+
+        op = ruled_operator(self.job, self.operator)
+        if op.language == "sql":
+            trial = op.model_copy(update={"sql": rule.definition, "pattern": None, "rules": None})
+        else:
+            trial = op.model_copy(update={"pattern": parse_pattern(rule.definition), "sql": None, "rules": None})
+        job = self.job.model_copy(update={"operators": [trial]})
+        errors = field_errors(job)
+        if errors:
+            raise ConfigError("the rule's definition does not fit the job", errors)
+        try:
+            _, settings = operator_of(trial, job)
+        except ConfigError as exc:  # (its problems name operators.<name>.pattern/sql: the definition)
+            raise ConfigError("the rule's definition", [p.split(": ", 1)[-1] for p in exc.problems or [str(exc)]])
+        return settings
+
+
+def parse_pattern(text: str | None) -> dict[str, Any]:
+    """A pattern definition: the job file's YAML form of one pattern (durations like ``10m``)."""
+    try:
+        spec = yaml.safe_load(text or "")
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the definition is not YAML: {exc}") from None
+    if not isinstance(spec, dict):
+        raise ConfigError("a pattern definition is a YAML mapping (stages: [...], within: ...)")
+    try:
+        return _pattern_durations(spec, "pattern")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_rule(job: JobConfig, rule: Rule) -> None:
+    """Everything the job checks of a rule record before it could take effect (the CTI aside):
+    the operator, the action, the definition (:class:`RuleCompiler`)."""
+    op = ruled_operator(job, rule.operator)
+    if rule.action == "put":
+        try:
+            RuleCompiler(job, op.name)(rule)
+        except CtiflowError as exc:
+            problems = getattr(exc, "problems", None) or []
+            raise ConfigError(f"rule {rule.rule_id!r}: {exc}", problems) from None
+
+
+# -- the rules topic --------------------------------------------------------------------------
+def read_rules(job: JobConfig, op: MatchOp) -> list[Rule]:
+    """Every record of the operator's rules topic, in topic order (an undecodable one is left
+    out: the job dead-letters it with the reason)."""
+    from ctiflow.jobs.kafka import holds_records, iter_topic
+
+    registry = job.kafka.schema_registry
+    if not holds_records(job.kafka.bootstrap_servers, op.rules.topic, job.kafka.client):
+        return []
+    return [Rule.from_record(r) for r in iter_topic(job.kafka.bootstrap_servers, op.rules.topic, job.kafka.client,
+                                                    registry_url=registry.url, registry_config=registry.config)
+            if "_undecodable" not in r]
+
+
+def timeline(rules: list[Rule]) -> dict[str, list[Rule]]:
+    """The records as the job schedules them, CTIs aside (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`):
+    per rule id, each record newer than the last one kept that takes effect no earlier."""
+    kept: dict[str, list[Rule]] = {}
+    for rule in rules:
+        mine = kept.setdefault(rule.rule_id, [])
+        if mine and (rule.version <= mine[-1].version or rule.effective_time < mine[-1].effective_time):
+            continue
+        if rule.action == "delete" and (not mine or mine[-1].action == "delete"):
+            continue
+        mine.append(rule)
+    return {k: v for k, v in kept.items() if v}
+
+
+def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
+    """Write one rule record to the operator's rules topic (created if missing), keyed by its id."""
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.kafka import create_topics, produce
+
+    bootstrap, client = job.kafka.bootstrap_servers, job.kafka.client
+    create_topics(bootstrap, {op.rules.topic: 1}, client)
+    registry = None
+    if job.kafka.effective_framing == "confluent":
+        from ctiflow.jobs.avro.serde import registry_client
+        registry = registry_client(job.kafka.schema_registry.url, job.kafka.schema_registry.config)
+    encode = AvroSerializer(RULE_SCHEMA, framing=job.kafka.effective_framing, registry=registry,
+                            subject=f"{op.rules.topic}-value")
+    record = {f: getattr(rule, f) for f in Rule.__dataclass_fields__}
+    done = produce(bootstrap, op.rules.topic, [record], encode, "rule_id", client, flush_timeout=30)
+    if done.unflushed:
+        raise ConfigError(f"the rule record was not written to {op.rules.topic!r} within 30 s (is the broker at "
+                          f"{bootstrap} up?)")
