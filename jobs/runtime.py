@@ -165,7 +165,7 @@ def rules_specs(cfg: JobConfig) -> tuple[RulesSpec, ...]:
     from ctiflow.jobs.rules import RuleCompiler
 
     return tuple(RulesSpec(op.rules_stream, i, operator_spec(op, cfg).settings.rules, RuleCompiler(cfg, op.name),
-                           op.rules.sync.value)
+                           getattr(op.rules.sync, "value", op.rules.sync))
                  for i, op in enumerate(cfg.operators) if getattr(op, "rules", None) is not None)
 
 

@@ -1,0 +1,246 @@
+"""Rules in a job, without Spark: the ``rules:`` section, the rules stream through a key group's
+runtime (every micro-batch restored from its committed bytes, as the adapter runs it), refused
+rule records to the dead-letter topic, ``sync: min``, and the schemas the records are written with.
+
+The oracle: each rule version as a static match operator over the events of its span (``cut``)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.recognize import derived_schemas
+from ctiflow.jobs.rows import Control, GroupInput
+from ctiflow.jobs.rules import RuleCompiler, check_rule, timeline
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.cep.operator import MatchOperator
+from ctiflow.operators.cep.rules import Rule
+from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.errors import ConfigError
+from ctiflow.operators.time import CTI_INFINITY, Event
+
+from ctiflow.jobs.avro.serde import AvroSerializer, default_store
+
+T0 = 1_767_225_600_000
+
+
+def job(on_change="cut", sync="import", late_rules="reject", static=True):
+    op = {"kind": "match", "name": "fraud", "output": "rule-matches",
+          "rules": {"topic": "fraud-rules", "on_change": on_change, "sync": sync, "late_rules": late_rules}}
+    if static:
+        op["pattern"] = pattern(2000)
+    return parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
+                  "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction", "key_field": "account",
+                               "time_field": "event_time", "partitions": 3}],
+                  "operators": [op]}, "t")
+
+
+def pattern(threshold: float) -> dict:
+    return {"within": "10s", "skip": "skip_past_last_event",
+            "stages": [{"name": "first", "where": "type == 'purchase'"},
+                       {"name": "large", "contiguity": "followed_by",
+                        "where": f"type == 'purchase' and amount > {threshold}"}]}
+
+
+def yaml_of(spec: dict) -> str:
+    return json.dumps(spec)  # (JSON is YAML)
+
+
+def events(seed: int, n: int = 300):
+    rng = random.Random(seed)
+    out, offsets, t = [], {0: 0, 1: 0, 2: 0}, T0
+    for i in range(n):
+        t += rng.choice((0, 50, 100, 300))
+        p = rng.choices([0, 1, 2], weights=[5, 3, 1])[0]
+        f = {"id": f"e{i}", "account": f"a{rng.randrange(4)}", "event_time": t, "type": rng.choice(["purchase"] * 3 + ["refund"]),
+             "amount": float(rng.randrange(1, 100) * 50), "currency": "EUR", "country": "DE", "merchant": None}
+        out.append(Event(f["account"], t, t, f, p, offsets[p], "transactions"))
+        offsets[p] += 1
+    return out
+
+
+def rule_event(rule: Rule, offset: int) -> Event:
+    fields = {f: getattr(rule, f) for f in Rule.__dataclass_fields__}
+    return Event(rule.rule_id, rule.effective_time, rule.effective_time, fields, 0, offset, "rules_fraud")
+
+
+def batch_input(evs: list[Event], rules: list[Event]) -> GroupInput:
+    got = GroupInput([], [], [("transactions", Control([0, 1, 2], [], False)), ("rules_fraud", Control([0], [], False))], [])
+    for stream, mine, parts in (("transactions", evs, (0, 1, 2)), ("rules_fraud", rules, (0,))):
+        for p in parts:
+            read = sorted((e for e in mine if e.partition == p), key=lambda e: e.offset)
+            if read:
+                got.frontiers.append((stream, p, max(e.start for e in read)))
+                got.columns.append(EventColumns.from_events(read))
+    return got
+
+
+def run(cfg, batches):
+    """``batches``: (events, rule events) per micro-batch; the last one flushes."""
+    plan = Plan.from_config(cfg)
+    rt = GroupRuntime(plan)
+    out = []
+    for i, (evs, rules) in enumerate(batches):
+        rt = GroupRuntime(plan, header=rt.commit(), chunks=rt.chunks)
+        got = rt.run_batch(batch_input(evs, rules), final=i == len(batches) - 1)
+        out.extend(got.outputs)
+        rt.commit()
+    return out, rt
+
+
+def static_matches(spec: dict, evs, end: int, name="fraud"):
+    from ctiflow.jobs.rules import parse_pattern
+    from ctiflow.operators.cep.operator import MatchSettings
+
+    op = MatchOperator(MatchSettings(pattern=parse_pattern(json.dumps(spec)), name=name, structured_events=True,
+                                   emit_timed_out=False))
+    got = []
+    for e in sorted(evs, key=lambda e: (e.start, e.partition, e.offset)):
+        got.extend(op.process(e))
+    got.extend(op.advance_to(end))
+    return got
+
+
+def key_of(record: dict) -> tuple:
+    return (record["rule_id"] or "", record["rule_version"] or 0, record["key"], record["first_time"],
+            record["last_time"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_versions_take_effect_at_their_time_whatever_the_batches(seed):
+    evs = events(seed)
+    t1, t2 = evs[100].start + 1, evs[200].start + 1
+    rules = [Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(3000))),
+             Rule("big", "fraud", 2, t1, "put", yaml_of(pattern(1000))),
+             Rule("big", "fraud", 3, t2, "delete")]
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(evs)), 5))
+    parts = [evs[a:b] for a, b in zip([0, *cuts], [*cuts, len(evs)])]
+    # Every rule record before the events it governs arrive (none late); the CTI moves with the events.
+    batches = [(parts[0], [rule_event(r, i) for i, r in enumerate(rules)]), *[(p, []) for p in parts[1:]], ([], [])]
+    out, rt = run(job(), batches)
+    got = sorted(key_of(o.record) for topic, o, _ in out if topic == "rule-matches")
+    want = []
+    for version, spec, lo, hi in ((1, pattern(3000), T0, t1), (2, pattern(1000), t1, t2)):
+        for o in static_matches(spec, [e for e in evs if lo <= e.start < hi], hi):
+            want.append(("big", version, o.record["key"], o.record["first_time"], o.record["last_time"]))
+    for o in static_matches(pattern(2000), evs, CTI_INFINITY):
+        want.append(("", 0, o.record["key"], o.record["first_time"], o.record["last_time"]))
+    assert got == sorted(want) and any(w[1] == 2 for w in want)
+    assert rt.counters.rules["fraud"]["applied"] == 3
+
+
+def test_a_refused_rule_is_a_dead_letter_with_the_reason_and_changes_nothing():
+    evs = events(1, 60)
+    bad = Rule("big", "fraud", 1, T0, "put", yaml_of({"stages": [{"name": "a", "where": "no_such_field > 1"}]}))
+    late = Rule("late", "fraud", 1, T0, "put", yaml_of(pattern(10)))
+    batches = [(evs[:30], [rule_event(bad, 0)]), (evs[30:], [rule_event(late, 1)]), ([], [])]
+    out, rt = run(job(static=False), batches)
+    dead = [o.record for topic, o, _ in out if topic == "r.dead-letter"]
+    assert [d["source_topic"] for d in dead] == ["fraud-rules", "fraud-rules"]
+    assert "no_such_field" in dead[0]["error"] and "late: effective_time" in dead[1]["error"]
+    assert dead[0]["stage"] == "rule" and json.loads(dead[0]["value"])["rule_id"] == "big"
+    assert [topic for topic, _, _ in out if topic == "rule-matches"] == []
+    assert rt.counters.rules["fraud"]["rejected"] == 2
+
+
+def test_an_adjusted_rule_takes_effect_at_the_cti_and_its_records_say_so():
+    evs = events(2, 200)
+    late = Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(100)))
+    batches = [(evs[:100], []), (evs[100:], [rule_event(late, 0)]), ([], [])]
+    out, rt = run(job(late_rules="adjust", static=False), batches)
+    records = [o.record for topic, o, _ in out if topic == "rule-matches"]
+    cti = min(max(e.start for e in evs[:100] if e.partition == p) for p in (0, 1, 2))  # (delay 0)
+    assert records and {r["rule_effective_time"] for r in records} == {cti}
+    assert min(r["first_time"] for r in records) >= cti
+    assert rt.counters.rules["fraud"]["adjusted"] == 1
+
+
+def test_with_sync_min_events_wait_for_the_rules_stream():
+    evs = events(3, 100)
+    cfg = job(sync="min", static=False)
+    plan = Plan.from_config(cfg)
+    rt = GroupRuntime(plan)
+    got = rt.run_batch(batch_input(evs, []))
+    assert got.counters.released == 0  # the rules stream has no CTI yet: nothing released
+    rule = Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(100)))
+    got = rt.run_batch(batch_input([], [rule_event(rule, 0)]))
+    assert got.counters.released == 0  # its CTI is T0 now: the events after T0 still wait
+    later = Rule("big", "fraud", 2, evs[-1].start + 1, "delete")
+    got = rt.run_batch(batch_input([], [rule_event(later, 1)]))
+    events_cti = min(max(e.start for e in evs if e.partition == p) for p in (0, 1, 2))  # the older now
+    assert got.counters.released == sum(e.start < events_cti for e in evs) > 0
+
+
+def test_the_records_of_an_operator_with_rules_have_their_own_schema():
+    cfg = job()
+    name = cfg.result_topics()["rule-matches"]
+    assert name == "ruled_match_transactions"
+    schema = json.loads(derived_schemas(cfg)[name])
+    assert [f["name"] for f in schema["fields"]][-3:] == ["rule_id", "rule_version", "rule_effective_time"]
+    store = default_store().with_schemas(derived_schemas(cfg))
+    assert default_store().get("rule").parsed["name"] == "ctiflow.rules.Rule"
+    evs = events(4, 40)
+    out, _ = run(job(static=True), [(evs, []), ([], [])])
+    encode = AvroSerializer(name, store=store)
+    assert [encode(o.record) for topic, o, _ in out if topic == "rule-matches"]  # (encodes)
+
+
+def test_sql_rules_write_measures_as_name_value_pairs():
+    cfg = parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
+                 "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction", "key_field": "account",
+                              "time_field": "event_time"}],
+                 "operators": [{"kind": "match", "name": "q", "output": "out",
+                                "rules": {"topic": "q-rules", "language": "sql"}}]}, "t")
+    assert cfg.result_topics()["out"] == "ruled_recognize"
+    query = ("SELECT * FROM transactions MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time "
+             "MEASURES A.id AS a_id, B.amount AS b_amount PATTERN (A B) "
+             "DEFINE A AS A.type = 'purchase', B AS B.amount > 2000)")
+    compile = RuleCompiler(cfg, "q")
+    assert compile(Rule("s", "q", 1, T0, "put", query)).sql == query
+    with pytest.raises(ConfigError, match="PARTITION BY must include"):
+        compile(Rule("s", "q", 1, T0, "put", query.replace("PARTITION BY account", "PARTITION BY country")))
+    plan = Plan.from_config(cfg)
+    evs = events(5, 80)
+    store = default_store().with_schemas(derived_schemas(cfg))
+    encode = AvroSerializer("ruled_recognize", store=store)
+    from ctiflow.operators.cep.rules import RuleBook
+    book = RuleBook(plan.rules[0].settings)
+    assert book.offer(Rule("s", "q", 1, T0, "put", query), T0, compile).outcome == "applied"
+    op = plan.operators[0].build()
+    op.use_rules(book)
+    records = [o for e in sorted(evs, key=lambda e: e.start) for o in op.process(e)] + op.advance_to(CTI_INFINITY)
+    assert records
+    for o in records:
+        assert o.record["rule_id"] == "s" and [m["name"] for m in o.record["measures"]] == ["account", "a_id",
+                                                                                          "b_amount"]
+        encode(o.record)
+
+
+def test_rule_records_are_checked_before_they_are_written():
+    cfg = job()
+    check_rule(cfg, Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(10))))
+    with pytest.raises(ConfigError, match="no match operator with rules by that name"):
+        check_rule(cfg, Rule("big", "other", 1, T0, "put", yaml_of(pattern(10))))
+    with pytest.raises(ConfigError, match="stage"):
+        check_rule(cfg, Rule("big", "fraud", 1, T0, "put", yaml_of({"stages": []})))
+    assert list(timeline([Rule("a", "fraud", 1, 5, "put", "x"), Rule("a", "fraud", 1, 9, "put", "y"),
+                          Rule("a", "fraud", 2, 7, "delete")])["a"]) == [Rule("a", "fraud", 1, 5, "put", "x"),
+                                                                         Rule("a", "fraud", 2, 7, "delete")]
+
+
+def test_the_rules_section_is_checked_with_the_job():
+    with pytest.raises(ConfigError, match="rules.topic: 'tx' is a source's topic"):
+        parse({"job": "r", "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction",
+                                        "key_field": "account", "time_field": "event_time"}],
+               "operators": [{"kind": "match", "name": "q", "output": "out", "rules": {"topic": "tx"}}]}, "t")
+    with pytest.raises(ConfigError, match="on_change"):
+        parse({"job": "r", "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction",
+                                        "key_field": "account", "time_field": "event_time"}],
+               "operators": [{"kind": "match", "name": "q", "output": "out",
+                              "rules": {"topic": "q-rules", "on_change": "flush"}}]}, "t")
+    cfg = job()
+    assert cfg.topics()["fraud-rules"] == 1 and [s.name for s in cfg.rule_sources] == ["rules_fraud"]
