@@ -8,6 +8,7 @@ Jobs (Kafka → Spark → Kafka), configured as in a job YAML::
     report = ctiflow.check("job.yaml")          # every error and warning, no Kafka, no Spark
     errors = ctiflow.check_config(job)          # the same for a parsed config (a list, [] if none)
     summary = ctiflow.run(job, until_end=True)  # a bounded run on its own Spark session
+    ctiflow.put_rule(job, "stages: …", rule_id="big", effective="2026-11-28T09:00:00Z")  # rules at a CTI
     query = ctiflow.stream(spark, job).start()  # or: the job's query in *your* SparkSession
 
 The operators themselves are plain Python state machines (no Spark, no Kafka): feed them
@@ -36,6 +37,10 @@ _EXPORTS = {
     "JobConfig": ("ctiflow.jobs.config", "JobConfig"),
     "load": ("ctiflow.jobs.config", "load"),
     "parse": ("ctiflow.jobs.config", "parse"),
+    "put_rule": ("ctiflow.jobs.rules", "put_rule"),
+    "delete_rule": ("ctiflow.jobs.rules", "delete_rule"),
+    "list_rules": ("ctiflow.jobs.rules", "list_rules"),
+    "Rule": ("ctiflow.operators.cep.rules", "Rule"),
     "AvroDeserializer": ("ctiflow.jobs.avro.serde", "AvroDeserializer"),
     "AvroSerializer": ("ctiflow.jobs.avro.serde", "AvroSerializer"),
     "SchemaStore": ("ctiflow.jobs.avro.serde", "SchemaStore"),

@@ -7,6 +7,7 @@ The semantics (when a version judges which events) are the operator's:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from ctiflow.jobs.config import JobConfig, MatchOp, _pattern_durations
 from ctiflow.operators.cep.operator import MatchSettings
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.errors import ConfigError, CtiflowError
+from ctiflow.operators.reference import SyncMode
 
 RULE_SCHEMA = "rule"
 
@@ -62,6 +64,15 @@ class RuleCompiler:
         return settings
 
 
+def rules_specs(cfg: JobConfig, spec: type) -> tuple:
+    """The plan's :class:`ctiflow.jobs.runtime.RulesSpec` (``spec``) of each match operator with rules."""
+    from ctiflow.jobs.recognize import operator_of
+
+    return tuple(spec(op.rules_stream, i, operator_of(op, cfg)[1].rules, RuleCompiler(cfg, op.name),
+                      SyncMode(op.rules.sync).value)
+                 for i, op in enumerate(cfg.operators) if isinstance(op, MatchOp) and op.rules is not None)
+
+
 def parse_pattern(text: str | None) -> dict[str, Any]:
     """A pattern definition: the job file's YAML form of one pattern (durations like ``10m``)."""
     try:
@@ -94,11 +105,11 @@ def read_rules(job: JobConfig, op: MatchOp) -> list[Rule]:
     out: the job dead-letters it with the reason)."""
     from ctiflow.jobs.kafka import holds_records, iter_topic
 
-    registry = job.kafka.schema_registry
-    if not holds_records(job.kafka.bootstrap_servers, op.rules.topic, job.kafka.client):
+    registry, client = job.kafka.schema_registry, job.kafka.client_config()
+    if not holds_records(job.kafka.bootstrap_servers, op.rules.topic, client):
         return []
-    return [Rule.from_record(r) for r in iter_topic(job.kafka.bootstrap_servers, op.rules.topic, job.kafka.client,
-                                                    registry_url=registry.url, registry_config=registry.config)
+    return [Rule.from_record(r) for r in iter_topic(job.kafka.bootstrap_servers, op.rules.topic, client,
+                                                    registry_url=registry.url, registry_config=registry.client_config())
             if "_undecodable" not in r]
 
 
@@ -121,12 +132,12 @@ def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
     from ctiflow.jobs.avro.serde import AvroSerializer
     from ctiflow.jobs.kafka import create_topics, produce
 
-    bootstrap, client = job.kafka.bootstrap_servers, job.kafka.client
+    bootstrap, client = job.kafka.bootstrap_servers, job.kafka.client_config()
     create_topics(bootstrap, {op.rules.topic: 1}, client)
     registry = None
     if job.kafka.effective_framing == "confluent":
         from ctiflow.jobs.avro.serde import registry_client
-        registry = registry_client(job.kafka.schema_registry.url, job.kafka.schema_registry.config)
+        registry = registry_client(job.kafka.schema_registry.url, job.kafka.schema_registry.client_config())
     encode = AvroSerializer(RULE_SCHEMA, framing=job.kafka.effective_framing, registry=registry,
                             subject=f"{op.rules.topic}-value")
     record = {f: getattr(rule, f) for f in Rule.__dataclass_fields__}
@@ -134,3 +145,81 @@ def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
     if done.unflushed:
         raise ConfigError(f"the rule record was not written to {op.rules.topic!r} within 30 s (is the broker at "
                           f"{bootstrap} up?)")
+
+
+# -- what `ctiflow rules` and the Python API do ------------------------------------------------------
+def _operator(job: JobConfig, operator: str | None) -> MatchOp:
+    if operator is not None:
+        return ruled_operator(job, operator)
+    ruled = [o for o in job.operators if isinstance(o, MatchOp) and o.rules is not None]
+    if len(ruled) != 1:
+        names = ", ".join(o.name for o in ruled) or "none"
+        raise ConfigError(f"--operator: job {job.job!r} has {len(ruled)} match operators with rules ({names}); "
+                          "name the one the rule is for")
+    return ruled[0]
+
+
+def effective_ms(text: str | int | None) -> int:
+    """An effective time: epoch ms, an ISO 8601 date-time (UTC unless it says), or ``now``."""
+    from datetime import datetime, timezone
+
+    if text is None or text == "now":
+        return int(time.time() * 1000)
+    if isinstance(text, int) or str(text).lstrip("-").isdigit():
+        return int(text)
+    try:
+        at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--effective {text!r}: give epoch milliseconds, an ISO date-time such as "
+                          "2026-11-28T09:00:00Z, or now") from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return int(at.timestamp() * 1000)
+
+
+def _next(job: JobConfig, op: MatchOp, rule_id: str, version: int | None, effective: int) -> int:
+    """The version to write: the next after the topic's last for ``rule_id`` (or ``version``,
+    refused unless newer); refused if it would take effect before that one."""
+    mine = [r for r in read_rules(job, op) if r.rule_id == rule_id]
+    last = max(mine, key=lambda r: r.version, default=None)
+    if last is not None and version is not None and version <= last.version:
+        raise ConfigError(f"--version {version}: rule {rule_id!r} is at version {last.version} already; a new "
+                          f"version must be newer (leave --version out: {last.version + 1})")
+    if last is not None and effective < last.effective_time:
+        raise ConfigError(f"--effective {effective}: version {last.version} of rule {rule_id!r} takes effect at "
+                          f"{last.effective_time}; a version takes effect after the one before it")
+    return version if version is not None else (last.version + 1 if last is not None else 1)
+
+
+def put_rule(job: JobConfig, definition: str, *, rule_id: str, operator: str | None = None,
+             effective: str | int | None = None, version: int | None = None, comment: str | None = None) -> Rule:
+    """Check a rule's definition against the job (as the job will) and write it as the rule's
+    next version, taking effect at ``effective`` (default: now). → the record written."""
+    op = _operator(job, operator)
+    at = effective_ms(effective)
+    rule = Rule(rule_id, op.name, 1, at, "put", definition, comment)
+    check_rule(job, rule)
+    rule = Rule(rule_id, op.name, _next(job, op, rule_id, version, at), at, "put", definition, comment)
+    produce_rule(job, op, rule)
+    return rule
+
+
+def delete_rule(job: JobConfig, rule_id: str, *, effective: str | int | None = None, operator: str | None = None,
+                comment: str | None = None) -> Rule:
+    """Write a ``delete`` version of a rule: from ``effective`` (default: now) it judges nothing."""
+    op = _operator(job, operator)
+    at = effective_ms(effective)
+    live = timeline(read_rules(job, op)).get(rule_id)
+    if not live or live[-1].action == "delete":
+        raise ConfigError(f"--id {rule_id!r}: operator {op.name!r} has no live rule by that id (see ctiflow rules list)")
+    rule = Rule(rule_id, op.name, _next(job, op, rule_id, None, at), at, "delete", None, comment)
+    produce_rule(job, op, rule)
+    return rule
+
+
+def list_rules(job: JobConfig, operator: str | None = None) -> dict[str, list[Rule]]:
+    """Every operator's (or ``operator``'s) rules as the job schedules them: operator → the
+    versions in effective-time order (CTIs aside: a late one the job refuses is listed)."""
+    ops = [_operator(job, operator)] if operator else [o for o in job.operators
+                                                        if isinstance(o, MatchOp) and o.rules is not None]
+    return {op.name: [r for versions in timeline(read_rules(job, op)).values() for r in versions] for op in ops}

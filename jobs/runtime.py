@@ -131,7 +131,9 @@ class Plan:
         check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
         schemas = derived_schemas(cfg)
         cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
-        rules = rules_specs(cfg)
+        from ctiflow.jobs.rules import rules_specs
+
+        rules = rules_specs(cfg, RulesSpec)
         cti_streams += tuple(r.stream for r in rules if r.sync == "min")
         return cls(streams=streams, fast=fast, reference=reference,
                    operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
@@ -159,14 +161,6 @@ class RulesSpec:
     settings: RulesSettings
     compile: Any
     sync: str = "import"
-
-
-def rules_specs(cfg: JobConfig) -> tuple[RulesSpec, ...]:
-    from ctiflow.jobs.rules import RuleCompiler
-
-    return tuple(RulesSpec(op.rules_stream, i, operator_spec(op, cfg).settings.rules, RuleCompiler(cfg, op.name),
-                           getattr(op.rules.sync, "value", op.rules.sync))
-                 for i, op in enumerate(cfg.operators) if getattr(op, "rules", None) is not None)
 
 
 def operator_spec(op, cfg: JobConfig) -> OperatorSpec:

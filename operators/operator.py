@@ -136,6 +136,11 @@ class Operator(ABC):
         whole. Asked only of an operator whose :meth:`fields_read` is not None."""
         return True
 
+    def use_rules(self, book: Any) -> None:
+        """An operator that takes rules (:class:`ctiflow.operators.cep.rules.RuledMatchOperator`) gets its
+        key group's rule book before any other call of a micro-batch; others need none (the default
+        does nothing)."""
+
     def release_order(self, cols: EventColumns) -> np.ndarray | None:
         """The order in which to take released rows when it is not the release order (e.g. a
         ``MATCH_RECOGNIZE ... ORDER BY t, c``: equal times sorted by ``c``); None (the default):

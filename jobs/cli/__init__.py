@@ -17,7 +17,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from ctiflow.jobs.cli import bench, conformance, demo, plot, recognize, records, run, schemas, stack, status, topics
+from ctiflow.jobs.cli import (bench, conformance, demo, plot, recognize, records, rules, run, schemas, stack, status,
+                              topics)
 from ctiflow.jobs.cli.consoles import console
 from ctiflow.jobs.cli.parameters import not_utf8
 from ctiflow.jobs.config import home
@@ -38,6 +39,7 @@ app.add_typer(topics.app, name="topics")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(plot.app, name="plot")
 app.add_typer(conformance.app, name="conformance")
+app.add_typer(rules.app, name="rules")
 app.add_typer(stack.users_app, name="users")
 
 
