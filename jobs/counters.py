@@ -81,7 +81,7 @@ TABLE: tuple[Counter, ...] = (
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written back"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
     Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",), "ctiflow_rules_active"),
-    Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",), "ctiflow_rule_versions"),
+    Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",), "ctiflow_rules_versions"),
     Counter("rules_scheduled", S, "rule versions that take effect after the CTI", ("operator",),
             "ctiflow_rules_scheduled"),
     Counter("rules_applied", S, "rule records applied (adjusted ones included) since the job began", ("operator",),

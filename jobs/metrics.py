@@ -92,7 +92,7 @@ class JobMetrics:
         if self._ends is None:
             return {}
         out = {}
-        for src, sp in zip(self.cfg.sources, progress.get("sources", [])):
+        for src, sp in zip(self.cfg.read_sources, progress.get("sources", [])):
             end = sp.get("endOffset")
             end = json.loads(end) if isinstance(end, str) else end
             read = {int(p): int(v) for p, v in (end or {}).items() if str(p).isdigit()}

@@ -116,6 +116,8 @@ class JobStatus:
     last_batch_seconds: float | None = None
     batches: float = 0
     rate: float | None = None  # input records/s since the previous read
+    #: operator → its rules' figures (active, versions, scheduled, applied, adjusted, rejected)
+    rules: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 #: partition series → :class:`PartitionStatus` field
@@ -134,6 +136,11 @@ _JOB_FIELDS = {counters.metric("cti"): ("cti", None),
                "ctiflow_last_batch_timestamp_seconds": ("last_batch_at", None),
                "ctiflow_last_batch_duration_seconds": ("last_batch_seconds", ("stage", "triggerExecution")),
                "ctiflow_batches_total": ("batches", None)}
+
+
+#: rule series → the figure it is (labelled by operator)
+_RULE_FIELDS = {counters.metric(f"rules_{f}", ("operator",)): f
+                for f in ("active", "versions", "scheduled", "applied", "adjusted", "rejected")}
 
 
 def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elapsed: float | None = None,
@@ -162,6 +169,9 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
             attr = _PARTITION_FIELDS.get(name)
             if attr is not None:
                 setattr(p, attr, value >= 1 if attr == "idle" else value)
+            continue
+        if name in _RULE_FIELDS and lab.get("operator"):
+            j.rules.setdefault(lab["operator"], {})[_RULE_FIELDS[name]] = value
             continue
         attr, want = _JOB_FIELDS.get(name, (None, None))
         # Prometheus drops a label whose value is empty: operator="" (the total) arrives without it
@@ -221,7 +231,16 @@ def one_line(j: JobStatus, now: float) -> str:
     return (f"{j.job}: CTI {format_cti(None if j.cti is None else int(j.cti * 1000))} lag {_duration(j.lag)} "
             f"in {_rate(j.rate)} late {_count(sum(p.late for p in j.partitions))} "
             f"dead-letter {_count(j.dead_letter + j.refused)} state {_bytes(j.state_bytes)} "
-            f"batch {_duration(since)} ago")
+            f"batch {_duration(since)} ago"
+            + "".join(f" rules {op} {_count(r.get('active'))}" for op, r in sorted(j.rules.items())))
+
+
+def rules_lines(j: JobStatus) -> list[str]:
+    """One line per operator with rules: what is in effect and what its rules topic brought."""
+    return [f"rules of {op}: {_count(r.get('active'))} active, {_count(r.get('versions'))} versions "
+            f"({_count(r.get('scheduled'))} scheduled); records applied {_count(r.get('applied'))}, adjusted "
+            f"{_count(r.get('adjusted'))}, rejected {_count(r.get('rejected'))}"
+            for op, r in sorted(j.rules.items())]
 
 
 def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, source: str = ""):
@@ -251,7 +270,7 @@ def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, sou
             t.add_row(Text(p.stream), Text(p.partition), format_cti(None if p.cti is None else int(p.cti * 1000)),
                       _duration(p.lag), _count(p.behind), _rate(p.rate), _count(p.received), _count(p.late),
                       "idle" if p.idle else "")
-        tables += [Text.from_markup(title), t]
+        tables += [Text.from_markup(title), *map(Text, rules_lines(j)), t]
     return Group(*tables)
 
 

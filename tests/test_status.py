@@ -55,6 +55,20 @@ def test_a_table_per_job_or_a_line_each_when_narrow():
     assert empty.export_text().strip() == "no ctiflow job reports metrics at http://x:1/metrics yet"
 
 
+def test_rules_per_operator_are_shown():
+    samples = sample("fraud", p0=5)
+    for figure, n in (("active", 3), ("versions", 7), ("scheduled", 1), ("applied", 8), ("adjusted", 1),
+                      ("rejected", 2)):
+        samples[(f"ctiflow_rules_{figure}", (("job", "fraud"), ("operator", "big")))] = n
+    jobs = jobs_of(samples, now=T + 10)
+    assert jobs["fraud"].rules == {"big": {"active": 3, "versions": 7, "scheduled": 1, "applied": 8, "adjusted": 1,
+                                           "rejected": 2}}
+    wide = Console(width=160, record=True)
+    wide.print(render(jobs, 160, now=T + 10))
+    assert ("rules of big: 3 active, 7 versions (1 scheduled); records applied 8, adjusted 1, rejected 2"
+            in wide.export_text())
+
+
 # -- reading Prometheus and job endpoints: a local HTTP server answering as each does ----------------
 import contextlib  # noqa: E402
 import json  # noqa: E402
