@@ -123,7 +123,7 @@ class EventColumns:
     :meth:`concat` copy."""
 
     __slots__ = ("stream", "key", "start", "end", "partition", "offset", "fields", "raw", "adjusted",
-                 "original_start", "dicts", "_events")
+                 "original_start", "dicts", "_events", "_codes")
 
     def __init__(self, stream: str, key: np.ndarray, start: np.ndarray, end: np.ndarray, partition: np.ndarray,
                  offset: np.ndarray, fields: dict[str, np.ndarray], raw: np.ndarray | None = None,
@@ -141,17 +141,29 @@ class EventColumns:
         self.original_start = original_start
         self.dicts = dicts
         self._events: list[Event] | None = None
+        self._codes: tuple[np.ndarray, dict[str, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.start)
 
     def __getstate__(self):
-        return tuple(getattr(self, s) for s in self.__slots__[:-1])
+        return tuple(getattr(self, s) for s in self.__slots__[:-2])
 
     def __setstate__(self, state) -> None:
-        for name, value in zip(self.__slots__[:-1], state):
+        for name, value in zip(self.__slots__[:-2], state):
             setattr(self, name, value)
         self._events = None
+        self._codes = None
+
+    def key_codes(self) -> tuple[np.ndarray, dict[str, int]]:
+        """Each row's key as a small integer, and key → code: computed once per columns object
+        (several operators that filter the same rows by key share it)."""
+        if self._codes is None:
+            index: dict[str, int] = {}
+            setdefault = index.setdefault
+            codes = np.fromiter((setdefault(k, len(index)) for k in self.key.tolist()), np.int64, len(self.key))
+            self._codes = (codes, index)
+        return self._codes
 
     @classmethod
     def from_events(cls, events: Sequence[Event], names: Sequence[str] | None = None) -> "EventColumns":

@@ -184,6 +184,48 @@ def start_filter(plan: NfaPlan):
     return evaluator(AllOf(tuple(nodes))) if nodes else None
 
 
+def start_keys(plan: NfaPlan) -> tuple[tuple[str, frozenset], ...]:
+    """``((field, values), …)``: the pattern's start can move on an event only if its ``field``
+    equals one of ``values`` — every TAKE and IGNORE edge of the start (as :func:`start_filter`
+    reads them) has a conjunct ``field == value`` over the same field (both languages' equality:
+    a missing field or NULL equals no value); each such field. Empty when there is none. Lets many
+    patterns share one index of a column instead of each testing every row
+    (:class:`ctiflow.operators.cep.rules.RuledMatchOperator`)."""
+    from ctiflow.operators.cep.column_form import AllOf, Compare, Const, Field
+    from ctiflow.operators.cep.conditions import TRUE, condition_node
+
+    cached = _START_KEYS.get(id(plan))
+    if cached is not None and cached[0] is plan:
+        return cached[1]
+    found: dict[str, set] = {}
+    edges = 0
+    for state in proceed_closure(s for s in plan.states.values() if s.is_start):
+        for t in state.transitions:
+            if t.action is PROCEED:
+                continue
+            edges += 1
+            node = None if t.condition is None or t.condition is TRUE else condition_node(t.condition)
+            parts = node.parts if isinstance(node, AllOf) else (node,)
+            for part in parts:
+                if isinstance(part, Compare) and part.op == "==":
+                    field, const = (part.left, part.right) if isinstance(part.left, Field) else (part.right, part.left)
+                    if isinstance(field, Field) and isinstance(const, Const) and const.value is not None:
+                        found.setdefault(field.name, set()).add((edges, const.value))
+    # each field every edge constrains: its values
+    result = []
+    for name, pairs in found.items():
+        if edges and {e for e, _ in pairs} == set(range(1, edges + 1)):
+            try:
+                result.append((name, frozenset(v for _, v in pairs)))
+            except TypeError:  # an unhashable constant
+                continue
+    _START_KEYS[id(plan)] = (plan, tuple(result))
+    return tuple(result)
+
+
+_START_KEYS: dict[int, tuple] = {}
+
+
 class PartialMatchLimit(EventRejected):
     """An event refused because its key already holds ``max_partial_matches`` runs."""
 
@@ -276,8 +318,9 @@ class MatchOperator(Operator):
         n = len(cols)
         rows: Any = range(n)
         if self.closed:  # only keys with runs in flight
-            live = self._states.keys() | self._raw.keys()
-            rows = [i for i, key in enumerate(cols.key.tolist()) if key in live]
+            codes, index = cols.key_codes()
+            live = [index[k] for k in (self._states.keys() | self._raw.keys()) & index.keys()]
+            rows = np.flatnonzero(np.isin(codes, live)).tolist()
             if not rows:
                 return []
             events = cols.take(np.asarray(rows, np.int64)).events()
@@ -285,17 +328,18 @@ class MatchOperator(Operator):
         idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None \
             and not self._composite else None
         if idle is not None and idle.any():
-            live = set(self._states)
-            live.update(self._raw)
-            rows = []
-            for i, (skip, key) in enumerate(zip(idle.tolist(), cols.key.tolist())):
-                if not skip:
-                    rows.append(i)
-                    live.add(key)
-                elif key in live:
-                    rows.append(i)
-            if not rows:
+            # A row is taken unless it is idle and its key had nothing in flight: no state before
+            # the call, and no earlier row of the call taken (a non-idle row starts the key).
+            codes, index = cols.key_codes()
+            first = np.full(len(index), n, np.int64)  # per key: its first non-idle row
+            moving = np.flatnonzero(~idle)
+            np.minimum.at(first, codes[moving], moving)
+            for key in (self._states.keys() | self._raw.keys()) & index.keys():
+                first[index[key]] = -1
+            rows = np.flatnonzero(np.arange(n) >= first[codes])
+            if not len(rows):
                 return []
+            rows = rows.tolist()
         events = cols.events() if len(rows) == n else cols.take(np.asarray(rows, np.int64)).events()
         return process_rows(self._process_event, rows, events)
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ctiflow.operators import snapshots
-from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, _compiled, start_keys
 from ctiflow.operators.errors import CtiflowError, EventRejected, PatternError, invalid_choice
 from ctiflow.operators.operator import Operator, Output
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
@@ -122,12 +122,14 @@ class RuleBook:
         self.timeline: dict[str, list[RuleVersion]] = {}
         self._times: list[int] = []  # every version's effective time, sorted (with repeats)
         self.applied = self.rejected = self.adjusted = 0
+        self._bytes: bytes | None = None  # the snapshot while nothing changed since
 
     # -- rule records ------------------------------------------------------------------------
     def offer(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
         """Validate ``rule`` and schedule it (``cti``: the CTI in effect when it arrived;
         ``compile``: its definition → settings, raising :class:`CtiflowError` with the reason)."""
         decision = self._judge(rule, cti, compile)
+        self._bytes = None
         if decision.outcome == "rejected":
             self.rejected += 1
         else:
@@ -227,17 +229,35 @@ class RuleBook:
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        return pickle.dumps((_SNAPSHOT_VERSION, self.timeline, (self.applied, self.rejected, self.adjusted)),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        if self._bytes is None:
+            self._bytes = pickle.dumps((_SNAPSHOT_VERSION, self.timeline, (self.applied, self.rejected, self.adjusted)),
+                                       protocol=pickle.HIGHEST_PROTOCOL)
+        return self._bytes
 
     @classmethod
     def restore(cls, settings: RulesSettings, data: bytes) -> "RuleBook":
+        """The book of a snapshot. A process restores the same bytes every micro-batch while no
+        rule arrives: their timeline is decoded once and shared (its versions and settings are
+        immutable; each book gets its own lists), so the versions' compiled plans
+        (:func:`ctiflow.operators.cep.operator._compiled`, cached per settings object) are reused."""
         book = cls(settings)
-        version, book.timeline, (book.applied, book.rejected, book.adjusted) = snapshots.loads(data)
-        if version != _SNAPSHOT_VERSION:
-            raise PatternError(f"unsupported rule book snapshot version {version}")
+        cached = _RESTORED.get(data)
+        if cached is None:
+            version, timeline, counts = snapshots.loads(data)
+            if version != _SNAPSHOT_VERSION:
+                raise PatternError(f"unsupported rule book snapshot version {version}")
+            if len(_RESTORED) >= 16:
+                _RESTORED.clear()
+            cached = _RESTORED[data] = (timeline, counts)
+        timeline, (book.applied, book.rejected, book.adjusted) = cached
+        book.timeline = {rule_id: list(versions) for rule_id, versions in timeline.items()}
         book._times = sorted(v.effective for vs in book.timeline.values() for v in vs)
+        book._bytes = data
         return book
+
+
+#: snapshot bytes → (timeline, counts) decoded from them (:meth:`RuleBook.restore`)
+_RESTORED: dict[bytes, tuple] = {}
 
 
 @dataclass(frozen=True)
@@ -330,21 +350,36 @@ class RuledMatchOperator(Operator):
 
     def _feed(self, cols, lo: int, hi: int, got: list) -> None:
         """Rows ``lo:hi`` (one time span without transitions) into every version judging them
-        and every closed one with runs in flight."""
+        and every closed one with runs in flight. A version whose start needs ``field == value``
+        (:func:`ctiflow.operators.cep.operator.start_keys`) gets only the rows of those values
+        and of the keys it has in flight, found through one index of the field shared by all."""
         part = cols if lo == 0 and hi == len(cols) else cols.take(np.arange(lo, hi, dtype=np.int64))
-        for v in self.book.judging(int(cols.start[lo])):
-            if v.key not in self.subs:
-                self.subs[v.key] = MatchOperator(v.settings)
-        for key in sorted(self.subs):
-            sub = self.subs[key]
-            v = None if key == _STATIC else self.book.version(key)
-            for row, r in sub.process_columns(part):
+        judging = {v.key: v for v in self.book.judging(int(cols.start[lo]))}
+        index = _StartIndex(part)
+        for key in sorted(self.subs.keys() | judging.keys()):
+            sub = self.subs.get(key)
+            v = None if key == _STATIC else judging.get(key) or self.book.version(key)
+            if key == _STATIC or (sub is not None and sub.closed):
+                rows = None
+            else:  # (a version's operator is made once it has rows to see)
+                held = set() if sub is None else sub._states.keys() | sub._raw.keys()
+                rows = index.rows(_compiled(v.settings)[0], held)
+            if rows is not None and not len(rows):
+                continue
+            if sub is None:
+                sub = self.subs[key] = MatchOperator(v.settings)
+            if rows is None:
+                mine, at = part, None
+            else:
+                mine, at = part.take(rows), rows.tolist()
+            for row, r in sub.process_columns(mine):
+                row = (row if at is None else at[row]) + lo
                 if isinstance(r, EventRejected):
                     if v is not None:
                         r = EventRejected(f"rule {v.rule_id!r} version {v.version}: {r}")
-                    got.append((row + lo, r))
+                    got.append((row, r))
                 else:
-                    got.append((row + lo, self._tag(v, r)))
+                    got.append((row, self._tag(v, r)))
             if sub.closed and not sub.keys_in_flight:
                 del self.subs[key]
 
@@ -451,6 +486,72 @@ class RuledMatchOperator(Operator):
         for (rule_id, _), sub in self.subs.items():
             found[rule_id] = found.get(rule_id, 0) + sub.partial_match_count()
         return found
+
+
+class _StartIndex:
+    """One segment's rows by the value of a field many versions' starts test for equality, built
+    on first use per field (:func:`ctiflow.operators.cep.operator.start_keys`)."""
+
+    def __init__(self, cols) -> None:
+        self.cols = cols
+        self.by_field: dict[str, dict | None] = {}
+        self._by_key = None
+
+    def _of(self, name: str) -> dict | None:
+        if name not in self.by_field:
+            column = self.cols.fields[name] if self.cols.dicts is None and name in self.cols.fields else None
+            found: dict = {}
+            if column is not None:
+                try:
+                    for i, value in enumerate(column.tolist()):
+                        found.setdefault(value, []).append(i)
+                except TypeError:  # an unhashable value: no index
+                    found = None
+            self.by_field[name] = None if column is None else found
+        return self.by_field[name]
+
+    def _key_rows(self):
+        """Each key code's rows, ascending: ``(rows sorted by key, first position per code)``."""
+        if self._by_key is None:
+            codes, code_of = self.cols.key_codes()
+            order = np.argsort(codes, kind="stable")
+            bounds = np.searchsorted(codes[order], np.arange(len(code_of) + 1))
+            self._by_key = (order, bounds)
+        return self._by_key
+
+    def rows(self, plan, held) -> np.ndarray | None:
+        """The rows a version of ``plan`` holding keys ``held`` must see, ascending (None: all of
+        them): those whose field has one of its start values, every later row of their keys and
+        every row of the keys it holds."""
+        best = None
+        for name, values in start_keys(plan):  # the field whose values hit the fewest rows
+            by_value = self._of(name)
+            if by_value is not None:
+                hits = [r for v in values for r in by_value.get(v, ())]
+                if best is None or len(hits) < len(best):
+                    best = hits
+        if best is None:
+            return None
+        if not best and not held:
+            return np.zeros(0, np.int64)
+        codes, code_of = self.cols.key_codes()
+        first: dict[int, int] = {}
+        for r in best:
+            c = int(codes[r])
+            if r < first.get(c, len(codes)):
+                first[c] = r
+        for k in held:
+            c = code_of.get(k)
+            if c is not None:
+                first[c] = -1
+        order, bounds = self._key_rows()
+        parts = []
+        for c, f in first.items():
+            mine = order[bounds[c]:bounds[c + 1]]
+            parts.append(mine if f < 0 else mine[mine >= f])
+        rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        rows.sort()
+        return rows
 
 
 def _ROW(pair: tuple) -> int:
