@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-BENCHES = ("source", "adapter", "count", "bins", "match", "reliability", "scale", "peers", "latency")
+BENCHES = ("source", "adapter", "count", "bins", "match", "rules", "reliability", "scale", "peers", "latency")
 #: Run only when named (not part of ``all``): the soak takes ``minutes`` (30 by default).
 LONG_BENCHES = ("soak",)
 
@@ -65,6 +65,10 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             from ctiflow.bench.latency import main as latency_main
 
             latency_main(out, backlog=events or 500_000)
+        elif name == "rules":
+            from ctiflow.bench.rules import main as rules_main
+
+            rules_main(out, events_n=events or 100_000)
         elif name == "reliability":
             from ctiflow.bench.reliability import main as reliability_main
 

@@ -68,6 +68,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             "flows": _produce(bootstrap, "flows", "flow", fl, "device"),
         }
         out.print(f"produced: {produced} (incl. {len(bad)} malformed transactions)")
+        changes = _put_rules(cfgs[0], tx, out)
 
         spark = pipeline.spark_session(cfgs[0])
         results: dict[str, list[dict]] = {}
@@ -81,6 +82,8 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             for topic in cfg.result_topics():
                 results[topic] = kafka.read_topic(bootstrap, topic)  # (pipeline.run registered derived schemas)
         _report(results, out)
+        if changes:
+            _rule_report(results.get("rule-matches") or [], changes, out)
         counting = next((c for c in cfgs if "counts" in c.result_topics()), None)
         exact = (exact_counts(counting, results["counts"], lambda name: results.get(name) or kafka.read_topic(
             bootstrap, name)) if counting is not None and results.get("counts") else None)
@@ -92,6 +95,44 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         if started and not keep_broker:
             stack.down(port)
             console.print("embedded broker stopped")
+
+
+#: The demo's rule (docs/concepts/rules.md): a purchase, one abroad, then a large one, within 10 minutes.
+RULE = """within: 10m
+skip: skip_past_last_event
+stages:
+  - {name: first, where: "type == 'purchase'"}
+  - {name: abroad, contiguity: followed_by, where: "type == 'purchase' and country != first('first').country"}
+  - {name: large, contiguity: followed_by, where: "type == 'purchase' and amount > THRESHOLD"}
+"""
+
+
+def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
+    """The demo's rule changed mid-stream: version 1 (over 1,000) from the first transaction,
+    version 2 (over 500) from the middle of the workload's time; → ``(version, threshold, effective)``."""
+    from ctiflow.jobs.rules import put_rule
+
+    if not any(getattr(op, "rules", None) for op in cfg.operators):
+        return []
+    times = sorted(t["event_time"] for t in tx if t.get("event_time") is not None)
+    middle = times[len(times) // 2] // 60_000 * 60_000  # a whole minute
+    changes = []
+    for threshold, effective in ((1000, times[0]), (500, middle)):
+        rule = put_rule(cfg, RULE.replace("THRESHOLD", str(threshold)), rule_id="large", effective=effective,
+                        comment=f"large means over {threshold}")
+        changes.append((rule.version, threshold, rule.effective_time))
+        out.print(f"rule 'large' version {rule.version} (amount > {threshold}) takes effect at {rule.effective_time}")
+    return changes
+
+
+def _rule_report(matches: list[dict], changes: list[tuple[int, int, int]], out: Console) -> None:
+    """The matches of each version of the demo's rule: before and after the change."""
+    per = Counter(r.get("rule_version") for r in matches)
+    for version, threshold, effective in changes:
+        mine = [r for r in matches if r.get("rule_version") == version]
+        lowest = min((r["stages"][-1]["events"][-1]["amount"] for r in mine), default=None)
+        out.print(f"rule-matches: version {version} (amount > {threshold}, from {effective}): {per[version]} matches"
+                  + (f", the smallest large purchase {lowest:,.2f}" if lowest is not None else ""))
 
 
 def _report(results: dict[str, list[dict]], out: Console) -> None:

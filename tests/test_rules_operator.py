@@ -318,3 +318,42 @@ def test_versions_must_be_newer_and_rules_are_bounded_per_operator():
     assert book.offer(Rule("a", OP, 3, 30, "delete"), 0, c).outcome == "applied"
     assert book.offer(Rule("c", OP, 1, 40, "put", spec), 0, c).outcome == "applied"  # (a is deleted by then)
     assert book.stats(35) == {"active": 1, "versions": 4, "scheduled": 1, "applied": 4, "adjusted": 0, "rejected": 3}
+
+
+@pytest.mark.parametrize("on_change, large, want", [
+    ("drain", 800, [(2, "00:46", "00:48")]),
+    ("cut", 800, [(2, "00:46", "00:48")]),
+    ("drain", 1200, [(1, "00:40", "00:46"), (2, "00:46", "00:48")]),
+    ("cut", 1200, [(2, "00:46", "00:48")]),
+])
+def test_the_worked_example_of_the_rules_page(on_change, large, want):
+    """docs/concepts/rules.md, "A worked example": version 1 (over 1,000) from 00:00, version 2
+    (over 500) from 00:45, account a7's five purchases."""
+    base = 1_767_225_600_000
+
+    def at(hhmm: str) -> int:
+        h, m = hhmm.split(":")
+        return base + (int(h) * 60 + int(m)) * 60_000
+
+    def rule(threshold: int) -> str:
+        return json.dumps({"within_ms": 600_000, "skip": "skip_past_last_event", "stages": [
+            {"name": "first", "where": "type == 'purchase'"},
+            {"name": "abroad", "contiguity": "followed_by",
+             "where": "type == 'purchase' and country != first('first').country"},
+            {"name": "large", "contiguity": "followed_by", "where": f"type == 'purchase' and amount > {threshold}"}]})
+
+    book = RuleBook(RulesSettings("large-after-abroad", on_change=on_change))
+    compile = lambda r: MatchSettings(pattern=json.loads(r.definition), name=r.operator, emit_timed_out=False)  # noqa: E731
+    for version, threshold, effective in ((1, 1000, at("00:00")), (2, 500, at("00:45"))):
+        assert book.offer(Rule("large", "large-after-abroad", version, effective, "put", rule(threshold)), -1,
+                          compile).outcome == "applied"
+    op = RuledMatchOperator(RuledMatchSettings(None, book.settings))
+    op.use_rules(book)
+    got = []
+    for hhmm, country, amount in (("00:40", "DE", 20), ("00:42", "FR", 30), ("00:46", "DE", large),
+                                  ("00:47", "FR", 40), ("00:48", "DE", 600)):
+        t = at(hhmm)
+        got += op.process(Event("a7", t, t, {"type": "purchase", "country": country, "amount": amount}))
+    got += op.advance_to(CTI_INFINITY)
+    assert sorted((o.record["rule_version"], o.record["first_time"], o.record["last_time"]) for o in got) == \
+        [(v, at(a), at(b)) for v, a, b in want]

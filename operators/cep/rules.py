@@ -523,15 +523,17 @@ class _StartIndex:
         """The rows a version of ``plan`` holding keys ``held`` must see, ascending (None: all of
         them): those whose field has one of its start values, every later row of their keys and
         every row of the keys it holds."""
-        best = None
+        best, fewest = None, None
         for name, values in start_keys(plan):  # the field whose values hit the fewest rows
             by_value = self._of(name)
             if by_value is not None:
-                hits = [r for v in values for r in by_value.get(v, ())]
-                if best is None or len(hits) < len(best):
-                    best = hits
+                hit = [by_value[v] for v in values if v in by_value]
+                size = sum(map(len, hit))
+                if fewest is None or size < fewest:
+                    best, fewest = hit, size
         if best is None:
             return None
+        best = [r for rows in best for r in rows]
         if not best and not held:
             return np.zeros(0, np.int64)
         codes, code_of = self.cols.key_codes()
