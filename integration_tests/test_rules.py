@@ -254,3 +254,40 @@ def test_a_replay_and_a_backfill_with_sync_min_reproduce_the_live_run(stack, spa
                               for r in read(stack, topics["matches"], job_schema_store(parse(spec, label))))
     assert runs["live"] and runs["replay"] == runs["live"] and runs["backfill"] == runs["live"]
     assert {json.loads(r)["rule_version"] for r in runs["live"]} == {1, 2, 3}
+
+
+def test_rules_put_list_and_rm_on_the_command_line(stack, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    topics = {k: stack.topic(f"rules-cli-{k}") for k in ("in", "rules", "matches", "late", "dlq")}
+    topics["checkpoint"] = str(tmp_path / "checkpoint")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(spec_for(stack, "rules-cli", "pattern", "drain", "reject", topics=topics)))
+    ctiflow = str(Path(sys.executable).parent / "ctiflow")
+
+    def cli(*args):
+        return subprocess.run([ctiflow, "rules", *args, "--job", str(job_file)], capture_output=True, text=True,
+                              timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(definition("pattern", 1000))
+    bad.write_text(yaml.safe_dump({"stages": [{"name": "a", "where": "amount >> 3"}]}))
+    done = cli("put", str(bad), "--id", "big", "--effective", str(T0))
+    assert done.returncode != 0 and "amount >> 3" in done.stderr + done.stdout
+    assert topics["rules"] not in kafka.list_topics(stack.bootstrap)  # nothing written
+    assert cli("put", str(good), "--id", "big", "--effective", "2026-01-01T00:00:00Z").returncode == 0
+    assert cli("put", str(good), "--id", "big", "--effective", str(T0 + 60_000), "--comment", "again").returncode == 0
+    refused = cli("put", str(good), "--id", "big", "--effective", str(T0 + 90_000), "--version", "2")
+    assert refused.returncode != 0 and "a new version must be newer" in refused.stderr + refused.stdout
+    assert cli("rm", "--id", "big", "--effective", str(T0 + 120_000)).returncode == 0
+    listed = cli("list", "--at", str(T0 + 70_000))
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if " big " in line]
+    assert [line.split()[3] for line in lines] == ["1", "2", "3"], listed.stdout
+    assert [next(w for w in ("replaced", "current", "scheduled", "deleted") if w in line) for line in lines] == \
+        ["replaced", "current", "scheduled"]
+    written = [r for r in read(stack, topics["rules"])]
+    assert [(r["version"], r["action"], r["effective_time"]) for r in written] == \
+        [(1, "put", T0), (2, "put", T0 + 60_000), (3, "delete", T0 + 120_000)]

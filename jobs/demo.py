@@ -121,8 +121,14 @@ def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
         rule = put_rule(cfg, RULE.replace("THRESHOLD", str(threshold)), rule_id="large", effective=effective,
                         comment=f"large means over {threshold}")
         changes.append((rule.version, threshold, rule.effective_time))
-        out.print(f"rule 'large' version {rule.version} (amount > {threshold}) takes effect at {rule.effective_time}")
+        out.print(f"rule 'large' version {rule.version} (amount > {threshold}) takes effect at {_iso(rule.effective_time)}")
     return changes
+
+
+def _iso(ms: int) -> str:
+    from ctiflow.jobs.cli.rules import _when
+
+    return _when(ms)
 
 
 def _rule_report(matches: list[dict], changes: list[tuple[int, int, int]], out: Console) -> None:
@@ -131,7 +137,7 @@ def _rule_report(matches: list[dict], changes: list[tuple[int, int, int]], out: 
     for version, threshold, effective in changes:
         mine = [r for r in matches if r.get("rule_version") == version]
         lowest = min((r["stages"][-1]["events"][-1]["amount"] for r in mine), default=None)
-        out.print(f"rule-matches: version {version} (amount > {threshold}, from {effective}): {per[version]} matches"
+        out.print(f"rule-matches: version {version} (amount > {threshold}, from {_iso(effective)}): {per[version]} matches"
                   + (f", the smallest large purchase {lowest:,.2f}" if lowest is not None else ""))
 
 

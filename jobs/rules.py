@@ -103,11 +103,12 @@ def check_rule(job: JobConfig, rule: Rule) -> None:
 def read_rules(job: JobConfig, op: MatchOp) -> list[Rule]:
     """Every record of the operator's rules topic, in topic order (an undecodable one is left
     out: the job dead-letters it with the reason)."""
-    from ctiflow.jobs.kafka import holds_records, iter_topic
+    from ctiflow.jobs.kafka import holds_records, iter_topic, list_topics
 
     registry, client = job.kafka.schema_registry, job.kafka.client_config()
-    if not holds_records(job.kafka.bootstrap_servers, op.rules.topic, client):
-        return []
+    if op.rules.topic not in list_topics(job.kafka.bootstrap_servers, client) or not holds_records(
+            job.kafka.bootstrap_servers, op.rules.topic, client):
+        return []  # (no rule yet)
     return [Rule.from_record(r) for r in iter_topic(job.kafka.bootstrap_servers, op.rules.topic, client,
                                                     registry_url=registry.url, registry_config=registry.client_config())
             if "_undecodable" not in r]
