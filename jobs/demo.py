@@ -126,9 +126,9 @@ def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
 
 
 def _iso(ms: int) -> str:
-    from ctiflow.jobs.cli.rules import _when
+    from ctiflow.jobs.rules import iso_time
 
-    return _when(ms)
+    return iso_time(ms)
 
 
 def _rule_report(matches: list[dict], changes: list[tuple[int, int, int]], out: Console) -> None:

@@ -160,6 +160,13 @@ def _operator(job: JobConfig, operator: str | None) -> MatchOp:
     return ruled[0]
 
 
+def iso_time(ms: int) -> str:
+    """Application time ``ms`` as ISO 8601 UTC with milliseconds (as the CLI shows times)."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def effective_ms(text: str | int | None) -> int:
     """An effective time: epoch ms, an ISO 8601 date-time (UTC unless it says), or ``now``."""
     from datetime import datetime, timezone

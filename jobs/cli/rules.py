@@ -3,7 +3,6 @@ topic (docs/concepts/rules.md). What they check and write: :mod:`ctiflow.jobs.ru
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,7 +26,9 @@ Effective = Annotated[Optional[str], typer.Option(
 
 
 def _when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    from ctiflow.jobs.rules import iso_time
+
+    return iso_time(ms)
 
 
 @app.command("put")
