@@ -33,7 +33,9 @@ def operator_of(op, job: JobConfig) -> tuple[type, Any]:
         return MatchOperator, static
     rules = RulesSettings(op.name, on_change=op.rules.on_change, late_rules=op.rules.late_rules,
                           max_rules=op.rules.max_rules)
-    return RuledMatchOperator, RuledMatchSettings(static, rules, measures=op.language == "sql")
+    return RuledMatchOperator, RuledMatchSettings(static, rules, measures=op.language == "sql",
+                                                  max_partial_matches=op.max_partial_matches,
+                                                  max_buffered_events=op.max_buffered_events)
 
 
 def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, Any]]:

@@ -357,3 +357,25 @@ def test_the_worked_example_of_the_rules_page(on_change, large, want):
     got += op.advance_to(CTI_INFINITY)
     assert sorted((o.record["rule_version"], o.record["first_time"], o.record["last_time"]) for o in got) == \
         [(v, at(a), at(b)) for v, a, b in want]
+
+
+def test_the_per_key_caps_hold_over_all_of_a_keys_rules():
+    """Two rules whose runs each stay under max_partial_matches for a key, together over it: the
+    key's next event is refused once (a dead letter), other keys go on."""
+    spec = json.dumps({"stages": [{"name": "a", "where": "kind == 'a'"},
+                                  {"name": "b", "contiguity": "followed_by_any", "where": "kind == 'b'"}]})
+    settings = RuledMatchSettings(None, RulesSettings(OP), max_partial_matches=6)
+    book = RuleBook(settings.rules)
+    for rule_id in ("x", "y"):
+        book.offer(Rule(rule_id, OP, 1, 0, "put", spec), -1, compile_rule(False))
+    op = RuledMatchOperator(settings)
+    op.use_rules(book)
+    a = [Event("k", t, t, {"t": t, "kind": "a", "amount": 1, "key": "k"}) for t in range(1, 5)]
+    assert not [r for _, r in op.process_columns(EventColumns.from_events(a)) if isinstance(r, EventRejected)]
+    # k: 4 runs + the waiting start in each of x and y (5 each, under 6); together 10, over 6
+    late = [Event("k", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "k"}),
+            Event("j", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "j"})]
+    got = op.process_columns(EventColumns.from_events(late))
+    refused = [(row, str(r)) for row, r in got if isinstance(r, EventRejected)]
+    assert len(refused) == 1 and refused[0][0] == 0 and "over all its rules" in refused[0][1]
+    assert sum(len(s._states.get("j").partial_matches) for s in op.subs.values()) == 4  # j started in both

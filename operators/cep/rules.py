@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ctiflow.operators import snapshots
-from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, _compiled, start_keys
+from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit, _compiled, start_keys
 from ctiflow.operators.errors import CtiflowError, EventRejected, PatternError, invalid_choice
 from ctiflow.operators.operator import Operator, Output
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
@@ -269,6 +269,9 @@ class RuledMatchSettings:
     static: MatchSettings | None
     rules: RulesSettings
     measures: bool = False
+    #: the per-key caps (:class:`MatchSettings`) over all of a key's rules together
+    max_partial_matches: int | None = None
+    max_buffered_events: int | None = None
 
     def pattern_object(self):  # the static pattern checked as a MatchOperator checks it
         return None if self.static is None else self.static.pattern_object()
@@ -354,7 +357,12 @@ class RuledMatchOperator(Operator):
         (:func:`ctiflow.operators.cep.operator.start_keys`) gets only the rows of those values
         and of the keys it has in flight, found through one index of the field shared by all."""
         part = cols if lo == 0 and hi == len(cols) else cols.take(np.arange(lo, hi, dtype=np.int64))
-        judging = {v.key: v for v in self.book.judging(int(cols.start[lo]))}
+        keep = self._over_limits(part, lo, got)
+        if keep is not None:  # rows of keys over a cap were refused: the others go on
+            if not len(keep):
+                return
+            part = part.take(keep)
+        judging = {v.key: v for v in self.book.judging(int(part.start[0]))}
         index = _StartIndex(part)
         for key in sorted(self.subs.keys() | judging.keys()):
             sub = self.subs.get(key)
@@ -373,7 +381,8 @@ class RuledMatchOperator(Operator):
             else:
                 mine, at = part.take(rows), rows.tolist()
             for row, r in sub.process_columns(mine):
-                row = (row if at is None else at[row]) + lo
+                row = row if at is None else at[row]
+                row = lo + (row if keep is None else int(keep[row]))
                 if isinstance(r, EventRejected):
                     if v is not None:
                         r = EventRejected(f"rule {v.rule_id!r} version {v.version}: {r}")
@@ -382,6 +391,38 @@ class RuledMatchOperator(Operator):
                     got.append((row, self._tag(v, r)))
             if sub.closed and not sub.keys_in_flight:
                 del self.subs[key]
+
+    def _over_limits(self, part, lo: int, got: list):
+        """The caps over all of a key's rules: the rows of keys whose runs (or kept events) over
+        every version are more than the cap when the span starts are refused, each once
+        (:class:`PartialMatchLimit`, a dead letter); → the indexes (into ``part``) of the other
+        rows, or None when none was refused. Counted at the span's start (a version's own cap
+        still refuses within the span, as a MatchOperator's does)."""
+        caps = self.settings.max_partial_matches, self.settings.max_buffered_events
+        if caps == (None, None) or len(self.subs) < 2:
+            return None  # (one version: its own MatchOperator applies the caps)
+        _, code_of = part.key_codes()
+        runs: dict[str, int] = {}
+        kept: dict[str, int] = {}
+        for sub in self.subs.values():
+            for key in (sub._states.keys() | sub._raw.keys()) & code_of.keys():
+                state = sub._states.get(key) or sub._decode(key)
+                runs[key] = runs.get(key, 0) + len(state.partial_matches)
+                kept[key] = kept.get(key, 0) + len(state.buffer.events)
+        most_runs, most_kept = caps
+        over = {k for k in runs if (most_runs is not None and runs[k] > most_runs)
+                or (most_kept is not None and kept[k] > most_kept)}
+        if not over:
+            return None
+        keys = part.key.tolist()
+        refused = [i for i, k in enumerate(keys) if k in over]
+        for i in refused:
+            k = keys[i]
+            got.append((i + lo, PartialMatchLimit(
+                f"key {k!r} holds {runs[k]} partial matches and keeps {kept[k]} events over all its rules, more "
+                f"than max_partial_matches {most_runs} / max_buffered_events {most_kept}: event refused (bound "
+                "the rules with within, or raise the limits)")))
+        return np.asarray([i for i, k in enumerate(keys) if k not in over], np.int64)
 
     def _transition(self, time: int, outputs: list) -> None:
         """The versions taking effect at ``time``: their predecessors closed (drain) or cut."""
