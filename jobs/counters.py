@@ -90,6 +90,8 @@ TABLE: tuple[Counter, ...] = (
             "ctiflow_rules_adjusted"),
     Counter("rules_rejected", S, "rule records refused (to the dead-letter topic)", ("operator",),
             "ctiflow_rules_rejected"),
+    Counter("rule_partial_matches", G, "partial matches in flight per rule after the last batch (rule \"\": the "
+            "operator's own pattern)", ("operator", "rule"), "ctiflow_rule_partial_matches"),
     Counter("state_us", C, "time spent decoding and encoding state, µs"),
     Counter("python_us", C, "the key groups' calls in the Python workers, µs"),
 )
@@ -218,6 +220,8 @@ class Counters:
     ops: dict = field(default_factory=dict)
     #: operator → its rule book's figures (:meth:`ctiflow.operators.cep.rules.RuleBook.stats`)
     rules: dict = field(default_factory=dict)
+    #: (operator, name) → an operator's tallies over the group's chunks (partial matches per rule)
+    tallies: dict = field(default_factory=dict)
 
     def count(self, stream: str, partition: int, late: bool) -> None:
         slot = self.by_partition.get((stream, partition))  # per event: no string built here
@@ -228,7 +232,10 @@ class Counters:
 
     def metrics(self) -> dict[str, int]:
         """Flat ``name → int`` (what the sink adds up: :func:`merge`)."""
-        out = {k: v for k, v in vars(self).items() if k not in ("by_partition", "partitions", "ops", "rules")}
+        out = {k: v for k, v in vars(self).items()
+               if k not in ("by_partition", "partitions", "ops", "rules", "tallies")}
+        for (name, rule), n in self.tallies.items():
+            out[key("rule_partial_matches", name, rule)] = n
         for name, stats in self.rules.items():
             for figure, n in stats.items():
                 out[key("rules_" + figure, name)] = n

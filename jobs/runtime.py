@@ -452,6 +452,8 @@ class GroupRuntime:
                                *keyed.index(), self._operator_names(), *books), protocol=5)
         counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
         counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, keyed.op_totals)}
+        counters.tallies = {(spec.name, name): n for spec, t in zip(self.plan.operators, keyed.op_tallies)
+                            for name, n in t.items()}
         counters.state_written += len(header)
         counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header

@@ -143,6 +143,9 @@ _RULE_FIELDS = {counters.metric(f"rules_{f}", ("operator",)): f
                 for f in ("active", "versions", "scheduled", "applied", "adjusted", "rejected")}
 
 
+_RULE_RUNS = counters.metric("rule_partial_matches", ("operator", "rule"))
+
+
 def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elapsed: float | None = None,
             now: float | None = None) -> dict[str, JobStatus]:
     """The samples (of any number of jobs) as one :class:`JobStatus` each; with the previous
@@ -172,6 +175,10 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
             continue
         if name in _RULE_FIELDS and lab.get("operator"):
             j.rules.setdefault(lab["operator"], {})[_RULE_FIELDS[name]] = value
+            continue
+        if name == _RULE_RUNS and lab.get("operator"):  # summed over the operator's rules
+            figures = j.rules.setdefault(lab["operator"], {})
+            figures["partial_matches"] = figures.get("partial_matches", 0) + value
             continue
         attr, want = _JOB_FIELDS.get(name, (None, None))
         # Prometheus drops a label whose value is empty: operator="" (the total) arrives without it
@@ -239,7 +246,8 @@ def rules_lines(j: JobStatus) -> list[str]:
     """One line per operator with rules: what is in effect and what its rules topic brought."""
     return [f"rules of {op}: {_count(r.get('active'))} active, {_count(r.get('versions'))} versions "
             f"({_count(r.get('scheduled'))} scheduled); records applied {_count(r.get('applied'))}, adjusted "
-            f"{_count(r.get('adjusted'))}, rejected {_count(r.get('rejected'))}"
+            f"{_count(r.get('adjusted'))}, rejected {_count(r.get('rejected'))}; partial matches "
+            f"{_count(r.get('partial_matches', 0))}"
             for op, r in sorted(j.rules.items())]
 
 

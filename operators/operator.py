@@ -136,6 +136,11 @@ class Operator(ABC):
         whole. Asked only of an operator whose :meth:`fields_read` is not None."""
         return True
 
+    def tallies(self) -> dict[str, int]:
+        """Figures about the state besides its bytes and keys, by name, that add up over chunks
+        and key groups (the ruled match operator: partial matches per rule). By default none."""
+        return {}
+
     def use_rules(self, book: Any) -> None:
         """An operator that takes rules (:class:`ctiflow.operators.cep.rules.RuledMatchOperator`) gets its
         key group's rule book before any other call of a micro-batch; others need none (the default

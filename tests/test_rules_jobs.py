@@ -244,3 +244,31 @@ def test_the_rules_section_is_checked_with_the_job():
                               "rules": {"topic": "q-rules", "on_change": "flush"}}]}, "t")
     cfg = job()
     assert cfg.topics()["fraud-rules"] == 1 and [s.name for s in cfg.rule_sources] == ["rules_fraud"]
+
+
+def test_partial_matches_per_rule_are_counted_over_the_chunks_without_decoding_them():
+    """``rule_partial_matches@operator/rule``: each rule's runs in flight after the batch, kept in
+    the chunks' bookkeeping (a chunk not touched by the next batch still counts)."""
+    cfg = job(static=False)
+    plan = Plan.from_config(cfg)
+    evs = events(6, 120)
+    rules = [rule_event(Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(4000))), 0),
+             rule_event(Rule("small", "fraud", 1, T0, "put", yaml_of(pattern(10))), 1)]
+    rt = GroupRuntime(plan)
+    rt.run_batch(batch_input(evs, rules))
+    rt.commit()
+    runs = dict(rt.counters.tallies)
+    # what each rule holds, counted the slow way: every chunk decoded
+    want = {}
+    rt.keyed.load_all()
+    for c in rt.keyed.loaded.values():
+        for (rule_id, _), sub in c.ops[0].subs.items():
+            want[("fraud", rule_id)] = want.get(("fraud", rule_id), 0) + sub.partial_match_count()
+    assert runs == {k: v for k, v in want.items() if v} and runs
+    flat = rt.counters.metrics()
+    assert flat["rule_partial_matches@fraud/big"] == runs[("fraud", "big")]
+    # the next batch touches nothing: the figures stay (from the header's totals)
+    rt2 = GroupRuntime(plan, header=rt.commit(), chunks=rt.chunks)
+    rt2.run_batch(batch_input([], []))
+    rt2.commit()
+    assert rt2.counters.tallies == runs

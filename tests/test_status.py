@@ -60,13 +60,15 @@ def test_rules_per_operator_are_shown():
     for figure, n in (("active", 3), ("versions", 7), ("scheduled", 1), ("applied", 8), ("adjusted", 1),
                       ("rejected", 2)):
         samples[(f"ctiflow_rules_{figure}", (("job", "fraud"), ("operator", "big")))] = n
+    for rule, n in (("a", 5), ("b", 7)):
+        samples[("ctiflow_rule_partial_matches", (("job", "fraud"), ("operator", "big"), ("rule", rule)))] = n
     jobs = jobs_of(samples, now=T + 10)
     assert jobs["fraud"].rules == {"big": {"active": 3, "versions": 7, "scheduled": 1, "applied": 8, "adjusted": 1,
-                                           "rejected": 2}}
+                                           "rejected": 2, "partial_matches": 12}}
     wide = Console(width=160, record=True)
     wide.print(render(jobs, 160, now=T + 10))
-    assert ("rules of big: 3 active, 7 versions (1 scheduled); records applied 8, adjusted 1, rejected 2"
-            in wide.export_text())
+    assert ("rules of big: 3 active, 7 versions (1 scheduled); records applied 8, adjusted 1, rejected 2; "
+            "partial matches 12" in wide.export_text())
 
 
 # -- reading Prometheus and job endpoints: a local HTTP server answering as each does ----------------

@@ -105,13 +105,16 @@ class KeyedState:
             self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
             self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
             self.op_totals = [[0, 0] for _ in specs]  # per operator: [bytes, keys] over the stored chunks
+            self.op_tallies: list[dict[str, int]] = [{} for _ in specs]  # per operator: its tallies, summed
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, *op_totals) = index
         self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in specs]
+        self.op_tallies = op_totals[1] if len(op_totals) > 1 else [{} for _ in specs]
 
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals."""
-        return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals)
+        return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
+                                                     self.op_tallies)
 
     @property
     def count(self) -> int:
@@ -154,12 +157,14 @@ class KeyedState:
     def _decoded(self, c: int, blob: bytes) -> Chunk:
         with restoring(f"state chunk {c}"):
             cti, blobs, last_seen, keys, *op_keys = snapshots.loads(blob)
+        tallies = op_keys[1] if len(op_keys) > 1 else [{}] * len(blobs)
         ops = []
         for spec, op_blob in zip(self.specs, blobs):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                 ops.append(spec.build(op_blob))
         return Chunk(ops, last_seen, cti,
-                     (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs)))))
+                     (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs),
+                                                 tallies))))
 
     def load_all(self) -> None:
         """Decode every stored chunk (the final CTI; tests and tools)."""
@@ -248,10 +253,13 @@ class KeyedState:
                 size, ops = 0, ()
             else:
                 snaps = [op.snapshot() for op in chunk.ops]
-                blob = pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets]), protocol=5)
+                tallies = [op.tallies() for op in chunk.ops]
+                more = (tallies,) if any(tallies) else ()  # (only operators with tallies write them)
+                blob = pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets], *more),
+                                    protocol=5)
                 self.store[c] = blob
                 size = len(blob)
-                ops = tuple((len(b), len(k)) for b, k in zip(snaps, sets))
+                ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets, tallies))
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
@@ -260,10 +268,12 @@ class KeyedState:
                 self.counters.state_written += size
             self.stored_bytes += size - old_bytes
             self.stored_keys += keys - old_keys
-            none = [(0, 0)] * len(sets)
-            for total, new, old in zip(self.op_totals, ops or none, old_ops or none):
+            none = [(0, 0, {})] * len(sets)
+            for total, tally, new, old in zip(self.op_totals, self.op_tallies, ops or none, old_ops or none):
                 total[0] += new[0] - old[0]
                 total[1] += new[1] - old[1]
+                _add(tally, new[2], 1)
+                _add(tally, old[2] if len(old) > 2 else {}, -1)
             chunk.stored = (size, keys, ops)
 
     def process(self, i: int, cols, of: list[int]) -> list[tuple[int, Any]]:
@@ -325,3 +335,13 @@ class KeyedState:
         current = dict(self.warm)
         current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
         return current
+
+
+def _add(total: dict[str, int], more: dict[str, int], sign: int) -> None:
+    """``total += sign × more``, names whose total is 0 dropped."""
+    for name, n in more.items():
+        left = total.get(name, 0) + sign * n
+        if left:
+            total[name] = left
+        else:
+            total.pop(name, None)

@@ -250,7 +250,7 @@ class MatchOperator(Operator):
         self._composite = bool(settings.partition_columns)
         #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
         #: first use (a batch decodes the keys it has events for or that are due, not the others)
-        self._raw: dict[str, tuple[int, bytes]] = {}
+        self._raw: dict[str, tuple] = {}  # key → (due CTI, bytes[, runs in flight])
         #: :meth:`close`: no run starts any more, only the runs in flight go on
         self.closed = False
 
@@ -364,7 +364,7 @@ class MatchOperator(Operator):
         outputs: list[Output] = []
         nfa = self._nfa
         flush = cti >= CTI_INFINITY
-        for key in [k for k, (due, _) in self._raw.items() if due <= cti]:
+        for key in [k for k, raw in self._raw.items() if raw[0] <= cti]:
             self._decode(key)
         for key in sorted(self._states):
             state = self._states[key]
@@ -396,12 +396,13 @@ class MatchOperator(Operator):
         self.closed = True
 
     def snapshot(self) -> bytes:
-        """Each key's state pickled on its own, with its due CTI: keys not touched since the
-        restore keep their bytes (:attr:`_raw`)."""
+        """Each key's state pickled on its own, with its due CTI and its runs in flight: keys not
+        touched since the restore keep their bytes (:attr:`_raw`)."""
         keyed = dict(self._raw)
         dumps = pickle.dumps
         for key, state in self._states.items():
-            keyed[key] = (self._state_due(state), dumps(state.to_plain(), protocol=pickle.HIGHEST_PROTOCOL))
+            keyed[key] = (self._state_due(state), dumps(state.to_plain(), protocol=pickle.HIGHEST_PROTOCOL),
+                          _runs(state))
         return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), keyed, self._numbers),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -441,7 +442,7 @@ class MatchOperator(Operator):
         """The earliest CTI that times a run out (``within`` from its first event, or a stage's
         window from its previous event), completes a held-back match, or leaves a key idle;
         :data:`CTI_INFINITY` without windows and held matches (then only events change state)."""
-        due = min((d for d, _ in self._raw.values()), default=CTI_INFINITY)
+        due = min((raw[0] for raw in self._raw.values()), default=CTI_INFINITY)
         for state in self._states.values():
             due = min(due, self._state_due(state))
         return due
@@ -513,6 +514,14 @@ class MatchOperator(Operator):
             sum(1 for cs in state.partial_matches if cs.start_event_id is not None)
             for state in self._states.values()
         )
+
+    def runs_in_flight(self) -> int:
+        """:meth:`partial_match_count` without decoding the keys a snapshot counted already."""
+        count = sum(map(_runs, self._states.values()))
+        for key in list(self._raw):
+            raw = self._raw[key]
+            count += raw[2] if len(raw) > 2 else _runs(self._decode(key))
+        return count
 
     def buffered_event_count(self) -> int:
         self._decode_all()
@@ -591,6 +600,11 @@ class MatchOperator(Operator):
                 for stage, stage_events in events.items()
             ],
         }
+
+
+def _runs(state: NfaState) -> int:
+    """A key's partial matches in flight (its waiting start not counted)."""
+    return sum(1 for cs in state.partial_matches.view() if cs.start_event_id is not None)
 
 
 def _drained(state: NfaState) -> bool:

@@ -521,12 +521,18 @@ class RuledMatchOperator(Operator):
     def partial_match_count(self) -> int:
         return sum(sub.partial_match_count() for sub in self.subs.values())
 
-    def partial_matches_per_rule(self) -> dict[str, int]:
-        """Partial matches in flight per rule id (``""``: the static pattern), for metrics."""
+    def tallies(self) -> dict[str, int]:
+        """Partial matches in flight per rule id (``""``: the operator's own pattern), counted
+        from what the snapshots recorded (no key decoded for it)."""
         found: dict[str, int] = {}
         for (rule_id, _), sub in self.subs.items():
-            found[rule_id] = found.get(rule_id, 0) + sub.partial_match_count()
-        return found
+            n = sub.runs_in_flight()
+            if n:
+                found[rule_id] = found.get(rule_id, 0) + n
+        for (rule_id, _), (data, _) in self._raw.items():
+            for raw in snapshots.loads(data)[2].values():
+                found[rule_id] = found.get(rule_id, 0) + (raw[2] if len(raw) > 2 else 0)
+        return {k: v for k, v in found.items() if v}
 
 
 class _StartIndex:
