@@ -142,6 +142,8 @@ def demo_spec(name: str, suffix: str, sources: dict[str, str], bootstrap: str, c
                 op[field] += f"-{suffix}"
         for kind in op.get("outputs", {}):
             op["outputs"][kind] += f"-{suffix}"
+        if "rules" in op:  # (an input: both runs read the same rules)
+            op["rules"]["topic"] = sources[op["rules"]["topic"]]
     spec["spark"]["checkpoint"] = checkpoint
     return spec
 
@@ -162,11 +164,20 @@ def test_the_demo_jobs_on_stock_workers_via_submit_equal_the_local_run(stock_clu
                     "--transactions", "8000", "--flows", "2000"], check=True, capture_output=True, timeout=120)
     inputs = {"transactions": ("transaction", "account"), "accounts": ("account", "account"),
               "flows": ("flow", "device")}
-    sources = {t: f"{t}-{tag}" for t in inputs}
+    sources = {t: f"{t}-{tag}" for t in (*inputs, "transaction-rules")}
     kafka.create_topics(stack.bootstrap, {topic: 2 for topic in sources.values()})
     for topic, (schema, key) in inputs.items():
         records = [json.loads(line) for line in (out / f"{topic}.jsonl").read_text().splitlines()]
         produce(stack.bootstrap, sources[topic], schema, records, key)
+    # The demo's rule, changed mid-stream, as `ctiflow demo` puts it
+    from rich.console import Console
+
+    from ctiflow.jobs.demo import _put_rules
+
+    tx = [json.loads(line) for line in (out / "transactions.jsonl").read_text().splitlines()]
+    rules_job = parse(demo_spec("demo-transactions", f"rules-{tag}", sources, stack.bootstrap, str(tmp_path / "x")),
+                      "rules")
+    assert len(_put_rules(rules_job, tx, Console(file=open(os.devnull, "w")))) == 2
 
     compared = {}
     objects = f"http://{stock_cluster.address(f'{COMPOSE_PROJECT}-objstore-1')}:9000"
