@@ -55,11 +55,11 @@ def streams(draw):
 
 
 def _state(op) -> dict:
-    """Each key's due CTI and state (the snapshot's content, whatever the order of its keys)."""
+    """Each key's due CTI, state and runs in flight (the snapshot's content, whatever the order of its keys)."""
     import pickle
 
     version, fingerprint, keyed, numbers = pickle.loads(op.snapshot())
-    return {key: (due, pickle.loads(blob)) for key, (due, blob) in keyed.items()} | {"numbers": numbers}
+    return {key: (due, pickle.loads(blob), *runs) for key, (due, blob, *runs) in keyed.items()} | {"numbers": numbers}
 
 
 def _per_event(op, chunk):
