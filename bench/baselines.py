@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter
 
 from ctiflow.jobs import rows
 from ctiflow.jobs.avro.serde import default_store
-from ctiflow.jobs.kafka import MESSAGE_OFFSET, MESSAGE_PARTITION, MESSAGE_TIMESTAMP
+from ctiflow.jobs.kafka import message_offsets
 from ctiflow.jobs.sink import KafkaSink, KafkaStreamWriter, SinkCommit, SinkOptions
 from ctiflow.jobs.source.decoder import Decoded, RecordDecoder, record_fields
 from ctiflow.jobs.source.options import SourceOptions
@@ -42,9 +42,9 @@ class TypedRecordDecoder(RecordDecoder):
 
     def rows(self, msgs, values: list, got: Decoded) -> pa.RecordBatch:
         n_good = got.fields.num_rows
-        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
-        kafka_ts = [ts for _, ts in map(MESSAGE_TIMESTAMP, msgs)]
-        partitions = list(map(MESSAGE_PARTITION, msgs))
+        offsets = message_offsets(msgs)
+        kafka_ts = [m.timestamp()[1] for m in msgs]
+        partitions = [m.partition() for m in msgs]
         good_cols = {name: got.fields.column(name) for name in got.fields.column_names}
         index = got.index
         good_cols.update(

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from operator import methodcaller
 from typing import Any
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -166,10 +166,20 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
     return Produced(sent, rejected, prod.flush(flush_timeout))
 
 
+#: Consumer settings chosen by measurement (``ctiflow bench source``, docs/performance.md#source).
+#: ``fetch.queue.backoff.ms``: a broker may answer one fetch with more than librdkafka's local
+#: queue holds (tansu: ≈ 150k records, 12 MB); librdkafka then waits this long before fetching
+#: again — 1,000 ms by default, a stall after every such fetch (reading 1M records: 4.3 µs a
+#: message of wall time for 0.9 µs of CPU; with 10 ms: 0.84 µs). Larger queues or fetch sizes
+#: changed nothing measurable.
+CONSUMER_DEFAULTS = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
+                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
+                     "fetch.queue.backoff.ms": 10}
+
+
 def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:
-    conf = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
-            **base_config(bootstrap, client), **extra}
+    """A consumer with :data:`CONSUMER_DEFAULTS`; ``client`` (``kafka.client``) overrides them."""
+    conf = {**CONSUMER_DEFAULTS, **base_config(bootstrap, client), **extra}
     return Consumer(conf, logger=LIBRDKAFKA_LOG)
 
 
@@ -330,9 +340,10 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
     (confluent-kafka ``Message`` objects when ``raw``, else :class:`Message`).
 
     Each ``consume`` asks for no more than the range still needs: it returns as soon as that many
-    have arrived instead of waiting out its timeout for messages past the range. A fetch is
-    checked with C-level ``map`` calls, not a Python step per message (the source reads every
-    record through here)."""
+    have arrived instead of waiting out its timeout for messages past the range. A fetch costs
+    one Python step per message (the error check, a comprehension: ≈ 13 ns, where
+    ``map(methodcaller(...))`` took 52 ns on CPython 3.11); offsets are read at the fetch's ends
+    only, unless the range ends inside it."""
     if end <= start:
         return
     cons.assign([TopicPartition(topic, partition, start)])
@@ -341,18 +352,19 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
         expected = start  # the next offset wanted
         while True:
             msgs = cons.consume(num_messages=max(1, min(batch, end - expected)), timeout=POLL)
-            errors = list(map(MESSAGE_ERROR, msgs))
+            errors = [m.error() for m in msgs]
             if errors.count(None) != len(errors):  # end-of-partition events (or a failure) among them
                 for err in errors:
                     if err is not None and err.code() != KafkaError._PARTITION_EOF:
                         raise KafkaException(err)
                 msgs = [m for m, err in zip(msgs, errors) if err is None]
-            offsets = list(map(MESSAGE_OFFSET, msgs))
-            cut = bisect.bisect_left(offsets, end)  # one partition: offsets ascend
+            cut = len(msgs)
+            if msgs and msgs[-1].offset() >= end:  # one partition: offsets ascend
+                cut = bisect.bisect_left([m.offset() for m in msgs], end)
             out = msgs if cut == len(msgs) else msgs[:cut]
             if out:
                 idle_since = time.monotonic()
-                expected = offsets[cut - 1] + 1
+                expected = out[-1].offset() + 1
                 if raw:
                     yield out
                 else:
@@ -367,9 +379,14 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
         cons.unassign()
 
 
-#: A fetch's message fields, read with C-level ``map`` calls rather than a Python step per message.
-MESSAGE_ERROR, MESSAGE_OFFSET, MESSAGE_VALUE, MESSAGE_TIMESTAMP, MESSAGE_PARTITION = map(
-    methodcaller, ("error", "offset", "value", "timestamp", "partition"))
+def message_offsets(msgs: list) -> np.ndarray:
+    """The offsets of one partition's messages (ascending, as :func:`read_range` yields them):
+    a range when they are consecutive (the usual case: no Python step per message), else read
+    one by one (a compacted topic, or transaction markers between them)."""
+    first, n = msgs[0].offset() if msgs else 0, len(msgs)
+    if n and msgs[-1].offset() - first == n - 1:
+        return np.arange(first, first + n, dtype=np.int64)
+    return np.fromiter([m.offset() for m in msgs], np.int64, n)
 
 
 def _timestamp(msg) -> tuple[int | None]:

@@ -101,12 +101,17 @@ def _ipc(batch: pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def pack_columns(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, values,
-                 json_fields: tuple[str, ...] = (), with_fields: bool = True) -> bytes:
-    """A pack from columns: the records' ``fields`` and, per record, its key, start, end, offset
-    and Avro bytes (``values`` may be all null). ``with_fields=False`` (every record's bytes
-    kept): only the field *names* travel (schema metadata), the reader decodes the bytes when
-    it needs the values (:class:`BytesFields`)."""
+#: The end-of-stream marker of Arrow's IPC stream format (continuation token, zero length).
+_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def pack_batch(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, values,
+               json_fields: tuple[str, ...] = (), with_fields: bool = True) -> pa.RecordBatch:
+    """The records' ``fields`` and, per record, its key, start, end, offset and Avro bytes
+    (``values`` may be all null) as one record batch in the pack layout; ``with_fields=False``
+    (every record's bytes kept): only the field *names* travel (schema metadata), the reader
+    decodes the bytes when it needs the values (:class:`BytesFields`). :func:`pack_slices` cuts
+    it into packs."""
     meta = [pa.array(keys, pa.string()), pa.array(starts, pa.int64()), pa.array(ends, pa.int64()),
             pa.array(offsets, pa.int64()), pa.array(values, pa.binary())]
     metadata = {JSON_FIELDS: json.dumps(list(json_fields)).encode()}
@@ -115,7 +120,29 @@ def pack_columns(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets,
         fields = pa.table({})
     columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns] + meta
     schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META], metadata=metadata)
-    return _ipc(pa.RecordBatch.from_arrays(columns, schema=schema))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def pack_slices(batch: pa.RecordBatch, cuts: list[int]) -> pa.BinaryArray:
+    """Packs of ``batch``'s rows ``[cuts[i], cuts[i+1])``, as one binary column: each an Arrow
+    IPC stream of one zero-copy slice (the bytes :func:`_ipc` writes, with the schema's message
+    serialized once), written straight into the column's data buffer."""
+    head = batch.schema.serialize()
+    sink = pa.BufferOutputStream()
+    ends = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        sink.write(head)
+        sink.write(batch.slice(a, b - a).serialize())
+        sink.write(_IPC_EOS)
+        ends.append(sink.tell())
+    offsets = np.array([0, *ends], np.int32)  # a fetch's packs: far below 2 GiB
+    return pa.BinaryArray.from_buffers(pa.binary(), len(ends), [None, pa.py_buffer(offsets), sink.getvalue()])
+
+
+def pack_columns(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, values,
+                 json_fields: tuple[str, ...] = (), with_fields: bool = True) -> bytes:
+    """One pack of all the records (:func:`pack_batch`)."""
+    return _ipc(pack_batch(fields, keys, starts, ends, offsets, values, json_fields, with_fields))
 
 
 def pack_events(items: list[tuple]) -> bytes:

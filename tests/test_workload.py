@@ -3,6 +3,7 @@ late events the docstring of ``ctiflow.jobs.testing.workload`` promises; bad rec
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import Counter
@@ -454,6 +455,55 @@ def test_a_fetch_larger_than_a_pack_splits_each_key_groups_records_into_consecut
         assert [e[4] for pack in items for e in pack] == offsets
         assert [r["meta_offset"] for r in mine] == [pack[0][4] for pack in items]
         assert [r["meta_start"] for r in mine] == [max(e[1] for e in pack) for pack in items]
+
+
+def test_packs_and_dead_letters_hold_with_gapped_offsets_and_bad_records_between_good_ones(bad):
+    """A fetch as a compacted topic gives it (offsets with gaps), bad records between good ones,
+    many keys over 8 groups, confluent-kafka's own ``Message`` objects: every good record is in
+    exactly one pack of its key's group, in offset order, each pack's first offset and largest
+    start its records'; every bad record is one dead row at its own offset."""
+    pytest.importorskip("pyspark")
+    import random
+    import zlib
+
+    from confluent_kafka import Message
+
+    from ctiflow.jobs.kafka import message_offsets
+    from ctiflow.jobs.rows import pack_items
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.source.decoder import RecordDecoder
+
+    rng = random.Random(3)
+    good = workload.transactions(3000, seed=13)
+    mine = [v for k, v in bad if workload.BAD_KINDS[k][0] == "transaction"]
+    values = [AvroSerializer("transaction")(r) for r in good]
+    for v in mine:
+        values.insert(rng.randrange(len(values)), v)
+    offsets = list(itertools.accumulate(rng.choice((1, 1, 1, 2, 7)) for _ in values))
+    msgs = [Message(topic="tx", partition=2, offset=o, value=v, key=b"k") for o, v in zip(offsets, values)]
+    assert message_offsets(msgs).tolist() == offsets
+    assert message_offsets(msgs[:5]).tolist() == offsets[:5]
+    labels = list(range(100, 108))
+    decoder = RecordDecoder({**SOURCE_OPTIONS["transaction"], "key_groups": "8", "values": "errors",
+                             "group_labels": json.dumps(labels)})
+    rows = decoder.batch(msgs).to_pylist()
+    bad_offsets = [o for o, v in zip(offsets, values) if v in mine]
+    assert [r["meta_offset"] for r in rows if r["meta_error"]] == bad_offsets
+    decode = AvroDeserializer("transaction")
+    expected: dict[int, list] = {}
+    for o, v in zip(offsets, values):
+        if v not in mine:
+            rec = decode(v)
+            expected.setdefault(labels[zlib.crc32(rec["account"].encode()) % 8], []).append((o, rec))
+    assert len(expected) == 8
+    for group, records in expected.items():
+        packs = sorted((r for r in rows if r["meta_group"] == group and r["meta_pack"]), key=lambda r: r["meta_offset"])
+        items = [pack_items(r["meta_pack"]) for r in packs]
+        assert len(packs) <= 2, "a group's ≈ 375 records (≈ 40 kB) are not cut into runs as the fetch interleaves them"
+        assert [(e[4], e[3]) for pack in items for e in pack] == records
+        assert [r["meta_offset"] for r in packs] == [pack[0][4] for pack in items]
+        assert [r["meta_start"] for r in packs] == [max(e[1] for e in pack) for pack in items]
+        assert all(r["meta_partition"] == 2 for r in packs)
 
 
 def test_good_records_still_decode():

@@ -9,7 +9,6 @@ pipeline the good records are packed per key group (:mod:`ctiflow.jobs.rows`).
 from __future__ import annotations
 
 import json
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +18,7 @@ import pyarrow.compute as pc
 from ctiflow.jobs import rows
 from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema
 from ctiflow.jobs.avro.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, registry_client
-from ctiflow.jobs.kafka import MESSAGE_OFFSET, MESSAGE_VALUE
+from ctiflow.jobs.kafka import message_offsets
 from ctiflow.jobs.source.options import SourceOptions
 from ctiflow.operators.errors import DecodeError
 from ctiflow.operators.events import CTI_INFINITY
@@ -27,6 +26,44 @@ from ctiflow.operators.events import CTI_INFINITY
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = CTI_INFINITY  # an edge's end while it is current
+
+
+def _crc_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1).astype(np.uint32)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32_strings(strings: pa.Array) -> np.ndarray:
+    """``zlib.crc32`` of each string's UTF-8 bytes (uint32), for a whole Arrow string column at
+    once: the table-driven CRC-32 stepped one byte position at a time over all strings (as many
+    NumPy steps as the longest string has bytes). Written by hand because neither NumPy nor
+    Arrow computes CRC-32 over a column, and a key's group must stay ``crc32(key) mod G``
+    (checkpoints and the shuffle depend on it)."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    n = len(strings)
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    if not n:
+        return crc
+    if strings.type != pa.string():
+        strings = strings.cast(pa.string())
+    _, offsets_buf, data_buf = strings.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, strings.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    table = _CRC_TABLE
+    live = np.arange(n)
+    for j in range(int(lengths.max())):
+        if lengths[live].min() <= j:  # strings this short are done
+            live = live[lengths[live] > j]
+        c = crc[live]
+        crc[live] = table[(c ^ data[starts[live] + j]) & 0xFF] ^ (c >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
 
 
 def record_fields(avro_schema: dict) -> list[pa.Field]:
@@ -92,6 +129,7 @@ class RecordDecoder:
         self.broadcast = options.broadcast
         self.frontier: int | None = None  # the largest start of a good record decoded so far
         self._bulk: dict[bytes, ColumnDecoder | DecodeError] = {}
+        self._labels = np.asarray(self.labels, np.int64)  # group → its label
 
     # -- decoding ------------------------------------------------------------------------
     def _column_decoder(self, writer) -> ColumnDecoder:
@@ -113,9 +151,11 @@ class RecordDecoder:
     def decoded(self, values: list) -> Decoded:
         """Decode and validate Kafka values (bytes or None), in bulk per writer schema."""
         n = len(values)
-        if None in values:  # (a C-level scan; tombstones are rare)
+        try:
+            lengths = np.fromiter(map(len, values), np.int64, n)
+        except TypeError:  # a tombstone (None) among them: rare, so not scanned for beforehand
             values = [b"" if v is None else v for v in values]
-        lengths = np.fromiter(map(len, values), np.int64, n)
+            lengths = np.fromiter(map(len, values), np.int64, n)
         ends = np.cumsum(lengths)
         starts = ends - lengths
         data = b"".join(values)
@@ -253,15 +293,15 @@ class RecordDecoder:
 
     # -- rows ----------------------------------------------------------------------------
     def _group_of(self, keys: pa.Array) -> np.ndarray:
-        """Each key's group label: crc32 once per distinct key."""
+        """Each key's group label: ``crc32(key) mod G`` per distinct key of the fetch, computed
+        on the Arrow string column (:func:`crc32_strings`, no Python step per key)."""
         encoded = pc.dictionary_encode(keys)
-        labels, groups, crc = self.labels, self.groups, zlib.crc32
-        per_key = np.array([labels[crc(k.encode()) % groups] for k in encoded.dictionary.to_pylist()], np.int64)
+        per_key = self._labels[crc32_strings(encoded.dictionary) % self.groups]
         return per_key[np.asarray(encoded.indices)] if len(per_key) else np.zeros(0, np.int64)
 
     def batch(self, msgs) -> pa.RecordBatch:
         """Kafka messages (confluent-kafka ``Message`` objects) → one Arrow record batch."""
-        values = list(map(MESSAGE_VALUE, msgs))
+        values = [m.value() for m in msgs]
         got = self.decoded(values)
         if len(got.starts):
             top = int(got.starts.max())
@@ -280,7 +320,7 @@ class RecordDecoder:
         part = msgs[0].partition() if msgs else 0
         if msgs and msgs[-1].partition() != part:  # packs and their order assume one partition a fetch
             raise ValueError(f"a fetch spans partitions {part} and {msgs[-1].partition()}; read one partition at a time")
-        offsets = np.fromiter(map(MESSAGE_OFFSET, msgs), np.int64, len(msgs))
+        offsets = message_offsets(msgs)
         index = got.index
         group = self._group_of(got.keys)
         if self.broadcast and len(index):  # every record to every key group (a rules topic: a few records)
@@ -290,31 +330,53 @@ class RecordDecoder:
                           np.tile(got.starts, n), np.tile(got.ends, n), got.errors)
             index = got.index
         kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
-        packs: list[tuple[int, int, int, bytes]] = []
-        each = self._record_bytes(got, kept)
-        for g in np.unique(group):
-            chosen = np.nonzero(group == g)[0]
-            # consecutive runs of the group's records, each about PACK_BYTES: sorting packs by first offset sorts events
-            count = max(1, min(len(chosen), int(np.ceil(len(chosen) * each / rows.PACK_BYTES))))
-            for sel in np.array_split(chosen, count):
-                take = pa.array(sel)
-                blob = rows.pack_columns(got.fields.take(take), got.keys.take(take), got.starts[sel], got.ends[sel],
-                                         offsets[index[sel]], kept.take(take), tuple(self.nested_fields),
-                                         with_fields=self.pack_fields)
-                packs.append((int(g), int(offsets[index[sel[0]]]), int(got.starts[sel].max()), blob))
+        firsts, packs = self._packs(group, got, offsets[index], kept)
         dead = [(self.labels[part % self.groups], int(offsets[i]), got.errors[i], values[i], msgs[i].key(),
                  msgs[i].timestamp()[1]) for i in sorted(got.errors)]
-        names = self.arrow.names
-        n = len(packs) + len(dead)
-        cols: dict[str, list] = {name: [None] * n for name in names}
-        for i, (g, first, top, blob) in enumerate(packs):
-            cols["meta_group"][i], cols["meta_offset"][i], cols["meta_start"][i], cols["meta_pack"][i] = g, first, top, blob
-        for i, (g, off, error, value, raw_key, ts) in enumerate(dead, len(packs)):
-            cols["meta_group"][i], cols["meta_offset"][i], cols["meta_error"][i] = g, off, error
-            cols["meta_value"][i], cols["meta_raw_key"][i], cols["meta_kafka_ts"][i] = value, raw_key, ts
-        cols["meta_stream"] = [self.stream] * n
-        cols["meta_partition"] = [part] * n
-        return pa.RecordBatch.from_pydict(cols, schema=self.arrow)
+        n, d = len(packs), len(dead)
+        cols: dict[str, pa.Array] = {
+            "meta_group": pa.array([*firsts["group"], *(x[0] for x in dead)], pa.int32()),
+            "meta_offset": pa.array([*firsts["offset"], *(x[1] for x in dead)], pa.int64()),
+            "meta_start": pa.array([*firsts["start"], *([None] * d)], pa.int64()),
+            "meta_pack": pa.concat_arrays([packs, pa.nulls(d, pa.binary())]) if d else packs,
+            "meta_error": pa.array([*([None] * n), *(x[2] for x in dead)], pa.string()),
+            "meta_value": pa.array([*([None] * n), *(x[3] for x in dead)], pa.binary()),
+            "meta_raw_key": pa.array([*([None] * n), *(x[4] for x in dead)], pa.binary()),
+            "meta_kafka_ts": pa.array([*([None] * n), *(x[5] for x in dead)], pa.int64()),
+            "meta_stream": pa.array([self.stream] * (n + d), pa.string()),
+            "meta_partition": pa.array([part] * (n + d), pa.int32()),
+        }
+        return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n + d, f.type)
+                                           for f in self.arrow], schema=self.arrow)
+
+    def _packs(self, group: np.ndarray, got: Decoded, offsets: np.ndarray, kept: pa.Array) -> tuple[dict, pa.Array]:
+        """The packs of the good records, ``({"group", "offset", "start": one per pack}, packs)``
+        (a pack's group, first offset and largest start; the packs as one binary column): each group's
+        records in consecutive runs of about :data:`ctiflow.jobs.rows.PACK_BYTES` (sorting packs
+        by first offset sorts events). The records are put in group order with one ``take`` per
+        column (none when they already are), each pack a zero-copy slice of that."""
+        n = len(group)
+        if not n:
+            return {"group": [], "offset": [], "start": []}, pa.array([], pa.binary())
+        fields, keys, starts, ends = got.fields, got.keys, got.starts, got.ends
+        if n > 1 and (group[1:] < group[:-1]).any():
+            order = np.argsort(group, kind="stable")
+            take = pa.array(order)
+            group, starts, ends, offsets = group[order], starts[order], ends[order], offsets[order]
+            fields, keys = fields.take(take), keys.take(take)
+            kept = kept.take(take) if kept.null_count != len(kept) else kept
+        batch = rows.pack_batch(fields, keys, starts, ends, offsets, kept, tuple(self.nested_fields),
+                                with_fields=self.pack_fields)
+        each = self._record_bytes(got, kept)
+        bounds = np.flatnonzero(group[1:] != group[:-1]) + 1
+        cuts = [0]
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
+            count = max(1, min(hi - lo, int(np.ceil((hi - lo) * each / rows.PACK_BYTES))))
+            q, r = divmod(hi - lo, count)  # the cuts of np.array_split: the first r runs one longer
+            cuts.extend(lo + i * q + min(i, r) for i in range(1, count + 1))
+        first = cuts[:-1]
+        return ({"group": group[first].tolist(), "offset": offsets[first].tolist(),
+                 "start": np.maximum.reduceat(starts, first).tolist()}, rows.pack_slices(batch, cuts))
 
     def _record_bytes(self, got: Decoded, kept: pa.Array) -> float:
         """A good record's mean size in a pack of this fetch (what splits packs at
