@@ -25,9 +25,9 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
             if not result["ok"]:
                 raise SystemExit("soak: the results do not match the oracle (see above)")
         if name == "source":
-            from ctiflow.bench.spark_jobs import bench_source
+            from ctiflow.bench.source import main as source_main
 
-            bench_source(events or 300_000, out)
+            source_main(out, events=events or 1_000_000)
         elif name == "adapter":
             from ctiflow.bench.spark_jobs import bench_adapter
 

@@ -10,12 +10,19 @@ run are what compare).
 * **decode**: :class:`~ctiflow.jobs.avro.decode.ColumnDecoder` alone over values fetched
   beforehand — what decoding costs;
 * **ceiling**: consume + ``ColumnDecoder`` → typed columns, nothing else (no validation, no
-  metadata, no dead letters): the Python ceiling for what the source does;
+  metadata, no dead letters): the Python ceiling for what the source does; once as a plain
+  loop, once with the cyclic collector paused as the source pauses it (the goal compares the
+  source with the faster of the two);
 * **source**: the project's :meth:`KafkaStreamReader.read
   <ctiflow.jobs.source.reader.KafkaStreamReader.read>` as an executor runs it (decode, validate,
   key groups, packs, frontier rows);
 * **source, librdkafka defaults**: the same with the consumer settings the project used before
   (``fetch.queue.backoff.ms`` = 1,000 ms): the stall after every over-full fetch, in wall time.
+
+Then, in Spark (the embedded session, one query at a time): the source → Spark's ``noop`` sink,
+:data:`SPARK_BATCH` records a micro-batch (each partition's range larger than one fetch of the
+embedded broker), with today's consumer settings and with librdkafka's defaults: whether the
+stall reaches Spark's source (events/s over the micro-batches after the warm-up share).
 """
 
 from __future__ import annotations
@@ -34,6 +41,13 @@ from rich.table import Table
 LIBRDKAFKA_DEFAULTS = {"fetch.queue.backoff.ms": "1000", "queued.min.messages": "100000",
                        "queued.max.messages.kbytes": "65536"}
 PARTITIONS = 2
+#: Records a micro-batch in the Spark rows: 2 ranges of 500k. A range up to ≈ 200k is one
+#: fetch of the embedded broker and never stalls (measured: 200k in 0.18 s either way, 500k in
+#: 0.34 s vs 2.17 s): the stall reaches Spark's source when a batch reads more than that per
+#: partition (a large ``max_offsets_per_trigger``, or catching up without one).
+SPARK_BATCH = 1_000_000
+#: The Spark rows' topic: 4 micro-batches.
+SPARK_EVENTS = 4_000_000
 
 
 def _options(bootstrap: str, topic: str, client: dict) -> dict:
@@ -92,6 +106,15 @@ class _Ceiling:
         return pa.Table.from_arrays(columns, schema=self.records.record_schema)
 
 
+def _gc_paused(run: Callable[[], int]) -> Callable[[], int]:
+    def paused() -> int:
+        from ctiflow.jobs.alloc import cyclic_gc_paused
+
+        with cyclic_gc_paused():
+            return run()
+    return paused
+
+
 def _timed(run: Callable[[], int]) -> tuple[int, float, float]:
     cpu, wall = time.process_time(), time.perf_counter()
     n = run()
@@ -124,6 +147,8 @@ def measure(bootstrap: str, topic: str, rounds: int = 5) -> list[dict]:
             lambda: sum(ceiling.columns(v).num_rows for v in fetched),
         "ceiling: consume + ColumnDecoder → typed columns":
             lambda: _consume(bootstrap, topic, ends, {}, lambda msgs: ceiling.columns(_values(msgs)).num_rows),
+        "ceiling, cyclic GC paused (as the source reads)": _gc_paused(
+            lambda: _consume(bootstrap, topic, ends, {}, lambda msgs: ceiling.columns(_values(msgs)).num_rows)),
         "source: KafkaStreamReader.read (validate, key groups, packs)": source({}),
         "source, librdkafka's fetch defaults (before)": source(LIBRDKAFKA_DEFAULTS),
     }
@@ -140,6 +165,35 @@ def measure(bootstrap: str, topic: str, rounds: int = 5) -> list[dict]:
     return out
 
 
+def spark_rows(bootstrap: str, topic: str) -> list:
+    """The Spark rows (module docstring) as :class:`ctiflow.bench.spark_jobs.Figures`."""
+    import os
+    import shutil
+    import tempfile
+
+    from ctiflow.bench.spark_jobs import PeakMemory, _source, figures, source_spec, warm_up
+    from ctiflow.jobs.pipeline import spark_session
+
+    home = tempfile.mkdtemp(prefix="ctiflow-bench-source-")
+    os.environ["CTIFLOW_HOME"] = home
+    spark = spark_session()
+    try:
+        def noop(name: str, client: dict, tag: str = ""):
+            df = _source(spark, bootstrap, source_spec(topic, SPARK_BATCH), "packed", client)
+            with PeakMemory() as mem:
+                q = (df.writeStream.format("noop").option("checkpointLocation", f"{home}/ck{tag}-{len(client)}")
+                     .trigger(availableNow=True).start())
+                q.awaitTermination()
+            return figures(name, q.recentProgress, mem.peak)
+
+        warm_up(lambda tag: noop("warm-up", {}, tag))
+        return [noop("Spark: the source → noop sink", {}),
+                noop("Spark: the source → noop sink, librdkafka's fetch defaults (before)", LIBRDKAFKA_DEFAULTS)]
+    finally:
+        spark.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -> list[dict]:
     from ctiflow.bench.spark_jobs import produce_transactions
     from ctiflow.jobs import stack
@@ -151,15 +205,28 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -
         bootstrap = f"127.0.0.1:{port}"
         produce_transactions(bootstrap, "bench-source", events, keys=10_000, partitions=PARTITIONS)
         rows = measure(bootstrap, "bench-source", rounds)
+        produce_transactions(bootstrap, "bench-source-spark", SPARK_EVENTS, keys=10_000, partitions=PARTITIONS)
+        spark = spark_rows(bootstrap, "bench-source-spark")
     finally:
         stack.down(port)
-    ceiling = next(r for r in rows if r["name"].startswith("ceiling"))
+    ceiling = min((r for r in rows if r["name"].startswith("ceiling")), key=lambda r: r["cpu_us"])
     t = Table(title=f"ctiflow bench source: {events:,} transactions, {PARTITIONS} partitions, one Python process, "
                     f"median of {rounds} interleaved rounds")
-    for col in ("path", "CPU µs/message", "wall µs/message", "messages/s (wall)", "CPU / ceiling"):
+    for col in ("path", "CPU µs/message", "wall µs/message", "messages/s (wall)", "CPU / best ceiling"):
         t.add_column(col, justify="left" if col == "path" else "right")
     for r in rows:
         t.add_row(r["name"], f"{r['cpu_us']:.2f}", f"{r['wall_us']:.2f}", f"{r['rate']:,.0f}",
                   f"{r['cpu_us'] / ceiling['cpu_us']:.2f}×")
     out.print(t)
-    return rows
+    source = next(r for r in rows if r["name"].startswith("source:"))
+    out.print(f"source / ceiling (CPU): {source['cpu_us'] / ceiling['cpu_us']:.2f}× (goal ≤ 1.2×); "
+              f"source: {source['cpu_us']:.2f} µs a message (goal ≤ 2.2)")
+    s = Table(title=f"ctiflow bench source in Spark: the source → noop, {SPARK_BATCH:,} records a micro-batch "
+                    "(sustained: the first half of the batches left out)")
+    for col in ("query", "events/s", "batches", "p50 batch ms", "p99 batch ms"):
+        s.add_column(col, justify="left" if col == "query" else "right")
+    for f in spark:
+        s.add_row(f.name, f"{f.rate:,.0f}", str(f.batches), f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}")
+    out.print(s)
+    out.print(f"Spark's source, today's settings / librdkafka's defaults: {spark[0].rate / spark[1].rate:.2f}×")
+    return rows + [{"name": f.name, "rate": f.rate, "batches": f.batches} for f in spark]

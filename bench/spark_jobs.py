@@ -183,33 +183,6 @@ def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str, without
     return f
 
 
-def raw_reader(bootstrap: str, topic: str) -> Figures:
-    """The ceiling: one Python process, confluent-kafka consume + fastavro decode, no Spark."""
-    import json
-
-    from ctiflow.jobs import kafka
-    from ctiflow.jobs.avro.serde import default_store
-    from ctiflow.bench.baselines import TypedKafkaStreamReader, typed_schema
-    from ctiflow.jobs.source.reader import OffsetRange
-
-    opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
-            "time_field": "event_time", "key_groups": "8"}
-    reader = TypedKafkaStreamReader(opts, typed_schema(json.loads(default_store().get("transaction").text)))
-    ends = reader._ends({})
-    start = time.perf_counter()
-    n = 0
-    lat = []
-    for p, end in ends.items():
-        t = time.perf_counter()
-        for batch in reader.read(OffsetRange(int(p), 0, end)):
-            n += batch.num_rows
-        lat.append((time.perf_counter() - t) * 1000)
-    reader.stop()
-    secs = time.perf_counter() - start
-    return Figures("raw consume + decode (1 process, no Spark)", n, secs, len(lat), statistics.median(lat),
-                   max(lat), 0, psutil.Process().memory_info().rss / 2**20)
-
-
 def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
     """The limit of one Python process, no Spark: consume → bulk decode and validate (the
     source's :class:`~ctiflow.jobs.source.decoder.RecordDecoder`) → bulk Avro-encode the records
@@ -276,11 +249,11 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
     return figures("stateless pass-through (source → noop)", q.recentProgress, mem.peak)
 
 
-def _source(spark, bootstrap: str, spec: dict, columns: str):
+def _source(spark, bootstrap: str, spec: dict, columns: str, client: dict | None = None):
     from ctiflow.jobs.config import parse
     from ctiflow.jobs.pipeline import group_labels, source_options
 
-    cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap}, "sources": [spec],
+    cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap, "client": client or {}}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
     labels = group_labels(8, int(spark.conf.get("spark.sql.shuffle.partitions")))
     opts = source_options(cfg, cfg.sources[0], False, labels)
@@ -378,14 +351,6 @@ def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> N
         t.add_row(f.name, f"{f.events:,}", f"{f.rate:,.0f}", f"{f.rate / baseline.rate:.2f}×" if baseline.rate else "-",
                   str(f.batches), f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}", f"{f.first_batch_ms:,.0f}", f"{f.peak_rss_mb:,.0f}")
     out.print(t)
-
-
-def bench_source(events: int, out: Console) -> None:
-    with bench_stack() as (bootstrap, spark, home):
-        produce_transactions(bootstrap, "bench-source", events, keys=10_000)
-        ceiling = raw_reader(bootstrap, "bench-source")
-        spark_rate = noop_passthrough(spark, bootstrap, "bench-source", 100_000, home)
-        table(f"ctiflow bench source: {events:,} transactions, 2 partitions", [ceiling, spark_rate], ceiling, out)
 
 
 def identity_job(topic: str, out_topic: str, limit: int) -> dict:

@@ -196,16 +196,20 @@ class RecordDecoder:
             mine = np.nonzero(kind == k)[0]
             if not len(mine):
                 continue
-            distinct, inverse = np.unique(ids[mine], return_inverse=True)
-            for j in range(len(distinct)):
-                index = mine[inverse == j]
+            if (ids[mine] == ids[mine[0]]).all():  # one writer schema: the usual case, no sort
+                split = [mine]
+            else:
+                distinct, inverse = np.unique(ids[mine], return_inverse=True)
+                split = [mine[inverse == j] for j in range(len(distinct))]
+            for index in split:
                 try:
                     writer, header = self.decode.writer_schema(values[index[0]])
                 except DecodeError as exc:
                     errors.update((int(i), f"decode: {exc}") for i in index)
                     continue
                 groups.setdefault(writer.fingerprint, (writer, header, []))[2].append(index)
-        return [(writer, header, np.sort(np.concatenate(idx))) for writer, header, idx in groups.values()]
+        return [(writer, header, idx[0] if len(idx) == 1 else np.sort(np.concatenate(idx)))
+                for writer, header, idx in groups.values()]
 
     def _header_error(self, value: bytes) -> str:
         """Why a value with neither a full single-object nor a full Confluent header is refused."""

@@ -278,9 +278,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         cons = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-source"})
         try:
-            for msgs in read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True):
+            fetches = read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True)
+            while True:
+                # The cyclic collector is paused while a fetch's messages live: 10k Message objects
+                # a consume each set off collections that scan the worker's every object (measured:
+                # consuming alone 0.78 → 0.43 µs of CPU a message, `ctiflow bench source`); they hold
+                # no cycles and are freed by reference counting before it resumes.
                 with cyclic_gc_paused():
+                    msgs = next(fetches, None)
+                    if msgs is None:
+                        break
                     batch = decoder.batch(msgs)
+                    del msgs
                 yield batch
         finally:
             cons.close()
