@@ -41,6 +41,8 @@ from rich.table import Table
 LIBRDKAFKA_DEFAULTS = {"fetch.queue.backoff.ms": "1000", "queued.min.messages": "100000",
                        "queued.max.messages.kbytes": "65536"}
 PARTITIONS = 2
+#: Records the sink rows write (each round adds them to the embedded broker's memory).
+SINK_RECORDS = 300_000
 #: Records a micro-batch in the Spark rows: 2 ranges of 500k. A range up to ≈ 200k is one
 #: fetch of the embedded broker and never stalls (measured: 200k in 0.18 s either way, 500k in
 #: 0.34 s vs 2.17 s): the stall reaches Spark's source when a batch reads more than that per
@@ -152,9 +154,112 @@ def measure(bootstrap: str, topic: str, rounds: int = 5) -> list[dict]:
         "source: KafkaStreamReader.read (validate, key groups, packs)": source({}),
         "source, librdkafka's fetch defaults (before)": source(LIBRDKAFKA_DEFAULTS),
     }
-    samples: dict[str, list[tuple[int, float, float]]] = {name: [] for name in rows}
+    return _rounds(rows, rounds)
+
+
+class _SinkInput:
+    """Result records to write: the topic's transactions decoded once (typed columns, keys)."""
+
+    def __init__(self, bootstrap: str, topic: str, ends: dict[int, int]):
+        from ctiflow.jobs.avro.serde import AvroSerializer
+
+        ceiling = _Ceiling(bootstrap, topic)
+        tables: list[pa.Table] = []
+        _consume(bootstrap, topic, ends, {}, lambda msgs: tables.append(ceiling.columns(_values(msgs))) or len(msgs))
+        self.chunks: list[pa.Table] = []  # as an operator's output batches come
+        self.n = 0
+        for t in tables:
+            if self.n >= SINK_RECORDS:
+                break
+            self.chunks.append(t.combine_chunks())
+            self.n += t.num_rows
+        self.serializer = AvroSerializer("transaction")
+
+    def encoder(self):
+        import json
+
+        from ctiflow.jobs.avro.encode import ColumnEncoder
+
+        return ColumnEncoder(json.loads(self.serializer.schema.text), self.serializer.header)
+
+    def columns(self, table: pa.Table) -> dict:
+        return {c: table.column(c) for c in table.column_names}
+
+
+def sink_measure(bootstrap: str, source_topic: str, ends: dict[int, int], rounds: int = 5) -> list[dict]:
+    """The sink's rows: records already decoded (an operator's output), encoded and produced."""
+    from ctiflow.jobs import kafka, rows as result_rows
+    from ctiflow.jobs.sink import KafkaStreamWriter, SinkOptions, partition_for
+
+    given = _SinkInput(bootstrap, source_topic, ends)
+    out_topic = "bench-sink-out"
+    kafka.create_topics(bootstrap, {out_topic: PARTITIONS})
+    encoder = given.encoder()
+    encoded = [(t.column("account").cast(pa.binary()).to_pylist(), encoder.encode(given.columns(t), t.num_rows).to_pylist())
+               for t in given.chunks]
+
+    def produce(pairs) -> int:
+        prod = kafka.producer(bootstrap)
+        n = 0
+        for keys, values in pairs():
+            for key, value in zip(keys, values):
+                kafka.send(prod, out_topic, value, key, partition=partition_for(key, value, PARTITIONS))
+            n += len(values)
+            prod.poll(0)
+        if prod.flush(120):
+            raise RuntimeError("bench sink: records not delivered")
+        return n
+
+    def produce_with_ids(pairs) -> int:
+        """As :func:`produce`, each record with an exactly-once id in headers as the sink writes it."""
+        from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+
+        prod = kafka.producer(bootstrap)
+        fixed = ((H_QUERY, b"0" * 36), (H_BATCH, b"1"), (H_TASK, b"0"))
+        n = 0
+        for keys, values in pairs():
+            for key, value in zip(keys, values):
+                kafka.send(prod, out_topic, value, key, partition=partition_for(key, value, PARTITIONS),
+                           headers=[*fixed, (H_SEQ, str(n).encode())])
+                n += 1
+            prod.poll(0)
+        if prod.flush(120):
+            raise RuntimeError("bench sink: records not delivered")
+        return n
+
+    def ceiling_pairs():
+        for t in given.chunks:
+            values = encoder.encode(given.columns(t), t.num_rows)
+            yield t.column("account").cast(pa.binary()).to_pylist(), values.to_pylist()
+
+    def sink() -> int:
+        # What the adapter does with an operator's output batches (encode in bulk, packs, output
+        # rows) and what the sink does with the rows (exactly-once headers, partition, produce).
+        enc = result_rows.ResultEncoder({out_topic: given.serializer}, "late", "dead")
+        packs = result_rows.ResultPacks()
+        for t in given.chunks:
+            packs.add_batch(out_topic, result_rows.result_batch(t.column("account"), enc.bulk(out_topic).encode(
+                given.columns(t), t.num_rows), "match"))
+        frame = result_rows.output_frame(packs.order, {})
+        batch = pa.RecordBatch.from_pandas(frame, preserve_index=False)
+        writer = KafkaStreamWriter(SinkOptions(bootstrap, topics=(out_topic,)))
+        return writer.write(iter([batch])).written
+
+    runs: dict[str, Callable[[], int]] = {
+        "produce: confluent-kafka produce (values encoded beforehand)": lambda: produce(lambda: iter(encoded)),
+        "encode: ColumnEncoder alone": lambda: sum(len(encoder.encode(given.columns(t), t.num_rows)) for t in given.chunks),
+        "ceiling: ColumnEncoder → produce each": lambda: produce(ceiling_pairs),
+        "ceiling, cyclic GC paused (as the sink writes)": _gc_paused(lambda: produce(ceiling_pairs)),
+        "ceiling + the exactly-once headers (4 a record, as the sink's)": lambda: produce_with_ids(ceiling_pairs),
+        "sink: encode, packs, KafkaStreamWriter.write (exactly-once headers)": sink,
+    }
+    return _rounds(runs, rounds)
+
+
+def _rounds(runs: dict[str, Callable[[], int]], rounds: int) -> list[dict]:
+    samples: dict[str, list[tuple[int, float, float]]] = {name: [] for name in runs}
     for _ in range(rounds):
-        for name, run in rows.items():
+        for name, run in runs.items():
             samples[name].append(_timed(run))
     out = []
     for name, got in samples.items():
@@ -194,6 +299,17 @@ def spark_rows(bootstrap: str, topic: str) -> list:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _table(out: Console, title: str, rows: list[dict], unit: str) -> None:
+    ceiling = min((r for r in rows if r["name"].startswith("ceiling")), key=lambda r: r["cpu_us"])
+    t = Table(title=title)
+    for col in ("path", f"CPU µs/{unit[:-1]}", f"wall µs/{unit[:-1]}", f"{unit}/s (wall)", "CPU / best ceiling"):
+        t.add_column(col, justify="left" if col == "path" else "right")
+    for r in rows:
+        t.add_row(r["name"], f"{r['cpu_us']:.2f}", f"{r['wall_us']:.2f}", f"{r['rate']:,.0f}",
+                  f"{r['cpu_us'] / ceiling['cpu_us']:.2f}×")
+    out.print(t)
+
+
 def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -> list[dict]:
     from ctiflow.bench.spark_jobs import produce_transactions
     from ctiflow.jobs import stack
@@ -205,22 +321,24 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -
         bootstrap = f"127.0.0.1:{port}"
         produce_transactions(bootstrap, "bench-source", events, keys=10_000, partitions=PARTITIONS)
         rows = measure(bootstrap, "bench-source", rounds)
+        sink = sink_measure(bootstrap, "bench-source", _ranges(bootstrap, "bench-source"), rounds)
         produce_transactions(bootstrap, "bench-source-spark", SPARK_EVENTS, keys=10_000, partitions=PARTITIONS)
         spark = spark_rows(bootstrap, "bench-source-spark")
     finally:
         stack.down(port)
+    _table(out, f"ctiflow bench source: {events:,} transactions, {PARTITIONS} partitions, one Python process, "
+                f"median of {rounds} interleaved rounds", rows, "messages")
     ceiling = min((r for r in rows if r["name"].startswith("ceiling")), key=lambda r: r["cpu_us"])
-    t = Table(title=f"ctiflow bench source: {events:,} transactions, {PARTITIONS} partitions, one Python process, "
-                    f"median of {rounds} interleaved rounds")
-    for col in ("path", "CPU µs/message", "wall µs/message", "messages/s (wall)", "CPU / best ceiling"):
-        t.add_column(col, justify="left" if col == "path" else "right")
-    for r in rows:
-        t.add_row(r["name"], f"{r['cpu_us']:.2f}", f"{r['wall_us']:.2f}", f"{r['rate']:,.0f}",
-                  f"{r['cpu_us'] / ceiling['cpu_us']:.2f}×")
-    out.print(t)
     source = next(r for r in rows if r["name"].startswith("source:"))
     out.print(f"source / ceiling (CPU): {source['cpu_us'] / ceiling['cpu_us']:.2f}× (goal ≤ 1.2×); "
               f"source: {source['cpu_us']:.2f} µs a message (goal ≤ 2.2)")
+    _table(out, f"ctiflow bench source — the sink: {sink[0]['messages']:,} result records encoded and produced, one Python "
+                f"process, median of {rounds} interleaved rounds", sink, "records")
+    sink_ceiling = min((r for r in sink if r["name"].startswith("ceiling")), key=lambda r: r["cpu_us"])
+    ours = next(r for r in sink if r["name"].startswith("sink:"))
+    headers = next(r for r in sink if r["name"].startswith("ceiling + "))
+    out.print(f"sink / ceiling (CPU): {ours['cpu_us'] / sink_ceiling['cpu_us']:.2f}× (goal ≤ 1.2×); "
+              f"sink / ceiling with the exactly-once headers: {ours['cpu_us'] / headers['cpu_us']:.2f}×")
     s = Table(title=f"ctiflow bench source in Spark: the source → noop, {SPARK_BATCH:,} records a micro-batch "
                     "(sustained: the first half of the batches left out)")
     for col in ("query", "events/s", "batches", "p50 batch ms", "p99 batch ms"):

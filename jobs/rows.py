@@ -488,7 +488,7 @@ def result_batch(keys, values: pa.Array, role: str) -> pa.RecordBatch:
         key = (keys if isinstance(keys, pa.Array) else pa.array(keys, pa.string())).cast(pa.binary())
     if pa.types.is_large_binary(values.type):
         values = values.cast(pa.binary())
-    return pa.RecordBatch.from_arrays([key, values, pa.array([role] * n, pa.string())], schema=RESULT_PACK)
+    return pa.RecordBatch.from_arrays([key, values, pa.repeat(pa.scalar(role, pa.string()), n)], schema=RESULT_PACK)
 
 
 class ResultPacks:
@@ -538,20 +538,27 @@ def output_frame(packs: list[tuple[str, list]], metrics: dict[str, int]):
                          "kind": [PACK] * len(packs) + [METRICS]})
 
 
-def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
-    """``(topic, key, value)`` of every record in the output rows, in row order; ``metrics``
-    rows are summed into ``metrics`` (:func:`ctiflow.jobs.counters.merge`), not yielded."""
+def output_columns(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, pa.Array, pa.Array]]:
+    """``(topic, keys, values)`` (binary columns, a key may be null) of the records in the
+    output rows, a pack at a time, in row order; ``metrics`` rows are summed into ``metrics``
+    (:func:`ctiflow.jobs.counters.merge`), not yielded."""
     for rows in batches:
         cols = [rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
         for topic, key, value, kind in zip(*cols):
             if kind == PACK:
                 table = pa.ipc.open_stream(value).read_all()
-                for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
-                    yield topic, k, v
+                yield topic, table.column("key").combine_chunks(), table.column("value").combine_chunks()
             elif kind == METRICS:
                 counters.merge(metrics, json.loads(value))
             else:
-                yield topic, key, value
+                yield topic, pa.array([key], pa.binary()), pa.array([value], pa.binary())
+
+
+def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
+    """``(topic, key, value)`` of every record in the output rows (:func:`output_columns`)."""
+    for topic, keys, values in output_columns(batches, metrics):
+        for k, v in zip(keys.to_pylist(), values.to_pylist()):
+            yield topic, k, v
 
 
 class ResultEncoder:

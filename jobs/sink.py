@@ -35,6 +35,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -113,6 +116,17 @@ def _query_and_batch() -> tuple[str, int]:
 def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
     """Deterministic partition: the same record lands in the same partition on a replay."""
     return zlib.crc32(key if key else value) % partitions
+
+
+def partitions_for(keys: pa.Array, values: pa.Array, partitions: int) -> list[int]:
+    """:func:`partition_for` of every record of a pack: the keys hashed as one column
+    (:func:`ctiflow.jobs.kafka.crc32_column`), a record without a key by its value."""
+    crc = kafka.crc32_column(keys)
+    unkeyed = np.flatnonzero(np.asarray(pc.fill_null(pc.binary_length(keys), 0)) == 0)
+    if len(unkeyed):
+        raw = values.take(pa.array(unkeyed)).to_pylist()
+        crc[unkeyed] = np.fromiter([zlib.crc32(v) for v in raw], np.uint32, len(raw))
+    return (crc % partitions).tolist()
 
 
 def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) -> set[int]:
@@ -206,7 +220,9 @@ def worker_producer(bootstrap: str, client: dict):
             return prod
         _PRODUCERS.pop(key, None)
     errors: list = []
-    prod = kafka.producer(bootstrap, client, error_cb=errors.append)
+    # Delivery reports for failed records only: a task learns of every failure (its
+    # ``on_delivery``) without a Python callback per record written (measured: 0.66 µs a record).
+    prod = kafka.producer(bootstrap, client, error_cb=errors.append, **{"delivery.report.only.error": True})
     _PRODUCERS[key] = (prod, errors)
     return prod
 
@@ -278,21 +294,28 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         written = skipped = seq = 0
         metrics: dict[str, int] = {}
         per_topic: dict[str, int] = {}  # records written per topic (counter "written" by topic)
-        q_header, b_header, t_header = query.encode(), str(batch).encode(), str(task).encode()
-        for topic, key, value in rows.output_records(iterator, metrics):
+        fixed = ((H_QUERY, query.encode()), (H_BATCH, str(batch).encode()), (H_TASK, str(task).encode()))
+        produce = prod.produce
+        for topic, keys, values in rows.output_columns(iterator, metrics):
             n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
-            partition = partition_for(key, value, n)
-            this = seq
-            seq += 1
-            if skip and this in skip.get((topic, partition), ()):
-                skipped += 1
-                continue
-            headers = [(H_QUERY, q_header), (H_BATCH, b_header), (H_TASK, t_header), (H_SEQ, str(this).encode())]
-            kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
-            written += 1
-            per_topic[topic] = per_topic.get(topic, 0) + 1
-            if written % 10000 == 0:
-                prod.poll(0)
+            partitions = partitions_for(keys, values, n)
+            first, count = seq, len(partitions)
+            seq += count
+            records = zip(range(first, seq), keys.to_pylist(), values.to_pylist(), partitions)
+            if skip:  # a replay: what an earlier attempt wrote is not written again
+                records = [r for r in records if r[0] not in skip.get((topic, r[3]), ())]
+                skipped += count - len(records)
+            sent = 0
+            for this, key, value, partition in records:
+                headers = [*fixed, (H_SEQ, str(this).encode())]
+                try:  # (kafka.send, inlined: a Python call a record less)
+                    produce(topic, value, key, partition=partition, headers=headers, on_delivery=report)
+                except BufferError:
+                    kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
+                sent += 1
+            written += sent
+            per_topic[topic] = per_topic.get(topic, 0) + sent
+            prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:
             raise RuntimeError(f"Kafka sink: {remaining} records not delivered; errors: {errors[:5]}")

@@ -228,7 +228,11 @@ class ColumnEncoder:
         other = 1 - null
         if isinstance(column, MapColumn):  # a map in every record
             return [_Piece(const=_zigzag_varint(other)), *self._field(t.branches[other], column, n)]
-        if isinstance(column, (pa.Array, pa.ChunkedArray)):
+        if isinstance(column, (pa.Array, pa.ChunkedArray)):  # nulls from the validity bitmap, no Python step a value
+            if not column.null_count:
+                return [_Piece(const=_zigzag_varint(other)), *self._field(t.branches[other], column, n)]
+            if column.null_count == n:
+                return [_Piece(const=_zigzag_varint(null))]
             column = column.to_pylist()
         values = column if isinstance(column, (list, np.ndarray)) else list(column)
         is_null = np.fromiter((v is None for v in values), np.bool_, count=n)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from ctiflow.jobs import rows
 from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema
 from ctiflow.jobs.avro.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, registry_client
-from ctiflow.jobs.kafka import message_offsets
+from ctiflow.jobs.kafka import crc32_column, message_offsets
 from ctiflow.jobs.source.options import SourceOptions
 from ctiflow.operators.errors import DecodeError
 from ctiflow.operators.events import CTI_INFINITY
@@ -26,44 +26,6 @@ from ctiflow.operators.events import CTI_INFINITY
 #: Event times outside [1970, 2500) are "absurd" and go to dead-letter.
 MIN_TIME, MAX_TIME = 0, 16_725_225_600_000
 EDGE_END = CTI_INFINITY  # an edge's end while it is current
-
-
-def _crc_table() -> np.ndarray:
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1).astype(np.uint32)
-    return table
-
-
-_CRC_TABLE = _crc_table()
-
-
-def crc32_strings(strings: pa.Array) -> np.ndarray:
-    """``zlib.crc32`` of each string's UTF-8 bytes (uint32), for a whole Arrow string column at
-    once: the table-driven CRC-32 stepped one byte position at a time over all strings (as many
-    NumPy steps as the longest string has bytes). Written by hand because neither NumPy nor
-    Arrow computes CRC-32 over a column, and a key's group must stay ``crc32(key) mod G``
-    (checkpoints and the shuffle depend on it)."""
-    if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
-    n = len(strings)
-    crc = np.full(n, 0xFFFFFFFF, np.uint32)
-    if not n:
-        return crc
-    if strings.type != pa.string():
-        strings = strings.cast(pa.string())
-    _, offsets_buf, data_buf = strings.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, strings.offset * 4).astype(np.int64)
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    table = _CRC_TABLE
-    live = np.arange(n)
-    for j in range(int(lengths.max())):
-        if lengths[live].min() <= j:  # strings this short are done
-            live = live[lengths[live] > j]
-        c = crc[live]
-        crc[live] = table[(c ^ data[starts[live] + j]) & 0xFF] ^ (c >> 8)
-    return crc ^ np.uint32(0xFFFFFFFF)
 
 
 def record_fields(avro_schema: dict) -> list[pa.Field]:
@@ -298,9 +260,9 @@ class RecordDecoder:
     # -- rows ----------------------------------------------------------------------------
     def _group_of(self, keys: pa.Array) -> np.ndarray:
         """Each key's group label: ``crc32(key) mod G`` per distinct key of the fetch, computed
-        on the Arrow string column (:func:`crc32_strings`, no Python step per key)."""
+        on the Arrow string column (:func:`ctiflow.jobs.kafka.crc32_column`, no Python step per key)."""
         encoded = pc.dictionary_encode(keys)
-        per_key = self._labels[crc32_strings(encoded.dictionary) % self.groups]
+        per_key = self._labels[crc32_column(encoded.dictionary) % self.groups]
         return per_key[np.asarray(encoded.indices)] if len(per_key) else np.zeros(0, np.int64)
 
     def batch(self, msgs) -> pa.RecordBatch:
