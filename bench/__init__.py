@@ -64,7 +64,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "latency":
             from ctiflow.bench.latency import main as latency_main
 
-            latency_main(out, backlog=events or 500_000)
+            latency_main(out)
         elif name == "rules":
             from ctiflow.bench.rules import main as rules_main
 

@@ -1,26 +1,30 @@
-"""``ctiflow bench latency``: end-to-end latency under a steady load, per operator and trigger.
+"""``ctiflow bench latency``: produce → result record, under a steady load, against Spark's floor.
 
-For each job (the identity operator; a per-key count of the last hour, one record per touched
-key per CTI) and each trigger interval:
+For each trigger interval (:data:`TRIGGERS`), in one Spark session, at :data:`RATE` transactions
+a second (event time = the wall clock at produce time) into a 3-partition topic, for
+``seconds``:
 
-1. the job's maximum: a bounded run over a backlog of transactions, 100k a micro-batch (events/s
-   after the first batch, same session);
-2. a producer thread sends transactions at **half that rate** for ``seconds``, event time = the
-   wall clock at produce time, to a 3-partition topic, while the job runs with that trigger (a
-   micro-batch may read three trigger intervals' worth: ``max_offsets_per_trigger``);
-3. afterwards both topics are read back: an input record's produce time is its Kafka
-   timestamp, a result's arrival its Kafka timestamp (the sink's produce). Identity: latency of
-   each record (matched by ``id``). Count: for each event, the first count record of its key
-   whose time (the CTI − 1) reaches the event's time.
+1. **the floor**: a stateless pass-through query — the source → the Kafka sink, each record's
+   bytes as they came, no shuffle, no state, no CTI: what Spark's micro-batches cost a record;
+2. **the transactions job** (as the demo's, without its reference stream): a count per account
+   over the last hour (``emit: per_cti``) and the pattern "a purchase, one abroad, then one over
+   1,000" per account, with ``cti.delay`` :data:`DELAY_MS`.
+
+Afterwards the topics are read back: an input record's produce time is its Kafka timestamp, a
+result's arrival its Kafka timestamp (the sink's produce). Floor: each record's latency
+(matched by ``id``). Counts: for each event, the first count record of its key whose time (the
+CTI − 1) reaches the event's time. Matches: arrival − the match's ``last_time`` (the event time
+of its last event: its produce time).
 
 A result can only leave once the CTI has passed its event, so at least ``cti.delay`` of wall
-time: the table shows p50/p99 as measured and net of that delay. Events produced in the last
-``delay + 2 triggers`` of the run are left out (no CTI passes them before the job stops).
+time: the job's rows are shown net of that delay. Events produced in the last
+``delay + 2 triggers`` of a run are left out (no CTI passes them before the job stops).
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import statistics
 import threading
 import time
@@ -30,27 +34,73 @@ from rich.console import Console
 from rich.table import Table
 
 DELAY_MS = 1000
-TRIGGERS = ("1s", "5s")
+TRIGGERS = ("100ms", "250ms", "1s")
+RATE = 20_000
+#: The first part of a run is left out: the query's first micro-batches (its Python workers
+#: starting, the JIT) build a backlog the later ones work off.
+WARM_UP_MS = 20_000
 ACCOUNTS = 1000
+COUNTRIES = ("DE", "DE", "DE", "FR", "DE", "AT", "DE")
+
+
+def _trigger_ms(trigger: str) -> int:
+    from ctiflow.jobs.config import duration_ms
+
+    return duration_ms(trigger)
 
 
 def _transaction(i: int, now_ms: int) -> dict:
     return {"id": str(i), "account": f"acct-{i % ACCOUNTS:04d}", "event_time": now_ms, "type": "purchase",
-            "amount": float((i * 7919) % 60), "currency": "EUR", "country": "DE", "merchant": None}
+            "amount": float((i * 7919) % 1200), "currency": "EUR", "country": COUNTRIES[(i // ACCOUNTS) % len(COUNTRIES)],
+            "merchant": None}
 
 
-def _job(kind: str, topic: str, out_topic: str, trigger: str, limit: int | None) -> dict:
-    source = {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account",
-              "time_field": "event_time", "cti": {"delay": f"{DELAY_MS}ms"}}
-    if limit:
-        source["max_offsets_per_trigger"] = limit
-    if kind == "identity":
-        op = {"kind": "passthrough", "output": out_topic}
-    else:
-        op = {"kind": "count", "name": "hot", "window": {"time": "1h"}, "epsilon": 0.01, "per_key": True,
-              "predicate": "amount > 30", "emit": "per_cti", "output": out_topic}
-    return {"job": f"latency-{kind}", "sources": [source], "operators": [op],
-            "spark": {"key_groups": 8, "trigger": trigger}}
+def _source(topic: str) -> dict:
+    return {"name": "tx", "topic": topic, "schema": "transaction", "key_field": "account",
+            "time_field": "event_time", "cti": {"delay": f"{DELAY_MS}ms"}}
+
+
+def _job(topic: str, trigger: str, home: str, bootstrap: str) -> dict:
+    """The transactions job: a count per account and a match per account (module docstring)."""
+    return {"job": f"latency-{topic}", "sources": [_source(topic)],
+            "kafka": {"bootstrap_servers": bootstrap},
+            "operators": [
+                {"kind": "count", "name": "hot", "window": {"time": "1h"}, "epsilon": 0.05, "per_key": True,
+                 "predicate": "amount > 1000", "emit": "per_cti", "output": f"{topic}-counts"},
+                {"kind": "match", "name": "abroad-then-large", "output": f"{topic}-matches",
+                 "pattern": {"within_ms": 600000, "skip": "skip_past_last_event", "stages": [
+                     {"name": "first", "where": "type == 'purchase'"},
+                     {"name": "abroad", "contiguity": "followed_by",
+                      "where": "type == 'purchase' and country != first('first').country"},
+                     {"name": "large", "contiguity": "followed_by", "where": "type == 'purchase' and amount > 1000"}]}}],
+            "spark": {"key_groups": 8, "trigger": trigger, "checkpoint": f"{home}/ck-{topic}"}}
+
+
+def _floor(spark, bootstrap: str, topic: str, trigger: str, seconds: float, home: str) -> list[dict]:
+    """The stateless pass-through (module docstring), running for ``seconds``."""
+    from pyspark.sql import functions as F
+
+    from ctiflow.bench.spark_jobs import _source as source_frame
+    from ctiflow.jobs import kafka
+
+    out_topic = f"{topic}-out"
+    kafka.create_topics(bootstrap, {out_topic: 3})
+    df = source_frame(spark, bootstrap, _source(topic), "all").select(
+        F.lit(out_topic).alias("topic"), F.col("meta_key").cast("binary").alias("key"),
+        F.col("meta_value").alias("value"), F.lit("passthrough").alias("kind"))
+    q = (df.writeStream.format("ctiflow_kafka_sink").option("bootstrap", bootstrap)
+         .option("topics", json.dumps([out_topic])).option("checkpointLocation", f"{home}/ck-{topic}")
+         .trigger(processingTime=f"{_trigger_ms(trigger)} milliseconds").start())
+    progress: dict[int, dict] = {}
+    deadline = time.monotonic() + seconds + 5
+    try:
+        while time.monotonic() < deadline:  # (recentProgress keeps the last 100 batches only)
+            progress.update((p["batchId"], p) for p in q.recentProgress)
+            time.sleep(2)
+    finally:
+        progress.update((p["batchId"], p) for p in q.recentProgress)
+        q.stop()
+    return [progress[b] for b in sorted(progress)]
 
 
 def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, stop: threading.Event) -> int:
@@ -76,12 +126,12 @@ def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, sto
                          partition_of=lambda _, rec: zlib.crc32(rec["account"].encode()) % 3).sent
 
 
-def _read(bootstrap: str, topic: str, schema: str) -> list[tuple[int, dict]]:
+def _read(bootstrap: str, topic: str) -> list[tuple[int, dict]]:
     """Every record of ``topic`` as ``(Kafka timestamp ms, decoded record)``."""
     from ctiflow.jobs import kafka
     from ctiflow.jobs.avro.serde import AvroDeserializer
 
-    decode = AvroDeserializer(schema)
+    decode = AvroDeserializer(None, lookup=kafka.SchemaTopic(bootstrap, None))  # (derived schemas too)
     cons = kafka.consumer(bootstrap, {}, **{"group.id": "bench-latency-read"})
     out = []
     try:
@@ -94,10 +144,14 @@ def _read(bootstrap: str, topic: str, schema: str) -> list[tuple[int, dict]]:
     return out
 
 
-def _latencies(kind: str, inputs: list[tuple[int, dict]], outputs: list[tuple[int, dict]], cutoff: int) -> list[int]:
-    if kind == "identity":
-        produced = {rec["id"]: ts for ts, rec in inputs if ts <= cutoff}
+def _latencies(kind: str, inputs: list[tuple[int, dict]], outputs: list[tuple[int, dict]], since: int,
+               cutoff: int) -> list[int]:
+    """Milliseconds from produce to result (module docstring), for inputs produced in [since, cutoff]."""
+    if kind == "floor":
+        produced = {rec["id"]: ts for ts, rec in inputs if since <= ts <= cutoff}
         return [ts - produced[rec["id"]] for ts, rec in outputs if rec["id"] in produced]
+    if kind == "matches":
+        return [ts - rec["last_time"] for ts, rec in outputs if since <= rec["last_time"] <= cutoff]
     by_key: dict[str, list[tuple[int, int]]] = {}
     for ts, rec in outputs:
         by_key.setdefault(rec["key"], []).append((rec["time"], ts))
@@ -108,7 +162,7 @@ def _latencies(kind: str, inputs: list[tuple[int, dict]], outputs: list[tuple[in
     got = []
     for ts, rec in inputs:
         mine = times.get(rec["account"])
-        if ts > cutoff or mine is None:
+        if not since <= ts <= cutoff or mine is None:
             continue
         i = bisect.bisect_left(mine, rec["event_time"])  # the first count record that covers the event
         if i < len(mine):
@@ -122,58 +176,74 @@ def _percentile(values: list[int], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
 
-def main(out: Console | None = None, *, seconds: float = 90.0, backlog: int = 500_000) -> list[dict]:
-    from ctiflow.bench.spark_jobs import bench_stack, produce_transactions, run_job
+def _run(spark, bootstrap: str, home: str, kind: str, trigger: str, seconds: float) -> dict:
+    """One run under the steady load → its topic, events sent, the measured window and the
+    micro-batches' durations."""
     from ctiflow.jobs import kafka, pipeline
     from ctiflow.jobs.config import parse
-    from ctiflow.operators.errors import CtiflowError
+
+    topic = f"lat-{kind}-{trigger}"
+    kafka.create_topics(bootstrap, {topic: 3})
+    stop = threading.Event()
+    sent: list[int] = []
+    producer = threading.Thread(target=lambda: sent.append(_produce_steady(bootstrap, topic, RATE, seconds, stop)),
+                                daemon=True)
+    started = int(time.time() * 1000)
+    producer.start()
+    try:
+        if kind == "floor":
+            progress = _floor(spark, bootstrap, topic, trigger, seconds, home)
+        else:
+            progress = pipeline.run(parse(_job(topic, trigger, home, bootstrap), topic), until_end=False, spark=spark,
+                                    timeout=seconds + 5).progress
+    finally:
+        stop.set()
+        producer.join()
+    durations = sorted(p["durationMs"]["triggerExecution"] for p in progress
+                       if p["numInputRows"] and p["timestamp"] >= _iso(started + WARM_UP_MS))
+    return {"topic": topic, "sent": sent[0] if sent else 0, "since": started + WARM_UP_MS,
+            "cutoff": started + int(seconds * 1000) - DELAY_MS - 2 * _trigger_ms(trigger),
+            "batch_p50": _percentile(durations, 50), "batch_p99": _percentile(durations, 99)}
+
+
+def _iso(ms: int) -> str:
+    """Spark's progress timestamp format (UTC), for comparing with its ``timestamp``."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[str, ...] = TRIGGERS) -> list[dict]:
+    from ctiflow.bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
     rows = []
     with bench_stack() as (bootstrap, spark, home):
-        for kind in ("identity", "count"):
-            produce_transactions(bootstrap, f"lat-max-{kind}", backlog, keys=ACCOUNTS, partitions=3)
-            best = run_job(spark, _job(kind, f"lat-max-{kind}", f"lat-max-{kind}-out", "1s", 100_000), bootstrap,
-                           home, f"lat-max-{kind}")
-            if best.rate <= 0:  # the first batch is reported apart: one batch measures nothing
-                raise CtiflowError(f"bench latency: the max-rate run read {backlog:,} events in {best.batches} "
-                                   "micro-batch(es) of 100,000, too few to measure; use a backlog of 300,000 or more")
-            rate = best.rate / 2
-            for trigger in TRIGGERS:
-                topic, out_topic = f"lat-{kind}-{trigger}", f"lat-{kind}-{trigger}-out"
-                kafka.create_topics(bootstrap, {topic: 3})
-                # A batch may read all that arrived in three trigger intervals: the default cap
-                # (DEFAULT_BATCH_RECORDS, 200k) is below what a 5 s trigger brings at this rate,
-                # and the job would fall behind by the difference every batch.
-                cfg = _job(kind, topic, out_topic, trigger, int(3 * rate * int(trigger.rstrip("s"))))
-                cfg = {**cfg, "kafka": {"bootstrap_servers": bootstrap},
-                       "spark": {**cfg["spark"], "checkpoint": f"{home}/ck-{topic}"}}
-                stop = threading.Event()
-                sent: list[int] = []
-                producer = threading.Thread(target=lambda: sent.append(
-                    _produce_steady(bootstrap, topic, rate, seconds, stop)), daemon=True)
-                started = int(time.time() * 1000)
-                producer.start()
-                try:
-                    pipeline.run(parse(cfg, topic), until_end=False, spark=spark, timeout=seconds + 15)
-                finally:
-                    stop.set()
-                    producer.join()
-                trigger_ms = 1000 * int(trigger.rstrip("s"))
-                cutoff = started + int(seconds * 1000) - DELAY_MS - 2 * trigger_ms
-                inputs = _read(bootstrap, topic, "transaction")
-                outputs = _read(bootstrap, out_topic, "transaction" if kind == "identity" else "count")
-                lat = _latencies(kind, inputs, outputs, cutoff)
-                rows.append({"operator": kind, "trigger": trigger, "max": best.rate, "rate": rate,
-                             "sent": sent[0] if sent else 0, "measured": len(lat),
-                             "p50": _percentile(lat, 50), "p99": _percentile(lat, 99)})
-    t = Table(title=f"ctiflow bench latency: produce → result record, {seconds:.0f} s a run at half the job's maximum, "
-                    f"3 partitions, {ACCOUNTS:,} accounts, cti.delay {DELAY_MS} ms")
-    for col in ("operator", "trigger", "job max events/s", "produced events/s", "events measured",
-                "p50 ms", "p99 ms", "p50 − delay ms", "p99 − delay ms"):
-        t.add_column(col, justify="left" if col in ("operator", "trigger") else "right")
+        for trigger in triggers:
+            for kind in ("floor", "job"):
+                run = _run(spark, bootstrap, home, kind, trigger, seconds)
+                topic = run["topic"]
+                inputs = _read(bootstrap, topic)
+                results = ([("floor", _read(bootstrap, f"{topic}-out"))] if kind == "floor" else
+                           [("counts", _read(bootstrap, f"{topic}-counts")),
+                            ("matches", _read(bootstrap, f"{topic}-matches"))])
+                for what, outputs in results:
+                    lat = _latencies(what, inputs, outputs, run["since"], run["cutoff"])
+                    net = 0 if what == "floor" else DELAY_MS
+                    rows.append({"query": "stateless pass-through (the floor)" if what == "floor" else f"transactions job: {what}",
+                                 "trigger": trigger, "sent": run["sent"], "measured": len(lat),
+                                 "p50": _percentile(lat, 50) - net, "p99": _percentile(lat, 99) - net,
+                                 "batch_p50": run["batch_p50"], "batch_p99": run["batch_p99"]})
+    t = Table(title=f"ctiflow bench latency: produce → result record, {seconds:.0f} s a run at {RATE:,} transactions/s, "
+                    f"3 partitions, {ACCOUNTS:,} accounts; the job's rows net of its cti.delay ({DELAY_MS} ms), "
+                    f"the first {WARM_UP_MS / 1000:.0f} s left out")
+    for col in ("query", "trigger", "events sent", "latencies measured", "p50 ms", "p99 ms", "p99 / floor's",
+                "batch p50 ms", "batch p99 ms"):
+        t.add_column(col, justify="left" if col in ("query", "trigger") else "right")
+    floors = {r["trigger"]: r["p99"] for r in rows if r["query"].startswith("stateless")}
     for r in rows:
-        t.add_row(r["operator"], r["trigger"], f"{r['max']:,.0f}", f"{r['rate']:,.0f}", f"{r['measured']:,}",
-                  f"{r['p50']:,.0f}", f"{r['p99']:,.0f}", f"{r['p50'] - DELAY_MS:,.0f}", f"{r['p99'] - DELAY_MS:,.0f}")
+        t.add_row(r["query"], r["trigger"], f"{r['sent']:,}", f"{r['measured']:,}", f"{r['p50']:,.0f}", f"{r['p99']:,.0f}",
+                  f"{r['p99'] / floors[r['trigger']]:.2f}×" if floors.get(r["trigger"]) else "",
+                  f"{r['batch_p50']:,.0f}", f"{r['batch_p99']:,.0f}")
     out.print(t)
     return rows

@@ -27,7 +27,10 @@ stall reaches Spark's source (events/s over the micro-batches after the warm-up 
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -270,17 +273,11 @@ def _rounds(runs: dict[str, Callable[[], int]], rounds: int) -> list[dict]:
     return out
 
 
-def spark_rows(bootstrap: str, topic: str) -> list:
+def spark_rows(bootstrap: str, topic: str, home: str) -> list:
     """The Spark rows (module docstring) as :class:`ctiflow.bench.spark_jobs.Figures`."""
-    import os
-    import shutil
-    import tempfile
-
     from ctiflow.bench.spark_jobs import PeakMemory, _source, figures, source_spec, warm_up
     from ctiflow.jobs.pipeline import spark_session
 
-    home = tempfile.mkdtemp(prefix="ctiflow-bench-source-")
-    os.environ["CTIFLOW_HOME"] = home
     spark = spark_session()
     try:
         def noop(name: str, client: dict, tag: str = ""):
@@ -296,7 +293,6 @@ def spark_rows(bootstrap: str, topic: str) -> list:
                 noop("Spark: the source → noop sink, librdkafka's fetch defaults (before)", LIBRDKAFKA_DEFAULTS)]
     finally:
         spark.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def _table(out: Console, title: str, rows: list[dict], unit: str) -> None:
@@ -315,6 +311,8 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -
     from ctiflow.jobs import stack
 
     out = out or Console(width=200)
+    home = tempfile.mkdtemp(prefix="ctiflow-bench-source-")
+    os.environ["CTIFLOW_HOME"] = home  # the broker's pid file and Spark's files
     port = stack.free_port()
     stack.up(port)
     try:
@@ -323,9 +321,10 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -
         rows = measure(bootstrap, "bench-source", rounds)
         sink = sink_measure(bootstrap, "bench-source", _ranges(bootstrap, "bench-source"), rounds)
         produce_transactions(bootstrap, "bench-source-spark", SPARK_EVENTS, keys=10_000, partitions=PARTITIONS)
-        spark = spark_rows(bootstrap, "bench-source-spark")
+        spark = spark_rows(bootstrap, "bench-source-spark", home)
     finally:
         stack.down(port)
+        shutil.rmtree(home, ignore_errors=True)
     _table(out, f"ctiflow bench source: {events:,} transactions, {PARTITIONS} partitions, one Python process, "
                 f"median of {rounds} interleaved rounds", rows, "messages")
     ceiling = min((r for r in rows if r["name"].startswith("ceiling")), key=lambda r: r["cpu_us"])

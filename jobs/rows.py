@@ -540,18 +540,28 @@ def output_frame(packs: list[tuple[str, list]], metrics: dict[str, int]):
 
 def output_columns(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, pa.Array, pa.Array]]:
     """``(topic, keys, values)`` (binary columns, a key may be null) of the records in the
-    output rows, a pack at a time, in row order; ``metrics`` rows are summed into ``metrics``
-    (:func:`ctiflow.jobs.counters.merge`), not yielded."""
+    output rows, in row order: a pack's records at a time, and runs of consecutive one-record
+    rows of a topic as one slice of the rows' columns; ``metrics`` rows are summed into
+    ``metrics`` (:func:`ctiflow.jobs.counters.merge`), not yielded."""
     for rows in batches:
-        cols = [rows.column(c).to_pylist() for c in ("topic", "key", "value", "kind")]
-        for topic, key, value, kind in zip(*cols):
+        topics, kinds = rows.column("topic").to_pylist(), rows.column("kind").to_pylist()
+        keys, values = rows.column("key"), rows.column("value")
+        start = 0  # the first row of the current run of one-record rows
+        for i, (topic, kind) in enumerate(zip(topics, kinds)):
+            plain = kind != PACK and kind != METRICS
+            if start < i and (not plain or topic != topics[start]):
+                yield topics[start], keys.slice(start, i - start), values.slice(start, i - start)
+                start = i
+            if plain:
+                continue
             if kind == PACK:
-                table = pa.ipc.open_stream(value).read_all()
+                table = pa.ipc.open_stream(values[i].as_py()).read_all()
                 yield topic, table.column("key").combine_chunks(), table.column("value").combine_chunks()
-            elif kind == METRICS:
-                counters.merge(metrics, json.loads(value))
             else:
-                yield topic, pa.array([key], pa.binary()), pa.array([value], pa.binary())
+                counters.merge(metrics, json.loads(values[i].as_py()))
+            start = i + 1
+        if start < len(topics):
+            yield topics[start], keys.slice(start), values.slice(start)
 
 
 def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
