@@ -167,7 +167,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
     return Produced(sent, rejected, prod.flush(flush_timeout))
 
 
-#: Consumer settings chosen by measurement (``ctiflow bench source``, docs/performance.md#source).
+#: Consumer settings chosen by measurement (``ctiflow bench source``, docs/performance.md#source-and-sink).
 #: ``fetch.queue.backoff.ms``: a broker may answer one fetch with more than librdkafka's local
 #: queue holds (tansu: ≈ 150k records, 12 MB); librdkafka then waits this long before fetching
 #: again — 1,000 ms by default, a stall after every such fetch (reading 1M records: 4.3 µs a
