@@ -7,6 +7,8 @@ added; the same operator fed without the poison events for the Pattern API."""
 
 from __future__ import annotations
 
+import pickle
+
 import random
 
 import pytest
@@ -102,6 +104,15 @@ def streams(draw):
     return events
 
 
+def _content(snapshot: bytes) -> tuple:
+    """A match operator's snapshot as content: keys in order (in the bytes, the order the operator
+    last touched them) and each key's state unpickled (a state decoded from its bytes and pickled
+    again may share its strings differently, the same content)."""
+    version, fingerprint, keyed, numbers = pickle.loads(snapshot)
+    return (version, fingerprint, sorted((k, (due, pickle.loads(state), *rest)) for k, (due, state, *rest) in keyed.items()),
+            sorted(numbers.items()))
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(range(len(PATTERNS))), streams())
 def test_a_refused_event_leaves_the_pattern_api_operator_as_if_it_had_not_come(which, events):
@@ -115,10 +126,10 @@ def test_a_refused_event_leaves_the_pattern_api_operator_as_if_it_had_not_come(w
             assert e.fields["note"] == "x" and "failed on record" in str(exc)
             got += exc.outputs
             continue
-        assert e.fields["note"] != "x" or fed.snapshot() == clean.snapshot()
+        assert e.fields["note"] != "x" or _content(fed.snapshot()) == _content(clean.snapshot())
         want += clean.process(e)
     assert [o.record for o in got] == [o.record for o in want]
-    assert fed.snapshot() == clean.snapshot()
+    assert _content(fed.snapshot()) == _content(clean.snapshot())
     assert [o.record for o in fed.advance_to(CTI_INFINITY)] == [o.record for o in clean.advance_to(CTI_INFINITY)]
 
 

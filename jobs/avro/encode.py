@@ -228,7 +228,8 @@ class ColumnEncoder:
         other = 1 - null
         if isinstance(column, MapColumn):  # a map in every record
             return [_Piece(const=_zigzag_varint(other)), *self._field(t.branches[other], column, n)]
-        if isinstance(column, (pa.Array, pa.ChunkedArray)):  # nulls from the validity bitmap, no Python step a value
+        if isinstance(column, (pa.Array, pa.ChunkedArray)) and t.branches[other].flat():
+            # a flat value's nulls from the validity bitmap, no Python step a value
             if not column.null_count:
                 return [_Piece(const=_zigzag_varint(other)), *self._field(t.branches[other], column, n)]
             if column.null_count == n:
@@ -566,7 +567,8 @@ def _accepter(node: Node, cache: dict) -> Callable[[Any], bool]:
     kind = node.kind
     if kind == "record":
         cache[id(node)] = None
-        fields = [(name, _accepter(t, cache), default if has else _MISSING) for name, t, has, default in node.fields]
+        # a missing field counts as its default, else as null (fastavro: ``datum.get(name, default)``)
+        fields = [(name, _accepter(t, cache), default if has else None) for name, t, has, default in node.fields]
         cache[id(node)] = got = lambda value: (
             isinstance(value, Mapping) and value.get("-type", node.name) == node.name
             and all(accept(value.get(name, default)) for name, accept, default in fields))
