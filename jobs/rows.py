@@ -94,13 +94,6 @@ JSON_FIELDS = b"ctiflow.json_fields"
 FIELD_NAMES = b"ctiflow.field_names"
 
 
-def _ipc(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
 #: The end-of-stream marker of Arrow's IPC stream format (continuation token, zero length).
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
@@ -125,8 +118,8 @@ def pack_batch(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, v
 
 def pack_slices(batch: pa.RecordBatch, cuts: list[int]) -> pa.BinaryArray:
     """Packs of ``batch``'s rows ``[cuts[i], cuts[i+1])``, as one binary column: each an Arrow
-    IPC stream of one zero-copy slice (the bytes :func:`_ipc` writes, with the schema's message
-    serialized once), written straight into the column's data buffer."""
+    IPC stream (schema message, one record batch message, end of stream) of one zero-copy slice,
+    the schema's message serialized once, written straight into the column's data buffer."""
     head = batch.schema.serialize()
     sink = pa.BufferOutputStream()
     ends = []
@@ -141,8 +134,9 @@ def pack_slices(batch: pa.RecordBatch, cuts: list[int]) -> pa.BinaryArray:
 
 def pack_columns(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, values,
                  json_fields: tuple[str, ...] = (), with_fields: bool = True) -> bytes:
-    """One pack of all the records (:func:`pack_batch`)."""
-    return _ipc(pack_batch(fields, keys, starts, ends, offsets, values, json_fields, with_fields))
+    """One pack of all the records (:func:`pack_batch`, :func:`pack_slices`)."""
+    batch = pack_batch(fields, keys, starts, ends, offsets, values, json_fields, with_fields)
+    return pack_slices(batch, [0, batch.num_rows])[0].as_py()
 
 
 def pack_events(items: list[tuple]) -> bytes:
