@@ -56,3 +56,21 @@ def test_one_record_rows_of_a_topic_come_as_one_slice():
     plain = pa.RecordBatch.from_pylist([{"topic": "a", "key": b"k", "value": b"%d" % i, "kind": "passthrough"}
                                         for i in range(1000)], schema=batches[0].schema)
     assert [(t, len(v)) for t, _, v in rows.output_columns([plain], {})] == [("a", 1000)]
+
+
+def test_a_packs_partitions_are_each_records_partition():
+    """The sink hashes a pack's keys as one column; each record must still land where
+    ``partition_for`` (the definition a replay relies on) puts it: by its key, or by its value
+    when the key is null or empty."""
+    import pytest
+
+    pytest.importorskip("pyspark")
+    from ctiflow.jobs.sink import partition_for, partitions_for
+
+    rng = random.Random(5)
+    for n in (1, 7, 300):
+        keys = [rng.choice((None, b"", rng.randbytes(rng.randrange(1, 40)))) for _ in range(n)]
+        values = [rng.randbytes(rng.randrange(1, 120)) for _ in range(n)]
+        for parts in (1, 3, 8):
+            got = partitions_for(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), parts)
+            assert got == [partition_for(k, v, parts) for k, v in zip(keys, values)]
