@@ -394,7 +394,7 @@ def crc32_column(strings) -> np.ndarray:
     """``zlib.crc32`` of each value (uint32) of an Arrow string (UTF-8 bytes) or binary column,
     all at once: the table-driven CRC-32 stepped one byte position at a time over all values (as
     many NumPy steps as the longest value has bytes: meant for keys, not long values; a null
-    hashes as empty). Written by hand because neither NumPy nor Arrow computes CRC-32 over a
+    hashes as whatever its slot spans, so callers hash non-null keys or replace the nulls' hashes). Written by hand because neither NumPy nor Arrow computes CRC-32 over a
     column, and a key's group (``crc32(key) mod G``: checkpoints and the shuffle depend on it)
     and a result record's partition (:func:`ctiflow.jobs.sink.partition_for`: replays depend on
     it) must stay what ``zlib.crc32`` gives."""
