@@ -76,8 +76,6 @@ class Plan:
     chunk_keys: int = StateConfig.model_fields["chunk_keys"].default
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
     cache_chunks: int = StateConfig.model_fields["cache_chunks"].default
-    #: False when an operator must see every key in one state (a global count): one chunk
-    chunked: bool = True
     #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes
     #: their topics uses :meth:`schema_store`
     schemas: dict[str, str] = field(default_factory=dict)
@@ -142,7 +140,7 @@ class Plan:
                    cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.read_sources},
                    source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl, rules=rules,
                    key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
-                   chunked=not any(op.needs_every_key for op in cfg.operators), schemas=schemas)
+                   schemas=schemas)
 
 
 def _time_settings(src) -> AdvanceTimeSettings:
@@ -387,7 +385,13 @@ class GroupRuntime:
         with restoring("the key group's rule books"):
             self.books = {r.operator: RuleBook(r.settings) if books is None else RuleBook.restore(r.settings, books[j])
                           for j, r in enumerate(plan.rules)}
-        grows = plan.chunked and all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
+        grows = all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
+        #: operator index → the one key its state lives under (global operators: ``state_key``)
+        self._homes = {i: k for i, spec in enumerate(plan.operators)
+                       if (k := spec.cls.state_key(spec.settings)) is not None}
+        #: whether the events' own chunks hold state: an operator keyed by them, or the key TTL
+        self._by_event_key = plan.ttl is not None or any(
+            i not in self._homes and not spec.cls.stateless for i, spec in enumerate(plan.operators))
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index,
                                 prepare=self._use_rules if self.books else None)
@@ -579,12 +583,20 @@ class GroupRuntime:
         before = len(out)
         keyed, plan = self.keyed, self.plan
         keys = [] if cols is None else cols.key.tolist()
-        if keyed.count == 1:
-            of = [0] * len(keys)
+        # a global operator's events go to its state key's chunk; the events' own chunks are
+        # touched only for the operators (and key TTL) that keep state by the events' keys
+        homes = self._homes
+        if not keys:
+            of, events_in = [], set()
+        elif keyed.count == 1:
+            of, events_in = [0] * len(keys), {0}
         else:
             of_key = {k: keyed.address(k) for k in set(keys)}
             of = list(map(of_key.__getitem__, keys))
-        touch = keyed.touched(set(of), cti)
+            events_in = set(of_key.values()) if self._by_event_key else set()
+        if keys:
+            events_in.update(keyed.address(k) for k in homes.values())
+        touch = keyed.touched(events_in, cti)
         caught_up = self.ops_cti
         for c in touch:
             chunk = keyed.chunk(c)
@@ -595,16 +607,22 @@ class GroupRuntime:
         loaded = keyed.loaded
         for i, spec in enumerate(plan.operators):  # events in release order, each into its chunk; then the CTI
             if keys:
-                first = loaded[of[0]].ops[i]
-                order = first.release_order(cols)
-                mine, mine_of = (cols, of) if order is None else (cols.take(order), [of[j] for j in order])
-                if spec.cls.stateless:  # one instance takes every chunk's rows
+                home = homes.get(i)
+                if home is not None or spec.cls.stateless:  # one instance takes every row
+                    first = keyed.chunk(of[0] if home is None else keyed.address(home)).ops[i]
+                    order = first.release_order(cols)
+                    mine = cols if order is None else cols.take(order)
                     self.route.processed(spec, mine, first.process_columns(mine), out)
                 else:
+                    first = loaded[of[0]].ops[i]
+                    order = first.release_order(cols)
+                    mine, mine_of = (cols, of) if order is None else (cols.take(order), [of[j] for j in order])
                     self.route.processed(spec, mine, keyed.process(i, mine, mine_of), out)
             for c in touch:
                 self.route.advanced(spec, loaded[c].ops[i].advance_to(cti), out)
-        self.counters.expired_keys += keyed.advanced(touch, keys, None if cols is None else cols.start, of, cti)
+        by_key = keys if self._by_event_key else []
+        self.counters.expired_keys += keyed.advanced(touch, by_key, None if cols is None else cols.start,
+                                                     of if by_key else [], cti)
         self.ops_cti = cti
         self.counters.outputs += sum(len(o) if type(o) is OutputBatch else 1 for _, o, _ in out[before:])
 

@@ -450,6 +450,11 @@ class CountOperator(Operator):
     def partitionable(cls, settings: CountSettings) -> bool:
         return True
 
+    @classmethod
+    def state_key(cls, settings: CountSettings) -> str | None:
+        """A global count (``per_key`` false) keeps one histogram under :data:`GLOBAL_KEY`."""
+        return None if settings.per_key else GLOBAL_KEY
+
     def forget_keys(self, keys) -> None:
         """Drop the keys' counts (the key TTL): a key's next event starts a new window."""
         for key in keys:

@@ -111,6 +111,14 @@ class Operator(ABC):
         key stays in one chunk."""
         return False
 
+    @classmethod
+    def state_key(cls, settings: Any) -> str | None:
+        """The one key every event's state lives under whatever the event's own key (a global
+        operator: :meth:`live_keys` is that key alone), or None (the default): the events' keys.
+        The runtime routes such an operator's events to that key's chunk, so one global operator
+        does not keep the other operators' keys from being chunked."""
+        return None
+
     def partition(self, where: Callable[[str], int]) -> dict[int, "Operator"]:
         """The keys split by ``where(key)`` into operators of the same settings (operator-wide
         clocks copied), each with exactly its keys' state; ``self`` is not used afterwards.

@@ -26,6 +26,16 @@ OPERATORS = {
                                                           {"name": "b", "where": "type == 'b'"}]}}],
     "count with a key TTL": [{"kind": "count", "name": "last_4", "window": {"events": 4}, "output": "c3",
                               "emit": "per_event"}],
+    # a global count keeps its one histogram in one chunk while the keyed operators' keys are chunked
+    "a global count beside keyed operators": [
+        {"kind": "count", "name": "all_a", "window": {"time": 250}, "per_key": False, "predicate": "type == 'a'",
+         "output": "g1"},
+        {"kind": "count", "name": "per_key_events", "window": {"events": 3}, "output": "c4", "emit": "per_event"},
+        {"kind": "match", "name": "b_then_a", "output": "m2",
+         "pattern": {"within_ms": 300, "stages": [{"name": "b", "where": "type == 'b'"},
+                                                  {"name": "a", "where": "type == 'a'"}]}}],
+    "a global count alone": [{"kind": "count", "name": "all", "window": {"events": 5}, "per_key": False,
+                              "emit": "per_event", "output": "g2"}],
     "bins": [{"kind": "bins", "name": "per_100", "bin_size": 100, "measures": ["amount"],
               "outputs": {"incremental": "bi", "updated": "bu", "final": "bf"}}],
 }
@@ -86,6 +96,7 @@ def test_restoring_after_any_batch_in_any_number_of_groups_changes_no_result(dat
     batches = with_fields(batches)
     plan, partitions = plan_for(kind), sorted(events)
     reference = run(dataclasses.replace(plan, key_groups=1, chunk_keys=1_000_000), batches, partitions, 1, set())
+    groups = 1 if "global" in kind else groups  # a global operator sees every event: one key group
     plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys)
     assert run(plan, batches, partitions, groups, restore_after) == reference
     assert run(plan, batches, partitions, groups, set(range(len(batches)))) == reference
@@ -102,5 +113,6 @@ def test_chunks_kept_decoded_between_batches_change_no_result(data, groups, rest
     batches = with_fields(batches)
     plan, partitions = plan_for(kind), sorted(events)
     reference = run(dataclasses.replace(plan, key_groups=1, chunk_keys=1_000_000), batches, partitions, 1, set())
+    groups = 1 if "global" in kind else groups  # a global operator sees every event: one key group
     plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys)
     assert run(plan, batches, partitions, groups, restore_after, warm) == reference
