@@ -1,12 +1,40 @@
-"""MkDocs hooks (mkdocs.yml → hooks): the job file reference is generated at build time from the
-configuration model (jobs/reference_doc.py), so docs/reference/job.md holds only its frame."""
+"""MkDocs hooks (mkdocs.yml → hooks): pages generated at build time so they cannot drift.
 
+- ``<!-- job-reference -->``: the job file reference, from the configuration model (jobs/reference_doc.py).
+- ``<!-- readme -->``: the README's body (the docs home is the README; links into ``docs/`` rebased).
+- ``<!-- figures -->``: the measured figures table and what bounds each row, from bench/figures.yaml;
+  ``<!-- figures-detail: ID -->``: one benchmark's full table as it wrote it.
+- ``<!-- example: NAME -->``: a worked example run through the real operator (jobs/docs_examples.py).
+"""
+
+import re
+from pathlib import Path
+
+from ctiflow.bench import figures
 from ctiflow.jobs.reference_doc import job_reference
 
-MARKER = "<!-- job-reference -->"
+ROOT = Path(__file__).resolve().parent
+_DETAIL = re.compile(r"<!-- figures-detail: ([\w-]+) -->")
+_EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->")
+
+
+def readme_body() -> str:
+    """README.md as the docs home: its links into ``docs/`` made relative to ``docs/``."""
+    text = (ROOT / "README.md").read_text()
+    return re.sub(r"\]\(docs/", "](", text)
 
 
 def on_page_markdown(markdown, page, config, files):
-    if MARKER in markdown:
-        return markdown.replace(MARKER, job_reference())
+    prefix = "../" * page.file.src_uri.count("/")
+    if "<!-- job-reference -->" in markdown:
+        markdown = markdown.replace("<!-- job-reference -->", job_reference())
+    if "<!-- readme -->" in markdown:
+        markdown = markdown.replace("<!-- readme -->", readme_body())
+    if "<!-- figures -->" in markdown:
+        markdown = markdown.replace("<!-- figures -->", figures.block(prefix=prefix))
+    markdown = _DETAIL.sub(lambda m: figures.detail(m.group(1)), markdown)
+    if _EXAMPLE.search(markdown):
+        from ctiflow.jobs.docs_examples import example
+
+        markdown = _EXAMPLE.sub(lambda m: example(m.group(1)), markdown)
     return markdown

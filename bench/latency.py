@@ -273,4 +273,30 @@ def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[s
                   f"{r['p99'] / floors[r['trigger']]:.2f}×" if floors.get(r["trigger"]) else "",
                   f"{r['batch_p50']:,.0f}", f"{r['batch_p99']:,.0f}")
     out.print(t)
+    _record(rows)
     return rows
+
+
+def _record(rows: list[dict]) -> None:
+    """The figures row ``latency`` (bench/figures.yaml): per trigger the job's worse p99 of its
+    counts and matches against the floor's, in seconds; skipped unless every trigger ran."""
+    from ctiflow.bench.figures import record
+
+    def worst(trigger: str, what: str, floor: bool = False) -> float:
+        got = [r[what] for r in rows if r["trigger"] == trigger and r["query"].startswith("stateless") == floor]
+        return max(got)
+
+    if not all(any(r["trigger"] == t for r in rows) for t in TRIGGERS):
+        return
+    values = {}
+    for t, name in zip(TRIGGERS, ("100", "250", "1000")):
+        values[f"p99_{name}"] = f"{worst(t, 'p99') / 1000:.2f}"
+        values[f"p50_{name}"] = f"{worst(t, 'p50') / 1000:.2f}"
+        values[f"floor_{name}"] = f"{worst(t, 'p99', True) / 1000:.2f}"
+        values[f"ratio_{name}"] = f"{worst(t, 'p99') / worst(t, 'p99', True):.2f}"
+        values[f"batch_{name}"] = f"{worst(t, 'batch_p50'):,.0f}"
+        values[f"floor_batch_{name}"] = f"{worst(t, 'batch_p50', True):,.0f}"
+    record("latency", values, table=[
+        {"query": r["query"], "trigger": r["trigger"], "p50 ms": f"{r['p50']:,.0f}", "p99 ms": f"{r['p99']:,.0f}",
+         "p99 / the floor's": f"{r['p99'] / worst(r['trigger'], 'p99', True):.2f}×",
+         "batch p50 / p99 ms": f"{r['batch_p50']:,.0f} / {r['batch_p99']:,.0f}"} for r in rows])

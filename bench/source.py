@@ -346,4 +346,33 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -
         s.add_row(f.name, f"{f.rate:,.0f}", str(f.batches), f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}")
     out.print(s)
     out.print(f"Spark's source, today's settings / librdkafka's defaults: {spark[0].rate / spark[1].rate:.2f}×")
+    _record(rows, sink, spark)
     return rows + [{"name": f.name, "rate": f.rate, "batches": f.batches} for f in spark]
+
+
+def _record(rows: list[dict], sink: list[dict], spark: list) -> None:
+    """The figures rows ``source`` and ``sink`` (bench/figures.yaml) with their full tables."""
+    from ctiflow.bench.figures import record
+
+    def first(of: list[dict], prefix: str) -> dict:
+        return next(r for r in of if r["name"].startswith(prefix))
+
+    def table(of: list[dict], unit: str) -> list[dict]:
+        return [{"path": r["name"], f"CPU µs a {unit}": f"{r['cpu_us']:.2f}", f"wall µs a {unit}": f"{r['wall_us']:.2f}",
+                 f"{unit}s/s (wall)": f"{r['rate'] / 1e3:,.1f}k"} for r in of]
+
+    ours, plain, paused = first(rows, "source:"), first(rows, "ceiling:"), first(rows, "ceiling, cyclic GC")
+    record("source", {
+        "us": f"{ours['cpu_us']:.2f}", "ceiling": f"{plain['cpu_us']:.2f}",
+        "ratio": f"{ours['cpu_us'] / plain['cpu_us']:.2f}", "paused": f"{paused['cpu_us']:.2f}",
+        "paused_ratio": f"{ours['cpu_us'] / paused['cpu_us']:.2f}",
+        "gap": f"{ours['cpu_us'] - paused['cpu_us']:.2f}", "spark": f"{spark[0].rate / 1e3:,.1f}k",
+        "spark_defaults": f"{spark[1].rate / 1e3:,.1f}k", "spark_ratio": f"{spark[0].rate / spark[1].rate:.2f}"},
+        table=table(rows, "message") + [{"path": f"Spark: {f.name}", "CPU µs a message": "",
+                                         "wall µs a message": "", "messages/s (wall)": f"{f.rate / 1e3:,.1f}k"}
+                                        for f in spark])
+    ours, plain, headers = first(sink, "sink:"), first(sink, "ceiling:"), first(sink, "ceiling + ")
+    record("sink", {
+        "us": f"{ours['cpu_us']:.2f}", "ceiling": f"{plain['cpu_us']:.2f}",
+        "ratio": f"{ours['cpu_us'] / plain['cpu_us']:.2f}", "headers": f"{headers['cpu_us']:.2f}",
+        "headers_ratio": f"{ours['cpu_us'] / headers['cpu_us']:.2f}"}, table=table(sink, "record"))

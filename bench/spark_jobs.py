@@ -93,7 +93,7 @@ def _pss(process: psutil.Process) -> int:
 #: Spark's code paths for the query during its first dozens of batches, and not equally for both
 #: sides of a comparison (measured over 30 batches of 100k flows, a batch's mean per third: the
 #: Spark SQL proration 1,111 → 777 → 712 ms, ctiflow's bins 770 → 705 → 681 ms;
-#: docs/performance.md, "Warm-up and steady state"). A rate over the first batches compares
+#: docs/changelog.md#warm-up-and-steady-state). A rate over the first batches compares
 #: warm-ups.
 WARM_UP = 0.5
 

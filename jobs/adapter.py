@@ -147,7 +147,7 @@ class OperatorProcessor(StatefulProcessor):
         """Commit ``runtime``; the header is stored :func:`compressed`. One of more than
         :data:`ctiflow.jobs.rows.PACK_BYTES` (a long reorder buffer) is stored in parts of that size
         (:meth:`GroupState.write`): one large value is several G1 "humongous" copies in the state
-        server's JVM each write and read (measured under "Memory", docs/performance.md)."""
+        server's JVM each write and read (measured: docs/changelog.md#memory)."""
         raw = runtime.commit()
         started = time.perf_counter()
         header = compressed(raw)

@@ -87,13 +87,12 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         # A commit writes the batch's changes, not a snapshot of the store (snapshots are made in
-        # the background): measured under "Where the time goes" (docs/performance.md).
+        # the background): docs/performance.md#where-the-time-goes.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Checkpoint files (offset and commit logs, state changelogs) through Hadoop's FileSystem
         # API, not FileContext: without Hadoop's native library, every FileContext rename runs
         # `readlink` as a child process four times (measured: ≈ 70 checkpoint-file process starts
-        # a micro-batch; the state commit 33 → 3 ms a partition, docs/performance.md "One state
-        # variable and no process starts"). Its files appear by a rename: atomic on a local or
+        # a micro-batch; the state commit 33 → 3 ms a partition, docs/changelog.md#one-state-variable-and-no-process-starts). Its files appear by a rename: atomic on a local or
         # shared POSIX disk and on HDFS; an object store may want its own manager (spark.conf).
         MANAGER_CLASS: FILE_SYSTEM_MANAGER,
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",

@@ -79,7 +79,7 @@ PACK_SIZE = 10_000
 #: value in the driver JVM (shuffle rows, Arrow hand-offs), and one of 512 KiB or more is a G1
 #: "humongous" object — allocated outside the young generation, each such allocation a
 #: collection, and the heap grows to cope (1 MiB regions: heaps under 4 GiB). Measured under
-#: "Memory" in docs/performance.md.
+#: docs/changelog.md#memory.
 PACK_BYTES = 128 * 1024
 PACK, METRICS = "pack", "metrics"
 

@@ -5,7 +5,7 @@ Why: Spark forks one Python process per concurrent task (the source's readers, t
 workers, the sink's writers: 15–17 processes in a 2-core job), and each imported pandas,
 pyarrow, NumPy, PySpark's worker and ctiflow after the fork — ≈ 50 MB of private heap apiece.
 Imported before the fork, those pages are shared copy-on-write; ``gc.freeze`` keeps the
-collector from writing to them. Measured under "Memory" in docs/performance.md.
+collector from writing to them. Measured: docs/changelog.md#memory.
 ``ctiflow.jobs.pipeline.spark_session`` sets ``spark.python.daemon.module`` to this module.
 
 Contract: nothing here starts a thread or opens a client (a fork copies neither); a job's own

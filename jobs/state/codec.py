@@ -2,8 +2,8 @@
 
 zstd level 3: a header or a reorder buffer's part (pickled NumPy columns and strings) shrinks
 5-7x in a few ms a MB; every byte not stored is not copied by the state server, the state
-store's write batch, its changelog and memtable (measured: "After the compressed header",
-docs/performance.md)."""
+store's write batch, its changelog and memtable (measured:
+docs/changelog.md#after-the-compressed-header)."""
 
 from __future__ import annotations
 

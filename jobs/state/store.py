@@ -59,8 +59,7 @@ class GroupState:
 
     One state variable, not three: Spark's state server registers every state variable in every
     task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 15 ms of
-    a key group's call a micro-batch for the two this layout drops (docs/performance.md, "One
-    state variable and no process starts")."""
+    a key group's call a micro-batch for the two this layout drops (docs/changelog.md#one-state-variable-and-no-process-starts)."""
 
     HEADER = -1
     NAME = "state"

@@ -1,0 +1,229 @@
+"""Worked examples for the docs, run through the real job runtime when the docs build
+(``<!-- example: NAME -->`` in a page, ``mkdocs_hooks.py``), so a page's outputs cannot drift
+from what ctiflow does.
+
+An example is a job (the YAML a user writes, one source) and the records of a few
+micro-batches, each a mapping partition → records in offset order. It runs as one key group
+runs a micro-batch in Spark (:meth:`GroupRuntime.run_batch`: the partitions' frontiers, then
+the CTI the slowest partition allows, then its outputs), and is rendered as the job file, the
+input records with the CTI each batch reached, and every record the job wrote, in order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ctiflow.jobs.config import parse
+from ctiflow.jobs.rows import GroupInput
+from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.operators.events import CTI_INFINITY, CTI_NONE, Event, OutputBatch
+
+T0 = 0  # examples count application time in ms from 0: "12000" reads as 12 s
+
+
+@dataclass(frozen=True)
+class Example:
+    """``job``: the job file (without ``kafka``); ``batches``: per micro-batch, partition →
+    records; ``show``: per output topic the record fields the table shows (all when absent);
+    the last batch ends the bounded input (its CTI is +∞, as ``ctiflow run --until-end`` gives)."""
+
+    job: dict
+    batches: list[dict[int, list[dict]]]
+    show: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    flush: bool = True
+
+
+def _ms(v: Any) -> str:
+    if v == CTI_INFINITY:
+        return "+∞"
+    if v == CTI_NONE:
+        return "none yet"
+    return f"{v / 1000:g} s" if isinstance(v, int) else str(v)
+
+
+def _streams(ex: Example, batch: dict) -> dict[str, dict[int, list[dict]]]:
+    """A batch as stream → partition → records (a one-source example writes partition → records)."""
+    if all(isinstance(k, int) for k in batch):
+        return {ex.job["sources"][0]["name"]: batch}
+    return batch
+
+
+def run(ex: Example) -> list[tuple[int, int, list[tuple[str, dict]]]]:
+    """→ per micro-batch: its number, the CTI it ended with and the records written (topic, record)."""
+    cfg = parse({"job": "example", "kafka": {"bootstrap_servers": "localhost:9092"}, **ex.job}, "example")
+    plan = Plan.from_config(cfg)
+    sources = {s.name: s for s in cfg.sources}
+    rt = GroupRuntime(plan)
+    offsets: dict[tuple[str, int], int] = {}
+    done = []
+    for b, batch in enumerate(ex.batches):
+        last = b == len(ex.batches) - 1
+        got = GroupInput([], [], [], [])
+        for name, src in sources.items():
+            read = {}
+            for p, records in _streams(ex, batch).get(name, {}).items():
+                events = []
+                for r in records:
+                    start = r[src.time_field]
+                    end = CTI_INFINITY if src.shape == "edge" else r[src.end_field] if src.end_field else start
+                    off = offsets[name, p] = offsets.get((name, p), -1) + 1
+                    events.append(Event(r[src.key_field], start, end, dict(r), p, off, name))
+                read[p] = events
+            part = GroupInput.of(name, read, list(range(src.partitions or 1)), flush=last and ex.flush)
+            for mine, theirs in ((got.columns, part.columns), (got.frontiers, part.frontiers),
+                                 (got.controls, part.controls)):
+                mine.extend(theirs)
+        result = rt.run_batch(got)
+        out = []
+        for topic, o, _key in result.outputs:
+            for record in (o.records() if isinstance(o, OutputBatch) else [o.record]):
+                out.append((topic, record))
+        done.append((b + 1, rt.ops_cti, out))
+        header = rt.commit()
+        rt = GroupRuntime(plan, header=header, chunks=rt.chunks)  # as Spark runs the next batch
+    return done
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if v == CTI_INFINITY:
+        return "+∞"
+    if isinstance(v, list) and v and isinstance(v[0], dict) and "stage" in v[0]:  # a match's stages
+        return " · ".join(f"{s['stage']}: " + ", ".join(_event(e) for e in s["events"]) for s in v)
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return json.dumps(v, default=str, separators=(",", ":"))
+    return str(v)
+
+
+def _event(e: Any) -> str:
+    """A matched event by its id (the record in a job; JSON text outside one)."""
+    if isinstance(e, str):
+        e = json.loads(e)
+    return str(e.get("id", e))
+
+
+def render(ex: Example) -> str:
+    """The example in Markdown: the job file, the input by micro-batch, and the records written."""
+    src = ex.job["sources"][0]
+    job = {k: v for k, v in ex.job.items()}
+    lines = ["The job file (with `kafka` left out):", "", "```yaml", yaml.safe_dump(job, sort_keys=False,
+                                                                                     width=100).rstrip(), "```", "",
+             "The input, by micro-batch (times in ms of application time; each partition's CTI is its largest",
+             f"start − `cti.delay` ({src.get('cti', {}).get('delay', 0)} ms), the job's the smallest of them):", ""]
+    for name in [src["name"] for src in ex.job["sources"]]:
+        rows = [(b, p, r) for b, batch in enumerate(ex.batches, 1) for p, records in sorted(_streams(ex, batch).get(name, {}).items())
+                for r in records]
+        if not rows:
+            continue
+        fields = list(rows[0][2])
+        if len(ex.job["sources"]) > 1:
+            lines += [f"Stream `{name}`:", ""]
+        lines += ["| batch | partition | " + " | ".join(fields) + " |", "| --- | --- | " + " | ".join("---" for _ in fields) + " |"]
+        lines += [f"| {b} | {p} | " + " | ".join(_value(r.get(f)) for f in fields) + " |" for b, p, r in rows]
+        lines.append("")
+    lines += ["What it writes, batch by batch (generated by running the job's operators when these docs "
+              "were built):", ""]
+    for b, cti, out in run(ex):
+        end = " (the input ends: the final CTI)" if cti == CTI_INFINITY else ""
+        lines.append(f"**Batch {b}** — CTI after it: {_ms(cti) if cti != CTI_INFINITY else '+∞'}{end}.")
+        lines.append("")
+        if not out:
+            lines += ["Nothing written.", ""]
+            continue
+        by_topic: dict[str, list[dict]] = {}
+        for topic, record in out:
+            by_topic.setdefault(topic, []).append(record)
+        for topic, records in by_topic.items():
+            cols = list(ex.show.get(topic) or records[0])
+            lines += [f"Topic `{topic}`:", "", "| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
+            lines += ["| " + " | ".join(_value(r.get(c)) for c in cols) + " |" for r in records]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def _tx(account: str, t: int, amount: float, kind: str = "purchase", country: str = "DE") -> dict:
+    return {"id": f"t{t}", "account": account, "event_time": t, "amount": amount, "type": kind, "country": country}
+
+
+def _account(account: str, t: int, threshold: float, home: str = "DE") -> dict:
+    return {"account": account, "valid_from": t, "home_country": home, "risk_threshold": threshold, "tier": "standard"}
+
+
+def _flow(fid: str, device: str, start: int, end: int, nbytes: float) -> dict:
+    return {"id": fid, "device": device, "start_time": start, "end_time": end, "bytes": nbytes, "packets": 1.0}
+
+
+EXAMPLES: dict[str, Example] = {
+    "count": Example(
+        job={"job": "example", "sources": [{"name": "tx", "topic": "transactions", "schema": "transaction",
+                                             "key_field": "account", "time_field": "event_time", "partitions": 2,
+                                             "cti": {"delay": 1000}}],
+             "operators": [{"kind": "count", "name": "large_last_10s", "window": {"time": 10000}, "epsilon": 0.5,
+                            "predicate": "amount > 100", "emit": "per_cti", "output": "counts"}]},
+        batches=[{0: [_tx("a", 1000, 150.0), _tx("a", 2500, 20.0), _tx("a", 4000, 300.0)],
+                  1: [_tx("b", 1500, 500.0), _tx("b", 3000, 700.0)]},
+                 {0: [_tx("a", 9000, 120.0), _tx("a", 13500, 250.0)], 1: [_tx("b", 12000, 10.0), _tx("b", 14000, 900.0)]},
+                 {0: [_tx("a", 16000, 99.0)], 1: [_tx("b", 15500, 110.0)]}],
+        show={"counts": ("key", "time", "estimate", "lower", "upper", "bucket_count")}),
+    "bins": Example(
+        job={"job": "example", "sources": [{"name": "flows", "topic": "flows", "schema": "flow", "key_field": "device",
+                                             "time_field": "start_time", "end_field": "end_time", "shape": "interval",
+                                             "partitions": 1, "measures": ["bytes"], "cti": {"delay": 0}}],
+             "operators": [{"kind": "bins", "name": "bytes_per_10s", "bin_size": 10000, "measures": ["bytes"],
+                            "outputs": {"incremental": "bins-incremental", "updated": "bins-updated",
+                                        "final": "bins-final"}}]},
+        batches=[{0: [_flow("f1", "d1", 2000, 12000, 1000.0), _flow("f2", "d1", 5000, 8000, 300.0)]},
+                 {0: [_flow("f3", "d1", 15000, 35000, 2000.0)]},
+                 {0: [_flow("f4", "d1", 36000, 36000, 50.0)]}],
+        show={t: ("key", "bin_start", "bin_end", "measures", "fraction_sum", "events", "revision", "final", "cti")
+              for t in ("bins-incremental", "bins-updated", "bins-final")}),
+    "match": Example(
+        job={"job": "example", "sources": [{"name": "tx", "topic": "transactions", "schema": "transaction",
+                                             "key_field": "account", "time_field": "event_time", "partitions": 2,
+                                             "cti": {"delay": 1000}}],
+             "operators": [{"kind": "match", "name": "abroad_then_large", "output": "matches",
+                            "timed_out": "matches-timed-out",
+                            "pattern": {"within_ms": 10000, "skip": "skip_past_last_event", "stages": [
+                                {"name": "abroad", "where": "country != 'DE'"},
+                                {"name": "large", "contiguity": "followed_by", "where": "amount > 1000"}]}}]},
+        batches=[{0: [_tx("a", 1000, 40.0, country="FR"), _tx("a", 3000, 20.0), _tx("a", 5000, 1500.0)],
+                  1: [_tx("b", 2000, 60.0, country="US"), _tx("b", 4000, 30.0)]},
+                 {0: [_tx("a", 8000, 10.0)], 1: [_tx("b", 9000, 80.0)]},
+                 {0: [_tx("a", 14000, 10.0)], 1: [_tx("b", 15000, 2000.0)]}],
+        show={"matches": ("pattern", "key", "first_time", "last_time", "stages"),
+              "matches-timed-out": ("pattern", "key", "first_time", "timed_out_at", "stages")}),
+    "reference": Example(
+        job={"job": "example",
+             "sources": [{"name": "tx", "topic": "transactions", "schema": "transaction", "key_field": "account",
+                          "time_field": "event_time", "partitions": 1, "cti": {"delay": 0}},
+                         {"name": "accounts", "topic": "accounts", "schema": "account", "key_field": "account",
+                          "time_field": "valid_from", "shape": "edge", "partitions": 1,
+                          "cti": {"delay": 0, "policy": "adjust"}}],
+             "reference": {"source": "accounts", "fast": "tx", "join_field": "account", "sync": "import",
+                           "missing": "emit", "output": "enriched"},
+             "operators": [{"kind": "count", "name": "over_threshold", "window": {"time": 60000}, "epsilon": 0.01,
+                            "predicate": "amount > coalesce(reference.risk_threshold, 1000)", "emit": "per_event",
+                            "output": "counts"}]},
+        batches=[{"accounts": {0: [_account("a", 0, 500.0)]},
+                  "tx": {0: [_tx("a", 1000, 600.0), _tx("b", 2000, 600.0), _tx("a", 3000, 400.0)]}},
+                 {"accounts": {0: [_account("a", 4000, 300.0)]},
+                  "tx": {0: [_tx("a", 5000, 400.0), _tx("a", 6000, 200.0)]}}],
+        show={"enriched": ("key", "time", "reference_valid_from", "reference_missing", "reference_json"),
+              "counts": ("key", "time", "estimate")}),
+}
+
+
+def example(name: str) -> str:
+    """The Markdown of example ``name`` (:data:`EXAMPLES`)."""
+    return render(EXAMPLES[name])
