@@ -221,6 +221,34 @@ EXAMPLES: dict[str, Example] = {
                   "tx": {0: [_tx("a", 5000, 400.0), _tx("a", 6000, 200.0)]}}],
         show={"enriched": ("key", "time", "reference_valid_from", "reference_missing", "reference_json"),
               "counts": ("key", "time", "estimate")}),
+    "recognize": Example(
+        job={"job": "example", "sources": [{"name": "tx", "topic": "transactions", "schema": "transaction",
+                                             "key_field": "account", "time_field": "event_time", "partitions": 1,
+                                             "cti": {"delay": 0}}],
+             "operators": [{"kind": "match", "name": "growing_withdrawals", "output": "matches", "sql": (
+                 "SELECT * FROM tx MATCH_RECOGNIZE (\n"
+                 "  PARTITION BY account ORDER BY event_time\n"
+                 "  MEASURES FIRST(W.amount) AS first_amount, LAST(W.amount) AS last_amount, COUNT(W.id) AS withdrawals\n"
+                 "  AFTER MATCH SKIP PAST LAST ROW\n"
+                 "  PATTERN (W{2,} E) WITHIN INTERVAL '10' SECOND\n"
+                 "  DEFINE W AS W.type = 'withdrawal' AND (LAST(W.amount, 1) IS NULL OR W.amount > LAST(W.amount, 1)),\n"
+                 "         E AS E.type <> 'withdrawal')")}]},
+        batches=[{0: [_tx("a", 1000, 100.0, "withdrawal"), _tx("a", 2000, 200.0, "withdrawal"),
+                      _tx("b", 1500, 50.0, "withdrawal"), _tx("b", 2500, 30.0, "withdrawal"),
+                      _tx("a", 3000, 400.0, "withdrawal")]},
+                 {0: [_tx("a", 4000, 20.0, "purchase"), _tx("b", 5000, 80.0, "withdrawal")]},
+                 {0: [_tx("b", 6000, 90.0, "withdrawal"), _tx("b", 7000, 15.0, "purchase")]}]),
+    "time": Example(
+        job={"job": "example", "sources": [{"name": "tx", "topic": "transactions", "schema": "transaction",
+                                             "key_field": "account", "time_field": "event_time", "partitions": 2,
+                                             "cti": {"delay": 1000}}],
+             "operators": [{"kind": "count", "name": "all_last_3", "window": {"events": 3}, "per_key": False,
+                            "emit": "per_event", "output": "counts"}]},
+        batches=[{0: [_tx("a", 1000, 1.0), _tx("b", 5000, 1.0), _tx("c", 9000, 1.0)], 1: [_tx("d", 2000, 1.0)]},
+                 {0: [_tx("e", 3500, 1.0)], 1: [_tx("f", 4000, 1.0), _tx("g", 7000, 1.0)]},
+                 {0: [_tx("h", 4500, 1.0)], 1: [_tx("i", 9500, 1.0)]}],
+        show={"counts": ("key", "time", "estimate"),
+              "example.late": ("stream", "key", "start", "cti", "reason", "partition", "offset")}),
 }
 
 
