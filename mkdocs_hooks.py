@@ -4,7 +4,8 @@
 - ``<!-- readme -->``: the README's body (the docs home is the README; links into ``docs/`` rebased).
 - ``<!-- figures -->``: the measured figures table and what bounds each row, from bench/figures.yaml;
   ``<!-- figures-detail: ID -->``: one benchmark's full table as it wrote it.
-- ``<!-- example: NAME -->``: a worked example run through the real operator (jobs/docs_examples.py).
+- ``<!-- example: NAME -->``: a worked example run through the real operator (jobs/docs_examples.py);
+  its pictures are drawn before the build into docs/generated/.
 """
 
 import re
@@ -22,6 +23,15 @@ def readme_body() -> str:
     """README.md as the docs home: its links into ``docs/`` made relative to ``docs/``."""
     text = (ROOT / "README.md").read_text()
     return re.sub(r"\]\(docs/", "](", text)
+
+
+def on_pre_build(config):
+    """Pictures drawn from the examples, into docs/generated/ (not in git) before the files are read."""
+    from ctiflow.jobs.docs_examples import bins_picture
+
+    out = ROOT / "docs" / "generated"
+    out.mkdir(exist_ok=True)
+    bins_picture(out / "bins-timeline.png")
 
 
 def on_page_markdown(markdown, page, config, files):

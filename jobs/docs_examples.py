@@ -255,3 +255,41 @@ EXAMPLES: dict[str, Example] = {
 def example(name: str) -> str:
     """The Markdown of example ``name`` (:data:`EXAMPLES`)."""
     return render(EXAMPLES[name])
+
+
+def bins_picture(path) -> None:
+    """The bins example as a timeline: each flow a bar from its start to its end over the 10 s
+    bins, each overlap labelled with its fraction, each bin with its final total (computed by
+    running the example, like the page's tables)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ex = EXAMPLES["bins"]
+    flows = [r for batch in ex.batches for records in batch.values() for r in records]
+    finals = {r["bin_start"]: r["measures"]["bytes"] for _, _, out in run(ex) for t, r in out if t == "bins-final"}
+    size = ex.job["operators"][0]["bin_size"]
+    end = max(f["end_time"] for f in flows)
+    fig = Figure(figsize=(9, 2.8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for k in range(0, end // size + 1):
+        ax.axvline(k * size / 1000, color="#999", lw=0.8, ls="--")
+        total = finals.get(k * size)
+        if total is not None:
+            ax.text((k + 0.5) * size / 1000, len(flows) + 0.1, f"final {total:g} B", ha="center", fontsize=8)
+    for i, f in enumerate(reversed(flows)):
+        s, e, y = f["start_time"], f["end_time"], i + 0.5
+        ax.plot([s / 1000, max(e, s + 150) / 1000], [y, y], lw=7, solid_capstyle="butt", color="#4a7ab5")
+        ax.text(s / 1000, y + 0.28, f"{f['id']}: {f['bytes']:g} B", fontsize=8)
+        for k in range(s // size, -(-e // size) if e > s else s // size + 1):
+            lo, hi = max(s, k * size), min(e, (k + 1) * size)
+            if e > s and hi > lo:
+                ax.text((lo + hi) / 2000, y - 0.42, f"{(hi - lo) / (e - s):.2g}", ha="center", fontsize=7)
+            elif e == s:
+                ax.text(s / 1000, y - 0.42, "1", ha="center", fontsize=7)
+    ax.set_yticks([])
+    ax.set_xlabel("application time (s); bins (k·10 s, (k+1)·10 s]; numbers under a bar: its fraction in each bin")
+    ax.set_ylim(0, len(flows) + 0.6)
+    ax.set_xlim(-1, (end // size + 1) * size / 1000 + 1)
+    fig.tight_layout()
+    fig.savefig(path)
