@@ -185,9 +185,16 @@ def leave_marker(prod, topic: str, partitions: int, query: str, batch: int, task
     """``(query, batch, task)``'s marker, landed before the task writes a record (keyed by task:
     a compacted marker topic keeps each task's last)."""
     value = json.dumps({"query": query, "batch": batch, "task": task, "time": time.time()}).encode()
-    kafka.send(prod, topic, value, str(task).encode(), partition=task % partitions)
-    if prod.flush(60):
-        raise RuntimeError(f"Kafka sink: the replay marker of batch {batch}, task {task} did not land in {topic}")
+    failed: list[str] = []
+
+    def report(err, _msg):
+        if err is not None:
+            failed.append(str(err))
+
+    kafka.send(prod, topic, value, str(task).encode(), partition=task % partitions, on_delivery=report)
+    if prod.flush(60) or failed:  # not sent in time, or sent and refused (the report says why)
+        why = f": {failed[0]}" if failed else ""
+        raise RuntimeError(f"Kafka sink: the replay marker of batch {batch}, task {task} did not land in {topic}{why}")
 
 
 
