@@ -294,3 +294,38 @@ def bins_picture(path) -> None:
     ax.set_xlim(-1, (end // size + 1) * size / 1000 + 1)
     fig.tight_layout()
     fig.savefig(path)
+
+
+def histogram_picture(path) -> None:
+    """An exponential histogram's buckets after 40 events (one a time unit) over a window of the
+    last 25, ε = 0.5: each bucket spans the times since the bucket before it, labelled with its
+    size; the window's start and the guaranteed interval of the count are marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    from ctiflow.operators.histogram import ExponentialHistogram
+
+    window, n = 25, 40
+    h = ExponentialHistogram(window, 0.5)
+    for t in range(1, n + 1):
+        h.update(t)
+    buckets = sorted(h.buckets(), key=lambda b: b.timestamp)
+    lower, upper = h.bounds()
+    fig = Figure(figsize=(9, 2.4), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    prev = buckets[0].timestamp - buckets[0].count
+    for b in buckets:
+        ax.add_patch(Rectangle((prev + 0.5, 0), b.timestamp - prev, 1, facecolor="#4a7ab5", edgecolor="white", lw=2))
+        ax.text((prev + b.timestamp) / 2 + 0.5, 0.5, str(b.count), ha="center", va="center", color="white", fontsize=9)
+        prev = b.timestamp
+    ax.axvline(n - window + 0.5, color="#c0392b", lw=1.5)
+    ax.text(n - window + 0.7, 1.12, f"window start (last {window})", color="#c0392b", fontsize=8)
+    ax.set_xlim(0, n + 1)
+    ax.set_ylim(0, 1.35)
+    ax.set_yticks([])
+    ax.set_xlabel(f"event times 1…{n}; bucket sizes are powers of two, newest on the right; exact count {window}, "
+                  f"the histogram's interval [{lower}, {upper}]")
+    fig.tight_layout()
+    fig.savefig(path)
