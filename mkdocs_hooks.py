@@ -27,12 +27,13 @@ def readme_body() -> str:
 
 def on_pre_build(config):
     """Pictures drawn from the examples, into docs/generated/ (not in git) before the files are read."""
-    from ctiflow.jobs.docs_examples import bins_picture, histogram_picture
+    from ctiflow.jobs.docs_examples import bins_picture, cti_picture, histogram_picture
 
     out = ROOT / "docs" / "generated"
     out.mkdir(exist_ok=True)
     bins_picture(out / "bins-timeline.png")
     histogram_picture(out / "histogram-buckets.png")
+    cti_picture(out / "cti-partitions.png")
 
 
 def on_page_markdown(markdown, page, config, files):

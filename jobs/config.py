@@ -786,7 +786,8 @@ class StateConfig(Strict):
         "keyed state is stored in chunks of about this many keys (split as keys grow); a micro-batch reads "
         "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches. "
         "Smaller: less decoded per touched key, more state-store calls when a batch touches most keys; "
-        "may change between runs"))
+        "sparse keys (a batch's events nearly all of different keys) want larger chunks, e.g. 512 "
+        "(docs/performance.md#latency); may change between runs"))
 
     cache_chunks: int = Field(4096, ge=0, le=10_000_000, description=(
         "decoded state chunks each Python worker keeps between micro-batches (most recently used first), "

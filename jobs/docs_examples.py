@@ -329,3 +329,44 @@ def histogram_picture(path) -> None:
                   f"the histogram's interval [{lower}, {upper}]")
     fig.tight_layout()
     fig.savefig(path)
+
+
+def cti_picture(path) -> None:
+    """The time example over its micro-batches: every event read so far as a dot on its
+    partition's line, each partition's own CTI (largest start − delay) as a tick, the job's CTI
+    (their minimum) as a red line; events read behind the job's CTI are late (crosses)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ex = EXAMPLES["time"]
+    delay = ex.job["sources"][0]["cti"]["delay"]
+    late = {(r["partition"], r["start"]) for _, _, out in run(ex) for t, r in out if t.endswith(".late")}
+    fig = Figure(figsize=(9, 1.2 + 1.3 * len(ex.batches)), dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(ex.batches), 1, sharex=True)
+    seen: dict[int, list[int]] = {}
+    cti = None
+    colors = ("#4a7ab5", "#e08e2b")
+    for b, batch in enumerate(ex.batches):
+        ax, last = axes[b], b == len(ex.batches) - 1
+        for p, records in batch.items():
+            seen.setdefault(p, []).extend(r["event_time"] for r in records)
+        own = {p: max(ts) - delay for p, ts in seen.items()}
+        for p, ts in sorted(seen.items()):
+            for t in ts:
+                is_late = (p, t) in late and t in [r["event_time"] for r in batch.get(p, [])]
+                ax.plot(t / 1000, p, "x" if is_late else "o", color=colors[p % 2], ms=7 if is_late else 5)
+            ax.plot(own[p] / 1000, p, "|", color=colors[p % 2], ms=18, mew=2)
+        if last:  # the input ends: its events are checked against the CTI before, then the CTI is +∞
+            label = f"batch {b + 1}: checked against {cti / 1000:g} s (× late); the input ends, CTI +∞"
+        else:
+            cti = max(cti or 0, min(own.values()))
+            label = f"batch {b + 1}: CTI {cti / 1000:g} s"
+        ax.axvline(cti / 1000, color="#c0392b", lw=1.5)
+        ax.text(cti / 1000 + 0.1, 1.35, label, color="#c0392b", fontsize=8)
+        ax.set_yticks(sorted(seen), [f"partition {p}" for p in sorted(seen)], fontsize=8)
+        ax.set_ylim(-0.6, 1.8)
+    axes[-1].set_xlabel("application time (s); dots: events read so far; ticks: each partition's CTI "
+                        f"(largest start − {delay / 1000:g} s); red: the job's CTI")
+    fig.tight_layout()
+    fig.savefig(path)
