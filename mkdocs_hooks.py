@@ -3,7 +3,8 @@
 - ``<!-- job-reference -->``: the job file reference, from the configuration model (jobs/reference_doc.py).
 - ``<!-- readme -->``: the README's body (the docs home is the README; links into ``docs/`` rebased).
 - ``<!-- figures -->``: the measured figures table and what bounds each row, from bench/figures.yaml;
-  ``<!-- figures-detail: ID -->``: one benchmark's full table as it wrote it.
+  ``<!-- figures-detail: ID -->``: one benchmark's full table as it wrote it; ``<!-- figures-row: ID -->``:
+  that row's cells as a sentence.
 - ``<!-- example: NAME -->``: a worked example run through the real operator (jobs/docs_examples.py);
   its pictures are drawn before the build into docs/generated/.
 """
@@ -16,6 +17,7 @@ from ctiflow.jobs.reference_doc import job_reference
 
 ROOT = Path(__file__).resolve().parent
 _DETAIL = re.compile(r"<!-- figures-detail: ([\w-]+) -->")
+_ROW = re.compile(r"<!-- figures-row: ([\w-]+) -->")
 _EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->")
 
 
@@ -45,6 +47,7 @@ def on_page_markdown(markdown, page, config, files):
     if "<!-- figures -->" in markdown:
         markdown = markdown.replace("<!-- figures -->", figures.block(prefix=prefix))
     markdown = _DETAIL.sub(lambda m: figures.detail(m.group(1)), markdown)
+    markdown = _ROW.sub(lambda m: figures.summary(m.group(1), prefix=prefix), markdown)
     if _EXAMPLE.search(markdown):
         from ctiflow.jobs.docs_examples import example
 

@@ -14,6 +14,8 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
                    trigger: int | None = None, minutes: float | None = None, cti_delay: bool = False) -> None:
     out = out or Console(width=200)
     names = BENCHES if which == "all" else (which,)
+    # A run at a benchmark's defaults writes its rows of bench/figures.yaml (ctiflow.bench.figures).
+    rec = events is None and trigger is None
     for name in names:
         if name not in BENCHES + LONG_BENCHES:
             raise SystemExit(f'Invalid benchmark "{name}". Valid choices are: all, '
@@ -21,7 +23,8 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         if name == "soak":
             from ctiflow.bench.soak import main as soak_main
 
-            result = soak_main(out, minutes=30.0 if minutes is None else minutes)
+            result = soak_main(out, minutes=30.0 if minutes is None else minutes,
+                               record_figures=rec and minutes is None)
             if not result["ok"]:
                 raise SystemExit("soak: the results do not match the oracle (see above)")
         if name == "source":
@@ -31,7 +34,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "adapter":
             from ctiflow.bench.spark_jobs import bench_adapter
 
-            bench_adapter(events or 2_400_000, out, trigger or 200_000)  # 12 batches, 6 measured (WARM_UP)
+            bench_adapter(events or 2_400_000, out, trigger or 200_000, record_figures=rec)  # 12 batches, 6 measured (WARM_UP)
         elif name == "count":
             from ctiflow.bench.count_operator import main as count_main
 
@@ -46,21 +49,21 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "match":
             from ctiflow.bench.match_operator import main as match_main
 
-            match_main(events)
+            match_main(events, record_figures=rec)
         elif name == "scale" and cti_delay:
             from ctiflow.bench.state_scale import delay_main
 
-            delay_main(out)
+            delay_main(out, record_figures=rec)
         elif name == "scale":
             from ctiflow.bench.state_scale import delay_main, main as scale_main, spark_main as scale_spark
 
-            scale_spark(out, per_batch=trigger or 200_000)
+            scale_spark(out, per_batch=trigger or 200_000, record_figures=rec)
             scale_main(out)
-            delay_main(out)
+            delay_main(out, record_figures=rec)
         elif name == "peers":
             from ctiflow.bench.peers import main as peers_main
 
-            peers_main(out, events=events, trigger=trigger)
+            peers_main(out, events=events, trigger=trigger, record_figures=rec)
         elif name == "latency":
             from ctiflow.bench.latency import main as latency_main
 
@@ -68,7 +71,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "rules":
             from ctiflow.bench.rules import main as rules_main
 
-            rules_main(out, events_n=events or 100_000)
+            rules_main(out, events_n=events or 100_000, record_figures=rec)
         elif name == "reliability":
             from ctiflow.bench.reliability import main as reliability_main
 

@@ -47,10 +47,12 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
 
 
-def record(row_id: str, values: dict[str, Any], *, table: list[dict] | None = None, path: Path = DATA,
-           readme: Path = README) -> None:
+def record(row_id: str, values: dict[str, Any], *, table: list[dict] | None = None, path: Path | None = None,
+           readme: Path | None = None) -> None:
     """A benchmark's new figures for row ``row_id``: its values (and its full table, which the
-    performance page shows), today's date and this machine; the README block is rewritten."""
+    performance page shows), today's date and this machine; the README block is rewritten.
+    ``path`` and ``readme`` default to :data:`DATA` and :data:`README` as they are at the call."""
+    path, readme = path or DATA, readme or README
     data = load(path)
     row = next((r for r in data["rows"] if r["id"] == row_id), None)
     if row is None:
@@ -63,6 +65,22 @@ def record(row_id: str, values: dict[str, Any], *, table: list[dict] | None = No
     save(data, path)
     if readme.exists():
         write_readme(readme, data)
+
+
+def rows_of(table) -> list[dict[str, str]]:
+    """A printed ``rich`` table as :func:`record` keeps a row's table (header → cell, in order)."""
+    headers = [str(c.header) for c in table.columns]
+    return [dict(zip(headers, map(str, cells))) for cells in zip(*(list(c.cells) for c in table.columns))]
+
+
+def verdict(met: bool) -> str:
+    """A target's cell: ``met`` or a bold ``missed``."""
+    return "met" if met else "**missed**"
+
+
+def thousands(rate: float) -> str:
+    """A rate as rows show it: ``134.3k``."""
+    return f"{rate / 1e3:,.1f}k"
 
 
 def _cell(row: dict, name: str, prefix: str) -> str:
@@ -102,6 +120,13 @@ def detail(row_id: str, data: dict | None = None) -> str:
              "| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
     return "\n".join(lines)
+
+
+def summary(row_id: str, data: dict | None = None, *, prefix: str = "") -> str:
+    """A row's cells as one sentence (ours; the baseline; the target), for prose that cites it."""
+    data = load() if data is None else data
+    row = next(r for r in data["rows"] if r["id"] == row_id)
+    return f"{_cell(row, 'ours', prefix)}; {_cell(row, 'baseline', prefix)}; target: {_cell(row, 'target', prefix)}."
 
 
 def block(data: dict | None = None, *, prefix: str = "") -> str:

@@ -649,7 +649,45 @@ def notes(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | int | None = None) -> dict[str, Any]:
+def record_match(r: dict[str, Any]) -> None:
+    """The ``match-*`` rows of bench/figures.yaml from a full run with Flink (every pattern, the
+    SQL form, the hot key): rates, ratios to Flink and to the Pattern API form, the hot key's state."""
+    from ctiflow.bench.figures import record, thousands, verdict
+
+    rates = {name: row["operator"]["events_per_s"] for name, row in r["patterns"].items()}
+    ratios = {name: rates[name] / base for name, row in r["patterns"].items()
+              if (base := _flink_cells(row.get("flink"), True)[2])}
+    record("match-patterns", {"lo": thousands(min(rates.values())), "hi": thousands(max(rates.values())),
+                              "ratio_lo": f"{min(ratios.values()):.2f}", "ratio_hi": f"{max(ratios.values()):.2f}",
+                              "strict": f"{ratios['strict_sequence']:.2f}",
+                              "met": verdict(min(ratios.values()) >= 1.0)})
+    name, sql = next((n, row["sql"]) for n, row in r["patterns"].items() if row.get("sql"))
+    ratio = sql["events_per_s"] / rates[name]
+    record("match-sql", {"sql": thousands(sql["events_per_s"]), "api": thousands(rates[name]),
+                         "ratio": f"{ratio:.2f}", "met": verdict(ratio >= 0.9)})
+    big = r["hot_key"][-1]
+    q, p = big["sql"], big["pattern_api"]
+
+    def flink(row: dict[str, Any]) -> str:
+        f = row.get("flink")
+        if f is None:
+            return f"{row['events']:,} not tried"
+        if "error" in f:
+            return f"{row['events']:,} not done"
+        return f"{row['events']:,} rows in {f['seconds'] - f['scan_seconds']:,.0f} s (ours {row['sql']['seconds']:.2f} s)"
+
+    record("match-hot-key", {"events": f"{big['events']:,}", "sql_s": f"{q['seconds']:.2f}",
+                             "sql_kb": f"{q['state_bytes'] / 1e3:,.0f}", "api_s": f"{p['seconds']:.2f}",
+                             "api_kb": f"{p['state_bytes'] / 1e3:,.0f}",
+                             "time_x": f"{q['seconds'] / p['seconds']:.2f}",
+                             "state_x": f"{q['state_bytes'] / p['state_bytes']:.2f}",
+                             "flink": ", ".join(flink(row) for row in r["hot_key"]),
+                             "met": verdict(q["seconds"] <= 2 * p["seconds"])})
+
+
+def main(argv: list[str] | int | None = None, *, record_figures: bool = False) -> dict[str, Any]:
+    """``record_figures``: write the ``match-*`` rows of bench/figures.yaml when Flink ran beside
+    every pattern and the hot key (``bash bench/setup_flink.sh``); otherwise they are left as they are."""
     # ``bench.run_benchmarks`` passes the --events figure itself (an int or None).
     if argv is None or isinstance(argv, int):
         argv = [] if argv is None else ["--events", str(argv)]
@@ -679,6 +717,11 @@ def main(argv: list[str] | int | None = None) -> dict[str, Any]:
         console.print(line)
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))
+    if record_figures and (r.get("flink") or {}).get("installed") and r.get("hot_key") and not args.pattern:
+        record_match(r)
+    elif record_figures:
+        console.print("bench/figures.yaml: the match rows are left as they are (they need Flink beside every "
+                      "pattern and the hot key: bash bench/setup_flink.sh)")
     return r
 
 

@@ -452,7 +452,7 @@ def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
     out.print(t)
 
 
-def peers_table(title: str, peers: list[Peer], out: Console) -> None:
+def peers_table(title: str, peers: list[Peer], out: Console) -> Table:
     t = Table(title=title)
     for col in ("result", "ours events/s", "peer events/s", "ratio", "target", "met", "ours p50/p99 ms",
                 "peer p50/p99 ms", "each alone: ours / peer events/s", "each alone: ours / peer peak PSS MB",
@@ -466,6 +466,7 @@ def peers_table(title: str, peers: list[Peer], out: Console) -> None:
                   _pair(p, "peak_rss_mb", "{:,.0f}"),
                   f"{p.ours_records:,} / {p.peer_records:,}", p.note)
     out.print(t)
+    return t
 
 
 def _pair(p: Peer, attr: str, fmt: str) -> str:
@@ -489,6 +490,46 @@ def where_time_goes(kind: str, ladder: Ladder, out: Console, parallel: int) -> N
                   f"{plumbing - src:.2f} · operator, state, encode, Kafka sink {per_100k(f) - plumbing:.2f} "
                   f"(task time ÷ {parallel} parallel tasks: the key groups' Python calls ≈ {python:.2f}, "
                   f"of which state ≈ {state:.2f})")
+
+
+def record_peers(peers: list[Peer], ladders: dict[str, Ladder], table: Table) -> None:
+    """The rows ``peers-*`` of bench/figures.yaml from a run of bins and count: the ratios, each
+    side alone, memory, and what bounds bins and count (the ladders' stage costs, s per 100k)."""
+    from ctiflow.bench.figures import record, rows_of, thousands, verdict
+
+    by = {p.what: p for p in peers}
+    final, three, count = by["bins, final only"], by["bins, all three outputs"], by["count per key, last hour"]
+
+    def pair(p: Peer) -> dict[str, str]:
+        return {"ours": thousands(p.ours.rate), "peer": thousands(p.peer.rate), "ratio": f"{p.ratio:.2f}",
+                "alone": f"{p.ours_alone.rate / p.peer_alone.rate:.2f}", "met": verdict(p.met and p.error_ok)}
+
+    def stages(ladder: Ladder, ours: Figures) -> dict[str, str]:
+        src, noop, native, plumbing, mine = (per_100k(f) for f in (ladder.source, ladder.native_noop, ladder.native,
+                                                                   ladder.plumbing, ours))
+        return {"source": f"{src:.2f}", "plumbing": f"{plumbing - src:.2f}", "share": f"{100 * plumbing / mine:.0f} %",
+                "ours_s": f"{mine:.2f}", "rest": f"{mine - plumbing:.2f}", "peer_state": f"{noop - src:.2f}",
+                "peer_sink": f"{native - noop:.2f}", "peer_s": f"{native:.2f}"}
+
+    def gb(f: Figures | None) -> str:
+        return f"{f.peak_rss_mb / 1e3:.2f}"
+
+    def less(ours: Figures, peer: Figures) -> str:
+        return f"{100 * (ours.peak_rss_mb / peer.peak_rss_mb - 1):+.0f} %".replace("-", "−")
+
+    bins = stages(ladders["bins"], final.ours)
+    need = per_100k(final.peer) / final.target  # ours, s per 100k, at the target ratio
+    record("peers-bins-final", {**pair(final), **bins, "need": f"{need:.2f}",
+                                "need_rest": f"{need - per_100k(ladders['bins'].plumbing):.2f}"}, table=rows_of(table))
+    record("peers-bins-all", pair(three))
+    record("peers-count", {**pair(count), **stages(ladders["count"], count.ours),
+                           "error": f"{count.error_max:.2%}", "checked": f"{count.checked:,}"})
+    record("peers-memory", {
+        "final": gb(final.ours_alone), "three": gb(three.ours_alone), "count": gb(count.ours_alone),
+        "peer_bins": gb(final.peer_alone), "peer_count": gb(count.peer_alone),
+        "final_d": less(final.ours_alone, final.peer_alone), "three_d": less(three.ours_alone, three.peer_alone),
+        "count_d": less(count.ours_alone, count.peer_alone),
+        "met": verdict(all(p.ours_alone.peak_rss_mb <= p.peer_alone.peak_rss_mb for p in (final, three, count)))})
 
 
 def bins_job(spec: dict, outputs: dict) -> dict:
@@ -530,9 +571,11 @@ def record_costs(bootstrap: str | None, events: int, out: Console) -> None:
 
 
 def main(out: Console | None = None, *, events: int | None = None, trigger: int | None = None,
-         which: tuple[str, ...] = ("bins", "count", "costs", "match")) -> list[Peer]:
+         which: tuple[str, ...] = ("bins", "count", "costs", "match"), record_figures: bool = False) -> list[Peer]:
+    """``record_figures``: write the ``peers-*`` rows of bench/figures.yaml (a run at the rows' defaults)."""
     out = out or Console(width=200)
     peers: list[Peer] = []
+    ladders: dict[str, Ladder] = {}
     if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
             # 30 micro-batches, the last 15 measured (ctiflow.bench.spark_jobs.WARM_UP), after a round of both
@@ -544,6 +587,7 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
                 if kind not in which:
                     continue
                 got, rungs = run(spark, bootstrap, home, n, limit, out)
+                ladders[kind] = rungs
                 print_ladder(f"{title}, {limit:,} a micro-batch", rungs.rungs(), out)
                 peers += got
                 if not all(p.met and p.error_ok for p in got):
@@ -551,7 +595,9 @@ def main(out: Console | None = None, *, events: int | None = None, trigger: int 
             if "costs" in which:
                 record_costs(bootstrap, min(events or 200_000, 400_000), out)
     if peers:
-        peers_table("ctiflow vs writing it yourself (Spark, same topic, same micro-batch, same Kafka sink)", peers, out)
+        t = peers_table("ctiflow vs writing it yourself (Spark, same topic, same micro-batch, same Kafka sink)", peers, out)
+        if record_figures and {"bins", "count"} <= set(ladders):
+            record_peers(peers, ladders, t)
     if "match" in which:
         rows = bench_match(events or 300_000, out)
         if rows:

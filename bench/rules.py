@@ -95,7 +95,8 @@ def run(plan: Plan, batches: list[list[Event]], rules: list[Rule]) -> tuple[floa
 
 
 def main(out: Console | None = None, events_n: int = 200_000, sizes=(1, 10, 100, 1000), per_batch: int = 20_000,
-         rounds: int = 2) -> dict:
+         rounds: int = 2, record_figures: bool = False) -> dict:
+    """``record_figures``: write the ``rules`` row of bench/figures.yaml (needs 1, 10, 100 and 1,000 rules)."""
     out = out or Console(width=200)
     evs = events(events_n)
     batches = [evs[i:i + per_batch] for i in range(0, len(evs), per_batch)]
@@ -125,7 +126,23 @@ def main(out: Console | None = None, events_n: int = 200_000, sizes=(1, 10, 100,
     if 1 in figures and 100 in figures:
         out.print(f"100 selective rules cost {figures[1]['rules'] / figures[100]['rules']:.2f}× one rule "
                   "(target ≤ 3×)")
+    if record_figures:
+        record_rules(figures, table)
     return figures
+
+
+def record_rules(figures: dict[int, dict[str, float]], table: Table) -> None:
+    """The ``rules`` row of bench/figures.yaml: rates and ratios at 1, 10, 100 and 1,000 rules."""
+    from ctiflow.bench.figures import record, rows_of, verdict
+
+    values = {}
+    for n in (1, 10, 100, 1000):
+        values[f"r{n}"] = f"{figures[n]['rules'] / 1e3:,.1f}k"
+        values[f"x{n}"] = f"{figures[n]['rules'] / figures[n]['static']:.2f}"
+    cost = figures[1]["rules"] / figures[100]["rules"]
+    record("rules", {**values, "cost": f"{cost:.2f}",
+                     "met_static": verdict(all(f["rules"] >= 0.9 * f["static"] for f in figures.values())),
+                     "met_cost": verdict(cost <= 3.0)}, table=rows_of(table))
 
 
 if __name__ == "__main__":

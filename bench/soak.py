@@ -108,7 +108,9 @@ def _job(bootstrap: str, home: str, topic: str, trigger: str) -> dict:
     return spec
 
 
-def main(out: Console | None = None, *, minutes: float = 30.0, rate: float = 500.0, trigger: str = "2s") -> dict:
+def main(out: Console | None = None, *, minutes: float = 30.0, rate: float = 500.0, trigger: str = "2s",
+         record_figures: bool = False) -> dict:
+    """``record_figures``: write the ``soak`` row of bench/figures.yaml (its minute-by-minute table)."""
     from ctiflow.bench.spark_jobs import bench_stack
     from ctiflow.jobs import kafka, pipeline
     from ctiflow.jobs.config import parse
@@ -206,4 +208,23 @@ def main(out: Console | None = None, *, minutes: float = 30.0, rate: float = 500
     ok = not (lost or twice or extra or wrong or uneven or late)
     out.print(f"checked against the oracle: {verdict} → {'nothing lost, nothing twice' if ok else 'MISMATCH'}",
               highlight=False)
+    if record_figures:
+        record_soak(rows, verdict, ok, t)
     return {"rows": rows, "verdict": verdict, "ok": ok}
+
+
+def record_soak(rows: list[dict], verdict: dict, ok: bool, table: Table) -> None:
+    """The ``soak`` row of bench/figures.yaml: from the minute the state stops growing (within 2 %
+    of the last minute's), the batches' p50 range and p99 maximum; memory over the run's second half."""
+    from ctiflow.bench.figures import record, rows_of, verdict as met
+
+    last = rows[-1]["state_mb"]
+    flat = next(i for i in range(len(rows)) if all(abs(r["state_mb"] - last) <= 0.02 * last for r in rows[i:]))
+    steady, half = rows[flat:], rows[len(rows) // 2:]
+    pss = [r["pss_mb"] / 1e3 for r in half]
+    record("soak", {"flows": f"{verdict['produced']:,}", "state": f"{last:.1f}", "flat_from": str(rows[flat]["minute"]),
+                    "p50": f"{min(r['p50'] for r in steady):.2f}–{max(r['p50'] for r in steady):.2f}",
+                    "p99": f"{max(r['p99'] for r in steady):.2f}", "pss": f"{min(pss):.2f}–{max(pss):.2f}",
+                    "minutes": str(len(half)), "bins": f"{verdict['final_bins']:,}",
+                    "checked": "nothing lost, nothing twice" if ok else "**a mismatch** (see the run's output)",
+                    "met": met(ok and flat <= len(rows) // 2 and max(pss) <= 1.1 * min(pss))}, table=rows_of(table))

@@ -342,7 +342,7 @@ def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool
                    q.recentProgress, mem.peak)
 
 
-def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> None:
+def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> Table:
     t = Table(title=title)
     for col in ("variant", "events", "events/s", "vs baseline", "batches", "p50 batch ms", "p99 batch ms",
                 "first batch ms", "peak PSS MB"):
@@ -351,6 +351,7 @@ def table(title: str, rows: list[Figures], baseline: Figures, out: Console) -> N
         t.add_row(f.name, f"{f.events:,}", f"{f.rate:,.0f}", f"{f.rate / baseline.rate:.2f}×" if baseline.rate else "-",
                   str(f.batches), f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}", f"{f.first_batch_ms:,.0f}", f"{f.peak_rss_mb:,.0f}")
     out.print(t)
+    return t
 
 
 def identity_job(topic: str, out_topic: str, limit: int) -> dict:
@@ -358,7 +359,8 @@ def identity_job(topic: str, out_topic: str, limit: int) -> dict:
             "operators": [{"kind": "passthrough", "output": out_topic}], "spark": {"key_groups": 8}}
 
 
-def bench_adapter(events: int, out: Console, trigger: int = 200_000) -> None:
+def bench_adapter(events: int, out: Console, trigger: int = 200_000, record_figures: bool = False) -> None:
+    """``record_figures``: write the ``adapter`` row of bench/figures.yaml (a run at its defaults)."""
     with bench_stack() as (bootstrap, spark, home):
         produce_transactions(bootstrap, "bench-adapter", events, keys=10_000)
         warm_up(lambda tag: passthrough_to_kafka(spark, bootstrap, source_spec("bench-adapter", trigger), home,
@@ -371,11 +373,25 @@ def bench_adapter(events: int, out: Console, trigger: int = 200_000) -> None:
         ident = run_job(spark, identity_job("bench-adapter", "bench-identity-out", trigger), bootstrap, home,
                         "identity operator, 10k keys, 8 key groups → Kafka")
         limit = python_limit(bootstrap, "bench-adapter", "bench-limit-out")
-        table(f"ctiflow bench adapter: {events:,} events, 10,000 keys, {trigger:,} events a micro-batch "
-              "(vs the stateless pass-through to a topic)",
-              [noop, base, ceiling, ident, limit], base, out)
+        t = table(f"ctiflow bench adapter: {events:,} events, 10,000 keys, {trigger:,} events a micro-batch "
+                  "(vs the stateless pass-through to a topic)",
+                  [noop, base, ceiling, ident, limit], base, out)
         out.print(f"identity job / pass-through: {ident.rate / base.rate:.2f}× (goal ≥ 0.9×); "
                   f"identity job / one Python process's limit: {ident.rate / limit.rate:.2f}× (goal ≥ 0.5)")
+        if record_figures:
+            record_adapter(ident, base, limit, t)
+
+
+def record_adapter(ident: Figures, base: Figures, limit: Figures, t: Table) -> None:
+    """The ``adapter`` row of bench/figures.yaml: the identity job against the pass-through and
+    against one Python process's limit."""
+    from ctiflow.bench.figures import record, rows_of, thousands, verdict
+
+    record("adapter", {"ours": thousands(ident.rate), "base": thousands(base.rate),
+                       "ratio": f"{ident.rate / base.rate:.2f}", "limit": thousands(limit.rate),
+                       "limit_ratio": f"{ident.rate / limit.rate:.2f}",
+                       "met": verdict(ident.rate >= 0.9 * base.rate),
+                       "limit_met": verdict(ident.rate >= 0.5 * limit.rate)}, table=rows_of(t))
 
 
 def bench_count_e2e(events: int, out: Console) -> None:

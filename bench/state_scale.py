@@ -221,9 +221,11 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
                     statistics.mean(written), statistics.mean(headers), state_bytes)
 
 
-def delay_main(out: Console | None = None, delays=(10, 60, 180, 600), rate: int = 2_000) -> list[DelayRow]:
+def delay_main(out: Console | None = None, delays=(10, 60, 180, 600), rate: int = 2_000,
+               record_figures: bool = False) -> list[DelayRow]:
     """The ``--cti-delay`` table: one key group at a fixed rate, ``cti.delay`` from 10 s to 10
-    minutes; the baseline is the 10 s row of the same run (target: p50 batch within 1.2× of it)."""
+    minutes; the baseline is the 10 s row of the same run (target: p50 batch within 1.2× of it).
+    ``record_figures``: write the ``scale-cti-delay`` row of bench/figures.yaml."""
     out = out or Console(width=200)
     rows = [measure_delay(d, rate) for d in delays]
     table = Table(title=f"ctiflow bench scale --cti-delay: one key group, {rate:,} events/s of application time, "
@@ -237,7 +239,22 @@ def delay_main(out: Console | None = None, delays=(10, 60, 180, 600), rate: int 
                       f"{r.p99_ms:,.1f}", f"{r.written / 1024:,.0f} KiB", f"{r.header / 1024:,.1f} KiB",
                       f"{r.state_bytes / 2**20:,.1f} MiB")
     out.print(table)
+    if record_figures:
+        record_delay(rows, table)
     return rows
+
+
+def record_delay(rows: list[DelayRow], table: Table) -> None:
+    """The ``scale-cti-delay`` row of bench/figures.yaml: the p50 batch at the shortest and the
+    longest delay, their ratio, the buffer's size at each."""
+    from ctiflow.bench.figures import record, rows_of, verdict
+
+    base, last = rows[0], rows[-1]
+    ratio = last.p50_ms / base.p50_ms
+    record("scale-cti-delay", {"base": f"{base.p50_ms:,.1f}", "last": f"{last.p50_ms:,.1f}", "ratio": f"{ratio:.2f}",
+                               "buffered_lo": f"{base.buffered / 1e3:,.0f}k",
+                               "buffered_hi": f"{last.buffered / 1e6:,.1f}M", "met": verdict(ratio <= 1.2)},
+           table=rows_of(table))
 
 
 # -- end to end in Spark: the same rows through Kafka, the adapter and Spark's state store -----------
@@ -323,12 +340,13 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
                measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins"),
-               conf: dict | None = None, tag: str = "", uncached=("bins",)) -> list[Row]:
+               conf: dict | None = None, tag: str = "", uncached=("bins",), record_figures: bool = False) -> list[Row]:
     """Each row: a job builds ``live`` keys (one event each), stops, and is restarted (a new Spark
     session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys.
     ``conf``: SQL confs set on every session (e.g. RocksDB changelog checkpointing). ``uncached``:
     operators also run at the smallest and largest size with ``state.cache_chunks: 0`` (every
-    touched chunk read from the state store and decoded, as without the worker's cache)."""
+    touched chunk read from the state store and decoded, as without the worker's cache).
+    ``record_figures``: write the ``scale`` row of bench/figures.yaml (needs count, match and bins)."""
     from ctiflow.bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
@@ -363,4 +381,27 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
                       f"{100 * r.state_share:.0f} %", f"{r.chunks:,.0f}", f"{r.cached:,.0f}", f"{r.written / 1024:,.0f} KiB",
                       f"{r.state_bytes / 2**20:,.1f} MiB", f"{r.peak_rss_mb:,.0f}", f"{r.restart_s:,.1f}")
     out.print(table)
+    if record_figures:
+        record_scale(rows, table)
     return rows
+
+
+def record_scale(rows: list[Row], table: Table) -> None:
+    """The ``scale`` row of bench/figures.yaml: each operator's rate at its fewest and most live
+    keys (the cached rows), their ratio, and the state's share of a batch."""
+    from ctiflow.bench.figures import record, rows_of, thousands, verdict
+
+    values, ratios, shares = {}, [], {}
+    for kind in ("count", "match", "bins"):
+        mine = sorted((r for r in rows if r.operator == kind), key=lambda r: r.live_keys)
+        lo, hi = mine[0], mine[-1]
+        values.update({f"{kind}_lo": thousands(lo.rate), f"{kind}_hi": thousands(hi.rate),
+                       f"{kind}_x": f"{hi.rate / lo.rate:.2f}"})
+        ratios.append(hi.rate / lo.rate)
+        shares[kind] = [r.state_share for r in mine]
+    both = shares["count"] + shares["match"]
+    values["share_cm"] = f"{100 * min(both):.0f}–{100 * max(both):.0f} %"
+    values["share_bins"] = f"{100 * min(shares['bins']):.0f}–{100 * max(shares['bins']):.0f} %"
+    values["met"] = verdict(min(ratios) >= 0.8)
+    values["state_met"] = verdict(max(max(v) for v in shares.values()) <= 0.15)
+    record("scale", values, table=rows_of(table))

@@ -92,3 +92,24 @@ def test_operator_and_concept_pages_are_documentation_not_notes():
     short = {p.relative_to(DOCS).as_posix(): n for folder in ("operators", "concepts") for p in (DOCS / folder).glob("*.md")
              if (n := len(p.read_text().splitlines())) < 60}
     assert not short, f"pages under 60 lines: {short}"
+
+
+def test_no_cell_of_a_benchmark_table_is_typed_elsewhere():
+    """The tables the benchmarks write (``table``) are rendered where they are shown, not copied:
+    no distinctive cell (a decimal figure, or a number of six digits or more) is in a page."""
+    readme = (ROOT / "README.md").read_text()
+    readme = readme[:readme.index(figures.BEGIN)] + readme[readme.index(figures.END):]
+    pages = {p.relative_to(ROOT).as_posix(): " ".join(p.read_text().split()) for p in DOCS.rglob("*.md")
+             if p.name != "changelog.md"}
+    pages["README.md"] = " ".join(readme.split())
+    checked, typed = 0, []
+    for row in figures.load()["rows"]:
+        for cells in row.get("table") or []:
+            for cell in map(str, cells.values()):
+                if not re.search(r"\d\.\d\d|\d{1,3},\d{3},\d{3}|\d{3},\d{3}", cell) or cell.endswith(",000"):
+                    continue  # not distinctive (a round number of keys or events is an input, not a figure)
+                checked += 1
+                typed += [f"{page} types {row['id']}'s cell {cell!r}" for page, content in pages.items()
+                          if f"| {cell} |" in content or f" {cell} " in content]
+    assert not typed, typed
+    assert checked > 100

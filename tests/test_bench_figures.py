@@ -1,0 +1,177 @@
+"""Each benchmark writes its rows of bench/figures.yaml itself: fed a result of the shape its run
+produces (made up here, so the expected figures are computed from the inputs, not read from the
+code), every row it owns gets every value its cells name, the ratios and verdicts follow from the
+inputs, its table is the table it printed, and the README block renders. The real file is not
+touched (the module's paths point into a temporary copy)."""
+
+import re
+import shutil
+
+import pytest
+from rich.table import Table
+
+from ctiflow.bench import figures
+
+
+@pytest.fixture
+def data(tmp_path, monkeypatch):
+    path, readme = tmp_path / "figures.yaml", tmp_path / "README.md"
+    shutil.copy(figures.DATA, path)
+    shutil.copy(figures.README, readme)
+    real, before = figures.DATA, figures.DATA.read_text()
+    monkeypatch.setattr(figures, "DATA", path)
+    monkeypatch.setattr(figures, "README", readme)
+    yield path
+    assert real.read_text() == before, "the repository's figures were written"
+
+
+def _rows(path, ids):
+    got = {r["id"]: r for r in figures.load(path)["rows"]}
+    out = {}
+    for rid in ids:
+        row = got[rid]
+        text = " ".join(str(row.get(n, "")) for n in ("what", "ours", "baseline", "target", "bound"))
+        missing = set(re.findall(r"\{(\w+)\}", text)) - set(row.get("values", {}))
+        assert not missing, f"{rid}: no value for {sorted(missing)}"
+        assert row["date"] == figures.datetime.date.today().isoformat() and row["machine"] == figures.machine()
+        out[rid] = row
+    figures.block(figures.load(path))  # renders without a missing field
+    return out
+
+
+def _table(*cols_rows):
+    cols, *rows = cols_rows
+    t = Table()
+    for c in cols:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def test_rules_row(data):
+    from ctiflow.bench.rules import record_rules
+
+    rates = {1: (400e3, 410e3), 10: (100e3, 300e3), 100: (10e3, 150e3), 1000: (1e3, 20e3)}
+    t = _table(("patterns", "rules events/s"), ("1", "410,000"))
+    record_rules({n: {"static": s, "rules": r} for n, (s, r) in rates.items()}, t)
+    row = _rows(data, ["rules"])["rules"]
+    v = row["values"]
+    assert (v["r1"], v["r1000"], v["x10"], v["x1000"]) == ("410.0k", "20.0k", "3.00", "20.00")
+    assert v["cost"] == f"{410 / 150:.2f}" and v["met_cost"] == "met" and v["met_static"] == "met"
+    assert row["table"] == [{"patterns": "1", "rules events/s": "410,000"}]
+
+
+def test_rules_row_says_missed_when_a_rule_is_slower_than_static(data):
+    from ctiflow.bench.rules import record_rules
+
+    rates = {1: (400e3, 300e3), 10: (100e3, 300e3), 100: (10e3, 50e3), 1000: (1e3, 20e3)}
+    record_rules({n: {"static": s, "rules": r} for n, (s, r) in rates.items()}, _table(("a",), ("b",)))
+    v = _rows(data, ["rules"])["rules"]["values"]
+    assert v["met_static"] == "**missed**" and v["met_cost"] == "**missed**"  # 0.75× static; 6× one
+
+
+def _figures(name, events, seconds, **kw):
+    from ctiflow.bench.spark_jobs import Figures
+
+    return Figures(name, events, seconds, 10, 500.0, 900.0, 1000.0, kw.pop("mb", 2500.0), **kw)
+
+
+def test_adapter_row(data):
+    from ctiflow.bench.spark_jobs import record_adapter
+
+    ident, base, limit = _figures("id", 1_000_000, 5.0), _figures("pass", 1_000_000, 4.0), _figures("lim", 1_000_000, 2.5)
+    record_adapter(ident, base, limit, _table(("variant", "events/s"), ("id", "200,000")))
+    v = _rows(data, ["adapter"])["adapter"]["values"]
+    assert (v["ours"], v["base"], v["limit"]) == ("200.0k", "250.0k", "400.0k")
+    assert (v["ratio"], v["limit_ratio"], v["met"], v["limit_met"]) == ("0.80", "0.50", "**missed**", "met")
+
+
+def test_peers_rows(data):
+    from ctiflow.bench.peers import Ladder, Peer, record_peers
+
+    f = _figures
+    # seconds per 100k events: source 0.40, plumbing 0.50, ours 0.75; the peer's noop 0.60, native 0.80
+    bins = Ladder(f("src", 100_000, 0.40), f("noop", 100_000, 0.60), f("native", 100_000, 0.80),
+                  f("plumb", 100_000, 0.50), [])
+    count = Ladder(f("src", 100_000, 0.42), f("noop", 100_000, 1.0), f("native", 100_000, 1.8),
+                   f("plumb", 100_000, 0.49), [])
+    final = Peer("bins, final only", f("ours", 100_000, 0.75), bins.native, 1.5,
+                 ours_alone=f("a", 1, 1.0, mb=2400.0), peer_alone=f("b", 1, 1.1, mb=3000.0))
+    three = Peer("bins, all three outputs", f("ours3", 100_000, 0.85), bins.native, 1.2,
+                 ours_alone=f("a", 1, 1.0, mb=3300.0), peer_alone=f("b", 1, 1.1, mb=3000.0))
+    cnt = Peer("count per key, last hour", f("ours", 100_000, 0.70), count.native, 2.0, checked=30_000,
+               error_max=0.0099, ours_alone=f("a", 1, 1.0, mb=2600.0), peer_alone=f("b", 1, 2.0, mb=3100.0))
+    record_peers([final, three, cnt], {"bins": bins, "count": count}, _table(("result",), ("bins",)))
+    rows = _rows(data, ["peers-bins-final", "peers-bins-all", "peers-count", "peers-memory"])
+    b = rows["peers-bins-final"]["values"]
+    assert (b["ratio"], b["alone"], b["met"]) == (f"{0.80 / 0.75:.2f}", "1.10", "**missed**")
+    assert (b["source"], b["plumbing"], b["ours_s"], b["rest"], b["share"]) == ("0.40", "0.10", "0.75", "0.25", "67 %")
+    assert (b["peer_state"], b["peer_sink"], b["peer_s"]) == ("0.20", "0.20", "0.80")
+    assert (b["need"], b["need_rest"]) == (f"{0.80 / 1.5:.2f}", f"{0.80 / 1.5 - 0.50:.2f}")
+    c = rows["peers-count"]["values"]
+    assert (c["ratio"], c["met"], c["error"], c["checked"]) == (f"{1.8 / 0.7:.2f}", "met", "0.99%", "30,000")
+    m = rows["peers-memory"]["values"]
+    assert (m["final"], m["three"], m["peer_bins"], m["final_d"], m["three_d"]) == ("2.40", "3.30", "3.00", "−20 %",
+                                                                                      "+10 %")
+    assert m["met"] == "**missed**"  # all three outputs took more than the peer
+
+
+def test_scale_rows(data):
+    from ctiflow.bench.state_scale import DelayRow, Row, record_delay, record_scale
+
+    def row(kind, live, seconds, share):
+        return Row(kind, live, 1_000_000, seconds, 1.0, 2.0, 10.0, share, 1.0, 1, 2000.0, 10.0)
+
+    rows = [row("identity", 10_000, 5.0, 0.0)] + [
+        row(k, live, s, sh) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
+        for live, s, sh in ((10_000, base, 0.05), (3_000_000, base * 1.25, 0.12 if k != "bins" else 0.2))] + [
+        row("bins, cache_chunks 0", 3_000_000, 9.0, 0.3)]
+    record_scale(rows, _table(("operator",), ("count",)))
+    v = _rows(data, ["scale"])["scale"]["values"]
+    assert (v["count_lo"], v["count_hi"], v["count_x"], v["bins_x"]) == ("100.0k", "80.0k", "0.80", "0.80")
+    assert (v["share_cm"], v["share_bins"], v["met"], v["state_met"]) == ("5–12 %", "5–20 %", "met", "**missed**")
+    record_delay([DelayRow(10, 18_000, 30.0, 40.0, 1.0, 1.0, 1), DelayRow(600, 1_200_000, 39.0, 50.0, 1.0, 1.0, 1)],
+                 _table(("cti.delay",), ("10 s",)))
+    d = _rows(data, ["scale-cti-delay"])["scale-cti-delay"]["values"]
+    assert (d["ratio"], d["met"], d["buffered_lo"], d["buffered_hi"]) == ("1.30", "**missed**", "18k", "1.2M")
+
+
+def test_soak_row(data):
+    from ctiflow.bench.soak import record_soak
+
+    state = [3.0, 8.0, 14.0, 15.0, 15.1, 15.0, 15.1, 15.0]
+    rows = [{"minute": i + 1, "pss_mb": 2000.0 + 10 * i, "state_mb": s, "p50": 0.5 + i / 100, "p99": 1.0 + i / 10}
+            for i, s in enumerate(state)]
+    record_soak(rows, {"produced": 240_000, "final_bins": 1_234}, True, _table(("minute",), ("1",)))
+    v = _rows(data, ["soak"])["soak"]["values"]
+    assert (v["flat_from"], v["state"], v["p50"], v["p99"]) == ("4", "15.0", "0.53–0.57", "1.70")
+    assert (v["pss"], v["minutes"], v["flows"], v["met"]) == ("2.04–2.07", "4", "240,000", "met")
+
+
+def test_match_rows(data):
+    from ctiflow.bench.match_operator import record_match
+
+    def pattern(rate, flink=None, sql=None):
+        row = {"operator": {"events_per_s": rate}, "flink": flink}
+        if sql:
+            row["sql"] = {"events_per_s": sql}
+        return row
+
+    r = {"flink": {"installed": True}, "patterns": {
+        "strict_sequence": pattern(300e3, {"net_events_per_s": 150e3, "events_per_s": 100e3, "matches": 1}, sql=270e3),
+        "within": pattern(60e3, {"net_events_per_s": 50e3, "events_per_s": 40e3, "matches": 1}),
+        "followed_by_any": pattern(90e3, {"expressible": False})},
+        "hot_key": [{"events": 200, "sql": {"seconds": 0.1, "state_bytes": 1}, "pattern_api": {"seconds": 0.1, "state_bytes": 1},
+                     "flink": {"seconds": 7.0, "scan_seconds": 2.0}},
+                    {"events": 1_800, "sql": {"seconds": 6.0, "state_bytes": 300_000},
+                     "pattern_api": {"seconds": 5.0, "state_bytes": 400_000}, "flink": {"error": "timed out after 600 s"}}]}
+    record_match(r)
+    rows = _rows(data, ["match-patterns", "match-sql", "match-hot-key"])
+    p = rows["match-patterns"]["values"]
+    assert (p["lo"], p["hi"], p["ratio_lo"], p["ratio_hi"], p["strict"], p["met"]) == (
+        "60.0k", "300.0k", "1.20", "2.00", "2.00", "met")  # the pattern Flink cannot express has no ratio
+    assert rows["match-sql"]["values"]["ratio"] == "0.90"
+    h = rows["match-hot-key"]["values"]
+    assert (h["time_x"], h["state_x"], h["sql_kb"], h["met"]) == ("1.20", "0.75", "300", "met")
+    assert h["flink"] == "200 rows in 5 s (ours 0.10 s), 1,800 not done"
