@@ -30,7 +30,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         if name == "source":
             from ctiflow.bench.source import main as source_main
 
-            source_main(out, events=events or 1_000_000)
+            source_main(out, events=events or 1_000_000, record_figures=rec)
         elif name == "adapter":
             from ctiflow.bench.spark_jobs import bench_adapter
 
@@ -67,7 +67,7 @@ def run_benchmarks(which: str, events: int | None = None, out: Console | None = 
         elif name == "latency":
             from ctiflow.bench.latency import main as latency_main
 
-            latency_main(out)
+            latency_main(out, record_figures=rec)
         elif name == "rules":
             from ctiflow.bench.rules import main as rules_main
 

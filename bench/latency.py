@@ -216,6 +216,7 @@ def _run(spark, bootstrap: str, home: str, kind: str, trigger: str, seconds: flo
     """One run under the steady load → its topic, events sent, the measured window and the
     micro-batches' durations."""
     from ctiflow.jobs import kafka, pipeline
+    from ctiflow.jobs.checkpoint import ProgressLog, latest_query
     from ctiflow.jobs.config import parse
 
     topic = f"lat-{kind}-{trigger}"
@@ -225,21 +226,47 @@ def _run(spark, bootstrap: str, home: str, kind: str, trigger: str, seconds: flo
     producer = threading.Thread(target=lambda: sent.append(_produce_steady(bootstrap, topic, RATE, seconds, stop)),
                                 daemon=True)
     started = int(time.time() * 1000)
+    counted: dict[int, dict] = {}  # batch → the job's counters of that batch (its progress log)
     producer.start()
     try:
         if kind == "floor":
             progress = _floor(spark, bootstrap, topic, trigger, seconds, home)
         else:
-            progress = pipeline.run(parse(_job(topic, trigger, home, bootstrap), topic), until_end=False, spark=spark,
-                                    timeout=seconds + 5).progress
+            cfg = parse(_job(topic, trigger, home, bootstrap), topic)
+            progress = pipeline.run(cfg, until_end=False, spark=spark, timeout=seconds + 5).progress
+            counted = {rec["batch"]: rec for rec in latest_query(ProgressLog.of(cfg).read(0)[0])}  # (last attempt)
     finally:
         stop.set()
         producer.join()
+    since = _iso(started + WARM_UP_MS)
     durations = sorted(p["durationMs"]["triggerExecution"] for p in progress
-                       if p["numInputRows"] and p["timestamp"] >= _iso(started + WARM_UP_MS))
+                       if p["numInputRows"] and p["timestamp"] >= since)
     return {"topic": topic, "sent": sent[0] if sent else 0, "since": started + WARM_UP_MS,
             "cutoff": started + int(seconds * 1000) - DELAY_MS - 2 * _trigger_ms(trigger),
-            "batch_p50": _percentile(durations, 50), "batch_p99": _percentile(durations, 99)}
+            "batch_p50": _percentile(durations, 50), "batch_p99": _percentile(durations, 99),
+            **_stages(progress, counted, since)}
+
+
+def _stages(progress: list[dict], counted: dict[int, dict], since: str) -> dict:
+    """Where a job's micro-batch goes, medians over the measured batches: Spark's stateful operator
+    (``allUpdatesTimeMs``), the key groups' Python calls within it (``python_us``) and their state
+    decode/encode (``state_us``), the state written (``state_written``); and over all of them the
+    share of the state chunks used that came decoded from the worker's cache (``chunks_cached`` /
+    ``chunks_loaded``)."""
+    rows = []
+    for p in progress:
+        got = counted.get(p["batchId"])
+        if got is None or p["timestamp"] < since or not p["numInputRows"] or not p.get("stateOperators"):
+            continue
+        rows.append({"stateful_ms": p["stateOperators"][0].get("allUpdatesTimeMs", 0),
+                     "python_ms": got.get("python_us", 0) / 1000, "state_ms": got.get("state_us", 0) / 1000,
+                     "written_mb": got.get("state_written", 0) / 1e6,
+                     "cached": got.get("chunks_cached", 0), "loaded": got.get("chunks_loaded", 0)})
+    if not rows:
+        return {}
+    return {**{name: _percentile([r[name] for r in rows], 50) for name in
+               ("stateful_ms", "python_ms", "state_ms", "written_mb")},
+            "cached": sum(r["cached"] for r in rows) / max(1, sum(r["loaded"] for r in rows))}
 
 
 def _iso(ms: int) -> str:
@@ -249,11 +276,14 @@ def _iso(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[str, ...] = TRIGGERS) -> list[dict]:
+def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[str, ...] = TRIGGERS,
+         record_figures: bool = False) -> list[dict]:
+    """The runs (module docstring) and their tables; ``record_figures``: write the row ``latency``
+    of bench/figures.yaml (``ctiflow bench latency`` at its defaults: every trigger, 75 s a run)."""
     from ctiflow.bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
-    rows = []
+    rows, stages = [], []
     with bench_stack() as (bootstrap, spark, home):
         for trigger in triggers:
             for kind in ("floor", "job"):
@@ -270,6 +300,8 @@ def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[s
                                  "trigger": trigger, "sent": run["sent"], "measured": len(lat),
                                  "p50": _percentile(lat, 50) - net, "p99": _percentile(lat, 99) - net,
                                  "batch_p50": run["batch_p50"], "batch_p99": run["batch_p99"]})
+                if kind == "job":
+                    stages.append({"trigger": trigger, **run})
     t = Table(title=f"ctiflow bench latency: produce → result record, {seconds:.0f} s a run at {RATE:,} transactions/s, "
                     f"3 partitions, {ACCOUNTS:,} accounts; the job's rows net of its cti.delay ({DELAY_MS} ms), "
                     f"the first {WARM_UP_MS / 1000:.0f} s left out")
@@ -282,13 +314,27 @@ def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[s
                   f"{r['p99'] / floors[r['trigger']]:.2f}×" if floors.get(r["trigger"]) else "",
                   f"{r['batch_p50']:,.0f}", f"{r['batch_p99']:,.0f}")
     out.print(t)
-    _record(rows)
+    parts = Table(title="where the job's micro-batch goes (medians over the measured batches): Spark's stateful "
+                        "operator, our key groups' Python calls within it and their state decode/encode, the state "
+                        "written a batch; the share of the chunks used that came decoded from the Python worker's "
+                        "cache, over all those batches")
+    for col in ("trigger", "batch ms", "stateful operator ms", "Python ms", "state ms", "state written MB",
+                "chunks from the cache"):
+        parts.add_column(col, justify="left" if col == "trigger" else "right")
+    for r in stages:
+        if "stateful_ms" in r:
+            parts.add_row(r["trigger"], f"{r['batch_p50']:,.0f}", f"{r['stateful_ms']:,.0f}", f"{r['python_ms']:,.0f}",
+                          f"{r['state_ms']:,.0f}", f"{r['written_mb']:,.1f}", f"{r['cached']:.0%}")
+    out.print(parts)
+    if record_figures:
+        _record(rows, stages)
     return rows
 
 
-def _record(rows: list[dict]) -> None:
+def _record(rows: list[dict], stages: list[dict]) -> None:
     """The figures row ``latency`` (bench/figures.yaml): per trigger the job's worse p99 of its
-    counts and matches against the floor's, in seconds; skipped unless every trigger ran."""
+    counts and matches against the floor's, in seconds, and at 250 ms where the job's batch goes
+    (:func:`_stages`); skipped unless every trigger ran."""
     from ctiflow.bench.figures import record
 
     def worst(trigger: str, what: str, floor: bool = False) -> float:
@@ -305,6 +351,11 @@ def _record(rows: list[dict]) -> None:
         values[f"ratio_{name}"] = f"{worst(t, 'p99') / worst(t, 'p99', True):.2f}"
         values[f"batch_{name}"] = f"{worst(t, 'batch_p50'):,.0f}"
         values[f"floor_batch_{name}"] = f"{worst(t, 'batch_p50', True):,.0f}"
+    at = next((r for r in stages if r["trigger"] == "250ms" and "stateful_ms" in r), None)
+    if at is not None:
+        values.update(stateful_250=f"{at['stateful_ms']:,.0f}", python_250=f"{at['python_ms']:,.0f}",
+                      state_250=f"{at['state_ms']:,.0f}", written_250=f"{at['written_mb']:,.1f}",
+                      cached_250=f"{at['cached']:.0%}")
     record("latency", values, table=[
         {"query": r["query"], "trigger": r["trigger"], "p50 ms": f"{r['p50']:,.0f}", "p99 ms": f"{r['p99']:,.0f}",
          "p99 / the floor's": f"{r['p99'] / worst(r['trigger'], 'p99', True):.2f}×",

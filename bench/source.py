@@ -306,7 +306,10 @@ def _table(out: Console, title: str, rows: list[dict], unit: str) -> None:
     out.print(t)
 
 
-def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -> list[dict]:
+def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5, *,
+         record_figures: bool = False) -> list[dict]:
+    """The three tables (module docstring); ``record_figures``: write the rows ``source`` and
+    ``sink`` of bench/figures.yaml (``ctiflow bench source`` at its defaults)."""
     from ctiflow.bench.spark_jobs import produce_transactions
     from ctiflow.jobs import stack
 
@@ -346,7 +349,8 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5) -
         s.add_row(f.name, f"{f.rate:,.0f}", str(f.batches), f"{f.p50_ms:,.0f}", f"{f.p99_ms:,.0f}")
     out.print(s)
     out.print(f"Spark's source, today's settings / librdkafka's defaults: {spark[0].rate / spark[1].rate:.2f}×")
-    _record(rows, sink, spark)
+    if record_figures:
+        _record(rows, sink, spark)
     return rows + [{"name": f.name, "rate": f.rate, "batches": f.batches} for f in spark]
 
 

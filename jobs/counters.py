@@ -72,9 +72,10 @@ TABLE: tuple[Counter, ...] = (
             lag="ctiflow_partition_event_time_lag_seconds"),
     Counter("idle", S, "1 while the source counts the partition idle (left out of the stream's CTI)", PARTITION,
             "ctiflow_partition_idle"),
-    Counter("state_bytes", G, "keyed state after the last batch (operator \"\": all of it, time layer included)", (),
-            "ctiflow_state_bytes"),
-    Counter("state_bytes", G, "keyed state after the last batch, per operator", ("operator",), "ctiflow_state_bytes"),
+    Counter("state_bytes", G, "keyed state after the last batch as stored, compressed (operator \"\": all of it, "
+            "time layer included)", (), "ctiflow_state_bytes"),
+    Counter("state_bytes", G, "keyed state after the last batch, per operator: its snapshots before compression",
+            ("operator",), "ctiflow_state_bytes"),
     Counter("live_keys", G, "keys with state after the last batch", (), "ctiflow_state_keys"),
     Counter("live_keys", G, "keys with state after the last batch, per operator", ("operator",), "ctiflow_state_keys"),
     Counter("state_written", C, "bytes written to the state store (chunks used, and the header)"),

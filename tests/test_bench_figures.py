@@ -175,3 +175,52 @@ def test_match_rows(data):
     h = rows["match-hot-key"]["values"]
     assert (h["time_x"], h["state_x"], h["sql_kb"], h["met"]) == ("1.20", "0.75", "300", "met")
     assert h["flink"] == "200 rows in 5 s (ours 0.10 s), 1,800 not done"
+
+
+def _latency_rows(trigger, floor_p99, job_p99):
+    base = {"trigger": trigger, "sent": 1000, "measured": 900, "p50": 100.0, "batch_p50": 200.0, "batch_p99": 300.0}
+    return [{**base, "query": "stateless pass-through (the floor)", "p99": floor_p99},
+            {**base, "query": "transactions job: counts", "p99": job_p99},
+            {**base, "query": "transactions job: matches", "p99": job_p99 - 10}]
+
+
+def test_latency_row(data):
+    from ctiflow.bench.latency import _record
+
+    rows = (_latency_rows("100ms", 400.0, 1600.0) + _latency_rows("250ms", 500.0, 2000.0)
+            + _latency_rows("1s", 1000.0, 2500.0))
+    stages = [{"trigger": "250ms", "stateful_ms": 321.4, "python_ms": 212.6, "state_ms": 118.2, "written_mb": 21.96,
+               "cached": 0.5}]
+    _record(rows, stages)
+    v = _rows(data, ["latency"])["latency"]["values"]
+    assert (v["p99_250"], v["floor_250"], v["ratio_250"], v["p99_1000"]) == ("2.00", "0.50", "4.00", "2.50")
+    assert (v["stateful_250"], v["python_250"], v["state_250"], v["written_250"], v["cached_250"]) == (
+        "321", "213", "118", "22.0", "50%")
+
+
+def test_latency_row_waits_for_every_trigger(data):
+    from ctiflow.bench.latency import _record
+
+    before = data.read_text()
+    _record(_latency_rows("250ms", 500.0, 2000.0), [])
+    assert data.read_text() == before
+
+
+def test_latency_stages_are_medians_of_the_measured_batches():
+    from ctiflow.bench.latency import _stages
+
+    def progress(batch, ts, rows=5, updates=100):
+        return {"batchId": batch, "timestamp": ts, "numInputRows": rows,
+                "stateOperators": [{"allUpdatesTimeMs": updates}]}
+
+    progress_list = [progress(0, "2026-01-01T00:00:01.000Z", updates=9999),  # before the measured window
+                     progress(1, "2026-01-01T00:00:30.000Z", updates=100),
+                     progress(2, "2026-01-01T00:00:31.000Z", updates=300),
+                     progress(3, "2026-01-01T00:00:32.000Z", rows=0, updates=9999),  # an idle batch
+                     progress(4, "2026-01-01T00:00:33.000Z", updates=200)]
+    counted = {b: {"python_us": 1000 * b, "state_us": 500 * b, "state_written": 2_000_000 * b,
+                   "chunks_loaded": 10, "chunks_cached": 2 * b} for b in range(5)}
+    got = _stages(progress_list, counted, "2026-01-01T00:00:20.000Z")
+    assert got == {"stateful_ms": 200, "python_ms": 2.0, "state_ms": 1.0, "written_mb": 4.0,
+                   "cached": pytest.approx((2 + 4 + 8) / 30)}  # over all measured batches, not a median
+    assert _stages(progress_list[:1], counted, "2026-01-01T00:00:20.000Z") == {}

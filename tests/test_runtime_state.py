@@ -7,6 +7,7 @@ import pytest
 
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.state.codec import HEADER_ZSTD, expanded
 from ctiflow.jobs.state.parts import is_chunk
 from ctiflow.operators.errors import StateError
 from ctiflow.operators.time import Event
@@ -36,13 +37,30 @@ def test_a_damaged_operator_state_names_the_operator_and_the_fix():
     plan = job(COUNT, BINS)
     layout, header, chunks = pickle.loads(snapshot_with_events(plan))
     (c, blob), = ((c, blob) for c, blob in chunks.items() if is_chunk(c))  # one key: one chunk (and buffer parts)
-    cti, ops, last_seen, keys, op_keys = pickle.loads(blob)
+    assert blob.startswith(HEADER_ZSTD)  # stored compressed
+    cti, ops, last_seen, keys, op_keys = pickle.loads(expanded(blob))
+    # (written as earlier versions stored chunks, uncompressed: read as they are)
     chunks[c] = pickle.dumps((cti, [ops[0], b"\x00not a snapshot"], last_seen, keys, op_keys))
     damaged = pickle.dumps((layout, header, chunks), 5)
     rt = GroupRuntime(plan, damaged)  # chunks are decoded when a batch needs them
     with pytest.raises(StateError, match=r"operator 'per_minute' \(Binner\).*new spark.checkpoint"):
         rt.advance(T0 + 10)
     assert GroupRuntime(plan, snapshot_with_events(plan)).cti == T0 + 3  # the intact one restores
+
+
+def test_a_chunk_stored_uncompressed_by_an_earlier_version_restores_and_a_damaged_frame_is_a_state_error():
+    plan = job(COUNT, BINS)
+    layout, header, chunks = pickle.loads(snapshot_with_events(plan))
+    (c, blob), = ((c, blob) for c, blob in chunks.items() if is_chunk(c))
+    old = dict(chunks)
+    old[c] = expanded(blob)  # the pickle earlier versions stored
+    before = GroupRuntime(plan, snapshot_with_events(plan))
+    after = GroupRuntime(plan, pickle.dumps((layout, header, old), 5))
+    assert before.advance(T0 + 10) == after.advance(T0 + 10) != []
+    chunks[c] = blob[: len(blob) - 8]  # the zstd frame cut short
+    rt = GroupRuntime(plan, pickle.dumps((layout, header, chunks), 5))
+    with pytest.raises(StateError, match=rf"state chunk {c}: .*new spark.checkpoint"):
+        rt.advance(T0 + 10)
 
 
 def test_truncated_bytes_and_a_changed_operator_list_are_state_errors():

@@ -1,12 +1,16 @@
 """The operators' keyed state of one key group, in chunks of about ``state.chunk_keys`` keys.
 
 Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict
-elsewhere), stored as the operators' own snapshots. Chunks are addressed by linear hashing of
+elsewhere): the operators' own snapshots pickled together and zstd-compressed
+(:mod:`ctiflow.jobs.state.codec`; chunks stored uncompressed by earlier versions read as they
+are). Chunks are addressed by linear hashing of
 the key (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with
 new descendants are split (``partition`` of each operator), so a chunk never holds many more
 keys than that, however many keys are live. A micro-batch decodes and re-encodes only the chunks
 it has events for, whose due CTI it reaches, or all of them at the final CTI: untouched keys stay
-bytes, so the work per batch follows the touched keys, not the live ones (README, "State").
+bytes, so the work per batch follows the touched chunks, not the live keys (README, "State") —
+but with sparse keys a batch with more events than the group has chunks touches nearly every
+chunk, and so rewrites nearly all of the state (docs/performance.md#latency).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.parts import is_chunk
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
@@ -156,7 +161,7 @@ class KeyedState:
 
     def _decoded(self, c: int, blob: bytes) -> Chunk:
         with restoring(f"state chunk {c}"):
-            cti, blobs, last_seen, keys, *op_keys = snapshots.loads(blob)
+            cti, blobs, last_seen, keys, *op_keys = snapshots.loads(expanded(blob))
         tallies = op_keys[1] if len(op_keys) > 1 else [{}] * len(blobs)
         ops = []
         for spec, op_blob in zip(self.specs, blobs):
@@ -255,8 +260,8 @@ class KeyedState:
                 snaps = [op.snapshot() for op in chunk.ops]
                 tallies = [op.tallies() for op in chunk.ops]
                 more = (tallies,) if any(tallies) else ()  # (only operators with tallies write them)
-                blob = pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets], *more),
-                                    protocol=5)
+                blob = compressed(pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets],
+                                                *more), protocol=5))
                 self.store[c] = blob
                 size = len(blob)
                 ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets, tallies))

@@ -1,9 +1,9 @@
 """How state values are compressed: a zstd frame behind a marker and the sizes.
 
-zstd level 3: a header or a reorder buffer's part (pickled NumPy columns and strings) shrinks
-5-7x in a few ms a MB; every byte not stored is not copied by the state server, the state
-store's write batch, its changelog and memtable (measured:
-docs/changelog.md#after-the-compressed-header)."""
+zstd level 3: a header, a reorder buffer's part (pickled NumPy columns and strings) or a state
+chunk (pickled operator snapshots) shrinks 5-8x in a few ms a MB; every byte not stored is not
+copied by the state server, the state store's write batch, its changelog and memtable
+(measured: docs/changelog.md#after-the-compressed-header, docs/performance.md#latency)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ _ZSTD = pa.Codec("zstd", compression_level=3)
 
 
 def compressed(header: bytes) -> bytes:
-    """``header`` as the state store holds it: :data:`HEADER_ZSTD`, the sizes, a zstd frame."""
+    """``header`` (or any state value) as the state store holds it: :data:`HEADER_ZSTD`, the
+    sizes, a zstd frame."""
     frame = _ZSTD.compress(header, asbytes=True)
     return HEADER_ZSTD + _SIZES.pack(len(header), len(frame)) + frame
 
