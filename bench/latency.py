@@ -356,7 +356,16 @@ def _record(rows: list[dict], stages: list[dict]) -> None:
         values.update(stateful_250=f"{at['stateful_ms']:,.0f}", python_250=f"{at['python_ms']:,.0f}",
                       state_250=f"{at['state_ms']:,.0f}", written_250=f"{at['written_mb']:,.1f}",
                       cached_250=f"{at['cached']:.0%}")
+    by_trigger = {r["trigger"]: r for r in stages if "stateful_ms" in r}
+
+    def where(r: dict) -> dict:
+        at = by_trigger.get(r["trigger"])
+        if at is None or r["query"].startswith("stateless"):
+            return dict.fromkeys(("stateful / Python / state ms", "state written MB", "chunks from the cache"), "")
+        return {"stateful / Python / state ms": f"{at['stateful_ms']:,.0f} / {at['python_ms']:,.0f} / {at['state_ms']:,.0f}",
+                "state written MB": f"{at['written_mb']:,.1f}", "chunks from the cache": f"{at['cached']:.0%}"}
+
     record("latency", values, table=[
         {"query": r["query"], "trigger": r["trigger"], "p50 ms": f"{r['p50']:,.0f}", "p99 ms": f"{r['p99']:,.0f}",
          "p99 / the floor's": f"{r['p99'] / worst(r['trigger'], 'p99', True):.2f}×",
-         "batch p50 / p99 ms": f"{r['batch_p50']:,.0f} / {r['batch_p99']:,.0f}"} for r in rows])
+         "batch p50 / p99 ms": f"{r['batch_p50']:,.0f} / {r['batch_p99']:,.0f}", **where(r)} for r in rows])

@@ -192,8 +192,13 @@ def test_latency_row(data):
     stages = [{"trigger": "250ms", "stateful_ms": 321.4, "python_ms": 212.6, "state_ms": 118.2, "written_mb": 21.96,
                "cached": 0.5}]
     _record(rows, stages)
-    v = _rows(data, ["latency"])["latency"]["values"]
+    row = _rows(data, ["latency"])["latency"]
+    v = row["values"]
     assert (v["p99_250"], v["floor_250"], v["ratio_250"], v["p99_1000"]) == ("2.00", "0.50", "4.00", "2.50")
+    at_250 = [r for r in row["table"] if r["trigger"] == "250ms"]
+    assert [r["state written MB"] for r in at_250] == ["", "22.0", "22.0"]  # the floor has no state
+    assert at_250[1]["stateful / Python / state ms"] == "321 / 213 / 118" and at_250[1]["chunks from the cache"] == "50%"
+    assert all(r["state written MB"] == "" for r in row["table"] if r["trigger"] != "250ms")  # no stages measured
     assert (v["stateful_250"], v["python_250"], v["state_250"], v["written_250"], v["cached_250"]) == (
         "321", "213", "118", "22.0", "50%")
 
