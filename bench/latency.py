@@ -269,6 +269,17 @@ def _stages(progress: list[dict], counted: dict[int, dict], since: str) -> dict:
             "cached": sum(r["cached"] for r in rows) / max(1, sum(r["loaded"] for r in rows))}
 
 
+#: the stage columns (:func:`_stages`), as printed
+WHERE = ("stateful operator ms", "Python ms", "state ms", "state written MB", "chunks from the cache")
+
+
+def _where(at: dict) -> dict[str, str]:
+    """A job run's stages (:func:`_stages`) as the cells of :data:`WHERE` — the one formatting of
+    them, for the printed table and the recorded one."""
+    return dict(zip(WHERE, (f"{at['stateful_ms']:,.0f}", f"{at['python_ms']:,.0f}", f"{at['state_ms']:,.0f}",
+                            f"{at['written_mb']:,.1f}", f"{at['cached']:.0%}")))
+
+
 def _iso(ms: int) -> str:
     """Spark's progress timestamp format (UTC), for comparing with its ``timestamp``."""
     import datetime
@@ -318,13 +329,11 @@ def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[s
                         "operator, our key groups' Python calls within it and their state decode/encode, the state "
                         "written a batch; the share of the chunks used that came decoded from the Python worker's "
                         "cache, over all those batches")
-    for col in ("trigger", "batch ms", "stateful operator ms", "Python ms", "state ms", "state written MB",
-                "chunks from the cache"):
+    for col in ("trigger", "batch ms", *WHERE):
         parts.add_column(col, justify="left" if col == "trigger" else "right")
     for r in stages:
         if "stateful_ms" in r:
-            parts.add_row(r["trigger"], f"{r['batch_p50']:,.0f}", f"{r['stateful_ms']:,.0f}", f"{r['python_ms']:,.0f}",
-                          f"{r['state_ms']:,.0f}", f"{r['written_mb']:,.1f}", f"{r['cached']:.0%}")
+            parts.add_row(r["trigger"], f"{r['batch_p50']:,.0f}", *_where(r).values())
     out.print(parts)
     if record_figures:
         _record(rows, stages)
@@ -353,17 +362,17 @@ def _record(rows: list[dict], stages: list[dict]) -> None:
         values[f"floor_batch_{name}"] = f"{worst(t, 'batch_p50', True):,.0f}"
     at = next((r for r in stages if r["trigger"] == "250ms" and "stateful_ms" in r), None)
     if at is not None:
-        values.update(stateful_250=f"{at['stateful_ms']:,.0f}", python_250=f"{at['python_ms']:,.0f}",
-                      state_250=f"{at['state_ms']:,.0f}", written_250=f"{at['written_mb']:,.1f}",
-                      cached_250=f"{at['cached']:.0%}")
+        values.update(zip(("stateful_250", "python_250", "state_250", "written_250", "cached_250"),
+                          _where(at).values()))
     by_trigger = {r["trigger"]: r for r in stages if "stateful_ms" in r}
 
     def where(r: dict) -> dict:
         at = by_trigger.get(r["trigger"])
         if at is None or r["query"].startswith("stateless"):
             return dict.fromkeys(("stateful / Python / state ms", "state written MB", "chunks from the cache"), "")
-        return {"stateful / Python / state ms": f"{at['stateful_ms']:,.0f} / {at['python_ms']:,.0f} / {at['state_ms']:,.0f}",
-                "state written MB": f"{at['written_mb']:,.1f}", "chunks from the cache": f"{at['cached']:.0%}"}
+        cells = _where(at)
+        return {"stateful / Python / state ms": " / ".join(cells[c] for c in WHERE[:3]),
+                "state written MB": cells["state written MB"], "chunks from the cache": cells["chunks from the cache"]}
 
     record("latency", values, table=[
         {"query": r["query"], "trigger": r["trigger"], "p50 ms": f"{r['p50']:,.0f}", "p99 ms": f"{r['p99']:,.0f}",
