@@ -12,6 +12,7 @@ from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.errors import EventRejected
 from ctiflow.operators.time import CTI_INFINITY, Event
+from ctiflow.jobs.testing.snapshots import match_state
 
 PATTERNS = {
     "strict": {"name": "strict", "within_ms": 50, "stages": [
@@ -56,10 +57,8 @@ def streams(draw):
 
 def _state(op) -> dict:
     """Each key's due CTI, state and runs in flight (the snapshot's content, whatever the order of its keys)."""
-    import pickle
-
-    version, fingerprint, keyed, numbers = pickle.loads(op.snapshot())
-    return {key: (due, pickle.loads(blob), *runs) for key, (due, blob, *runs) in keyed.items()} | {"numbers": numbers}
+    content = match_state(op.snapshot())
+    return content["keys"] | {"numbers": content["numbers"]}
 
 
 def _per_event(op, chunk):

@@ -7,8 +7,6 @@ added; the same operator fed without the poison events for the Pattern API."""
 
 from __future__ import annotations
 
-import pickle
-
 import random
 
 import pytest
@@ -23,6 +21,7 @@ from ctiflow.operators.cep.sql import parse
 from ctiflow.operators.cep.tree import Expr
 from ctiflow.operators.errors import EventRejected
 from ctiflow.operators.time import CTI_INFINITY, Event
+from ctiflow.jobs.testing.snapshots import match_state
 from tests.test_recognize_flink import RECORDED, TYPES, by_partition, same
 
 TWO_COUNTRIES = HOT_KEY_SQL_FILE.read_text()
@@ -105,12 +104,10 @@ def streams(draw):
 
 
 def _content(snapshot: bytes) -> tuple:
-    """A match operator's snapshot as content: keys in order (in the bytes, the order the operator
-    last touched them) and each key's state unpickled (a state decoded from its bytes and pickled
-    again may share its strings differently, the same content)."""
-    version, fingerprint, keyed, numbers = pickle.loads(snapshot)
-    return (version, fingerprint, sorted((k, (due, pickle.loads(state), *rest)) for k, (due, state, *rest) in keyed.items()),
-            sorted(numbers.items()))
+    """A match operator's snapshot as content (keys sorted, each key's state unpickled)."""
+    content = match_state(snapshot)
+    return (content["version"], content["fingerprint"], sorted(content["keys"].items()),
+            sorted(content["numbers"].items()))
 
 
 @settings(max_examples=150, deadline=None)

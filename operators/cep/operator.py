@@ -42,13 +42,16 @@ from ctiflow.operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_
 from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
 from ctiflow.operators.cep.heap import BinaryHeap
 from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState, _order_key
+from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
 from ctiflow.operators.operator import Operator, Output, process_rows
 from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
-_SNAPSHOT_VERSION = 3  # 2: each key pickled on its own, with its due CTI; 3: + MATCH_NUMBER counts
+#: 2: each key pickled on its own, with its due CTI; 3: + MATCH_NUMBER counts;
+#: 4: the keys in columns (:class:`~ctiflow.operators.cep.packed.PackedStates`)
+_SNAPSHOT_VERSION = 4
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 
 
@@ -248,9 +251,9 @@ class MatchOperator(Operator):
         #: MATCH_RECOGNIZE ``ORDER BY t, c…``: the sort key of a record among rows of equal time
         self._ties = self._sql.tie_key() if self._sql is not None and settings.sql is not None else None
         self._composite = bool(settings.partition_columns)
-        #: keys restored but not touched since: ``key → (due CTI, pickled plain state)``, decoded on
-        #: first use (a batch decodes the keys it has events for or that are due, not the others)
-        self._raw: dict[str, tuple] = {}  # key → (due CTI, bytes[, runs in flight])
+        #: keys restored but not touched since (due CTI, pickled plain state, runs in flight), decoded
+        #: on first use (a batch decodes the keys it has events for or that are due, not the others)
+        self._raw = PackedStates()
         #: :meth:`close`: no run starts any more, only the runs in flight go on
         self.closed = False
 
@@ -364,7 +367,7 @@ class MatchOperator(Operator):
         outputs: list[Output] = []
         nfa = self._nfa
         flush = cti >= CTI_INFINITY
-        for key in [k for k, raw in self._raw.items() if raw[0] <= cti]:
+        for key in self._raw.due_keys(cti):
             self._decode(key)
         for key in sorted(self._states):
             state = self._states[key]
@@ -403,31 +406,31 @@ class MatchOperator(Operator):
         decodes, advances and pickles only the keys a batch touches (an event, or a due CTI), not
         every key it ever held: a batch costs what it touches, not what is live (measured over
         200k accounts: 756 ms a 1,000-event batch before, ``docs/performance.md#latency``)."""
-        keyed, dumps = self._raw, pickle.dumps
-        for key, state in self._states.items():
-            keyed[key] = (self._state_due(state), dumps(state.to_plain(), protocol=pickle.HIGHEST_PROTOCOL),
-                          _runs(state))
+        dumps, protocol, due = pickle.dumps, pickle.HIGHEST_PROTOCOL, self._state_due
+        self._raw = self._raw.packed([(key, due(state), dumps(state.to_plain(), protocol=protocol), _runs(state))
+                                      for key, state in self._states.items()])
         self._states = {}
-        return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), keyed, self._numbers),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), self._raw.to_plain(), self._numbers),
+                            protocol=protocol)
 
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
         operator = cls(settings)
         version, fingerprint, keyed, *numbers = snapshots.loads(data)
-        if version not in (2, _SNAPSHOT_VERSION):
+        if version not in (2, 3, _SNAPSHOT_VERSION):
             raise PatternError(f"unsupported match operator snapshot version {version}")
         if fingerprint != operator._fingerprint():
             raise PatternError(
                 f"the snapshot of pattern {operator.name!r} was taken with a different pattern "
                 "(its NFA states differ); start from empty state after changing a pattern"
             )
-        operator._raw = keyed
+        operator._raw = PackedStates.from_plain(keyed) if version >= 4 else PackedStates.from_rows(
+            (key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN) for key, raw in keyed.items())
         operator._numbers = numbers[0] if numbers else {}
         return operator
 
     def _decode(self, key: str) -> NfaState:
-        state = self._states[key] = NfaState.from_plain(snapshots.loads(self._raw.pop(key)[1]))
+        state = self._states[key] = NfaState.from_plain(snapshots.loads(self._raw.take(key)))
         return state
 
     def _decode_all(self) -> None:
@@ -447,7 +450,7 @@ class MatchOperator(Operator):
         """The earliest CTI that times a run out (``within`` from its first event, or a stage's
         window from its previous event), completes a held-back match, or leaves a key idle;
         :data:`CTI_INFINITY` without windows and held matches (then only events change state)."""
-        due = min((raw[0] for raw in self._raw.values()), default=CTI_INFINITY)
+        due = self._raw.next_due(CTI_INFINITY)
         for state in self._states.values():
             due = min(due, self._state_due(state))
         return due
@@ -480,7 +483,11 @@ class MatchOperator(Operator):
         """This operator's keys split by ``where(key)`` into operators of the same settings, each
         holding exactly its keys' partial matches; ``self`` is not used afterwards."""
         parts: dict[int, MatchOperator] = {}
-        for held in ("_states", "_raw", "_numbers"):
+        for d, raw in self._raw.split((lambda k: where(_job_key(k))) if self._composite else where).items():
+            part = parts[d] = MatchOperator(self.settings)
+            part.closed = self.closed
+            part._raw = raw
+        for held in ("_states", "_numbers"):
             for key, value in getattr(self, held).items():
                 d = where(_job_key(key) if self._composite else key)
                 part = parts.get(d)
@@ -499,11 +506,12 @@ class MatchOperator(Operator):
         """Drop the event keys' partial matches (the key TTL; without ``within`` they never
         expire) and their MATCH_NUMBER counts (numbering starts again at 1 after it); one pass
         over the partitions with further PARTITION BY columns."""
-        held = (self._states, self._raw, self._numbers)
+        held = (self._states, self._numbers)
         if self._composite:
             keys = set(keys)
-            keys = [k for d in held for k in d if _job_key(k) in keys]
+            keys = [k for d in (*held, self._raw) for k in d if _job_key(k) in keys]
         for key in keys:
+            self._raw.drop(key)
             for d in held:
                 d.pop(key, None)
 
@@ -522,11 +530,8 @@ class MatchOperator(Operator):
 
     def runs_in_flight(self) -> int:
         """:meth:`partial_match_count` without decoding the keys a snapshot counted already."""
-        count = sum(map(_runs, self._states.values()))
-        for key in list(self._raw):
-            raw = self._raw[key]
-            count += raw[2] if len(raw) > 2 else _runs(self._decode(key))
-        return count
+        count, unknown = self._raw.runs_total()
+        return count + sum(map(_runs, self._states.values())) + sum(_runs(self._decode(k)) for k in unknown)
 
     def buffered_event_count(self) -> int:
         self._decode_all()

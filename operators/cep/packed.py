@@ -1,0 +1,156 @@
+"""Keys' states held as bytes between micro-batches, packed in columns.
+
+A match operator decodes only the keys a micro-batch touches (an event, or a due CTI); every other
+key stays as its pickled state. :class:`PackedStates` holds those keys as columns — the keys, their
+due CTIs, their runs in flight, one blob with offsets — so that restoring a chunk, snapshotting it
+and finding its due keys cost a few array operations a chunk instead of Python work a key (a dict of
+tuples was unpickled, scanned and pickled again whole every batch; ``docs/performance.md#latency``).
+Hand-written because no library keeps a keyed table of byte strings that can hand out one row,
+forget it, and be re-packed with new rows cheaply; numpy does the column work.
+
+Invariants: ``index`` maps each key still held to its row; a key taken (:meth:`take`) or dropped
+(:meth:`drop`) leaves the index but keeps its row until the next :meth:`packed`; rows are never
+changed in place (the arrays may be read-only views of a snapshot's bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+#: ``runs`` of a key whose runs in flight were not counted (snapshots of version 2)
+RUNS_UNKNOWN = -1
+
+
+class PackedStates:
+    """Keys → (due CTI, pickled state, runs in flight), in columns (module docstring)."""
+
+    __slots__ = ("_keys", "dues", "runs", "offsets", "blob", "index")
+
+    def __init__(self, keys: list[str] | None = None, dues: np.ndarray | None = None, runs: np.ndarray | None = None,
+                 offsets: np.ndarray | None = None, blob: bytes = b"") -> None:
+        self._keys: list[str] = [] if keys is None else keys
+        n = len(self._keys)
+        self.dues = np.zeros(n, np.int64) if dues is None else dues
+        self.runs = np.zeros(n, np.int64) if runs is None else runs
+        self.offsets = np.zeros(n + 1, np.int64) if offsets is None else offsets
+        self.blob = blob
+        self.index: dict[str, int] = dict(zip(self._keys, range(n)))
+
+    # -- as a snapshot holds it --------------------------------------------------------------------
+    def to_plain(self) -> tuple:
+        """The held keys as ``(keys, dues, runs, offsets, blob)`` of plain bytes (re-packed first
+        when keys were taken or dropped)."""
+        packed = self.packed(())
+        return (packed._keys, packed.dues.tobytes(), packed.runs.tobytes(), packed.offsets.tobytes(), packed.blob)
+
+    @classmethod
+    def from_plain(cls, plain: tuple) -> "PackedStates":
+        keys, dues, runs, offsets, blob = plain
+        return cls(keys, np.frombuffer(dues, np.int64), np.frombuffer(runs, np.int64),
+                   np.frombuffer(offsets, np.int64), blob)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
+        """From ``(key, due, pickled state, runs)`` rows (keys distinct)."""
+        return cls().packed(rows)
+
+    # -- the held keys ---------------------------------------------------------------------------
+    def __contains__(self, key: object) -> bool:
+        return key in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index)
+
+    def keys(self):
+        """The held keys, a set-like view."""
+        return self.index.keys()
+
+    def take(self, key: str) -> bytes:
+        """``key``'s pickled state; the key is no longer held (its caller holds it decoded)."""
+        i = self.index.pop(key)
+        offsets = self.offsets
+        return self.blob[offsets[i]:offsets[i + 1]]
+
+    def drop(self, key: str) -> None:
+        """Forget ``key`` if held."""
+        self.index.pop(key, None)
+
+    def _held(self) -> np.ndarray:
+        """The held keys' rows, ascending."""
+        if len(self.index) == len(self._keys):
+            return np.arange(len(self._keys))
+        rows = np.fromiter(self.index.values(), np.int64, len(self.index))
+        rows.sort()
+        return rows
+
+    def due_keys(self, cti: int) -> list[str]:
+        """The held keys due at ``cti`` (due CTI ≤ ``cti``)."""
+        rows = np.flatnonzero(self.dues <= cti)
+        if not len(rows):
+            return []
+        keys, index = self._keys, self.index
+        return [k for k in map(keys.__getitem__, rows.tolist()) if k in index]
+
+    def next_due(self, default: int) -> int:
+        """The smallest due CTI of the held keys (``default`` when none is held)."""
+        if not self.index:
+            return default
+        dues = self.dues if len(self.index) == len(self._keys) else self.dues[self._held()]
+        return int(dues.min())
+
+    def runs_total(self) -> tuple[int, list[str]]:
+        """Runs in flight over the held keys that counted them, and the keys that did not."""
+        rows = self._held()
+        runs = self.runs[rows]
+        unknown = rows[runs == RUNS_UNKNOWN]
+        return int(runs[runs != RUNS_UNKNOWN].sum()), [self._keys[i] for i in unknown.tolist()]
+
+    # -- re-packing ------------------------------------------------------------------------------
+    def packed(self, new: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
+        """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held), as
+        a new instance (``self`` when nothing was taken, dropped or added); the held keys' bytes are
+        copied a contiguous run of rows at a time."""
+        added = list(new)
+        if not added and len(self.index) == len(self._keys):
+            return self
+        return self.select(self._held(), added)
+
+    def select(self, rows: np.ndarray, new: Iterable[tuple[str, int, bytes, int]] = ()) -> "PackedStates":
+        """Rows ``rows`` (ascending) plus ``new`` rows, as a new instance."""
+        offsets = self.offsets
+        parts: list = []
+        lengths = [np.diff(offsets)[rows]] if len(rows) else []
+        if len(rows):
+            cut = np.flatnonzero(np.diff(rows) != 1) + 1
+            first = rows[np.r_[0, cut]]
+            last = rows[np.r_[cut - 1, len(rows) - 1]] + 1
+            view = memoryview(self.blob)
+            parts = [view[a:b] for a, b in zip(offsets[first].tolist(), offsets[last].tolist())]
+        keys = list(map(self._keys.__getitem__, rows.tolist()))
+        dues, runs = [self.dues[rows]], [self.runs[rows]]
+        added = list(new)
+        if added:
+            new_keys, new_dues, blobs, new_runs = zip(*added)
+            keys.extend(new_keys)
+            parts.extend(blobs)
+            dues.append(np.array(new_dues, np.int64))
+            runs.append(np.array(new_runs, np.int64))
+            lengths.append(np.fromiter(map(len, blobs), np.int64, len(blobs)))
+        offsets = np.zeros(len(keys) + 1, np.int64)
+        if lengths:
+            np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        return PackedStates(keys, np.concatenate(dues), np.concatenate(runs), offsets, b"".join(parts))
+
+    def split(self, where) -> dict[int, "PackedStates"]:
+        """The held keys split by ``where(key)``."""
+        rows = self._held()
+        keys = self._keys
+        parts: dict[int, list[int]] = {}
+        for i in rows.tolist():
+            parts.setdefault(where(keys[i]), []).append(i)
+        return {d: self.select(np.asarray(r, np.int64)) for d, r in parts.items()}
