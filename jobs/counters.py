@@ -209,7 +209,7 @@ class Counters:
     expired_keys: int = 0
     cti: int = CTI_NONE     # after the call
     state_bytes: int = 0    # after the call (committed)
-    live_keys: int = 0      # after the call
+    live_keys: int = 0      # after the call's commit
     state_written: int = 0
     chunks_loaded: int = 0
     chunks_cached: int = 0

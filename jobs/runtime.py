@@ -448,6 +448,7 @@ class GroupRuntime:
         started = time.perf_counter()
         keyed, counters = self.keyed, self.counters
         keyed.commit()
+        counters.live_keys = keyed.stored_keys + self._join_keys()  # (every decoded chunk is stored now)
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
         books = (tuple(b.snapshot() for b in self.books.values()),) if self.books else ()
@@ -479,8 +480,10 @@ class GroupRuntime:
     def live_keys(self) -> int:
         """Distinct keys any operator or the reference join keeps state for (the join's keys may
         repeat the operators')."""
-        join = 0 if self.reference is None else len(self.reference.join.live_keys())
-        return self.keyed.live_keys() + join
+        return self.keyed.live_keys() + self._join_keys()
+
+    def _join_keys(self) -> int:
+        return 0 if self.reference is None else len(self.reference.join.live_keys())
 
     def keys(self) -> set[str]:
         """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
@@ -517,7 +520,6 @@ class GroupRuntime:
         out.extend(self.advance(CTI_INFINITY if flush else self.next_cti()))
         counters.cti = self.cti
         counters.rules = {self.plan.operators[i].name: b.stats(self.cti) for i, b in self.books.items()}
-        counters.live_keys = self.live_keys()
         counters.partitions = self.clocks.gauges()
         return BatchResult(out, dead, counters)
 

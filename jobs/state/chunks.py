@@ -204,14 +204,17 @@ class KeyedState:
             keys |= chunk.live_keys()
         return keys
 
-    def grow(self) -> None:
-        """Split chunks until there are at least ``live keys / chunk_keys`` of them. Linear
-        hashing: going from N to N' chunks, every new chunk d descends from one existing chunk,
-        whose keys are partitioned by their new address in one pass; other chunks keep theirs."""
-        want = -(-self.live_keys() // self.chunk_keys)
+    def grow(self, live: int | None = None) -> set[int]:
+        """Split chunks until there are at least ``live keys / chunk_keys`` of them (``live``: that
+        count when the caller has it); → the chunks split or made. Linear hashing: going from N to
+        N' chunks, every new chunk d descends from one existing chunk, whose keys are partitioned by
+        their new address in one pass; other chunks keep theirs."""
+        if not self.grows:
+            return set()
+        want = -(-(self.live_keys() if live is None else live) // self.chunk_keys)
         old = self.count
-        if not self.grows or want <= old:
-            return
+        if want <= old:
+            return set()
         level, split = self.level, self.split
         sources = set()
         for d in range(old, want):
@@ -219,18 +222,18 @@ class KeyedState:
             sources.add(d & ((2 << level) - 1) if a < split else a)
         self.level = want.bit_length() - 1
         self.split = want - (1 << self.level)
-        for c in sorted(sources):
-            self._split(c)
+        return set().union(*(self._split(c) for c in sorted(sources)))
 
-    def _split(self, c: int) -> None:
-        """Chunk ``c``'s keys to the chunks their addresses now name."""
+    def _split(self, c: int) -> set[int]:
+        """Chunk ``c``'s keys to the chunks their addresses now name; → those chunks."""
         address = self.address
         chunk = self.chunk(c)
         parts = [op.partition(address) for op in chunk.ops]
         seen: dict[int, dict[str, int]] = {}
         for key, t in chunk.last_seen.items():
             seen.setdefault(address(key), {})[key] = t
-        for d in {c}.union(*parts, seen):
+        made = {c}.union(*parts, seen)
+        for d in made:
             ops = []
             for i, (spec, part) in enumerate(zip(self.specs, parts)):
                 op = part.get(d)
@@ -242,14 +245,19 @@ class KeyedState:
                         raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
                 ops.append(op)
             self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()))
+        return made
 
     def commit(self) -> None:
         """Split chunks if the keys outgrew them and write the chunks this call decoded back to
-        the store (empty ones are removed). The chunks stay decoded: the runtime can go on."""
-        self.grow()
+        the store (empty ones are removed). The chunks stay decoded: the runtime can go on.
+        Afterwards :attr:`stored_keys` is the group's live keys. Each chunk's key sets are built
+        once (they are O(its keys)): for the split's count and the chunk's entry alike."""
+        sets = {c: self._key_sets(chunk) for c, chunk in self.loaded.items()}
+        live = self.stored_keys + sum(keys - self.loaded[c].stored[1] for c, (_, keys) in sets.items())
+        for c in self.grow(live):
+            sets[c] = self._key_sets(self.loaded[c])
         for c, chunk in sorted(self.loaded.items()):
-            sets = [op.live_keys() for op in chunk.ops]
-            keys = len(set(chunk.last_seen).union(*sets))
+            sets_of, keys = sets[c]
             old_bytes, old_keys, old_ops = chunk.stored
             if keys == 0:
                 if old_bytes:
@@ -260,11 +268,11 @@ class KeyedState:
                 snaps = [op.snapshot() for op in chunk.ops]
                 tallies = [op.tallies() for op in chunk.ops]
                 more = (tallies,) if any(tallies) else ()  # (only operators with tallies write them)
-                blob = compressed(pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets],
+                blob = compressed(pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets_of],
                                                 *more), protocol=5))
                 self.store[c] = blob
                 size = len(blob)
-                ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets, tallies))
+                ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets_of, tallies))
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
@@ -273,13 +281,19 @@ class KeyedState:
                 self.counters.state_written += size
             self.stored_bytes += size - old_bytes
             self.stored_keys += keys - old_keys
-            none = [(0, 0, {})] * len(sets)
+            none = [(0, 0, {})] * len(sets_of)
             for total, tally, new, old in zip(self.op_totals, self.op_tallies, ops or none, old_ops or none):
                 total[0] += new[0] - old[0]
                 total[1] += new[1] - old[1]
                 _add(tally, new[2], 1)
                 _add(tally, old[2] if len(old) > 2 else {}, -1)
             chunk.stored = (size, keys, ops)
+
+    @staticmethod
+    def _key_sets(chunk: Chunk) -> tuple[list[set[str]], int]:
+        """Each operator's live keys in ``chunk``, and the chunk's distinct keys (with the TTL's)."""
+        sets = [op.live_keys() for op in chunk.ops]
+        return sets, len(set(chunk.last_seen).union(*sets))
 
     def process(self, i: int, cols, of: list[int]) -> list[tuple[int, Any]]:
         """Operator ``i`` of each chunk takes its rows of ``cols`` (``of``: each row's chunk) in
