@@ -786,7 +786,7 @@ class StateConfig(Strict):
         "keyed state is stored in chunks of about this many keys (split as keys grow); a micro-batch reads "
         "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches. "
         "Smaller: less decoded per touched key, more state-store calls when a batch touches most keys; "
-        "sparse keys (a batch's events nearly all of different keys) want larger chunks, e.g. 512 "
+        "sparse keys (a batch's events nearly all of different keys) want larger chunks, e.g. 2048 "
         "(docs/performance.md#latency); may change between runs"))
 
     cache_chunks: int = Field(4096, ge=0, le=10_000_000, description=(

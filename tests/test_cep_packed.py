@@ -1,0 +1,75 @@
+"""PackedStates against a dict of ``key → (due, bytes, runs)``: any sequence of takes, drops,
+re-packs with new rows, splits and plain round trips holds the same keys with the same rows."""
+
+from __future__ import annotations
+
+import pickle
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
+
+KEYS = [f"acct-{i:03d}" for i in range(40)] + ["", "ü-key", "k\x00json"]
+
+rows = st.tuples(st.sampled_from(KEYS), st.integers(-2**62, 2**62), st.binary(max_size=40),
+                 st.integers(RUNS_UNKNOWN, 5))
+steps = st.lists(st.one_of(
+    st.tuples(st.just("take"), st.sampled_from(KEYS)),
+    st.tuples(st.just("drop"), st.sampled_from(KEYS)),
+    st.tuples(st.just("pack"), st.lists(rows, max_size=8)),
+    st.tuples(st.just("plain"), st.none()),
+    st.tuples(st.just("split"), st.integers(1, 4)),
+), max_size=30)
+
+
+def _rows(packed: PackedStates) -> dict:
+    """The held keys' rows, read from :meth:`to_plain` by hand."""
+    import numpy as np
+
+    keys, dues, runs, offsets, blob = pickle.loads(pickle.dumps(packed.to_plain()))
+    dues, runs, offsets = (np.frombuffer(b, np.int64).tolist() for b in (dues, runs, offsets))
+    assert len(keys) == len(set(keys)) == len(dues) == len(runs) == len(offsets) - 1
+    return {k: (d, blob[a:b], r) for k, d, r, a, b in zip(keys, dues, runs, offsets, offsets[1:])}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(rows, max_size=12), steps, st.integers(-2**62, 2**62))
+def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
+    model = {}
+    for key, due, data, runs in first:
+        model.setdefault(key, (due, data, runs))
+    packed = PackedStates.from_rows((k, *v) for k, v in model.items())
+    for op, arg in script:
+        if op == "take":
+            if arg in model:
+                assert packed.take(arg) == model.pop(arg)[1]
+            else:
+                assert arg not in packed
+        elif op == "drop":
+            packed.drop(arg)
+            model.pop(arg, None)
+        elif op == "pack":
+            new = {}
+            for key, due, data, runs in arg:
+                if key not in model:
+                    new.setdefault(key, (due, data, runs))
+            packed = packed.packed((k, *v) for k, v in new.items())
+            model.update(new)
+        elif op == "plain":
+            packed = PackedStates.from_plain(pickle.loads(pickle.dumps(packed.to_plain())))
+        else:  # split by a hash of the key, then put the parts back together
+            parts = packed.split(lambda k: sum(map(ord, k)) % arg)
+            assert set().union(*(set(p) for p in parts.values())) == set(model)
+            for d, part in parts.items():
+                assert all(sum(map(ord, k)) % arg == d for k in part)
+            packed = PackedStates.from_rows(row for part in parts.values()
+                                            for row in ((k, *v) for k, v in _rows(part).items()))
+        assert set(packed) == set(model) and len(packed) == len(model)
+        assert set(packed.keys()) == set(model)
+        assert _rows(packed) == model
+        assert set(packed.due_keys(cti)) == {k for k, v in model.items() if v[0] <= cti}
+        assert packed.next_due(7) == min((v[0] for v in model.values()), default=7)
+        known, unknown = packed.runs_total()
+        assert known == sum(v[2] for v in model.values() if v[2] != RUNS_UNKNOWN)
+        assert sorted(unknown) == sorted(k for k, v in model.items() if v[2] == RUNS_UNKNOWN)
