@@ -70,7 +70,18 @@ def batches(job: str, seed: int = 3) -> list[list[Event]]:
 
 
 def run(rt: GroupRuntime, batch: list[Event], last: bool) -> list[tuple]:
-    """One micro-batch through the low-level calls every version has had."""
+    """One micro-batch: through the low-level calls of the versions that had them, else through
+    ``run_batch`` as ``tests/test_state_compat.py`` feeds it (the versions from 2026-11-28 on)."""
+    if not hasattr(rt, "assign"):
+        from ctiflow.jobs.rows import Control, GroupInput
+        from ctiflow.operators.columns import EventColumns
+
+        got = GroupInput([], [], [(s, Control([0, 1] if s == "s" else [0], [], last)) for s in rt.plan.streams], [])
+        for slot in sorted({(e.stream, e.partition) for e in batch}):
+            mine = [e for e in batch if (e.stream, e.partition) == slot]
+            got.columns.append(EventColumns.from_events(mine))
+            got.frontiers.append((*slot, max(e.start for e in mine)))
+        return [(topic, o.role, o.record, key) for topic, o, key in rt.run_batch(got).outputs]
     for stream in rt.plan.streams:
         rt.assign(stream, [0, 1] if stream == "s" else [0], [])
     for e in batch:
