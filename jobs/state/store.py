@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import struct
 
-from ctiflow.jobs.state.parts import is_chunk
-
 #: How a key group's state is laid out in Spark's state store, the layout new checkpoints get
 #: (:class:`GroupState`); a checkpoint keeps the layout it was started with.
 STATE_LAYOUT = 3
@@ -44,10 +42,6 @@ class ChunkStore:
 
     def items(self):
         return ((k[0], v[0]) for k, v in self.state.iterator() if k[0] >= 0)
-
-    def chunks(self):
-        """The keyed-state chunks among the entries (``(number, bytes)``)."""
-        return ((k, v) for k, v in self.items() if is_chunk(k))
 
 
 class GroupState:
