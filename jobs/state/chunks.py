@@ -204,14 +204,14 @@ class KeyedState:
             keys |= chunk.live_keys()
         return keys
 
-    def grow(self, live: int | None = None) -> set[int]:
-        """Split chunks until there are at least ``live keys / chunk_keys`` of them (``live``: that
-        count when the caller has it); → the chunks split or made. Linear hashing: going from N to
+    def grow(self, live: int) -> set[int]:
+        """Split chunks until there are at least ``live / chunk_keys`` of them (``live``: the
+        group's live keys, as :meth:`commit` counts them); → the chunks split or made. Linear hashing: going from N to
         N' chunks, every new chunk d descends from one existing chunk, whose keys are partitioned by
         their new address in one pass; other chunks keep theirs."""
         if not self.grows:
             return set()
-        want = -(-(self.live_keys() if live is None else live) // self.chunk_keys)
+        want = -(-live // self.chunk_keys)
         old = self.count
         if want <= old:
             return set()
