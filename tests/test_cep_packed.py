@@ -8,6 +8,7 @@ import pickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctiflow.jobs.testing.snapshots import packed_rows
 from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
 
 KEYS = [f"acct-{i:03d}" for i in range(40)] + ["", "ü-key", "k\x00json"]
@@ -24,13 +25,8 @@ steps = st.lists(st.one_of(
 
 
 def _rows(packed: PackedStates) -> dict:
-    """The held keys' rows, read from :meth:`to_plain` by hand."""
-    import numpy as np
-
-    keys, dues, runs, offsets, blob = pickle.loads(pickle.dumps(packed.to_plain()))
-    dues, runs, offsets = (np.frombuffer(b, np.int64).tolist() for b in (dues, runs, offsets))
-    assert len(keys) == len(set(keys)) == len(dues) == len(runs) == len(offsets) - 1
-    return {k: (d, blob[a:b], r) for k, d, r, a, b in zip(keys, dues, runs, offsets, offsets[1:])}
+    """The held keys' rows, read from :meth:`to_plain` (through pickle) by hand."""
+    return packed_rows(pickle.loads(pickle.dumps(packed.to_plain())))
 
 
 @settings(max_examples=300, deadline=None)

@@ -17,7 +17,15 @@ def match_state(snapshot: bytes) -> dict:
     "numbers"}`` of a :meth:`MatchOperator.snapshot` (version 4): the keys' order in the bytes
     (the order the operator last packed them) is not part of the content, and each key's state is
     unpickled (a state decoded and pickled again may share its strings differently)."""
-    version, fingerprint, (keys, dues, runs, offsets, blob), numbers = pickle.loads(snapshot)
-    dues, runs, offsets = (np.frombuffer(b, np.int64).tolist() for b in (dues, runs, offsets))
-    held = {key: (due, pickle.loads(blob[a:b]), n) for key, due, n, a, b in zip(keys, dues, runs, offsets, offsets[1:])}
+    version, fingerprint, plain, numbers = pickle.loads(snapshot)
+    held = {key: (due, pickle.loads(state), n) for key, (due, state, n) in packed_rows(plain).items()}
     return {"version": version, "fingerprint": fingerprint, "keys": held, "numbers": numbers}
+
+
+def packed_rows(plain: tuple) -> dict:
+    """``{key: (due CTI, pickled state, runs in flight)}`` of a ``PackedStates.to_plain()`` tuple
+    ``(keys, dues, runs, offsets, blob)``, read by hand (the keys distinct, the columns aligned)."""
+    keys, dues, runs, offsets, blob = plain
+    dues, runs, offsets = (np.frombuffer(b, np.int64).tolist() for b in (dues, runs, offsets))
+    assert len(keys) == len(set(keys)) == len(dues) == len(runs) == len(offsets) - 1
+    return {k: (d, blob[a:b], r) for k, d, r, a, b in zip(keys, dues, runs, offsets, offsets[1:])}
