@@ -292,7 +292,7 @@ class _Forward:
     only when a benchmark runs.)"""
 
     @staticmethod
-    def make(forward: bool = True):
+    def make(forward: bool = True, topic: str = "bench-forward-out"):
         import pandas as pd
         import pyarrow as pa
         from pyspark.sql.streaming import StatefulProcessor
@@ -312,7 +312,7 @@ class _Forward:
                         if forward:
                             values = [result_pack([result_batch(c.key, pa.array(c.raw, pa.binary()), "passthrough")])
                                       for c in packs]
-                            out.append(pd.DataFrame({"topic": "bench-forward-out", "key": None, "value": values,
+                            out.append(pd.DataFrame({"topic": topic, "key": None, "value": values,
                                                      "kind": "pack"}))
                 self.state.update((1,))
                 yield from out
@@ -323,14 +323,21 @@ class _Forward:
         return Forward()
 
 
+def forwarded(spark, bootstrap: str, spec: dict, topic: str, forward: bool = True):
+    """Packed source → key groups → :class:`_Forward` (its records to ``topic``): the streaming
+    frame of Spark's stateful plumbing alone, for a sink to start."""
+    from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
+
+    df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
+    return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,
+                                                               "Append", "None")
+
+
 def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True,
                      name: str = "plumbing-noop", without_broker: bool = False) -> Figures:
     """Packed source → key groups → a stateful function with no operator → Kafka (``forward``)
     or, without output, → noop: the least any job on the adapter costs."""
-    from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
-
-    df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
-    out = df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward), OUTPUT_SCHEMA, "Append", "None")
+    out = forwarded(spark, bootstrap, spec, "bench-forward-out", forward)
     if forward:
         return _to_kafka(out, bootstrap, "bench-forward-out", home,
                          "Spark stateful plumbing alone (bytes forwarded, no time layer, no operator) → Kafka")

@@ -299,13 +299,13 @@ def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
 
 
 def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_loads():
-    """The header goes to the state store as a zstd frame (HEADER_ZSTD, its sizes, the frame,
+    """The header goes to the state store as a zstd frame (ZSTD_MARK, its sizes, the frame,
     the token); a checkpoint written before (a plain pickled header + token, in the value state
     or in parts, the reorder buffer's rows in it as one column layer) loads as it is: the next
     batch releases what the oracle says."""
     import pickle
 
-    from ctiflow.jobs.state.codec import HEADER_ZSTD, expanded
+    from ctiflow.jobs.state.codec import ZSTD_MARK, expanded
     from ctiflow.jobs.state.store import HEADER_IN_PARTS
     from ctiflow.jobs.state.warm import WarmChunks
     from ctiflow.jobs.state.parts import PART_KEYS
@@ -317,7 +317,7 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     t.testInPandas(3, frames[0])
     value, parts = stored_header(t, 3, STATE_LAYOUT)
     stored = b"".join(parts) if value.startswith(HEADER_IN_PARTS) else value
-    assert stored.startswith(HEADER_ZSTD)
+    assert stored.startswith(ZSTD_MARK)
     header = expanded(stored)
     (index, _sizes), *rest = pickle.loads(header)  # a whole pickled header came back
     assert expanded(stored + b"t" * WarmChunks.TOKEN_BYTES) == header  # the token after the frame is ignored
@@ -337,4 +337,4 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
         else:
             before.updateValueState("header", 3, (header + b"t" * WarmChunks.TOKEN_BYTES,))
         assert [r["id"] for _, r in results(before.testInPandas(3, frames[1]), topics)] == expected[1], old
-        assert before.peekValueState("header", 3)[0].startswith((HEADER_ZSTD, HEADER_IN_PARTS))
+        assert before.peekValueState("header", 3)[0].startswith((ZSTD_MARK, HEADER_IN_PARTS))

@@ -179,9 +179,10 @@ def test_match_rows(data):
 
 def _latency_rows(trigger, floor_p99, job_p99):
     base = {"trigger": trigger, "sent": 1000, "measured": 900, "p50": 100.0, "batch_p50": 200.0, "batch_p99": 300.0}
-    return [{**base, "query": "stateless pass-through (the floor)", "p99": floor_p99},
-            {**base, "query": "transactions job: counts", "p99": job_p99},
-            {**base, "query": "transactions job: matches", "p99": job_p99 - 10}]
+    return [{**base, "query": "stateless pass-through (the floor)", "kind": "floor", "p99": floor_p99},
+            {**base, "query": "stateful pass-through", "kind": "stateful", "p99": floor_p99 * 1.6, "batch_p50": 320.0},
+            {**base, "query": "transactions job: counts", "kind": "counts", "p99": job_p99},
+            {**base, "query": "transactions job: matches", "kind": "matches", "p99": job_p99 - 10}]
 
 
 def test_latency_row(data):
@@ -195,9 +196,12 @@ def test_latency_row(data):
     row = _rows(data, ["latency"])["latency"]
     v = row["values"]
     assert (v["p99_250"], v["floor_250"], v["ratio_250"], v["p99_1000"]) == ("2.00", "0.50", "4.00", "2.50")
+    # the stateful floor is a floor, not the job: against the stateless one, never the job's worst
+    assert (v["plumbing_250"], v["plumbing_ratio_250"], v["plumbing_batch_250"]) == ("0.80", "1.60", "320")
     at_250 = [r for r in row["table"] if r["trigger"] == "250ms"]
-    assert [r["state written MB"] for r in at_250] == ["", "22.0", "22.0"]  # the floor has no state
-    assert at_250[1]["stateful / Python / state ms"] == "321 / 213 / 118" and at_250[1]["chunks from the cache"] == "50%"
+    assert [r["state written MB"] for r in at_250] == ["", "", "22.0", "22.0"]  # the floors have no stages
+    assert [r["p99 / the floor's"] for r in at_250] == ["1.00×", "1.60×", "4.00×", "3.98×"]
+    assert at_250[2]["stateful / Python / state ms"] == "321 / 213 / 118" and at_250[2]["chunks from the cache"] == "50%"
     assert all(r["state written MB"] == "" for r in row["table"] if r["trigger"] != "250ms")  # no stages measured
     assert (v["stateful_250"], v["python_250"], v["state_250"], v["written_250"], v["cached_250"]) == (
         "321", "213", "118", "22.0", "50%")

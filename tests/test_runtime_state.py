@@ -7,7 +7,7 @@ import pytest
 
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.runtime import GroupRuntime, Plan
-from ctiflow.jobs.state.codec import HEADER_ZSTD, expanded
+from ctiflow.jobs.state.codec import ZSTD_MARK, expanded
 from ctiflow.jobs.state.parts import is_chunk
 from ctiflow.operators.errors import StateError
 from ctiflow.operators.time import Event
@@ -37,7 +37,7 @@ def test_a_damaged_operator_state_names_the_operator_and_the_fix():
     plan = job(COUNT, BINS)
     layout, header, chunks = pickle.loads(snapshot_with_events(plan))
     (c, blob), = ((c, blob) for c, blob in chunks.items() if is_chunk(c))  # one key: one chunk (and buffer parts)
-    assert blob.startswith(HEADER_ZSTD)  # stored compressed
+    assert blob.startswith(ZSTD_MARK)  # stored compressed
     cti, ops, last_seen, keys, op_keys = pickle.loads(expanded(blob))
     # (written as earlier versions stored chunks, uncompressed: read as they are)
     chunks[c] = pickle.dumps((cti, [ops[0], b"\x00not a snapshot"], last_seen, keys, op_keys))

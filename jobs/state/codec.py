@@ -11,25 +11,26 @@ import struct
 
 import pyarrow as pa
 
-#: a compressed header starts with this, then its size and the zstd frame's (little-endian
-#: uint64 each), then the frame (the token follows, as after any header)
-HEADER_ZSTD = b"ctiflow:zstd"
+#: a compressed state value (a header, a part, a chunk) starts with this, then its size and the
+#: zstd frame's (little-endian uint64 each), then the frame (after a header, its token follows).
+#: Stored bytes: never change it (checkpoints hold it).
+ZSTD_MARK = b"ctiflow:zstd"
 _SIZES = struct.Struct("<QQ")
 _ZSTD = pa.Codec("zstd", compression_level=3)
 
 
 def compressed(header: bytes) -> bytes:
-    """``header`` (or any state value) as the state store holds it: :data:`HEADER_ZSTD`, the
+    """``header`` (or any state value) as the state store holds it: :data:`ZSTD_MARK`, the
     sizes, a zstd frame."""
     frame = _ZSTD.compress(header, asbytes=True)
-    return HEADER_ZSTD + _SIZES.pack(len(header), len(frame)) + frame
+    return ZSTD_MARK + _SIZES.pack(len(header), len(frame)) + frame
 
 
 def expanded(stored: bytes | None) -> bytes | None:
     """The header of a stored value (:func:`compressed`, or a pickled header as written before
     2026-11-26, returned as it is); bytes after the frame (the token) are ignored."""
-    if stored is None or not stored.startswith(HEADER_ZSTD):
+    if stored is None or not stored.startswith(ZSTD_MARK):
         return stored
-    at = len(HEADER_ZSTD) + _SIZES.size
-    size, length = _SIZES.unpack_from(stored, len(HEADER_ZSTD))
+    at = len(ZSTD_MARK) + _SIZES.size
+    size, length = _SIZES.unpack_from(stored, len(ZSTD_MARK))
     return _ZSTD.decompress(memoryview(stored)[at:at + length], decompressed_size=size, asbytes=True)
