@@ -89,7 +89,7 @@ def _source(topic: str) -> dict:
 CHUNK_KEYS = 2048
 
 #: The floors, by kind: what Spark's micro-batches cost a record without any state (the floor the
-#: issue's goal is stated against), and with Spark's stateful operator in the path but none of
+#: latency goal is stated against), and with Spark's stateful operator in the path but none of
 #: ours — the same key groups, Python worker and Arrow hand-offs, one state update a group
 #: (:func:`ctiflow.bench.spark_jobs.forwarded`): the part of the job's latency that is Spark's.
 FLOORS = {"floor": "stateless pass-through (the floor)",
