@@ -147,6 +147,16 @@ def exactly_once_across_sigkills(stack, tmp_path, name: str, spark: dict, kills:
     assert any(c.status == oracle.LATE for c in checked), "the workload must hold late events to check them"
     assert sorted((r["partition"], r["offset"]) for r in late) == \
         sorted((c.event.partition, c.event.offset) for c in checked if c.status == oracle.LATE)
+    # The counters after the kills say what the topics hold: records per result topic, and the
+    # input's balance (every record read once: released, late or dead-lettered).
+    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
+    from ctiflow.jobs.counters import key
+
+    totals = read_counters(ProgressLog.of(parse(spec, name)))
+    for topic in topics.values():
+        records = len(read(stack, topic, store))
+        assert totals.get(key("written", topic), 0) == records, topic
+    assert totals["received"] == len(flows) == totals["released"] + totals["late"] + totals["dead_letter"]
 
 
 def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, spark, tmp_path):
@@ -191,6 +201,9 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
         assert Counter(map(repr, read(stack, t))) == Counter(map(repr, before[name])), name
     again = read_counters(progress, {last})
     assert (again["written"], again["replay_skipped"]) == (0, first["written"])
+    # The replay's counters stand for the batch: per topic, its records, whoever wrote them.
+    per_topic = {k: v for k, v in first.items() if k.startswith("written@")}
+    assert per_topic and {k: again[k] for k in per_topic} == per_topic
     # Records name their query by the id the checkpoint keeps (what a replay matches them by).
     from ctiflow.jobs.sink import H_QUERY
 

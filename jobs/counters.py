@@ -47,23 +47,26 @@ class Counter:
 
 C, G, S = Kind.COUNT, Kind.GAUGE, Kind.SHARED
 TABLE: tuple[Counter, ...] = (
-    Counter("received", C, "input records of every stream: events, reference versions, undecodable records"),
+    Counter("received", C, "input records of every stream: events, reference versions, rule records, undecodable "
+            "records"),
     Counter("received", C, "input records read (events, reference versions, undecodable records)", PARTITION,
             "ctiflow_records_received_total"),
-    Counter("released", C, "events released to the operators in application-time order", (),
+    Counter("released", C, "events released to the operators in application-time order, and rule records applied", (),
             "ctiflow_records_released_total"),
     Counter("late", C, "events behind the CTI (with ADJUST: those wholly behind it)"),
     Counter("late", C, "input records behind the CTI (to the late topic)", PARTITION, "ctiflow_records_late_total"),
     Counter("late_records", C, "records written to the late topic (ADJUST: one per dropped share)", (),
             "ctiflow_late_records_written_total"),
-    Counter("dead_letter", C, "input records that did not decode or validate (to the dead-letter topic)", (),
+    Counter("dead_letter", C, "input records that did not decode or validate, and rule records refused (to the "
+            "dead-letter topic)", (),
             "ctiflow_records_dead_letter_total"),
     Counter("refused", C, "released events an operator refused (to the dead-letter topic)", (),
             "ctiflow_records_refused_total"),
     Counter("outputs", C, "result records the operators produced"),
     Counter("expired_keys", C, "keys whose state the key TTL dropped", (), "ctiflow_keys_expired_total"),
     Counter("written", C, "result records the sink wrote"),
-    Counter("written", C, "result records written, per topic", ("topic",), "ctiflow_records_written_total"),
+    Counter("written", C, "result records in the topic, per topic (a replayed batch counts those an earlier attempt "
+            "wrote: exact after kills)", ("topic",), "ctiflow_records_written_total"),
     Counter("replay_skipped", C, "result records a replayed batch had written already (not written again)"),
     Counter("cti", Kind.MAX, "the job's CTI (application time, epoch s): every stream's CTI combined by min", (),
             "ctiflow_cti_timestamp_seconds", timestamp=True, lag="ctiflow_event_time_lag_seconds"),

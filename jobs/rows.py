@@ -88,6 +88,9 @@ PACK, METRICS = "pack", "metrics"
 #: The columns of a pack beside the record's fields, in order.
 PACK_META = [("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
              ("meta_offset", pa.int64()), ("meta_value", pa.binary())]
+#: Columns a broadcast stream's packs carry besides (:attr:`EventColumns.origin`): each record's
+#: key bytes and Kafka timestamp, for a dead letter decided after decoding (a refused rule).
+PACK_ORIGIN = [("meta_raw_key", pa.binary()), ("meta_kafka_ts", pa.int64())]
 #: Schema metadata of a pack: the fields that hold nested values as JSON text.
 JSON_FIELDS = b"ctiflow.json_fields"
 #: Schema metadata of a pack without field columns: the record's field names, in order.
@@ -99,20 +102,25 @@ _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 def pack_batch(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, values,
-               json_fields: tuple[str, ...] = (), with_fields: bool = True) -> pa.RecordBatch:
+               json_fields: tuple[str, ...] = (), with_fields: bool = True, origin=None) -> pa.RecordBatch:
     """The records' ``fields`` and, per record, its key, start, end, offset and Avro bytes
     (``values`` may be all null) as one record batch in the pack layout; ``with_fields=False``
     (every record's bytes kept): only the field *names* travel (schema metadata), the reader
-    decodes the bytes when it needs the values (:class:`BytesFields`). :func:`pack_slices` cuts
-    it into packs."""
+    decodes the bytes when it needs the values (:class:`BytesFields`). ``origin``: each
+    record's ``(key bytes, Kafka timestamps)`` (:data:`PACK_ORIGIN`), or None. :func:`pack_slices`
+    cuts it into packs."""
     meta = [pa.array(keys, pa.string()), pa.array(starts, pa.int64()), pa.array(ends, pa.int64()),
             pa.array(offsets, pa.int64()), pa.array(values, pa.binary())]
+    extra = []
+    if origin is not None:
+        meta += [pa.array(origin[0], pa.binary()), pa.array(origin[1], pa.int64())]
+        extra = PACK_ORIGIN
     metadata = {JSON_FIELDS: json.dumps(list(json_fields)).encode()}
     if not with_fields:
         metadata[FIELD_NAMES] = json.dumps(list(fields.schema.names)).encode()
         fields = pa.table({})
     columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns] + meta
-    schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META], metadata=metadata)
+    schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META + extra], metadata=metadata)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -309,6 +317,10 @@ def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
     metadata = schema.metadata or {}
     as_json = set(json.loads(metadata.get(JSON_FIELDS, b"[]")))
     meta = {name: batch.column(schema.get_field_index(name)) for name, _ in PACK_META}
+    origin = None
+    if PACK_ORIGIN[0][0] in schema.names:
+        origin = tuple(object_array(batch.column(schema.get_field_index(name)).to_pylist())
+                       for name, _ in PACK_ORIGIN)
     value = meta["meta_value"]
     n = batch.num_rows
     raw = None if value.null_count == n else value.to_numpy(zero_copy_only=False)
@@ -321,7 +333,8 @@ def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
         fields = ArrowFields(batch.select(names), tuple(sorted(as_json & set(names))))
     return EventColumns(stream, meta["meta_key"].to_numpy(zero_copy_only=False),
                         meta["meta_start"].to_numpy(), meta["meta_end"].to_numpy(),
-                        np.full(n, partition, np.int64), meta["meta_offset"].to_numpy(), fields, raw)
+                        np.full(n, partition, np.int64), meta["meta_offset"].to_numpy(), fields, raw,
+                        origin=origin)
 
 
 def pack_items(pack: bytes) -> list[tuple]:

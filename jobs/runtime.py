@@ -425,17 +425,28 @@ class GroupRuntime:
 
     def offer_rules(self, spec: "RulesSpec", cols: EventColumns) -> list[tuple[str, Output, str | None]]:
         """A batch's rule records, in topic order, each judged against the CTI in effect (as an
-        event is) and scheduled in the operator's book (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`);
-        a refused one → the dead-letter topic with the reason (from the reporting group only)."""
+        event is) and scheduled in the operator's book (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`).
+        Every group offers them (each keeps its book); the reporting group alone (``reports_rules``)
+        counts them — received, then released when applied or dead-lettered when refused — and
+        writes a refused one's dead letter: the record as it came (key and value bytes, Kafka
+        timestamp) with the reason."""
         book, out = self.books[spec.operator], []
-        cti = self.cti
-        for e in cols.events():
+        cti, counters, report = self.cti, self.counters, self.reports_rules
+        topic = self.plan.source_topics.get(spec.stream, spec.stream)
+        for i, e in enumerate(cols.events()):
             decision = book.offer(Rule.from_record(e.fields), cti, spec.compile)
-            if decision.outcome == "rejected" and self.reports_rules:
-                out.append((self.plan.dead_letter_topic, Output("dead_letter", rows.dead_letter(
-                    self.plan.source_topics.get(spec.stream, spec.stream), e.partition, e.offset, e.key.encode(),
-                    json.dumps(e.fields, default=str).encode(), f"rule refused: {decision.reason}", stage="rule")),
-                    e.key))
+            if not report:
+                continue
+            counters.received += 1
+            counters.count(spec.stream, e.partition, False)
+            if decision.outcome != "rejected":
+                counters.released += 1
+                continue
+            counters.dead_letter += 1
+            key, stamp = (e.key.encode(), None) if cols.origin is None else (cols.origin[0][i], cols.origin[1][i])
+            out.append((self.plan.dead_letter_topic, Output("dead_letter", rows.dead_letter(
+                topic, e.partition, e.offset, key, e.raw, f"rule refused: {decision.reason}",
+                None if stamp is None or stamp < 0 else int(stamp), stage="rule")), e.key))
         return out
 
     def _operator_names(self) -> list[tuple[str, str]]:

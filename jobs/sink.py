@@ -300,7 +300,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
         written = skipped = seq = 0
         metrics: dict[str, int] = {}
-        per_topic: dict[str, int] = {}  # records written per topic (counter "written" by topic)
+        per_topic: dict[str, int] = {}  # the batch's records per topic (counter "written" by topic)
         fixed = ((H_QUERY, query.encode()), (H_BATCH, str(batch).encode()), (H_TASK, str(task).encode()))
         produce = prod.produce
         for topic, keys, values in rows.output_columns(iterator, metrics):
@@ -321,7 +321,9 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
                 sent += 1
             written += sent
-            per_topic[topic] = per_topic.get(topic, 0) + sent
+            # per topic: the batch's records, those an earlier attempt wrote included (that attempt's
+            # counters never reached the progress topic: the replay's stand for the batch)
+            per_topic[topic] = per_topic.get(topic, 0) + count
             prod.poll(0)
         remaining = prod.flush(120)
         if remaining or errors:

@@ -119,16 +119,18 @@ class EventColumns:
     is) marks the rows whose start the ADJUST policy moved to the CTI, ``original_start`` their
     start before that. ``dicts`` (None for columns read from a topic): each row's record as it
     was given, for events whose records do not all have the same fields (:meth:`from_events`);
-    :meth:`records` and :meth:`event` return those. Treat as immutable; :meth:`take` and
-    :meth:`concat` copy."""
+    :meth:`records` and :meth:`event` return those. ``origin`` (None unless the source keeps
+    it: a broadcast stream's records, whose refusal is decided after decoding): per row, the
+    record's key bytes as read and its timestamp (epoch ms or None), for a dead letter that
+    carries the record as it came. Treat as immutable; :meth:`take` and :meth:`concat` copy."""
 
     __slots__ = ("stream", "key", "start", "end", "partition", "offset", "fields", "raw", "adjusted",
-                 "original_start", "dicts", "_events", "_codes")
+                 "original_start", "dicts", "origin", "_events", "_codes")
 
     def __init__(self, stream: str, key: np.ndarray, start: np.ndarray, end: np.ndarray, partition: np.ndarray,
                  offset: np.ndarray, fields: dict[str, np.ndarray], raw: np.ndarray | None = None,
                  adjusted: np.ndarray | None = None, original_start: np.ndarray | None = None,
-                 dicts: list[dict] | None = None) -> None:
+                 dicts: list[dict] | None = None, origin: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.stream = stream
         self.key = key
         self.start = start
@@ -140,6 +142,7 @@ class EventColumns:
         self.adjusted = adjusted
         self.original_start = original_start
         self.dicts = dicts
+        self.origin = origin
         self._events: list[Event] | None = None
         self._codes: tuple[np.ndarray, dict[str, int]] | None = None
 
@@ -196,7 +199,8 @@ class EventColumns:
                             self.offset[index], self._taken_fields(index, raw), raw,
                             None if self.adjusted is None else self.adjusted[index],
                             None if self.original_start is None else self.original_start[index],
-                            None if self.dicts is None else [self.dicts[i] for i in np.arange(len(self))[index].tolist()])
+                            None if self.dicts is None else [self.dicts[i] for i in np.arange(len(self))[index].tolist()],
+                            None if self.origin is None else (self.origin[0][index], self.origin[1][index]))
 
     def project(self, names: Collection[str]) -> "EventColumns":
         """These rows with only the fields ``names`` that the fields' type can drop
@@ -209,7 +213,7 @@ class EventColumns:
         if kept is fields:
             return self
         return EventColumns(self.stream, self.key, self.start, self.end, self.partition, self.offset, kept, self.raw,
-                            self.adjusted, self.original_start, None)
+                            self.adjusted, self.original_start, None, self.origin)
 
     def _taken_fields(self, index, raw) -> Mapping[str, np.ndarray]:
         fields = self.fields
@@ -236,9 +240,14 @@ class EventColumns:
             fields = lazy.concat([p.fields for p in parts], raw)
         else:
             fields = {n: cat([p.fields[n] for p in parts]) for n in first.fields}
+        origin = None
+        if any(p.origin is not None for p in parts):
+            none = [np.full(len(p), None, object) for p in parts]
+            origin = (cat([p.origin[0] if p.origin is not None else n for p, n in zip(parts, none)]),
+                      cat([p.origin[1] if p.origin is not None else n for p, n in zip(parts, none)]))
         return EventColumns(first.stream, cat([p.key for p in parts]), cat([p.start for p in parts]),
                             cat([p.end for p in parts]), cat([p.partition for p in parts]),
-                            cat([p.offset for p in parts]), fields, raw, adjusted, original, dicts)
+                            cat([p.offset for p in parts]), fields, raw, adjusted, original, dicts, origin)
 
     def records(self) -> list[dict[str, Any]]:
         """Each row's fields as a dict (in field order), as :attr:`Event.fields` holds them."""

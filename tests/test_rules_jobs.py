@@ -142,9 +142,61 @@ def test_a_refused_rule_is_a_dead_letter_with_the_reason_and_changes_nothing():
     dead = [o.record for topic, o, _ in out if topic == "r.dead-letter"]
     assert [d["source_topic"] for d in dead] == ["fraud-rules", "fraud-rules"]
     assert "no_such_field" in dead[0]["error"] and "late: effective_time" in dead[1]["error"]
-    assert dead[0]["stage"] == "rule" and json.loads(dead[0]["value"])["rule_id"] == "big"
+    assert dead[0]["stage"] == "rule"
     assert [topic for topic, _, _ in out if topic == "rule-matches"] == []
     assert rt.counters.rules["fraud"]["rejected"] == 2
+
+
+def _rules_through_the_source(cfg, records: list[tuple[bytes, dict, int]], groups: int):
+    """Rule records as Kafka messages (key bytes, record, Kafka timestamp) → Avro bytes → the
+    source's decoder (the rules stream: every record to every key group) → each key group's
+    input rows, as the adapter reads them. → ({label: GroupInput}, the messages)."""
+    import confluent_kafka
+
+    from ctiflow.jobs.pipeline import source_options
+    from ctiflow.jobs.rows import read_input
+    from ctiflow.jobs.source.decoder import RecordDecoder
+
+    source = cfg.rule_sources[0]
+    options = source_options(cfg.model_copy(update={"key_groups": groups}), source, False, list(range(groups)))
+    encode = AvroSerializer("rule")
+    msgs = [confluent_kafka.Message(topic="fraud-rules", partition=0, offset=i, key=key, value=encode(record),
+                                    timestamp=(1, stamp)) for i, (key, record, stamp) in enumerate(records)]
+    frame = RecordDecoder(options.to_options()).batch(msgs).to_pandas()
+    return {label: read_input(rows_of) for label, rows_of in frame.groupby("meta_group")}, msgs
+
+
+def test_a_refused_rule_record_is_dead_lettered_as_it_came_and_counted_once_over_the_key_groups():
+    """The dead letter of a refused rule holds the record's own key and value bytes and its
+    Kafka timestamp (the replay recipe of the dead-letter page writes them back as they were);
+    every key group judges the rule, one reports it, so the counters balance once: received =
+    released (applied) + dead letters (refused)."""
+    from ctiflow.jobs.avro.serde import AvroDeserializer
+
+    cfg = job(static=False)
+    good = Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(10)))
+    bad = Rule("bad", "fraud", 1, T0, "put", "stages: {or: 5}")
+    records = [(b"big", {f: getattr(good, f) for f in Rule.__dataclass_fields__}, 1_700_000_000_123),
+               (b"a foreign key", {f: getattr(bad, f) for f in Rule.__dataclass_fields__}, 1_700_000_000_456)]
+    inputs, msgs = _rules_through_the_source(cfg, records, groups=3)
+    assert len(inputs) == 3  # (the rules stream reaches every key group)
+    plan = Plan.from_config(cfg)
+    dead, counted = [], []
+    for label, got in sorted(inputs.items()):
+        rt = GroupRuntime(plan, reports_rules=label == min(inputs))
+        result = rt.run_batch(got)
+        dead += [o.record for topic, o, _ in result.outputs if topic == "r.dead-letter"]
+        counted.append(result.counters)
+        assert rt.books[0].stats(rt.cti)["versions"] == 1  # every group applied the good one
+    assert len(dead) == 1
+    d = dead[0]
+    assert (d["key"], d["value"], d["kafka_timestamp"], d["offset"]) == (b"a foreign key", msgs[1].value(),
+                                                                        1_700_000_000_456, 1)
+    assert d["stage"] == "rule" and "rule refused" in d["error"]
+    assert AvroDeserializer("rule")(d["value"])["rule_id"] == "bad"  # (the bytes decode as the rule again)
+    assert sum(c.received for c in counted) == 2
+    assert sum(c.released for c in counted) == 1 and sum(c.dead_letter for c in counted) == 1
+    assert sum(c.by_partition.get(("rules_fraud", 0), [0])[0] for c in counted) == 2
 
 
 def test_an_adjusted_rule_takes_effect_at_the_cti_and_its_records_say_so():
@@ -168,11 +220,11 @@ def test_with_sync_min_events_wait_for_the_rules_stream():
     assert got.counters.released == 0  # the rules stream has no CTI yet: nothing released
     rule = Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(100)))
     got = rt.run_batch(batch_input([], [rule_event(rule, 0)]))
-    assert got.counters.released == 0  # its CTI is T0 now: the events after T0 still wait
+    assert got.counters.released == 1  # the rule record alone: its CTI is T0 now, the events after T0 still wait
     later = Rule("big", "fraud", 2, evs[-1].start + 1, "delete")
     got = rt.run_batch(batch_input([], [rule_event(later, 1)]))
     events_cti = min(max(e.start for e in evs if e.partition == p) for p in (0, 1, 2))  # the older now
-    assert got.counters.released == sum(e.start < events_cti for e in evs) > 0
+    assert got.counters.released == 2 + sum(e.start < events_cti for e in evs) > 2  # (the two rule records)
 
 
 def test_the_records_of_an_operator_with_rules_have_their_own_schema():

@@ -289,14 +289,18 @@ class RecordDecoder:
         offsets = message_offsets(msgs)
         index = got.index
         group = self._group_of(got.keys)
+        origin = None
         if self.broadcast and len(index):  # every record to every key group (a rules topic: a few records)
             n = len(self.labels)
             group = np.repeat(np.asarray(self.labels, np.int64), len(index))
             got = Decoded(pa.concat_tables([got.fields] * n), np.tile(index, n), pa.concat_arrays([got.keys] * n),
                           np.tile(got.starts, n), np.tile(got.ends, n), got.errors)
             index = got.index
-        kept = pa.array([values[i] for i in index], pa.binary()) if self.keep_values else pa.nulls(len(index), pa.binary())
-        firsts, packs = self._packs(group, got, offsets[index], kept)
+            # (a record refused after decoding becomes a dead letter of its bytes, key and time)
+            origin = ([msgs[i].key() for i in index], [msgs[i].timestamp()[1] for i in index])
+        kept = (pa.array([values[i] for i in index], pa.binary()) if self.keep_values or origin is not None
+                else pa.nulls(len(index), pa.binary()))
+        firsts, packs = self._packs(group, got, offsets[index], kept, origin)
         dead = [(self.labels[part % self.groups], int(offsets[i]), got.errors[i], values[i], msgs[i].key(),
                  msgs[i].timestamp()[1]) for i in sorted(got.errors)]
         n, d = len(packs), len(dead)
@@ -315,7 +319,8 @@ class RecordDecoder:
         return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n + d, f.type)
                                            for f in self.arrow], schema=self.arrow)
 
-    def _packs(self, group: np.ndarray, got: Decoded, offsets: np.ndarray, kept: pa.Array) -> tuple[dict, pa.Array]:
+    def _packs(self, group: np.ndarray, got: Decoded, offsets: np.ndarray, kept: pa.Array,
+               origin: tuple[list, list] | None = None) -> tuple[dict, pa.Array]:
         """The packs of the good records, ``({"group", "offset", "start": one per pack}, packs)``
         (a pack's group, first offset and largest start; the packs as one binary column): each group's
         records in consecutive runs of about :data:`ctiflow.jobs.rows.PACK_BYTES` (sorting packs
@@ -331,8 +336,10 @@ class RecordDecoder:
             group, starts, ends, offsets = group[order], starts[order], ends[order], offsets[order]
             fields, keys = fields.take(take), keys.take(take)
             kept = kept.take(take) if kept.null_count != len(kept) else kept
+            if origin is not None:
+                origin = tuple([column[i] for i in order.tolist()] for column in origin)
         batch = rows.pack_batch(fields, keys, starts, ends, offsets, kept, tuple(self.nested_fields),
-                                with_fields=self.pack_fields)
+                                with_fields=self.pack_fields, origin=origin)
         each = self._record_bytes(got, kept)
         bounds = np.flatnonzero(group[1:] != group[:-1]) + 1
         cuts = [0]
