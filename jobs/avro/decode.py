@@ -9,9 +9,11 @@ Avro's Java decoder refuses those; a record ctiflow accepts must be one it would
 * :func:`compile_schema` turns an ``.avsc`` (JSON) into :class:`Node` s — the description,
   once; named types resolve by full or short name;
 * :func:`record_reader` compiles a writer schema (and optionally a reader schema, resolved as
-  the Avro spec says: fields by name with defaults, promotions int→long→float→double and
-  string↔bytes, unions either side, enum symbols) into one function ``read(buf, pos) → (value,
-  pos)`` for any schema; every count and length is bounded by the bytes left;
+  the Avro spec says: fields by name with defaults — read by the field's type, bytes from code
+  points and a record's left-out fields from their own (:func:`default_value`) — promotions
+  int→long→float→double and string↔bytes, unions either side, enum symbols) into one function
+  ``read(buf, pos) → (value, pos)`` for any schema; every count and length is bounded by the
+  bytes left;
 * :class:`ColumnDecoder` decodes many bodies of one writer schema at once, field by field, to
   Arrow arrays in the reader schema's order and types: a flat field (a primitive, enum, fixed,
   or a union of ``null`` with one of those) in one NumPy step over every record, any other
@@ -28,6 +30,7 @@ enum index outside its symbols; a body with bytes left over.
 
 from __future__ import annotations
 
+import copy
 import json
 import struct
 import threading
@@ -373,7 +376,7 @@ def _record(w: Node, r: Node, cache: dict) -> Reader:
         if name not in written:
             if not has:
                 raise DecodeError(f"reader field {name!r} of {r.short_name} is not written and has no default")
-            defaults.append((name, default))
+            defaults.append((name, default_value(node, default, f"reader field {name!r} of {r.short_name}")))
     order = [name for name, _, _, _ in r.fields]
     in_order = [name for name, _, _, _ in w.fields] == order
 
@@ -384,7 +387,7 @@ def _record(w: Node, r: Node, cache: dict) -> Reader:
             if kept:
                 rec[name] = value
         for name, default in defaults:
-            rec[name] = _default_value(default)
+            rec[name] = _fresh(default)
         return (rec if in_order else {n: rec[n] for n in order}), pos
     return read_record
 
@@ -408,8 +411,85 @@ def _json(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def _default_value(default: Any) -> Any:
-    return json.loads(json.dumps(default)) if isinstance(default, (dict, list)) else default
+class _NotAValue(Exception):
+    """A JSON default is no value of the type tried (a union tries its next branch)."""
+
+
+def default_value(node: Node, default: Any, where: str) -> Any:
+    """A field's JSON ``default`` as the value of type ``node`` it stands for, as the Avro
+    specification's field-default table says (and Apache Avro Java reads it): ``bytes`` and
+    ``fixed`` from a string whose code points 0–255 are the bytes (a fixed's as many as its size);
+    ``float``/``double`` as floats; an enum's a symbol of it; array items and map values each of
+    the item type; a record's an object whose fields take their types, a field it leaves out its
+    own default (recursively); a union's of the first branch it is a value of (1.12's "first
+    schema that matches"; 1.11 asks for the first branch, which then matches first). Dicts are in
+    the record's field order. A default that is no value of its type raises :class:`DecodeError`
+    naming ``where`` — when the reader needs it, so an unneeded bad default costs nothing."""
+    try:
+        return _from_json(node, default)
+    except _NotAValue as exc:
+        raise DecodeError(f"{where}: default {json.dumps(default)} is not a value of its type ({exc})") \
+            from None
+    except RecursionError:
+        raise DecodeError(f"{where}: default nests too deeply") from None
+
+
+def _from_json(node: Node, value: Any) -> Any:
+    kind = node.kind
+    if kind == "null":
+        if value is None:
+            return None
+    elif kind == "boolean":
+        if isinstance(value, bool):
+            return value
+    elif kind in ("int", "long"):
+        bits = 32 if kind == "int" else 64
+        bound = 1 << bits - 1
+        if isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound:
+            return value
+    elif kind in ("float", "double"):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind == "string":
+        if isinstance(value, str):
+            return value
+    elif kind in ("bytes", "fixed"):
+        if isinstance(value, str) and all(ord(c) < 256 for c in value):
+            raw = value.encode("latin-1")
+            if kind == "bytes" or len(raw) == node.size:
+                return raw
+    elif kind == "enum":
+        if isinstance(value, str) and value in node.symbols:
+            return value
+    elif kind == "array":
+        if isinstance(value, list):
+            return [_from_json(node.items, item) for item in value]
+    elif kind == "map":
+        if isinstance(value, dict):
+            return {key: _from_json(node.items, item) for key, item in value.items()}
+    elif kind == "record":
+        if isinstance(value, dict):
+            out = {}
+            for name, field_node, has, default in node.fields:
+                if name in value:
+                    out[name] = _from_json(field_node, value[name])
+                elif has:
+                    out[name] = _from_json(field_node, default)
+                else:
+                    raise _NotAValue(f"{node.short_name} field {name!r} is not given and has no default")
+            return out
+    elif kind == "union":
+        for branch in node.branches:
+            try:
+                return _from_json(branch, value)
+            except _NotAValue:
+                continue
+    raise _NotAValue(f"{json.dumps(value)} is not a {node.name or kind}")
+
+
+def _fresh(value: Any) -> Any:
+    """A default as one record holds it: a list or dict copied, so records never share one."""
+    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
 
 
 def _resolve_branch(b: Node, r: Node, cache: dict) -> Reader:
@@ -543,6 +623,9 @@ class ColumnDecoder:
         self.names = [name for name, _, _, _ in reader.fields]
         self.types = [arrow_type(node) for _, node, _, _ in reader.fields]
         self.sources = sources(writer, reader)  # reader field → writer field (aliases resolved)
+        #: reader field the writer lacks → its default's value (:func:`default_value`)
+        self.defaults = {name: default_value(node, default, f"reader field {name!r} of {reader.short_name}")
+                         for name, node, _, default in reader.fields if name not in self.sources}
         read_as = {written: node for name, node, _, _ in reader.fields if (written := self.sources.get(name))}
         cache: dict = {}
         #: writer field → its per-record reader, for the fields not decoded column-wise (a field
@@ -585,7 +668,7 @@ class ColumnDecoder:
         for (name, r_node, has, default), typ in zip(self.reader.fields, self.types):
             col = decoded.get(self.sources.get(name, ""))
             if col is None:
-                value = _default_value(default)
+                value = self.defaults[name]
                 value = value if typ != pa.string() or value is None or isinstance(value, str) else _json(value)
                 columns.append(pa.array([value] * len(take), typ))
             else:

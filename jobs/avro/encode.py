@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ctiflow.jobs.avro.decode import Node, compile_schema
+from ctiflow.jobs.avro.decode import Node, compile_schema, default_value
+from ctiflow.operators.errors import DecodeError
 from ctiflow.operators.events import MapColumn
 
 __all__ = ["AvroWriteError", "ColumnEncoder", "record_writer"]
@@ -144,7 +145,7 @@ class ColumnEncoder:
             if name in columns:
                 column = columns[name]
             elif has_default:
-                column = default
+                column = _default_or_refuse(name, t, default)()
             else:
                 raise ValueError(f"no column and no default for field {name!r}")
             try:
@@ -508,17 +509,32 @@ def _record_writer(node: Node, cache: dict) -> Writer:
 
 
 def _absent(name: str, t: Node, has_default: bool, default: Any) -> Callable[[], Any]:
-    """What a record without field ``name`` writes: its default (JSON form: bytes and fixed as
-    code points), else null where the type is a union with ``null``, else an error."""
+    """What a record without field ``name`` writes: its default (read from its JSON form by the
+    field's type, :func:`~ctiflow.jobs.avro.decode.default_value`: bytes and fixed from code
+    points, a record default's left-out fields from their own defaults), else null where the type
+    is a union with ``null``, else an error."""
     if has_default:
-        value = default.encode("latin-1") if isinstance(default, str) and t.kind in ("bytes", "fixed") else default
-        return lambda: value
+        return _default_or_refuse(name, t, default)
     if t.kind == "union" and any(b.kind == "null" for b in t.branches):
         return lambda: None
 
     def missing():
         raise AvroWriteError("no value and no default")
     return missing
+
+
+def _default_or_refuse(name: str, t: Node, default: Any) -> Callable[[], Any]:
+    """The default's value, or (a default that is no value of its type) a function raising
+    :class:`AvroWriteError` — refused when a record needs it, not when the schema compiles."""
+    try:
+        value = default_value(t, default, f"field {name!r}")
+    except DecodeError as exc:
+        message = str(exc)
+
+        def refuse():
+            raise AvroWriteError(message)
+        return refuse
+    return lambda: value
 
 
 def _union_writer(node: Node, cache: dict) -> Writer:
