@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctiflow.jobs.avro.serde import registry_settings_error
 from ctiflow.jobs.checkpoint import CheckpointDir, check_checkpoint_dir, check_key_groups
 from ctiflow.jobs.config import JobConfig, load
 from ctiflow.jobs.fields import field_errors
@@ -59,12 +60,25 @@ def check_job(path: str | Path) -> Report:
     return report
 
 
+def registry_errors(cfg: JobConfig) -> list[str]:
+    """The registry settings confluent-kafka's client refuses (:func:`registry_settings_error`):
+    found here, not on an executor after Spark has started."""
+    registry = cfg.kafka.schema_registry
+    refused = registry.url and registry_settings_error(registry.url, registry.client_config())
+    if not refused:
+        return []
+    return [f"kafka.schema_registry: confluent-kafka's registry client refuses these settings: {refused}. "
+            "Remove what it does not take from kafka.schema_registry.config: basic auth is "
+            "basic.auth.user.info (user:password) or user:password@ in the url, and the Java client's "
+            "basic.auth.credentials.source has no counterpart"]
+
+
 def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "CheckpointDir | None" = None,
                   *, checkpoint_too: bool = True) -> list[str]:
     """Every error of a parsed configuration: topics, fields, predicates, patterns, checkpoint
     (``checkpoint``: the job's, already open; else opened through a JVM of this process's own,
     :class:`ctiflow.jobs.checkpoint.CheckpointDir`; not at all without ``checkpoint_too``)."""
-    errors = field_errors(cfg)
+    errors = field_errors(cfg) + registry_errors(cfg)
     for op in cfg.operators:
         try:
             operator_of(op, cfg)

@@ -172,8 +172,10 @@ class SchemaRegistry(Strict):
     url: str | None = Field(None, description="e.g. http://schema-registry:8081 (a user:password@ in it moves to "
                             "secrets as basic.auth.user.info)", **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
     config: dict[str, str] = Field(default_factory=dict, description=(
-        "confluent-kafka registry client settings, e.g. basic.auth.credentials.source; secrets written here "
-        "(basic.auth.user.info, bearer.auth.token, ...) are kept apart like the Kafka client's"))
+        "confluent-kafka (Python) registry client settings, e.g. ssl.ca.location, proxy; what that client "
+        "refuses (e.g. the Java client's basic.auth.credentials.source) is refused before Spark starts; "
+        "secrets written here (basic.auth.user.info, bearer.auth.token, ...) are kept apart like the Kafka "
+        "client's"))
     secrets: dict[str, SecretStr] = Field(default_factory=dict, exclude=True, description=(
         "secret registry settings; those written in config move here (never printed, never in Spark options)"))
 
@@ -184,8 +186,9 @@ class SchemaRegistry(Strict):
     def _take_secrets(cls, data):
         """Secrets written in ``config`` move to ``secrets``; so does the userinfo of a ``url``
         (``https://user:pw@host``, which the registry client would use as basic auth): it
-        becomes ``basic.auth.user.info`` (with ``basic.auth.credentials.source: USER_INFO``)
-        and the url loses it."""
+        becomes ``basic.auth.user.info`` and the url loses it. Nothing else is added: the Python
+        client takes basic auth from ``basic.auth.user.info`` alone and refuses the Java client's
+        ``basic.auth.credentials.source`` ("Unrecognized properties")."""
         if not isinstance(data, dict):
             return data
         config = dict(data["config"]) if isinstance(data.get("config"), dict) else {}
@@ -193,7 +196,6 @@ class SchemaRegistry(Strict):
         url, userinfo = _without_userinfo(data.get("url"))
         if userinfo is not None:
             moved.setdefault("basic.auth.user.info", userinfo)
-            config.setdefault("basic.auth.credentials.source", "USER_INFO")
             data = {**data, "url": url}
         if moved or "config" in data:
             data = {**data, "config": config, "secrets": {**moved, **(data.get("secrets") or {})}}

@@ -69,7 +69,7 @@ def test_config_errors_do_not_echo_the_password(monkeypatch):
 def registry_spec() -> dict:
     raw = spec(**{"ssl.key.password": "k3y-" + SECRET, "ssl.ca.location": "/etc/ca.pem"})
     raw["kafka"]["schema_registry"] = {"url": "http://registry:8081", "config": {
-        "basic.auth.credentials.source": "USER_INFO", "basic.auth.user.info": f"alice:{SECRET}"}}
+        "ssl.ca.location": "/etc/registry-ca.pem", "basic.auth.user.info": f"alice:{SECRET}"}}
     return raw
 
 
@@ -81,7 +81,7 @@ def test_registry_credentials_are_kept_apart_and_reach_executors_only_through_th
     registry = cfg.kafka.schema_registry
     assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.model_dump()) and SECRET not in repr(registry)
     assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
-    assert registry.client_config() == {"basic.auth.credentials.source": "USER_INFO",
+    assert registry.client_config() == {"ssl.ca.location": "/etc/registry-ca.pem",
                                         "basic.auth.user.info": f"alice:{SECRET}"}
     env = executor_credentials(cfg)
     assert json.loads(env["CTIFLOW_REGISTRY_SECRETS"]) == {"basic.auth.user.info": f"alice:{SECRET}"}
@@ -108,8 +108,8 @@ def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch
             seen.update(conf)
 
     monkeypatch.setattr("confluent_kafka.schema_registry.SchemaRegistryClient", Recording)
-    ctiflow.jobs.avro.serde.registry_client("http://registry:8081", {"basic.auth.credentials.source": "USER_INFO"})
-    assert seen == {"url": "http://registry:8081", "basic.auth.credentials.source": "USER_INFO",
+    ctiflow.jobs.avro.serde.registry_client("http://registry:8081", {"ssl.ca.location": "/etc/registry-ca.pem"})
+    assert seen == {"url": "http://registry:8081", "ssl.ca.location": "/etc/registry-ca.pem",
                     "basic.auth.user.info": f"alice:{SECRET}"}
 
 
@@ -152,8 +152,7 @@ def test_a_registry_url_with_userinfo_is_split_into_a_url_and_a_secret(monkeypat
     cfg = parse(raw)
     registry = cfg.kafka.schema_registry
     assert registry.url == "https://registry.example:8081"
-    assert registry.client_config() == {"basic.auth.credentials.source": "USER_INFO",
-                                        "basic.auth.user.info": f"alice:{SECRET}!"}
+    assert registry.client_config() == {"basic.auth.user.info": f"alice:{SECRET}!"}  # nothing else added
     assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.model_dump())
     assert SECRET not in json.dumps(source_options(cfg, cfg.sources[0], True).to_options())
     monkeypatch.setenv("CTIFLOW_SCHEMA_REGISTRY_URL", f"http://bob:{SECRET}@other:8081")

@@ -168,6 +168,28 @@ def registry_client(url: str, config: dict[str, str] | None = None):
     return SchemaRegistryClient.new_client(conf) if url.startswith("mock://") else SchemaRegistryClient(conf)
 
 
+#: Registry settings naming files: read where the job runs (a cluster's driver may have them, this
+#: machine not), so :func:`registry_settings_error` leaves them out.
+_REGISTRY_FILE_SETTINGS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password")
+
+
+def registry_settings_error(url: str, config: dict[str, str]) -> str | None:
+    """Why confluent-kafka's registry client refuses ``url`` with ``config`` (every setting,
+    secrets included), in its own words ("Unrecognized properties: …", a malformed
+    ``basic.auth.user.info``, an invalid url), or None. The client is built as
+    :func:`registry_client` builds it, which connects to nothing; the message names settings,
+    never their values."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # (see registry_client)
+
+    if url.startswith("mock://"):
+        return None
+    try:
+        SchemaRegistryClient({"url": url, **{k: v for k, v in config.items() if k not in _REGISTRY_FILE_SETTINGS}})
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
 class AvroSerializer:
     """Encode dicts with one writer schema in one framing (:func:`ctiflow.jobs.avro.encode.record_writer`);
     a record that does not fit the schema is a :class:`SchemaError` naming the field."""
