@@ -359,23 +359,84 @@ def test_the_worked_example_of_the_rules_page(on_change, large, want):
         [(v, at(a), at(b)) for v, a, b in want]
 
 
-def test_the_per_key_caps_hold_over_all_of_a_keys_rules():
-    """Two rules whose runs each stay under max_partial_matches for a key, together over it: the
-    key's next event is refused once (a dead letter), other keys go on."""
-    spec = json.dumps({"stages": [{"name": "a", "where": "kind == 'a'"},
+GROWING = json.dumps({"stages": [{"name": "a", "where": "kind == 'a'"},
                                   {"name": "b", "contiguity": "followed_by_any", "where": "kind == 'b'"}]})
-    settings = RuledMatchSettings(None, RulesSettings(OP), max_partial_matches=6)
+
+
+def capped_oracle(events, rule_ids, cap_runs, cap_kept):
+    """The caps over all of a key's rules, by brute force: each event, in order, to each rule's
+    own static operator (no caps of its own) in rule order, refused there when the key's runs or
+    kept events summed over every rule's operator already exceed a cap. → (the rows refused,
+    the matches as (rule, key, first, last))."""
+    ops = {r: MatchOperator(MatchSettings(pattern=json.loads(GROWING), name=OP, emit_timed_out=False))
+           for r in rule_ids}
+    refused, matches = set(), []
+    for row, e in enumerate(events):
+        for r in sorted(rule_ids):
+            loads = [op.load_of(e.key) for op in ops.values()]
+            if sum(x[0] for x in loads) > cap_runs or sum(x[1] for x in loads) > cap_kept:
+                if ops[r].keys_held() & {e.key} or e.fields["kind"] == "a":  # (it would take the row)
+                    refused.add(row)
+                continue
+            matches += [(r, o.key, o.record["first_time"], o.record["last_time"]) for o in ops[r].process(e)]
+    return refused, matches
+
+
+def capped_events(rng: random.Random, n: int) -> list[Event]:
+    """A hot key (most events, mostly starts) and a few cold ones, times with ties."""
+    out, t = [], 0
+    for _ in range(n):
+        t += rng.choice((0, 1, 1, 2))
+        key = rng.choices(["hot", "warm", "cold"], weights=[8, 2, 1])[0]
+        kind = rng.choices(["a", "b", "c"], weights=[6, 1, 1])[0]
+        out.append(Event(key, t, t, {"t": t, "kind": kind, "amount": 1, "key": key}))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_per_key_caps_hold_over_all_of_a_keys_rules_at_every_event(seed):
+    """Three rules whose runs grow without bound (no within): the key's runs and kept events over
+    every rule are held to the caps at each event, whatever the batches — the refused rows and
+    the matches are the brute-force oracle's; each refused row is one dead letter."""
+    rng = random.Random(seed)
+    events = capped_events(rng, 240)
+    settings = RuledMatchSettings(None, RulesSettings(OP), max_partial_matches=12, max_buffered_events=30)
     book = RuleBook(settings.rules)
-    for rule_id in ("x", "y"):
-        book.offer(Rule(rule_id, OP, 1, 0, "put", spec), -1, compile_rule(False))
+    for rule_id in ("x", "y", "z"):
+        book.offer(Rule(rule_id, OP, 1, 0, "put", GROWING), -1, compile_rule(False))
     op = RuledMatchOperator(settings)
     op.use_rules(book)
-    a = [Event("k", t, t, {"t": t, "kind": "a", "amount": 1, "key": "k"}) for t in range(1, 5)]
-    assert not [r for _, r in op.process_columns(EventColumns.from_events(a)) if isinstance(r, EventRejected)]
-    # k: 4 runs + the waiting start in each of x and y (5 each, under 6); together 10, over 6
-    late = [Event("k", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "k"}),
-            Event("j", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "j"})]
-    got = op.process_columns(EventColumns.from_events(late))
-    refused = [(row, str(r)) for row, r in got if isinstance(r, EventRejected)]
-    assert len(refused) == 1 and refused[0][0] == 0 and "over all its rules" in refused[0][1]
-    assert sum(len(s._states.get("j").partial_matches) for s in op.subs.values()) == 4  # j started in both
+    cuts = sorted(rng.sample(range(1, len(events)), 6))
+    refused, matches = [], []
+    for lo, hi in zip([0, *cuts], [*cuts, len(events)]):
+        for row, r in op.process_columns(EventColumns.from_events(events[lo:hi])):
+            if isinstance(r, EventRejected):
+                assert "over all its rules" in str(r)
+                refused.append(lo + row)
+            else:
+                matches += [(o.record["rule_id"], o.key, o.record["first_time"], o.record["last_time"])
+                            for o in r if o.role == "match"]
+        op = RuledMatchOperator.restore(settings, op.snapshot())
+        op.use_rules(book)
+    want_refused, want_matches = capped_oracle(events, ("x", "y", "z"), 12, 30)
+    assert len(refused) == len(set(refused)) and set(refused) == want_refused and want_refused
+    assert sorted(matches) == sorted(want_matches) and want_matches
+
+
+def test_twenty_rules_on_a_hot_key_hold_the_caps_together_within_one_batch():
+    """20 rules that each start a run on every 'a' of a key (no within): one batch of 2,000 of the
+    key's events leaves its runs over all rules at the cap plus what one event adds (1 here), not
+    20 times it; the work is bounded with them (each refused event costs no NFA step)."""
+    settings = RuledMatchSettings(None, RulesSettings(OP), max_partial_matches=50, max_buffered_events=400)
+    book = RuleBook(settings.rules)
+    for i in range(20):
+        book.offer(Rule(f"r{i:02}", OP, 1, 0, "put", GROWING), -1, compile_rule(False))
+    op = RuledMatchOperator(settings)
+    op.use_rules(book)
+    events = [Event("hot", t, t, {"t": t, "kind": "a", "amount": 1, "key": "hot"}) for t in range(2000)]
+    got = op.process_columns(EventColumns.from_events(events))
+    refused = {row for row, r in got if isinstance(r, EventRejected)}
+    runs = sum(sub.load_of("hot")[0] for sub in op.subs.values())
+    kept = sum(sub.load_of("hot")[1] for sub in op.subs.values())
+    assert runs <= 50 + 1 and kept <= 400 + 1
+    assert len(refused) >= 2000 - 50  # every event after the first few is refused, once

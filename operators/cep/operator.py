@@ -256,6 +256,8 @@ class MatchOperator(Operator):
         self._raw = PackedStates()
         #: :meth:`close`: no run starts any more, only the runs in flight go on
         self.closed = False
+        #: caps shared with other operators, for the next event (:meth:`process_event`)
+        self._shared: tuple | None = None
 
     # -- the Operator contract -------------------------------------------------------------------
     def _process_event(self, event: Event) -> list[Output]:
@@ -279,19 +281,26 @@ class MatchOperator(Operator):
 
     def _step(self, key: str, state: NfaState, event: Event) -> list[Output]:
         """:meth:`_process_event` for the key's state."""
-        limit = self.settings.max_partial_matches
-        if limit is not None and len(state.partial_matches) > limit:
+        shared = self._shared
+        if shared is None:
+            limit, kept, runs_elsewhere, kept_elsewhere, where = (self.settings.max_partial_matches,
+                                                                  self.settings.max_buffered_events, 0, 0, "")
+        else:
+            limit, kept, (runs_elsewhere, kept_elsewhere) = shared
+            where = " over all its rules"
+        runs = len(state.partial_matches) + runs_elsewhere
+        if limit is not None and runs > limit:
             # Counted before this event's time prunes expired runs: the CTI prunes them every
             # micro-batch, so the count is at most one batch stale. Checked before any output is
             # built: refusing loses nothing of what the key emitted.
             raise PartialMatchLimit(
-                f"key {key!r} holds {len(state.partial_matches)} partial matches, more than "
+                f"key {key!r} holds {runs} partial matches{where}, more than "
                 f"max_partial_matches {limit}: event refused (bound the pattern with within, "
                 "or raise the limit)")
-        kept = self.settings.max_buffered_events
-        if kept is not None and len(state.buffer.events) > kept:
+        events = len(state.buffer.events) + kept_elsewhere
+        if kept is not None and events > kept:
             raise PartialMatchLimit(
-                f"key {key!r} keeps {len(state.buffer.events)} events for its partial matches, more than "
+                f"key {key!r} keeps {events} events for its partial matches{where}, more than "
                 f"max_buffered_events {kept}: event refused (bound the pattern with within, or raise the limit)")
         nfa = self._nfa
         nfa.state = state
@@ -314,37 +323,62 @@ class MatchOperator(Operator):
     def process_columns(self, cols) -> list[tuple[int, Any]]:
         """The rows of an :class:`ctiflow.operators.columns.EventColumns`, one event at a time in row
         order → ``(row, outputs)`` for rows that produced records, ``(row, EventRejected)``
-        for refused rows. A row whose key has nothing in flight (no state before the call,
-        and no earlier row of the call kept) and on which the pattern's start cannot move
-        (:func:`start_filter`, on whole columns) is skipped without becoming an
-        :class:`Event`: processing it would leave the key as it is, idle."""
+        for refused rows. Only the rows :meth:`rows_to_take` names become :class:`Event` s."""
+        rows = self.rows_to_take(cols)
+        if not len(rows):
+            return []
+        events = cols.events() if len(rows) == len(cols) else cols.take(np.asarray(rows, np.int64)).events()
+        return process_rows(self._process_event, rows, events)
+
+    def rows_to_take(self, cols) -> "list[int] | range":
+        """The rows of ``cols`` that could change a key, ascending: a row whose key has nothing
+        in flight (no state before the call, and no earlier row of the call taken) and on which
+        the pattern's start cannot move (:func:`start_filter`, on whole columns) would leave the
+        key as it is, idle; once :meth:`close` d, only the rows of keys with runs in flight."""
         n = len(cols)
-        rows: Any = range(n)
-        if self.closed:  # only keys with runs in flight
+        if self.closed:
             codes, index = cols.key_codes()
-            live = [index[k] for k in (self._states.keys() | self._raw.keys()) & index.keys()]
-            rows = np.flatnonzero(np.isin(codes, live)).tolist()
-            if not rows:
-                return []
-            events = cols.take(np.asarray(rows, np.int64)).events()
-            return process_rows(self._process_event, rows, events)
+            live = [index[k] for k in self.keys_held() & index.keys()]
+            return np.flatnonzero(np.isin(codes, live)).tolist()
         idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None \
             and not self._composite else None
-        if idle is not None and idle.any():
-            # A row is taken unless it is idle and its key had nothing in flight: no state before
-            # the call, and no earlier row of the call taken (a non-idle row starts the key).
-            codes, index = cols.key_codes()
-            first = np.full(len(index), n, np.int64)  # per key: its first non-idle row
-            moving = np.flatnonzero(~idle)
-            np.minimum.at(first, codes[moving], moving)
-            for key in (self._states.keys() | self._raw.keys()) & index.keys():
-                first[index[key]] = -1
-            rows = np.flatnonzero(np.arange(n) >= first[codes])
-            if not len(rows):
-                return []
-            rows = rows.tolist()
-        events = cols.events() if len(rows) == n else cols.take(np.asarray(rows, np.int64)).events()
-        return process_rows(self._process_event, rows, events)
+        if idle is None or not idle.any():
+            return range(n)
+        # A row is taken unless it is idle and its key had nothing in flight: no state before
+        # the call, and no earlier row of the call taken (a non-idle row starts the key).
+        codes, index = cols.key_codes()
+        first = np.full(len(index), n, np.int64)  # per key: its first non-idle row
+        moving = np.flatnonzero(~idle)
+        np.minimum.at(first, codes[moving], moving)
+        for key in self.keys_held() & index.keys():
+            first[index[key]] = -1
+        return np.flatnonzero(np.arange(n) >= first[codes]).tolist()
+
+    def process_event(self, event: Event, shared: tuple | None = None) -> list[Output]:
+        """One event (a row :meth:`rows_to_take` named) → its records; raises :class:`EventRejected`.
+        ``shared``: caps this operator shares with others for the event's key —
+        ``(max_partial_matches, max_buffered_events, (runs, events kept) of the others)``:
+        the key's runs and kept events here *plus* the others' are held to the caps (instead
+        of this operator's own settings)."""
+        self._shared = shared
+        try:
+            return self._process_event(event)
+        finally:
+            self._shared = None
+
+    # -- one key ---------------------------------------------------------------------------------
+    def keys_held(self) -> set[str]:
+        """The keys with state here (decoded or not)."""
+        return self._states.keys() | self._raw.keys()
+
+    def load_of(self, key: str) -> tuple[int, int]:
+        """``(partial matches, events kept)`` of ``key`` now (``(0, 0)`` without state); decodes it."""
+        state = self._states.get(key)
+        if state is None:
+            if key not in self._raw:
+                return 0, 0
+            state = self._decode(key)
+        return len(state.partial_matches), len(state.buffer.events)
 
     def release_order(self, cols) -> np.ndarray | None:
         """A ``MATCH_RECOGNIZE ... ORDER BY t, c…`` takes the released rows with the rows of each

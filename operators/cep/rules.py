@@ -48,6 +48,9 @@ ON_CHANGE = ("drain", "cut")
 LATE_RULES = ("reject", "adjust")
 ACTIONS = ("put", "delete")
 _SNAPSHOT_VERSION = 1
+#: The longest rule definition (UTF-8 bytes) a rules topic may carry; longer ones are refused before
+#: they are parsed (a definition's parse and compile cost grows with its length).
+MAX_DEFINITION_BYTES = 64 * 1024
 _STATIC = ("", 0)  # the sub-operator key of the job file's own pattern
 
 
@@ -146,6 +149,10 @@ class RuleBook:
             return Decision("rejected", "rule_id is empty")
         if rule.action not in ACTIONS:
             return Decision("rejected", f"action {rule.action!r} is not one of put, delete")
+        if rule.version < 1:
+            return Decision("rejected", f"version {rule.version} of rule {rule.rule_id!r}: versions start at 1")
+        if rule.effective_time < 0:
+            return Decision("rejected", f"effective_time {rule.effective_time} is negative: give epoch milliseconds")
         versions = self.timeline.get(rule.rule_id, [])
         last = versions[-1] if versions else None
         if last is not None and rule.version <= last.version:
@@ -155,6 +162,10 @@ class RuleBook:
         if rule.action == "put":
             if not rule.definition:
                 return Decision("rejected", "a put needs a definition (a pattern or a MATCH_RECOGNIZE query)")
+            size = len(rule.definition.encode("utf-8", "surrogatepass"))
+            if size > MAX_DEFINITION_BYTES:
+                return Decision("rejected", f"the definition is {size:,} bytes, more than {MAX_DEFINITION_BYTES:,} "
+                                            "(a rule is one pattern or query: split it into several rules)")
             try:
                 settings = compile(rule)
             except CtiflowError as exc:
@@ -355,74 +366,84 @@ class RuledMatchOperator(Operator):
         """Rows ``lo:hi`` (one time span without transitions) into every version judging them
         and every closed one with runs in flight. A version whose start needs ``field == value``
         (:func:`ctiflow.operators.cep.operator.start_keys`) gets only the rows of those values
-        and of the keys it has in flight, found through one index of the field shared by all."""
+        and of the keys it has in flight, found through one index of the field shared by all.
+        With per-key caps and several versions, the versions take each row in turn
+        (:meth:`_feed_capped`); otherwise each takes its rows in one call."""
         part = cols if lo == 0 and hi == len(cols) else cols.take(np.arange(lo, hi, dtype=np.int64))
-        keep = self._over_limits(part, lo, got)
-        if keep is not None:  # rows of keys over a cap were refused: the others go on
-            if not len(keep):
-                return
-            part = part.take(keep)
         judging = {v.key: v for v in self.book.judging(int(part.start[0]))}
         index = _StartIndex(part)
+        feeds = []  # (version or None: the static pattern, its operator, its rows or None: all of them)
         for key in sorted(self.subs.keys() | judging.keys()):
             sub = self.subs.get(key)
             v = None if key == _STATIC else judging.get(key) or self.book.version(key)
             if key == _STATIC or (sub is not None and sub.closed):
                 rows = None
             else:  # (a version's operator is made once it has rows to see)
-                held = set() if sub is None else sub._states.keys() | sub._raw.keys()
-                rows = index.rows(_compiled(v.settings)[0], held)
+                rows = index.rows(_compiled(v.settings)[0], set() if sub is None else sub.keys_held())
             if rows is not None and not len(rows):
                 continue
             if sub is None:
                 sub = self.subs[key] = MatchOperator(v.settings)
-            if rows is None:
-                mine, at = part, None
-            else:
-                mine, at = part.take(rows), rows.tolist()
-            for row, r in sub.process_columns(mine):
-                row = row if at is None else at[row]
-                row = lo + (row if keep is None else int(keep[row]))
-                if isinstance(r, EventRejected):
-                    if v is not None:
-                        r = EventRejected(f"rule {v.rule_id!r} version {v.version}: {r}")
-                    got.append((row, r))
-                else:
-                    got.append((row, self._tag(v, r)))
+            feeds.append((key, v, sub, rows))
+        capped = (self.settings.max_partial_matches, self.settings.max_buffered_events) != (None, None)
+        if capped and len(feeds) > 1:
+            self._feed_capped(part, lo, feeds, got)
+        else:
+            for key, v, sub, rows in feeds:
+                mine = part if rows is None else part.take(rows)
+                for row, r in sub.process_columns(mine):
+                    got.append((lo + (row if rows is None else int(rows[row])), self._result(v, r)))
+        for key, _, sub, _ in feeds:
             if sub.closed and not sub.keys_in_flight:
                 del self.subs[key]
 
-    def _over_limits(self, part, lo: int, got: list):
-        """The caps over all of a key's rules: the rows of keys whose runs (or kept events) over
-        every version are more than the cap when the span starts are refused, each once
-        (:class:`PartialMatchLimit`, a dead letter); → the indexes (into ``part``) of the other
-        rows, or None when none was refused. Counted at the span's start (a version's own cap
-        still refuses within the span, as a MatchOperator's does)."""
+    def _result(self, v: RuleVersion | None, r):
+        """A sub-operator's result for a row: records tagged with their rule, a refusal named."""
+        if isinstance(r, EventRejected):
+            return r if v is None else EventRejected(f"rule {v.rule_id!r} version {v.version}: {r}")
+        return self._tag(v, r)
+
+    def _feed_capped(self, part, lo: int, feeds: list, got: list) -> None:
+        """The caps over all of a key's versions, at every event: the rows in order, each to
+        every version that takes it (:meth:`MatchOperator.rows_to_take`) in rule order, each
+        step holding the key's runs and kept events *over all its versions* to
+        ``max_partial_matches`` / ``max_buffered_events`` (the others' as they stand then). So a
+        key's runs over every version exceed a cap by at most what one event adds, whatever the
+        batch. A row refused by several versions for the caps is one dead letter (the first)."""
         caps = self.settings.max_partial_matches, self.settings.max_buffered_events
-        if caps == (None, None) or len(self.subs) < 2:
-            return None  # (one version: its own MatchOperator applies the caps)
-        _, code_of = part.key_codes()
-        runs: dict[str, int] = {}
-        kept: dict[str, int] = {}
-        for sub in self.subs.values():
-            for key in (sub._states.keys() | sub._raw.keys()) & code_of.keys():
-                state = sub._states.get(key) or sub._decode(key)
-                runs[key] = runs.get(key, 0) + len(state.partial_matches)
-                kept[key] = kept.get(key, 0) + len(state.buffer.events)
-        most_runs, most_kept = caps
-        over = {k for k in runs if (most_runs is not None and runs[k] > most_runs)
-                or (most_kept is not None and kept[k] > most_kept)}
-        if not over:
-            return None
-        keys = part.key.tolist()
-        refused = [i for i, k in enumerate(keys) if k in over]
-        for i in refused:
-            k = keys[i]
-            got.append((i + lo, PartialMatchLimit(
-                f"key {k!r} holds {runs[k]} partial matches and keeps {kept[k]} events over all its rules, more "
-                f"than max_partial_matches {most_runs} / max_buffered_events {most_kept}: event refused (bound "
-                "the rules with within, or raise the limits)")))
-        return np.asarray([i for i, k in enumerate(keys) if k not in over], np.int64)
+        takes: dict[int, list[int]] = {}  # part row → the feeds taking it, in feed order
+        for f, (_, _, sub, rows) in enumerate(feeds):
+            mine = part if rows is None else part.take(rows)
+            for j in sub.rows_to_take(mine):
+                takes.setdefault(j if rows is None else int(rows[j]), []).append(f)
+        keys = part.key
+        own: dict[str, list[tuple[int, int]]] = {}  # key → each feed's (runs, kept)
+        total: dict[str, tuple[int, int]] = {}
+        for row in sorted(takes):
+            key = keys[row]
+            loads = own.get(key)
+            if loads is None:
+                loads = own[key] = [sub.load_of(key) for _, _, sub, _ in feeds]
+                total[key] = (sum(x[0] for x in loads), sum(x[1] for x in loads))
+            event = part.event(row)
+            refused = False
+            for f in takes[row]:
+                _, v, sub, _ = feeds[f]
+                runs, kept = loads[f]
+                all_runs, all_kept = total[key]
+                try:
+                    produced = sub.process_event(event, (*caps, (all_runs - runs, all_kept - kept)))
+                except EventRejected as exc:
+                    if exc.outputs:
+                        got.append((lo + row, self._tag(v, exc.outputs)))
+                    if not (refused and isinstance(exc, PartialMatchLimit)):
+                        got.append((lo + row, self._result(v, exc)))
+                    refused = refused or isinstance(exc, PartialMatchLimit)
+                    produced = None
+                if produced:
+                    got.append((lo + row, self._tag(v, produced)))
+                now = loads[f] = sub.load_of(key)
+                total[key] = (all_runs - runs + now[0], all_kept - kept + now[1])
 
     def _transition(self, time: int, outputs: list) -> None:
         """The versions taking effect at ``time``: their predecessors closed (drain) or cut."""
