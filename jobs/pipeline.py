@@ -58,7 +58,10 @@ SPARK_LOG4J2 = Path(__file__).resolve().parent / "spark-log4j2.properties"
 def executor_credentials(cfg: JobConfig) -> dict[str, str]:
     """The job's secrets (SASL, other secret client settings such as ``ssl.key.password``, the
     registry's) as the variables the executors' clients read (:func:`ctiflow.jobs.kafka.env_credentials`,
-    :func:`ctiflow.jobs.avro.serde.registry_client`). Spark redacts these names in its UI and logs."""
+    :func:`ctiflow.jobs.avro.serde.registry_client`). Spark redacts these names in its UI and logs.
+    They reach the executors as ``spark.executorEnv.*`` set on the context's ``SparkConf`` through
+    py4j, never on a command line (:func:`ctiflow.jobs.jvm.launch_settings_of` says how, locally
+    and on a cluster)."""
     k = cfg.kafka
     found = {}
     if k.sasl_username and k.sasl_password:
@@ -104,7 +107,8 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         **(spark_metrics(cfg.metrics.spark_ui_port) if cfg and cfg.metrics.spark_ui_port else {}),
         **(spark_cfg.conf if spark_cfg else {}),
         # The executors' Kafka clients get credentials from their environment (ctiflow.jobs.kafka.env_credentials),
-        # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs.
+        # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs, and
+        # the driver's JVM is started without them (ctiflow.jobs.jvm.launch_settings_of: no command line has them).
         **({f"spark.executorEnv.{var}": value for var, value in executor_credentials(cfg).items()} if cfg else {}),
     }
 
@@ -133,7 +137,7 @@ def spark_session(cfg: JobConfig | None = None, app: str = "ctiflow"):
     from pyspark.sql import SparkSession
 
     log = spark_log_path()
-    conf = spark_conf(cfg, app)
+    conf = spark_conf(cfg, app)  # all of it: the JVM started without its secrets, the context gets them
     fresh = SparkSession.getActiveSession() is None
     if SparkContext._gateway is None:  # the first session of this process (a stopped one keeps its JVM)
         # The driver JVM's own stdout/stderr go to the log file too (ctiflow.jobs.jvm.gateway): Python
