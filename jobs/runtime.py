@@ -31,7 +31,7 @@ from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumn
 from ctiflow.operators.errors import EventRejected, StateError
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Output
-from ctiflow.operators.cep.rules import Rule, RuleBook, RulesSettings
+from ctiflow.operators.cep.rules import HELD, Rule, RuleBook, RulesSettings
 from ctiflow.operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
 from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
@@ -462,6 +462,8 @@ class GroupRuntime:
         counters.live_keys = keyed.stored_keys + self._join_keys()  # (every decoded chunk is stored now)
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
+        for i, book in self.books.items():  # (what every stored chunk holds is known now)
+            book.forget(self.ops_cti, {k[1:] for k in keyed.op_tallies[i] if isinstance(k, tuple) and k[0] == HELD})
         books = (tuple(b.snapshot() for b in self.books.values()),) if self.books else ()
         header = pickle.dumps(((self.layer.index(), self.parts.sizes), *reference, self.ended,
                                self.clocks.snapshot(), self.ops_cti,
@@ -469,7 +471,7 @@ class GroupRuntime:
         counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
         counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, keyed.op_totals)}
         counters.tallies = {(spec.name, name): n for spec, t in zip(self.plan.operators, keyed.op_tallies)
-                            for name, n in t.items()}
+                            for name, n in t.items() if isinstance(name, str)}  # (not the versions HELD)
         counters.state_written += len(header)
         counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header

@@ -153,6 +153,7 @@ class EventColumns:
         return tuple(getattr(self, s) for s in self.__slots__[:-2])
 
     def __setstate__(self, state) -> None:
+        self.origin = None  # (not in states pickled before it was)
         for name, value in zip(self.__slots__[:-2], state):
             setattr(self, name, value)
         self._events = None

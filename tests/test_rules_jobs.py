@@ -324,3 +324,47 @@ def test_partial_matches_per_rule_are_counted_over_the_chunks_without_decoding_t
     rt2.run_batch(batch_input([], []))
     rt2.commit()
     assert rt2.counters.tallies == runs
+
+
+@pytest.mark.parametrize("on_change", ["cut", "drain"])
+def test_replaced_versions_leave_the_header_once_no_chunk_and_no_later_event_needs_them(on_change):
+    """2,000 replacements of one rule, a few per micro-batch while events flow: the group's
+    header keeps the versions in effect or held by a chunk, not every one ever put — it ends the
+    size it has with one version — and the matches are the oracle's all along (versions dropped
+    only once nothing can judge with them)."""
+    evs = events(5, 400)
+    span = evs[-1].start - evs[0].start
+    times = [T0 + span * i // 2000 for i in range(2000)]
+    rules = [Rule("big", "fraud", i + 1, t, "put", yaml_of(pattern(1000 + 500 * (i % 3))))
+             for i, t in enumerate(times)]
+    cfg = job(on_change=on_change, static=False)
+    per = 20
+    batches = []
+    for b in range(0, 400, per):  # each batch: its events and the rule versions up to its events' time
+        mine = evs[b:b + per]
+        top = mine[-1].start
+        due = [r for r in rules if r.effective_time <= top + 1000 and r.version > sum(map(len, (x[1] for x in batches)))]
+        batches.append((mine, [rule_event(r, r.version - 1) for r in due]))
+    rest = [r for r in rules if r.version > sum(len(x[1]) for x in batches)]
+    batches.append(([], [rule_event(r, r.version - 1) for r in rest]))
+    out, rt = run(cfg, batches + [([], [])])
+    assert rt.counters.rules["fraud"]["applied"] == 2000
+    header = len(rt.books[0].snapshot())
+    assert rt.books[0].stats(rt.cti)["versions"] <= 2
+    one = run(cfg, [([], [rule_event(rules[-1], 0)])])[1].books[0]
+    assert header <= 2 * len(one.snapshot())
+    # The matches: each version over the events of its span (cut), or whose runs start in it (drain).
+    got = sorted(key_of(o.record) for topic, o, _ in out if topic == "rule-matches")
+    want = []
+    bounds = [r.effective_time for r in rules[1:]] + [CTI_INFINITY]
+    for r, hi in zip(rules, bounds):
+        spec = json.loads(r.definition)
+        if on_change == "cut":
+            mine = [e for e in evs if r.effective_time <= e.start < hi]
+            found = static_matches(spec, mine, hi) if mine else []
+        else:
+            spec["stages"][0]["where"] = f"({spec['stages'][0]['where']}) and event_time >= {r.effective_time} " \
+                                         f"and event_time < {hi}"
+            found = static_matches(spec, [e for e in evs if e.start >= r.effective_time], CTI_INFINITY)
+        want += [("big", r.version, o.record["key"], o.record["first_time"], o.record["last_time"]) for o in found]
+    assert got == sorted(want) and want

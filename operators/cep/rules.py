@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,10 +48,14 @@ ON_CHANGE = ("drain", "cut")
 LATE_RULES = ("reject", "adjust")
 ACTIONS = ("put", "delete")
 _SNAPSHOT_VERSION = 1
+#: The rule book's snapshot format: 2 adds whether the book may forget versions (:meth:`RuleBook.forget`)
+_BOOK_VERSION = 2
 #: The longest rule definition (UTF-8 bytes) a rules topic may carry; longer ones are refused before
 #: they are parsed (a definition's parse and compile cost grows with its length).
 MAX_DEFINITION_BYTES = 64 * 1024
 _STATIC = ("", 0)  # the sub-operator key of the job file's own pattern
+#: The first item of a :meth:`RuledMatchOperator.tallies` key that names a rule version held
+HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,9 @@ class RuleBook:
         self._times: list[int] = []  # every version's effective time, sorted (with repeats)
         self.applied = self.rejected = self.adjusted = 0
         self._bytes: bytes | None = None  # the snapshot while nothing changed since
+        #: whether the chunks report the versions they hold (:meth:`forget`): books begun before
+        #: they did (snapshot format 1) keep every version
+        self.forgets = True
 
     # -- rule records ------------------------------------------------------------------------
     def offer(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
@@ -238,11 +245,34 @@ class RuleBook:
                 "scheduled": len(self._times) - bisect.bisect_right(self._times, cti),
                 "applied": self.applied, "adjusted": self.adjusted, "rejected": self.rejected}
 
+    def forget(self, cti: int, held: Collection[tuple[str, int]]) -> None:
+        """Drop the versions no later event, record or chunk can need, so the timeline holds the
+        live and scheduled versions (and each rule's last one): per rule, its oldest versions
+        while the next one took effect at or before ``cti`` (every event they could judge has
+        been released) and none of them is ``held`` — has runs in some chunk of the group, or a
+        chunk that has not yet applied its transition (a chunk holds a version until it has).
+        Dropping a prefix only keeps every later transition as it was for a lagging chunk; a
+        rule's last version stays (later records are judged against it: ``version`` newer,
+        ``effective_time`` no earlier). Deterministic: the same state and CTI forget the same."""
+        if not self.forgets:
+            return
+        changed = False
+        for versions in self.timeline.values():
+            n = 0
+            while n + 1 < len(versions) and versions[n + 1].effective <= cti and versions[n].key not in held:
+                n += 1
+            if n:
+                del versions[:n]
+                changed = True
+        if changed:
+            self._times = sorted(v.effective for vs in self.timeline.values() for v in vs)
+            self._bytes = None
+
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         if self._bytes is None:
-            self._bytes = pickle.dumps((_SNAPSHOT_VERSION, self.timeline, (self.applied, self.rejected, self.adjusted)),
-                                       protocol=pickle.HIGHEST_PROTOCOL)
+            self._bytes = pickle.dumps((_BOOK_VERSION, self.timeline, (self.applied, self.rejected, self.adjusted),
+                                        self.forgets), protocol=pickle.HIGHEST_PROTOCOL)
         return self._bytes
 
     @classmethod
@@ -254,13 +284,13 @@ class RuleBook:
         book = cls(settings)
         cached = _RESTORED.get(data)
         if cached is None:
-            version, timeline, counts = snapshots.loads(data)
-            if version != _SNAPSHOT_VERSION:
+            version, timeline, counts, *forgets = snapshots.loads(data)
+            if version not in (1, _BOOK_VERSION):
                 raise PatternError(f"unsupported rule book snapshot version {version}")
             if len(_RESTORED) >= 16:
                 _RESTORED.clear()
-            cached = _RESTORED[data] = (timeline, counts)
-        timeline, (book.applied, book.rejected, book.adjusted) = cached
+            cached = _RESTORED[data] = (timeline, counts, bool(forgets and forgets[0]))
+        timeline, (book.applied, book.rejected, book.adjusted), book.forgets = cached
         book.timeline = {rule_id: list(versions) for rule_id, versions in timeline.items()}
         book._times = sorted(v.effective for vs in book.timeline.values() for v in vs)
         book._bytes = data
@@ -542,10 +572,12 @@ class RuledMatchOperator(Operator):
     def partial_match_count(self) -> int:
         return sum(sub.partial_match_count() for sub in self.subs.values())
 
-    def tallies(self) -> dict[str, int]:
+    def tallies(self) -> dict:
         """Partial matches in flight per rule id (``""``: the operator's own pattern), counted
-        from what the snapshots recorded (no key decoded for it)."""
-        found: dict[str, int] = {}
+        from what the snapshots recorded (no key decoded for it); and ``(HELD, rule_id,
+        version) → 1`` for each rule version this chunk holds (its state, or a transition it has
+        yet to apply): summed over the chunks, what :meth:`RuleBook.forget` may not drop."""
+        found: dict = {}
         for (rule_id, _), sub in self.subs.items():
             n = sub.runs_in_flight()
             if n:
@@ -553,7 +585,11 @@ class RuledMatchOperator(Operator):
         for (rule_id, _), (data, _) in self._raw.items():
             for raw in snapshots.loads(data)[2].values():
                 found[rule_id] = found.get(rule_id, 0) + (raw[2] if len(raw) > 2 else 0)
-        return {k: v for k, v in found.items() if v}
+        found = {k: v for k, v in found.items() if v}
+        for key in self.subs.keys() | self._raw.keys():
+            if key != _STATIC:
+                found[(HELD, *key)] = 1
+        return found
 
 
 class _StartIndex:
