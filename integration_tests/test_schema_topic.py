@@ -48,7 +48,9 @@ def test_a_reader_decodes_records_of_a_schema_it_only_finds_in_the_schemas_topic
     assert sorted(consume(stack, topic), key=lambda r: r["n"]) == records
 
 
-def test_an_entry_whose_schema_is_not_its_fingerprints_is_refused(stack):
+def test_an_entry_whose_schema_is_not_its_fingerprints_is_ignored(stack):
+    """No reader decodes with it: with no other entry for the fingerprint the record stays
+    undecodable (an unknown fingerprint), not read with the wrong schema."""
     tag = uuid.uuid4().hex[:8]
     store = SchemaStore(SCHEMA_DIR)
     real = store.add(f"real_{tag}", json.dumps(derived(tag)))
@@ -61,4 +63,40 @@ def test_an_entry_whose_schema_is_not_its_fingerprints_is_refused(stack):
     kafka.create_topics(stack.bootstrap, {topic: 1})
     kafka.produce(stack.bootstrap, topic, [{"key": "a", "n": 1}], AvroSerializer(f"real_{tag}", store=store))
     got, = consume(stack, topic)
-    assert "refused" in got["_undecodable"], got
+    assert "unknown schema fingerprint" in got["_undecodable"], got
+
+
+def test_a_later_impostor_or_garbage_entry_leaves_the_earlier_good_one_standing(stack):
+    """A good entry, then under the same key a schema that is not the key's and bytes that are no
+    entry at all (somebody else's producer): ``consume`` decodes with the good entry and warns
+    about each foreign entry by its offset (the last entry used to win)."""
+    tag = uuid.uuid4().hex[:8]
+    store = SchemaStore(SCHEMA_DIR)
+    name, text = f"good_{tag}", json.dumps(derived(tag))
+    real = store.add(name, text)
+    assert publish(stack.bootstrap, {name: text}) == 1
+    impostor = {**derived(tag), "fields": [{"name": "key", "type": "string"}]}
+    prod = kafka.producer(stack.bootstrap)
+    kafka.send(prod, TOPIC, json.dumps({"name": name, "schema": json.dumps(impostor)}).encode(), key=real.fingerprint)
+    kafka.send(prod, TOPIC, b"\xff\xfe not an entry", key=real.fingerprint)
+    assert prod.flush(30) == 0
+    topic = stack.topic(f"good-{tag}")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    records = [{"key": f"k{i}", "n": i} for i in range(6)]
+    kafka.produce(stack.bootstrap, topic, records, AvroSerializer(name, store=store), "key")
+    done = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "consume", "--topic", topic], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "CTIFLOW_BOOTSTRAP": stack.bootstrap})
+    assert done.returncode == 0, done.stderr
+    got = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert sorted(got, key=lambda r: r["n"]) == records
+    cons = kafka.consumer(stack.bootstrap)
+    try:
+        end = kafka.true_end_offset(cons, TOPIC, 0, 0)
+        ours = [m.offset for msgs in kafka.read_range(cons, TOPIC, 0, 0, end) for m in msgs
+                if m.key == real.fingerprint]
+    finally:
+        cons.close()
+    good, impostor_at, garbage_at = ours
+    assert f"{TOPIC} partition 0 offset {impostor_at}: skipped a record ctiflow did not write" in done.stderr
+    assert f"{TOPIC} partition 0 offset {garbage_at}: skipped a record ctiflow did not write (not UTF-8" \
+        in done.stderr

@@ -22,6 +22,7 @@ import mmh3
 from ctiflow.jobs.config import JobConfig
 from ctiflow.jobs.counters import is_gauge, merge
 from ctiflow.jobs.jvm import gateway, hadoop_configuration
+from ctiflow.jobs.own_topics import ForeignRecord, progress_record, skip
 from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
 from ctiflow.operators.errors import ConfigError, StackError
 
@@ -244,7 +245,9 @@ class ProgressLog:
     Python process of the driver's with no way to Hadoop's file systems.
 
     A topic outlives a checkpoint: the counters are those of the job's latest query (the
-    ``query`` of the last record; a new checkpoint is a new query)."""
+    ``query`` of the last record; a new checkpoint is a new query). A record the sink did not
+    write is skipped with a warning (:mod:`ctiflow.jobs.own_topics`); a topic that was deleted and
+    created again is read from its new start."""
 
     def __init__(self, bootstrap: str, topic: str, client: dict | None = None) -> None:
         self.bootstrap, self.topic, self.client = bootstrap, topic, client
@@ -254,8 +257,11 @@ class ProgressLog:
         return cls(cfg.kafka.bootstrap_servers, cfg.progress_topic, cfg.kafka.client_config())
 
     def read(self, start: int = 0) -> tuple[list[dict], int]:
-        """The records from offset ``start`` on, and the offset after them; none while the
-        broker does not answer (a job waits out an outage: its counters wait with it)."""
+        """The sink's records from offset ``start`` on, and the offset after them; none while
+        the broker does not answer (a job waits out an outage: its counters wait with it). A
+        record the sink did not write is left out, with a warning naming its offset (once per
+        process); when the topic ends before ``start`` (it was deleted and created again) it
+        is read from its start."""
         from confluent_kafka import KafkaException
 
         from ctiflow.jobs import kafka
@@ -266,9 +272,18 @@ class ProgressLog:
             # a consumer a read: one kept across a (memory-only) broker's restart crashed its process
             cons = kafka.consumer(self.bootstrap, self.client)
             try:
-                end = kafka.true_end_offset(cons, self.topic, 0, start)
-                return [json.loads(m.value) for msgs in kafka.read_range(cons, self.topic, 0, start, end)
-                        for m in msgs], end
+                low = kafka.low_offset(cons, self.topic, 0)
+                end = kafka.true_end_offset(cons, self.topic, 0, low, require_eof=True)  # exact: see below
+                if end < start:  # another topic under the same name: its records are all new
+                    start = low
+                records = []
+                for msgs in kafka.read_range(cons, self.topic, 0, max(start, low), end):
+                    for m in msgs:
+                        try:
+                            records.append(progress_record(m.key, m.value))
+                        except ForeignRecord as why:
+                            skip(self.topic, 0, m.offset, why)
+                return records, end
             finally:
                 cons.close()
         except (KafkaException, StackError):

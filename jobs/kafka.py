@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ctiflow.jobs.config import secret_keys
 from ctiflow.jobs.avro.serde import AvroDeserializer, SchemaStore, StoredSchema, registry_client
+from ctiflow.jobs.own_topics import ForeignRecord, schema_entry, skip
 from ctiflow.operators.errors import CtiflowError, StackError
 
 
@@ -567,11 +568,14 @@ def publish_schemas(bootstrap: str, schemas: Mapping[str, str], client: dict[str
 class SchemaTopic:
     """``fingerprint → (name, schema JSON) | None`` from :data:`SCHEMAS_TOPIC`, read whole on a miss (at
     most once every ``every`` seconds: a job publishes before it writes, so a miss right after
-    a read is a schema nobody published)."""
+    a read is a schema nobody published). An entry that is not one (:func:`ctiflow.jobs.own_topics.schema_entry`:
+    not JSON, another shape, a schema whose fingerprint is not its key) is skipped with a warning
+    naming its offset; the first good entry of a fingerprint stands."""
 
     def __init__(self, bootstrap: str, client: dict[str, str] | None = None, every: float = 5.0) -> None:
         self.bootstrap, self.client, self.every = bootstrap, client, every
         self.known: dict[bytes, tuple[str, str]] = {}
+        self._entries: dict[bytes, bytes] = {}  # the value of each known entry, as read
         self._read_at: float | None = None
 
     def __call__(self, fingerprint: bytes) -> tuple[str, str] | None:
@@ -589,10 +593,15 @@ class SchemaTopic:
             with closing(read_range(cons, SCHEMAS_TOPIC, 0, low_offset(cons, SCHEMAS_TOPIC, 0), end)) as ranges:
                 for msgs in ranges:
                     for m in msgs:
+                        if m.key in self._entries and self._entries[m.key] == m.value:
+                            continue  # read before (the topic is read whole again on a miss)
                         try:
-                            entry = json.loads(m.value or b"")
-                            self.known[bytes(m.key or b"")] = (str(entry["name"]), str(entry["schema"]))
-                        except (ValueError, KeyError, TypeError):
-                            continue  # not an entry of ours: the fingerprint check refuses anything else anyway
+                            stored = schema_entry(m.key, m.value)
+                        except ForeignRecord as why:
+                            skip(SCHEMAS_TOPIC, 0, m.offset, why)
+                            continue
+                        if stored.fingerprint not in self.known:  # an earlier good entry stands
+                            self.known[stored.fingerprint] = (stored.name, stored.text)
+                            self._entries[stored.fingerprint] = m.value
         finally:
             cons.close()

@@ -17,9 +17,13 @@ the task, re-ran its stage or replays the batch after a restart — this is a re
 reads the tail of every output partition back to the batch's first record, collects the ``seq``
 numbers of ``(query, batch, task)`` already there and skips exactly those. A batch the
 checkpoint had planned before this run started (option ``replay_through``, from Spark's offset
-log) is treated as a replay whatever the markers say. This does not depend on
+log) is treated as a replay whatever the markers say, and so is a later batch whose marker
+partition holds no marker of its query at all (the topic was deleted, and created again by the
+first task to miss it): nothing tells whether an attempt began. This does not depend on
 ``read_committed`` (tansu does not honour it), and the executors keep nothing on a disk: any
-checkpoint location Spark accepts works without a file system shared with them.
+checkpoint location Spark accepts works without a file system shared with them. A record of the
+marker or progress topic ctiflow did not write is skipped with a warning, and a missing one is
+created again (:mod:`ctiflow.jobs.own_topics`).
 
 ``kind = "metrics"`` rows are not written: the writers sum them and the driver's ``commit``
 writes one record per micro-batch to the job's progress topic (a replayed batch gets a second
@@ -32,19 +36,22 @@ import json
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import KafkaError, KafkaException
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ctiflow.jobs import kafka, rows
+from ctiflow.jobs import kafka, own_topics, rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
 from ctiflow.jobs.kafka import low_offset, read_range, true_end_offset
 from ctiflow.jobs import counters
+from ctiflow.jobs.own_topics import ForeignRecord, marker_record
+from ctiflow.operators.errors import StackError
 
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
 
@@ -65,6 +72,7 @@ class SinkOptions:
     client: dict = field(default_factory=dict)  # public librdkafka settings (no credentials)
     topics: tuple[str, ...] = ()  # every result topic (their partition counts are read once per task)
     markers: str | None = None  # the marker topic (exactly-once); None: no replay detection
+    marker_partitions: int | None = None  # what the marker topic is created again with if it is gone
     replay_through: int | None = None  # batches up to this one were planned before this run: replays
     progress: str | None = None  # the progress topic: a record of counters per micro-batch
 
@@ -73,6 +81,8 @@ class SinkOptions:
         opts.update({k: v for k, v in (("markers", self.markers), ("progress", self.progress)) if v})
         if self.replay_through is not None:
             opts["replay_through"] = str(self.replay_through)
+        if self.marker_partitions is not None:
+            opts["marker_partitions"] = str(self.marker_partitions)
         return opts
 
     @classmethod
@@ -80,7 +90,8 @@ class SinkOptions:
         o = {k.lower(): v for k, v in options.items()}
         return cls(bootstrap=o["bootstrap"], client=json.loads(o.get("client", "{}")),
                    topics=tuple(json.loads(o.get("topics", "[]"))), markers=o.get("markers") or None,
-                   replay_through=int(o["replay_through"]) if o.get("replay_through") else None, progress=o.get("progress") or None)
+                   replay_through=int(o["replay_through"]) if o.get("replay_through") else None, progress=o.get("progress") or None,
+                   marker_partitions=int(o["marker_partitions"]) if o.get("marker_partitions") else None)
 
 
 class KafkaSink(DataSource):
@@ -94,7 +105,16 @@ class KafkaSink(DataSource):
         return rows.OUTPUT_DDL
 
     def streamWriter(self, schema, overwrite: bool) -> "KafkaStreamWriter":
-        return KafkaStreamWriter(SinkOptions.from_options(self.options))
+        """On the driver, as the query starts: the marker topic's partition count is read here
+        (``prepare`` created it), so a task that finds the topic gone creates it again alike."""
+        options = SinkOptions.from_options(self.options)
+        if options.markers and options.marker_partitions is None:
+            try:
+                count = kafka.list_topics(options.bootstrap, options.client).get(options.markers)
+            except KafkaException:  # the broker is away: a task that misses the topic uses what it saw
+                count = None
+            options = replace(options, marker_partitions=count)
+        return KafkaStreamWriter(options)
 
 
 
@@ -159,42 +179,94 @@ def landed(cons, topic: str, partition: int, query: str, batch: int, task: int) 
 
 
 def began(cons, topic: str, partitions: int, query: str, batch: int, task: int) -> bool:
-    """Whether an attempt of ``(query, batch, task)`` began before this one: its marker is in
-    partition ``task mod partitions`` of the marker topic. Read backwards from the tail until
-    that marker, a marker of an earlier batch of ``query`` (a batch's markers come after its
-    predecessor's: Spark runs a query's batches one after another), or the partition's start.
-    With a partition per task (the topic is created so) the last record decides: one short
-    read. Markers of other queries (an earlier checkpoint of the job) are passed over."""
+    """Whether an attempt of ``(query, batch, task)`` may have begun before this one: its marker
+    is in partition ``task mod partitions`` of the marker topic. Read backwards from the tail until
+    that marker (True), a marker of an earlier batch of ``query`` (False: a batch's markers come
+    after its predecessor's, Spark runs a query's batches one after another), or the partition's
+    start. There, with no marker of ``query`` at all, the answer is True for a batch after the
+    query's first: the partition lost the markers its earlier batches left (the topic was deleted
+    and created again), so nothing tells that no attempt began; for the first batch (0) of a new
+    query it is False. With a partition per task (the topic is created so) the last record
+    decides: one short read. Markers of other queries (an earlier checkpoint of the job) are passed
+    over, and so are records that are not markers (skipped with a warning:
+    :func:`ctiflow.jobs.own_topics.skip`)."""
     partition = task % partitions
     low = low_offset(cons, topic, partition)
     step, hi = 16, true_end_offset(cons, topic, partition, 0, require_eof=True)
     while hi > low:
         lo = max(low, hi - step)
-        marks = [json.loads(m.value) for msgs in read_range(cons, topic, partition, lo, hi) for m in msgs]
+        marks = []
+        for msgs in read_range(cons, topic, partition, lo, hi):
+            for m in msgs:
+                try:
+                    marks.append(marker_record(m.key, m.value))
+                except ForeignRecord as why:
+                    own_topics.skip(topic, partition, m.offset, why)
         for mark in reversed(marks):
-            if mark.get("query") == query:
-                if mark.get("batch") == batch and mark.get("task") == task:
+            if mark["query"] == query:
+                if mark["batch"] == batch and mark["task"] == task:
                     return True
-                if mark.get("batch", batch) < batch:
+                if mark["batch"] < batch:
                     return False
         hi, step = lo, step * 4
-    return False
+    return batch > 0
+
+
+#: Errors of a producer whose idea of a topic is older than the topic (it was deleted and
+#: created again, maybe with another partition count): a fresh producer may succeed.
+STALE_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                         KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN})
+
+
+class MarkerNotLanded(RuntimeError):
+    """A replay marker the broker did not acknowledge: the task must not write (a bug report
+    only if it persists; the message names the topic)."""
+
+    def __init__(self, message: str, stale: bool) -> None:
+        super().__init__(message)
+        self.stale = stale  # the errors were those of a producer that knew an older topic
 
 
 def leave_marker(prod, topic: str, partitions: int, query: str, batch: int, task: int) -> None:
     """``(query, batch, task)``'s marker, landed before the task writes a record (keyed by task:
-    a compacted marker topic keeps each task's last)."""
+    a compacted marker topic keeps each task's last); :class:`MarkerNotLanded` if it did not."""
     value = json.dumps({"query": query, "batch": batch, "task": task, "time": time.time()}).encode()
-    failed: list[str] = []
+    failed: list = []
 
     def report(err, _msg):
         if err is not None:
-            failed.append(str(err))
+            failed.append(err)
 
-    kafka.send(prod, topic, value, str(task).encode(), partition=task % partitions, on_delivery=report)
+    try:
+        kafka.send(prod, topic, value, str(task).encode(), partition=task % partitions, on_delivery=report)
+    except KafkaException as exc:  # refused at once (a partition the producer does not know)
+        failed.append(exc.args[0])
     if prod.flush(60) or failed:  # not sent in time, or sent and refused (the report says why)
         why = f": {failed[0]}" if failed else ""
-        raise RuntimeError(f"Kafka sink: the replay marker of batch {batch}, task {task} did not land in {topic}{why}")
+        raise MarkerNotLanded(f"Kafka sink: the replay marker of batch {batch}, task {task} did not land in "
+                              f"{topic}{why}", bool(failed) and all(e.code() in STALE_TOPIC for e in failed))
+
+
+def marker_topic_partitions(options: SinkOptions) -> tuple[int, bool]:
+    """The marker topic's partition count, read afresh for each task (a count from before the
+    topic was replaced could name a partition that is not there), and whether the topic was
+    gone and had to be created again (with ``options.marker_partitions`` partitions, else the
+    count this worker saw last): then no marker tells whether an attempt began. A
+    :class:`StackError` naming the topic if it can be neither found nor created."""
+    bootstrap, client, topic = options.bootstrap, options.client, options.markers
+    count = kafka.list_topics(bootstrap, client).get(topic)
+    if count:
+        _MARKER_PARTITIONS[topic] = count
+        return count, False
+    wanted = options.marker_partitions or _MARKER_PARTITIONS.get(topic) or 1
+    if kafka.create_topics(bootstrap, {topic: wanted}, client):  # (a StackError naming it if refused)
+        own_topics.recreate(topic, wanted, "the marker topic")
+    count = kafka.list_topics(bootstrap, client).get(topic)
+    if not count:
+        raise StackError(f"the job's marker topic {topic} is missing and could not be created again on "
+                         f"{bootstrap}; create it with `ctiflow topics create --config JOB.yaml`")
+    _MARKER_PARTITIONS[topic] = count
+    return count, True
 
 
 
@@ -202,6 +274,7 @@ def leave_marker(prod, topic: str, partitions: int, query: str, batch: int, task
 #: request per this interval, not one per topic and task).
 PARTITIONS_TTL = 30.0
 _PRODUCERS: dict[tuple, Any] = {}
+_MARKER_PARTITIONS: dict[str, int] = {}  # the marker topic's partition count this worker saw last
 _PARTITIONS: dict[tuple, tuple[float, dict[str, int]]] = {}
 
 
@@ -264,24 +337,36 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
         markers = self.options.markers
-        parts = partition_counts(bootstrap, client, (*self.options.topics, *([markers] if markers else [])))
+        parts = partition_counts(bootstrap, client, self.options.topics)
         skip: dict[tuple[str, int], set[int]] = {}
+        if markers is not None:
+            marker_partitions, recreated = marker_topic_partitions(self.options)
+            if recreated:  # the kept producer may know the old topic's partitions
+                drop_producer(bootstrap, client)
         prod = worker_producer(bootstrap, client)
         try:
             if markers is not None:
-                marker_partitions = parts.pop(markers)
                 # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its worker)
                 cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
                 try:
                     through = self.options.replay_through
-                    replay = through is not None and batch <= through  # planned before this run
+                    # planned before this run, or no marker can tell (the topic was created again)
+                    replay = (through is not None and batch <= through) or recreated
                     replay = replay or began(cons, markers, marker_partitions, query, batch, task)
-                    if replay:  # an attempt of this task began before: skip what it wrote
+                    if replay:  # an attempt of this task may have begun: skip what it wrote
                         skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items()
                                 for p in range(n)}
                 finally:
                     cons.close()
-                if not replay:
+                # Also on a replay: the next batch finds the history it reads back to (an earlier batch's marker).
+                try:
+                    leave_marker(prod, markers, marker_partitions, query, batch, task)
+                except MarkerNotLanded as exc:
+                    if not exc.stale:
+                        raise
+                    prod.purge()  # a producer that knew the topic before it was replaced: once more, a new one
+                    drop_producer(bootstrap, client)
+                    prod = worker_producer(bootstrap, client)
                     leave_marker(prod, markers, marker_partitions, query, batch, task)
             return self._send(iterator, prod, parts, skip, query, batch, task)
         except BaseException:
@@ -345,10 +430,23 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             totals["replay_skipped"] += m.skipped
             counters.merge(totals, m.metrics)
         record = json.dumps({"batch": batchId, "time": time.time(), "query": query, **totals}).encode()
-        prod = worker_producer(self.options.bootstrap, self.options.client)
-        kafka.send(prod, topic, record, str(batchId).encode(), partition=0)
-        if prod.flush(60):
-            raise RuntimeError(f"Kafka sink: batch {batchId}'s counters did not land in {topic}")
+        bootstrap, client = self.options.bootstrap, self.options.client
+        if topic not in kafka.list_topics(bootstrap, client):  # deleted: created again, the kept producer dropped
+            if kafka.create_topics(bootstrap, {topic: 1}, client):  # (a StackError naming it if refused)
+                own_topics.recreate(topic, 1, "the progress topic")
+            drop_producer(bootstrap, client)
+        for attempt in (1, 2):
+            failed: list = []
+            prod = worker_producer(bootstrap, client)
+            kafka.send(prod, topic, record, str(batchId).encode(), partition=0,
+                       on_delivery=lambda err, _msg: failed.append(err) if err is not None else None)
+            if not prod.flush(60) and not failed:
+                return
+            drop_producer(bootstrap, client)
+            if not failed or not all(e.code() in STALE_TOPIC for e in failed):
+                break  # else it knew the topic before it was replaced: once more with a new one
+        raise StackError(f"Kafka sink: batch {batchId}'s counters did not land in the progress topic {topic}"
+                         + (f": {failed[0].str()}" if failed else " within 60 s; is the broker up?"))
 
     def abort(self, messages, batchId: int) -> None:
         pass

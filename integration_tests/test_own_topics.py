@@ -1,0 +1,136 @@
+"""The job's own topics against a real broker: records ctiflow did not write in the progress
+and marker topics are skipped with a warning, a deleted progress or marker topic is created
+again, and the results stay exactly-once — first each reader and writer alone (no Spark), then a
+real job whose progress and marker topics are corrupted and deleted while it runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from ctiflow.jobs import kafka
+from ctiflow.jobs.checkpoint import CounterReader, ProgressLog
+from ctiflow.jobs.sink import KafkaStreamWriter, SinkCommit, began, leave_marker
+
+pytestmark = pytest.mark.integration
+
+#: Records nobody's sink wrote: binary, text, JSON of other shapes, a marker-like record of the wrong type.
+GARBAGE = [(None, b"\xff\x00\x13\x80binary"), (b"0", b"not json {"), (b"1", b"[1, 2, 3]"),
+           (b"0", b'{"query": 5, "batch": "x", "task": 0}'), (b"0", b'{"batch": 0, "time": "soon"}')]
+
+
+def put(bootstrap: str, topic: str, records, partitions=(0,)) -> None:
+    prod = kafka.producer(bootstrap)
+    for p in partitions:
+        for key, value in records:
+            kafka.send(prod, topic, value, key, partition=p)
+    assert prod.flush(30) == 0
+
+
+def rows(topic: str, n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"topic": [topic] * n, "key": [f"k{i % 7}".encode() for i in range(n)],
+                                       "value": [f"v{i}".encode() for i in range(n)], "kind": ["count"] * n})
+
+
+def values_in(bootstrap: str, topic: str) -> list[bytes]:
+    cons = kafka.consumer(bootstrap)
+    try:
+        return [m.value for p in kafka.topic_partitions(bootstrap, topic)
+                for msgs in kafka.read_range(cons, topic, p, 0, kafka.true_end_offset(cons, topic, p, 0)) for m in msgs]
+    finally:
+        cons.close()
+
+
+def test_records_that_are_no_markers_are_passed_over_with_a_warning(stack, caplog):
+    caplog.set_level(logging.WARNING, "ctiflow.own_topics")
+    topic = stack.topic("foreign-markers")
+    kafka.create_topics(stack.bootstrap, {topic: 2})
+    prod, cons = kafka.producer(stack.bootstrap), kafka.consumer(stack.bootstrap)
+    try:
+        leave_marker(prod, topic, 2, "q", 3, 1)
+        put(stack.bootstrap, topic, GARBAGE, partitions=(1,))      # at the tail, after the marker
+        assert began(cons, topic, 2, "q", 3, 1)                    # this task's marker is still found
+        assert not began(cons, topic, 2, "q", 4, 1)                # and batch 3's tells batch 4 is new
+        put(stack.bootstrap, topic, GARBAGE, partitions=(0,))      # a partition with garbage only
+        assert not began(cons, topic, 2, "q", 0, 0)                # a new query's first batch
+    finally:
+        cons.close()
+    warned = [r.getMessage() for r in caplog.records]
+    for offset in range(1, 1 + len(GARBAGE)):
+        assert sum(f"{topic} partition 1 offset {offset}: skipped a record ctiflow did not write" in w
+                   for w in warned) == 1, warned
+    assert any(f"{topic} partition 1 offset 1: skipped a record ctiflow did not write (not UTF-8 text" in w
+               for w in warned)
+
+
+def test_a_partition_without_any_marker_of_the_query_is_a_replay_after_its_first_batch(stack):
+    """The topic was created again: no marker tells whether batch 5 began, so it is a replay
+    (a scan of the result partitions), never a guess that could write records twice."""
+    topic = stack.topic("markers-lost")
+    kafka.create_topics(stack.bootstrap, {topic: 1})
+    cons = kafka.consumer(stack.bootstrap)
+    try:
+        assert began(cons, topic, 1, "q", 5, 0)
+        assert not began(cons, topic, 1, "q", 0, 0)
+    finally:
+        cons.close()
+
+
+def test_a_task_that_finds_the_marker_topic_deleted_creates_it_again_and_writes_each_record_once(stack, caplog):
+    caplog.set_level(logging.WARNING, "ctiflow.own_topics")
+    out, markers = stack.topic("lost-out"), stack.topic("lost-markers")
+    kafka.create_topics(stack.bootstrap, {out: 3, markers: 2})
+    batch = rows(out, 90)
+    opts = {"bootstrap": stack.bootstrap, "topics": json.dumps([out]), "markers": markers, "marker_partitions": "2"}
+    assert KafkaStreamWriter(opts).write(iter([batch.slice(0, 35)])).written == 35  # the attempt that died
+    kafka.delete_topics(stack.bootstrap, [markers])
+    again = KafkaStreamWriter(opts).write(iter([batch]))                         # its retry
+    assert (again.written, again.skipped) == (55, 35)
+    assert Counter(values_in(stack.bootstrap, out)) == Counter(f"v{i}".encode() for i in range(90))
+    assert kafka.list_topics(stack.bootstrap)[markers] == 2
+    assert any(f"the marker topic {markers} was missing" in r.getMessage() for r in caplog.records)
+
+
+def test_the_progress_log_skips_foreign_records_and_reads_a_topic_created_again_from_its_start(stack, caplog):
+    caplog.set_level(logging.WARNING, "ctiflow.own_topics")
+    topic = stack.topic("progress")
+    kafka.create_topics(stack.bootstrap, {topic: 1})
+
+    def progress(batch: int, received: int) -> tuple[bytes, bytes]:
+        return str(batch).encode(), json.dumps({"batch": batch, "time": 1.0, "query": "q",
+                                                "received": received}).encode()
+
+    put(stack.bootstrap, topic, [progress(0, 5), *GARBAGE, progress(1, 7)])
+    log = ProgressLog(stack.bootstrap, topic)
+    counters = CounterReader(log)
+    assert counters()["received"] == 12
+    records, end = log.read(0)
+    assert [r["batch"] for r in records] == [0, 1] and end == 2 + len(GARBAGE)
+    assert {r.getMessage() for r in caplog.records} == {
+        f"warning: {topic} partition 0 offset {o}: skipped a record ctiflow did not write ({why})"
+        for o, why in zip(range(1, 6), ["not UTF-8 text: byte 0xff at position 0",
+                                        "not JSON: Expecting value: line 1 column 1 (char 0)",
+                                        "a JSON list, not an object", "field 'batch' is 'x', not an int",
+                                        "no field 'query'"])}
+    kafka.delete_topics(stack.bootstrap, [topic])
+    kafka.create_topics(stack.bootstrap, {topic: 1})
+    put(stack.bootstrap, topic, [progress(2, 11)])
+    assert log.read(end) == ([{"batch": 2, "time": 1.0, "query": "q", "received": 11}], 1)
+    assert counters()["received"] == 23  # the counters go on from what they had read
+
+
+def test_the_sinks_commit_creates_a_deleted_progress_topic_again(stack, caplog):
+    caplog.set_level(logging.WARNING, "ctiflow.own_topics")
+    topic = stack.topic("progress-gone")
+    kafka.create_topics(stack.bootstrap, {topic: 1})
+    writer = KafkaStreamWriter({"bootstrap": stack.bootstrap, "progress": topic})
+    writer.commit([SinkCommit(4, 0, {"received": 4}, "q")], 0)
+    kafka.delete_topics(stack.bootstrap, [topic])
+    writer.commit([SinkCommit(6, 0, {"received": 6}, "q")], 1)
+    records, _ = ProgressLog(stack.bootstrap, topic).read(0)
+    assert [(r["batch"], r["received"]) for r in records] == [(1, 6)]
+    assert any(f"the progress topic {topic} was missing" in r.getMessage() for r in caplog.records)
