@@ -15,6 +15,7 @@ from ctiflow.jobs.avro.serde import registry_settings_error
 from ctiflow.jobs.checkpoint import CheckpointDir, check_checkpoint_dir, check_key_groups
 from ctiflow.jobs.config import JobConfig, load
 from ctiflow.jobs.fields import field_errors
+from ctiflow.jobs.masters import endpoints
 from ctiflow.jobs.recognize import operator_of
 from ctiflow.operators.errors import ConfigError, CtiflowError
 
@@ -79,6 +80,10 @@ def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "Ch
     (``checkpoint``: the job's, already open; else opened through a JVM of this process's own,
     :class:`ctiflow.jobs.checkpoint.CheckpointDir`; not at all without ``checkpoint_too``)."""
     errors = field_errors(cfg) + registry_errors(cfg)
+    try:
+        endpoints(cfg.spark.master, "spark.master")  # its form; whether it answers: pipeline.prepare
+    except ConfigError as exc:
+        errors.append(str(exc))
     for op in cfg.operators:
         try:
             operator_of(op, cfg)

@@ -44,6 +44,7 @@ from ctiflow.jobs.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, Checkpo
                                      read_counters, replay_through, reset_uncommitted_checkpoint, start_offsets,
                                      state_layout)
 from ctiflow.jobs.jvm import gateway, java_environment, launcher_settings, spark_log_path
+from ctiflow.jobs.masters import check_master
 from ctiflow.jobs.progress import RunSummary
 from ctiflow.jobs.runtime import Plan
 from ctiflow.jobs.metrics import start as start_metrics
@@ -306,10 +307,12 @@ def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None, *, ch
 
 
 def prepare(cfg: JobConfig) -> CheckpointDir:
-    """Everything before Spark: the job's own errors (:func:`refuse_errors`), the broker answers,
+    """Everything before Spark: the master answers (:func:`ctiflow.jobs.masters.check_master`), the
+    job's own errors (:func:`refuse_errors`), the broker answers,
     the input topics exist, the result topics are created, the checkpoint is this job's and fits
     the config (each refusal one clear error). The checkpoint is read through the JVM the session
     will then run in (:func:`ctiflow.jobs.jvm.gateway`)."""
+    check_master(cfg.spark.master, "spark.master")  # now, not after Spark's ≈ 80 s of retries
     checkpoint = CheckpointDir.for_job(cfg, spark_conf(cfg))
     refuse_errors(cfg, checkpoint)
     client = cfg.kafka.client_config()  # with credentials: this process's own clients

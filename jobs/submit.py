@@ -25,6 +25,14 @@ mode (the driver runs here), and in cluster mode as its **plan**: the parsed job
 ``CTIFLOW_*`` overrides, without its secrets, which the driver in the cluster takes from its own
 environment — base64 JSON on the entry point's command line. The schemas the job's operators
 derive are derived again from it; the directories of ``CTIFLOW_SCHEMA_PATH`` travel in the archive.
+
+**Secrets** never go on a command line: the job's secret Spark settings (those whose names Spark
+redacts, :func:`ctiflow.jobs.jvm.secret_setting`, e.g. ``spark.hadoop.fs.s3a.secret.key`` in its
+``spark.conf``) reach spark-submit in a properties file only its user can read
+(:func:`secrets_file`, ``--properties-file FILE --load-spark-defaults``), removed when spark-submit
+ends; the plan leaves them out too. In client mode the driver here reads the job file and gives
+the executors its Kafka and registry credentials as ``ctiflow run`` does
+(:func:`ctiflow.jobs.jvm.launch_settings_of`).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import importlib.metadata
 import io
 import importlib.util
 import json
+import math
 import os
 import shutil
 import sys
@@ -44,6 +53,8 @@ from typing import Iterator
 
 from ctiflow.jobs.avro.serde import SCHEMA_PATH_ENV, bundled_dir
 from ctiflow.jobs.config import JobConfig, home, load, parse
+from ctiflow.jobs.jvm import secret_setting
+from ctiflow.jobs.masters import check_master
 from ctiflow.operators.errors import ConfigError
 
 #: The spark-submit entry point (a file: spark-submit takes a path, and in cluster mode ships it).
@@ -171,7 +182,11 @@ def environment_archive(directory: Path | None = None) -> Path:
 def plan_of(cfg: JobConfig) -> str:
     """The job's plan for the entry point in cluster mode: base64 of the parsed model's JSON. The
     model's dumps leave its secrets out (SASL credentials, secret client and registry settings):
-    the driver in the cluster takes them from its environment (``CTIFLOW_SASL_*``, …)."""
+    the driver in the cluster takes them from its environment (``CTIFLOW_SASL_*``, …); so does the
+    plan leave out the secret settings of ``spark.conf``, which spark-submit gives the driver
+    (:func:`secrets_file`)."""
+    public = {k: v for k, v in cfg.spark.conf.items() if not secret_setting(k)}
+    cfg = cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"conf": public})})
     return base64.b64encode(json.dumps(cfg.model_dump(mode="json"), separators=(",", ":")).encode()).decode("ascii")
 
 
@@ -232,10 +247,19 @@ def launch_settings(cfg: JobConfig, deploy_mode: str) -> dict[str, str]:
 
 
 def command(job: Path, *, master: str, deploy_mode: str = "client", spark_args: list[str] = (),
-            until_end: bool = False, timeout: float | None = None, archive: Path | None = None) -> list[str]:
-    """The spark-submit command line of a job (its errors refused first, as ``ctiflow run`` does)."""
+            until_end: bool = False, timeout: float | None = None, archive: Path | None = None,
+            reach_master: bool = True) -> list[str]:
+    """The spark-submit command line of a job. Refused first, each with one error naming the
+    option: the options (``--master`` of a form Spark takes, ``--timeout`` finite and > 0), the
+    job's errors (as ``ctiflow run`` does), a missing spark-submit, and — with ``reach_master``
+    — a master that does not answer; only then is the environment archive built (once per
+    content). The job's secret settings go to a :func:`secrets_file` named by the command."""
     if deploy_mode not in DEPLOY_MODES:
         raise ConfigError(f"--deploy-mode {deploy_mode!r}: give client or cluster")
+    check_master(master, "--master", reach=False)
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout {timeout}: give a finite number of seconds > 0, or leave it out "
+                          "(no limit)")
     if deploy_mode == "cluster" and master.startswith(("spark://", "local")):
         raise ConfigError(f"--deploy-mode cluster: Spark runs a Python driver in the cluster only on YARN and "
                           f"Kubernetes, not on {master.split(':')[0]}; use --deploy-mode client (the driver runs here)")
@@ -244,12 +268,74 @@ def command(job: Path, *, master: str, deploy_mode: str = "client", spark_args: 
     from ctiflow.jobs.pipeline import refuse_errors
 
     refuse_errors(cfg, checkpoint_too=False)  # the driver checks it, with spark-submit's jars
+    submitter = spark_submit()
+    check_master(master, "--master", reach=reach_master)
     archive = archive or environment_archive()
-    conf = [a for k, v in launch_settings(cfg, deploy_mode).items() for a in ("--conf", f"{k}={v}")]
-    return [spark_submit(), "--master", master, "--deploy-mode", deploy_mode,
-            "--archives", f"{archive}#{ARCHIVE_LINK}", *conf, *spark_args,
+    settings = launch_settings(cfg, deploy_mode)
+    conf = [a for k, v in settings.items() if not secret_setting(k) for a in ("--conf", f"{k}={v}")]
+    secret = {k: v for k, v in settings.items() if secret_setting(k)}
+    properties = []
+    if secret:
+        properties = ["--properties-file", str(secrets_file(cfg.job, secret)), "--load-spark-defaults"]
+    return [submitter, "--master", master, "--deploy-mode", deploy_mode,
+            "--archives", f"{archive}#{ARCHIVE_LINK}", *properties, *conf, *spark_args,
             str(ENTRY), *(["--plan", plan_of(cfg)] if deploy_mode == "cluster" else [str(job.resolve())]),
             *(["--until-end"] if until_end else []), *(["--timeout", str(timeout)] if timeout else [])]
+
+
+def secrets_dir() -> Path:
+    """Where :func:`secrets_file` writes: ``$CTIFLOW_HOME/submit/secrets``, its user's alone (0700)."""
+    directory = home() / "submit" / "secrets"
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    return directory
+
+
+def secrets_file(job: str, settings: dict[str, str]) -> Path:
+    """``settings`` as a Java properties file (:func:`properties_text`) in :func:`secrets_dir`,
+    created readable and writable by its user alone (0600) before anything is written to it.
+    :func:`run` removes it when spark-submit ends; a command only printed leaves it for its user
+    to run and remove."""
+    import tempfile
+
+    handle, name = tempfile.mkstemp(prefix=f"{job}-", suffix=".properties", dir=secrets_dir())  # (mode 0600)
+    with os.fdopen(handle, "w", encoding="ascii") as out:
+        out.write(properties_text(settings))
+    return Path(name)
+
+
+def properties_text(settings: dict[str, str]) -> str:
+    """``settings`` in the format ``java.util.Properties.load`` reads (spark-submit's
+    ``--properties-file``): one ``key=value`` line each, escaped as ``Properties.store`` escapes —
+    backslash, ``=``, ``:``, ``#``, ``!``, a key's spaces and a value's leading space, tab and line
+    breaks by name, anything outside printable ASCII as ``\\uXXXX`` (UTF-16 units) — so that every
+    value reads back exactly, in any file encoding."""
+
+    def escaped(text: str, key: bool) -> str:
+        out = []
+        for i, ch in enumerate(text):
+            if ch in "\\=:#!" or (ch == " " and (key or i == 0)):
+                out.append("\\" + ch)
+            elif ch in _NAMED_ESCAPES:
+                out.append(_NAMED_ESCAPES[ch])
+            elif " " <= ch <= "~":
+                out.append(ch)
+            else:
+                units = ch.encode("utf-16-be")
+                out.extend(f"\\u{units[j]:02x}{units[j + 1]:02x}" for j in range(0, len(units), 2))
+        return "".join(out)
+
+    return "".join(f"{escaped(k, True)}={escaped(v, False)}\n" for k, v in settings.items())
+
+
+_NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
+
+
+def secrets_files_of(cmd: list[str]) -> list[Path]:
+    """The :func:`secrets_file` files ``cmd`` names (a ``--properties-file`` of the user's own is not one)."""
+    ours = secrets_dir()
+    return [Path(cmd[i + 1]) for i, a in enumerate(cmd[:-1])
+            if a == "--properties-file" and Path(cmd[i + 1]).parent == ours]
 
 
 #: Lines spark-submit's JVM prints on the console that ``ctiflow run`` keeps in Spark's log (there
@@ -300,6 +386,8 @@ def run(cmd: list[str]) -> int:
             _stop_driver(proc.pid)
     for t in threads:
         t.join()
+    for path in secrets_files_of(cmd):  # spark-submit and the driver read it when they started
+        path.unlink(missing_ok=True)
     return code
 
 

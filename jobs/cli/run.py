@@ -80,11 +80,14 @@ def submit(ctx: typer.Context, config: JobFile,
     from ctiflow.jobs import submit as submitting
 
     cmd = submitting.command(config, master=master, deploy_mode=deploy_mode, spark_args=list(ctx.args),
-                             until_end=until_end, timeout=timeout)
+                             until_end=until_end, timeout=timeout, reach_master=not print_command)
     if print_command:
         import shlex
 
         print(shlex.join(cmd))
+        for path in submitting.secrets_files_of(cmd):
+            console.print(f"the job's secret Spark settings are in {path} (readable by you alone), which the "
+                          "command reads: remove it once the job has started", highlight=False, soft_wrap=True)
         return
     code = submitting.run(cmd)
     if code:
