@@ -92,49 +92,89 @@ class Watch(threading.Thread):
             self.stop.wait(0.2)
 
 
-def test_no_secret_on_any_command_line_and_registry_credentials_in_the_url_work(stack, tmp_path):
-    src, out = stack.topic("sec-in"), stack.topic("sec-out")
-    kafka.create_topics(stack.bootstrap, {src: 2})
-    events = transactions(300)
-    with RegistryDouble({"alice": REGISTRY_PASSWORD}) as registry:
-        writer = registry_client(registry.url, {"basic.auth.user.info": f"alice:{REGISTRY_PASSWORD}"})
-        done = kafka.produce(stack.bootstrap, src, events, AvroSerializer(
-            "transaction", framing="confluent", registry=writer, subject=f"{src}-value"), "account")
-        assert done.unflushed == 0 and done.sent == len(events)
-        spec = {"job": "secrets", "kafka": {
-                    "bootstrap_servers": stack.bootstrap, "client": {"security.protocol": "PLAINTEXT"},
-                    "sasl_username": "alice", "sasl_password": SASL_PASSWORD,
-                    "schema_registry": {"url": registry.url_with("alice")}},
-                "sources": [{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
-                             "time_field": "event_time", "cti": {"delay": "1h"}}],
-                "operators": [{"kind": "passthrough", "output": out}],
-                "outputs": {"late": stack.topic("sec-late"), "dead_letter": stack.topic("sec-dlq")},
-                "spark": {"checkpoint": str(tmp_path / "checkpoint"), "key_groups": 2}}
-        path = tmp_path / "job.yaml"
-        path.write_text(yaml.safe_dump(spec))
-        watch = Watch()
-        watch.start()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CTIFLOW_SASL", "CTIFLOW_SCHEMA_REGISTRY"))}
-        try:
-            run = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "run", str(path), "--until-end"],
-                                 capture_output=True, text=True, timeout=600, env=env)
-        finally:
-            watch.stop.set()
-            watch.join()
-        assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-        got = kafka.read_topic(stack.bootstrap, out, registry_url=registry.url,
-                               registry_config={"basic.auth.user.info": f"alice:{REGISTRY_PASSWORD}"})
-        assert registry.refused == 0
-        job_calls = {(m, p) for m, p, _ in registry.requests}
-    assert sorted(r["id"] for r in got) == sorted(e["id"] for e in events)
-    assert ("GET", f"/subjects/{src}-value/versions") in job_calls  # the executors' decoders asked, as alice
+def watched(cmd: list[str]) -> tuple[subprocess.CompletedProcess, Watch]:
+    """``cmd`` run to its end (without the test's own credential variables) under a :class:`Watch`."""
+    watch = Watch()
+    watch.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTIFLOW_SASL", "CTIFLOW_SCHEMA_REGISTRY"))}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    finally:
+        watch.stop.set()
+        watch.join()
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done, watch
 
+
+def assert_no_secret_shown(done: subprocess.CompletedProcess, watch: Watch, secrets: tuple[str, ...]) -> None:
     assert watch.jvm_seen and watch.samples > 10, "the watch never saw the job's Spark driver"
     assert watch.on_command_line == {}, f"secrets on a command line: {watch.on_command_line}"
-    assert not any(s in watch.ps_listing for s in SECRETS)
+    assert not any(s in watch.ps_listing for s in secrets)
     holders = watch.in_environment.values()
     assert not any("SparkSubmit" in c or "ctiflow.jobs.cli" in c for c in holders), list(holders)
     assert all("python" in c for c in holders), list(holders)  # the executors' Python workers only
-    logs = "".join(p.read_text(errors="replace") for p in (Path(os.environ["CTIFLOW_HOME"]) / "logs").glob("*.log"))
-    for secret in SECRETS:
-        assert secret not in run.stdout + run.stderr and secret not in logs
+    logs = "".join(path.read_text(errors="replace")
+                   for path in (Path(os.environ["CTIFLOW_HOME"]) / "logs").glob("*.log"))
+    for secret in secrets:
+        assert secret not in done.stdout + done.stderr and secret not in logs
+
+
+def job_spec(stack, tmp_path: Path, registry: RegistryDouble, src: str, out: str, **spark_conf) -> Path:
+    """The job: passthrough of ``src`` to ``out``, SASL credentials configured (unused: see the
+    module's docstring), the registry's credentials as ``user:password@`` in its url."""
+    spec = {"job": "secrets", "kafka": {
+                "bootstrap_servers": stack.bootstrap, "client": {"security.protocol": "PLAINTEXT"},
+                "sasl_username": "alice", "sasl_password": SASL_PASSWORD,
+                "schema_registry": {"url": registry.url_with("alice")}},
+            "sources": [{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
+                         "time_field": "event_time", "cti": {"delay": "1h"}}],
+            "operators": [{"kind": "passthrough", "output": out}],
+            "outputs": {"late": stack.topic("sec-late"), "dead_letter": stack.topic("sec-dlq")},
+            "spark": {"checkpoint": str(tmp_path / "checkpoint"), "key_groups": 2, "conf": spark_conf}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def produce_framed(stack, registry: RegistryDouble, src: str, events: list[dict]) -> None:
+    writer = registry_client(registry.url, {"basic.auth.user.info": f"alice:{REGISTRY_PASSWORD}"})
+    kafka.create_topics(stack.bootstrap, {src: 2})
+    done = kafka.produce(stack.bootstrap, src, events, AvroSerializer(
+        "transaction", framing="confluent", registry=writer, subject=f"{src}-value"), "account")
+    assert done.unflushed == 0 and done.sent == len(events)
+
+
+def assert_passed_through(stack, registry: RegistryDouble, src: str, out: str, events: list[dict]) -> None:
+    got = kafka.read_topic(stack.bootstrap, out, registry_url=registry.url,
+                           registry_config={"basic.auth.user.info": f"alice:{REGISTRY_PASSWORD}"})
+    assert sorted(r["id"] for r in got) == sorted(e["id"] for e in events)
+    assert registry.refused == 0
+    # the executors' decoders asked the registry, as alice
+    assert ("GET", f"/subjects/{src}-value/versions", "alice") in registry.requests
+
+
+def test_no_secret_on_any_command_line_and_registry_credentials_in_the_url_work(stack, tmp_path):
+    src, out = stack.topic("sec-in"), stack.topic("sec-out")
+    events = transactions(300)
+    with RegistryDouble({"alice": REGISTRY_PASSWORD}) as registry:
+        produce_framed(stack, registry, src, events)
+        path = job_spec(stack, tmp_path, registry, src, out)
+        done, watch = watched([sys.executable, "-m", "ctiflow.jobs.cli", "run", str(path), "--until-end"])
+        assert_passed_through(stack, registry, src, out, events)
+    assert_no_secret_shown(done, watch, SECRETS)
+
+
+def test_ctiflow_submit_shows_no_secret_either(stack, tmp_path):
+    """Through spark-submit (client mode, a local master): the job's secret ``spark.conf``
+    setting travels in the properties file, gone once spark-submit is done."""
+    src, out = stack.topic("sub-in"), stack.topic("sub-out")
+    events = transactions(200)
+    store_secret = "s3-key-0c77aa"
+    with RegistryDouble({"alice": REGISTRY_PASSWORD}) as registry:
+        produce_framed(stack, registry, src, events)
+        path = job_spec(stack, tmp_path, registry, src, out, **{"spark.hadoop.fs.s3a.secret.key": store_secret})
+        done, watch = watched([sys.executable, "-m", "ctiflow.jobs.cli", "submit", str(path),
+                               "--master", "local[2]", "--until-end"])
+        assert_passed_through(stack, registry, src, out, events)
+    assert_no_secret_shown(done, watch, (*SECRETS, store_secret))
+    assert not list((Path(os.environ["CTIFLOW_HOME"]) / "submit" / "secrets").iterdir())
