@@ -292,6 +292,15 @@ class Nfa:
         buffer.advance_time(timestamp)
         return matches, timed_out
 
+    def release_held(self) -> list[IdentifiedMatch]:
+        """The completed matches a skip strategy holds back while earlier runs are open,
+        released as if no run were open (the caller discards the open runs: a rule version
+        cut), in Flink's order, each emitted match pruning what it skips."""
+        matches: list[IdentifiedMatch] = []
+        if self.state.completed_matches:
+            self._emit_matches(BinaryHeap(_order_key), BinaryHeap(_order_key), matches)
+        return matches
+
     def _expire(
         self, timestamp: int, expired: list[ComputationState]
     ) -> tuple[list[IdentifiedMatch], list[IdentifiedTimeout]]:

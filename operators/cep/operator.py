@@ -412,6 +412,20 @@ class MatchOperator(Operator):
                 del self._states[key]
         return outputs
 
+    def cut(self, time: int) -> list[Output]:
+        """The end of this operator at ``time`` (a rule version cut): :meth:`advance_to` ``time``,
+        then every run still open is discarded and the matches held back for it (a skip strategy
+        holds a completed match while an earlier run might still win) are released, as they
+        would be had those runs ended. Nothing is left to snapshot afterwards."""
+        outputs = self.advance_to(time)
+        self._decode_all()
+        nfa = self._nfa
+        for key in sorted(self._states):
+            nfa.state = self._states[key]
+            self._emit(key, nfa.release_held(), (), outputs, time)
+        self._states = {}
+        return outputs
+
     def close(self) -> None:
         """From now on no run starts (each key's waiting start is withdrawn, Flink's start
         computation state): the runs in flight go on to their end, keys whose runs are all over

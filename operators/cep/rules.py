@@ -483,7 +483,7 @@ class RuledMatchOperator(Operator):
                 continue
             sub = self.subs[previous.key]
             if cut:
-                outputs.extend(self._tag(previous, sub.advance_to(time)))
+                outputs.extend(self._tag(previous, sub.cut(time)))
                 del self.subs[previous.key]
             else:
                 sub.close()
