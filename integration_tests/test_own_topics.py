@@ -134,3 +134,70 @@ def test_the_sinks_commit_creates_a_deleted_progress_topic_again(stack, caplog):
     records, _ = ProgressLog(stack.bootstrap, topic).read(0)
     assert [(r["batch"], r["received"]) for r in records] == [(1, 6)]
     assert any(f"the progress topic {topic} was missing" in r.getMessage() for r in caplog.records)
+
+
+T0 = 1_767_225_600_000
+
+
+def tx(i: int, account: str, t: int) -> dict:
+    return {"id": f"tx-{i}", "account": account, "event_time": t, "type": "purchase", "amount": float(i),
+            "currency": "EUR", "country": "DE", "merchant": None}
+
+
+@pytest.mark.spark
+def test_a_job_whose_progress_and_marker_topics_are_corrupted_and_deleted_writes_each_result_once(
+        stack, spark, tmp_path, caplog):
+    """A passthrough job over three partitions at uneven rates (one event a second, one every
+    2.5 s, one every 10 s over the same ten minutes, each in time order: nothing is late), 75
+    records a micro-batch (12 batches). While it runs: after batch 1, garbage in the progress topic
+    and in every partition of the marker topic (binary, text, JSON of other shapes, a marker of this
+    query with a batch that is not a number); after batch 3, both topics deleted; after batch 6,
+    garbage in both again (created again by then). The oracle is the input: every transaction id exactly once in the
+    result topic, nothing late or dead-lettered."""
+    from integration_tests.harness import job, produce, read, run
+
+    caplog.set_level(logging.WARNING, "ctiflow.own_topics")
+    rates = {0: 1_000, 1: 2_500, 2: 10_000}  # ms between events: 600, 240 and 60 events
+    events = [tx(len(rates) * 1000 * p + i, f"acct-{p}-{i % 3}", T0 + i * step)
+              for p, step in rates.items() for i in range(600_000 // step)]
+    src, out = stack.topic("own-in"), stack.topic("own-out")
+    kafka.create_topics(stack.bootstrap, {src: 3})
+    produce(stack.bootstrap, src, "transaction", events, "account",
+            partition_of=lambda i, rec: int(rec["account"].split("-")[1]))
+    cfg = job(stack, tmp_path, job=stack.topic("own"),
+              sources=[{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
+                        "time_field": "event_time", "partitions": 3, "max_offsets_per_trigger": 75,
+                        "cti": {"delay": "30s"}}],
+              operators=[{"kind": "passthrough", "output": out}],
+              outputs={"late": stack.topic("own-late"), "dead_letter": stack.topic("own-dlq")})
+    done: dict[str, int] = {}
+
+    def garbage(query: str) -> None:
+        present = kafka.list_topics(stack.bootstrap)
+        assert cfg.progress_topic in present and cfg.marker_topic in present, present
+        put(stack.bootstrap, cfg.progress_topic, GARBAGE)
+        put(stack.bootstrap, cfg.marker_topic, [*GARBAGE, (b"0", json.dumps(
+            {"query": query, "batch": "x", "task": 0, "time": 1.0}).encode())],
+            partitions=range(present[cfg.marker_topic]))
+
+    def meddle(progress: dict, _counters: dict) -> None:
+        batch = progress["batchId"]
+        if batch >= 1 and "garbage" not in done:
+            garbage(progress["id"])
+            done["garbage"] = batch
+        elif batch >= 3 and "deleted" not in done:
+            kafka.delete_topics(stack.bootstrap, [cfg.progress_topic, cfg.marker_topic])
+            done["deleted"] = batch
+        elif batch >= 6 and "again" not in done:
+            garbage(progress["id"])
+            done["again"] = batch
+
+    summary = run(cfg, spark, on_progress=meddle)
+
+    assert set(done) == {"garbage", "deleted", "again"}, done
+    assert max(p["batchId"] for p in summary.progress) >= done["again"] + 2  # batches ran after each
+    got = Counter(r["id"] for r in read(stack, out))
+    assert got == Counter(e["id"] for e in events)  # nothing lost, nothing twice
+    assert read(stack, cfg.late_topic) == [] and read(stack, cfg.dead_letter_topic) == []
+    warned = [r.getMessage() for r in caplog.records]
+    assert any(f"{cfg.progress_topic} partition 0 offset" in w and "skipped a record" in w for w in warned), warned

@@ -49,14 +49,15 @@ class ForeignRecord(CtiflowError, ValueError):
     read as what it should be: the reader skips it (:func:`skip`). The message says why."""
 
 
-#: (topic, partition, offset) of the records this process has warned about (each once); bounded.
-_WARNED: set[tuple[str, int, int]] = set()
+#: (topic, partition, offset, why) of the records this process has warned about (each once; the
+#: reason too, so a topic created again gets its own warnings); bounded.
+_WARNED: set[tuple[str, int, int, str]] = set()
 _WARNED_MAX = 10_000
 
 
 def skip(topic: str, partition: int, offset: int, why: ForeignRecord | str) -> None:
     """Warn, once per process, that ``topic[partition]`` at ``offset`` was skipped and why."""
-    where = (topic, partition, offset)
+    where = (topic, partition, offset, str(why))
     if where in _WARNED:
         return
     if len(_WARNED) >= _WARNED_MAX:
