@@ -1,78 +1,103 @@
 """Benchmarks: figures for people, printed as tables; every figure is compared in the same run
-against a baseline. Tests never assert wall-clock times; they only smoke-test correctness."""
+against a baseline. Tests never assert wall-clock times; they only smoke-test correctness.
+
+:data:`REGISTRY` is the one table of them: a name, what it measures, and how it runs given the
+command line's options (:class:`Options`). ``ctiflow bench`` (and ``./dev bench``) reads it.
+A run at a benchmark's defaults (no ``--events``, no ``--trigger``) records its rows of
+``bench/figures.yaml`` (:mod:`ctiflow.bench.figures`)."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from rich.console import Console
 
-BENCHES = ("source", "adapter", "count", "bins", "match", "rules", "reliability", "scale", "peers", "latency")
-#: Run only when named (not part of ``all``): the soak takes ``minutes`` (30 by default).
-LONG_BENCHES = ("soak",)
+
+@dataclass(frozen=True)
+class Options:
+    """What ``ctiflow bench`` passes on: ``None`` means the benchmark's default."""
+
+    out: Console
+    events: int | None = None
+    trigger: int | None = None
+    minutes: float | None = None
+    cti_delay: bool = False
+
+    @property
+    def record(self) -> bool:
+        """A run at the defaults records its figures."""
+        return self.events is None and self.trigger is None
+
+
+def _call(module: str, function: str) -> Callable:
+    """``module.function``, imported when the benchmark runs (each pulls in what it measures)."""
+    return getattr(importlib.import_module(f"ctiflow.bench.{module}"), function)
+
+
+def _soak(o: Options) -> None:
+    result = _call("soak", "main")(o.out, minutes=30.0 if o.minutes is None else o.minutes,
+                                   record_figures=o.record and o.minutes is None)
+    if not result["ok"]:
+        raise SystemExit("soak: the results do not match the oracle (see above)")
+
+
+def _count(o: Options) -> None:
+    _call("count_operator", "main")([] if o.events is None else ["--events", str(o.events)])
+    _call("spark_jobs", "bench_count_e2e")(o.events or 500_000, o.out)
+
+
+def _scale(o: Options) -> None:
+    if not o.cti_delay:
+        _call("state_scale", "spark_main")(o.out, per_batch=o.trigger or 200_000, record_figures=o.record)
+        _call("state_scale", "main")(o.out)
+    _call("state_scale", "delay_main")(o.out, record_figures=o.record)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    what: str
+    run: Callable[[Options], None]
+    #: part of ``all`` (the soak is not: it runs for ``--minutes``)
+    in_all: bool = True
+
+
+#: Every benchmark, in the order ``all`` runs them.
+REGISTRY: tuple[Benchmark, ...] = (
+    Benchmark("source", "Kafka → typed columns in one executor task",
+              lambda o: _call("source", "main")(o.out, events=o.events or 1_000_000, record_figures=o.record)),
+    Benchmark("adapter", "the stateful stage in Spark against an identity operator (12 batches, 6 measured)",
+              lambda o: _call("spark_jobs", "bench_adapter")(o.events or 2_400_000, o.out, o.trigger or 200_000,
+                                                             record_figures=o.record)),
+    Benchmark("count", "the count operator against dgim, then end to end in Spark", _count),
+    Benchmark("bins", "prorated bins in Spark",
+              lambda o: _call("bins_spark", "bench_bins")(o.events or 200_000, o.out, o.trigger or 50_000)),
+    Benchmark("match", "the match operator against Flink CEP's recorded figures",
+              lambda o: _call("match_operator", "main")(o.events, record_figures=o.record)),
+    Benchmark("rules", "N patterns from a rules topic against the same N in the job file",
+              lambda o: _call("rules", "main")(o.out, events_n=o.events or 100_000, record_figures=o.record)),
+    Benchmark("reliability", "exactly-once under kills and malformed records",
+              lambda o: _call("reliability", "main")(o.out, events=o.events or 20_000)),
+    Benchmark("scale", "keyed state as keys grow; --cti-delay: batch time against cti.delay", _scale),
+    Benchmark("peers", "ctiflow against plain Spark jobs of the same results",
+              lambda o: _call("peers", "main")(o.out, events=o.events, trigger=o.trigger, record_figures=o.record)),
+    Benchmark("latency", "produce → result record at a short trigger, with Spark's floors",
+              lambda o: _call("latency", "main")(o.out, record_figures=o.record)),
+    Benchmark("soak", "a long run against its oracle (--minutes, 30 by default)", _soak, in_all=False),
+)
+BENCHMARKS = {b.name: b for b in REGISTRY}
+BENCHES = tuple(b.name for b in REGISTRY if b.in_all)
+#: Run only when named (not part of ``all``).
+LONG_BENCHES = tuple(b.name for b in REGISTRY if not b.in_all)
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
                    trigger: int | None = None, minutes: float | None = None, cti_delay: bool = False) -> None:
-    out = out or Console(width=200)
-    names = BENCHES if which == "all" else (which,)
-    # A run at a benchmark's defaults writes its rows of bench/figures.yaml (ctiflow.bench.figures).
-    rec = events is None and trigger is None
-    for name in names:
-        if name not in BENCHES + LONG_BENCHES:
-            raise SystemExit(f'Invalid benchmark "{name}". Valid choices are: all, '
-                             f'{", ".join(BENCHES + LONG_BENCHES)}.')
-        if name == "soak":
-            from ctiflow.bench.soak import main as soak_main
-
-            result = soak_main(out, minutes=30.0 if minutes is None else minutes,
-                               record_figures=rec and minutes is None)
-            if not result["ok"]:
-                raise SystemExit("soak: the results do not match the oracle (see above)")
-        if name == "source":
-            from ctiflow.bench.source import main as source_main
-
-            source_main(out, events=events or 1_000_000, record_figures=rec)
-        elif name == "adapter":
-            from ctiflow.bench.spark_jobs import bench_adapter
-
-            bench_adapter(events or 2_400_000, out, trigger or 200_000, record_figures=rec)  # 12 batches, 6 measured (WARM_UP)
-        elif name == "count":
-            from ctiflow.bench.count_operator import main as count_main
-
-            count_main([] if events is None else ["--events", str(events)])
-            from ctiflow.bench.spark_jobs import bench_count_e2e
-
-            bench_count_e2e(events or 500_000, out)
-        elif name == "bins":
-            from ctiflow.bench.bins_spark import bench_bins
-
-            bench_bins(events or 200_000, out, trigger or 50_000)
-        elif name == "match":
-            from ctiflow.bench.match_operator import main as match_main
-
-            match_main(events, record_figures=rec)
-        elif name == "scale" and cti_delay:
-            from ctiflow.bench.state_scale import delay_main
-
-            delay_main(out, record_figures=rec)
-        elif name == "scale":
-            from ctiflow.bench.state_scale import delay_main, main as scale_main, spark_main as scale_spark
-
-            scale_spark(out, per_batch=trigger or 200_000, record_figures=rec)
-            scale_main(out)
-            delay_main(out, record_figures=rec)
-        elif name == "peers":
-            from ctiflow.bench.peers import main as peers_main
-
-            peers_main(out, events=events, trigger=trigger, record_figures=rec)
-        elif name == "latency":
-            from ctiflow.bench.latency import main as latency_main
-
-            latency_main(out, record_figures=rec)
-        elif name == "rules":
-            from ctiflow.bench.rules import main as rules_main
-
-            rules_main(out, events_n=events or 100_000, record_figures=rec)
-        elif name == "reliability":
-            from ctiflow.bench.reliability import main as reliability_main
-
-            reliability_main(out, events=events or 20_000)
+    """Run ``which`` (a name of :data:`REGISTRY`, or ``all``)."""
+    if which != "all" and which not in BENCHMARKS:
+        raise SystemExit(f'Invalid benchmark "{which}". Valid choices are: all, {", ".join(BENCHMARKS)}.')
+    options = Options(out or Console(width=200), events, trigger, minutes, cti_delay)
+    for name in BENCHES if which == "all" else (which,):
+        BENCHMARKS[name].run(options)

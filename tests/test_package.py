@@ -46,7 +46,8 @@ def test_the_wheel_carries_schemas_examples_and_the_log4j_settings(installed):
     schemas = {p.name for p in (ROOT / "schemas").rglob("*.avsc")}
     assert {f"ctiflow/schemas/{s}" for s in schemas} <= names
     assert {"ctiflow/examples/demo-flows.yaml", "ctiflow/examples/demo-transactions.yaml",
-            "ctiflow/jobs/spark-log4j2.properties", "ctiflow/__init__.py"} <= names
+            "ctiflow/jobs/spark-log4j2.properties", "ctiflow/__init__.py",
+            "ctiflow/bench/figures.yaml"} <= names  # (what `ctiflow bench` at its defaults records into)
     queries = {p.name for p in (ROOT / "examples" / "recognize").glob("*.sql")}
     assert queries and {f"ctiflow/examples/recognize/{q}" for q in queries} <= names
     tops = {p.name for p in installed.iterdir() if not p.name.endswith((".dist-info", ".egg-info"))}
@@ -62,6 +63,20 @@ def test_the_wheel_installs_one_top_level_package(installed, tmp_path):
     got = run_installed(installed, "-c", "import ctiflow.operators.count, ctiflow.bench; print(ctiflow.check)",
                         cwd=tmp_path)
     assert got.returncode == 0 and "check_job" in got.stdout, got.stderr
+
+
+def test_the_installed_benchmarks_find_the_figures_they_record_into(installed, tmp_path):
+    """``ctiflow bench`` from the wheel: every benchmark of the registry is named, and the figures
+    file a default-size run records into is the wheel's own."""
+    got = run_installed(installed, "-c", "from ctiflow.bench import BENCHES, LONG_BENCHES, figures; "
+                        "print(','.join(BENCHES + LONG_BENCHES)); print(figures.DATA, figures.DATA.is_file())",
+                        cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    names, data = got.stdout.split("\n")[:2]
+    assert set(names.split(",")) == {"source", "adapter", "count", "bins", "match", "rules", "reliability", "scale",
+                                     "peers", "latency", "soak"}
+    path, exists = data.rsplit(" ", 1)
+    assert exists == "True" and Path(path).resolve().is_relative_to(installed.resolve()), data
 
 
 def test_the_installed_package_finds_its_files_and_checks_a_job(installed, tmp_path):
