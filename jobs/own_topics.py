@@ -35,10 +35,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from typing import Any
 
 from ctiflow.jobs.avro.serde import StoredSchema
-from ctiflow.operators.errors import CtiflowError
+from ctiflow.operators.errors import CtiflowError, StackError
 
 #: Where the readers' warnings go (to stderr unless the application configures logging).
 LOG = logging.getLogger("ctiflow.own_topics")
@@ -154,3 +155,15 @@ def schema_entry(key: bytes | None, value: bytes | None) -> StoredSchema:
         raise ForeignRecord(f"schema {name!r} has fingerprint {stored.fingerprint.hex()}, not its key "
                             f"{key.hex()}: ignored")
     return stored
+
+
+_STACK_ERROR = re.compile(r"ctiflow\.operators\.errors\.StackError: ([^\n]+)")
+
+
+def stack_error_in(failure: BaseException) -> StackError | None:
+    """The :class:`StackError` a sink task or the sink's commit raised (a topic that is gone and
+    cannot be created again), from the failure of the streaming query it stopped: Spark wraps a
+    Python task's exception in its own, with the traceback as text; ``None`` for any other
+    failure (a bug stays one)."""
+    found = _STACK_ERROR.findall(str(failure))
+    return StackError(found[-1].strip()) if found else None

@@ -39,6 +39,7 @@ from ctiflow.jobs.config import JobConfig, duration_ms
 from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from ctiflow.jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
                         wait_for_broker)
+from ctiflow.jobs.own_topics import stack_error_in
 from ctiflow.jobs.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, CheckpointDir, CounterReader, ProgressLog,
                                      group_labels,
                                      read_counters, replay_through, reset_uncommitted_checkpoint, start_offsets,
@@ -362,7 +363,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
                 if max_batches and len(batches) >= max_batches:
                     break
             if query.exception():
-                raise query.exception()
+                raise stack_error_in(query.exception()) or query.exception()  # a topic gone for good: one line
         finally:
             if query.isActive:
                 query.stop()

@@ -131,3 +131,23 @@ def test_a_skipped_record_is_warned_about_once_with_its_topic_partition_and_offs
     assert [r.getMessage() for r in caplog.records] == [
         f"warning: j.ctiflow-markers partition 2 offset {o}: skipped a record ctiflow did not write (not JSON)"
         for o in (41, 42)]
+
+
+def test_a_topic_a_task_could_not_create_again_stops_the_run_with_its_own_line():
+    """Spark stops the query with its own exception around the task's Python traceback; the run
+    raises the StackError's line (one line at the command line), and anything else stays as it was."""
+    from ctiflow.jobs.own_topics import stack_error_in
+    from ctiflow.operators.errors import StackError
+
+    spark_text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted due to stage "
+                  "failure: Task 1 in stage 4.0 failed 1 times, most recent failure: Lost task 1.0 in stage 4.0 "
+                  "(TID 9): org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+                  '  File "/work/main/jobs/sink.py", line 251, in marker_topic_partitions\n'
+                  "ctiflow.operators.errors.StackError: the job's marker topic j.ctiflow-markers is missing and "
+                  "could not be created again on 127.0.0.1:9092; create it with `ctiflow topics create`\n"
+                  "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException")
+    error = stack_error_in(RuntimeError(spark_text))
+    assert isinstance(error, StackError)
+    assert str(error) == ("the job's marker topic j.ctiflow-markers is missing and could not be created again on "
+                          "127.0.0.1:9092; create it with `ctiflow topics create`")
+    assert stack_error_in(RuntimeError("PythonException: ... TypeError: unsupported operand")) is None
