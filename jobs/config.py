@@ -1066,45 +1066,90 @@ def parse(raw: Any, origin: str = "<config>") -> JobConfig:
 ENV_OVERRIDES = env_overrides()
 
 
-#: The most values a job file may expand to (YAML aliases repeat a node without repeating its text).
+#: The most values a YAML text (a job file, a rule's definition) may expand to: YAML aliases repeat
+#: a node without repeating its text, so 500 bytes can stand for a billion values.
 MAX_YAML_VALUES = 100_000
+#: The deepest a YAML text may nest (flow ``[`` / ``{`` or indentation): PyYAML composes a node by
+#: recursion, so depth is refused while composing, before it could exhaust the stack.
+MAX_YAML_DEPTH = 100
+#: The longest integer a YAML text may write (characters): past it no value of ours fits, and
+#: Python's int() of a long digit string is slow (refused outright past 4,300 digits).
+MAX_YAML_INTEGER = 100
 
 
-class _JobLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
-    silently): a job file's second ``delay:`` is a mistake, not an override."""
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader under bounds checked while the node graph is composed, before any
+    value is constructed: at most :data:`MAX_YAML_DEPTH` levels, at most :data:`MAX_YAML_VALUES`
+    values once every alias (and merge ``<<``) counts each time it is used — counted per node once,
+    so a billion-laughs text costs its own size — and no alias inside its own anchor. While values
+    are constructed: integers of at most :data:`MAX_YAML_INTEGER` characters, and no key given twice
+    in one mapping (PyYAML keeps the last silently): a job file's second ``delay:`` is a mistake,
+    not an override."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values: dict[int, int] = {}  # id(node) → the values it expands to
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep; write it "
+                                              "flatter", self.peek_event().start_mark)
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            anchor = self.anchors.get(event.anchor)
+            if anchor is not None and id(anchor) not in self._values:  # (still being composed)
+                raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is used inside its own anchor "
+                                                  "(it would nest for ever)", event.start_mark)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        known = self._values.get(id(node))
+        if known is None:  # (an alias returns its anchor's node, counted already)
+            children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else
+                        node.value if isinstance(node, yaml.SequenceNode) else [])
+            known = self._values[id(node)] = 1 + sum(self._values.get(id(c), 1) for c in children)
+        if known > MAX_YAML_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None, f"expands to more than {MAX_YAML_VALUES:,} values (YAML aliases `*name` repeat what they "
+                "name): write it out, or use fewer nested aliases", node.start_mark)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # (an unhashable key: PyYAML's own check refuses it)
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} is given twice in one mapping (first on line {seen[key] + 1}); "
                     "keep one", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        if len(node.value) > MAX_YAML_INTEGER:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(node.value):,} characters: more than {MAX_YAML_INTEGER} is more than "
+                "any setting takes", node.start_mark)
+        return super().construct_yaml_int(node)
 
-def _expanded_size(value: Any, limit: int) -> int:
-    """How many values ``value`` holds once its shared (aliased) parts count once per use; stops
-    counting past ``limit``. Memoised per object, so a billion-laughs file costs its own size."""
-    sizes: dict[int, int] = {}
 
-    def size(v: Any) -> int:
-        if not isinstance(v, (dict, list)):
-            return 1
-        known = sizes.get(id(v))
-        if known is None:
-            known, children = 1, (list(v.keys()) + list(v.values())) if isinstance(v, dict) else v
-            for child in children:
-                known += size(child)
-                if known > limit:
-                    break
-            sizes[id(v)] = known
-        return known
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
-    return size(value)
+
+def load_yaml(text: str, origin: str) -> Any:
+    """``text`` as YAML under the bounds of :class:`_BoundedLoader` (depth, values with aliases
+    expanded, keys given twice), each checked before the value is built: the job file's loader
+    and a rule definition's (:func:`ctiflow.jobs.rules.parse_pattern`) are this one. Anything
+    the text does wrong is a :class:`ConfigError` starting with ``origin``."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: not valid YAML: {exc}") from None
 
 
 def load(path: str | Path) -> JobConfig:
@@ -1116,13 +1161,4 @@ def load(path: str | Path) -> JobConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at position "
                           f"{exc.start + 1}: {exc.reason}); save the job file as UTF-8") from None
-    try:
-        raw = yaml.load(text, Loader=_JobLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to be a job configuration") from None
-    if _expanded_size(raw, MAX_YAML_VALUES) > MAX_YAML_VALUES:
-        raise ConfigError(f"{path}: expands to more than {MAX_YAML_VALUES:,} values (YAML aliases `*name` repeat "
-                          "what they name): write the configuration out, or use fewer nested aliases")
-    return parse(raw, str(path))
+    return parse(load_yaml(text, str(path)), str(path))

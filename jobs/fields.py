@@ -50,7 +50,8 @@ def _stage_expressions(stages: Any, label: str) -> Iterator[tuple[str, str]]:
             if isinstance(stage.get(key), str):
                 yield f"{here}.{key}", stage[key]
         alternatives = stage.get("or")
-        for text in [alternatives] if isinstance(alternatives, str) else alternatives or []:
+        for text in [alternatives] if isinstance(alternatives, str) else alternatives if isinstance(
+                alternatives, list) else []:  # (anything else: the pattern's own check says what is wrong)
             if isinstance(text, str):
                 yield f"{here}.or", text
         if "subtype" in stage:

@@ -11,12 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from ctiflow.jobs.config import JobConfig, MatchOp, _pattern_durations
+from ctiflow.jobs.config import JobConfig, MatchOp, _pattern_durations, load_yaml
+from ctiflow.operators.cep.declarative import check_nesting
 from ctiflow.operators.cep.operator import MatchSettings
 from ctiflow.operators.cep.rules import Rule
-from ctiflow.operators.errors import ConfigError, CtiflowError
+from ctiflow.operators.errors import ConfigError, CtiflowError, PatternError
 from ctiflow.operators.reference import SyncMode
 
 RULE_SCHEMA = "rule"
@@ -52,7 +51,12 @@ class RuleCompiler:
         if op.language == "sql":
             trial = op.model_copy(update={"sql": rule.definition, "pattern": None, "rules": None})
         else:
-            trial = op.model_copy(update={"pattern": parse_pattern(rule.definition), "sql": None, "rules": None})
+            pattern = parse_pattern(rule.definition)
+            try:  # (the shape first: the field checks below read every stage)
+                check_nesting(pattern.get("stages"), unique_names=True)
+            except PatternError as exc:
+                raise ConfigError("the rule's definition", [str(exc)]) from None
+            trial = op.model_copy(update={"pattern": pattern, "sql": None, "rules": None})
         job = self.job.model_copy(update={"operators": [trial]})
         errors = field_errors(job)
         if errors:
@@ -74,11 +78,9 @@ def rules_specs(cfg: JobConfig, spec: type) -> tuple:
 
 
 def parse_pattern(text: str | None) -> dict[str, Any]:
-    """A pattern definition: the job file's YAML form of one pattern (durations like ``10m``)."""
-    try:
-        spec = yaml.safe_load(text or "")
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"the definition is not YAML: {exc}") from None
+    """A pattern definition: the job file's YAML form of one pattern (durations like ``10m``),
+    read under the job file's bounds (:func:`ctiflow.jobs.config.load_yaml`: depth, aliases)."""
+    spec = load_yaml(text or "", "the definition")
     if not isinstance(spec, dict):
         raise ConfigError("a pattern definition is a YAML mapping (stages: [...], within: ...)")
     try:

@@ -51,6 +51,9 @@ CONTIGUITY = {
 }
 NEGATION = {"not_next": "not_next", "not_followed_by": "not_followed_by"}
 SKIPS = ("no_skip", "skip_to_next", "skip_past_last_event", "skip_to_first", "skip_to_last")
+#: The deepest groups may nest (a ``group:`` inside a group's stage): building and compiling a
+#: pattern recurse once per level. (A YAML text reaches about half of ``MAX_YAML_DEPTH``.)
+MAX_GROUP_DEPTH = 50
 
 
 def pattern_from_dict(spec: Mapping[str, Any]) -> Pattern:
@@ -61,6 +64,7 @@ def pattern_from_dict(spec: Mapping[str, Any]) -> Pattern:
     name = spec.get("name", "pattern")
     skip = skip_from_spec(spec.get("skip"))
     stages = spec.get("stages")
+    check_nesting(stages)
     problems = condition_problems(stages)
     if problems:
         raise PatternError(problems=problems)
@@ -70,6 +74,29 @@ def pattern_from_dict(spec: Mapping[str, Any]) -> Pattern:
         pattern.within(_non_negative_int(within, "pattern", "within_ms"),
                        _within_type(spec.get("within_type"), "pattern"))
     return pattern
+
+
+def check_nesting(stages: Any, unique_names: bool = False) -> None:
+    """A :class:`PatternError` if groups nest deeper than :data:`MAX_GROUP_DEPTH` or (with
+    ``unique_names``) a stage name, not a group's, comes twice, as the compiler would say —
+    walked without recursion, before anything reads the stages: a rule's stage repeated by YAML
+    aliases ten thousand times is refused here, not after its conditions compiled as often."""
+    todo, names = [(stages, 1)], set()
+    while todo:
+        items, depth = todo.pop()
+        if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
+            continue
+        for stage in items:
+            name = stage.get("name") if isinstance(stage, Mapping) and "group" not in stage else None
+            if unique_names and isinstance(name, str):
+                if name in names:
+                    raise PatternError(f"duplicate stage name {name!r}: stage names must be unique")
+                names.add(name)
+            if isinstance(stage, Mapping) and "group" in stage:
+                if depth > MAX_GROUP_DEPTH:
+                    raise PatternError(f"stage {stage.get('name')!r}: groups nest more than {MAX_GROUP_DEPTH} levels "
+                                       "deep; write the pattern flatter")
+                todo.append((stage["group"], depth + 1))
 
 
 def condition_problems(stages: Any) -> list[str]:

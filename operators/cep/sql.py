@@ -204,6 +204,10 @@ class _Parser:
         tok = self.tok
         if tok.kind != "number" or not tok.text.isdigit():
             raise self.fail(f"expected {what} (a non-negative integer), found {tok.text or 'the end'!r}")
+        # (the length first: int() of thousands of digits is slow, and refused past 4,300)
+        if len(tok.text.lstrip("0")) > 19 or int(tok.text) > BIGINT_MAX:
+            shown = tok.text if len(tok.text) <= 20 else f"{tok.text[:20]}… ({len(tok.text):,} digits)"
+            raise self.fail(f"{what} {shown} is out of the BIGINT range")
         self.i += 1
         return int(tok.text)
 
