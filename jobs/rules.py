@@ -7,16 +7,23 @@ The semantics (when a version judges which events) are the operator's:
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ctiflow.jobs.config import JobConfig, MatchOp, _pattern_durations, load_yaml
 from ctiflow.operators.cep.declarative import check_nesting
 from ctiflow.operators.cep.operator import MatchSettings
-from ctiflow.operators.cep.rules import Rule
-from ctiflow.operators.errors import ConfigError, CtiflowError, PatternError
+from ctiflow.operators.cep.rules import Rule, RuleBook, record_problem
+from ctiflow.operators.errors import ConfigError, DecodeError, PatternError
 from ctiflow.operators.reference import SyncMode
+from ctiflow.operators.time import CTI_NONE
+
+if TYPE_CHECKING:
+    from ctiflow.jobs.kafka import Message
 
 RULE_SCHEMA = "rule"
 
@@ -89,45 +96,79 @@ def parse_pattern(text: str | None) -> dict[str, Any]:
         raise ConfigError(str(exc)) from None
 
 
+def replay(job: JobConfig, op: MatchOp, rules: Iterable[Rule]) -> tuple[RuleBook, list[Rule]]:
+    """The operator's book after ``rules`` were offered in order, as the job offers them but
+    CTIs aside (each at :data:`CTI_NONE`: none is late), with the plan's own compile → the book
+    and the records it accepted, in order. The one acceptance check the CLI applies is this one
+    (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`)."""
+    from ctiflow.jobs.recognize import operator_of
+
+    book, compile = RuleBook(operator_of(op, job)[1].rules), RuleCompiler(job, op.name)
+    return book, [r for r in rules if book.offer(r, CTI_NONE, compile).outcome != "rejected"]
+
+
 def check_rule(job: JobConfig, rule: Rule) -> None:
-    """Everything the job checks of a rule record before it could take effect (the CTI aside):
-    the operator, the action, the definition (:class:`RuleCompiler`)."""
-    op = ruled_operator(job, rule.operator)
-    if rule.action == "put":
-        try:
-            RuleCompiler(job, op.name)(rule)
-        except CtiflowError as exc:
-            problems = getattr(exc, "problems", None) or []
-            raise ConfigError(f"rule {rule.rule_id!r}: {exc}", problems) from None
+    """A :class:`ConfigError` with the reason if the job would refuse ``rule`` as its rules
+    topic's first record (the CTI aside): :func:`replay`'s book decides."""
+    book, _ = replay(job, ruled_operator(job, rule.operator), [])
+    _accepted_by(book, job, rule)
+
+
+def _accepted_by(book: RuleBook, job: JobConfig, rule: Rule) -> None:
+    decision = book.offer(rule, CTI_NONE, RuleCompiler(job, rule.operator))
+    if decision.outcome == "rejected":
+        raise ConfigError(f"rule {rule.rule_id!r} version {rule.version}: the job would refuse it: {decision.reason}")
 
 
 # -- the rules topic --------------------------------------------------------------------------
-def read_rules(job: JobConfig, op: MatchOp) -> list[Rule]:
-    """Every record of the operator's rules topic, in topic order (an undecodable one is left
-    out: the job dead-letters it with the reason)."""
-    from ctiflow.jobs.kafka import holds_records, iter_topic, list_topics
-
-    registry, client = job.kafka.schema_registry, job.kafka.client_config()
-    if op.rules.topic not in list_topics(job.kafka.bootstrap_servers, client) or not holds_records(
-            job.kafka.bootstrap_servers, op.rules.topic, client):
-        return []  # (no rule yet)
-    return [Rule.from_record(r) for r in iter_topic(job.kafka.bootstrap_servers, op.rules.topic, client,
-                                                    registry_url=registry.url, registry_config=registry.client_config())
-            if "_undecodable" not in r]
+def _warn(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
 
 
-def timeline(rules: list[Rule]) -> dict[str, list[Rule]]:
-    """The records as the job schedules them, CTIs aside (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`):
-    per rule id, each record newer than the last one kept that takes effect no earlier."""
-    kept: dict[str, list[Rule]] = {}
-    for rule in rules:
-        mine = kept.setdefault(rule.rule_id, [])
-        if mine and (rule.version <= mine[-1].version or rule.effective_time < mine[-1].effective_time):
+def rules_of(messages: Iterable[Message], decode: Callable[[bytes], dict], topic: str,
+             warn: Callable[[str], None] = _warn) -> list[Rule]:
+    """The rule records among a rules topic's ``messages`` (in order), decoded with the rule
+    schema as the reader's (``decode``), as the job decodes them; one that does not decode as a
+    rule — bytes that are not Avro, a record of another schema — is skipped with a warning naming
+    its partition and offset (the job dead-letters it)."""
+    rules = []
+    for m in messages:
+        try:
+            record = decode(m.value)
+        except DecodeError as exc:
+            warn(f"{topic} partition {m.partition} offset {m.offset}: not a rule record, skipped ({exc})")
             continue
-        if rule.action == "delete" and (not mine or mine[-1].action == "delete"):
-            continue
-        mine.append(rule)
-    return {k: v for k, v in kept.items() if v}
+        rules.append(Rule.from_record(record))
+    return rules
+
+
+def read_rules(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> list[Rule]:
+    """Every rule record of the operator's rules topic, in topic order (:func:`rules_of`)."""
+    from ctiflow.jobs.avro.serde import AvroDeserializer, registry_client
+
+    topic, registry = op.rules.topic, job.kafka.schema_registry
+    decode = AvroDeserializer(RULE_SCHEMA, subject=f"{topic}-value", registry=registry_client(
+        registry.url, registry.client_config()) if registry.url else None)
+    return rules_of(topic_messages(job, topic), decode, topic, warn)
+
+
+def topic_messages(job: JobConfig, topic: str) -> Iterator[Message]:
+    """``topic``'s records as they are now, partition by partition from the beginning (none if
+    there is no such topic)."""
+    from ctiflow.jobs.kafka import consumer, list_topics, low_offset, read_range, topic_partitions, true_end_offset
+
+    bootstrap, client = job.kafka.bootstrap_servers, job.kafka.client_config()
+    if topic not in list_topics(bootstrap, client):
+        return  # (no rule yet)
+    cons = consumer(bootstrap, client)
+    try:
+        for part in topic_partitions(bootstrap, topic, client):
+            low = low_offset(cons, topic, part)
+            with closing(read_range(cons, topic, part, low, true_end_offset(cons, topic, part, low))) as ranges:
+                for msgs in ranges:
+                    yield from msgs
+    finally:
+        cons.close()
 
 
 def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
@@ -169,8 +210,9 @@ def iso_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def effective_ms(text: str | int | None) -> int:
-    """An effective time: epoch ms, an ISO 8601 date-time (UTC unless it says), or ``now``."""
+def effective_ms(text: str | int | None, option: str = "--effective") -> int:
+    """An effective time: epoch ms, an ISO 8601 date-time (UTC unless it says), or ``now``; an
+    error names ``option`` (the command line's option that gave it)."""
     from datetime import datetime, timezone
 
     if text is None or text == "now":
@@ -180,56 +222,59 @@ def effective_ms(text: str | int | None) -> int:
     try:
         at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"--effective {text!r}: give epoch milliseconds, an ISO date-time such as "
+        raise ConfigError(f"{option} {text!r}: give epoch milliseconds, an ISO date-time such as "
                           "2026-11-28T09:00:00Z, or now") from None
     if at.tzinfo is None:
         at = at.replace(tzinfo=timezone.utc)
     return int(at.timestamp() * 1000)
 
 
-def _next(job: JobConfig, op: MatchOp, rule_id: str, version: int | None, effective: int) -> int:
-    """The version to write: the next after the topic's last for ``rule_id`` (or ``version``,
-    refused unless newer); refused if it would take effect before that one."""
-    mine = [r for r in read_rules(job, op) if r.rule_id == rule_id]
-    last = max(mine, key=lambda r: r.version, default=None)
-    if last is not None and version is not None and version <= last.version:
-        raise ConfigError(f"--version {version}: rule {rule_id!r} is at version {last.version} already; a new "
-                          f"version must be newer (leave --version out: {last.version + 1})")
-    if last is not None and effective < last.effective_time:
-        raise ConfigError(f"--effective {effective}: version {last.version} of rule {rule_id!r} takes effect at "
-                          f"{last.effective_time}; a version takes effect after the one before it")
-    return version if version is not None else (last.version + 1 if last is not None else 1)
+def _write(job: JobConfig, op: MatchOp, rule: Rule, version: int | None, warn: Callable[[str], None]) -> Rule:
+    """Write ``rule`` as its next version (``version``, or the topic's last for its id + 1) once
+    the job would accept it after the topic's records: the record alone first (its size before
+    the topic is read or the definition compiled), then :func:`replay`'s book."""
+    problem = record_problem(replace(rule, version=1 if version is None else version))
+    if problem is not None:
+        raise ConfigError(f"rule {rule.rule_id!r}: the job would refuse it: {problem}")
+    records = read_rules(job, op, warn)
+    book, _ = replay(job, op, records)
+    if version is None:
+        version = max((r.version for r in records if r.rule_id == rule.rule_id and r.operator == op.name),
+                      default=0) + 1
+    rule = replace(rule, version=version)
+    _accepted_by(book, job, rule)
+    produce_rule(job, op, rule)
+    return rule
 
 
 def put_rule(job: JobConfig, definition: str, *, rule_id: str, operator: str | None = None,
-             effective: str | int | None = None, version: int | None = None, comment: str | None = None) -> Rule:
-    """Check a rule's definition against the job (as the job will) and write it as the rule's
-    next version, taking effect at ``effective`` (default: now). → the record written."""
+             effective: str | int | None = None, version: int | None = None, comment: str | None = None,
+             warn: Callable[[str], None] = _warn) -> Rule:
+    """Write a rule's definition as its next version, taking effect at ``effective`` (default:
+    now), if the job would accept it (:func:`_write`) → the record written. ``warn``: told of each
+    record of the topic that is not a rule (skipped)."""
     op = _operator(job, operator)
-    at = effective_ms(effective)
-    rule = Rule(rule_id, op.name, 1, at, "put", definition, comment)
-    check_rule(job, rule)
-    rule = Rule(rule_id, op.name, _next(job, op, rule_id, version, at), at, "put", definition, comment)
-    produce_rule(job, op, rule)
-    return rule
+    rule = Rule(rule_id, op.name, 0, effective_ms(effective), "put", definition, comment)
+    return _write(job, op, rule, version, warn)
 
 
 def delete_rule(job: JobConfig, rule_id: str, *, effective: str | int | None = None, operator: str | None = None,
-                comment: str | None = None) -> Rule:
+                comment: str | None = None, warn: Callable[[str], None] = _warn) -> Rule:
     """Write a ``delete`` version of a rule: from ``effective`` (default: now) it judges nothing."""
     op = _operator(job, operator)
-    at = effective_ms(effective)
-    live = timeline(read_rules(job, op)).get(rule_id)
-    if not live or live[-1].action == "delete":
-        raise ConfigError(f"--id {rule_id!r}: operator {op.name!r} has no live rule by that id (see ctiflow rules list)")
-    rule = Rule(rule_id, op.name, _next(job, op, rule_id, None, at), at, "delete", None, comment)
-    produce_rule(job, op, rule)
-    return rule
+    rule = Rule(rule_id, op.name, 0, effective_ms(effective), "delete", None, comment)
+    return _write(job, op, rule, None, warn)
 
 
-def list_rules(job: JobConfig, operator: str | None = None) -> dict[str, list[Rule]]:
+def list_rules(job: JobConfig, operator: str | None = None, warn: Callable[[str], None] = _warn
+               ) -> dict[str, list[Rule]]:
     """Every operator's (or ``operator``'s) rules as the job schedules them: operator → the
-    versions in effective-time order (CTIs aside: a late one the job refuses is listed)."""
+    versions the job accepts (:func:`replay`), per rule id in effective-time order (CTIs aside: a
+    late one the job refuses is listed)."""
     ops = [_operator(job, operator)] if operator else [o for o in job.operators
                                                         if isinstance(o, MatchOp) and o.rules is not None]
-    return {op.name: [r for versions in timeline(read_rules(job, op)).values() for r in versions] for op in ops}
+    listed = {}
+    for op in ops:
+        _, accepted = replay(job, op, read_rules(job, op, warn))
+        listed[op.name] = sorted(accepted, key=lambda r: r.rule_id)  # (stable: each id's in topic order)
+    return listed

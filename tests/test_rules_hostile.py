@@ -252,9 +252,8 @@ def test_a_definition_over_the_size_bound_is_refused_before_it_is_parsed():
 @pytest.mark.parametrize("rule, reason", [
     (Rule("r", OPERATOR, 0, 0, "put", "stages: [{name: a}]"), "versions start at 1"),
     (Rule("r", OPERATOR, 1, -5, "put", "stages: [{name: a}]"), "effective_time -5 is negative"),
-    (Rule("", OPERATOR, 1, 0, "put", "stages: [{name: a}]"), "rule_id is empty"),
 ])
-def test_the_book_refuses_a_version_below_1_a_negative_time_and_an_empty_id(rule, reason):
+def test_the_book_refuses_a_version_below_1_and_a_negative_effective_time(rule, reason):
     spec = SPECS["pattern"]
     decision = RuleBook(spec.settings).offer(rule, CTI_NONE, spec.compile)
     assert decision.outcome == "rejected" and reason in decision.reason

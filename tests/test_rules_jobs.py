@@ -14,7 +14,7 @@ import pytest
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.recognize import derived_schemas
 from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.rules import RuleCompiler, check_rule, timeline
+from ctiflow.jobs.rules import RuleCompiler, check_rule, replay
 from ctiflow.jobs.runtime import GroupRuntime, Plan
 from ctiflow.operators.cep.operator import MatchOperator
 from ctiflow.operators.cep.rules import Rule
@@ -279,9 +279,10 @@ def test_rule_records_are_checked_before_they_are_written():
         check_rule(cfg, Rule("big", "other", 1, T0, "put", yaml_of(pattern(10))))
     with pytest.raises(ConfigError, match="stage"):
         check_rule(cfg, Rule("big", "fraud", 1, T0, "put", yaml_of({"stages": []})))
-    assert list(timeline([Rule("a", "fraud", 1, 5, "put", "x"), Rule("a", "fraud", 1, 9, "put", "y"),
-                          Rule("a", "fraud", 2, 7, "delete")])["a"]) == [Rule("a", "fraud", 1, 5, "put", "x"),
-                                                                         Rule("a", "fraud", 2, 7, "delete")]
+    x, y = yaml_of(pattern(10)), yaml_of(pattern(20))
+    assert replay(cfg, cfg.operators[0], [Rule("a", "fraud", 1, 5, "put", x), Rule("a", "fraud", 1, 9, "put", y),
+                                          Rule("a", "fraud", 2, 7, "delete")])[1] == [
+        Rule("a", "fraud", 1, 5, "put", x), Rule("a", "fraud", 2, 7, "delete")]
 
 
 def test_the_rules_section_is_checked_with_the_job():

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctiflow.jobs.cli.consoles import out
+from ctiflow.jobs.cli.consoles import console, out
 from ctiflow.jobs.cli.parameters import read_text
 
 app = typer.Typer(help="A match operator's rules: patterns that take effect at an application time, while the job "
@@ -31,6 +31,11 @@ def _when(ms: int) -> str:
     return iso_time(ms)
 
 
+def _warn(message: str) -> None:
+    """A record of the rules topic that is not a rule (skipped, as the job dead-letters it)."""
+    console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
+
 @app.command("put")
 def put(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as in a job file) or RULE.sql "
                                                         "(a MATCH_RECOGNIZE query)")],
@@ -46,7 +51,7 @@ def put(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as
     from ctiflow.jobs.rules import put_rule
 
     rule = put_rule(load(job), read_text(definition), rule_id=rule_id, operator=operator, effective=effective,
-                    version=version, comment=comment)
+                    version=version, comment=comment, warn=_warn)
     out.print(f"rule {escape(rule.rule_id)!r} version {rule.version} of operator {escape(rule.operator)!r}: takes "
               f"effect at {rule.effective_time} ({_when(rule.effective_time)})")
 
@@ -58,7 +63,7 @@ def rm(job: Job, rule_id: RuleId, operator: Operator = None, effective: Effectiv
     from ctiflow.jobs.config import load
     from ctiflow.jobs.rules import delete_rule
 
-    rule = delete_rule(load(job), rule_id, effective=effective, operator=operator, comment=comment)
+    rule = delete_rule(load(job), rule_id, effective=effective, operator=operator, comment=comment, warn=_warn)
     out.print(f"rule {escape(rule.rule_id)!r} deleted at {rule.effective_time} ({_when(rule.effective_time)}): "
               f"version {rule.version}")
 
@@ -72,8 +77,8 @@ def list_(job: Job, operator: Operator = None,
     from ctiflow.jobs.config import load
     from ctiflow.jobs.rules import effective_ms, list_rules
 
-    now = effective_ms(at)
-    for name, rules in list_rules(load(job), operator).items():
+    now = effective_ms(at, "--at")
+    for name, rules in list_rules(load(job), operator, warn=_warn).items():
         table = Table(title=f"operator {name}: rules at {_when(now)}", title_justify="left")
         for column in ("rule", "version", "effective", "action", "state", "comment"):
             table.add_column(column)

@@ -118,6 +118,29 @@ class RulesSettings:
             raise invalid_choice("late_rules", self.late_rules, LATE_RULES)
 
 
+def record_problem(rule: Rule) -> str | None:
+    """What :meth:`RuleBook.offer` refuses in a record on its own, before the timeline or the
+    definition's compile is looked at (so cheap, and first): an empty ``rule_id``, an unknown
+    ``action``, a ``version`` below 1, a negative ``effective_time``, a put without a definition
+    or with one over :data:`MAX_DEFINITION_BYTES`. → the reason, or None."""
+    if not rule.rule_id:
+        return "rule_id is empty"
+    if rule.action not in ACTIONS:
+        return f"action {rule.action!r} is not one of put, delete"
+    if rule.version < 1:
+        return f"version {rule.version} of rule {rule.rule_id!r}: versions start at 1"
+    if rule.effective_time < 0:
+        return f"effective_time {rule.effective_time} is negative: give epoch milliseconds"
+    if rule.action == "put":
+        if not rule.definition:
+            return "a put needs a definition (a pattern or a MATCH_RECOGNIZE query)"
+        size = len(rule.definition.encode("utf-8", "surrogatepass"))
+        if size > MAX_DEFINITION_BYTES:
+            return (f"the definition is {size:,} bytes, more than {MAX_DEFINITION_BYTES:,} (a rule is one pattern "
+                    "or query: split it into several rules)")
+    return None
+
+
 class RuleBook:
     """The timeline of an operator's rules: ``rule_id → [RuleVersion]`` in effective-time order
     (strictly increasing versions, non-decreasing effective times). Past a CTI the timeline
@@ -152,14 +175,9 @@ class RuleBook:
         if rule.operator != s.operator:
             return Decision("rejected", f"the rule is for operator {rule.operator!r}; this job's rules topic feeds "
                                         f"operator {s.operator!r}")
-        if not rule.rule_id:
-            return Decision("rejected", "rule_id is empty")
-        if rule.action not in ACTIONS:
-            return Decision("rejected", f"action {rule.action!r} is not one of put, delete")
-        if rule.version < 1:
-            return Decision("rejected", f"version {rule.version} of rule {rule.rule_id!r}: versions start at 1")
-        if rule.effective_time < 0:
-            return Decision("rejected", f"effective_time {rule.effective_time} is negative: give epoch milliseconds")
+        problem = record_problem(rule)
+        if problem is not None:
+            return Decision("rejected", problem)
         versions = self.timeline.get(rule.rule_id, [])
         last = versions[-1] if versions else None
         if last is not None and rule.version <= last.version:
@@ -167,12 +185,6 @@ class RuleBook:
                                         f"{last.version} (give the next version a higher number)")
         settings = None
         if rule.action == "put":
-            if not rule.definition:
-                return Decision("rejected", "a put needs a definition (a pattern or a MATCH_RECOGNIZE query)")
-            size = len(rule.definition.encode("utf-8", "surrogatepass"))
-            if size > MAX_DEFINITION_BYTES:
-                return Decision("rejected", f"the definition is {size:,} bytes, more than {MAX_DEFINITION_BYTES:,} "
-                                            "(a rule is one pattern or query: split it into several rules)")
             try:
                 settings = compile(rule)
             except CtiflowError as exc:
