@@ -1133,8 +1133,8 @@ class _BoundedLoader(yaml.SafeLoader):
     def construct_yaml_int(self, node):
         if len(node.value) > MAX_YAML_INTEGER:
             raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value):,} characters: more than {MAX_YAML_INTEGER} is more than "
-                "any setting takes", node.start_mark)
+                None, None, f"an integer of {len(node.value):,} characters (at most {MAX_YAML_INTEGER}: no setting "
+                "takes a larger number)", node.start_mark)
         return super().construct_yaml_int(node)
 
 

@@ -117,7 +117,8 @@ def check_rule(job: JobConfig, rule: Rule) -> None:
 def _accepted_by(book: RuleBook, job: JobConfig, rule: Rule) -> None:
     decision = book.offer(rule, CTI_NONE, RuleCompiler(job, rule.operator))
     if decision.outcome == "rejected":
-        raise ConfigError(f"rule {rule.rule_id!r} version {rule.version}: the job would refuse it: {decision.reason}")
+        raise ConfigError(f"rule {rule.rule_id!r} version {rule.version}: the job would refuse it: "
+                          f"{decision.reason}")
 
 
 # -- the rules topic --------------------------------------------------------------------------
