@@ -34,11 +34,13 @@ def job(registry_section: dict) -> dict:
 
 def forms(registry: RegistryDouble) -> dict[str, dict]:
     return {"userinfo in the url": {"url": registry.url_with("alice")},
-            "basic.auth.user.info": {"url": registry.url, "config": {"basic.auth.user.info": f"alice:{PASSWORD}"}}}
+            "basic.auth.user.info": {"url": registry.url,
+                                     "config": {"basic.auth.user.info": f"alice:{PASSWORD}"}}}
 
 
 @pytest.mark.parametrize("form", ["userinfo in the url", "basic.auth.user.info"])
-def test_the_job_s_registry_client_writes_and_reads_with_either_form_of_credentials(registry, form, monkeypatch):
+def test_the_job_s_registry_client_writes_and_reads_with_either_form_of_credentials(registry, form,
+                                                                                     monkeypatch):
     monkeypatch.delenv("CTIFLOW_SCHEMA_REGISTRY_URL", raising=False)
     cfg = parse(job(forms(registry)[form]))
     section = cfg.kafka.schema_registry
@@ -51,7 +53,8 @@ def test_the_job_s_registry_client_writes_and_reads_with_either_form_of_credenti
     assert registry.refused == 0
     assert {user for _, _, user in registry.requests} == {"alice"}
     assert {(m, p) for m, p, _ in registry.requests} >= {
-        ("POST", "/subjects/t-value/versions"), ("GET", "/subjects/t-value/versions"), ("GET", "/schemas/ids/1")}
+        ("POST", "/subjects/t-value/versions"), ("GET", "/subjects/t-value/versions"),
+        ("GET", "/schemas/ids/1")}
 
 
 @pytest.mark.parametrize("form", ["userinfo in the url", "basic.auth.user.info"])

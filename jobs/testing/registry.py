@@ -10,7 +10,7 @@ It answers the REST paths confluent-kafka's ``SchemaRegistryClient`` calls on ct
 | ``GET /schemas/ids/{id}`` | ``get_schema`` | ``{"schema"}``, else 404 (40403) |
 | ``GET /subjects`` | ``get_subjects`` | the subjects' names |
 | ``GET /subjects/{s}/versions`` | ``get_versions`` | the subject's versions, else 404 (40401) |
-| ``GET /subjects/{s}/versions/{v}`` | ``get_version`` (``v``: a number or ``latest``) | ``{"subject", "version", "id", "schema"}`` |
+| ``GET /subjects/{s}/versions/{v}`` | ``get_version`` (``v``: a number, ``latest``) | ``{"subject", "version", "id", "schema"}`` |
 
 Every request without the ``Authorization: Basic`` header of a known user and password is answered
 401 (error code 401) and counted in :attr:`RegistryDouble.refused`; every answered one is recorded
@@ -123,11 +123,12 @@ class RegistryDouble:
                 return 404, {"error_code": 40401, "message": f"Subject '{parts[1]}' not found."}
             if len(parts) == 3:
                 return 200, list(range(1, len(versions) + 1))
-            wanted = len(versions) if parts[3] == "latest" else int(parts[3]) if re.fullmatch(r"\d+", parts[3]) else 0
+            number = re.fullmatch(r"\d+", parts[3])
+            wanted = len(versions) if parts[3] == "latest" else int(parts[3]) if number else 0
             if not 1 <= wanted <= len(versions):
                 return 404, {"error_code": 40402, "message": "Version not found."}
             return 200, self._version(parts[1], wanted)
-        return 404, {"error_code": 404, "message": f"{method} /{'/'.join(parts)}: not a path this double serves"}
+        return 404, {"error_code": 404, "message": f"{method} /{'/'.join(parts)}: a path this double lacks"}
 
     def _version(self, subject: str, version: int) -> dict:
         schema_id = self._subjects[subject][version - 1]
