@@ -46,6 +46,8 @@ Wall-clock figures are for people; the smoke test looks only at matches and stat
 
 from __future__ import annotations
 
+from ctiflow.jobs.planner import plan_job
+
 import argparse
 import csv
 import gc
@@ -373,13 +375,13 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
     """Decode → time layer → operator → snapshot → encode, per micro-batch and key group."""
     from ctiflow.jobs.config import parse
     from ctiflow.jobs.rows import Control, GroupInput
-    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.runtime import GroupRuntime
     from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
     from ctiflow.operators.columns import EventColumns
     from ctiflow.operators.time import Event
 
     cfg = parse(job_config(name, spec, key_groups))
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     store = plan.schema_store()
     encoders = {topic: AvroSerializer(schema, store=store)
                 for topic, schema in cfg.result_topics().items()}

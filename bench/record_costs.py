@@ -25,6 +25,8 @@ up to the adapter's Python time per event.
 
 from __future__ import annotations
 
+from ctiflow.jobs.planner import plan_job
+
 import time
 import zlib
 from collections import defaultdict
@@ -69,7 +71,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
     from ctiflow.jobs.rows import ResultEncoder
     from ctiflow.jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
     from ctiflow.jobs.counters import Counters
-    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.runtime import GroupRuntime
     from ctiflow.jobs.avro.serde import AvroSerializer
     from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
     from ctiflow.jobs.source.decoder import RecordDecoder
@@ -79,7 +81,7 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
 
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap or "127.0.0.1:9"}})
     src = cfg.sources[0]
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     groups = cfg.key_groups
     opts = source_options(cfg, src, False, list(range(groups)))
     decoder = RecordDecoder(opts)

@@ -28,6 +28,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import Control, GroupInput
 from ctiflow.jobs.runtime import GroupRuntime, Plan
@@ -107,8 +108,8 @@ def main(out: Console | None = None, events_n: int = 200_000, sizes=(1, 10, 100,
         table.add_column(col, justify="right")
     figures = {}
     for n in sizes:
-        static_plan = Plan.from_config(job(n, False))
-        ruled_plan = Plan.from_config(job(n, True))
+        static_plan = plan_job(job(n, False))
+        ruled_plan = plan_job(job(n, True))
         rules = [Rule(f"r{i}", "fraud", 1, T0, "put", json.dumps(pattern(i))) for i in range(n)]
         best = {"static": float("inf"), "rules": float("inf")}
         matches = {}

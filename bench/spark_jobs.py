@@ -326,7 +326,8 @@ class _Forward:
 def forwarded(spark, bootstrap: str, spec: dict, topic: str, forward: bool = True):
     """Packed source → key groups → :class:`_Forward` (its records to ``topic``): the streaming
     frame of Spark's stateful plumbing alone, for a sink to start."""
-    from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
+    from ctiflow.jobs.adapter import OUTPUT_SCHEMA
+    from ctiflow.jobs.rows import INPUT_COLUMNS
 
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
     return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,

@@ -25,9 +25,10 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -68,7 +69,7 @@ class Row:
 
 
 def _plan(kind: str, chunk_keys: int):
-    p = Plan.from_config(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
+    p = plan_job(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
                          "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                       "time_field": "event_time", "measures": ["amount"], "cti": {"delay": -1}}],
                          "operators": [OPERATORS[kind]], "state": {"chunk_keys": chunk_keys}}, "scale"))
@@ -183,7 +184,7 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
     compressed as the adapter stores it. Events arrive up to 2 s out of order."""
     from ctiflow.jobs.state.codec import compressed, expanded
 
-    plan = replace(Plan.from_config(parse({
+    plan = replace(plan_job(parse({
         "job": "delay", "kafka": {"bootstrap_servers": "x:1"},
         "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                      "time_field": "event_time", "cti": {"delay": f"{delay_s}s"}}],

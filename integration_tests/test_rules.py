@@ -151,7 +151,7 @@ def expected(events: list[Event], kept: dict, language: str, on_change: str) -> 
                 settings = MatchSettings(None, name="fraud", sql=text, columns=columns, emit_timed_out=False,
                                          structured_events=True)
             else:
-                from ctiflow.jobs.rules import parse_pattern
+                from ctiflow.jobs.definitions import parse_pattern
                 settings = MatchSettings(pattern=parse_pattern(text), name="fraud", emit_timed_out=False,
                                          structured_events=True)
             op = MatchOperator(settings)

@@ -43,15 +43,23 @@ from collections.abc import Iterator
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ctiflow.jobs import rows
 from ctiflow.jobs.alloc import cyclic_gc_paused
 from ctiflow.jobs.counters import Counters
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.plan import Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
 from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
 from ctiflow.jobs.state.warm import WARM
+
+#: The adapter's output rows as Spark types: :data:`ctiflow.jobs.rows.OUTPUT_DDL` (the sink reads that).
+OUTPUT_SCHEMA = StructType([
+    StructField("topic", StringType()), StructField("key", BinaryType()),
+    StructField("value", BinaryType()), StructField("kind", StringType()),
+])
 
 
 def _field_decoder(options: dict[str, str]):

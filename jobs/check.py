@@ -16,7 +16,7 @@ from ctiflow.jobs.checkpoint import CheckpointDir, check_checkpoint_dir, check_k
 from ctiflow.jobs.config import JobConfig, load
 from ctiflow.jobs.fields import field_errors
 from ctiflow.jobs.masters import endpoints
-from ctiflow.jobs.recognize import operator_of
+from ctiflow.jobs.planner import build_operator
 from ctiflow.operators.errors import ConfigError, CtiflowError
 
 
@@ -86,7 +86,7 @@ def config_errors(cfg: JobConfig, path: str | Path = "<config>", checkpoint: "Ch
         errors.append(str(exc))
     for op in cfg.operators:
         try:
-            operator_of(op, cfg)
+            build_operator(op, cfg)
         except CtiflowError as exc:
             errors += _lines(exc, Path(path))
     if not checkpoint_too:

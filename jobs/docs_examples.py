@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.events import CTI_INFINITY, CTI_NONE, Event, OutputBatch
 
 T0 = 0  # examples count application time in ms from 0: "12000" reads as 12 s
@@ -55,7 +56,7 @@ def _streams(ex: Example, batch: dict) -> dict[str, dict[int, list[dict]]]:
 def run(ex: Example) -> list[tuple[int, int, list[tuple[str, dict]]]]:
     """→ per micro-batch: its number, the CTI it ended with and the records written (topic, record)."""
     cfg = parse({"job": "example", "kafka": {"bootstrap_servers": "localhost:9092"}, **ex.job}, "example")
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     sources = {s.name: s for s in cfg.sources}
     rt = GroupRuntime(plan)
     offsets: dict[tuple[str, int], int] = {}

@@ -9,55 +9,10 @@ each naming the config field, what is wrong and the schema's real fields.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
-
-from ctiflow.jobs.config import BinsOp, CountOp, JobConfig, MatchOp
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
-from ctiflow.operators.cep.expression import compile_expression
+from ctiflow.jobs.config import BinsOp, CountOp, JobConfig, MatchOp
+from ctiflow.jobs.definitions import INTEGER, NUMERIC, expression_field_errors, record_fields, stage_expressions
 from ctiflow.operators.errors import ConfigError, CtiflowError
-
-NUMERIC = frozenset({"int", "long", "float", "double"})
-INTEGER = frozenset({"int", "long"})
-#: Fields a joined event carries besides the fast stream's own (ctiflow.operators.reference.enriched_event).
-JOINED = ("reference", "reference_valid_from", "reference_missing")
-
-
-def base_types(avro_type: Any) -> set[str]:
-    """The primitive (or named complex) types a field's value can have, ``null`` included."""
-    if isinstance(avro_type, list):
-        return set().union(*(base_types(t) for t in avro_type))
-    if isinstance(avro_type, Mapping):
-        kind = avro_type.get("type")
-        return base_types(kind) if isinstance(kind, (list, Mapping)) else {kind}
-    return {avro_type}
-
-
-def record_fields(store: SchemaStore, schema: str) -> dict[str, set[str]]:
-    """A record schema's top-level field → its value types."""
-    return {f["name"]: base_types(f["type"]) for f in store.get(schema).parsed["fields"]}
-
-
-def _stage_expressions(stages: Any, label: str) -> Iterator[tuple[str, str]]:
-    """``(config path, expression)`` for every where / or / until of a pattern's stages."""
-    if not isinstance(stages, list):
-        return
-    for stage in stages:
-        if not isinstance(stage, Mapping):
-            continue
-        here = f"{label}.stage {stage.get('name')!r}"
-        for key in ("where", "until"):
-            if isinstance(stage.get(key), str):
-                yield f"{here}.{key}", stage[key]
-        alternatives = stage.get("or")
-        for text in [alternatives] if isinstance(alternatives, str) else alternatives if isinstance(
-                alternatives, list) else []:  # (anything else: the pattern's own check says what is wrong)
-            if isinstance(text, str):
-                yield f"{here}.or", text
-        if "subtype" in stage:
-            yield f"{here}.subtype", "type"
-        yield from _stage_expressions(stage.get("group"), here)
-
 
 def field_errors(cfg: JobConfig, store: SchemaStore | None = None) -> list[str]:
     """Every field of ``cfg`` that its schema does not have or has with an unusable type, after
@@ -110,19 +65,15 @@ class _FieldCheck:
             need("reference.join_field", cfg.reference.fast, cfg.reference.join_field)
 
     def expression(self, where: str, text: str, match: bool) -> None:
-        try:
-            paths = compile_expression(text, match_functions=match).field_paths
-        except CtiflowError:
-            return  # the operator's own compile reports it, with its context
-        for path in sorted(paths):
-            if len(path) > 1 and (path[0],) in paths and path[0] != "reference":
-                continue  # a nested field: its record is checked as path[0]
-            if self.joined and path[0] in JOINED:
-                if path[0] == "reference" and len(path) > 1:
-                    self.need(where, self.cfg.reference.source, path[1])
-                continue
-            if len(path) == 1:
-                self.need(where, self.fast, path[0])
+        fast = self.schemas.get(self.fast)
+        if fast is None:
+            return
+        reference = None
+        if self.joined:
+            source = self.cfg.reference.source
+            reference = (self.cfg.source(source).schema_name, self.schemas.get(source))
+        self.errors += expression_field_errors(where, text, fast, self.cfg.source(self.fast).schema_name, reference,
+                                               match_functions=match)
 
     def operators(self) -> None:
         fast = self.fast
@@ -137,7 +88,7 @@ class _FieldCheck:
                 for m in op.measures:
                     self.need(f"{label}.measures", fast, m, NUMERIC, "a prorated measure")
             elif isinstance(op, MatchOp) and op.pattern is not None:  # a query's columns: its own check
-                for where, text in _stage_expressions(op.pattern.get("stages"), f"{label}.pattern"):
+                for where, text in stage_expressions(op.pattern.get("stages"), f"{label}.pattern"):
                     self.expression(where, text, True)
 
 

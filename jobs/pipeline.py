@@ -35,6 +35,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import JobConfig, duration_ms
 from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from ctiflow.jobs.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
@@ -228,13 +229,13 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None = None,
                 checkpoint: CheckpointDir | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
-    from ctiflow.jobs.adapter import OperatorProcessor  # these import pyspark (see spark_session)
-    from ctiflow.jobs.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
+    from ctiflow.jobs.adapter import OUTPUT_SCHEMA, OperatorProcessor  # these import pyspark (see spark_session)
+    from ctiflow.jobs.rows import INPUT_COLUMNS
     from ctiflow.jobs.sink import SinkOptions
     from ctiflow.jobs.source.reader import KafkaStreamReader
 
     checkpoint = checkpoint or CheckpointDir.of(cfg.checkpoint_dir, spark)
-    job_plan: Plan = Plan.from_config(cfg)
+    job_plan: Plan = plan_job(cfg)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     labels = group_labels(cfg.key_groups, partitions, checkpoint)
     starts = {}

@@ -1,9 +1,9 @@
-"""``MATCH_RECOGNIZE`` in jobs: a ``sql`` match operator checked against its job and its input's
-Avro schema, its settings, and the record schema its MEASURES derive.
+"""The record schemas a job's match operators derive: a ``sql`` operator's from its MEASURES,
+match and timed-out records with their events typed as the input's records, the ruled forms —
+and what a match operator's definitions are built against (:func:`match_target`).
 
 Here, not in :mod:`ctiflow.jobs.config` (which stays a leaf of ``operators``), because it reads the
-schema store (:mod:`ctiflow.jobs.avro.serde`). :func:`operator_of` is how the runtime and ``ctiflow check``
-build every configured operator.
+schema store (:mod:`ctiflow.jobs.avro.serde`). Operators are built by :mod:`ctiflow.jobs.planner`.
 """
 
 from __future__ import annotations
@@ -12,81 +12,26 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ctiflow.jobs.config import JobConfig, MatchOp
-from ctiflow.jobs.fields import base_types
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
-from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
-from ctiflow.operators.cep.rules import RuledMatchOperator, RuledMatchSettings, RulesSettings
+from ctiflow.jobs.config import JobConfig, MatchOp
+from ctiflow.jobs.definitions import MatchTarget, sql_settings
 from ctiflow.operators.cep.sql_translate import Recognizer
-from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION, SqlError, parse
+from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION
 from ctiflow.operators.cep.tree import Expr
-from ctiflow.operators.errors import ConfigError, CtiflowError
 
 
-def operator_of(op, job: JobConfig) -> tuple[type, Any]:
-    """``(operator class, settings)`` of a configured operator (``sql`` ones checked here; one
-    with ``rules`` is a :class:`RuledMatchOperator` around its own pattern, if any)."""
-    if not isinstance(op, MatchOp):
-        return op.operator(job)
-    static = sql_settings(op, job)[0] if op.sql is not None else (op.operator(job) or (None, None))[1]
-    if op.rules is None:
-        return MatchOperator, static
-    rules = RulesSettings(op.name, on_change=op.rules.on_change, late_rules=op.rules.late_rules,
-                          max_rules=op.rules.max_rules)
-    return RuledMatchOperator, RuledMatchSettings(static, rules, measures=op.language == "sql",
-                                                  max_partial_matches=op.max_partial_matches,
-                                                  max_buffered_events=op.max_buffered_events)
+def fast_source(job: JobConfig):
+    """The source whose events the operators see (the reference join's fast stream)."""
+    return job.source(job.reference.fast) if job.reference else job.sources[0]
 
 
-def sql_settings(op: MatchOp, job: JobConfig) -> tuple[MatchSettings, dict[str, Any]]:
-    """The settings of a ``sql`` operator and its input's field types; the query is checked
-    against the job: PARTITION BY includes its key field, ORDER BY starts with its time field,
-    columns of the source's schema (a :class:`ConfigError` with the query's caret display)."""
-    src = job.source(job.reference.fast) if job.reference else job.sources[0]
-    types = {f["name"]: f["type"] for f in default_store().get(src.schema_name).parsed["fields"]}
-    columns = tuple((name, family(t)) for name, t in types.items())
-    try:
-        q = parse(op.sql)  # compiled (columns and types checked) once, by settings.pattern_object() below
-        if src.key_field not in q.partition_by:
-            raise SqlError(f"PARTITION BY must include the job's key field {src.key_field!r} (the job keeps state, "
-                           f"chunks and TTL per key): write PARTITION BY {', '.join([src.key_field, *q.partition_by])}",
-                           q.text, q.text.upper().find("PARTITION"))
-        if q.order_by[0][0] != src.time_field:
-            raise SqlError(f"ORDER BY must start with the source's time field {src.time_field!r} (the job orders "
-                           f"events by it): write ORDER BY {src.time_field}", q.text, q.order_by[0][2])
-        settings = MatchSettings(None, name=op.name, emit_timed_out=op.timed_out is not None,
-                                 max_partial_matches=op.max_partial_matches,
-                                 max_buffered_events=op.max_buffered_events, sql=op.sql, columns=columns,
-                                 structured_events=True,
-                                 partition_columns=tuple(c for c in q.partition_by if c != src.key_field))
-        settings.pattern_object()
-    except SqlError as exc:
-        raise ConfigError(problems=[f"operators.{op.name}.sql: {text}" for text in exc.render_all()]) from None
-    except CtiflowError as exc:
-        raise ConfigError(f"operators.{op.name}.sql: {exc}") from None
-    return settings, types
-
-
-def family(avro_type: Any) -> str | None:
-    """The type family (:func:`ctiflow.operators.cep.sql_translate.compile_query`) of an Avro field type."""
-    if _logical(avro_type) in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis"):
-        return "timestamp"  # a plain long stays a BIGINT (epoch ms you can subtract)
-    kinds = base_types(avro_type) - {"null"}
-    if kinds and kinds <= {"int", "long", "float", "double"}:
-        return "number"
-    if kinds == {"string"} or kinds <= {"string", "enum"}:
-        return "string"
-    if kinds == {"boolean"}:
-        return "boolean"
-    return None
-
-
-def _logical(avro_type: Any) -> str | None:
-    """The logical type of a field type (of its one non-null branch in a union)."""
-    if isinstance(avro_type, list):
-        others = [t for t in avro_type if t != "null"]
-        return _logical(others[0]) if len(others) == 1 else None
-    return avro_type.get("logicalType") if isinstance(avro_type, dict) else None
+def match_target(op: MatchOp, job: JobConfig) -> MatchTarget:
+    """What a match operator's definitions (its own, and its rules') are built against."""
+    src = fast_source(job)
+    return MatchTarget(op.name, src.schema_name, src.key_field, src.time_field,
+                       emit_timed_out=op.timed_out is not None, max_partial_matches=op.max_partial_matches,
+                       max_buffered_events=op.max_buffered_events,
+                       reference_schema=job.source(job.reference.source).schema_name if job.reference else None)
 
 
 def job_schema_store(job: JobConfig) -> SchemaStore:
@@ -107,7 +52,7 @@ def derived_schemas(job: JobConfig) -> dict[str, str]:
         if op.rules is not None and op.language == "sql":
             found[op.schema_name] = json.dumps(RULED_RECOGNIZE)
         elif op.sql is not None:
-            settings, types = sql_settings(op, job)
+            settings, types = sql_settings(match_target(op, job), op.sql, f"operators.{op.name}.sql")
             found[op.schema_name] = json.dumps(output_schema(settings.recognizer(), types, op.schema_name))
         for role, base in (("match", "match"), ("timed_out", "timed_out_match")):
             topic = op.roles().get(role)

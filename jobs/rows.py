@@ -44,7 +44,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ctiflow.jobs import counters
 from ctiflow.jobs.avro.encode import ColumnEncoder
@@ -67,12 +66,8 @@ INPUT_COLUMNS = ["meta_stream", "meta_partition", "meta_offset", "meta_error", "
 #: ``meta_control`` of a frontier row.
 FRONTIER = "frontier"
 
-#: The adapter's output rows, read by the sink.
-OUTPUT_SCHEMA = StructType([
-    StructField("topic", StringType()), StructField("key", BinaryType()),
-    StructField("value", BinaryType()), StructField("kind", StringType()),
-])
-OUTPUT_DDL = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in OUTPUT_SCHEMA.fields)
+#: The adapter's output rows, read by the sink, as Spark DDL (the adapter's ``OUTPUT_SCHEMA`` is this).
+OUTPUT_DDL = "topic string, key binary, value binary, kind string"
 #: Result records per output row.
 PACK_SIZE = 10_000
 #: A pack's size bound (input packs per key group of a fetch, result packs): a pack is one binary

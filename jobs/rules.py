@@ -1,5 +1,6 @@
-"""Rules in jobs: a rule record's definition checked as ``ctiflow check`` checks a job's pattern
-or ``sql:`` (:class:`RuleCompiler`), and the rules topic read and written for ``ctiflow rules``.
+"""Rules in jobs, on the driver: the rules topic read and written for ``ctiflow rules``, each record
+checked as the job checks it (:func:`replay`: the plan's own :class:`ctiflow.jobs.definitions.RuleCompiler`
+and the operator's :class:`ctiflow.operators.cep.rules.RuleBook`).
 
 The semantics (when a version judges which events) are the operator's:
 :mod:`ctiflow.operators.cep.rules`.
@@ -11,15 +12,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from ctiflow.jobs.config import JobConfig, MatchOp, _pattern_durations, load_yaml
-from ctiflow.operators.cep.declarative import check_nesting
-from ctiflow.operators.cep.operator import MatchSettings
+from ctiflow.jobs.config import JobConfig, MatchOp
+from ctiflow.jobs.planner import build_operator, rule_compiler
 from ctiflow.operators.cep.rules import Rule, RuleBook, record_problem
-from ctiflow.operators.errors import ConfigError, DecodeError, PatternError
-from ctiflow.operators.reference import SyncMode
+from ctiflow.operators.errors import ConfigError, DecodeError
 from ctiflow.operators.time import CTI_NONE
 
 if TYPE_CHECKING:
@@ -40,70 +39,12 @@ def ruled_operator(job: JobConfig, name: str) -> MatchOp:
                       f"with a rules: section: {names}); add rules: {{topic: …}} to the operator")
 
 
-@dataclass(frozen=True)
-class RuleCompiler:
-    """``rule → MatchSettings`` for one operator of a job, checking the definition as the job's
-    own would be checked (fields against the source schema, the expression bounds, the SQL
-    parser's errors): a :class:`ConfigError` with the problems. Picklable (the executors
-    compile the rules they receive)."""
-
-    job: JobConfig
-    operator: str
-
-    def __call__(self, rule: Rule) -> MatchSettings:
-        from ctiflow.jobs.fields import field_errors
-        from ctiflow.jobs.recognize import operator_of
-
-        op = ruled_operator(self.job, self.operator)
-        if op.language == "sql":
-            trial = op.model_copy(update={"sql": rule.definition, "pattern": None, "rules": None})
-        else:
-            pattern = parse_pattern(rule.definition)
-            try:  # (the shape first: the field checks below read every stage)
-                check_nesting(pattern.get("stages"), unique_names=True)
-            except PatternError as exc:
-                raise ConfigError("the rule's definition", [str(exc)]) from None
-            trial = op.model_copy(update={"pattern": pattern, "sql": None, "rules": None})
-        job = self.job.model_copy(update={"operators": [trial]})
-        errors = field_errors(job)
-        if errors:
-            raise ConfigError("the rule's definition does not fit the job", errors)
-        try:
-            _, settings = operator_of(trial, job)
-        except ConfigError as exc:  # (its problems name operators.<name>.pattern/sql: the definition)
-            raise ConfigError("the rule's definition", [p.split(": ", 1)[-1] for p in exc.problems or [str(exc)]])
-        return settings
-
-
-def rules_specs(cfg: JobConfig, spec: type) -> tuple:
-    """The plan's :class:`ctiflow.jobs.runtime.RulesSpec` (``spec``) of each match operator with rules."""
-    from ctiflow.jobs.recognize import operator_of
-
-    return tuple(spec(op.rules_stream, i, operator_of(op, cfg)[1].rules, RuleCompiler(cfg, op.name),
-                      SyncMode(op.rules.sync).value)
-                 for i, op in enumerate(cfg.operators) if isinstance(op, MatchOp) and op.rules is not None)
-
-
-def parse_pattern(text: str | None) -> dict[str, Any]:
-    """A pattern definition: the job file's YAML form of one pattern (durations like ``10m``),
-    read under the job file's bounds (:func:`ctiflow.jobs.config.load_yaml`: depth, aliases)."""
-    spec = load_yaml(text or "", "the definition")
-    if not isinstance(spec, dict):
-        raise ConfigError("a pattern definition is a YAML mapping (stages: [...], within: ...)")
-    try:
-        return _pattern_durations(spec, "pattern")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def replay(job: JobConfig, op: MatchOp, rules: Iterable[Rule]) -> tuple[RuleBook, list[Rule]]:
     """The operator's book after ``rules`` were offered in order, as the job offers them but
     CTIs aside (each at :data:`CTI_NONE`: none is late), with the plan's own compile → the book
     and the records it accepted, in order. The one acceptance check the CLI applies is this one
     (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`)."""
-    from ctiflow.jobs.recognize import operator_of
-
-    book, compile = RuleBook(operator_of(op, job)[1].rules), RuleCompiler(job, op.name)
+    book, compile = RuleBook(build_operator(op, job)[1].rules), rule_compiler(op, job)
     return book, [r for r in rules if book.offer(r, CTI_NONE, compile).outcome != "rejected"]
 
 
@@ -115,7 +56,7 @@ def check_rule(job: JobConfig, rule: Rule) -> None:
 
 
 def _accepted_by(book: RuleBook, job: JobConfig, rule: Rule) -> None:
-    decision = book.offer(rule, CTI_NONE, RuleCompiler(job, rule.operator))
+    decision = book.offer(rule, CTI_NONE, rule_compiler(ruled_operator(job, rule.operator), job))
     if decision.outcome == "rejected":
         raise ConfigError(f"rule {rule.rule_id!r} version {rule.version}: the job would refuse it: "
                           f"{decision.reason}")

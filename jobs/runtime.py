@@ -19,11 +19,8 @@ from typing import Any
 import numpy as np
 
 from ctiflow.jobs import rows
-from ctiflow.jobs.config import JobConfig, StateConfig
 from ctiflow.jobs.counters import Counters
-from ctiflow.jobs.fields import check_fields
-from ctiflow.jobs.recognize import derived_schemas, operator_of
-from ctiflow.jobs.avro.serde import SchemaStore, default_store
+from ctiflow.jobs.plan import OperatorSpec, Plan, RulesSpec  # noqa: F401 (the plan a runtime reads)
 from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
 from ctiflow.jobs.state.parts import StoredParts
 from ctiflow.operators import snapshots
@@ -35,136 +32,6 @@ from ctiflow.operators.cep.rules import HELD, Rule, RuleBook, RulesSettings
 from ctiflow.operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
 from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
-
-
-@dataclass(frozen=True)
-class OperatorSpec:
-    """A configured operator: how to build/restore it and where each output role goes."""
-
-    name: str
-    cls: type
-    settings: Any
-    role_topics: dict[str, str]  # role → topic
-
-    def build(self, data: bytes | None = None):
-        return self.cls(self.settings) if data is None else self.cls.restore(self.settings, data)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything a group needs, derived once from the job configuration (picklable)."""
-
-    streams: dict[str, AdvanceTimeSettings]
-    fast: str
-    reference: Any  # ReferenceJoinSettings | None
-    operators: tuple[OperatorSpec, ...]
-    late_topic: str
-    dead_letter_topic: str
-    enriched_topic: str | None = None
-    #: The streams whose CTIs make the job's CTI (combined by min): the fast stream only with
-    #: ``sync: import`` (the reference stream follows it), every stream otherwise.
-    cti_streams: tuple[str, ...] = ()
-    #: Each stream's ``cti.delay`` (ms): a partition's CTI is its largest start − delay.
-    delays: dict[str, int] = field(default_factory=dict)
-    #: stream → its Kafka topic (dead letters name the topic, whichever stage refused the record)
-    source_topics: dict[str, str] = field(default_factory=dict)
-    #: ``state.ttl`` (ms): a key's state goes once the CTI is this far past its latest event
-    ttl: int | None = None
-    #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunk_keys``:
-    #: each group's keyed state is kept in chunks of about that many keys
-    key_groups: int = 1
-    chunk_keys: int = StateConfig.model_fields["chunk_keys"].default
-    #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
-    cache_chunks: int = StateConfig.model_fields["cache_chunks"].default
-    #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes
-    #: their topics uses :meth:`schema_store`
-    schemas: dict[str, str] = field(default_factory=dict)
-    #: the operators that take rules, each with its rules stream (:class:`RulesSpec`)
-    rules: tuple["RulesSpec", ...] = ()
-
-    @property
-    def clock_streams(self) -> tuple[str, ...]:
-        """Every stream whose partitions' CTIs the group tracks: the event streams and the rules streams."""
-        return (*self.streams, *(r.stream for r in self.rules))
-
-    def schema_store(self) -> SchemaStore:
-        """This process's schemas with the job's derived ones besides (the process's own store is
-        left as it is)."""
-        return default_store().with_schemas(self.schemas)
-
-    @property
-    def handles_adjust(self) -> bool:
-        return all(op.cls.handles_adjust for op in self.operators)
-
-    @property
-    def fields_read(self) -> tuple[str, ...] | None:
-        """The only record fields the operators read of an event on their common path (their
-        classes' ``fields_read(settings)``); None when one may read any (it has no such method)."""
-        names: list[str] = []
-        for op in self.operators:
-            got = op.cls.fields_read(op.settings)
-            if got is None:
-                return None
-            names.extend(n for n in got if n not in names)
-        return tuple(names)
-
-    def needs_records(self, cols: EventColumns) -> bool:
-        """Whether an operator may read all fields of a row of ``cols`` (its ``needs_records``:
-        a refusal, a late record)."""
-        return any(op.cls.needs_records(op.settings, cols) for op in self.operators)
-
-    @classmethod
-    def from_config(cls, cfg: JobConfig) -> "Plan":
-        """The plan of a job: its fields and operators checked (unknown schemas and fields, a
-        pattern or query that does not compile fail here, before Spark starts), the schemas its
-        operators derive registered in this process's store."""
-        streams = {s.name: _time_settings(s) for s in cfg.sources}
-        reference = None
-        fast = cfg.sources[0].name
-        if cfg.reference is not None:
-            fast = cfg.reference.fast
-            reference = ReferenceJoinSettings(fast_stream=fast, reference_stream=cfg.reference.source,
-                                              missing=cfg.reference.missing, sync=cfg.reference.sync)
-            streams = reference.time_settings(streams[fast], streams[cfg.reference.source])
-        check_fields(cfg, f"job {cfg.job!r}")  # unknown schemas and fields fail here, before Spark starts
-        schemas = derived_schemas(cfg)
-        cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
-        from ctiflow.jobs.rules import rules_specs
-
-        rules = rules_specs(cfg, RulesSpec)
-        cti_streams += tuple(r.stream for r in rules if r.sync == "min")
-        return cls(streams=streams, fast=fast, reference=reference,
-                   operators=tuple(operator_spec(op, cfg) for op in cfg.operators),
-                   late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
-                   enriched_topic=cfg.reference.output if cfg.reference else None,
-                   cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.read_sources},
-                   source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl, rules=rules,
-                   key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
-                   schemas=schemas)
-
-
-def _time_settings(src) -> AdvanceTimeSettings:
-    # In Spark the CTIs come from the watermark (ctiflow.jobs.adapter), so no generation here.
-    return AdvanceTimeSettings(delay=src.cti.delay, frequency=None, flush_at_end=src.cti.flush_at_end,
-                               policy=ViolationPolicy(src.cti.policy))
-
-
-@dataclass(frozen=True)
-class RulesSpec:
-    """An operator that takes rules: its rules stream, its place in the plan's operators, how it
-    takes them and how a rule's definition compiles (:class:`ctiflow.jobs.rules.RuleCompiler`)."""
-
-    stream: str
-    operator: int
-    settings: RulesSettings
-    compile: Any
-    sync: str = "import"
-
-
-def operator_spec(op, cfg: JobConfig) -> OperatorSpec:
-    """The pure operator behind one configured operator (the config class builds it)."""
-    cls, settings = operator_of(op, cfg)
-    return OperatorSpec(op.name, cls, settings, op.roles())
 
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:

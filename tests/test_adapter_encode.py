@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import GroupInput
 from ctiflow.jobs.counters import Counters
-from ctiflow.jobs.runtime import Plan
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.jobs.testing import workload
 from ctiflow.operators.operator import Output
@@ -37,7 +37,7 @@ def _processor(handle, delay: str = "0s", operators=None):
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time", "cti": {"delay": delay}}],
                  "operators": operators or [{"kind": "passthrough", "output": "out"}]}, "t")
-    proc = OperatorProcessor(Plan.from_config(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
+    proc = OperatorProcessor(plan_job(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None)
     proc.init(handle)
     return cfg, proc
 

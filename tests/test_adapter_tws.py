@@ -12,11 +12,11 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.streaming import TwsTester  # noqa: E402
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.adapter import OperatorProcessor  # noqa: E402
 from ctiflow.jobs.state.store import STATE_LAYOUT  # noqa: E402
 from ctiflow.jobs.config import parse  # noqa: E402
 from ctiflow.jobs.rows import pack_events  # noqa: E402
-from ctiflow.jobs.runtime import Plan  # noqa: E402
 from ctiflow.jobs.avro.serde import AvroDeserializer  # noqa: E402
 from ctiflow.jobs.rows import output_records as records  # noqa: E402
 
@@ -49,7 +49,7 @@ def control(stream: str, partitions: list[int], flush: bool = False, idle: list[
 
 def make_tester(spec: dict, layout: int = STATE_LAYOUT) -> tuple[TwsTester, dict]:
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"}, **spec}, "t")
-    proc = OperatorProcessor(Plan.from_config(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, state_layout=layout)
+    proc = OperatorProcessor(plan_job(cfg), cfg.result_topics(), cfg.kafka.effective_framing, None, state_layout=layout)
     return TwsTester(proc), cfg.result_topics()
 
 

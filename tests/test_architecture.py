@@ -173,10 +173,13 @@ def test_the_data_path_reaches_no_reference_tool_or_cli():
 
 
 def test_the_config_model_is_a_leaf_of_the_jobs():
-    """``ctiflow.jobs.config`` imports only ``operators`` (the enums and settings it builds): the CLI,
-    the jobs and docker-compose read one model that pulls in no Kafka, Spark or stack code."""
-    deps = graph()["ctiflow.jobs.config"]
-    assert {d for d in deps if top(d) != "operators"} == set()
+    """``ctiflow.jobs.config`` imports only ``operators`` (the enums and settings it builds) and the
+    text forms it shares with rule definitions: the CLI, the jobs and docker-compose read one
+    model that pulls in no Kafka, Spark or stack code."""
+    g = graph()
+    deps = g["ctiflow.jobs.config"]
+    assert {d for d in deps if top(d) != "operators"} == {"ctiflow.jobs.text_forms"}
+    assert {d for d in g["ctiflow.jobs.text_forms"] if top(d) != "operators"} == set()
     assert external_imports(modules()["ctiflow.jobs.config"]) & {"pyspark", "confluent_kafka"} == set()
 
 
@@ -221,3 +224,45 @@ def test_the_product_imports_no_benchmark():
     wrong = {name: sorted(d for d in deps if top(d) == "bench")
              for name, deps in g.items() if top(name) != "bench"}
     assert {name: deps for name, deps in wrong.items() if deps} == {}
+
+
+#: What an executor's Python worker runs of ours besides the Spark adapter: a key group's runtime,
+#: the plan it reads, and the rule compiler it carries.
+EXECUTOR_SIDE = ("ctiflow.jobs.runtime", "ctiflow.jobs.plan", "ctiflow.jobs.definitions", "ctiflow.jobs.rows")
+
+
+def test_the_executor_side_loads_no_configuration_model_pydantic_or_pyspark(tmp_path):
+    """One seam between driver and executors: the planner builds the plan from the job file (here:
+    the demo, rules and reference join included) and pickles it; a fresh interpreter that imports
+    the executor side, unpickles the plan, runs a batch of a key group through it and compiles a
+    rule with the plan's own compiler has loaded neither pydantic, nor PySpark, nor the
+    configuration model."""
+    import pickle
+    import subprocess
+    import sys
+
+    from ctiflow.jobs.config import load
+    from ctiflow.jobs.planner import plan_job
+
+    plans = tmp_path / "plans.pickle"
+    plans.write_bytes(pickle.dumps([plan_job(load(ROOT / "examples" / name))
+                                    for name in ("demo-transactions.yaml", "demo-flows.yaml")]))
+    probe = f"""
+import pickle, sys
+import {", ".join(EXECUTOR_SIDE)}
+from ctiflow.jobs.rows import GroupInput
+from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.operators.cep.rules import Rule
+plans = pickle.loads(open({str(plans)!r}, "rb").read())
+for plan in plans:
+    runtime = GroupRuntime(plan)
+    runtime.run_batch(GroupInput([], [], [], []), final=True)
+    runtime.commit()
+ruled = next(p for p in plans if p.rules).rules[0]
+ruled.compile(Rule("r", "x", 1, 0, "put", "stages: [{{name: a, where: 'amount > 1'}}]"))
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pyspark")
+             or m in ("ctiflow.jobs.config", "ctiflow.jobs.planner", "ctiflow.jobs.fields")))
+"""
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "[]", got.stdout

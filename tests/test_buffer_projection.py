@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import Control, GroupInput, pack_columns, unpack_columns
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.jobs.avro.serde import AvroSerializer
 from ctiflow.jobs.testing import workload
 from ctiflow.operators.bins import Binner
@@ -23,7 +24,7 @@ pytest.importorskip("pyspark")
 
 
 def _plan():
-    return Plan.from_config(parse({
+    return plan_job(parse({
         "job": "p", "kafka": {"bootstrap_servers": "x:1"},
         "sources": [{"name": "flows", "topic": "t", "schema": "flow", "key_field": "device", "time_field": "start_time",
                      "end_field": "end_time", "shape": "interval", "cti": {"delay": "1m", "policy": "adjust"}}],

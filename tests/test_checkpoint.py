@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.checkpoint import CheckpointDir
 from ctiflow.jobs.checkpoint import group_labels as _group_labels
 from ctiflow.operators.errors import ConfigError
@@ -183,7 +184,7 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
     CTI nothing is buffered."""
     from ctiflow.jobs.config import parse
     from ctiflow.jobs.rows import Control, DeadRow, GroupInput
-    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.runtime import GroupRuntime
     from ctiflow.operators.columns import EventColumns
     from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -194,7 +195,7 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
                               "time_field": "valid_from", "shape": "edge"}],
                  "reference": {"fast": "s", "source": "r", "sync": "import", "join_field": "account"},
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    rt = GroupRuntime(Plan.from_config(cfg))
+    rt = GroupRuntime(plan_job(cfg))
     got = GroupInput.of("s", {0: [Event("a", t, t, {"account": "a", "i": t}, 0, t, "s") for t in (100, 110, 120)]},
                         [0])
     got.columns.insert(0, EventColumns.from_events([Event("a", 5, 2**62, {"account": "a"}, 0, 0, "r")]))
@@ -211,7 +212,7 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
 
 def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_stream_name():
     from ctiflow.jobs.config import parse
-    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.runtime import GroupRuntime
     from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -219,7 +220,7 @@ def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_s
                               "time_field": "start_time", "end_field": "end_time", "shape": "interval"}],
                  "operators": [{"kind": "bins", "name": "b", "bin_size": 10, "measures": ["bytes"],
                                 "outputs": {"final": "bins"}}]}, "t")
-    rt = GroupRuntime(Plan.from_config(cfg))
+    rt = GroupRuntime(plan_job(cfg))
     rt.offer_many([Event("d", 0, 5, {"device": "d", "bytes": "many"}, 1, 7, "flows")])
     out = rt.advance(CTI_INFINITY)
     dead = [o.record for topic, o, _ in out if topic == cfg.dead_letter_topic]
@@ -233,14 +234,14 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
     import pytest
 
     from ctiflow.jobs.config import parse
-    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.runtime import GroupRuntime
     from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time"}],
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    p = Plan.from_config(cfg)
+    p = plan_job(cfg)
     broken = dataclasses.replace(p, operators=(dataclasses.replace(p.operators[0], role_topics={"other": "x"}),))
     rt = GroupRuntime(broken)
     rt.offer_many([Event("a", 1, 1, {}, 0, 0, "s")])
@@ -273,7 +274,7 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
     import pytest
 
     from ctiflow.jobs.config import parse
-    from ctiflow.jobs.runtime import GroupRuntime, Plan
+    from ctiflow.jobs.runtime import GroupRuntime
     from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -281,7 +282,7 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
                               "time_field": "event_time"}],
                  "operators": [{"kind": "count", "name": "c", "window": {"events": 5}, "predicate": "amount > 10",
                                 "emit": "per_event", "output": "n"}]}, "t")
-    p = Plan.from_config(cfg)
+    p = plan_job(cfg)
     rt = GroupRuntime(p)
     rt.offer_many([Event("a", 1, 1, {"amount": "lots"}, 0, 0, "s"), Event("a", 2, 2, {"amount": 20.0}, 0, 1, "s")])
     out = rt.advance(CTI_INFINITY)

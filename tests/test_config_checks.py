@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.fields import check_fields, field_errors
 from ctiflow.operators.errors import ConfigError
@@ -140,12 +141,11 @@ def parse_refused(raw: dict) -> str:
 
 @pytest.mark.parametrize("times", [{"times": 1001}, {"times": 10 ** 7}, {"times": [2, 10 ** 9]}, {"times_or_more": 5000}])
 def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
-    from ctiflow.jobs.runtime import Plan
 
     raw = copy.deepcopy(TRANSACTIONS)
     op(raw, "login-brute-force")["pattern"]["stages"][0]["quantifier"] = times
     with pytest.raises(ConfigError, match="is more than 1000 .each repetition is a state"):
-        Plan.from_config(parse(raw))
+        plan_job(parse(raw))
 
 
 @pytest.mark.parametrize("expression, reason", [
@@ -156,8 +156,6 @@ def test_a_quantifier_beyond_a_thousand_repetitions_is_refused_at_once(times):
     ("(" * 300 + "amount" + ")" * 300 + " > 1", "too many nested parentheses"),
 ])
 def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spark(expression, reason):
-    from ctiflow.jobs.runtime import Plan
-
     for where in ("predicate", "where"):
         raw = copy.deepcopy(TRANSACTIONS)
         if where == "predicate":
@@ -165,7 +163,7 @@ def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spa
         else:
             op(raw, "two-countries-then-large")["pattern"]["stages"][2]["where"] = expression
         with pytest.raises(ConfigError, match=reason):
-            Plan.from_config(parse(raw))
+            plan_job(parse(raw))
 
 
 def test_arithmetic_on_fields_is_bounded_per_event():

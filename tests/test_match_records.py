@@ -3,9 +3,10 @@
 
 import json
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.recognize import derived_schemas
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -39,7 +40,7 @@ def test_match_events_are_typed_records_of_the_input():
     inputs = [tx(0, "a", T0, "login_failed"), tx(1, "a", T0 + 1, "login_failed", merchant="m"),
               tx(2, "a", T0 + 2, "login_ok", amount=2.5),
               tx(3, "b", T0, "login_failed"), tx(4, "b", T0 + 1, "login_failed")]  # b's run times out
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     store = plan.schema_store()
     rt = GroupRuntime(plan)
     rt.offer_many([Event(r["account"], r["event_time"], r["event_time"], r, 0, i, "tx") for i, r in enumerate(inputs)])

@@ -11,8 +11,9 @@ import random
 
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.cep.sql_translate import compile_query, column_families
 from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -22,7 +23,7 @@ TYPES = ["purchase", "withdrawal", "login_failed", "login_ok"]
 
 def job(sql: str, chunk_keys: int = 1, ttl: str | None = None):
     state = {"chunk_keys": chunk_keys, **({"ttl": ttl} if ttl else {})}
-    return Plan.from_config(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
+    return plan_job(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction",
                                          "key_field": "account", "time_field": "event_time"}],
                             "operators": [{"kind": "match", "name": "q", "sql": sql, "output": "out"}],
@@ -172,7 +173,7 @@ def test_all_rows_per_match_derives_a_schema_with_every_column():
 
 
 def test_the_time_columns_type_is_the_declared_one():
-    from ctiflow.jobs.recognize import family
+    from ctiflow.jobs.definitions import family
 
     assert family(["null", "long"]) == "number"  # epoch ms you can subtract: B.event_time - A.event_time
     assert family({"type": "long", "logicalType": "timestamp-millis"}) == "timestamp"

@@ -11,11 +11,12 @@ import random
 
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.recognize import derived_schemas
 from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.rules import RuleCompiler, check_rule, replay
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.rules import check_rule, replay
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.cep.operator import MatchOperator
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.columns import EventColumns
@@ -80,7 +81,7 @@ def batch_input(evs: list[Event], rules: list[Event]) -> GroupInput:
 
 def run(cfg, batches):
     """``batches``: (events, rule events) per micro-batch; the last one flushes."""
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     rt = GroupRuntime(plan)
     out = []
     for i, (evs, rules) in enumerate(batches):
@@ -92,7 +93,7 @@ def run(cfg, batches):
 
 
 def static_matches(spec: dict, evs, end: int, name="fraud"):
-    from ctiflow.jobs.rules import parse_pattern
+    from ctiflow.jobs.definitions import parse_pattern
     from ctiflow.operators.cep.operator import MatchSettings
 
     op = MatchOperator(MatchSettings(pattern=parse_pattern(json.dumps(spec)), name=name, structured_events=True,
@@ -180,7 +181,7 @@ def test_a_refused_rule_record_is_dead_lettered_as_it_came_and_counted_once_over
                (b"a foreign key", {f: getattr(bad, f) for f in Rule.__dataclass_fields__}, 1_700_000_000_456)]
     inputs, msgs = _rules_through_the_source(cfg, records, groups=3)
     assert len(inputs) == 3  # (the rules stream reaches every key group)
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     dead, counted = [], []
     for label, got in sorted(inputs.items()):
         rt = GroupRuntime(plan, reports_rules=label == min(inputs))
@@ -214,7 +215,7 @@ def test_an_adjusted_rule_takes_effect_at_the_cti_and_its_records_say_so():
 def test_with_sync_min_events_wait_for_the_rules_stream():
     evs = events(3, 100)
     cfg = job(sync="min", static=False)
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     rt = GroupRuntime(plan)
     got = rt.run_batch(batch_input(evs, []))
     assert got.counters.released == 0  # the rules stream has no CTI yet: nothing released
@@ -251,11 +252,11 @@ def test_sql_rules_write_measures_as_name_value_pairs():
     query = ("SELECT * FROM transactions MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time "
              "MEASURES A.id AS a_id, B.amount AS b_amount PATTERN (A B) "
              "DEFINE A AS A.type = 'purchase', B AS B.amount > 2000)")
-    compile = RuleCompiler(cfg, "q")
+    compile = plan_job(cfg).rules[0].compile
     assert compile(Rule("s", "q", 1, T0, "put", query)).sql == query
     with pytest.raises(ConfigError, match="PARTITION BY must include"):
         compile(Rule("s", "q", 1, T0, "put", query.replace("PARTITION BY account", "PARTITION BY country")))
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     evs = events(5, 80)
     store = default_store().with_schemas(derived_schemas(cfg))
     encode = AvroSerializer("ruled_recognize", store=store)
@@ -303,7 +304,7 @@ def test_partial_matches_per_rule_are_counted_over_the_chunks_without_decoding_t
     """``rule_partial_matches@operator/rule``: each rule's runs in flight after the batch, kept in
     the chunks' bookkeeping (a chunk not touched by the next batch still counts)."""
     cfg = job(static=False)
-    plan = Plan.from_config(cfg)
+    plan = plan_job(cfg)
     evs = events(6, 120)
     rules = [rule_event(Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(4000))), 0),
              rule_event(Rule("small", "fraud", 1, T0, "put", yaml_of(pattern(10))), 1)]

@@ -2,8 +2,9 @@
 or whose next change (a window emptying, a bin becoming final, a run timing out) its CTI reaches;
 untouched keys stay bytes. (That results do not depend on the chunking: test_runtime_restore.)"""
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -11,7 +12,7 @@ MIN = 60_000
 
 
 def job(operator, chunk_keys=1):
-    return Plan.from_config(parse({"job": "c", "kafka": {"bootstrap_servers": "x:1"},
+    return plan_job(parse({"job": "c", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time", "measures": ["amount"]}],
                             "operators": [operator], "state": {"chunk_keys": chunk_keys}}, "t"))

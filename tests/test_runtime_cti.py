@@ -11,9 +11,10 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.jobs.testing import oracle
 from ctiflow.operators.time import CTI_NONE, Event, PartitionCtis, combined_cti
 
@@ -26,7 +27,7 @@ def job_plan(policy: str = "drop", operators=None, idle_timeout: int = 60_000):
                               "time_field": "event_time",
                               "cti": {"delay": DELAY, "policy": policy, "idle_timeout": idle_timeout}}],
                  "operators": operators or [{"kind": "passthrough", "output": "out"}]}, "t")
-    return Plan.from_config(cfg)
+    return plan_job(cfg)
 
 
 def drive(plan, batches: list[dict[int, list[Event]]], partitions: list[int], groups: int,
@@ -145,7 +146,7 @@ def parse_delay_plan(delay: int):
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                               "time_field": "event_time", "cti": {"delay": delay}}],
                  "operators": [{"kind": "passthrough", "output": "out"}]}, "t")
-    return Plan.from_config(cfg)
+    return plan_job(cfg)
 
 
 # ---- idle partitions -----------------------------------------------------------------------

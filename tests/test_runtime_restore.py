@@ -10,9 +10,10 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.time import Event
 from tests.test_runtime_cti import partitioned_input
 
@@ -42,7 +43,7 @@ OPERATORS = {
 
 
 def plan_for(kind: str):
-    return Plan.from_config(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
+    return plan_job(parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time", "measures": ["amount"],
                                          "cti": {"delay": 50}}],

@@ -5,8 +5,9 @@ import pickle
 
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.jobs.state.codec import ZSTD_MARK, expanded
 from ctiflow.jobs.state.parts import is_chunk
 from ctiflow.operators.errors import StateError
@@ -16,7 +17,7 @@ T0 = 1_767_225_600_000
 
 
 def job(*operators):
-    return Plan.from_config(parse({"job": "s", "kafka": {"bootstrap_servers": "x:1"},
+    return plan_job(parse({"job": "s", "kafka": {"bootstrap_servers": "x:1"},
                             "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                          "time_field": "event_time"}],
                             "operators": list(operators)}, "t"))

@@ -4,8 +4,9 @@ event-count window keeps every key forever."""
 
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.errors import ConfigError
 from ctiflow.operators.time import Event
 
@@ -21,7 +22,7 @@ def job(ttl=None, operators=None):
                                         "emit": "per_event", "output": "c"}]}
     if ttl is not None:
         spec["state"] = {"ttl": ttl}
-    return Plan.from_config(parse(spec, "t"))
+    return plan_job(parse(spec, "t"))
 
 
 def feed(rt, key: str, t: int, cti: int) -> list[dict]:

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.columns import EventColumns
 
 RECORDED = Path(__file__).parent / "data" / "state"
@@ -40,7 +41,7 @@ def group_input(batch, streams: tuple[str, ...], last: bool) -> GroupInput:
 def test_a_snapshot_of_an_earlier_main_restores_and_goes_on_as_it_did(version, name):
     with gzip.open(RECORDED / f"{version}.pkl.gz") as f:
         recorded = pickle.load(f)[name]
-    p = Plan.from_config(parse(recorded["spec"], recorded["spec"]["job"]))
+    p = plan_job(parse(recorded["spec"], recorded["spec"]["job"]))
     rt = GroupRuntime(p, recorded["snapshot"])
     for i, (batch, want) in enumerate(zip(recorded["batches"], recorded["outputs"])):
         out = rt.run_batch(group_input(batch, tuple(p.streams), i == len(recorded["batches"]) - 1)).outputs

@@ -21,11 +21,14 @@ from ctiflow.jobs.config import parse
 from ctiflow.jobs.runtime import GroupRuntime
 
 try:
-    from ctiflow.jobs.runtime import plan  # the versions this was written for
+    from ctiflow.jobs.planner import plan_job as plan
 except ImportError:
-    from ctiflow.jobs.runtime import Plan
+    try:
+        from ctiflow.jobs.runtime import plan  # the versions this was written for
+    except ImportError:
+        from ctiflow.jobs.runtime import Plan
 
-    plan = Plan.from_config
+        plan = Plan.from_config
 from ctiflow.operators.time import CTI_INFINITY, Event
 
 TX = {"name": "s", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time",
