@@ -266,3 +266,19 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pyspark"
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert got.returncode == 0, got.stderr
     assert got.stdout.strip() == "[]", got.stdout
+
+
+def test_no_product_module_reads_the_match_operators_private_members():
+    """``MatchOperator`` keeps its keyed states private (``_states``, ``_raw``, ``_decode`` …);
+    others use its small public per-key API (``keys_held``, ``load_of``, ``process_event``,
+    ``cut``, ``snapshot_summary``)."""
+    import re
+
+    private = re.compile(r"(?<![\w.])(?!self\b)(\w+)\.(_states|_raw|_decode|_decode_all|_numbers|_nfa|_shared)\b")
+    found = []
+    for name, path in modules().items():
+        if top(name) not in ("operators", "jobs") or name == "ctiflow.operators.cep.operator":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            found += [f"{name}:{n}: {m.group(0)}" for m in private.finditer(line)]
+    assert found == []

@@ -516,3 +516,23 @@ def first_hold(settings: MatchSettings, events: list[Event]) -> int:
             if [o for o in copy.advance_to(CTI_INFINITY) if o.role == "match"]:
                 return e.start + 1
     raise AssertionError("no match is held back anywhere in the workload")
+
+
+def test_a_restored_chunk_reports_its_keys_and_runs_before_its_versions_have_their_settings():
+    """A ruled operator restored from a snapshot holds each version's state as bytes until the
+    group's book hands it the settings; its live keys and its runs per rule read those bytes
+    (MatchOperator.snapshot_summary), and say what the operator said before its snapshot."""
+    settings = RuledMatchSettings(None, RulesSettings(OP))
+    book = RuleBook(settings.rules)
+    for rule_id in ("x", "y"):
+        book.offer(Rule(rule_id, OP, 1, 0, "put", GROWING), -1, compile_rule(False))
+    op = RuledMatchOperator(settings)
+    op.use_rules(book)
+    events = [Event(k, t, t, {"t": t, "kind": "a", "amount": 1, "key": k}) for t, k in
+              enumerate(["k1", "k2", "k1", "k3", "k1"])]
+    op.process_columns(EventColumns.from_events(events))
+    keys, tallies = op.live_keys(), op.tallies()
+    assert keys == {"k1", "k2", "k3"} and tallies["x"] == tallies["y"] == 5
+    restored = RuledMatchOperator.restore(settings, op.snapshot())
+    assert restored.live_keys() == keys
+    assert restored.tallies() == tallies

@@ -55,6 +55,14 @@ _SNAPSHOT_VERSION = 4
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 
 
+def _packed(version: int, keyed) -> PackedStates:
+    """A snapshot's keyed states: packed columns (format 4), or the per-key rows of formats 2–3."""
+    if version >= 4:
+        return PackedStates.from_plain(keyed)
+    return PackedStates.from_rows((key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN)
+                                  for key, raw in keyed.items())
+
+
 def _job_key(key: str) -> str:
     """The event key of a partition key (:meth:`MatchOperator._key`)."""
     return key.rpartition(_PART)[0]
@@ -472,10 +480,18 @@ class MatchOperator(Operator):
                 f"the snapshot of pattern {operator.name!r} was taken with a different pattern "
                 "(its NFA states differ); start from empty state after changing a pattern"
             )
-        operator._raw = PackedStates.from_plain(keyed) if version >= 4 else PackedStates.from_rows(
-            (key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN) for key, raw in keyed.items())
+        operator._raw = _packed(version, keyed)
         operator._numbers = numbers[0] if numbers else {}
         return operator
+
+    @staticmethod
+    def snapshot_summary(data: bytes) -> tuple[set[str], int]:
+        """The event keys a snapshot holds state for and the runs in flight it counted, read
+        without restoring it (no settings needed: a ruled operator's versions waiting for theirs)."""
+        version, _, keyed, *numbers = snapshots.loads(data)
+        packed = _packed(version, keyed)
+        keys = set(packed) | set(numbers[0] if numbers else ())
+        return {_job_key(k) if _PART in k else k for k in keys}, packed.runs_total()[0]
 
     def _decode(self, key: str) -> NfaState:
         state = self._states[key] = NfaState.from_plain(snapshots.loads(self._raw.take(key)))

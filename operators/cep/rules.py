@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import pickle
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -371,15 +371,15 @@ class RuledMatchOperator(Operator):
         if settings.static is not None:
             self.subs[_STATIC] = MatchOperator(settings.static)
         self.at = CTI_NONE
-        self._raw: dict[tuple[str, int], tuple[bytes, bool]] = {}  # restored, waiting for the book
+        self._waiting: dict[tuple[str, int], tuple[bytes, bool]] = {}  # restored, waiting for the book
 
     def use_rules(self, book: RuleBook) -> None:
         """The group's timeline (before any other call of a batch)."""
         self.book = book
-        for key, (data, closed) in self._raw.items():
+        for key, (data, closed) in self._waiting.items():
             sub = self.subs[key] = MatchOperator.restore(book.version(key).settings, data)
             sub.closed = closed
-        self._raw = {}
+        self._waiting = {}
 
     # -- the Operator contract ---------------------------------------------------------------
     def process_columns(self, cols) -> list[tuple[int, Any]]:
@@ -524,7 +524,7 @@ class RuledMatchOperator(Operator):
     def snapshot(self) -> bytes:
         subs = {key: (sub.snapshot(), sub.closed) for key, sub in self.subs.items() if key == _STATIC
                 or sub.keys_in_flight or sub.live_keys()}
-        subs.update(self._raw)
+        subs.update(self._waiting)
         return pickle.dumps((_SNAPSHOT_VERSION, self.at, subs), protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
@@ -536,21 +536,21 @@ class RuledMatchOperator(Operator):
         static = subs.pop(_STATIC, None)
         if static is not None and settings.static is not None:
             operator.subs[_STATIC] = MatchOperator.restore(settings.static, static[0])
-        operator._raw = subs
+        operator._waiting = subs
         return operator
 
     def live_keys(self) -> set[str]:
         keys: set[str] = set()
         for sub in self.subs.values():
             keys |= sub.live_keys()
-        for data, closed in self._raw.values():
-            keys |= set(snapshots.loads(data)[2])
+        for data, closed in self._waiting.values():
+            keys |= MatchOperator.snapshot_summary(data)[0]
         return keys
 
     def next_due(self) -> int:
         """The subs' earliest (transitions change nothing a later event or CTI would not)."""
         due = min((sub.next_due() for sub in self.subs.values()), default=CTI_INFINITY)
-        return CTI_NONE if self._raw else due
+        return CTI_NONE if self._waiting else due
 
     @classmethod
     def partitionable(cls, settings: RuledMatchSettings) -> bool:
@@ -594,11 +594,10 @@ class RuledMatchOperator(Operator):
             n = sub.runs_in_flight()
             if n:
                 found[rule_id] = found.get(rule_id, 0) + n
-        for (rule_id, _), (data, _) in self._raw.items():
-            for raw in snapshots.loads(data)[2].values():
-                found[rule_id] = found.get(rule_id, 0) + (raw[2] if len(raw) > 2 else 0)
+        for (rule_id, _), (data, _) in self._waiting.items():
+            found[rule_id] = found.get(rule_id, 0) + MatchOperator.snapshot_summary(data)[1]
         found = {k: v for k, v in found.items() if v}
-        for key in self.subs.keys() | self._raw.keys():
+        for key in self.subs.keys() | self._waiting.keys():
             if key != _STATIC:
                 found[(HELD, *key)] = 1
         return found
