@@ -31,7 +31,8 @@ from rich.table import Table
 from ctiflow.jobs.planner import plan_job
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.runtime import GroupRuntime, Plan
+from ctiflow.jobs.plan import Plan
+from ctiflow.jobs.runtime import GroupRuntime
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.time import Event

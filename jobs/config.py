@@ -374,7 +374,24 @@ class Window(Strict):
         return self
 
 
-class CountOp(Strict):
+class OperatorSettings(Strict):
+    """What every operator's configuration declares besides its own settings (the planner,
+    :mod:`ctiflow.jobs.planner`, builds the operator from them)."""
+
+    #: a global operator must see every event (then the job has one key group)
+    needs_every_key: ClassVar[bool] = False
+    #: the operator passes input records on unchanged: the source keeps every record's bytes
+    passes_records: ClassVar[bool] = False
+    #: something of the operator reads the records' fields in the stateful stage
+    reads_fields: ClassVar[bool] = True
+
+    @property
+    def ruled(self) -> bool:
+        """The operator takes rules from a rules topic (a match operator with ``rules:``)."""
+        return False
+
+
+class CountOp(OperatorSettings):
     """Approximate count (or sum) of interesting events in a sliding window: an exponential
     histogram with relative error ≤ ``epsilon`` (Datar et al.), per key or over all keys."""
 
@@ -402,7 +419,7 @@ class CountOp(Strict):
 
 
 
-class BinsOp(Strict):
+class BinsOp(OperatorSettings):
     """Prorate each event's measures over fixed time bins by overlap (StreamInsight's proration)."""
 
     kind: Literal["bins"]
@@ -436,7 +453,6 @@ class BinsOp(Strict):
     def result_topics(self, job: "JobConfig") -> dict[str, str]:
         return {t: "bin" for t in self.outputs.values()}
 
-    needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
 
 
 
@@ -518,7 +534,7 @@ class RulesConfig(Strict):
     _i = field_validator("idle_timeout", mode="before")(lambda v: duration_ms(v))
 
 
-class MatchOp(Strict):
+class MatchOp(OperatorSettings):
     """Complex-event pattern matching with Flink CEP's semantics, per key."""
 
     kind: Literal["match"]
@@ -575,6 +591,10 @@ class MatchOp(Strict):
         """The job-internal stream name of the operator's rules topic."""
         return None if self.rules is None else "rules_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
 
+    @property
+    def ruled(self) -> bool:
+        return self.rules is not None
+
     def roles(self) -> dict[str, str]:
         return {"match": self.output, **({"timed_out": self.timed_out} if self.timed_out else {})}
 
@@ -607,7 +627,6 @@ class MatchOp(Strict):
         return {self.output: matches,
                 **({self.timed_out: ruled + matched_events_schema(job, "timed_out_match")} if self.timed_out else {})}
 
-    needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
 
 
 
@@ -620,7 +639,7 @@ def matched_events_schema(job: "JobConfig", base: str) -> str:
     return f"{base}_{re.sub(r'[^A-Za-z0-9_]', '_', stream)}" + ("_enriched" if job.reference else "")
 
 
-class PassthroughOp(Strict):
+class PassthroughOp(OperatorSettings):
     """Every event unchanged, in application-time order (records keep their Avro bytes)."""
 
     kind: Literal["passthrough"]
@@ -635,9 +654,8 @@ class PassthroughOp(Strict):
     def result_topics(self, job: "JobConfig") -> dict[str, str]:
         return {self.output: job.sources[0].schema_name}
 
-    needs_every_key: ClassVar[bool] = False  # a global operator must see every event (one key group)
-    passes_records: ClassVar[bool] = True  # the source must keep every record's bytes
-    reads_fields: ClassVar[bool] = False  # passes records on: their fields only for late records
+    passes_records: ClassVar[bool] = True
+    reads_fields: ClassVar[bool] = False  # (their fields: only for late records)
 
 
 
@@ -779,11 +797,12 @@ class JobConfig(Strict):
                                  "join: remove import_from and set reference.sync: import (the reference stream "
                                  "then follows the fast stream's CTIs)")
         if self.reference is not None:
-            for f in ("source", "fast"):
-                if getattr(self.reference, f) not in names:
-                    raise ValueError(f"reference.{f}: no source named {getattr(self.reference, f)!r}")
-            for f in ("source", "fast"):
-                src = self.source(getattr(self.reference, f))
+            ends = {"source": self.reference.source, "fast": self.reference.fast}
+            for f, name in ends.items():
+                if name not in names:
+                    raise ValueError(f"reference.{f}: no source named {name!r}")
+            for name in ends.values():
+                src = self.source(name)
                 if src.key_field != self.reference.join_field:
                     raise ValueError(f"reference.join_field is {self.reference.join_field!r} but source {src.name!r} "
                                      f"is keyed by {src.key_field!r}: the as-of join matches on the sources' key, so "
@@ -793,7 +812,7 @@ class JobConfig(Strict):
         ops = [o.name for o in self.operators]
         if len(set(ops)) != len(ops):
             raise ValueError("operators: names must be unique")
-        ruled = [o for o in self.operators if getattr(o, "rules", None) is not None]
+        ruled = [o for o in self.operators if o.ruled]
         topics = [o.rules.topic for o in ruled]
         if len(set(topics)) != len(topics):
             raise ValueError("operators.*.rules.topic: each operator with rules needs a rules topic of its own")
@@ -812,7 +831,7 @@ class JobConfig(Strict):
         return [Source(name=o.rules_stream, topic=o.rules.topic, schema="rule", key_field="rule_id",
                        time_field="effective_time", partitions=1,
                        cti=CtiConfig(delay=0, idle_timeout=o.rules.idle_timeout))
-                for o in self.operators if getattr(o, "rules", None) is not None]
+                for o in self.operators if o.ruled]
 
     @property
     def read_sources(self) -> list["Source"]:
@@ -832,7 +851,7 @@ class JobConfig(Strict):
             uses.append((self.reference.output, "enriched", "reference.output"))
         inputs = {s.topic: f"sources.{s.name}.topic" for s in self.sources}
         inputs.update({o.rules.topic: f"operators.{o.name}.rules.topic" for o in self.operators
-                       if getattr(o, "rules", None) is not None})
+                       if o.ruled})
         writers: dict[str, tuple[str, str]] = {}
         errors = []
         for topic, schema, where in uses:
@@ -909,7 +928,7 @@ class JobConfig(Strict):
     @property
     def passes_records(self) -> bool:
         """An operator passes input records on unchanged (the source keeps their bytes)."""
-        return any(getattr(op, "passes_records", False) for op in self.operators)
+        return any(op.passes_records for op in self.operators)
 
     @property
     def reads_fields(self) -> bool:
@@ -917,7 +936,7 @@ class JobConfig(Strict):
         join): the source packs them. Else the records' bytes travel alone and are decoded there
         only for what needs them (a late record; a result topic whose schema is another)."""
         return (self.reference is not None or len(self.sources) > 1
-                or any(getattr(op, "reads_fields", True) for op in self.operators))
+                or any(op.reads_fields for op in self.operators))
 
     def source(self, name: str) -> Source:
         return next(s for s in self.sources if s.name == name)

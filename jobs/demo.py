@@ -112,7 +112,7 @@ def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
     version 2 (over 500) from the middle of the workload's time; → ``(version, threshold, effective)``."""
     from ctiflow.jobs.rules import put_rule
 
-    if not any(getattr(op, "rules", None) for op in cfg.operators):
+    if not any(op.ruled for op in cfg.operators):
         return []
     times = sorted(t["event_time"] for t in tx if t.get("event_time") is not None)
     middle = times[len(times) // 2] // 60_000 * 60_000  # a whole minute

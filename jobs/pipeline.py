@@ -48,7 +48,7 @@ from ctiflow.jobs.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, Checkpo
 from ctiflow.jobs.jvm import gateway, java_environment, launcher_settings, spark_log_path
 from ctiflow.jobs.masters import check_master
 from ctiflow.jobs.progress import RunSummary
-from ctiflow.jobs.runtime import Plan
+from ctiflow.jobs.plan import Plan
 from ctiflow.jobs.metrics import start as start_metrics
 from ctiflow.operators.errors import ConfigError
 from ctiflow.operators.time import CTI_NONE

@@ -12,6 +12,7 @@ from typing import Any
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.operators.cep.rules import RulesSettings
 from ctiflow.operators.columns import EventColumns
+from ctiflow.operators.operator import Traits
 from ctiflow.operators.time import AdvanceTimeSettings
 
 
@@ -26,6 +27,11 @@ class OperatorSpec:
 
     def build(self, data: bytes | None = None):
         return self.cls(self.settings) if data is None else self.cls.restore(self.settings, data)
+
+    @property
+    def traits(self) -> Traits:
+        """The operator's declared :class:`ctiflow.operators.operator.Traits`."""
+        return self.cls.traits(self.settings)
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,15 @@ class Plan:
 
     @property
     def handles_adjust(self) -> bool:
-        return all(op.cls.handles_adjust for op in self.operators)
+        return all(op.traits.handles_adjust for op in self.operators)
 
     @property
     def fields_read(self) -> tuple[str, ...] | None:
         """The only record fields the operators read of an event on their common path (their
-        classes' ``fields_read(settings)``); None when one may read any (it has no such method)."""
+        traits' ``fields_read``); None when one may read any."""
         names: list[str] = []
         for op in self.operators:
-            got = op.cls.fields_read(op.settings)
+            got = op.traits.fields_read
             if got is None:
                 return None
             names.extend(n for n in got if n not in names)

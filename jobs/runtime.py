@@ -12,7 +12,7 @@ import itertools
 import json
 import pickle
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -28,9 +28,9 @@ from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumn
 from ctiflow.operators.errors import EventRejected, StateError
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Output
-from ctiflow.operators.cep.rules import HELD, Rule, RuleBook, RulesSettings
-from ctiflow.operators.reference import ReferenceJoin, ReferenceJoinSettings, enriched_event
-from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, AdvanceTimeSettings, Event, PartitionCtis,
+from ctiflow.operators.cep.rules import HELD, Rule, RuleBook
+from ctiflow.operators.reference import ReferenceJoin, enriched_event
+from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
 
 
@@ -252,13 +252,13 @@ class GroupRuntime:
         with restoring("the key group's rule books"):
             self.books = {r.operator: RuleBook(r.settings) if books is None else RuleBook.restore(r.settings, books[j])
                           for j, r in enumerate(plan.rules)}
-        grows = all(spec.cls.partitionable(spec.settings) for spec in plan.operators)
-        #: operator index → the one key its state lives under (global operators: ``state_key``)
-        self._homes = {i: k for i, spec in enumerate(plan.operators)
-                       if (k := spec.cls.state_key(spec.settings)) is not None}
+        traits = [spec.traits for spec in plan.operators]
+        grows = all(t.partitions for t in traits)
+        #: operator index → the one key its state lives under (``Traits.home_key``: a global operator)
+        self._homes = {i: t.home_key for i, t in enumerate(traits) if t.home_key is not None}
+        self._traits = traits
         #: whether the events' own chunks hold state: an operator keyed by them, or the key TTL
-        self._by_event_key = plan.ttl is not None or any(
-            i not in self._homes and not spec.cls.stateless for i, spec in enumerate(plan.operators))
+        self._by_event_key = plan.ttl is not None or any(t.state == "keys" for t in traits)
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index,
                                 prepare=self._use_rules if self.books else None)
@@ -490,14 +490,15 @@ class GroupRuntime:
         for i, spec in enumerate(plan.operators):  # events in release order, each into its chunk; then the CTI
             if keys:
                 home = homes.get(i)
-                if home is not None or spec.cls.stateless:  # one instance takes every row
+                ties = self._traits[i].orders_ties
+                if home is not None or self._traits[i].state == "none":  # one instance takes every row
                     first = keyed.chunk(of[0] if home is None else keyed.address(home)).ops[i]
-                    order = first.release_order(cols)
+                    order = first.release_order(cols) if ties else None
                     mine = cols if order is None else cols.take(order)
                     self.route.processed(spec, mine, first.process_columns(mine), out)
                 else:
                     first = loaded[of[0]].ops[i]
-                    order = first.release_order(cols)
+                    order = first.release_order(cols) if ties else None
                     mine, mine_of = (cols, of) if order is None else (cols.take(order), [of[j] for j in order])
                     self.route.processed(spec, mine, keyed.process(i, mine, mine_of), out)
             for c in touch:

@@ -52,7 +52,7 @@ import numpy as np
 
 from ctiflow.operators.errors import ConfigError, EventRejected, invalid_choice
 from ctiflow.operators.events import MapColumn, OutputBatch
-from ctiflow.operators.operator import Operator, Output
+from ctiflow.operators.operator import Operator, Output, Traits
 from ctiflow.operators.time import (
     CTI_INFINITY,
     CTI_NONE,
@@ -339,12 +339,11 @@ class Binner(Operator):
     which the bin was touched; the final record carries the last revision.
     """
 
-    handles_adjust = True
-
     @classmethod
-    def fields_read(cls, settings: BinSettings) -> tuple[str, ...]:
-        """The fields a binner reads of an event on its common path (see :meth:`needs_records`)."""
-        return tuple(settings.measures)
+    def traits(cls, settings: BinSettings) -> Traits:
+        """Partitioned by key; it reads the measures of an event on its common path (see
+        :meth:`needs_records`) and accounts for ADJUST's dropped share itself."""
+        return Traits(partitions=True, fields_read=tuple(settings.measures), handles_adjust=True)
 
     @classmethod
     def needs_records(cls, settings: BinSettings, cols) -> bool:
@@ -840,10 +839,6 @@ class Binner(Operator):
         parts = [_SNAPSHOT_MAGIC, struct.pack("<I", len(head)), head]
         parts += [np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes() for a in arrays]
         return b"".join(parts)
-
-    @classmethod
-    def partitionable(cls, settings: BinSettings) -> bool:
-        return True
 
     def partition(self, where) -> dict[int, "Binner"]:
         """This binner's keys split by ``where(key)`` into binners of the same settings and CTI,

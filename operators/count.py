@@ -36,7 +36,7 @@ import numpy as np
 from ctiflow.operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
 from ctiflow.operators.events import OutputBatch
-from ctiflow.operators.operator import Operator, Output, process_rows
+from ctiflow.operators.operator import Operator, Output, Traits, process_rows
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
@@ -447,13 +447,9 @@ class CountOperator(Operator):
         return parts
 
     @classmethod
-    def partitionable(cls, settings: CountSettings) -> bool:
-        return True
-
-    @classmethod
-    def state_key(cls, settings: CountSettings) -> str | None:
+    def traits(cls, settings: CountSettings) -> Traits:
         """A global count (``per_key`` false) keeps one histogram under :data:`GLOBAL_KEY`."""
-        return None if settings.per_key else GLOBAL_KEY
+        return Traits(partitions=True) if settings.per_key else Traits("one key", GLOBAL_KEY, partitions=True)
 
     def forget_keys(self, keys) -> None:
         """Drop the keys' counts (the key TTL): a key's next event starts a new window."""

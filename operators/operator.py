@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,17 +59,38 @@ def process_rows(process: Callable[[Event], list[Output]], rows: Iterable[int],
     return got
 
 
+@dataclass(frozen=True)
+class Traits:
+    """What the runtime needs to know of an operator besides its calls, declared once per
+    operator from its settings (:meth:`Operator.traits`) rather than found by probing it.
+
+    ``state``: where its state lives — ``"keys"`` (under each event's key, the default),
+    ``"one key"`` (under :attr:`home_key` whatever the event's key: a global count; the runtime
+    routes its events to that key's chunk, so it does not keep the other operators' keys from
+    being chunked) or ``"none"`` (stateless: one instance takes the rows of every chunk).
+    ``partitions``: :meth:`Operator.partition` splits its state by key (then a key group's chunks
+    split as its keys grow). ``fields_read``: the only record fields it reads of an event on its
+    common path (the reorder buffer keeps just those; :meth:`Operator.needs_records` names the
+    rows it may read whole); None: any. ``handles_adjust``: it accounts for the dropped share of
+    ADJUSTed events itself (the binner); otherwise the time layer writes a late record for it.
+    ``orders_ties``: it takes rows of equal time in an order of its own (:meth:`Operator.release_order`)."""
+
+    state: str = "keys"
+    home_key: str | None = None
+    partitions: bool = False
+    fields_read: tuple[str, ...] | None = None
+    handles_adjust: bool = False
+    orders_ties: bool = False
+
+    def __post_init__(self) -> None:
+        if self.state not in ("keys", "one key", "none") or (self.state == "one key") != (self.home_key is not None):
+            raise ValueError(f"state {self.state!r} with home_key {self.home_key!r}")
+
+
 class Operator(ABC):
     """Base of every operator. Required: :meth:`process_columns`, :meth:`advance_to`,
-    :meth:`snapshot`, :meth:`restore`, :meth:`live_keys`. Every other member has a default
-    that is correct for any operator and may be overridden to do less work."""
-
-    #: True when the operator itself accounts for the dropped share of ADJUSTed events
-    #: (the binner does); otherwise the time layer writes a late record for them.
-    handles_adjust: ClassVar[bool] = False
-    #: True when the operator keeps no state at all: one instance takes the rows of every chunk
-    #: in one :meth:`process_columns` call.
-    stateless: ClassVar[bool] = False
+    :meth:`snapshot`, :meth:`restore`, :meth:`live_keys`; declared: :meth:`traits`. Every other
+    member has a default that is correct for any operator and may be overridden to do less work."""
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
@@ -95,6 +117,13 @@ class Operator(ABC):
     def live_keys(self) -> set[str]:
         """The event keys the operator keeps state for (progress reports them; chunks split by them)."""
 
+    # -- declared ------------------------------------------------------------------------
+    @classmethod
+    def traits(cls, settings: Any) -> Traits:
+        """The operator's :class:`Traits` for ``settings`` (by default: keyed by the events' keys,
+        not partitioned, reads any field, leaves ADJUST's dropped share to the time layer)."""
+        return Traits()
+
     # -- optional, with defaults ------------------------------------------------------------
     def next_due(self) -> int:
         """The smallest CTI at which :meth:`advance_to` could emit or change state that matters
@@ -104,25 +133,10 @@ class Operator(ABC):
         "only events change me". By default: due at every CTI."""
         return CTI_NONE
 
-    @classmethod
-    def partitionable(cls, settings: Any) -> bool:
-        """Whether :meth:`partition` splits this operator's state by the events' keys (then the
-        runtime splits a key group's state into chunks as its keys grow). By default: no, every
-        key stays in one chunk."""
-        return False
-
-    @classmethod
-    def state_key(cls, settings: Any) -> str | None:
-        """The one key every event's state lives under whatever the event's own key (a global
-        operator: :meth:`live_keys` is that key alone), or None (the default): the events' keys.
-        The runtime routes such an operator's events to that key's chunk, so one global operator
-        does not keep the other operators' keys from being chunked."""
-        return None
-
     def partition(self, where: Callable[[str], int]) -> dict[int, "Operator"]:
         """The keys split by ``where(key)`` into operators of the same settings (operator-wide
         clocks copied), each with exactly its keys' state; ``self`` is not used afterwards.
-        Called only when :meth:`partitionable`."""
+        Called only when its traits say it ``partitions``."""
         raise NotImplementedError(f"{type(self).__name__} does not partition its keys")
 
     def forget_keys(self, keys: Iterable[str]) -> None:
@@ -131,17 +145,10 @@ class Operator(ABC):
         the CTI bounds anyway (bins) need not forget."""
 
     @classmethod
-    def fields_read(cls, settings: Any) -> tuple[str, ...] | None:
-        """The only record fields the operator reads of an event on its common path; the reorder
-        buffer then keeps just those (:class:`ctiflow.operators.columns.ColumnTimeLayer`). None (the
-        default): any field may be read, all are kept."""
-        return None
-
-    @classmethod
     def needs_records(cls, settings: Any, cols: EventColumns) -> bool:
         """True when a row of ``cols`` may be refused or otherwise have its whole record read (a
         refusal's dead letter and a late record carry every field): the buffer then keeps it
-        whole. Asked only of an operator whose :meth:`fields_read` is not None."""
+        whole. Asked only of an operator whose traits name the ``fields_read``."""
         return True
 
     def tallies(self) -> dict[str, int]:
@@ -157,7 +164,7 @@ class Operator(ABC):
     def release_order(self, cols: EventColumns) -> np.ndarray | None:
         """The order in which to take released rows when it is not the release order (e.g. a
         ``MATCH_RECOGNIZE ... ORDER BY t, c``: equal times sorted by ``c``); None (the default):
-        the release order."""
+        the release order. Asked only of an operator whose traits say it ``orders_ties``."""
         return None
 
     # -- tests and tools -------------------------------------------------------------------

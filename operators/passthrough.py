@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ctiflow.operators.events import CTI_INFINITY, Event, Output, OutputBatch
-from ctiflow.operators.operator import Operator, process_rows
+from ctiflow.operators.operator import Operator, Traits, process_rows
 
 
 class Passthrough(Operator):
     """Stateless: output role ``passthrough``, the event's fields and its original bytes
     (the sink writes those bytes as they are when the topic's schema matches)."""
-
-    stateless = True
 
     def __init__(self, settings: Any = None):
         super().__init__(settings)
@@ -41,8 +39,8 @@ class Passthrough(Operator):
         return set()
 
     @classmethod
-    def partitionable(cls, settings: Any) -> bool:
-        return True
+    def traits(cls, settings: Any) -> Traits:
+        return Traits(state="none", partitions=True)
 
     def partition(self, where) -> dict[int, "Passthrough"]:
         return {}  # no keys

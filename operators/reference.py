@@ -35,6 +35,7 @@ from ctiflow.operators import snapshots
 from ctiflow.operators.errors import ConfigError, invalid_choice
 from ctiflow.operators.operator import Output
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, AdvanceTimeSettings, Event, event_tuple
+from ctiflow.operators.operator import Traits
 
 
 class MissingReference(str, Enum):
@@ -148,7 +149,11 @@ class ReferenceJoin:
     operator. Records come in application-time order, except released held events; use
     :attr:`output_cti` as the enriched stream's CTI."""
 
-    handles_adjust = False
+    @classmethod
+    def traits(cls, settings: ReferenceJoinSettings) -> Traits:
+        """As an operator's (the time layer's reference takes it as one): ADJUST's dropped share
+        is the time layer's to report."""
+        return Traits()
 
     def __init__(self, settings: ReferenceJoinSettings) -> None:
         self.settings = settings

@@ -5,6 +5,7 @@ that carry a whole event (the late share of an ADJUSTed flow, the dead letter of
 measure is NaN, held across micro-batches) — while its header is smaller. The oracle is the
 same job with the projection switched off, and the flows' own ids."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -77,7 +78,9 @@ def test_the_buffer_keeps_only_the_fields_read_and_every_record_is_the_same(monk
     plan = _plan()
     assert plan.fields_read == ("bytes", "packets")
     projected, small = _run(plan, batches)
-    monkeypatch.setattr(Binner, "fields_read", classmethod(lambda cls, settings: None))  # every field stored: the oracle
+    traits = Binner.traits
+    monkeypatch.setattr(Binner, "traits", classmethod(  # every field stored: the oracle
+        lambda cls, settings: dataclasses.replace(traits(settings), fields_read=None)))
     assert _plan().fields_read is None
     full, big = _run(_plan(), batches)
 

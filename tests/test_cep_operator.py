@@ -65,7 +65,7 @@ def canon(outputs: list[Output]) -> Counter:
 def test_implements_the_operator_protocol() -> None:
     op = MatchOperator(settings())
     assert isinstance(op, Operator)
-    assert op.handles_adjust is False
+    assert op.traits(op.settings).handles_adjust is False
 
 
 def test_match_and_timed_out_records_follow_the_avro_schemas() -> None:

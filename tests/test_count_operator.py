@@ -47,7 +47,7 @@ def without_expressions(monkeypatch):
 def test_count_operator_implements_the_operator_contract():
     op = counting()
     assert isinstance(op, Operator)
-    assert op.handles_adjust is False
+    assert op.traits(op.settings).handles_adjust is False
 
 
 def test_per_event_emits_one_count_record_per_event_with_the_schema_fields():

@@ -39,7 +39,7 @@ def test_reference_join_is_a_state_machine_between_the_time_layer_and_the_operat
     join = ReferenceJoin(ReferenceJoinSettings())
     assert not isinstance(join, Operator)
     assert ReferenceJoin.restore(join.settings, join.snapshot()).live_keys() == set()
-    assert ReferenceJoin.handles_adjust is False
+    assert ReferenceJoin.traits(None).handles_adjust is False
 
 
 def test_fast_event_gets_the_latest_version_at_or_before_its_time():

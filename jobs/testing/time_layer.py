@@ -451,10 +451,11 @@ class TimeLayer:
         input ends with :meth:`flush`. With an ``operator``, each step's released events go to
         ``operator.process`` and the new CTI to ``operator.advance_to``; their outputs are in
         the step. Steps that do not advance the merged CTI are left out."""
-        if operator is not None and operator.handles_adjust != self.handles_adjust:
+        adjust = None if operator is None else operator.traits(operator.settings).handles_adjust
+        if operator is not None and adjust != self.handles_adjust:
             for buf in self._buffers.values():
-                buf.handles_adjust = operator.handles_adjust
-            self.handles_adjust = operator.handles_adjust
+                buf.handles_adjust = adjust
+            self.handles_adjust = adjust
         cut_set = set(cuts) if cuts is not None else None
         steps: list[CtiStep] = []
         late: list[Output] = []

@@ -45,7 +45,7 @@ from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchI
 from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
-from ctiflow.operators.operator import Operator, Output, process_rows
+from ctiflow.operators.operator import Operator, Output, Traits, process_rows
 from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
@@ -562,9 +562,10 @@ class MatchOperator(Operator):
         return parts
 
     @classmethod
-    def partitionable(cls, settings: MatchSettings) -> bool:
-        """By the event's key, unless the runs are keyed by a field (``key_field``)."""
-        return settings.key_field is None
+    def traits(cls, settings: MatchSettings) -> Traits:
+        """Partitioned by the event's key, unless the runs are keyed by a field (``key_field``); a
+        ``MATCH_RECOGNIZE ... ORDER BY t, c…`` takes rows of equal time in its own order."""
+        return Traits(partitions=settings.key_field is None, orders_ties=settings.sql is not None)
 
     def forget_keys(self, keys) -> None:
         """Drop the event keys' partial matches (the key TTL; without ``within`` they never

@@ -41,7 +41,7 @@ import numpy as np
 from ctiflow.operators import snapshots
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit, _compiled, start_keys
 from ctiflow.operators.errors import CtiflowError, EventRejected, PatternError, invalid_choice
-from ctiflow.operators.operator import Operator, Output
+from ctiflow.operators.operator import Operator, Output, Traits
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
 
 ON_CHANGE = ("drain", "cut")
@@ -553,8 +553,8 @@ class RuledMatchOperator(Operator):
         return CTI_NONE if self._waiting else due
 
     @classmethod
-    def partitionable(cls, settings: RuledMatchSettings) -> bool:
-        return settings.static is None or MatchOperator.partitionable(settings.static)
+    def traits(cls, settings: RuledMatchSettings) -> Traits:
+        return Traits(partitions=settings.static is None or MatchOperator.traits(settings.static).partitions)
 
     def partition(self, where) -> dict[int, "RuledMatchOperator"]:
         parts: dict[int, RuledMatchOperator] = {}
