@@ -94,8 +94,9 @@ class OperatorProcessor(StatefulProcessor):
         self.registry = registry
         self.sources = sources or {}         # stream → its source's options (ctiflow.jobs.source.options.SourceOptions)
         labels = [json.loads(o["group_labels"]) for o in self.sources.values() if o.get("group_labels")]
-        #: the key group that writes the dead letters of refused rule records (every group judges them alike)
-        self.rules_group = min(labels[0]) if labels else 0
+        #: the key group that counts the side inputs' records and writes the dead letters of those
+        #: refused (every group judges them alike: :mod:`ctiflow.jobs.broadcast`)
+        self.reporting_group = min(labels[0]) if labels else 0
 
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -117,7 +118,7 @@ class OperatorProcessor(StatefulProcessor):
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         try:
             with cyclic_gc_paused():  # (see ctiflow.jobs.alloc) the batch's output is one small frame
-                out = list(self._batch(rows, key[0] == self.rules_group))
+                out = list(self._batch(rows, key[0] == self.reporting_group))
             yield from out
         except Exception as exc:
             # A bug (data faults were dead-lettered already): the micro-batch fails, and says where.
@@ -125,12 +126,12 @@ class OperatorProcessor(StatefulProcessor):
                          "dead-lettered); the micro-batch is replayed from the checkpoint once it is fixed")
             raise
 
-    def _batch(self, frames: Iterator[pd.DataFrame], reports_rules: bool = True) -> Iterator[pd.DataFrame]:
+    def _batch(self, frames: Iterator[pd.DataFrame], reports: bool = True) -> Iterator[pd.DataFrame]:
         """Load the group's state → :meth:`GroupRuntime.run_batch` → store it → encode."""
         frames = list(frames)  # (Spark's Arrow batches arrive as this is iterated)
         started = time.perf_counter()
         stored, runtime = self._load()
-        runtime.reports_rules = reports_rules
+        runtime.shared.reports = reports
         frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         got = runtime.run_batch(rows.read_input(frame))
         self._store(stored, runtime)

@@ -222,8 +222,8 @@ class Counters:
     #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
     partitions: dict = field(default_factory=dict)
     ops: dict = field(default_factory=dict)
-    #: operator → its rule book's figures (:meth:`ctiflow.operators.cep.rules.RuleBook.stats`)
-    rules: dict = field(default_factory=dict)
+    #: operator → its shared state's figures (``<family>_<figure>``: :class:`ctiflow.jobs.broadcast.SharedStates`)
+    shared: dict = field(default_factory=dict)
     #: (operator, name) → an operator's tallies over the group's chunks (partial matches per rule)
     tallies: dict = field(default_factory=dict)
 
@@ -237,12 +237,12 @@ class Counters:
     def metrics(self) -> dict[str, int]:
         """Flat ``name → int`` (what the sink adds up: :func:`merge`)."""
         out = {k: v for k, v in vars(self).items()
-               if k not in ("by_partition", "partitions", "ops", "rules", "tallies")}
+               if k not in ("by_partition", "partitions", "ops", "shared", "tallies")}
         for (name, rule), n in self.tallies.items():
             out[key("rule_partial_matches", name, rule)] = n
-        for name, stats in self.rules.items():
+        for name, stats in self.shared.items():
             for figure, n in stats.items():
-                out[key("rules_" + figure, name)] = n
+                out[key(figure, name)] = n
         for (stream, partition), (received, late) in self.by_partition.items():
             out[key("received", stream, partition)] = received
             out[key("late", stream, partition)] = late

@@ -1,5 +1,5 @@
 """The plan: what the driver hands every executor, as plain picklable values (operator classes
-and their settings, streams, topics, rule compilers). The driver builds it from a job file
+and their settings, streams, topics, side inputs). The driver builds it from a job file
 (:func:`ctiflow.jobs.planner.plan_job`); a key group's runtime (:mod:`ctiflow.jobs.runtime`)
 reads it. Nothing here imports the configuration model, pydantic or PySpark (an architecture
 test imports the executor side in a fresh interpreter and checks)."""
@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
-from ctiflow.operators.cep.rules import RulesSettings
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.operator import Traits
 from ctiflow.operators.time import AdvanceTimeSettings
@@ -65,13 +64,13 @@ class Plan:
     #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes
     #: their topics uses :meth:`schema_store`
     schemas: dict[str, str] = field(default_factory=dict)
-    #: the operators that take rules, each with its rules stream (:class:`RulesSpec`)
-    rules: tuple["RulesSpec", ...] = ()
+    #: the operators' side inputs, each feeding a shared state (:class:`SideInput`)
+    side_inputs: tuple["SideInput", ...] = ()
 
     @property
     def clock_streams(self) -> tuple[str, ...]:
-        """Every stream whose partitions' CTIs the group tracks: the event streams and the rules streams."""
-        return (*self.streams, *(r.stream for r in self.rules))
+        """Every stream whose partitions' CTIs the group tracks: the event streams and the side inputs."""
+        return (*self.streams, *(s.stream for s in self.side_inputs))
 
     def schema_store(self) -> SchemaStore:
         """This process's schemas with the job's derived ones besides (the process's own store is
@@ -101,13 +100,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class RulesSpec:
-    """An operator that takes rules: its rules stream, its place in the plan's operators, how it
-    takes them and how a rule's definition compiles (:class:`ctiflow.jobs.definitions.RuleCompiler`, a
-    value: no configuration travels with it)."""
+class SideInput:
+    """An operator's side input (:mod:`ctiflow.jobs.broadcast`): the stream every key group reads
+    whole, the operator's place in the plan, how a group makes and restores its shared state
+    (``shared``: ``new()`` / ``restore(bytes)``, e.g. :class:`ctiflow.operators.cep.rules.RuleBookSpec`),
+    how the stream's CTIs count (``sync``: ``min`` holds events back for it) and the stage its
+    refused records' dead letters name."""
 
     stream: str
     operator: int
-    settings: RulesSettings
-    compile: Any
+    shared: Any
     sync: str = "import"
+    stage: str = "rule"

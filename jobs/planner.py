@@ -18,11 +18,11 @@ from typing import Any
 from ctiflow.jobs.config import BinsOp, CountOp, JobConfig, MatchOp, PassthroughOp
 from ctiflow.jobs.definitions import RuleCompiler, pattern_settings, sql_settings
 from ctiflow.jobs.fields import check_fields
-from ctiflow.jobs.plan import OperatorSpec, Plan, RulesSpec
+from ctiflow.jobs.plan import OperatorSpec, Plan, SideInput
 from ctiflow.jobs.recognize import derived_schemas, fast_source, match_target
 from ctiflow.operators.bins import Binner, BinSettings
 from ctiflow.operators.cep.operator import MatchOperator
-from ctiflow.operators.cep.rules import RuledMatchOperator, RuledMatchSettings, RulesSettings
+from ctiflow.operators.cep.rules import RuleBookSpec, RuledMatchOperator, RuledMatchSettings, RulesSettings
 from ctiflow.operators.count import CountOperator, CountSettings, compile_predicate
 from ctiflow.operators.errors import ConfigError, CtiflowError
 from ctiflow.operators.passthrough import Passthrough
@@ -46,15 +46,15 @@ def plan_job(cfg: JobConfig) -> Plan:
     schemas = derived_schemas(cfg)
     cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
     operators = tuple(OperatorSpec(op.name, *build_operator(op, cfg), op.roles()) for op in cfg.operators)
-    rules = tuple(RulesSpec(op.rules_stream, i, operators[i].settings.rules, rule_compiler(op, cfg),
-                            SyncMode(op.rules.sync).value)
-                  for i, op in enumerate(cfg.operators) if isinstance(op, MatchOp) and op.rules is not None)
-    cti_streams += tuple(r.stream for r in rules if r.sync == "min")
+    side_inputs = tuple(SideInput(op.rules_stream, i, RuleBookSpec(operators[i].settings.rules, rule_compiler(op, cfg)),
+                                  SyncMode(op.rules.sync).value)
+                        for i, op in enumerate(cfg.operators) if op.ruled)
+    cti_streams += tuple(s.stream for s in side_inputs if s.sync == "min")
     return Plan(streams=streams, fast=fast, reference=reference, operators=operators,
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
                 enriched_topic=cfg.reference.output if cfg.reference else None,
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.read_sources},
-                source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl, rules=rules,
+                source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl, side_inputs=side_inputs,
                 key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
                 schemas=schemas)
 

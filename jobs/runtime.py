@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ctiflow.jobs import rows
+from ctiflow.jobs.broadcast import SharedStates
 from ctiflow.jobs.counters import Counters
-from ctiflow.jobs.plan import OperatorSpec, Plan, RulesSpec  # noqa: F401 (the plan a runtime reads)
+from ctiflow.jobs.plan import OperatorSpec, Plan
 from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
 from ctiflow.jobs.state.parts import StoredParts
 from ctiflow.operators import snapshots
@@ -28,7 +29,6 @@ from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumn
 from ctiflow.operators.errors import EventRejected, StateError
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Output
-from ctiflow.operators.cep.rules import HELD, Rule, RuleBook
 from ctiflow.operators.reference import ReferenceJoin, enriched_event
 from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, Event, PartitionCtis,
                             ViolationPolicy, combined_cti)
@@ -215,7 +215,7 @@ class GroupRuntime:
     """
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
-                 warm: dict[int, Chunk] | None = None, batched: bool = False, reports_rules: bool = True):
+                 warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True):
         if plan.reference is None and len(plan.streams) != 1:
             raise ValueError("several input streams need a reference join (ctiflow.jobs.config refuses it)")
         self.plan = plan
@@ -230,10 +230,7 @@ class GroupRuntime:
                                      f"{STATE_FIX}")
             self.chunks.update(stored)
         started = time.perf_counter()
-        #: Rule records are offered in every key group (each keeps its own books, all alike); the
-        #: dead letters of those refused are written by one (``reports_rules``: the adapter's choice).
-        self.reports_rules = reports_rules
-        books = None
+        shared = None
         if header is None:
             layer = join = None
             self.ended: set[str] = set()
@@ -243,15 +240,15 @@ class GroupRuntime:
         else:
             with restoring("the key group's time layer"):
                 (layer, join, enriched, self.ended, clocks, self.ops_cti, *index, operators) = snapshots.loads(header)
-                if plan.rules:  # (the books come last: a header without rules keeps its layout)
-                    books, operators, index = operators, index[-1], index[:-1]
+                if plan.side_inputs:  # (shared states come last: a header without keeps its layout)
+                    shared, operators, index = operators, index[-1], index[:-1]
                 self.clocks = Clocks({name: PartitionCtis.restore(c) for name, c in clocks.items()})
             if operators != self._operator_names():
                 raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
                                  f"{self._operator_names()}: {STATE_FIX}")
-        with restoring("the key group's rule books"):
-            self.books = {r.operator: RuleBook(r.settings) if books is None else RuleBook.restore(r.settings, books[j])
-                          for j, r in enumerate(plan.rules)}
+        #: the operators' broadcast state: every group offers the side inputs' records to its own
+        #: copies (all alike); one reports them (``reports_shared``: the adapter's choice)
+        self.shared = SharedStates(plan, shared, reports_shared)
         traits = [spec.traits for spec in plan.operators]
         grows = all(t.partitions for t in traits)
         #: operator index → the one key its state lives under (``Traits.home_key``: a global operator)
@@ -261,7 +258,7 @@ class GroupRuntime:
         self._by_event_key = plan.ttl is not None or any(t.state == "keys" for t in traits)
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index,
-                                prepare=self._use_rules if self.books else None)
+                                prepare=self.shared.prepare if self.shared else None)
         with restoring("the key group's time layer"):
             self.layer = self._layer(layer)
         if plan.reference is None:
@@ -285,37 +282,6 @@ class GroupRuntime:
         return ColumnTimeLayer(plan.streams, *args) if data is None else ColumnTimeLayer.restore(plan.streams, data,
                                                                                                  *args)
 
-    def _use_rules(self, i: int, op) -> None:
-        book = self.books.get(i)
-        if book is not None:
-            op.use_rules(book)
-
-    def offer_rules(self, spec: "RulesSpec", cols: EventColumns) -> list[tuple[str, Output, str | None]]:
-        """A batch's rule records, in topic order, each judged against the CTI in effect (as an
-        event is) and scheduled in the operator's book (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`).
-        Every group offers them (each keeps its book); the reporting group alone (``reports_rules``)
-        counts them — received, then released when applied or dead-lettered when refused — and
-        writes a refused one's dead letter: the record as it came (key and value bytes, Kafka
-        timestamp) with the reason."""
-        book, out = self.books[spec.operator], []
-        cti, counters, report = self.cti, self.counters, self.reports_rules
-        topic = self.plan.source_topics.get(spec.stream, spec.stream)
-        for i, e in enumerate(cols.events()):
-            decision = book.offer(Rule.from_record(e.fields), cti, spec.compile)
-            if not report:
-                continue
-            counters.received += 1
-            counters.count(spec.stream, e.partition, False)
-            if decision.outcome != "rejected":
-                counters.released += 1
-                continue
-            counters.dead_letter += 1
-            key, stamp = (e.key.encode(), None) if cols.origin is None else (cols.origin[0][i], cols.origin[1][i])
-            out.append((self.plan.dead_letter_topic, Output("dead_letter", rows.dead_letter(
-                topic, e.partition, e.offset, key, e.raw, f"rule refused: {decision.reason}",
-                None if stamp is None or stamp < 0 else int(stamp), stage="rule")), e.key))
-        return out
-
     def _operator_names(self) -> list[tuple[str, str]]:
         return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
 
@@ -329,16 +295,14 @@ class GroupRuntime:
         counters.live_keys = keyed.stored_keys + self._join_keys()  # (every decoded chunk is stored now)
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
-        for i, book in self.books.items():  # (what every stored chunk holds is known now)
-            book.forget(self.ops_cti, {k[1:] for k in keyed.op_tallies[i] if isinstance(k, tuple) and k[0] == HELD})
-        books = (tuple(b.snapshot() for b in self.books.values()),) if self.books else ()
+        shared = (self.shared.commit(self.ops_cti, keyed.op_tallies),) if self.shared else ()  # (chunks stored)
         header = pickle.dumps(((self.layer.index(), self.parts.sizes), *reference, self.ended,
                                self.clocks.snapshot(), self.ops_cti,
-                               *keyed.index(), self._operator_names(), *books), protocol=5)
+                               *keyed.index(), self._operator_names(), *shared), protocol=5)
         counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
         counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, keyed.op_totals)}
         counters.tallies = {(spec.name, name): n for spec, t in zip(self.plan.operators, keyed.op_tallies)
-                            for name, n in t.items() if isinstance(name, str)}  # (not the versions HELD)
+                            for name, n in t.items() if isinstance(name, str)}  # (not the refs HELD)
         counters.state_written += len(header)
         counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
@@ -393,13 +357,14 @@ class GroupRuntime:
             dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key, d.value,
                                          d.error, d.kafka_timestamp))
         out = []
-        rules = {r.stream: r for r in self.plan.rules}
+        sides = self.shared.inputs
         for stream, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
             cols = EventColumns.concat(list(packs))
-            out.extend(self.offer_rules(rules[stream], cols) if stream in rules else self.offer_many(cols))
+            out.extend(self.shared.offer(sides[stream], cols, self.cti, counters) if stream in sides
+                       else self.offer_many(cols))
         out.extend(self.advance(CTI_INFINITY if flush else self.next_cti()))
         counters.cti = self.cti
-        counters.rules = {self.plan.operators[i].name: b.stats(self.cti) for i, b in self.books.items()}
+        counters.shared = self.shared.stats(self.cti)
         counters.partitions = self.clocks.gauges()
         return BatchResult(out, dead, counters)
 

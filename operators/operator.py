@@ -27,9 +27,9 @@ with :func:`process_rows`; tests and tools feed single events with :meth:`Operat
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -85,6 +85,41 @@ class Traits:
     def __post_init__(self) -> None:
         if self.state not in ("keys", "one key", "none") or (self.state == "one key") != (self.home_key is not None):
             raise ValueError(f"state {self.state!r} with home_key {self.home_key!r}")
+
+
+#: The first item of an operator's tally key that names a part of its :class:`SharedState` a
+#: chunk holds (``(HELD, *ref)``): summed over the chunks, what :meth:`SharedState.forget` keeps.
+HELD = "held"
+
+
+class SharedState(ABC):
+    """State that one operator's instances share across the chunks of a key group, fed by a side
+    input every key group reads whole: Flink's broadcast state. The runtime keeps it in the
+    group's header, offers it the side input's records in topic order, each against the CTI in
+    effect (as an event is judged), and hands it to every instance (:meth:`Operator.use_shared`)
+    before any other call of a micro-batch. Every group's copy sees the same records at the same
+    CTIs, so all decide alike; only one group reports what was refused. Restored by the plan's
+    side input (its ``shared.restore(bytes)``)."""
+
+    #: the counters' family of :meth:`stats` (``<family>_<figure>``, labelled by the operator)
+    family: ClassVar[str] = "shared"
+
+    @abstractmethod
+    def offer_record(self, record: Mapping[str, Any], cti: int) -> str | None:
+        """The side input's next record: None when it took effect, else why it was refused (a
+        dead letter of the record with that reason)."""
+
+    @abstractmethod
+    def snapshot(self) -> bytes:
+        """The state as bytes."""
+
+    def stats(self, cti: int) -> dict[str, int]:
+        """Figures for the metrics (gauges and running totals), by name."""
+        return {}
+
+    def forget(self, cti: int, held: set) -> None:
+        """Drop what no later record or event can need and no chunk holds (``held``: the refs the
+        chunks' tallies name with :data:`HELD`). By default nothing."""
 
 
 class Operator(ABC):
@@ -156,10 +191,10 @@ class Operator(ABC):
         and key groups (the ruled match operator: partial matches per rule). By default none."""
         return {}
 
-    def use_rules(self, book: Any) -> None:
-        """An operator that takes rules (:class:`ctiflow.operators.cep.rules.RuledMatchOperator`) gets its
-        key group's rule book before any other call of a micro-batch; others need none (the default
-        does nothing)."""
+    def use_shared(self, state: SharedState) -> None:
+        """An operator with a side input (:class:`ctiflow.operators.cep.rules.RuledMatchOperator`: its
+        rules) gets its key group's :class:`SharedState` before any other call of a micro-batch;
+        others have none (the default does nothing)."""
 
     def release_order(self, cols: EventColumns) -> np.ndarray | None:
         """The order in which to take released rows when it is not the release order (e.g. a

@@ -269,7 +269,7 @@ for plan in plans:
     runtime = GroupRuntime(plan)
     runtime.run_batch(GroupInput([], [], [], []), final=True)
     runtime.commit()
-ruled = next(p for p in plans if p.rules).rules[0]
+ruled = next(p for p in plans if p.side_inputs).side_inputs[0].shared
 ruled.compile(Rule("r", "x", 1, 0, "put", "stages: [{{name: a, where: 'amount > 1'}}]"))
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pyspark")
              or m in ("ctiflow.jobs.config", "ctiflow.jobs.planner", "ctiflow.jobs.fields")))

@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_counter_a_key_group_or_the_sink_reports_is_in_the_table():
     c = Counters(received=3, by_partition={("tx", 0): [2, 1], ("tx", 1): [1, 0]},
                  partitions={("tx", 0): (100, 0), ("tx", 1): (90, 1)}, ops={"hot": (10, 2)},
-                 rules={"fraud": {"active": 2, "versions": 3, "scheduled": 1, "applied": 3, "adjusted": 0,
-                                  "rejected": 1}}, tallies={("fraud", "big"): 4})
+                 shared={"fraud": {"rules_active": 2, "rules_versions": 3, "rules_scheduled": 1, "rules_applied": 3,
+                                   "rules_adjusted": 0, "rules_rejected": 1}}, tallies={("fraud", "big"): 4})
     reported = set(c.metrics()) | {"written", "replay_skipped", counters.key("written", "out-topic")}
-    assert {f.name for f in dataclasses.fields(Counters)} - {"by_partition", "partitions", "ops", "rules",
+    assert {f.name for f in dataclasses.fields(Counters)} - {"by_partition", "partitions", "ops", "shared",
                                                              "tallies"} <= set(
         c.metrics())
     assert counters.key("rules_rejected", "fraud") in reported

@@ -44,7 +44,7 @@ def demo_job(language: str = "pattern"):
     return parse(raw, "demo-transactions.yaml")
 
 
-SPECS = {language: plan_job(demo_job(language)).rules[0] for language in ("pattern", "sql")}
+SPECS = {language: plan_job(demo_job(language)).side_inputs[0].shared for language in ("pattern", "sql")}
 
 
 def offer(definition: str, language: str = "pattern") -> Decision:

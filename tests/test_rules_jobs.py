@@ -131,7 +131,7 @@ def test_versions_take_effect_at_their_time_whatever_the_batches(seed):
     for o in static_matches(pattern(2000), evs, CTI_INFINITY):
         want.append(("", 0, o.record["key"], o.record["first_time"], o.record["last_time"]))
     assert got == sorted(want) and any(w[1] == 2 for w in want)
-    assert rt.counters.rules["fraud"]["applied"] == 3
+    assert rt.counters.shared["fraud"]["rules_applied"] == 3
 
 
 def test_a_refused_rule_is_a_dead_letter_with_the_reason_and_changes_nothing():
@@ -145,7 +145,7 @@ def test_a_refused_rule_is_a_dead_letter_with_the_reason_and_changes_nothing():
     assert "no_such_field" in dead[0]["error"] and "late: effective_time" in dead[1]["error"]
     assert dead[0]["stage"] == "rule"
     assert [topic for topic, _, _ in out if topic == "rule-matches"] == []
-    assert rt.counters.rules["fraud"]["rejected"] == 2
+    assert rt.counters.shared["fraud"]["rules_rejected"] == 2
 
 
 def _rules_through_the_source(cfg, records: list[tuple[bytes, dict, int]], groups: int):
@@ -184,11 +184,11 @@ def test_a_refused_rule_record_is_dead_lettered_as_it_came_and_counted_once_over
     plan = plan_job(cfg)
     dead, counted = [], []
     for label, got in sorted(inputs.items()):
-        rt = GroupRuntime(plan, reports_rules=label == min(inputs))
+        rt = GroupRuntime(plan, reports_shared=label == min(inputs))
         result = rt.run_batch(got)
         dead += [o.record for topic, o, _ in result.outputs if topic == "r.dead-letter"]
         counted.append(result.counters)
-        assert rt.books[0].stats(rt.cti)["versions"] == 1  # every group applied the good one
+        assert rt.shared.states[0].stats(rt.cti)["versions"] == 1  # every group applied the good one
     assert len(dead) == 1
     d = dead[0]
     assert (d["key"], d["value"], d["kafka_timestamp"], d["offset"]) == (b"a foreign key", msgs[1].value(),
@@ -209,7 +209,7 @@ def test_an_adjusted_rule_takes_effect_at_the_cti_and_its_records_say_so():
     cti = min(max(e.start for e in evs[:100] if e.partition == p) for p in (0, 1, 2))  # (delay 0)
     assert records and {r["rule_effective_time"] for r in records} == {cti}
     assert min(r["first_time"] for r in records) >= cti
-    assert rt.counters.rules["fraud"]["adjusted"] == 1
+    assert rt.counters.shared["fraud"]["rules_adjusted"] == 1
 
 
 def test_with_sync_min_events_wait_for_the_rules_stream():
@@ -252,7 +252,7 @@ def test_sql_rules_write_measures_as_name_value_pairs():
     query = ("SELECT * FROM transactions MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time "
              "MEASURES A.id AS a_id, B.amount AS b_amount PATTERN (A B) "
              "DEFINE A AS A.type = 'purchase', B AS B.amount > 2000)")
-    compile = plan_job(cfg).rules[0].compile
+    compile = plan_job(cfg).side_inputs[0].shared.compile
     assert compile(Rule("s", "q", 1, T0, "put", query)).sql == query
     with pytest.raises(ConfigError, match="PARTITION BY must include"):
         compile(Rule("s", "q", 1, T0, "put", query.replace("PARTITION BY account", "PARTITION BY country")))
@@ -261,10 +261,10 @@ def test_sql_rules_write_measures_as_name_value_pairs():
     store = default_store().with_schemas(derived_schemas(cfg))
     encode = AvroSerializer("ruled_recognize", store=store)
     from ctiflow.operators.cep.rules import RuleBook
-    book = RuleBook(plan.rules[0].settings)
+    book = RuleBook(plan.side_inputs[0].shared.settings)
     assert book.offer(Rule("s", "q", 1, T0, "put", query), T0, compile).outcome == "applied"
     op = plan.operators[0].build()
-    op.use_rules(book)
+    op.use_shared(book)
     records = [o for e in sorted(evs, key=lambda e: e.start) for o in op.process(e)] + op.advance_to(CTI_INFINITY)
     assert records
     for o in records:
@@ -350,10 +350,10 @@ def test_replaced_versions_leave_the_header_once_no_chunk_and_no_later_event_nee
     rest = [r for r in rules if r.version > sum(len(x[1]) for x in batches)]
     batches.append(([], [rule_event(r, r.version - 1) for r in rest]))
     out, rt = run(cfg, batches + [([], [])])
-    assert rt.counters.rules["fraud"]["applied"] == 2000
-    header = len(rt.books[0].snapshot())
-    assert rt.books[0].stats(rt.cti)["versions"] <= 2
-    one = run(cfg, [([], [rule_event(rules[-1], 0)])])[1].books[0]
+    assert rt.counters.shared["fraud"]["rules_applied"] == 2000
+    header = len(rt.shared.states[0].snapshot())
+    assert rt.shared.states[0].stats(rt.cti)["versions"] <= 2
+    one = run(cfg, [([], [rule_event(rules[-1], 0)])])[1].shared.states[0]
     assert header <= 2 * len(one.snapshot())
     # The matches: each version over the events of its span (cut), or whose runs start in it (drain).
     got = sorted(key_of(o.record) for topic, o, _ in out if topic == "rule-matches")

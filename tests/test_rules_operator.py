@@ -174,7 +174,7 @@ def run_operator(events, records, arrivals, settings: RuledMatchSettings, rng: r
             book = RuleBook.restore(settings.rules, book.snapshot())
             chunks = [(mine, RuledMatchOperator.restore(settings, op.snapshot())) for mine, op in chunks]
         for _, op in chunks:
-            op.use_rules(book)
+            op.use_shared(book)
         if rng.random() < 0.2 and len(chunks) < 4:  # a chunk split by key
             mine, op = chunks.pop(0)
             level = len(chunks)
@@ -183,7 +183,7 @@ def run_operator(events, records, arrivals, settings: RuledMatchSettings, rng: r
                 part = parts.get(d)
                 if part is None:  # (none of its keys held anything)
                     part = RuledMatchOperator(settings)
-                    part.use_rules(book)
+                    part.use_shared(book)
                 chunks.append((lambda k, mine=mine, d=d, level=level: mine(k) and zlib.crc32(f"{k}{level}".encode()) % 2 == d, part))
         batch = events[bounds[i]:bounds[i + 1]]
         for mine, op in chunks:
@@ -280,7 +280,7 @@ def test_a_version_without_runs_is_freed_and_a_closed_one_once_its_runs_drain():
     assert book.offer(Rule("r", OP, 1, 0, "put", spec), -1, compile).outcome == "applied"
     assert book.offer(Rule("r", OP, 2, 50, "put", spec), -1, compile).outcome == "applied"
     op = RuledMatchOperator(settings)
-    op.use_rules(book)
+    op.use_shared(book)
     a = Event("k", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "k"})
     op.process_columns(EventColumns.from_events([a]))
     assert set(op.subs) == {("r", 1)}
@@ -348,7 +348,7 @@ def test_the_worked_example_of_the_rules_page(on_change, large, want):
         assert book.offer(Rule("large", "large-after-abroad", version, effective, "put", rule(threshold)), -1,
                           compile).outcome == "applied"
     op = RuledMatchOperator(RuledMatchSettings(None, book.settings))
-    op.use_rules(book)
+    op.use_shared(book)
     got = []
     for hhmm, country, amount in (("00:40", "DE", 20), ("00:42", "FR", 30), ("00:46", "DE", large),
                                   ("00:47", "FR", 40), ("00:48", "DE", 600)):
@@ -405,7 +405,7 @@ def test_the_per_key_caps_hold_over_all_of_a_keys_rules_at_every_event(seed):
     for rule_id in ("x", "y", "z"):
         book.offer(Rule(rule_id, OP, 1, 0, "put", GROWING), -1, compile_rule(False))
     op = RuledMatchOperator(settings)
-    op.use_rules(book)
+    op.use_shared(book)
     cuts = sorted(rng.sample(range(1, len(events)), 6))
     refused, matches = [], []
     for lo, hi in zip([0, *cuts], [*cuts, len(events)]):
@@ -417,7 +417,7 @@ def test_the_per_key_caps_hold_over_all_of_a_keys_rules_at_every_event(seed):
                 matches += [(o.record["rule_id"], o.key, o.record["first_time"], o.record["last_time"])
                             for o in r if o.role == "match"]
         op = RuledMatchOperator.restore(settings, op.snapshot())
-        op.use_rules(book)
+        op.use_shared(book)
     want_refused, want_matches = capped_oracle(events, ("x", "y", "z"), 12, 30)
     assert len(refused) == len(set(refused)) and set(refused) == want_refused and want_refused
     assert sorted(matches) == sorted(want_matches) and want_matches
@@ -432,7 +432,7 @@ def test_twenty_rules_on_a_hot_key_hold_the_caps_together_within_one_batch():
     for i in range(20):
         book.offer(Rule(f"r{i:02}", OP, 1, 0, "put", GROWING), -1, compile_rule(False))
     op = RuledMatchOperator(settings)
-    op.use_rules(book)
+    op.use_shared(book)
     events = [Event("hot", t, t, {"t": t, "kind": "a", "amount": 1, "key": "hot"}) for t in range(2000)]
     got = op.process_columns(EventColumns.from_events(events))
     refused = {row for row, r in got if isinstance(r, EventRejected)}
@@ -478,7 +478,7 @@ def test_a_cut_releases_every_match_completed_before_it_even_one_held_back_for_a
     assert book.offer(Rule("r", OP, 1, 0, "put", definition), -1, compile).outcome == "applied"
     assert book.offer(Rule("r", OP, 2, cut, "delete"), -1, compile).outcome == "applied"
     op = RuledMatchOperator(settings)
-    op.use_rules(book)
+    op.use_shared(book)
     got = []
     for lo in range(0, len(events), 37):
         for _, r in op.process_columns(EventColumns.from_events(events[lo:lo + 37])):
@@ -527,7 +527,7 @@ def test_a_restored_chunk_reports_its_keys_and_runs_before_its_versions_have_the
     for rule_id in ("x", "y"):
         book.offer(Rule(rule_id, OP, 1, 0, "put", GROWING), -1, compile_rule(False))
     op = RuledMatchOperator(settings)
-    op.use_rules(book)
+    op.use_shared(book)
     events = [Event(k, t, t, {"t": t, "kind": "a", "amount": 1, "key": k}) for t, k in
               enumerate(["k1", "k2", "k1", "k3", "k1"])]
     op.process_columns(EventColumns.from_events(events))

@@ -24,7 +24,7 @@ time to the CTI (the record's :attr:`RuleVersion.requested` keeps what was asked
 :class:`RuleBook` is the timeline (one per operator and key group, in the group's header): it
 validates and schedules rule records. :class:`RuledMatchOperator` is one chunk's keys: a
 :class:`MatchOperator` per rule version (and one for the job file's static pattern), fed by the
-timeline; the runtime hands every chunk its group's book (:meth:`RuledMatchOperator.use_rules`)
+timeline; the runtime hands every chunk its group's book (:meth:`RuledMatchOperator.use_shared`)
 before any other call.
 """
 
@@ -41,7 +41,7 @@ import numpy as np
 from ctiflow.operators import snapshots
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit, _compiled, start_keys
 from ctiflow.operators.errors import CtiflowError, EventRejected, PatternError, invalid_choice
-from ctiflow.operators.operator import Operator, Output, Traits
+from ctiflow.operators.operator import HELD, Operator, Output, SharedState, Traits
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
 
 ON_CHANGE = ("drain", "cut")
@@ -54,8 +54,6 @@ _BOOK_VERSION = 2
 #: they are parsed (a definition's parse and compile cost grows with its length).
 MAX_DEFINITION_BYTES = 64 * 1024
 _STATIC = ("", 0)  # the sub-operator key of the job file's own pattern
-#: The first item of a :meth:`RuledMatchOperator.tallies` key that names a rule version held
-HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -141,14 +139,19 @@ def record_problem(rule: Rule) -> str | None:
     return None
 
 
-class RuleBook:
+class RuleBook(SharedState):
     """The timeline of an operator's rules: ``rule_id → [RuleVersion]`` in effective-time order
     (strictly increasing versions, non-decreasing effective times). Past a CTI the timeline
     never changes (a record behind it is late), so every chunk that reads it — whenever it
-    catches up — sees the same versions at the same times."""
+    catches up — sees the same versions at the same times. The operator's shared state
+    (:class:`ctiflow.operators.operator.SharedState`): its side input is the rules topic;
+    ``compile`` (a rule → its settings) is what :meth:`offer_record` judges definitions with."""
 
-    def __init__(self, settings: RulesSettings) -> None:
+    family = "rules"
+
+    def __init__(self, settings: RulesSettings, compile: Callable[[Rule], MatchSettings] | None = None) -> None:
         self.settings = settings
+        self.compile = compile
         self.timeline: dict[str, list[RuleVersion]] = {}
         self._times: list[int] = []  # every version's effective time, sorted (with repeats)
         self.applied = self.rejected = self.adjusted = 0
@@ -158,6 +161,11 @@ class RuleBook:
         self.forgets = True
 
     # -- rule records ------------------------------------------------------------------------
+    def offer_record(self, record, cti: int) -> str | None:
+        """A rules-topic record (its fields) through :meth:`offer` with the book's ``compile``."""
+        decision = self.offer(Rule.from_record(record), cti, self.compile)
+        return decision.reason if decision.outcome == "rejected" else None
+
     def offer(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
         """Validate ``rule`` and schedule it (``cti``: the CTI in effect when it arrived;
         ``compile``: its definition → settings, raising :class:`CtiflowError` with the reason)."""
@@ -288,12 +296,13 @@ class RuleBook:
         return self._bytes
 
     @classmethod
-    def restore(cls, settings: RulesSettings, data: bytes) -> "RuleBook":
+    def restore(cls, settings: RulesSettings, data: bytes,
+                compile: Callable[[Rule], MatchSettings] | None = None) -> "RuleBook":
         """The book of a snapshot. A process restores the same bytes every micro-batch while no
         rule arrives: their timeline is decoded once and shared (its versions and settings are
         immutable; each book gets its own lists), so the versions' compiled plans
         (:func:`ctiflow.operators.cep.operator._compiled`, cached per settings object) are reused."""
-        book = cls(settings)
+        book = cls(settings, compile)
         cached = _RESTORED.get(data)
         if cached is None:
             version, timeline, counts, *forgets = snapshots.loads(data)
@@ -307,6 +316,21 @@ class RuleBook:
         book._times = sorted(v.effective for vs in book.timeline.values() for v in vs)
         book._bytes = data
         return book
+
+
+@dataclass(frozen=True)
+class RuleBookSpec:
+    """How a key group makes its :class:`RuleBook` of one operator (the plan's side input of the
+    rules topic): its settings and how a definition compiles (a picklable value)."""
+
+    settings: RulesSettings
+    compile: Callable[[Rule], MatchSettings]
+
+    def new(self) -> RuleBook:
+        return RuleBook(self.settings, self.compile)
+
+    def restore(self, data: bytes) -> RuleBook:
+        return RuleBook.restore(self.settings, data, self.compile)
 
 
 #: snapshot bytes → (timeline, counts) decoded from them (:meth:`RuleBook.restore`)
@@ -373,7 +397,7 @@ class RuledMatchOperator(Operator):
         self.at = CTI_NONE
         self._waiting: dict[tuple[str, int], tuple[bytes, bool]] = {}  # restored, waiting for the book
 
-    def use_rules(self, book: RuleBook) -> None:
+    def use_shared(self, book: RuleBook) -> None:
         """The group's timeline (before any other call of a batch)."""
         self.book = book
         for key, (data, closed) in self._waiting.items():
