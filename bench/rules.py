@@ -87,7 +87,7 @@ def run(plan: Plan, batches: list[list[Event]], rules: list[Rule]) -> tuple[floa
             got.controls.append(("rules_fraud", Control([0], [], False)))
         result = rt.run_batch(got, final=i == len(batches) - 1)
         header = rt.commit()
-        warm = rt.still_warm()
+        warm = rt.keyed.still_warm()
         for _, o, _ in result.outputs:
             r = o.record
             if "match_id" in r:

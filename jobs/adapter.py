@@ -164,7 +164,7 @@ class OperatorProcessor(StatefulProcessor):
         counters.state_us += int((time.perf_counter() - started) * 1e6)
         counters.state_written += len(header) - len(raw)
         counters.state_bytes += len(header) - len(raw)
-        warm = runtime.still_warm()
+        warm = runtime.keyed.still_warm()
         self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
 
     def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:

@@ -78,6 +78,11 @@ class Plan:
         return default_store().with_schemas(self.schemas)
 
     @property
+    def operator_names(self) -> list[tuple[str, str]]:
+        """``(name, class name)`` of each operator: what a group's header says its chunks hold."""
+        return [(spec.name, spec.cls.__name__) for spec in self.operators]
+
+    @property
     def handles_adjust(self) -> bool:
         return all(op.traits.handles_adjust for op in self.operators)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import pickle
 import time
 from dataclasses import dataclass
 from operator import attrgetter
@@ -23,8 +22,8 @@ from ctiflow.jobs.broadcast import SharedStates
 from ctiflow.jobs.counters import Counters
 from ctiflow.jobs.plan import OperatorSpec, Plan
 from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
+from ctiflow.jobs.state.header import GroupHeader, read_whole_state, whole_state
 from ctiflow.jobs.state.parts import StoredParts
-from ctiflow.operators import snapshots
 from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
 from ctiflow.operators.errors import EventRejected, StateError
 from ctiflow.operators.events import OutputBatch
@@ -59,9 +58,6 @@ class BatchResult:
 
 
 _STREAM = attrgetter("stream")
-
-#: Snapshot layout (``GroupRuntime.snapshot``); bumped when the layout changes.
-_LAYOUT = 2
 
 
 class Clocks:
@@ -198,6 +194,21 @@ class ReferenceStage:
                 out.append((plan.late_topic if o.role == "late" else plan.dead_letter_topic, o, key))
 
 
+def time_layer(plan: Plan, chunks, data) -> tuple[ColumnTimeLayer, StoredParts]:
+    """A group's time layer and its stored parts; without a join, the parts keep only the fields
+    the operators read (the join reads and passes on every field). ``data``: None (new), the
+    header's ``(index, part sizes)``, or (before 2026-11-27) the layer's bytes with its rows."""
+    keep = plan.fields_read if plan.reference is None else None
+    if data is None or isinstance(data, bytes):
+        parts = StoredParts(chunks)
+    else:
+        data, sizes = data
+        parts = StoredParts(chunks, sizes)
+    args = (plan.handles_adjust, keep, plan.needs_records, parts.load)
+    layer = ColumnTimeLayer(plan.streams, *args) if data is None else ColumnTimeLayer.restore(plan.streams, data, *args)
+    return layer, parts
+
+
 class GroupRuntime:
     """The state of one key group: a time layer, an optional reference join and the operators'
     keyed state (:class:`ctiflow.jobs.state.chunks.KeyedState`).
@@ -210,7 +221,7 @@ class GroupRuntime:
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
-    :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (:meth:`still_warm` after :meth:`commit`).
+    :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (``keyed.still_warm()`` after :meth:`commit`).
     ``batched``: see :class:`Router`.
     """
 
@@ -224,31 +235,23 @@ class GroupRuntime:
         self.chunks = {} if chunks is None else chunks
         if data is not None:
             with restoring("the key group's state"):
-                layout, header, stored = snapshots.loads(data)
-                if layout != _LAYOUT:
-                    raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {_LAYOUT}: "
-                                     f"{STATE_FIX}")
+                header, stored = read_whole_state(data, STATE_FIX)
             self.chunks.update(stored)
         started = time.perf_counter()
-        shared = None
         if header is None:
-            layer = join = None
-            self.ended: set[str] = set()
-            self.clocks = Clocks({name: PartitionCtis(plan.delays.get(name, 0)) for name in plan.clock_streams})
-            self.ops_cti = CTI_NONE  # the CTI every chunk's operators are at (or will be caught up to)
-            index = None
+            h = GroupHeader(None, None, None, set(), {}, CTI_NONE, None, self.plan.operator_names)
         else:
             with restoring("the key group's time layer"):
-                (layer, join, enriched, self.ended, clocks, self.ops_cti, *index, operators) = snapshots.loads(header)
-                if plan.side_inputs:  # (shared states come last: a header without keeps its layout)
-                    shared, operators, index = operators, index[-1], index[:-1]
-                self.clocks = Clocks({name: PartitionCtis.restore(c) for name, c in clocks.items()})
-            if operators != self._operator_names():
-                raise StateError(f"the checkpoint holds the state of operators {operators}, the job configures "
-                                 f"{self._operator_names()}: {STATE_FIX}")
+                h = GroupHeader.from_bytes(header, bool(plan.side_inputs))
+            if h.operators != self.plan.operator_names:
+                raise StateError(f"the checkpoint holds the state of operators {h.operators}, the job configures "
+                                 f"{self.plan.operator_names}: {STATE_FIX}")
+        self.ended, self.ops_cti = h.ended, h.ops_cti  # (ops_cti: every chunk's operators are at or will reach it)
+        self.clocks = Clocks({name: PartitionCtis.restore(h.clocks[name]) if name in h.clocks
+                              else PartitionCtis(plan.delays.get(name, 0)) for name in plan.clock_streams})
         #: the operators' broadcast state: every group offers the side inputs' records to its own
         #: copies (all alike); one reports them (``reports_shared``: the adapter's choice)
-        self.shared = SharedStates(plan, shared, reports_shared)
+        self.shared = SharedStates(plan, h.shared, reports_shared)
         traits = [spec.traits for spec in plan.operators]
         grows = all(t.partitions for t in traits)
         #: operator index → the one key its state lives under (``Traits.home_key``: a global operator)
@@ -257,33 +260,16 @@ class GroupRuntime:
         #: whether the events' own chunks hold state: an operator keyed by them, or the key TTL
         self._by_event_key = plan.ttl is not None or any(t.state == "keys" for t in traits)
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
-                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=index,
+                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=h.keyed,
                                 prepare=self.shared.prepare if self.shared else None)
         with restoring("the key group's time layer"):
-            self.layer = self._layer(layer)
+            self.layer, self.parts = time_layer(plan, self.chunks, h.layer)
         if plan.reference is None:
             self.reference = None
         else:
-            self.reference = ReferenceStage.new(plan) if join is None else ReferenceStage.restore(plan, join, enriched)
+            self.reference = ReferenceStage.new(plan) if h.join is None else ReferenceStage.restore(plan, h.join,
+                                                                                                  h.enriched)
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
-
-    def _layer(self, data) -> ColumnTimeLayer:
-        """The time layer; without a join, its parts keep only the fields the operators read (the
-        join reads and passes on every field). ``data``: None (new), the header's ``(index, part
-        sizes)``, or (before 2026-11-27) the layer's bytes with its rows."""
-        plan = self.plan
-        keep = plan.fields_read if plan.reference is None else None
-        if data is None or isinstance(data, bytes):
-            self.parts = StoredParts(self.chunks)
-        else:
-            data, sizes = data
-            self.parts = StoredParts(self.chunks, sizes)
-        args = (plan.handles_adjust, keep, plan.needs_records, self.parts.load)
-        return ColumnTimeLayer(plan.streams, *args) if data is None else ColumnTimeLayer.restore(plan.streams, data,
-                                                                                                 *args)
-
-    def _operator_names(self) -> list[tuple[str, str]]:
-        return [(spec.name, spec.cls.__name__) for spec in self.plan.operators]
 
     # -- state -------------------------------------------------------------------------
     def commit(self) -> bytes:
@@ -295,27 +281,19 @@ class GroupRuntime:
         counters.live_keys = keyed.stored_keys + self._join_keys()  # (every decoded chunk is stored now)
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
-        shared = (self.shared.commit(self.ops_cti, keyed.op_tallies),) if self.shared else ()  # (chunks stored)
-        header = pickle.dumps(((self.layer.index(), self.parts.sizes), *reference, self.ended,
-                               self.clocks.snapshot(), self.ops_cti,
-                               *keyed.index(), self._operator_names(), *shared), protocol=5)
+        shared = self.shared.commit(self.ops_cti, keyed.op_tallies) if self.shared else None  # (chunks stored)
+        header = GroupHeader((self.layer.index(), self.parts.sizes), *reference, self.ended, self.clocks.snapshot(),
+                             self.ops_cti, keyed.index(), self.plan.operator_names, shared).to_bytes()
         counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
-        counters.ops = {spec.name: tuple(t) for spec, t in zip(self.plan.operators, keyed.op_totals)}
-        counters.tallies = {(spec.name, name): n for spec, t in zip(self.plan.operators, keyed.op_tallies)
-                            for name, n in t.items() if isinstance(name, str)}  # (not the refs HELD)
+        keyed.report(counters, [spec.name for spec in self.plan.operators])
         counters.state_written += len(header)
         counters.state_us += int((time.perf_counter() - started) * 1e6)
         return header
 
-    def still_warm(self) -> dict[int, Chunk]:
-        """(:meth:`ctiflow.jobs.state.chunks.KeyedState.still_warm`)"""
-        return self.keyed.still_warm()
-
     def snapshot(self) -> bytes:
         """The whole state in one blob (header and every entry), for tests and tools; in Spark
         :meth:`commit` writes the entries to the state store and the header beside them."""
-        header = self.commit()
-        return pickle.dumps((_LAYOUT, header, dict(self.chunks.items())), protocol=5)
+        return whole_state(self.commit(), dict(self.chunks.items()))
 
     @property
     def cti(self) -> int:

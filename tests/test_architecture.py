@@ -293,3 +293,12 @@ def test_no_product_module_reads_the_match_operators_private_members():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             found += [f"{name}:{n}: {m.group(0)}" for m in private.finditer(line)]
     assert found == []
+
+
+def test_the_group_runtime_stays_a_core_of_at_most_250_lines():
+    """A key group's runtime is the generic core (time layer, keyed state, the CTI, broadcast state
+    through :mod:`ctiflow.jobs.broadcast`): features reach it as concepts, not as special cases."""
+    lines = modules()["ctiflow.jobs.runtime"].read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("class GroupRuntime"))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in ("", " ", "#")), len(lines))
+    assert end - start <= 250

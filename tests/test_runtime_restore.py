@@ -82,7 +82,7 @@ def run(plan, batches, partitions: list[int], groups: int, restore_after: set[in
                 # as the adapter does: the header and the store, plus (some of) the chunks the
                 # worker still holds decoded (ctiflow.jobs.state.warm.WarmChunks keeps the most recent ones)
                 header = rt.commit()
-                kept = {c: chunk for i, (c, chunk) in enumerate(rt.still_warm().items())
+                kept = {c: chunk for i, (c, chunk) in enumerate(rt.keyed.still_warm().items())
                         if warm == "all" or (warm == "some" and i % 2 == b % 2)}
                 runtimes[g] = GroupRuntime(plan, header=header, chunks=rt.chunks, warm=kept)
     return results

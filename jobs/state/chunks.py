@@ -116,6 +116,13 @@ class KeyedState:
         self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in specs]
         self.op_tallies = op_totals[1] if len(op_totals) > 1 else [{} for _ in specs]
 
+    def report(self, counters, names: list[str]) -> None:
+        """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
+        tallies by ``(operator, name)`` (those naming a shared state's ref ``HELD`` aside)."""
+        counters.ops = {name: tuple(t) for name, t in zip(names, self.op_totals)}
+        counters.tallies = {(name, k): n for name, t in zip(names, self.op_tallies)
+                            for k, n in t.items() if isinstance(k, str)}
+
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals."""
         return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,

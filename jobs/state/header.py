@@ -1,0 +1,72 @@
+"""A key group's header — what the runtime keeps group-wide besides the chunks and parts — as one
+declared record, written and read here only; and the whole state of a group in one blob (tests,
+tools). Spark's state store keeps the header's bytes (:mod:`ctiflow.jobs.state.store`).
+
+Format (``HEADER_FORMAT`` 2, unchanged since 2026-11-27: checkpoints of every ctiflow since read
+as they are): a pickled tuple ``(layer, join, enriched, ended, clocks, ops_cti, *keyed,
+operators[, shared])`` — the shared states last and only when the plan has side inputs, so a
+header of a job without them keeps its layout; ``keyed`` is the chunks' index
+(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`: its length grew over time).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from ctiflow.operators import snapshots
+from ctiflow.operators.errors import StateError
+
+#: the header's format (module docstring)
+HEADER_FORMAT = 2
+#: the whole-state blob's layout: ``(WHOLE_LAYOUT, header bytes, {entry: bytes})``
+WHOLE_LAYOUT = 2
+
+
+@dataclass
+class GroupHeader:
+    """``layer``: the time layer's ``(index, part sizes)`` (before 2026-11-27: its bytes);
+    ``join``, ``enriched``: the reference join's state (None without one); ``ended``: the streams
+    of a bounded input that ended; ``clocks``: stream → its partitions' CTIs; ``ops_cti``: the CTI
+    every chunk's operators are at or will be caught up to; ``keyed``: the chunks' index;
+    ``operators``: ``(name, class name)`` of each operator whose state the chunks hold;
+    ``shared``: the operators' shared states (:mod:`ctiflow.jobs.broadcast`), or None."""
+
+    layer: Any
+    join: Any
+    enriched: Any
+    ended: set[str]
+    clocks: dict
+    ops_cti: int
+    keyed: tuple
+    operators: list
+    shared: tuple[bytes, ...] | None = None
+
+    def to_bytes(self) -> bytes:
+        shared = () if self.shared is None else (self.shared,)
+        return pickle.dumps((self.layer, self.join, self.enriched, self.ended, self.clocks, self.ops_cti,
+                             *self.keyed, self.operators, *shared), protocol=5)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, with_shared: bool) -> "GroupHeader":
+        """The header of ``data`` (``with_shared``: the plan has side inputs, so it ends with their states)."""
+        layer, join, enriched, ended, clocks, ops_cti, *keyed, operators = snapshots.loads(data)
+        shared = None
+        if with_shared:
+            shared, operators, keyed = operators, keyed[-1], keyed[:-1]
+        return cls(layer, join, enriched, ended, clocks, ops_cti, tuple(keyed), operators, shared)
+
+
+def whole_state(header: bytes, entries: dict) -> bytes:
+    """A group's whole state in one blob: its header and every entry (tests and tools)."""
+    return pickle.dumps((WHOLE_LAYOUT, header, entries), protocol=5)
+
+
+def read_whole_state(data: bytes, fix: str) -> tuple[bytes, dict]:
+    """``(header, entries)`` of a :func:`whole_state` blob (a :class:`StateError` ending with ``fix``
+    for another layout)."""
+    layout, header, entries = snapshots.loads(data)
+    if layout != WHOLE_LAYOUT:
+        raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {WHOLE_LAYOUT}: {fix}")
+    return header, entries
