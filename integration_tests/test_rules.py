@@ -2,7 +2,8 @@
 
 The oracle runs each rule version as a static match operator (the one the CEP conformance
 tests check against Flink) over the events its definition assigns it: for ``cut`` those in
-``[effective, until)``, then time to ``until``; for ``drain`` every event from ``effective`` on
+``[effective, until)``, then time to ``until``, then its open runs ended (a match a skip strategy
+held back for them is emitted); for ``drain`` every event from ``effective`` on
 with the first stage also needing ``event_time < until``. Which records are late is worked out
 from the CTI each arrived at: the first run is bounded without a final CTI, so the second run's
 rule records arrive at the CTI the first ended with (the minimum over the partitions of their
@@ -156,6 +157,10 @@ def expected(events: list[Event], kept: dict, language: str, on_change: str) -> 
                                          structured_events=True)
             op = MatchOperator(settings)
             outputs = [o for e in mine for o in op.process(e)] + op.advance_to(end)
+            if on_change == "cut" and end < CTI_INFINITY:
+                # the cut discards the open runs, so a match they held back is released (the
+                # patterns are windowed: time passing alone ends every open run, as the cut does)
+                outputs += [o for o in op.advance_to(CTI_INFINITY) if o.role == "match"]
             for o in outputs:
                 want[identity(rule_id, version, eff, o.record, language)] += 1
     return want
