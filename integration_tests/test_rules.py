@@ -24,6 +24,7 @@ import yaml
 
 from ctiflow.bench.chaos import crash_loop
 from ctiflow.jobs import kafka
+from ctiflow.jobs.avro.serde import AvroDeserializer
 from ctiflow.jobs.config import parse
 from ctiflow.jobs.recognize import job_schema_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
@@ -225,8 +226,8 @@ def test_rule_versions_judge_their_events_across_sigkills(stack, tmp_path, langu
     assert {k[0] for k in want} >= ({"big", "mid", "late"} if late_rules == "adjust" else {"big", "mid"})
     assert {k[1] for k in want if k[0] == "big"} >= {1, 2, 5}
     dead = [r for r in read(stack, topics["dlq"]) if r["source_topic"] == topics["rules"]]
-    assert sorted((json.loads(d["value"])["rule_id"], json.loads(d["value"])["version"]) for d in dead) == \
-        sorted(refused)
+    decode = AvroDeserializer("rule")  # (a dead letter holds the record's own bytes)
+    assert sorted((decode(d["value"])["rule_id"], decode(d["value"])["version"]) for d in dead) == sorted(refused)
     assert (late_rules == "reject") == (("late", 1) in refused)
     assert read(stack, topics["late"]) == []  # (no event is late: the oracle need not model it)
 
