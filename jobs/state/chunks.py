@@ -98,7 +98,8 @@ class KeyedState:
                  ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None,
                  prepare=None) -> None:
         self.specs = specs
-        #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared states: :mod:`ctiflow.jobs.broadcast`)
+        #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared
+        #: states: :mod:`ctiflow.jobs.broadcast`)
         self.prepare = prepare
         self.store = store
         self.counters = counters
