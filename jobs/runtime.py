@@ -22,9 +22,10 @@ from ctiflow.jobs.broadcast import SharedStates
 from ctiflow.jobs.counters import Counters
 from ctiflow.jobs.plan import OperatorSpec, Plan
 from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
+from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.header import GroupHeader, read_whole_state, whole_state
 from ctiflow.jobs.state.parts import StoredParts
-from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, legacy_buffer, merged_events
+from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, merged_events
 from ctiflow.operators.errors import EventRejected, StateError
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Output
@@ -205,7 +206,7 @@ def time_layer(plan: Plan, chunks, data) -> tuple[ColumnTimeLayer, StoredParts]:
         data, sizes = data
         parts = StoredParts(chunks, sizes)
     args = (plan.handles_adjust, keep, plan.needs_records, parts.load)
-    layer = ColumnTimeLayer(plan.streams, *args) if data is None else ColumnTimeLayer.restore(plan.streams, data, *args)
+    layer = ColumnTimeLayer(plan.streams, *args) if data is None else compat.time_layer(plan.streams, data, *args)
     return layer, parts
 
 
@@ -464,7 +465,7 @@ def _enriched_buffer(stream: str, state) -> ColumnBuffer:
     """The join's output buffer from the header (before 2026-11-27: a row buffer's snapshot)."""
     buffer = ColumnBuffer(stream, ViolationPolicy.DROP)
     if isinstance(state, bytes):
-        cti, held = legacy_buffer(state)
+        cti, held = compat.legacy_buffer(state)
         runs = [held]
     else:
         cti, runs = state

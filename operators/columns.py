@@ -544,48 +544,36 @@ class ColumnTimeLayer:
                 keep_fields: Collection[str] | None = None,
                 needs_records: Callable[["EventColumns"], bool] | None = None,
                 load: Callable[[int], EventColumns] | None = None) -> "ColumnTimeLayer":
-        """From an :meth:`index` (parts read with ``load`` when needed), a :meth:`snapshot`, or
-        the snapshot of an earlier layout: a column layer's of one or more streams, or a row time
-        layer's (state written before the layer kept columns). Rows of an earlier layout are
-        parts made now: the next :meth:`commit` lists them to be stored."""
+        """From an :meth:`index` (parts read with ``load`` when needed) or a :meth:`snapshot`
+        (layout 3; earlier layouts are read by :mod:`ctiflow.jobs.state.compat`)."""
         layer = cls(settings, handles_adjust, keep_fields, needs_records, load)
         got = snapshots.loads(data) if isinstance(data, bytes) else data
         parts: dict[int, EventColumns] = {}
         if len(got) == 2 and isinstance(got[0], tuple):  # a snapshot: (index, parts)
             got, parts = got
-        if got[0] == "columns" and got[1] == 3:
-            _, _, layer._cti, layer._pending, layer.next_id, buffers = got
-            for name, (cti, index) in buffers.items():
-                buffer = layer.buffers[name]
-                buffer.cti = cti
-                buffer.parts = [Part(i, lo, rows, parts.get(i)) for i, lo, rows in index]
-            return layer
-        if got[0] == "columns" and got[1] == 2:  # several streams, parts not apart (2026-11-27)
-            _, _, layer._cti, layer._pending, buffers = got
-            old = {name: (cti, [held, *arrived]) for name, (cti, held, arrived) in buffers.items()}
-        elif got[0] == "columns":  # one stream (before 2026-11-27)
-            (name,) = layer.buffers
-            _, _, layer._cti, layer._pending, held, arrived = got
-            old = {name: (layer._cti, [held, *arrived])}
-        else:  # a row time layer's: (buffers, generators, own CTIs, pending, merged CTI)
-            rows, _generators, _own, pending, layer._cti = got
-            layer._pending = max(pending.values(), default=CTI_NONE)
-            old = {name: (lambda cti, held: (cti, [held]))(*legacy_buffer(blob)) for name, blob in rows.items()}
-        for name, (cti, runs) in old.items():
+        if tuple(got[:2]) != ("columns", 3):
+            raise ValueError(f"a time layer of layout {tuple(got[:2])!r}: earlier layouts are "
+                             "ctiflow.jobs.state.compat's to read")
+        _, _, layer._cti, layer._pending, layer.next_id, buffers = got
+        for name, (cti, index) in buffers.items():
             buffer = layer.buffers[name]
             buffer.cti = cti
-            buffer.parts = [layer.new_part(cols) for cols in runs if cols is not None and len(cols)]
+            buffer.parts = [Part(i, lo, rows, parts.get(i)) for i, lo, rows in index]
         return layer
 
-
-def legacy_buffer(data: bytes) -> tuple[int, EventColumns | None]:
-    """A row reorder buffer's snapshot (``(cti, events in order, events arrived since)`` as
-    :class:`Event` tuples; before 2026-11-27) as ``(its CTI, its events as sorted columns)``."""
-    cti, *parts = snapshots.loads(data)
-    events = [Event(*t) for part in parts for t in part]
-    if any(e.edge_end for e in events):
-        raise ValueError("the old reorder buffer holds end edges, which columns do not")
-    if not events:
-        return cti, None
-    cols = EventColumns.from_events(events)
-    return cti, cols.take(cols.release_order())
+    @classmethod
+    def of_runs(cls, settings: Mapping[str, AdvanceTimeSettings], cti: int, pending: int,
+                runs: Mapping[str, tuple[int, list]], handles_adjust: bool = False,
+                keep_fields: Collection[str] | None = None,
+                needs_records: Callable[["EventColumns"], bool] | None = None,
+                load: Callable[[int], EventColumns] | None = None) -> "ColumnTimeLayer":
+        """A layer at ``cti`` (``pending``: the CTI the next release takes effect at) whose streams
+        hold ``runs`` (stream → its CTI and its rows, each a part made now: the next commit lists
+        them to be stored)."""
+        layer = cls(settings, handles_adjust, keep_fields, needs_records, load)
+        layer._cti, layer._pending = cti, pending
+        for name, (buffer_cti, cols_runs) in runs.items():
+            buffer = layer.buffers[name]
+            buffer.cti = buffer_cti
+            buffer.parts = [layer.new_part(cols) for cols in cols_runs if cols is not None and len(cols)]
+        return layer

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from ctiflow.jobs.rows import pack_events, unpack_columns
 from ctiflow.operators.bins import Binner, BinSettings
+from ctiflow.jobs.state import compat
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns, merged_events
 from ctiflow.operators.count import CountOperator, CountSettings
 from ctiflow.operators.errors import EventRejected
@@ -101,7 +102,7 @@ def test_column_layer_releases_and_reports_as_the_row_time_layer(drawn, policy, 
 @pytest.mark.parametrize("streams", [("flows",), ("ref", "flows")])
 def test_column_layer_restores_a_row_time_layer_snapshot(streams):
     """State written before the layer kept columns (a reference job's always was rows): the
-    old layer's CTI and held events come back, in order."""
+    old layer's CTI and held events come back, in order (:mod:`ctiflow.jobs.state.compat`)."""
     settings_ = {name: AdvanceTimeSettings(delay=10, frequency=None) for name in streams}
     old = TimeLayer(settings_)
     for name in streams:
@@ -109,7 +110,7 @@ def test_column_layer_restores_a_row_time_layer_snapshot(streams):
     old.step()
     old.offer_many([Event("a", 5, 5, {"v": 1}, 0, 1, s) for s in streams] +
                    [Event("b", 3, 3, {"v": 2}, 1, 7, "flows")])
-    layer = ColumnTimeLayer.restore(settings_, old.snapshot())
+    layer = compat.time_layer(settings_, old.snapshot())
     assert layer.cti() == 2 and layer.buffered() == len(streams) + 1
     layer.enqueue(CTI_INFINITY)
     _, runs = layer.step()
@@ -124,7 +125,7 @@ def test_column_layer_restores_a_one_stream_column_snapshot():
     settings_ = {"flows": AdvanceTimeSettings(delay=10, frequency=None)}
     held = EventColumns.from_events([Event("b", 3, 3, {"v": 2}, 1, 7, "flows")])
     arrived = [EventColumns.from_events([Event("a", 1, 1, {"v": 1}, 0, 1, "flows")])]
-    layer = ColumnTimeLayer.restore(settings_, pickle.dumps(("columns", 1, 0, 0, held, arrived)))
+    layer = compat.time_layer(settings_, pickle.dumps(("columns", 1, 0, 0, held, arrived)))
     layer.enqueue(CTI_INFINITY)
     _, (released,) = layer.step()
     assert [(e.key, e.start) for e in released.events()] == [("a", 1), ("b", 3)]

@@ -1,5 +1,7 @@
 """A key group's state, as the runtime keeps it between micro-batches.
 
+* :mod:`ctiflow.jobs.state.compat` — readers of the formats earlier ctiflows wrote (the time
+  layer's layouts 1–2, row buffers), so ``operators/`` reads only its current ones.
 * :mod:`ctiflow.jobs.state.header` — the group's header as one declared record (its format), and a
   group's whole state in one blob (tests, tools).
 * :mod:`ctiflow.jobs.state.parts` — the time layer's buffered rows, part by part (a batch reads and
