@@ -30,7 +30,7 @@ RULE_SCHEMA = "rule"
 def ruled_operator(job: JobConfig, name: str) -> MatchOp:
     """The job's match operator ``name`` that takes rules (a :class:`ConfigError` naming the
     operators that do, otherwise)."""
-    ruled = [o for o in job.operators if isinstance(o, MatchOp) and o.rules is not None]
+    ruled = [o for o in job.operators if o.ruled]
     for op in ruled:
         if op.name == name:
             return op
@@ -137,7 +137,7 @@ def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
 def _operator(job: JobConfig, operator: str | None) -> MatchOp:
     if operator is not None:
         return ruled_operator(job, operator)
-    ruled = [o for o in job.operators if isinstance(o, MatchOp) and o.rules is not None]
+    ruled = [o for o in job.operators if o.ruled]
     if len(ruled) != 1:
         names = ", ".join(o.name for o in ruled) or "none"
         raise ConfigError(f"--operator: job {job.job!r} has {len(ruled)} match operators with rules ({names}); "
@@ -214,7 +214,7 @@ def list_rules(job: JobConfig, operator: str | None = None, warn: Callable[[str]
     versions the job accepts (:func:`replay`), per rule id in effective-time order (CTIs aside: a
     late one the job refuses is listed)."""
     ops = [_operator(job, operator)] if operator else [o for o in job.operators
-                                                        if isinstance(o, MatchOp) and o.rules is not None]
+                                                        if o.ruled]
     listed = {}
     for op in ops:
         _, accepted = replay(job, op, read_rules(job, op, warn))
