@@ -95,6 +95,39 @@ def test_a_task_that_finds_the_marker_topic_deleted_creates_it_again_and_writes_
     assert any(f"the marker topic {markers} was missing" in r.getMessage() for r in caplog.records)
 
 
+def test_a_marker_topic_deleted_while_a_task_reads_it_is_created_again_and_the_task_writes_each_record_once(
+        stack, monkeypatch, caplog):
+    """The race CI and a loaded machine showed: the task finds the marker topic, and it is deleted
+    before the task reads its markers (the job's driver deleted it between two micro-batches while
+    the next one ran). The read fails as a topic gone; the task creates the topic again, and with no
+    marker left to tell, replays: it writes what the attempt before it did not."""
+    from ctiflow.jobs import sink
+
+    caplog.set_level(logging.WARNING, "ctiflow.own_topics")
+    out, markers = stack.topic("race-out"), stack.topic("race-markers")
+    kafka.create_topics(stack.bootstrap, {out: 3, markers: 2})
+    batch = rows(out, 90)
+    opts = {"bootstrap": stack.bootstrap, "topics": json.dumps([out]), "markers": markers, "marker_partitions": "2"}
+    assert KafkaStreamWriter(opts).write(iter([batch.slice(0, 40)])).written == 40  # the attempt that died
+    found = sink.marker_topic_partitions
+    deleted = []
+
+    def found_then_deleted(options):
+        got = found(options)
+        if not deleted:  # right after the task found it
+            kafka.delete_topics(stack.bootstrap, [markers])
+            deleted.append(got)
+        return got
+
+    monkeypatch.setattr(sink, "marker_topic_partitions", found_then_deleted)
+    again = KafkaStreamWriter(opts).write(iter([batch]))  # its retry
+    assert deleted == [(2, False)]
+    assert (again.written, again.skipped) == (50, 40)
+    assert Counter(values_in(stack.bootstrap, out)) == Counter(f"v{i}".encode() for i in range(90))
+    assert kafka.list_topics(stack.bootstrap)[markers] == 2
+    assert any(f"the marker topic {markers} was missing" in r.getMessage() for r in caplog.records)
+
+
 def test_the_progress_log_skips_foreign_records_and_reads_a_topic_created_again_from_its_start(stack, caplog):
     caplog.set_level(logging.WARNING, "ctiflow.own_topics")
     topic = stack.topic("progress")
@@ -134,6 +167,7 @@ def test_the_sinks_commit_creates_a_deleted_progress_topic_again(stack, caplog):
     records, _ = ProgressLog(stack.bootstrap, topic).read(0)
     assert [(r["batch"], r["received"]) for r in records] == [(1, 6)]
     assert any(f"the progress topic {topic} was missing" in r.getMessage() for r in caplog.records)
+
 
 
 T0 = 1_767_225_600_000

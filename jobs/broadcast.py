@@ -16,6 +16,7 @@ from __future__ import annotations
 from ctiflow.jobs import rows
 from ctiflow.jobs.counters import Counters
 from ctiflow.jobs.plan import Plan, SideInput
+from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.chunks import restoring
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.operator import HELD, Output
@@ -31,7 +32,7 @@ class SharedStates:
         self.reports = reports
         self.inputs = {s.stream: s for s in plan.side_inputs}
         with restoring("the key group's shared state"):
-            self.states = {s.operator: s.shared.new() if stored is None else s.shared.restore(stored[j])
+            self.states = {s.operator: s.shared.new() if stored is None else compat.restored(s.shared.restore, stored[j])
                            for j, s in enumerate(plan.side_inputs)}
 
     def __bool__(self) -> bool:

@@ -103,6 +103,8 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         MANAGER_CLASS: FILE_SYSTEM_MANAGER,
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
         "spark.python.worker.reuse": "true",
+        # A worker that dies natively (a signal, an abort in a C library) leaves its Python stack in the error
+        "spark.python.worker.faulthandler.enabled": "true",
         # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared (ctiflow.jobs.spark_daemon)
         "spark.python.daemon.module": "ctiflow.jobs.spark_daemon",
         "spark.driver.memory": "2g",

@@ -218,6 +218,12 @@ STALE_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_P
                          KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN})
 
 
+def _stale(exc: KafkaException) -> bool:
+    """Whether ``exc`` is one of :data:`STALE_TOPIC` (a topic gone or replaced under the client)."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() in STALE_TOPIC
+
+
 class MarkerNotLanded(RuntimeError):
     """A replay marker the broker did not acknowledge: the task must not write (a bug report
     only if it persists; the message names the topic)."""
@@ -340,32 +346,20 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         parts = partition_counts(bootstrap, client, self.options.topics)
         skip: dict[tuple[str, int], set[int]] = {}
         if markers is not None:
-            marker_partitions, recreated = marker_topic_partitions(self.options)
-            if recreated:  # the kept producer may know the old topic's partitions
-                drop_producer(bootstrap, client)
+            skip, marker_partitions = self._replayed(parts, query, batch, task)
         prod = worker_producer(bootstrap, client)
         try:
             if markers is not None:
-                # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its worker)
-                cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
-                try:
-                    through = self.options.replay_through
-                    # planned before this run, or no marker can tell (the topic was created again)
-                    replay = (through is not None and batch <= through) or recreated
-                    replay = replay or began(cons, markers, marker_partitions, query, batch, task)
-                    if replay:  # an attempt of this task may have begun: skip what it wrote
-                        skip = {(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items()
-                                for p in range(n)}
-                finally:
-                    cons.close()
                 # Also on a replay: the next batch finds the history it reads back to (an earlier batch's marker).
                 try:
                     leave_marker(prod, markers, marker_partitions, query, batch, task)
                 except MarkerNotLanded as exc:
                     if not exc.stale:
                         raise
-                    prod.purge()  # a producer that knew the topic before it was replaced: once more, a new one
+                    # The topic was replaced or deleted since it was read: created again if missing, a new producer.
+                    prod.purge()
                     drop_producer(bootstrap, client)
+                    marker_partitions, _ = marker_topic_partitions(self.options)
                     prod = worker_producer(bootstrap, client)
                     leave_marker(prod, markers, marker_partitions, query, batch, task)
             return self._send(iterator, prod, parts, skip, query, batch, task)
@@ -373,6 +367,36 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             prod.purge()  # nothing of this failed attempt may land after the replay's scan
             drop_producer(bootstrap, client)
             raise
+
+    def _replayed(self, parts: dict[str, int], query: str, batch: int,
+                  task: int) -> tuple[dict[tuple[str, int], set[int]], int]:
+        """What an earlier attempt of this task wrote (``(topic, partition)`` → its ``seq``s; empty
+        unless one may have begun) and the marker topic's partition count. A marker topic deleted
+        while this reads it is created again, and then no marker can tell: a replay."""
+        bootstrap, client, markers = self.options.bootstrap, self.options.client, self.options.markers
+        for attempt in (1, 2):
+            marker_partitions, recreated = marker_topic_partitions(self.options)
+            if recreated:  # the kept producer may know the old topic's partitions
+                drop_producer(bootstrap, client)
+            # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its worker)
+            cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
+            try:
+                through = self.options.replay_through
+                # planned before this run, or no marker can tell (the topic was created again)
+                replay = (through is not None and batch <= through) or recreated
+                replay = replay or began(cons, markers, marker_partitions, query, batch, task)
+                if not replay:
+                    return {}, marker_partitions
+                return ({(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items() for p in range(n)},
+                        marker_partitions)
+            except KafkaException as exc:
+                if attempt == 2 or not _stale(exc):
+                    raise
+                # the marker topic was deleted under this read: the next attempt creates it again
+                # (or finds it created again, holding no marker of this query: a replay)
+            finally:
+                cons.close()
+        raise AssertionError("unreachable")
 
     def _send(self, iterator, prod, parts: dict[str, int], skip: dict, query: str, batch: int,
               task: int) -> SinkCommit:
@@ -431,11 +455,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             counters.merge(totals, m.metrics)
         record = json.dumps({"batch": batchId, "time": time.time(), "query": query, **totals}).encode()
         bootstrap, client = self.options.bootstrap, self.options.client
-        if topic not in kafka.list_topics(bootstrap, client):  # deleted: created again, the kept producer dropped
-            if kafka.create_topics(bootstrap, {topic: 1}, client):  # (a StackError naming it if refused)
-                own_topics.recreate(topic, 1, "the progress topic")
-            drop_producer(bootstrap, client)
         for attempt in (1, 2):
+            if topic not in kafka.list_topics(bootstrap, client):  # deleted: created again, the kept producer dropped
+                if kafka.create_topics(bootstrap, {topic: 1}, client):  # (a StackError naming it if refused)
+                    own_topics.recreate(topic, 1, "the progress topic")
+                drop_producer(bootstrap, client)
             failed: list = []
             prod = worker_producer(bootstrap, client)
             kafka.send(prod, topic, record, str(batchId).encode(), partition=0,

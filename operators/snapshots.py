@@ -31,3 +31,24 @@ class _Unpickler(pickle.Unpickler):
 def loads(data: bytes) -> Any:
     """``pickle.loads(data)`` with the modules of earlier versions read under their new names."""
     return _Unpickler(io.BytesIO(data)).load()
+
+
+class EarlierFormat(Exception):
+    """A snapshot written in an earlier format of its reader (``what``, format ``version``): the
+    reader knows its current format only; ``ctiflow.jobs.state.compat.upgrade`` rewrites the bytes
+    in it, and the reader reads them again."""
+
+    def __init__(self, what: str, version: int) -> None:
+        super().__init__(f"a {what} snapshot of format {version}")
+        self.what, self.version = what, version
+
+
+def check_format(what: str, version: Any, current: int) -> None:
+    """Accept ``version`` if it is ``current``; an earlier one raises :class:`EarlierFormat`, any
+    other (a later ctiflow's, or no format at all) a ``ValueError`` naming it."""
+    if version == current:
+        return
+    if isinstance(version, int) and 0 < version < current:
+        raise EarlierFormat(what, version)
+    raise ValueError(f"a {what} snapshot of format {version!r}, which this ctiflow (format {current}) "
+                     "cannot read: it was written by a later version")

@@ -7,7 +7,10 @@ events still buffered, plus the records that version produced from the snapshot 
 its input. This version restores each snapshot and must produce the same records (the late
 topic's in any order: the runtime now offers each stream's packs in partition order).
 ``main-2026-11-28.pkl.gz``: the same jobs recorded at ``61c15c7`` (state chunks zstd-compressed,
-the match operator's untouched keys a dict of pickled states, snapshot version 3)."""
+the match operator's untouched keys a dict of pickled states, snapshot version 3).
+``rules-2026-11-28.pkl.gz``: recorded at ``61c15c7`` too, with a third job: a match operator with
+its own pattern and a rules stream (rule book format 1, ruled match operator format 1 holding
+match operator snapshots of format 3), rules put, replaced, adjusted, refused and deleted on either side of the snapshot."""
 
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ RECORDED = Path(__file__).parent / "data" / "state"
 
 
 def group_input(batch, streams: tuple[str, ...], last: bool) -> GroupInput:
-    """The batch as the source ships it: packs per stream and partition, frontiers, control rows."""
+    """The batch as the source ships it: packs per stream and partition, frontiers, control rows
+    (``streams``: the event streams and side inputs)."""
     got = GroupInput([], [], [(s, Control([0, 1] if s == "s" else [0], [], last)) for s in streams], [])
     for slot in sorted({(e.stream, e.partition) for e in batch}):
         mine = [e for e in batch if (e.stream, e.partition) == slot]
@@ -36,15 +40,17 @@ def group_input(batch, streams: tuple[str, ...], last: bool) -> GroupInput:
     return got
 
 
-@pytest.mark.parametrize("version", ["main-2026-11-27", "main-2026-11-28"])
-@pytest.mark.parametrize("name", ["reference-count", "one-stream-match"])
+@pytest.mark.parametrize(("version", "name"), [
+    *((v, n) for v in ("main-2026-11-27", "main-2026-11-28") for n in ("reference-count", "one-stream-match")),
+    ("rules-2026-11-28", "ruled-match")])
 def test_a_snapshot_of_an_earlier_main_restores_and_goes_on_as_it_did(version, name):
     with gzip.open(RECORDED / f"{version}.pkl.gz") as f:
         recorded = pickle.load(f)[name]
     p = plan_job(parse(recorded["spec"], recorded["spec"]["job"]))
     rt = GroupRuntime(p, recorded["snapshot"])
     for i, (batch, want) in enumerate(zip(recorded["batches"], recorded["outputs"])):
-        out = rt.run_batch(group_input(batch, tuple(p.streams), i == len(recorded["batches"]) - 1)).outputs
+        streams = (*p.streams, *(s.stream for s in p.side_inputs))
+        out = rt.run_batch(group_input(batch, streams, i == len(recorded["batches"]) - 1)).outputs
         got = [(topic, o.role, o.record, key) for topic, o, key in out]
         late = p.late_topic
         assert [r for r in got if r[0] != late] == [r for r in want if r[0] != late]
@@ -68,3 +74,40 @@ def test_snapshots_of_earlier_versions_name_classes_where_they_were():
     event, stamp = snapshots.loads(old)
     assert type(event) is Event and event.fields == {"a": 1}
     assert type(stamp) is Timestamp and stamp == 5
+
+
+def test_the_operators_read_their_current_format_only_and_compat_reads_the_earlier_ones():
+    """The recorded ruled job's book (format 1) and operator (format 1, its versions' snapshots
+    of match operator format 3): each reader alone refuses them as an earlier format (``operators/``
+    holds no reader of one); through ``compat.restored`` they restore, and a snapshot of the result
+    is in the current formats."""
+    from ctiflow.jobs.state import compat
+    from ctiflow.jobs.state.codec import expanded
+    from ctiflow.jobs.state.header import GroupHeader, read_whole_state
+    from ctiflow.operators import snapshots
+    from ctiflow.operators.cep.operator import SNAPSHOT_FORMAT, MatchOperator
+    from ctiflow.operators.cep.rules import BOOK_FORMAT
+    from ctiflow.operators.snapshots import EarlierFormat
+
+    with gzip.open(RECORDED / "rules-2026-11-28.pkl.gz") as f:
+        recorded = pickle.load(f)["ruled-match"]
+    p = plan_job(parse(recorded["spec"], recorded["spec"]["job"]))
+    header, entries = read_whole_state(recorded["snapshot"], "")
+    (book_bytes,) = GroupHeader.from_bytes(header, with_shared=True).shared
+    (op_bytes,) = snapshots.loads(expanded(entries[0]))[1]
+    (side,), (spec,) = p.side_inputs, p.operators
+    subs = snapshots.loads(op_bytes)[2]
+    assert {snapshots.loads(data)[0] for data, _ in subs.values()} == {3}
+    static_settings = spec.settings.static
+    for read, data in [(side.shared.restore, book_bytes), (spec.build, op_bytes),
+                       (lambda d: MatchOperator.restore(static_settings, d), subs[("", 0)][0])]:
+        with pytest.raises(EarlierFormat):
+            read(data)
+    book = compat.restored(side.shared.restore, book_bytes)
+    assert snapshots.loads(book.snapshot())[0] == BOOK_FORMAT and not book.forgets  # a format 1 book kept all
+    op = compat.restored(spec.build, op_bytes)
+    op.use_shared(book)
+    now = snapshots.loads(op.snapshot())
+    assert {snapshots.loads(data)[0] for data, _ in now[2].values()} == {SNAPSHOT_FORMAT}
+    assert op.live_keys() and op.live_keys() == {key for sub in subs.values() for key in MatchOperator.snapshot_summary(
+        compat.upgrade("match operator", sub[0]))[0]}

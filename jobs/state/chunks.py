@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.parts import is_chunk
 from ctiflow.operators import snapshots
@@ -174,7 +175,7 @@ class KeyedState:
         ops = []
         for spec, op_blob in zip(self.specs, blobs):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
-                ops.append(spec.build(op_blob))
+                ops.append(compat.restored(spec.build, op_blob))
         return Chunk(ops, last_seen, cti,
                      (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs),
                                                  tallies))))

@@ -11,14 +11,28 @@ time layer, layout 1      ``("columns", 1, cti, pending, held, arrived)``: one s
 row time layer            ``(buffers, generators, own CTIs, pending, CTI)``: each buffer a
                           row reorder buffer's snapshot (:func:`legacy_buffer`)
 join output, row buffer   a row reorder buffer's snapshot (the enriched stream's)
+match operator, 2–3       ``(format, fingerprint, {key: (due, pickled state[, runs])}[, numbers])``:
+                          each key's state apart (until 2026-11-29)
+ruled match operator, 1   ``(1, CTI, {version key: (match operator snapshot, closed)})``: its
+                          versions' snapshots in any match operator format
+rule book, 1              ``(1, timeline, counts)``: a book that keeps every version (before
+                          it could forget those no chunk holds)
 ========================  ==================================================================
+
+An operator or shared state reads its current format only, and raises
+:class:`~ctiflow.operators.snapshots.EarlierFormat` on an earlier one; :func:`restored` is how
+the key group restores each (:func:`upgrade` the bytes, then read them again).
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
 
 from ctiflow.operators import snapshots
+from ctiflow.operators.cep import operator as match, rules
+from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 from ctiflow.operators.time import CTI_NONE, AdvanceTimeSettings, Event
 
@@ -58,3 +72,53 @@ def legacy_buffer(data: bytes) -> tuple[int, EventColumns | None]:
         return cti, None
     cols = EventColumns.from_events(events)
     return cti, cols.take(cols.release_order())
+
+
+T = TypeVar("T")
+
+
+def restored(restore: Callable[[bytes], T], data: bytes) -> T:
+    """``restore(data)``, or, when ``data`` is in an earlier format of its reader, ``restore`` of
+    the bytes :func:`upgrade` rewrote in the current one."""
+    try:
+        return restore(data)
+    except snapshots.EarlierFormat as earlier:
+        return restore(upgrade(earlier.what, data))
+
+
+def upgrade(what: str, data: bytes) -> bytes:
+    """``data``, a snapshot of ``what`` (an :class:`~ctiflow.operators.snapshots.EarlierFormat`'s
+    name) in an earlier format, in the current one."""
+    return _UPGRADES[what](data)
+
+
+def _dumps(value) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _match_operator(data: bytes) -> bytes:
+    """Formats 2–3 (each key's state pickled on its own; 3 added the runs in flight, and the
+    MATCH_NUMBER counts) as the current one (the keys packed in columns). Today's bytes pass."""
+    version, fingerprint, keyed, *numbers = snapshots.loads(data)
+    if version == match.SNAPSHOT_FORMAT:
+        return data
+    packed = PackedStates.from_rows((key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN)
+                                    for key, raw in keyed.items())
+    return _dumps((match.SNAPSHOT_FORMAT, fingerprint, packed.to_plain(), numbers[0] if numbers else {}))
+
+
+def _ruled_match_operator(data: bytes) -> bytes:
+    """Format 1 (its versions' snapshots in any match operator format) as the current one."""
+    _, at, subs = snapshots.loads(data)
+    return _dumps((rules.SNAPSHOT_FORMAT, at, {key: (_match_operator(sub), closed)
+                                               for key, (sub, closed) in subs.items()}))
+
+
+def _rule_book(data: bytes) -> bytes:
+    """Format 1 as the current one: a book that keeps every version (``forgets`` False)."""
+    _, timeline, counts = snapshots.loads(data)
+    return _dumps((rules.BOOK_FORMAT, timeline, counts, False))
+
+
+_UPGRADES: dict[str, Callable[[bytes], bytes]] = {
+    "match operator": _match_operator, "ruled match operator": _ruled_match_operator, "rule book": _rule_book}

@@ -42,25 +42,24 @@ from ctiflow.operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_
 from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
 from ctiflow.operators.cep.heap import BinaryHeap
 from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState, _order_key
-from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
+from ctiflow.operators.cep.packed import PackedStates
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
 from ctiflow.operators.operator import Operator, Output, Traits, process_rows
 from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
-#: 2: each key pickled on its own, with its due CTI; 3: + MATCH_NUMBER counts;
-#: 4: the keys in columns (:class:`~ctiflow.operators.cep.packed.PackedStates`)
-_SNAPSHOT_VERSION = 4
+#: The snapshot's format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``):
+#: the keys in columns (:class:`~ctiflow.operators.cep.packed.PackedStates`)
+SNAPSHOT_FORMAT = 4
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 
 
-def _packed(version: int, keyed) -> PackedStates:
-    """A snapshot's keyed states: packed columns (format 4), or the per-key rows of formats 2–3."""
-    if version >= 4:
-        return PackedStates.from_plain(keyed)
-    return PackedStates.from_rows((key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN)
-                                  for key, raw in keyed.items())
+def _read(data: bytes) -> tuple:
+    """``(format, fingerprint, packed keys, MATCH_NUMBER counts)`` of a snapshot in the current format."""
+    got = snapshots.loads(data)
+    snapshots.check_format("match operator", got[0], SNAPSHOT_FORMAT)
+    return got
 
 
 def _job_key(key: str) -> str:
@@ -466,31 +465,29 @@ class MatchOperator(Operator):
         self._raw = self._raw.packed([(key, due(state), dumps(state.to_plain(), protocol=protocol), _runs(state))
                                       for key, state in self._states.items()])
         self._states = {}
-        return pickle.dumps((_SNAPSHOT_VERSION, self._fingerprint(), self._raw.to_plain(), self._numbers),
+        return pickle.dumps((SNAPSHOT_FORMAT, self._fingerprint(), self._raw.to_plain(), self._numbers),
                             protocol=protocol)
 
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
         operator = cls(settings)
-        version, fingerprint, keyed, *numbers = snapshots.loads(data)
-        if version not in (2, 3, _SNAPSHOT_VERSION):
-            raise PatternError(f"unsupported match operator snapshot version {version}")
+        version, fingerprint, keyed, numbers = _read(data)
         if fingerprint != operator._fingerprint():
             raise PatternError(
                 f"the snapshot of pattern {operator.name!r} was taken with a different pattern "
                 "(its NFA states differ); start from empty state after changing a pattern"
             )
-        operator._raw = _packed(version, keyed)
-        operator._numbers = numbers[0] if numbers else {}
+        operator._raw = PackedStates.from_plain(keyed)
+        operator._numbers = numbers
         return operator
 
     @staticmethod
     def snapshot_summary(data: bytes) -> tuple[set[str], int]:
         """The event keys a snapshot holds state for and the runs in flight it counted, read
         without restoring it (no settings needed: a ruled operator's versions waiting for theirs)."""
-        version, _, keyed, *numbers = snapshots.loads(data)
-        packed = _packed(version, keyed)
-        keys = set(packed) | set(numbers[0] if numbers else ())
+        _, _, keyed, numbers = _read(data)
+        packed = PackedStates.from_plain(keyed)
+        keys = set(packed) | set(numbers)
         return {_job_key(k) if _PART in k else k for k in keys}, packed.runs_total()[0]
 
     def _decode(self, key: str) -> NfaState:

@@ -40,16 +40,18 @@ import numpy as np
 
 from ctiflow.operators import snapshots
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit, _compiled, start_keys
-from ctiflow.operators.errors import CtiflowError, EventRejected, PatternError, invalid_choice
+from ctiflow.operators.errors import CtiflowError, EventRejected, invalid_choice
 from ctiflow.operators.operator import HELD, Operator, Output, SharedState, Traits
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
 
 ON_CHANGE = ("drain", "cut")
 LATE_RULES = ("reject", "adjust")
 ACTIONS = ("put", "delete")
-_SNAPSHOT_VERSION = 1
-#: The rule book's snapshot format: 2 adds whether the book may forget versions (:meth:`RuleBook.forget`)
-_BOOK_VERSION = 2
+#: The ruled match operator's snapshot format: its versions' snapshots in the match operator's
+#: current format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``)
+SNAPSHOT_FORMAT = 2
+#: The rule book's snapshot format: with whether the book may forget versions (:meth:`RuleBook.forget`)
+BOOK_FORMAT = 2
 #: The longest rule definition (UTF-8 bytes) a rules topic may carry; longer ones are refused before
 #: they are parsed (a definition's parse and compile cost grows with its length).
 MAX_DEFINITION_BYTES = 64 * 1024
@@ -157,7 +159,7 @@ class RuleBook(SharedState):
         self.applied = self.rejected = self.adjusted = 0
         self._bytes: bytes | None = None  # the snapshot while nothing changed since
         #: whether the chunks report the versions they hold (:meth:`forget`): books begun before
-        #: they did (snapshot format 1) keep every version
+        #: they did (read from book format 1) keep every version
         self.forgets = True
 
     # -- rule records ------------------------------------------------------------------------
@@ -291,7 +293,7 @@ class RuleBook(SharedState):
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         if self._bytes is None:
-            self._bytes = pickle.dumps((_BOOK_VERSION, self.timeline, (self.applied, self.rejected, self.adjusted),
+            self._bytes = pickle.dumps((BOOK_FORMAT, self.timeline, (self.applied, self.rejected, self.adjusted),
                                         self.forgets), protocol=pickle.HIGHEST_PROTOCOL)
         return self._bytes
 
@@ -305,12 +307,12 @@ class RuleBook(SharedState):
         book = cls(settings, compile)
         cached = _RESTORED.get(data)
         if cached is None:
-            version, timeline, counts, *forgets = snapshots.loads(data)
-            if version not in (1, _BOOK_VERSION):
-                raise PatternError(f"unsupported rule book snapshot version {version}")
+            got = snapshots.loads(data)
+            snapshots.check_format("rule book", got[0], BOOK_FORMAT)
+            _, timeline, counts, forgets = got
             if len(_RESTORED) >= 16:
                 _RESTORED.clear()
-            cached = _RESTORED[data] = (timeline, counts, bool(forgets and forgets[0]))
+            cached = _RESTORED[data] = (timeline, counts, forgets)
         timeline, (book.applied, book.rejected, book.adjusted), book.forgets = cached
         book.timeline = {rule_id: list(versions) for rule_id, versions in timeline.items()}
         book._times = sorted(v.effective for vs in book.timeline.values() for v in vs)
@@ -549,14 +551,14 @@ class RuledMatchOperator(Operator):
         subs = {key: (sub.snapshot(), sub.closed) for key, sub in self.subs.items() if key == _STATIC
                 or sub.keys_in_flight or sub.live_keys()}
         subs.update(self._waiting)
-        return pickle.dumps((_SNAPSHOT_VERSION, self.at, subs), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((SNAPSHOT_FORMAT, self.at, subs), protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def restore(cls, settings: RuledMatchSettings, data: bytes) -> "RuledMatchOperator":
         operator = cls(settings)
-        version, operator.at, subs = snapshots.loads(data)
-        if version != _SNAPSHOT_VERSION:
-            raise PatternError(f"unsupported ruled match operator snapshot version {version}")
+        got = snapshots.loads(data)
+        snapshots.check_format("ruled match operator", got[0], SNAPSHOT_FORMAT)
+        _, operator.at, subs = got
         static = subs.pop(_STATIC, None)
         if static is not None and settings.static is not None:
             operator.subs[_STATIC] = MatchOperator.restore(settings.static, static[0])

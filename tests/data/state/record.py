@@ -45,7 +45,38 @@ JOBS = {
                              "within_ms": 200, "stages": [{"name": "a", "where": "amount > 500"},
                                                           {"name": "b", "contiguity": "followed_by",
                                                            "where": "amount < 100"}]}}]},
+    # A match operator with its own pattern and rules (a rules topic: its stream ``rules_m``); the
+    # rule records of :func:`rule_events` come in the batches with the transactions.
+    "ruled-match": {"job": "compat-ruled", "kafka": {"bootstrap_servers": "x:1"}, "sources": [TX],
+                    "operators": [{"kind": "match", "name": "m", "output": "matches", "pattern": {
+                        "within_ms": 300, "stages": [{"name": "a", "where": "amount > 700"},
+                                                     {"name": "b", "contiguity": "followed_by", "where": "amount < 50"}]},
+                        "rules": {"topic": "rules", "on_change": "drain", "late_rules": "adjust"}}]},
 }
+RULES = "rules_m"
+
+
+def rule_definition(low: int, high: int, within: int) -> str:
+    return ('{"within_ms": %d, "stages": [{"name": "x", "where": "amount > %d"}, '
+            '{"name": "y", "contiguity": "followed_by", "where": "amount < %d"}]}' % (within, high, low))
+
+
+def rule_events(batch: int, cti: int, offset: int) -> list[Event]:
+    """The rule records of micro-batch ``batch`` (``cti``: about where its events are): a rule
+    put, replaced, a second one, a late one (adjusted), one refused (a bad definition), a delete."""
+    plans = {1: [("big", 1, cti + 50, "put", rule_definition(100, 800, 400))],
+             2: [("small", 1, cti + 20, "put", rule_definition(20, 600, 200)),
+                 ("bad", 1, cti + 20, "put", '{"within_ms": 100, "stages": [{"name": "x", "where": "amount >"}]}')],
+             4: [("big", 2, cti + 10, "put", rule_definition(300, 500, 500)),
+                 ("late", 1, cti - 500, "put", rule_definition(50, 900, 100))],
+             8: [("small", 2, cti + 30, "delete", None)],
+             9: [("big", 3, cti + 40, "put", rule_definition(200, 650, 300))]}
+    out = []
+    for i, (rule_id, version, effective, action, definition) in enumerate(plans.get(batch, ())):
+        fields = {"rule_id": rule_id, "operator": "m", "version": version, "effective_time": effective,
+                  "action": action, "definition": definition, "comment": None}
+        out.append(Event(rule_id, effective, effective, fields, 0, offset + i, RULES))
+    return out
 
 
 def batches(job: str, seed: int = 3) -> list[list[Event]]:
@@ -68,18 +99,22 @@ def batches(job: str, seed: int = 3) -> list[list[Event]]:
                 batch.append(Event(account, v, CTI_INFINITY, {"account": account, "limit": rng.randint(1, 9) * 100.0,
                                                               "segment": "retail"}, 0, offsets[("r", 0)], "r"))
                 offsets[("r", 0)] += 1
+        if job.startswith("ruled"):
+            batch += rule_events(len(out), min(clock), offsets[("r", 0)])
+            offsets[("r", 0)] += len(batch) - sum(e.stream == "s" for e in batch)
         out.append(batch)
     return out
 
 
-def run(rt: GroupRuntime, batch: list[Event], last: bool) -> list[tuple]:
+def run(rt: GroupRuntime, batch: list[Event], last: bool, side: tuple[str, ...] = ()) -> list[tuple]:
     """One micro-batch: through the low-level calls of the versions that had them, else through
     ``run_batch`` as ``tests/test_state_compat.py`` feeds it (the versions from 2026-11-28 on)."""
     if not hasattr(rt, "assign"):
         from ctiflow.jobs.rows import Control, GroupInput
         from ctiflow.operators.columns import EventColumns
 
-        got = GroupInput([], [], [(s, Control([0, 1] if s == "s" else [0], [], last)) for s in rt.plan.streams], [])
+        streams = [*rt.plan.streams, *side]  # (side: a rules stream, not among the plan's streams)
+        got = GroupInput([], [], [(s, Control([0, 1] if s == "s" else [0], [], last)) for s in streams], [])
         for slot in sorted({(e.stream, e.partition) for e in batch}):
             mine = [e for e in batch if (e.stream, e.partition) == slot]
             got.columns.append(EventColumns.from_events(mine))
@@ -102,11 +137,12 @@ def record(path: str) -> None:
         p = plan(cfg)
         todo = batches(name)
         rt = GroupRuntime(p)
+        side = tuple({e.stream for b in todo for e in b} - set(rt.plan.streams))
         for batch in todo[:6]:
-            run(rt, batch, False)
+            run(rt, batch, False, side)
         snapshot = rt.snapshot()
         rt = GroupRuntime(p, snapshot)
-        outputs = [run(rt, batch, i == 5) for i, batch in enumerate(todo[6:])]
+        outputs = [run(rt, batch, i == 5, side) for i, batch in enumerate(todo[6:])]
         got[name] = {"spec": spec, "snapshot": snapshot, "batches": todo[6:], "outputs": outputs}
     with gzip.open(path, "wb") as f:
         pickle.dump(got, f, protocol=5)
