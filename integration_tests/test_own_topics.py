@@ -226,17 +226,7 @@ def test_a_job_whose_progress_and_marker_topics_are_corrupted_and_deleted_writes
             garbage(progress["id"])
             done["again"] = batch
 
-    try:
-        summary = run(cfg, spark, on_progress=meddle)
-    except Exception as exc:
-        # An open defect (issue 59's notes): on CI a sink task's Python worker has crashed natively
-        # ("exited unexpectedly") when the topics were deleted under it. Said loudly, and tolerated
-        # once: the rerun continues from the checkpoint, and exactly-once must still hold through it.
-        if "Python worker exited unexpectedly" not in str(exc):
-            raise
-        print(f"\n[own topics] KNOWN DEFECT: a Python worker crashed mid-run after {done}; rerunning from the "
-              "checkpoint")
-        summary = run(cfg, spark, on_progress=meddle)
+    summary = run(cfg, spark, on_progress=meddle)
 
     assert set(done) == {"garbage", "deleted", "again"}, done
     assert max(p["batchId"] for p in summary.progress) >= done["again"] + 2  # batches ran after each
