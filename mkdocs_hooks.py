@@ -1,11 +1,11 @@
 """MkDocs hooks (mkdocs.yml → hooks): pages generated at build time so they cannot drift.
 
-- ``<!-- job-reference -->``: the job file reference, from the configuration model (jobs/reference_doc.py).
+- ``<!-- job-reference -->``: the job file reference, from the configuration model (jobs/tools/reference_doc.py).
 - ``<!-- readme -->``: the README's body (the docs home is the README; links into ``docs/`` rebased).
 - ``<!-- figures -->``: the measured figures table and what bounds each row, from bench/figures.yaml;
   ``<!-- figures-detail: ID -->``: one benchmark's full table as it wrote it; ``<!-- figures-row: ID -->``:
   that row's cells as a sentence.
-- ``<!-- example: NAME -->``: a worked example run through the real operator (jobs/docs_examples.py);
+- ``<!-- example: NAME -->``: a worked example run through the real operator (jobs/tools/docs_examples.py);
   its pictures are drawn before the build into docs/generated/.
 """
 
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from ctiflow.bench import figures
-from ctiflow.jobs.reference_doc import job_reference
+from ctiflow.jobs.tools.reference_doc import job_reference
 
 ROOT = Path(__file__).resolve().parent
 _DETAIL = re.compile(r"<!-- figures-detail: ([\w-]+) -->")
@@ -29,7 +29,7 @@ def readme_body() -> str:
 
 def on_pre_build(config):
     """Pictures drawn from the examples, into docs/generated/ (not in git) before the files are read."""
-    from ctiflow.jobs.docs_examples import bins_picture, cti_picture, histogram_picture
+    from ctiflow.jobs.tools.docs_examples import bins_picture, cti_picture, histogram_picture
 
     out = ROOT / "docs" / "generated"
     out.mkdir(exist_ok=True)
@@ -49,7 +49,7 @@ def on_page_markdown(markdown, page, config, files):
     markdown = _DETAIL.sub(lambda m: figures.detail(m.group(1)), markdown)
     markdown = _ROW.sub(lambda m: figures.summary(m.group(1), prefix=prefix), markdown)
     if _EXAMPLE.search(markdown):
-        from ctiflow.jobs.docs_examples import example
+        from ctiflow.jobs.tools.docs_examples import example
 
         markdown = _EXAMPLE.sub(lambda m: example(m.group(1)), markdown)
     return markdown

@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter
 
-from ctiflow.jobs import rows
+from ctiflow.jobs.core import rows
 from ctiflow.jobs.avro.serde import default_store
-from ctiflow.jobs.kafka import message_offsets
-from ctiflow.jobs.sink import KafkaSink, KafkaStreamWriter, SinkCommit, SinkOptions
-from ctiflow.jobs.source.decoder import Decoded, RecordDecoder, record_fields
-from ctiflow.jobs.source.options import SourceOptions
-from ctiflow.jobs.source.reader import KafkaSource, KafkaStreamReader
+from ctiflow.jobs.datapath.kafka import message_offsets
+from ctiflow.jobs.datapath.sink import KafkaSink, KafkaStreamWriter, SinkCommit, SinkOptions
+from ctiflow.jobs.datapath.source.decoder import Decoded, RecordDecoder, record_fields
+from ctiflow.jobs.datapath.source.options import SourceOptions
+from ctiflow.jobs.datapath.source.reader import KafkaSource, KafkaStreamReader
 
 
 def typed_schema(avro_schema: dict) -> pa.Schema:

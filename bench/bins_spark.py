@@ -19,7 +19,7 @@ from ctiflow.bench.spark_jobs import (Figures, PeakMemory, bench_stack, figures,
 
 
 def produce_flows(bootstrap: str, topic: str, n: int) -> None:
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
     from ctiflow.jobs.testing import workload
 

@@ -57,7 +57,7 @@ POOL = 400_000  # transactions generated once and cycled
 
 
 def _trigger_ms(trigger: str) -> int:
-    from ctiflow.jobs.config import duration_ms
+    from ctiflow.jobs.driver.config import duration_ms
 
     return duration_ms(trigger)
 
@@ -129,7 +129,7 @@ def _floor(spark, bootstrap: str, topic: str, trigger: str, seconds: float, home
     from pyspark.sql import functions as F
 
     from ctiflow.bench.spark_jobs import _source as source_frame, forwarded
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
 
     out_topic = f"{topic}-out"
     kafka.create_topics(bootstrap, {out_topic: 3})
@@ -156,7 +156,7 @@ def _floor(spark, bootstrap: str, topic: str, trigger: str, seconds: float, home
 
 def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, stop: threading.Event) -> int:
     """Transactions at ``rate`` a second for ``seconds`` (event time = now); → how many."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     _transaction(0, 0)  # the pool made before the clock starts
@@ -181,7 +181,7 @@ def _produce_steady(bootstrap: str, topic: str, rate: float, seconds: float, sto
 
 def _read(bootstrap: str, topic: str) -> list[tuple[int, dict]]:
     """Every record of ``topic`` as ``(Kafka timestamp ms, decoded record)``."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroDeserializer
 
     decode = AvroDeserializer(None, lookup=kafka.SchemaTopic(bootstrap, None))  # (derived schemas too)
@@ -232,9 +232,10 @@ def _percentile(values: list[int], q: float) -> float:
 def _run(spark, bootstrap: str, home: str, kind: str, trigger: str, seconds: float) -> dict:
     """One run under the steady load → its topic, events sent, the measured window and the
     micro-batches' durations."""
-    from ctiflow.jobs import kafka, pipeline
-    from ctiflow.jobs.checkpoint import ProgressLog, latest_query
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.driver import pipeline
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, latest_query
+    from ctiflow.jobs.driver.config import parse
 
     topic = f"lat-{kind}-{trigger}"
     kafka.create_topics(bootstrap, {topic: 3})

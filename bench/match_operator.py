@@ -29,10 +29,10 @@ Per pattern, over the same events:
   operator benchmarks. Every ``sample_every`` events, untimed, the state is measured: bytes of
   ``snapshot()``, partial matches in flight, events stored in the shared buffers, and what
   a store without sharing would hold (the events of every partial match added up);
-* **end to end, in process** — what one Spark micro-batch does in ``jobs/adapter.py``, without
+* **end to end, in process** — what one Spark micro-batch does in ``jobs/datapath/adapter.py``, without
   Spark or Kafka: the records Avro-encoded up front (the producer's work, untimed), then per
   micro-batch of ``cti_every`` records and per key group (``crc32(key) mod G``): restore the
-  group's :class:`~ctiflow.jobs.runtime.GroupRuntime` from its snapshot, apply the CTI (the watermark
+  group's :class:`~ctiflow.jobs.core.runtime.GroupRuntime` from its snapshot, apply the CTI (the watermark
   of the previous batches), decode and offer the records, snapshot, Avro-encode the outputs;
   a final flush to +∞. Matches must equal the operator's;
 * **Flink** — ``bench/match_flink.py`` run with the PyFlink venv (``bench/setup_flink.sh``)
@@ -46,7 +46,7 @@ Wall-clock figures are for people; the smoke test looks only at matches and stat
 
 from __future__ import annotations
 
-from ctiflow.jobs.planner import plan_job
+from ctiflow.jobs.driver.planner import plan_job
 
 import argparse
 import csv
@@ -373,9 +373,9 @@ def run_end_to_end(name: str, spec: dict[str, Any], records: list[dict[str, Any]
                    payloads: list[bytes], *, cti_every: int = 10_000,
                    key_groups: int = 8) -> dict[str, Any]:
     """Decode → time layer → operator → snapshot → encode, per micro-batch and key group."""
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.rows import Control, GroupInput
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.core.rows import Control, GroupInput
+    from ctiflow.jobs.core.runtime import GroupRuntime
     from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
     from ctiflow.operators.columns import EventColumns
     from ctiflow.operators.time import Event

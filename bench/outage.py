@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ctiflow.jobs.checkpoint import ProgressLog, read_counters
+from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
 
 
 @dataclass
@@ -41,9 +41,10 @@ def _wait_for(progress: ProgressLog, key: str, value: int, timeout: float, proc:
 def outage_run(spec: dict, workdir: Path, port: int, inputs: list[tuple[str, str, list[dict], str]],
                second: list[tuple[str, str, list[dict], str]], outage: float = 32.0) -> OutageReport:
     """``inputs``/``second``: (topic, schema, records, key_field) produced before/after the outage."""
-    from ctiflow.jobs import kafka, stack
-    from ctiflow.jobs.kafka import read_topic
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.ops import stack
+    from ctiflow.jobs.datapath.kafka import read_topic
+    from ctiflow.jobs.driver.config import parse
 
     bootstrap = f"127.0.0.1:{port}"
     cfg = parse(spec, "outage job")

@@ -99,8 +99,8 @@ def _typed_source(spark, bootstrap: str, spec: dict):
     from pyspark.sql import functions as F
 
     from ctiflow.bench.baselines import register as register_baselines
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.pipeline import source_options
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.pipeline import source_options
 
     register_baselines(spark)  # the typed source and the batch sink of the baselines
 
@@ -154,8 +154,8 @@ def run_native(built, mode: str, home: str, name: str, bootstrap: str | None = N
     """The native query → ``noop`` (``topic`` None) or → the Kafka sink, Avro-encoded by a pandas UDF."""
     from pyspark.sql import functions as F
 
-    from ctiflow.jobs import kafka
-    from ctiflow.jobs.sink import SinkOptions
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.datapath.sink import SinkOptions
 
     agg, fields, schema, shape, key = built
     if topic is None:
@@ -216,7 +216,7 @@ def _alone_main(arg: str) -> None:
     """The child of :func:`alone`: run one query in this process's own Spark, print its figures."""
     from dataclasses import asdict
 
-    from ctiflow.jobs.pipeline import spark_session
+    from ctiflow.jobs.driver.pipeline import spark_session
 
     a = json.loads(arg)
     what, bootstrap, spec, suffix = a["what"], a["bootstrap"], a["spec"], a["suffix"]
@@ -254,7 +254,7 @@ def _alone_main(arg: str) -> None:
 def produce(bootstrap: str, topic: str, schema: str, records: list[dict], key_field: str) -> None:
     """Records keyed by ``key_field`` over :data:`PEER_TOPIC_PARTITIONS` partitions (Kafka's
     default partitioner: uneven rates per partition)."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: PEER_TOPIC_PARTITIONS})
@@ -323,7 +323,7 @@ class Peer:
 
 def records_in(bootstrap: str, topics) -> int:
     """Records in ``topics`` (every partition, low to true end offset)."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
 
     cons = kafka.consumer(bootstrap)
     try:
@@ -382,8 +382,8 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
 
 
 def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
-    from ctiflow.jobs import kafka
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.driver.config import parse
     from ctiflow.jobs.testing import oracle
 
     topic, result = "peers-tx", "peers-counts"

@@ -2,19 +2,19 @@
 
 Each stage runs the code the job runs, on the same records, and is timed alone:
 
-* **Avro decode** — :meth:`ctiflow.jobs.source.decoder.RecordDecoder.decoded` (bulk decode + validation on the
+* **Avro decode** — :meth:`ctiflow.jobs.datapath.source.decoder.RecordDecoder.decoded` (bulk decode + validation on the
   columns), one call per fetch of :data:`FETCH` records as the source makes them;
-* **packs** — :func:`ctiflow.jobs.rows.pack_columns` per key group → bytes → :func:`ctiflow.jobs.rows.unpack_columns`
+* **packs** — :func:`ctiflow.jobs.core.rows.pack_columns` per key group → bytes → :func:`ctiflow.jobs.core.rows.unpack_columns`
   (source worker → stateful worker; Arrow columns, then the NumPy columns the time layer takes);
-* **time layer + operator** — :meth:`ctiflow.jobs.runtime.GroupRuntime.run_batch`,
+* **time layer + operator** — :meth:`ctiflow.jobs.core.runtime.GroupRuntime.run_batch`,
   one runtime per key group and micro-batch, as the adapter drives it; of that,
 * **result columns** — the operator's record-building method (bins ``Binner._build``, count
   ``CountOperator._emit_touched``: :class:`~ctiflow.operators.events.OutputBatch` columns), timed by
   wrapping it;
 * **state round trip** — ``GroupRuntime`` load from header + chunks and ``commit()``;
-* **Avro encode** — :class:`ctiflow.jobs.rows.ResultEncoder` as the adapter calls it (bulk for
+* **Avro encode** — :class:`ctiflow.jobs.core.rows.ResultEncoder` as the adapter calls it (bulk for
   the operators' column batches, one :class:`ctiflow.jobs.avro.serde.AvroSerializer` call per other result);
-* **result packs** — the ``(key, value, role)`` packs as Arrow IPC (:func:`ctiflow.jobs.rows.output_frame`)
+* **result packs** — the ``(key, value, role)`` packs as Arrow IPC (:func:`ctiflow.jobs.core.rows.output_frame`)
   and read back in the sink;
 * **Kafka produce** — one ``Producer.produce`` call per result, with the sink's headers, to the
   broker, then ``flush`` (only with a broker).
@@ -25,7 +25,7 @@ up to the adapter's Python time per event.
 
 from __future__ import annotations
 
-from ctiflow.jobs.planner import plan_job
+from ctiflow.jobs.driver.planner import plan_job
 
 import time
 import zlib
@@ -33,7 +33,7 @@ from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 
 BATCH = 100_000
-#: Records per Kafka fetch (what one ``consume`` call returns at most: ``ctiflow.jobs.kafka.read_range``).
+#: Records per Kafka fetch (what one ``consume`` call returns at most: ``ctiflow.jobs.datapath.kafka.read_range``).
 FETCH = 10_000
 
 
@@ -60,21 +60,21 @@ def measure(job: dict, records: list[dict], *, batch: int = BATCH, bootstrap: st
             gc_paused: bool = True) -> dict:
     """µs per input event of each stage (module docstring) for ``job`` (a job spec with one
     source and its operators) over ``records`` (the source's records, in arrival order).
-    ``gc_paused``: as the job runs (:mod:`ctiflow.jobs.alloc`); ``False`` shows what that saves."""
-    from ctiflow.jobs import kafka
-    from ctiflow.jobs.alloc import cyclic_gc_paused
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.pipeline import source_options
+    ``gc_paused``: as the job runs (:mod:`ctiflow.jobs.core.alloc`); ``False`` shows what that saves."""
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.core.alloc import cyclic_gc_paused
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.pipeline import source_options
     import numpy as np
     import pyarrow as pa
 
-    from ctiflow.jobs.rows import ResultEncoder
-    from ctiflow.jobs.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
-    from ctiflow.jobs.counters import Counters
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.core.rows import ResultEncoder
+    from ctiflow.jobs.core.rows import Control, GroupInput, output_frame, output_records, pack_columns, unpack_columns
+    from ctiflow.jobs.core.counters import Counters
+    from ctiflow.jobs.core.runtime import GroupRuntime
     from ctiflow.jobs.avro.serde import AvroSerializer
-    from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
     from ctiflow.operators.bins import Binner
     from ctiflow.operators.columns import EventColumns
     from ctiflow.operators.count import CountOperator

@@ -29,8 +29,9 @@ def _passthrough(bootstrap: str, topic: str, out: str, ckpt: Path, job: str, lim
 def main(out: Console | None = None, kills: int = 10, events: int = 20_000, bad: int = 10_000) -> dict:
     from ctiflow.bench.chaos import crash_loop
     from ctiflow.bench.outage import outage_run
-    from ctiflow.jobs import kafka, stack
-    from ctiflow.jobs.kafka import read_topic
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.ops import stack
+    from ctiflow.jobs.datapath.kafka import read_topic
     from ctiflow.jobs.avro.serde import AvroSerializer
     from ctiflow.jobs.testing import workload
 

@@ -1,7 +1,7 @@
 """Benchmark: a match operator with N rules from its rules topic against the same N patterns
 written statically in the job file (N match operators), same events, same run.
 
-What runs is what one key group runs in a Spark micro-batch (:class:`~ctiflow.jobs.runtime.GroupRuntime`,
+What runs is what one key group runs in a Spark micro-batch (:class:`~ctiflow.jobs.core.runtime.GroupRuntime`,
 without Spark or Kafka): per micro-batch of ``per_batch`` events the group is restored from its
 committed header with its decoded chunks kept warm (as the adapter's worker cache keeps them),
 the events offered, the CTI applied, the state committed. The rules variant's rule records
@@ -28,11 +28,11 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.plan import Plan
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.rows import Control, GroupInput
+from ctiflow.jobs.core.plan import Plan
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.time import Event

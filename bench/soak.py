@@ -40,7 +40,7 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
     the topic back at the end: this process's memory is what the soak measures)."""
     import random
 
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     ser = AvroSerializer("flow")
@@ -112,10 +112,11 @@ def main(out: Console | None = None, *, minutes: float = 30.0, rate: float = 500
          record_figures: bool = False) -> dict:
     """``record_figures``: write the ``soak`` row of bench/figures.yaml (its minute-by-minute table)."""
     from ctiflow.bench.spark_jobs import bench_stack
-    from ctiflow.jobs import kafka, pipeline
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.metrics import kafka_ends
-    from ctiflow.jobs.progress import format_cti
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.driver import pipeline
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.metrics import kafka_ends
+    from ctiflow.jobs.driver.progress import format_cti
     from ctiflow.jobs.testing import oracle
 
     out = out or Console(width=200)

@@ -14,7 +14,7 @@ run are what compare).
   loop, once with the cyclic collector paused as the source pauses it (the goal compares the
   source with the faster of the two);
 * **source**: the project's :meth:`KafkaStreamReader.read
-  <ctiflow.jobs.source.reader.KafkaStreamReader.read>` as an executor runs it (decode, validate,
+  <ctiflow.jobs.datapath.source.reader.KafkaStreamReader.read>` as an executor runs it (decode, validate,
   key groups, packs, frontier rows);
 * **source, librdkafka defaults**: the same with the consumer settings the project used before
   (``fetch.queue.backoff.ms`` = 1,000 ms): the stall after every over-full fetch, in wall time.
@@ -39,7 +39,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-#: librdkafka's own defaults for the settings :func:`ctiflow.jobs.kafka.consumer` now chooses
+#: librdkafka's own defaults for the settings :func:`ctiflow.jobs.datapath.kafka.consumer` now chooses
 #: (the "before" row of the stall finding).
 LIBRDKAFKA_DEFAULTS = {"fetch.queue.backoff.ms": "1000", "queued.min.messages": "100000",
                        "queued.max.messages.kbytes": "65536"}
@@ -63,7 +63,7 @@ def _options(bootstrap: str, topic: str, client: dict) -> dict:
 
 
 def _ranges(bootstrap: str, topic: str) -> dict[int, int]:
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
 
     cons = kafka.consumer(bootstrap, {}, **{"group.id": "bench-source-ends"})
     try:
@@ -74,7 +74,7 @@ def _ranges(bootstrap: str, topic: str) -> dict[int, int]:
 
 def _consume(bootstrap: str, topic: str, ends: dict[int, int], client: dict, each: Callable[[list], int]) -> int:
     """Read every range with a fresh consumer per range (as a task does); ``each(msgs)`` → rows."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
 
     n = 0
     for p, end in ends.items():
@@ -95,7 +95,7 @@ class _Ceiling:
     """consume + ColumnDecoder → typed columns (the framing header skipped, nothing checked)."""
 
     def __init__(self, bootstrap: str, topic: str):
-        from ctiflow.jobs.source.decoder import RecordDecoder
+        from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
         self.records = RecordDecoder(_options(bootstrap, topic, {}))
 
@@ -113,7 +113,7 @@ class _Ceiling:
 
 def _gc_paused(run: Callable[[], int]) -> Callable[[], int]:
     def paused() -> int:
-        from ctiflow.jobs.alloc import cyclic_gc_paused
+        from ctiflow.jobs.core.alloc import cyclic_gc_paused
 
         with cyclic_gc_paused():
             return run()
@@ -128,7 +128,7 @@ def _timed(run: Callable[[], int]) -> tuple[int, float, float]:
 
 def measure(bootstrap: str, topic: str, rounds: int = 5) -> list[dict]:
     """The rows of the table (see the module docstring), each a median over ``rounds``."""
-    from ctiflow.jobs.source.reader import KafkaStreamReader, OffsetRange
+    from ctiflow.jobs.datapath.source.reader import KafkaStreamReader, OffsetRange
 
     ends = _ranges(bootstrap, topic)
     ceiling = _Ceiling(bootstrap, topic)
@@ -191,8 +191,9 @@ class _SinkInput:
 
 def sink_measure(bootstrap: str, source_topic: str, ends: dict[int, int], rounds: int = 5) -> list[dict]:
     """The sink's rows: records already decoded (an operator's output), encoded and produced."""
-    from ctiflow.jobs import kafka, rows as result_rows
-    from ctiflow.jobs.sink import KafkaStreamWriter, SinkOptions, partition_for
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.core import rows as result_rows
+    from ctiflow.jobs.datapath.sink import KafkaStreamWriter, SinkOptions, partition_for
 
     given = _SinkInput(bootstrap, source_topic, ends)
     out_topic = "bench-sink-out"
@@ -215,7 +216,7 @@ def sink_measure(bootstrap: str, source_topic: str, ends: dict[int, int], rounds
 
     def produce_with_ids(pairs) -> int:
         """As :func:`produce`, each record with an exactly-once id in headers as the sink writes it."""
-        from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+        from ctiflow.jobs.datapath.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
 
         prod = kafka.producer(bootstrap)
         fixed = ((H_QUERY, b"0" * 36), (H_BATCH, b"1"), (H_TASK, b"0"))
@@ -276,7 +277,7 @@ def _rounds(runs: dict[str, Callable[[], int]], rounds: int) -> list[dict]:
 def spark_rows(bootstrap: str, topic: str, home: str) -> list:
     """The Spark rows (module docstring) as :class:`ctiflow.bench.spark_jobs.Figures`."""
     from ctiflow.bench.spark_jobs import PeakMemory, _source, figures, source_spec, warm_up
-    from ctiflow.jobs.pipeline import spark_session
+    from ctiflow.jobs.driver.pipeline import spark_session
 
     spark = spark_session()
     try:
@@ -311,7 +312,7 @@ def main(out: Console | None = None, events: int = 1_000_000, rounds: int = 5, *
     """The three tables (module docstring); ``record_figures``: write the rows ``source`` and
     ``sink`` of bench/figures.yaml (``ctiflow bench source`` at its defaults)."""
     from ctiflow.bench.spark_jobs import produce_transactions
-    from ctiflow.jobs import stack
+    from ctiflow.jobs.ops import stack
 
     out = out or Console(width=200)
     home = tempfile.mkdtemp(prefix="ctiflow-bench-source-")

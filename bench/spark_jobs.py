@@ -33,7 +33,7 @@ class Figures:
     p99_ms: float
     first_batch_ms: float
     peak_rss_mb: float
-    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (ctiflow.jobs.counters.Counters), summed
+    counters: dict = field(default_factory=dict)  # a ctiflow job's counters (ctiflow.jobs.core.counters.Counters), summed
 
     @property
     def rate(self) -> float:
@@ -118,7 +118,7 @@ def warm_up(*queries) -> None:
 def figures(name: str, progress: list[dict], peak: int) -> Figures:
     """A query's figures over its micro-batches after the :data:`WARM_UP` share (the first batch
     at least: it is reported apart)."""
-    from ctiflow.jobs.progress import records_read
+    from ctiflow.jobs.driver.progress import records_read
 
     def read(p: dict) -> int:  # a first batch has no start offset: it is reported apart anyway
         n = records_read(p)
@@ -136,8 +136,8 @@ def figures(name: str, progress: list[dict], peak: int) -> Figures:
 @contextmanager
 def bench_stack():
     """A private embedded broker and Spark session for one benchmark."""
-    from ctiflow.jobs import stack
-    from ctiflow.jobs.pipeline import spark_session
+    from ctiflow.jobs.ops import stack
+    from ctiflow.jobs.driver.pipeline import spark_session
 
     home = tempfile.mkdtemp(prefix="ctiflow-bench-")
     os.environ["CTIFLOW_HOME"] = home
@@ -158,7 +158,7 @@ def bench_stack():
 
 
 def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitions: int = 2) -> None:
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: partitions})
@@ -170,8 +170,8 @@ def produce_transactions(bootstrap: str, topic: str, n: int, keys: int, partitio
 
 
 def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str, without_broker: bool = False) -> Figures:
-    from ctiflow.jobs import pipeline
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.driver import pipeline
+    from ctiflow.jobs.driver.config import parse
 
     cfg_spec = {**cfg_spec, "kafka": {"bootstrap_servers": bootstrap},
                 "spark": {**cfg_spec.get("spark", {}), "checkpoint": f"{home}/ck-{name}"}}
@@ -185,15 +185,15 @@ def run_job(spark, cfg_spec: dict, bootstrap: str, home: str, name: str, without
 
 def python_limit(bootstrap: str, topic: str, out_topic: str) -> Figures:
     """The limit of one Python process, no Spark: consume → bulk decode and validate (the
-    source's :class:`~ctiflow.jobs.source.decoder.RecordDecoder`) → bulk Avro-encode the records
+    source's :class:`~ctiflow.jobs.datapath.source.decoder.RecordDecoder`) → bulk Avro-encode the records
     (:class:`~ctiflow.jobs.avro.encode.ColumnEncoder`, the fastest encoder here) → produce each to the
     same broker. What the identity job does, minus Spark and state."""
     import json
 
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.encode import ColumnEncoder
     from ctiflow.jobs.avro.serde import AvroSerializer, default_store
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     opts = {"bootstrap": bootstrap, "topic": topic, "schema": "transaction", "key_field": "account",
             "time_field": "event_time", "values": "errors"}
@@ -236,8 +236,8 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
     """Stateless pass-through: the Spark source decoding into typed columns → noop sink."""
     import json
 
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.pipeline import source_options
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.pipeline import source_options
 
     cfg = parse({"job": "noop", "kafka": {"bootstrap_servers": bootstrap}, "sources": [source_spec(topic, limit)],
                  "operators": [{"kind": "passthrough", "output": "unused"}]})
@@ -250,8 +250,8 @@ def noop_passthrough(spark, bootstrap: str, topic: str, limit: int, home: str) -
 
 
 def _source(spark, bootstrap: str, spec: dict, columns: str, client: dict | None = None):
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.pipeline import group_labels, source_options
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.pipeline import group_labels, source_options
 
     cfg = parse({"job": "plumbing", "kafka": {"bootstrap_servers": bootstrap, "client": client or {}}, "sources": [spec],
                  "operators": [{"kind": "passthrough", "output": "unused"}], "spark": {"key_groups": 8}})
@@ -262,7 +262,7 @@ def _source(spark, bootstrap: str, spec: dict, columns: str, client: dict | None
 
 
 def _to_kafka(df, bootstrap: str, topic: str, home: str, name: str) -> Figures:
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
 
     kafka.create_topics(bootstrap, {topic: 2})
     with PeakMemory() as mem:
@@ -287,7 +287,7 @@ class _Forward:
     """A ``StatefulProcessor`` that forwards each group's records unchanged (or, with
     ``forward=False``, only unpacks them and emits nothing): Spark's stateful plumbing (shuffle,
     Python worker, Arrow both ways, one state update a group) with the least work of ours — the
-    packs' columns read (:func:`ctiflow.jobs.rows.unpack_columns`) and each record's bytes passed on as
+    packs' columns read (:func:`ctiflow.jobs.core.rows.unpack_columns`) and each record's bytes passed on as
     one Arrow array, no time layer, no operator. (Defined lazily: PySpark classes are imported
     only when a benchmark runs.)"""
 
@@ -297,8 +297,8 @@ class _Forward:
         import pyarrow as pa
         from pyspark.sql.streaming import StatefulProcessor
 
-        from ctiflow.jobs.alloc import cyclic_gc_paused
-        from ctiflow.jobs.rows import result_batch, result_pack, unpack_columns
+        from ctiflow.jobs.core.alloc import cyclic_gc_paused
+        from ctiflow.jobs.core.rows import result_batch, result_pack, unpack_columns
 
         class Forward(StatefulProcessor):
             def init(self, handle) -> None:
@@ -306,7 +306,7 @@ class _Forward:
 
             def handleInputRows(self, key, rows, timerValues):
                 out = []
-                with cyclic_gc_paused():  # as the adapter does (ctiflow.jobs.alloc)
+                with cyclic_gc_paused():  # as the adapter does (ctiflow.jobs.core.alloc)
                     for r in rows:
                         packs = [unpack_columns(p, "s", 0) for p in r["meta_pack"] if p is not None]
                         if forward:
@@ -326,8 +326,8 @@ class _Forward:
 def forwarded(spark, bootstrap: str, spec: dict, topic: str, forward: bool = True):
     """Packed source → key groups → :class:`_Forward` (its records to ``topic``): the streaming
     frame of Spark's stateful plumbing alone, for a sink to start."""
-    from ctiflow.jobs.adapter import OUTPUT_SCHEMA
-    from ctiflow.jobs.rows import INPUT_COLUMNS
+    from ctiflow.jobs.datapath.adapter import OUTPUT_SCHEMA
+    from ctiflow.jobs.core.rows import INPUT_COLUMNS
 
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
     return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,

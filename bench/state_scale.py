@@ -25,10 +25,10 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.rows import GroupInput
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -263,7 +263,7 @@ def record_delay(rows: list[DelayRow], table: Table) -> None:
 def _produce(bootstrap: str, topic: str, live: int) -> None:
     """``live`` keys with one event each (a first stage for match, an open bin for bins), 1 ms
     apart, over two partitions."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     kafka.create_topics(bootstrap, {topic: 2})
@@ -276,9 +276,10 @@ def _produce(bootstrap: str, topic: str, live: int) -> None:
 def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured: int, active: int,
                per_batch: int, conf: dict | None = None, tag: str = "", state: dict | None = None) -> Row:
     from ctiflow.bench.spark_jobs import PeakMemory, figures
-    from ctiflow.jobs import kafka, pipeline
-    from ctiflow.jobs.checkpoint import ProgressLog, latest_query
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.driver import pipeline
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, latest_query
+    from ctiflow.jobs.driver.config import parse
 
     topic = f"scale-{kind}-{live}{tag}"
     _produce(bootstrap, topic, live)
@@ -327,7 +328,7 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
 
 def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: int, seed: int = 7) -> None:
     """``measured`` events after the live keys, over ``active`` of them (amounts at random)."""
-    from ctiflow.jobs import kafka
+    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     rng = random.Random(seed)
@@ -352,7 +353,7 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
 
     out = out or Console(width=200)
     rows = []
-    from ctiflow.jobs.pipeline import spark_session
+    from ctiflow.jobs.driver.pipeline import spark_session
 
     with bench_stack() as (bootstrap, spark, home):
         rows.append(_spark_row(spark, bootstrap, home, "identity", 10_000, per_batch * measured_batches, active,

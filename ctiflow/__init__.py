@@ -25,21 +25,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ctiflow.jobs.config import JobConfig
+    from ctiflow.jobs.driver.config import JobConfig
 
 #: Public name → (module, name there). Imported when first used (PEP 562), so importing one of
 #: ctiflow's subpackages — what a Spark worker does — does not load the configuration model,
 #: the serdes and every operator with it.
 _EXPORTS = {
-    "Report": ("ctiflow.jobs.check", "Report"),
-    "check": ("ctiflow.jobs.check", "check_job"),
-    "check_config": ("ctiflow.jobs.check", "config_errors"),
-    "JobConfig": ("ctiflow.jobs.config", "JobConfig"),
-    "load": ("ctiflow.jobs.config", "load"),
-    "parse": ("ctiflow.jobs.config", "parse"),
-    "put_rule": ("ctiflow.jobs.rules", "put_rule"),
-    "delete_rule": ("ctiflow.jobs.rules", "delete_rule"),
-    "list_rules": ("ctiflow.jobs.rules", "list_rules"),
+    "Report": ("ctiflow.jobs.driver.check", "Report"),
+    "check": ("ctiflow.jobs.driver.check", "check_job"),
+    "check_config": ("ctiflow.jobs.driver.check", "config_errors"),
+    "JobConfig": ("ctiflow.jobs.driver.config", "JobConfig"),
+    "load": ("ctiflow.jobs.driver.config", "load"),
+    "parse": ("ctiflow.jobs.driver.config", "parse"),
+    "put_rule": ("ctiflow.jobs.driver.rules", "put_rule"),
+    "delete_rule": ("ctiflow.jobs.driver.rules", "delete_rule"),
+    "list_rules": ("ctiflow.jobs.driver.rules", "list_rules"),
     "Rule": ("ctiflow.operators.cep.rules", "Rule"),
     "AvroDeserializer": ("ctiflow.jobs.avro.serde", "AvroDeserializer"),
     "AvroSerializer": ("ctiflow.jobs.avro.serde", "AvroSerializer"),
@@ -78,8 +78,8 @@ def __dir__() -> list[str]:
 
 def run(job: JobConfig, *, until_end: bool = False, spark: Any = None, timeout: float | None = None):
     """Run ``job`` as ``ctiflow run`` does (``until_end``: as ``ctiflow drain``) and return its
-    :class:`ctiflow.jobs.progress.RunSummary`. Without ``spark``, on a session of its own, stopped after."""
-    from ctiflow.jobs import pipeline
+    :class:`ctiflow.jobs.driver.progress.RunSummary`. Without ``spark``, on a session of its own, stopped after."""
+    from ctiflow.jobs.driver import pipeline
 
     own = spark is None
     try:
@@ -94,7 +94,7 @@ def stream(spark: Any, job: JobConfig, *, until_end: bool = False):
     the checks ``ctiflow run`` makes before Spark (broker, topics, checkpoint, fields, pattern).
     ctiflow's Kafka source and sink are registered in ``spark``; the session should carry the
     settings of :func:`spark_session` (RocksDB state store, Arrow batch sizes)."""
-    from ctiflow.jobs import pipeline
+    from ctiflow.jobs.driver import pipeline
 
     checkpoint = pipeline.prepare(job)
     pipeline.register_data_sources(spark)
@@ -103,6 +103,6 @@ def stream(spark: Any, job: JobConfig, *, until_end: bool = False):
 
 def spark_session(job: JobConfig | None = None, app: str = "ctiflow"):
     """A SparkSession configured as ctiflow's jobs run (state store, Arrow, the data sources)."""
-    from ctiflow.jobs import pipeline
+    from ctiflow.jobs.driver import pipeline
 
     return pipeline.spark_session(job, app)

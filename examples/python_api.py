@@ -9,7 +9,7 @@ import uuid
 
 import ctiflow
 from ctiflow import CTI_INFINITY, Event, MatchOperator, MatchSettings, Pattern
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 
 # -- 1. the CEP operator on its own ---------------------------------------------------------------
 pattern = (Pattern.begin("failures").where(lambda e: e["type"] == "login_failed").times(3).consecutive()

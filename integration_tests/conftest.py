@@ -48,7 +48,7 @@ def stack(tmp_path_factory):
     in this process. The compose stack is ``compose_stack`` below."""
     home = tmp_path_factory.mktemp("ctiflow-home")
     os.environ["CTIFLOW_HOME"] = str(home)
-    from ctiflow.jobs import stack as embedded
+    from ctiflow.jobs.ops import stack as embedded
 
     port = embedded.free_port()
     embedded.up(port)
@@ -146,7 +146,7 @@ def compose_stack(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from ctiflow.jobs.pipeline import spark_session
+    from ctiflow.jobs.driver.pipeline import spark_session
 
     session = spark_session()
     yield session

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctiflow.jobs import kafka
-from ctiflow.jobs.config import JobConfig, parse
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.driver.config import JobConfig, parse
 from ctiflow.jobs.avro.serde import AvroSerializer
 
 
@@ -29,13 +29,13 @@ def job(stack, tmp_path: Path, **spec) -> JobConfig:
 
 
 def run(cfg: JobConfig, spark, **kwargs):
-    from ctiflow.jobs import pipeline
+    from ctiflow.jobs.driver import pipeline
 
     return pipeline.run(cfg, until_end=kwargs.pop("until_end", True), spark=spark, **kwargs)
 
 
 def read(stack, topic: str, store=None) -> list[dict]:
     """``topic``'s records; ``store``: a job's schema store (its derived schemas) to decode them with."""
-    from ctiflow.jobs.kafka import read_topic
+    from ctiflow.jobs.datapath.kafka import read_topic
 
     return read_topic(stack.bootstrap, topic, registry_url=stack.registry_url, store=store)

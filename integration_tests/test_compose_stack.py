@@ -23,7 +23,7 @@ import pytest
 
 from integration_tests.conftest import COMPOSE_FILES, COMPOSE_PROJECT
 from integration_tests.harness import produce, read
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.compose]
@@ -174,8 +174,8 @@ def test_a_killed_worker_comes_back_and_the_results_equal_the_oracle(compose_sta
 
 def job_counters(stack, name: str, tmp_path) -> dict:
     """The running job's counters (its progress topic)."""
-    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
-    from ctiflow.jobs.config import progress_topic
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
+    from ctiflow.jobs.driver.config import progress_topic
 
     return read_counters(ProgressLog(stack.bootstrap, progress_topic(name)))
 
@@ -262,7 +262,7 @@ def test_a_broker_restart_is_waited_out_and_the_results_equal_the_oracle(compose
             before = {}
             produce_as_one_batch(stack.bootstrap, src, flows[first:], raw)
         else:  # memory-only: the same input again (same offsets), then the rest — and the job's own
-            from ctiflow.jobs.config import parse  # marker and progress topics went with it too
+            from ctiflow.jobs.driver.config import parse  # marker and progress topics went with it too
 
             kafka.create_topics(stack.bootstrap, {**topics, **parse(spec, name).written_topics()})
             produce_as_one_batch(stack.bootstrap, src, flows, raw)

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from integration_tests.harness import job, produce, read, run
 from integration_tests.test_operators import BATCH, PARTITIONS, checked_input, partition_of_key, spread_keys, tx_source
-from ctiflow.jobs import kafka
-from ctiflow.jobs.stack import free_port
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.ops.stack import free_port
 from ctiflow.jobs.testing import oracle, workload
 
 

@@ -13,8 +13,8 @@ from fractions import Fraction
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from ctiflow.jobs import kafka
-from ctiflow.jobs.recognize import job_schema_store
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.driver.recognize import job_schema_store
 from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -288,7 +288,7 @@ def test_a_sql_job_with_a_hot_key_keeps_state_linear_in_its_rows_and_finds_what_
     from pathlib import Path
 
     from ctiflow.bench.match_operator import hot_key_records
-    from ctiflow.jobs.checkpoint import ProgressLog, latest_query
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, latest_query
 
     sql = (Path(__file__).resolve().parent.parent / "examples" / "recognize" / "two-countries.sql").read_text()
     base = workload.transactions(1500, accounts=15, seed=11, disorder_ms=3000, scenario_rate=0.05)

@@ -12,9 +12,9 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from ctiflow.jobs import kafka
-from ctiflow.jobs.checkpoint import CounterReader, ProgressLog
-from ctiflow.jobs.sink import KafkaStreamWriter, SinkCommit, began, leave_marker
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.driver.checkpoint import CounterReader, ProgressLog
+from ctiflow.jobs.datapath.sink import KafkaStreamWriter, SinkCommit, began, leave_marker
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,7 @@ def test_a_marker_topic_deleted_while_a_task_reads_it_is_created_again_and_the_t
     before the task reads its markers (the job's driver deleted it between two micro-batches while
     the next one ran). The read fails as a topic gone; the task creates the topic again, and with no
     marker left to tell, replays: it writes what the attempt before it did not."""
-    from ctiflow.jobs import sink
+    from ctiflow.jobs.datapath import sink
 
     caplog.set_level(logging.WARNING, "ctiflow.own_topics")
     out, markers = stack.topic("race-out"), stack.topic("race-markers")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

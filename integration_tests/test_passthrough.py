@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.avro.serde import AvroSerializer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -85,7 +85,7 @@ def test_key_groups_spread_evenly_over_the_stateful_partitions(spark, tmp_path, 
     shuffle does) puts the groups' labels evenly on the partitions: no core gets 5/8 of the work."""
     from pyspark.sql import functions as F
 
-    from ctiflow.jobs.checkpoint import CheckpointDir, group_labels
+    from ctiflow.jobs.driver.checkpoint import CheckpointDir, group_labels
 
     labels = group_labels(groups, partitions, CheckpointDir.of(tmp_path, spark))
     assert len(set(labels)) == groups

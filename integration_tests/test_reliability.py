@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 
 from ctiflow.bench.chaos import crash_loop, kill_when
 from integration_tests.harness import job, produce, read, run
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -57,7 +57,7 @@ def test_exactly_once_with_the_checkpoint_on_an_object_store_python_cannot_reach
     import shutil
     import subprocess
 
-    from ctiflow.jobs.jvm import java_environment
+    from ctiflow.jobs.driver.jvm import java_environment
 
     java_environment()
     javac = shutil.which("javac") or str(Path(os.environ["JAVA_HOME"]) / "bin" / "javac")
@@ -136,8 +136,8 @@ def exactly_once_across_sigkills(stack, tmp_path, name: str, spark: dict, kills:
     for c in sorted(admitted, key=lambda c: c.order):
         want += stepwise.process(Event(c.key, c.start, c.end, dict(c.fields), c.event.partition, c.event.offset))
     want += stepwise.advance_to(CTI_INFINITY)
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.recognize import job_schema_store
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.recognize import job_schema_store
 
     store = job_schema_store(parse(spec, name))  # the job (other processes) derived the match schema
     got = read(stack, topics["matches"], store)
@@ -149,8 +149,8 @@ def exactly_once_across_sigkills(stack, tmp_path, name: str, spark: dict, kills:
         sorted((c.event.partition, c.event.offset) for c in checked if c.status == oracle.LATE)
     # The counters after the kills say what the topics hold: records per result topic, and the
     # input's balance (every record read once: released, late or dead-lettered).
-    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
-    from ctiflow.jobs.counters import key
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
+    from ctiflow.jobs.core.counters import key
 
     totals = read_counters(ProgressLog.of(parse(spec, name)))
     for topic in topics.values():
@@ -164,7 +164,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     writes its commit log. A checkpoint whose last batch has offsets but no commit is what a
     kill in between leaves; the restart replays that batch, and no result may land twice.
     The batch is a drain's flush (no new data, so no later batch cleans up after it)."""
-    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
 
     flows = workload.flows(900, devices=6, seed=5, rate_per_s=0.5)
     src = stack.topic("window-in")
@@ -205,7 +205,7 @@ def test_a_batch_the_sink_committed_but_spark_did_not_is_replayed_once(stack, sp
     per_topic = {k: v for k, v in first.items() if k.startswith("written@")}
     assert per_topic and {k: again[k] for k in per_topic} == per_topic
     # Records name their query by the id the checkpoint keeps (what a replay matches them by).
-    from ctiflow.jobs.sink import H_QUERY
+    from ctiflow.jobs.datapath.sink import H_QUERY
 
     query = json.loads((tmp_path / "checkpoint" / "metadata").read_text())["id"]
     cons = kafka.consumer(stack.bootstrap)
@@ -291,7 +291,7 @@ def test_ten_thousand_malformed_records_go_to_dead_letter_and_the_job_keeps_runn
 
 def test_a_30_second_broker_outage_is_waited_out_without_loss_or_duplicates(tmp_path):
     from ctiflow.bench.outage import outage_run
-    from ctiflow.jobs import stack as embedded
+    from ctiflow.jobs.ops import stack as embedded
 
     port = embedded.free_port()
     bootstrap = f"127.0.0.1:{port}"

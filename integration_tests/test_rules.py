@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from ctiflow.bench.chaos import crash_loop
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.avro.serde import AvroDeserializer
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.recognize import job_schema_store
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.driver.recognize import job_schema_store
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.time import CTI_INFINITY, Event
@@ -153,7 +153,7 @@ def expected(events: list[Event], kept: dict, language: str, on_change: str) -> 
                 settings = MatchSettings(None, name="fraud", sql=text, columns=columns, emit_timed_out=False,
                                          structured_events=True)
             else:
-                from ctiflow.jobs.definitions import parse_pattern
+                from ctiflow.jobs.core.definitions import parse_pattern
                 settings = MatchSettings(pattern=parse_pattern(text), name="fraud", emit_timed_out=False,
                                          structured_events=True)
             op = MatchOperator(settings)

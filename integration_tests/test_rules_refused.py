@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.avro.serde import AvroSerializer
-from ctiflow.jobs.checkpoint import ProgressLog, read_counters
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.recognize import job_schema_store
+from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.driver.recognize import job_schema_store
 from ctiflow.operators.cep.rules import Rule
 from integration_tests.harness import produce, read, run
 from integration_tests.test_rules import DELAY, N, T0, at, definition, partition_of, record, transactions
@@ -154,7 +154,7 @@ def test_a_rules_job_fed_every_hostile_rule_runs_to_the_end_and_matches_as_witho
     assert totals["received"] == totals["released"] + totals["late"] + totals["dead_letter"]
 
     # The dead-letter page's replay recipe writes each record back as it came.
-    from ctiflow.jobs.kafka import iter_topic, producer
+    from ctiflow.jobs.datapath.kafka import iter_topic, producer
 
     cons = kafka.consumer(stack.bootstrap)
     before = {t: kafka.true_end_offset(cons, t, 0, 0) for t in {b[4] for b in bad}}

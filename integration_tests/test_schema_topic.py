@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from ctiflow.jobs import kafka
-from ctiflow.jobs.kafka import SCHEMAS_TOPIC as TOPIC
-from ctiflow.jobs.kafka import publish_schemas as publish
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.datapath.kafka import SCHEMAS_TOPIC as TOPIC
+from ctiflow.jobs.datapath.kafka import publish_schemas as publish
 from ctiflow.jobs.avro.serde import SCHEMA_DIR, AvroSerializer, SchemaStore
 
 pytestmark = [pytest.mark.integration]

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
 from ctiflow.jobs.testing.registry import RegistryDouble
 

@@ -10,8 +10,8 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from ctiflow.jobs import kafka
-from ctiflow.jobs.sink import KafkaStreamWriter
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.datapath.sink import KafkaStreamWriter
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +85,7 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
     """An output topic shared with another job, or one an earlier run wrote with a fresh
     checkpoint (batch ids start again at 0): records with the same batch/task/seq numbers but
     another query id must not be skipped on replay, or results would be lost."""
-    from ctiflow.jobs.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
+    from ctiflow.jobs.datapath.sink import H_BATCH, H_QUERY, H_SEQ, H_TASK
 
     topic = stack.topic("sink-two-queries")
     kafka.create_topics(stack.bootstrap, {topic: 1})
@@ -107,7 +107,7 @@ def test_another_querys_records_are_not_taken_for_this_batchs(stack, tmp_path):
 def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
     """Spark asks the source for batch 0's start again when it replays batch 0; with
     ``latest`` the answer must still be the first attempt's, not the topic's new end."""
-    from ctiflow.jobs.source.reader import KafkaStreamReader
+    from ctiflow.jobs.datapath.source.reader import KafkaStreamReader
 
     topic = stack.topic("source-start")
     kafka.create_topics(stack.bootstrap, {topic: 2})
@@ -118,7 +118,7 @@ def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
             prod.produce(topic, value=b"x", partition=i % 2)
         assert prod.flush(30) == 0
 
-    from ctiflow.jobs.checkpoint import CheckpointDir, start_offsets
+    from ctiflow.jobs.driver.checkpoint import CheckpointDir, start_offsets
 
     checkpoint = CheckpointDir.of(tmp_path / "checkpoint")
     opts = {"bootstrap": stack.bootstrap, "topic": topic, "startingoffsets": "latest"}
@@ -147,7 +147,7 @@ def test_the_first_batchs_start_is_kept_for_its_replay(stack, tmp_path):
 def test_a_worker_keeps_its_producer_across_writes_and_drops_it_when_a_write_fails(stack, tmp_path):
     """One producer per Python worker (a fresh idempotent one costs ≈ 0.5 s before its first
     acknowledgement); a write that fails drops it, and the replay still lands each record once."""
-    from ctiflow.jobs import sink
+    from ctiflow.jobs.datapath import sink
 
     topic = stack.topic("sink-producer")
     kafka.create_topics(stack.bootstrap, {topic: 3})
@@ -178,7 +178,8 @@ def test_after_a_broker_restart_the_next_write_gets_a_fresh_producer_and_lands(t
     one instead of waiting in vain for acknowledgements (the job used to fail after an outage)."""
     import time
 
-    from ctiflow.jobs import sink, stack as embedded
+    from ctiflow.jobs.datapath import sink
+    from ctiflow.jobs.ops import stack as embedded
 
     port = embedded.free_port()
     bootstrap = f"127.0.0.1:{port}"
@@ -232,7 +233,7 @@ def test_a_marker_tells_a_tasks_retry_from_its_first_attempt(stack):
     """What the sink asks before it writes: did an attempt of this (query, batch, task) begin?
     A retry (task or stage) or a replay after a restart finds its first attempt's marker; the
     next batch, another task or another query (an earlier checkpoint of the job) do not."""
-    from ctiflow.jobs.sink import began, leave_marker
+    from ctiflow.jobs.datapath.sink import began, leave_marker
 
     topic = markers(stack, "sink-began", partitions=2)
     prod, cons = kafka.producer(stack.bootstrap), kafka.consumer(stack.bootstrap)

@@ -1,4 +1,4 @@
-"""The Python workers of ctiflow's Spark session fork from ``ctiflow.jobs.spark_daemon``: pandas,
+"""The Python workers of ctiflow's Spark session fork from ``ctiflow.jobs.datapath.spark_daemon``: pandas,
 pyarrow and ctiflow are imported and frozen out of the cyclic collector before the fork, so
 their pages are shared, not copied into every worker."""
 
@@ -19,9 +19,9 @@ def test_python_workers_fork_from_the_daemon_with_ctiflows_modules_imported(spar
 
         for batch in batches:
             yield pd.DataFrame({"pid": [os.getpid()] * len(batch), "frozen": [gc.get_freeze_count()] * len(batch),
-                                "preloaded": ["ctiflow.jobs.adapter" in sys.modules and "ctiflow.jobs.sink" in sys.modules] * len(batch)})
+                                "preloaded": ["ctiflow.jobs.datapath.adapter" in sys.modules and "ctiflow.jobs.datapath.sink" in sys.modules] * len(batch)})
 
     rows = spark.range(8, numPartitions=4).mapInPandas(probe, "pid long, frozen long, preloaded boolean").collect()
     assert len(rows) == 8
-    # gc.freeze() ran in the parent before the fork: only ctiflow.jobs.spark_daemon calls it (PySpark's daemon does not)
+    # gc.freeze() ran in the parent before the fork: only ctiflow.jobs.datapath.spark_daemon calls it (PySpark's daemon does not)
     assert all(r["frozen"] > 10_000 and r["preloaded"] for r in rows), rows[:2]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctiflow.jobs import kafka, stack
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.ops import stack
 from ctiflow.operators.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from integration_tests.test_compose_stack import assert_equals_oracle, flows_job, setup_flows
-from ctiflow.jobs import submit
-from ctiflow.jobs.config import parse
+from ctiflow.jobs.driver import submit
+from ctiflow.jobs.driver.config import parse
 
 pytestmark = [pytest.mark.integration]
 

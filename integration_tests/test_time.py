@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.harness import job, produce, read, run
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.testing import oracle, workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -105,7 +105,7 @@ def _restart(stack, spark, tmp_path, changelog, long_buffer=False, layout=3):
               outputs={"late": stack.topic("restart-late"), "dead_letter": stack.topic("restart-dlq")},
               spark={"trigger": "500ms", **({"key_groups": 1} if long_buffer else {})})
     if layout != 3:  # a checkpoint started by the ctiflow of that layout
-        from ctiflow.jobs.checkpoint import CheckpointDir, group_labels, state_layout
+        from ctiflow.jobs.driver.checkpoint import CheckpointDir, group_labels, state_layout
         groups = Path(cfg.spark.checkpoint) / "ctiflow-groups.json"
         checkpoint = CheckpointDir.of(cfg.spark.checkpoint, spark)
         group_labels(cfg.key_groups, int(spark.conf.get("spark.sql.shuffle.partitions")), checkpoint)

@@ -32,9 +32,9 @@ import yaml
 from integration_tests.conftest import COMPOSE_FILES, COMPOSE_PROJECT, ROOT
 from integration_tests.harness import produce, read
 from integration_tests.test_compose_stack import assert_equals_oracle, flows_job, setup_flows, wait_for_records
-from ctiflow.jobs import kafka
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.recognize import job_schema_store
+from ctiflow.jobs.datapath import kafka
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.driver.recognize import job_schema_store
 from ctiflow.jobs.testing import workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.compose]
@@ -100,7 +100,7 @@ def stock_cluster(compose_stack):
     work = Path(tempfile.mkdtemp(prefix="ctiflow-cluster-"))
     work.chmod(0o755)
     # The object store's FileSystem, compiled now against the pyspark jars (as test_reliability's).
-    from ctiflow.jobs.jvm import java_environment
+    from ctiflow.jobs.driver.jvm import java_environment
     import pyspark
 
     java_environment()
@@ -172,7 +172,7 @@ def test_the_demo_jobs_on_stock_workers_via_submit_equal_the_local_run(stock_clu
     # The demo's rule, changed mid-stream, as `ctiflow demo` puts it
     from rich.console import Console
 
-    from ctiflow.jobs.demo import _put_rules
+    from ctiflow.jobs.ops.demo import _put_rules
 
     tx = [json.loads(line) for line in (out / "transactions.jsonl").read_text().splitlines()]
     rules_job = parse(demo_spec("demo-transactions", f"rules-{tag}", sources, stack.bootstrap, str(tmp_path / "x")),
@@ -192,7 +192,7 @@ def test_the_demo_jobs_on_stock_workers_via_submit_equal_the_local_run(stock_clu
               + done.stdout.strip().splitlines()[-1])
         console = done.stdout + done.stderr
         assert "Traceback" not in console and "TransformWithStateInPandas" not in console, console[-3000:]
-        from ctiflow.jobs import pipeline
+        from ctiflow.jobs.driver import pipeline
 
         cfg = parse(local, "local")
         pipeline.run(cfg, until_end=True, spark=spark)

@@ -1,4 +1,4 @@
-"""The one interface every operator implements, so the runtime (:mod:`ctiflow.jobs.runtime`) is written
+"""The one interface every operator implements, so the runtime (:mod:`ctiflow.jobs.core.runtime`) is written
 once and probes nothing (in the manner of bytewax's ``StatefulLogic``).
 
 An operator instance owns the state of *many* keys (a chunk of a key group): the runtime hands

@@ -7,7 +7,7 @@ import pytest
 
 accumulators = pytest.importorskip("pyspark.accumulators")
 
-from ctiflow.jobs.pipeline import accumulator_drops_to_log  # noqa: E402
+from ctiflow.jobs.driver.pipeline import accumulator_drops_to_log  # noqa: E402
 
 
 def drop_mid_request(server, token: str) -> None:

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.counters import Counters
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.rows import GroupInput
+from ctiflow.jobs.core.counters import Counters
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.jobs.testing import workload
 from ctiflow.operators.operator import Output
@@ -31,7 +31,7 @@ class _Handle:
 
 def _processor(handle, delay: str = "0s", operators=None):
     """An identity (pass-through) job's processor, initialised on ``handle`` without Spark."""
-    from ctiflow.jobs.adapter import OperatorProcessor
+    from ctiflow.jobs.datapath.adapter import OperatorProcessor
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "s", "topic": "t", "schema": "transaction", "key_field": "account",
@@ -70,9 +70,9 @@ def test_the_sink_unpacks_result_records_in_order_and_sums_metrics():
     pytest.importorskip("pyspark")
     import pyarrow as pa
 
-    from ctiflow.jobs.rows import PACK_SIZE
-    from ctiflow.jobs.rows import PACK_BYTES, pack_events
-    from ctiflow.jobs.rows import output_records as records
+    from ctiflow.jobs.core.rows import PACK_SIZE
+    from ctiflow.jobs.core.rows import PACK_BYTES, pack_events
+    from ctiflow.jobs.core.rows import output_records as records
 
     cfg, proc = _processor(_Handle())
     recs = workload.transactions(PACK_SIZE + 5, seed=9)
@@ -188,8 +188,8 @@ def test_packs_from_two_partitions_in_any_row_order_give_the_same_records(tmp_pa
     import pandas as pd
     import pyarrow as pa
 
-    from ctiflow.jobs.rows import pack_events
-    from ctiflow.jobs.rows import output_records as records
+    from ctiflow.jobs.core.rows import pack_events
+    from ctiflow.jobs.core.rows import output_records as records
 
     recs = workload.transactions(60, seed=5)
     ser = AvroSerializer("transaction")
@@ -238,8 +238,8 @@ def test_a_batch_with_dead_letters_and_control_rows_gives_integer_ctis_to_the_op
     import pandas as pd
     import pyarrow as pa
 
-    from ctiflow.jobs.rows import pack_events
-    from ctiflow.jobs.rows import output_records as records
+    from ctiflow.jobs.core.rows import pack_events
+    from ctiflow.jobs.core.rows import output_records as records
 
     recs = workload.transactions(40, seed=2)
     pack = [(r["account"], r["event_time"], r["event_time"], r, off, None) for off, r in enumerate(recs)]
@@ -279,7 +279,7 @@ BULK_OPERATORS = {
 def _sink_records(frame) -> list[tuple]:
     import pyarrow as pa
 
-    from ctiflow.jobs.rows import output_records as records
+    from ctiflow.jobs.core.rows import output_records as records
     return list(records(iter([pa.RecordBatch.from_pandas(frame)]), {}))
 
 
@@ -298,7 +298,7 @@ def test_results_encoded_in_bulk_are_the_records_encoded_one_by_one(data, kind):
     keys and order that per-record fastavro encoding of the unbatched runtime's records writes,
     on several partitions with disorder and late events."""
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.core.runtime import GroupRuntime
 
     events, batches = data
     _, proc = _processor(_Handle(), delay="50ms", operators=BULK_OPERATORS[kind])
@@ -322,7 +322,7 @@ def test_records_passed_on_as_columns_are_those_passed_on_one_by_one(data, kinds
     pytest.importorskip("pyspark")
     import dataclasses
 
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.core.runtime import GroupRuntime
 
     events, batches = data
     _, proc = _processor(_Handle(), delay="50ms")

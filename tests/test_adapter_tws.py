@@ -12,13 +12,13 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.streaming import TwsTester  # noqa: E402
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.adapter import OperatorProcessor  # noqa: E402
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.datapath.adapter import OperatorProcessor  # noqa: E402
 from ctiflow.jobs.state.store import STATE_LAYOUT  # noqa: E402
-from ctiflow.jobs.config import parse  # noqa: E402
-from ctiflow.jobs.rows import pack_events  # noqa: E402
+from ctiflow.jobs.driver.config import parse  # noqa: E402
+from ctiflow.jobs.core.rows import pack_events  # noqa: E402
 from ctiflow.jobs.avro.serde import AvroDeserializer  # noqa: E402
-from ctiflow.jobs.rows import output_records as records  # noqa: E402
+from ctiflow.jobs.core.rows import output_records as records  # noqa: E402
 
 T0 = 1_767_225_600_000
 BASE = {"meta_error": None, "meta_value": None, "meta_raw_key": None, "meta_kafka_ts": None, "meta_control": None,
@@ -234,7 +234,7 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
     after the store rolled back, and a worker that keeps no chunks decoded release what the
     oracle says, batch by batch; once the buffer is flushed its entries and the header's parts
     are gone."""
-    from ctiflow.jobs import rows
+    from ctiflow.jobs.core import rows
     from ctiflow.jobs.state.store import HEADER_IN_PARTS
     from ctiflow.jobs.state.parts import PART_KEYS
 
@@ -271,7 +271,7 @@ def test_a_large_header_is_stored_in_parts_and_read_back_on_the_next_batch_and_o
 
 def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_other():
     from ctiflow.jobs.state.store import LAYOUTS as GROUP_STATES
-    from ctiflow.jobs.checkpoint import STATE_LAYOUTS_READ
+    from ctiflow.jobs.driver.checkpoint import STATE_LAYOUTS_READ
 
     assert sorted(GROUP_STATES) == sorted(STATE_LAYOUTS_READ) and STATE_LAYOUT in GROUP_STATES
     with pytest.raises(ValueError, match="state layout 1"):
@@ -281,7 +281,7 @@ def test_the_adapter_reads_every_state_layout_the_checkpoint_accepts_and_no_othe
 def test_a_header_needing_fewer_parts_leaves_no_stale_part_behind(monkeypatch):
     """Layout 3: parts beyond the count the value names are removed when a header shrinks, and
     a header read joins exactly the parts the value names."""
-    from ctiflow.jobs import rows
+    from ctiflow.jobs.core import rows
     from ctiflow.jobs.state.store import HEADER_IN_PARTS, GroupState
 
     frames, _ = uneven_batches()

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from ctiflow.jobs.alloc import cyclic_gc_paused
+from ctiflow.jobs.core.alloc import cyclic_gc_paused
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ctiflow", "operators", "jobs", "bench")
 #: The Spark data path, in the order data flows; what a running job imports.
-DATA_PATH = ("ctiflow.jobs.config", "ctiflow.jobs.kafka", "ctiflow.jobs.avro.serde", "ctiflow.jobs.source.reader",
-             "ctiflow.jobs.source.decoder", "ctiflow.jobs.rows", "ctiflow.jobs.runtime",
-             "ctiflow.jobs.adapter", "ctiflow.jobs.sink", "ctiflow.jobs.checkpoint", "ctiflow.jobs.progress", "ctiflow.jobs.pipeline", "ctiflow.jobs.stack")
+DATA_PATH = ("ctiflow.jobs.driver.config", "ctiflow.jobs.datapath.kafka", "ctiflow.jobs.avro.serde", "ctiflow.jobs.datapath.source.reader",
+             "ctiflow.jobs.datapath.source.decoder", "ctiflow.jobs.core.rows", "ctiflow.jobs.core.runtime",
+             "ctiflow.jobs.datapath.adapter", "ctiflow.jobs.datapath.sink", "ctiflow.jobs.driver.checkpoint", "ctiflow.jobs.driver.progress", "ctiflow.jobs.driver.pipeline", "ctiflow.jobs.ops.stack")
 
 
 def module_name(path: Path) -> str:
@@ -173,21 +173,23 @@ def test_the_data_path_reaches_no_reference_tool_or_cli():
 
 
 def test_the_config_model_is_a_leaf_of_the_jobs():
-    """``ctiflow.jobs.config`` imports only ``operators`` (the enums and settings it builds) and the
-    text forms it shares with rule definitions: the CLI, the jobs and docker-compose read one
-    model that pulls in no Kafka, Spark or stack code."""
+    """``ctiflow.jobs.driver.config`` imports only ``operators`` (the enums and settings it builds),
+    the text forms it shares with rule definitions and the list of secret client settings it
+    shares with the Kafka clients: the CLI, the jobs and docker-compose read one model that pulls
+    in no Kafka, Spark or stack code."""
     g = graph()
-    deps = g["ctiflow.jobs.config"]
-    assert {d for d in deps if top(d) != "operators"} == {"ctiflow.jobs.text_forms"}
-    assert {d for d in g["ctiflow.jobs.text_forms"] if top(d) != "operators"} == set()
-    assert external_imports(modules()["ctiflow.jobs.config"]) & {"pyspark", "confluent_kafka"} == set()
+    deps = g["ctiflow.jobs.driver.config"]
+    assert {d for d in deps if top(d) != "operators"} == {"ctiflow.jobs.core.text_forms", "ctiflow.jobs.core.secrets"}
+    for leaf in ("ctiflow.jobs.core.text_forms", "ctiflow.jobs.core.secrets"):
+        assert {d for d in g[leaf] if top(d) != "operators"} == set(), leaf
+    assert external_imports(modules()["ctiflow.jobs.driver.config"]) & {"pyspark", "confluent_kafka"} == set()
 
 
 def test_the_wire_format_is_read_and_written_through_jobs_rows():
-    """Source, adapter and sink take rows apart through :mod:`ctiflow.jobs.rows` only: none of them
+    """Source, adapter and sink take rows apart through :mod:`ctiflow.jobs.core.rows` only: none of them
     unpickles a pack itself."""
-    for name in ("ctiflow.jobs.source.decoder", "ctiflow.jobs.adapter", "ctiflow.jobs.sink"):
-        assert "ctiflow.jobs.rows" in graph()[name], name
+    for name in ("ctiflow.jobs.datapath.source.decoder", "ctiflow.jobs.datapath.adapter", "ctiflow.jobs.datapath.sink"):
+        assert "ctiflow.jobs.core.rows" in graph()[name], name
         assert "pickle" not in external_imports(modules()[name]), f"{name} reads pickled rows itself"
 
 
@@ -223,9 +225,9 @@ def test_every_operator_implements_the_one_operator_base_and_the_runtime_probes_
 
 #: The modules that read operators, plans and the configuration model: each through what they
 #: declare (the operator base and its traits, the plan's fields, the model's classes), never by probing.
-PROBE_FREE = ("ctiflow.jobs.runtime", "ctiflow.jobs.plan", "ctiflow.jobs.planner", "ctiflow.jobs.config",
-              "ctiflow.jobs.definitions", "ctiflow.jobs.recognize", "ctiflow.jobs.fields", "ctiflow.jobs.adapter",
-              "ctiflow.jobs.demo", "ctiflow.jobs.state.chunks")
+PROBE_FREE = ("ctiflow.jobs.core.runtime", "ctiflow.jobs.core.plan", "ctiflow.jobs.driver.planner", "ctiflow.jobs.driver.config",
+              "ctiflow.jobs.core.definitions", "ctiflow.jobs.driver.recognize", "ctiflow.jobs.driver.fields", "ctiflow.jobs.datapath.adapter",
+              "ctiflow.jobs.ops.demo", "ctiflow.jobs.state.chunks")
 
 
 def test_the_product_imports_no_benchmark():
@@ -239,7 +241,7 @@ def test_the_product_imports_no_benchmark():
 
 #: What an executor's Python worker runs of ours besides the Spark adapter: a key group's runtime,
 #: the plan it reads, and the rule compiler it carries.
-EXECUTOR_SIDE = ("ctiflow.jobs.runtime", "ctiflow.jobs.plan", "ctiflow.jobs.definitions", "ctiflow.jobs.rows")
+EXECUTOR_SIDE = ("ctiflow.jobs.core.runtime", "ctiflow.jobs.core.plan", "ctiflow.jobs.core.definitions", "ctiflow.jobs.core.rows")
 
 
 def test_the_executor_side_loads_no_configuration_model_pydantic_or_pyspark(tmp_path):
@@ -252,8 +254,8 @@ def test_the_executor_side_loads_no_configuration_model_pydantic_or_pyspark(tmp_
     import subprocess
     import sys
 
-    from ctiflow.jobs.config import load
-    from ctiflow.jobs.planner import plan_job
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.planner import plan_job
 
     plans = tmp_path / "plans.pickle"
     plans.write_bytes(pickle.dumps([plan_job(load(ROOT / "examples" / name))
@@ -261,8 +263,8 @@ def test_the_executor_side_loads_no_configuration_model_pydantic_or_pyspark(tmp_
     probe = f"""
 import pickle, sys
 import {", ".join(EXECUTOR_SIDE)}
-from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.core.rows import GroupInput
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.cep.rules import Rule
 plans = pickle.loads(open({str(plans)!r}, "rb").read())
 for plan in plans:
@@ -272,7 +274,7 @@ for plan in plans:
 ruled = next(p for p in plans if p.side_inputs).side_inputs[0].shared
 ruled.compile(Rule("r", "x", 1, 0, "put", "stages: [{{name: a, where: 'amount > 1'}}]"))
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pyspark")
-             or m in ("ctiflow.jobs.config", "ctiflow.jobs.planner", "ctiflow.jobs.fields")))
+             or m in ("ctiflow.jobs.driver.config", "ctiflow.jobs.driver.planner", "ctiflow.jobs.driver.fields")))
 """
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert got.returncode == 0, got.stderr
@@ -297,8 +299,33 @@ def test_no_product_module_reads_the_match_operators_private_members():
 
 def test_the_group_runtime_stays_a_core_of_at_most_250_lines():
     """A key group's runtime is the generic core (time layer, keyed state, the CTI, broadcast state
-    through :mod:`ctiflow.jobs.broadcast`): features reach it as concepts, not as special cases."""
-    lines = modules()["ctiflow.jobs.runtime"].read_text().splitlines()
+    through :mod:`ctiflow.jobs.core.broadcast`): features reach it as concepts, not as special cases."""
+    lines = modules()["ctiflow.jobs.core.runtime"].read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("class GroupRuntime"))
     end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in ("", " ", "#")), len(lines))
     assert end - start <= 250
+
+
+#: jobs/'s rooms, each above the ones it may import (``ctiflow.jobs``'s docstring): a room imports
+#: itself and the rooms below it, never one above; the tools (``cli``, ``tools``, ``testing``) are
+#: imported by none of these but ``ops`` (the demo runs the workload and the oracle).
+ROOMS = ("ops", "driver", "datapath", "core", "state", "avro")
+
+
+def test_each_room_of_jobs_imports_only_the_rooms_below_it():
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if parts[:2] == ["ctiflow", "jobs"] and len(parts) > 2 else None
+
+    g = graph()
+    upward = []
+    for name, deps in g.items():
+        mine = room(name)
+        if mine not in ROOMS:
+            continue
+        allowed = set(ROOMS[ROOMS.index(mine):]) | ({"testing"} if mine == "ops" else set())
+        upward += [f"{name} → {d}" for d in deps if room(d) is not None and room(d) not in allowed]
+    # core and state import each other (the runtime keeps its state in chunks; the store's rows)
+    upward = [u for u in upward if not (room(u.split(" → ")[0]) == "state" and room(u.split(" → ")[1]) == "core")]
+    assert upward == []
+    assert {room(m) for m in modules() if room(m)} == {*ROOMS, "cli", "tools", "testing"}

@@ -1,4 +1,4 @@
-"""A pack's field columns stay Arrow (:class:`ctiflow.jobs.rows.ArrowFields`) until an operator reads
+"""A pack's field columns stay Arrow (:class:`ctiflow.jobs.core.rows.ArrowFields`) until an operator reads
 one: the values read are the records that were packed — through takes (integer, boolean,
 slice), concatenations and the state's pickling — and a column nobody reads is never converted.
 The oracle is the records as produced (the workload's dicts), indexed in plain Python."""
@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ctiflow.jobs.rows import ArrowFields, pack_columns, unpack_columns
+from ctiflow.jobs.core.rows import ArrowFields, pack_columns, unpack_columns
 from ctiflow.jobs.avro.serde import AvroSerializer
 from ctiflow.jobs.testing import workload
 from ctiflow.operators.columns import EventColumns
@@ -24,8 +24,8 @@ SOURCES = {
 def _packed(schema: str) -> tuple[EventColumns, list[dict]]:
     """Records → Avro → the source's bulk decode → one pack → unpacked columns, and the records."""
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.source.decoder import RecordDecoder
-    from ctiflow.jobs.source.options import SourceOptions
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.options import SourceOptions
 
     spec, make = SOURCES[schema]
     records = make()

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.rows import Control, GroupInput, pack_columns, unpack_columns
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.rows import Control, GroupInput, pack_columns, unpack_columns
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.jobs.avro.serde import AvroSerializer
 from ctiflow.jobs.testing import workload
 from ctiflow.operators.bins import Binner
@@ -35,8 +35,8 @@ def _plan():
 
 def _columns(records: list[dict], first_offset: int) -> EventColumns:
     """Records → Avro → the source's bulk decode → one pack → its columns (as the adapter gets them)."""
-    from ctiflow.jobs.source.decoder import RecordDecoder
-    from ctiflow.jobs.source.options import SourceOptions
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.options import SourceOptions
 
     options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema="flow", stream="flows",
                             keep_values=False, key_field="device", time_field="start_time", end_field="end_time",

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ctiflow.jobs.rows import BytesFields, FIELD_DECODERS, pack_columns, unpack_columns
+from ctiflow.jobs.core.rows import BytesFields, FIELD_DECODERS, pack_columns, unpack_columns
 from ctiflow.jobs.avro.serde import AvroSerializer
 from ctiflow.jobs.testing import workload
 from ctiflow.operators.columns import EventColumns
@@ -23,9 +23,9 @@ SOURCES = {
 
 def _events(schema: str):
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.adapter import _field_decoder
-    from ctiflow.jobs.source.decoder import RecordDecoder
-    from ctiflow.jobs.source.options import SourceOptions
+    from ctiflow.jobs.datapath.adapter import _field_decoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.options import SourceOptions
 
     spec, records = SOURCES[schema]
     options = SourceOptions(bootstrap="127.0.0.1:9", topic="t", schema=schema, stream=f"bytes-{schema}",
@@ -70,7 +70,7 @@ def test_a_pack_of_bytes_reads_as_the_pack_of_fields(schema):
 
 def test_a_pack_without_fields_must_keep_every_records_bytes():
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.source.options import SourceOptions
+    from ctiflow.jobs.datapath.source.options import SourceOptions
 
     with pytest.raises(ValueError, match="bytes"):
         SourceOptions(bootstrap="x:1", topic="t", keep_values=False, pack_fields=False)
@@ -84,8 +84,8 @@ def test_a_pack_without_fields_must_keep_every_records_bytes():
 ])
 def test_only_jobs_whose_operators_pass_records_on_ship_bytes_alone(operators, reference, bytes_only):
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.pipeline import source_options
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.pipeline import source_options
 
     sources = [{"name": "tx", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time"}]
     spec = {"job": "j", "kafka": {"bootstrap_servers": "x:1"}, "sources": sources, "operators": operators}

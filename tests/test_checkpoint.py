@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.checkpoint import CheckpointDir
-from ctiflow.jobs.checkpoint import group_labels as _group_labels
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.checkpoint import CheckpointDir
+from ctiflow.jobs.driver.checkpoint import group_labels as _group_labels
 from ctiflow.operators.errors import ConfigError
 
 
@@ -58,7 +58,7 @@ def test_a_checkpoint_of_the_one_blob_state_layout_is_refused_before_spark(tmp_p
 
 
 def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_its_own(tmp_path):
-    from ctiflow.jobs.checkpoint import STATE_LAYOUT, state_layout
+    from ctiflow.jobs.driver.checkpoint import STATE_LAYOUT, state_layout
 
     group_labels(8, 2, tmp_path / "new")
     assert state_layout(cp(tmp_path / "new")) == STATE_LAYOUT == 3
@@ -82,7 +82,7 @@ def test_a_new_checkpoint_gets_the_current_state_layout_and_an_older_one_keeps_i
 def test_a_replayed_batchs_counters_count_once(tmp_path):
     """The sink appends a progress line per attempt of a batch; a crash after the first
     attempt's line must not count the replayed batch twice."""
-    from ctiflow.jobs.checkpoint import read_counters
+    from ctiflow.jobs.driver.checkpoint import read_counters
 
     lines = [{"batch": 0, "time": 1.0, "received": 5, "late": 1},
              {"batch": 1, "time": 2.0, "received": 7, "late": 0},
@@ -95,8 +95,8 @@ def test_a_replayed_batchs_counters_count_once(tmp_path):
 
 
 def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
-    from ctiflow.jobs.checkpoint import read_counters
-    from ctiflow.jobs.counters import merge as merge_metrics
+    from ctiflow.jobs.driver.checkpoint import read_counters
+    from ctiflow.jobs.core.counters import merge as merge_metrics
 
     per_group = {}
     for group_state in (300, 200):  # two key groups' counters in one batch add up
@@ -110,7 +110,7 @@ def test_state_bytes_is_the_latest_batchs_not_a_sum_over_batches(tmp_path):
 def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_path):
     """Only the uncommitted operator state goes (Spark refuses to plan batch 0 over it); the
     logged offsets stay, so batch 0 is replayed over the same records, not re-planned."""
-    from ctiflow.jobs.checkpoint import reset_uncommitted_checkpoint
+    from ctiflow.jobs.driver.checkpoint import reset_uncommitted_checkpoint
 
     for name in ("offsets/0", "state/0/0/1.zip", "ctiflow-start-tx.json", "ctiflow-groups.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def test_a_checkpoint_killed_before_its_first_commit_keeps_its_offset_log(tmp_pa
 def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_checkpoint(tmp_path):
     """A mistyped ``spark.checkpoint`` naming a user's folder that happens to hold ``state/``:
     nothing in it is deleted, and the run is refused before Spark starts."""
-    from ctiflow.jobs.checkpoint import check_checkpoint_dir, reset_uncommitted_checkpoint
+    from ctiflow.jobs.driver.checkpoint import check_checkpoint_dir, reset_uncommitted_checkpoint
 
     for name in ("state/thesis.tex", "notes.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -157,8 +157,8 @@ def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_chec
 
 
 def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_is_the_jobs_topic(tmp_path):
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.checkpoint import ProgressLog, read_counters
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
 
     lines = [{"batch": 0, "time": 1.0, "received": 5, "cti": 100, "late@tx/0": 1},
              {"batch": 1, "time": 2.0, "received": 7, "cti": 250, "late@tx/0": 2}]
@@ -170,7 +170,7 @@ def test_the_cti_of_a_run_is_the_largest_not_the_sum_and_the_progress_is_the_job
 
 
 def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
-    from ctiflow.jobs.progress import late_warnings
+    from ctiflow.jobs.driver.progress import late_warnings
 
     warned: set[str] = set()
     counters = {"received@tx/0": 1000, "late@tx/0": 10, "received@tx/1": 1000, "late@tx/1": 11}
@@ -182,9 +182,9 @@ def test_a_partition_with_more_than_one_percent_late_is_warned_about_once():
 def test_counters_balance_with_a_reference_stream_and_dead_letters():
     """received = released + late + dead_letter + buffered, over both streams; after the final
     CTI nothing is buffered."""
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.rows import Control, DeadRow, GroupInput
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.core.rows import Control, DeadRow, GroupInput
+    from ctiflow.jobs.core.runtime import GroupRuntime
     from ctiflow.operators.columns import EventColumns
     from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -211,8 +211,8 @@ def test_counters_balance_with_a_reference_stream_and_dead_letters():
 
 
 def test_an_event_an_operator_refuses_is_dead_lettered_under_its_topic_not_its_stream_name():
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.core.runtime import GroupRuntime
     from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -233,8 +233,8 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
 
     import pytest
 
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.core.runtime import GroupRuntime
     from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -252,7 +252,7 @@ def test_an_output_role_without_a_topic_fails_loudly_instead_of_going_to_the_lat
 def test_config_refuses_fields_nothing_would_read():
     import pytest
 
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.driver.config import parse
     from ctiflow.operators.errors import ConfigError
 
     base = {"job": "t", "operators": [{"kind": "passthrough", "output": "o"}]}
@@ -273,8 +273,8 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
 
     import pytest
 
-    from ctiflow.jobs.config import parse
-    from ctiflow.jobs.runtime import GroupRuntime
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.core.runtime import GroupRuntime
     from ctiflow.operators.time import CTI_INFINITY, Event
 
     cfg = parse({"job": "t", "kafka": {"bootstrap_servers": "x:1"},
@@ -302,7 +302,7 @@ def test_data_faults_are_dead_lettered_and_code_faults_fail_the_batch():
 
 
 def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_higher():
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.driver.config import parse
 
     def cfg(spark: dict, per_key: bool = True):
         return parse({"job": "g", "sources": [{"name": "tx", "topic": "tx", "schema": "transaction",
@@ -317,7 +317,7 @@ def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_hig
 
 
 def test_a_changed_count_is_refused_by_the_check_run_makes_before_spark(tmp_path):
-    from ctiflow.jobs.checkpoint import check_key_groups
+    from ctiflow.jobs.driver.checkpoint import check_key_groups
 
     assert check_key_groups(6, cp(tmp_path)) is None  # a new checkpoint
     group_labels(6, 6, tmp_path)
@@ -331,8 +331,8 @@ def test_the_counter_reader_reads_only_what_was_added_and_sums_as_read_counters(
     a new query (a new checkpoint) — while reading each record once."""
     import random
 
-    from ctiflow.jobs.checkpoint import CounterReader
-    from ctiflow.jobs.checkpoint import read_counters
+    from ctiflow.jobs.driver.checkpoint import CounterReader
+    from ctiflow.jobs.driver.checkpoint import read_counters
 
     rng = random.Random(5)
     log = Lines()

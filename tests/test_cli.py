@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from ctiflow.bench import BENCHES, LONG_BENCHES
 from ctiflow.jobs.cli import app
-from ctiflow.jobs.config import MAX_PARTITIONS
-from ctiflow.jobs.stack import free_port
+from ctiflow.jobs.driver.config import MAX_PARTITIONS
+from ctiflow.jobs.ops.stack import free_port
 from ctiflow.jobs.cli.records import Framing
 from ctiflow.jobs.avro.serde import FRAMINGS
 
@@ -235,13 +235,13 @@ def test_a_bug_is_one_loud_line_and_its_traceback_goes_to_a_log_file(tmp_path, m
     not the 2 of a user's mistake — with one line naming it and the file holding its traceback."""
     import sys
 
-    import ctiflow.jobs.check
+    import ctiflow.jobs.driver.check
     import ctiflow.jobs.cli
 
     def boom(*args, **kwargs):
         raise KeyError("deliberate")
 
-    monkeypatch.setattr(ctiflow.jobs.check, "check_job", boom)
+    monkeypatch.setattr(ctiflow.jobs.driver.check, "check_job", boom)
     monkeypatch.setenv("CTIFLOW_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(sys, "argv", ["ctiflow", "check", "examples/demo-flows.yaml"])
     with pytest.raises(SystemExit) as exited:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctiflow.jobs.rows import pack_events, unpack_columns
+from ctiflow.jobs.core.rows import pack_events, unpack_columns
 from ctiflow.operators.bins import Binner, BinSettings
 from ctiflow.jobs.state import compat
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns, merged_events

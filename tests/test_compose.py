@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctiflow.jobs.config import ENV_OVERRIDES, JobConfig, load
+from ctiflow.jobs.driver.config import ENV_OVERRIDES, JobConfig, load
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -234,7 +234,7 @@ def test_spark_defaults_use_the_state_store_the_jobs_use():
                 if line.strip() and not line.startswith("#"))
     provider = conf["spark.sql.streaming.stateStore.providerClass"].strip()
     assert provider == "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-    assert provider in (ROOT / "jobs" / "pipeline.py").read_text()
+    assert provider in (ROOT / "jobs" / "driver" / "pipeline.py").read_text()
     assert {"spark.sql.shuffle.partitions", "spark.ui.port", "spark.cores.max"} <= set(conf)
 
 
@@ -245,10 +245,10 @@ def test_ctiflow_containers_pass_only_variables_the_config_reads(which, base, sa
     for name, service in ctiflow_services(model).items():
         env = environment(service)
         unknown = {k for k in env if k.startswith("CTIFLOW_")} - CONFIG_ENV
-        assert not unknown, f"{name}: {sorted(unknown)} are not read by jobs/config.py (ENV_OVERRIDES, CTIFLOW_SASL_*)"
+        assert not unknown, f"{name}: {sorted(unknown)} are not read by jobs/driver/config.py (ENV_OVERRIDES, CTIFLOW_SASL_*)"
     for name in JOB_SERVICES:
         env = environment(model["services"][name])
-        assert set(env) <= CONFIG_ENV, f"{name} sets variables jobs/config.py does not read: {sorted(set(env) - CONFIG_ENV)}"
+        assert set(env) <= CONFIG_ENV, f"{name} sets variables jobs/driver/config.py does not read: {sorted(set(env) - CONFIG_ENV)}"
         required = set(ENV_OVERRIDES) - SASL_NAMES  # credentials only with the SASL override
         assert required <= set(env), f"{name} must set {sorted(required - set(env))}"
         if which == "sasl":
@@ -265,7 +265,7 @@ def test_the_variables_really_reconfigure_a_job(base, sasl, monkeypatch):
         assert cfg.kafka.effective_framing == "confluent"
         assert cfg.spark.master == env["CTIFLOW_SPARK_MASTER"]
         assert cfg.checkpoint_dir == env["CTIFLOW_CHECKPOINT"]
-        from ctiflow.jobs.kafka import base_config, public_client
+        from ctiflow.jobs.datapath.kafka import base_config, public_client
 
         client = base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client)  # credentials from the environment
         assert client["sasl.username"] == FAKE_SASL["CTIFLOW_SASL_USERNAME"]
@@ -423,7 +423,7 @@ def test_clients_reach_kafka_on_an_advertised_listener(which, base, sasl):
 def test_sasl_mechanism_matches_what_ctiflow_uses(sasl, monkeypatch):
     env = environment(sasl["services"]["job-flows"])
     cfg = load_with(ROOT / JOB_SERVICES["job-flows"], env, monkeypatch)
-    from ctiflow.jobs.kafka import base_config
+    from ctiflow.jobs.datapath.kafka import base_config
 
     client = base_config(cfg.kafka.bootstrap_servers, cfg.kafka.client)  # credentials come from the environment
     kafka = environment(sasl["services"]["kafka"])
@@ -670,9 +670,9 @@ def test_prometheus_scrapes_every_job_service_where_its_metrics_are_served(base)
     names = {r["alert"] for r in rules}
     assert {"CtiflowJobDown", "CtiflowDeadLettersRising", "CtiflowLateShareHigh", "CtiflowCtiStalled",
             "CtiflowConsumerLagGrowing"} <= names
-    from ctiflow.jobs.counters import all_metric_names
+    from ctiflow.jobs.core.counters import all_metric_names
 
     metric_names = all_metric_names()
     for rule in rules:  # every series a rule reads is one the jobs export
         for used in re.findall(r"ctiflow_[a-z_]+", rule["expr"]):
-            assert used in metric_names, f"{rule['alert']}: {used} is not exported by jobs/metrics.py"
+            assert used in metric_names, f"{rule['alert']}: {used} is not exported by jobs/driver/metrics.py"

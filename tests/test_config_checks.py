@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.fields import check_fields, field_errors
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.driver.fields import check_fields, field_errors
 from ctiflow.operators.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -190,7 +190,7 @@ def test_percent_on_a_field_formats_nothing_and_refuses_the_record():
 
 
 def test_a_yaml_alias_bomb_and_a_key_given_twice_are_refused(tmp_path):
-    from ctiflow.jobs.config import load
+    from ctiflow.jobs.driver.config import load
 
     text = yaml.safe_dump(MINIMAL) + 'x0: &a0 [{name: s, where: "amount > 1"}]\n'
     for i in range(1, 10):
@@ -236,7 +236,7 @@ def test_durations_are_accepted_with_units_everywhere_including_within():
 
 
 def test_the_json_schema_types_durations_as_ms_or_text():
-    from ctiflow.jobs.config import JobConfig
+    from ctiflow.jobs.driver.config import JobConfig
 
     schema = JobConfig.model_json_schema()
     delay = schema["$defs"]["CtiConfig"]["properties"]["delay"]
@@ -308,8 +308,8 @@ def sql_job(sql: str = SQL) -> dict:
 def test_a_sql_operator_derives_its_output_schema_from_the_measures():
     import json
 
-    from ctiflow.jobs.check import config_errors
-    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.driver.check import config_errors
+    from ctiflow.jobs.driver.recognize import derived_schemas
 
     cfg = parse(sql_job())
     assert config_errors(cfg) == [] and cfg.warnings() == []
@@ -330,7 +330,7 @@ def test_a_sql_operator_derives_its_output_schema_from_the_measures():
     (lambda q: q.replace("S)", "S+)"), "greedy quantifier on the last variable"),
 ])
 def test_a_sql_operator_that_does_not_fit_its_job_is_refused_with_a_caret(change, message):
-    from ctiflow.jobs.check import config_errors
+    from ctiflow.jobs.driver.check import config_errors
 
     errors = config_errors(parse(sql_job(change(SQL))))
     assert len(errors) == 1 and message in errors[0] and errors[0].startswith("operators.brute-force.sql: line ")
@@ -350,7 +350,7 @@ def test_the_job_files_validate_against_the_models_json_schema_as_an_editor_woul
     typed stage by stage (a misspelt stage key is caught there too)."""
     import jsonschema
 
-    from ctiflow.jobs.config import JobConfig
+    from ctiflow.jobs.driver.config import JobConfig
 
     schema = JobConfig.model_json_schema(by_alias=True)
     for raw in (TRANSACTIONS, FLOWS, sql_job()):
@@ -386,7 +386,7 @@ def test_a_key_that_keeps_too_many_events_for_its_runs_has_its_next_events_refus
 
 
 def test_every_error_of_one_query_and_one_pattern_is_shown_at_once():
-    from ctiflow.jobs.check import config_errors
+    from ctiflow.jobs.driver.check import config_errors
 
     query = SQL.replace("COUNT(F.id)", "COUNT(F.idd)").replace("S.country AS", "SUM(S.country) AS") \
                .replace("F.type = 'login_failed'", "F.amount > 'x'")
@@ -408,7 +408,7 @@ def test_every_error_of_one_query_and_one_pattern_is_shown_at_once():
 
 @pytest.mark.parametrize("group", [5, "a", [], {"name": "x"}])
 def test_a_group_that_is_not_a_list_of_stages_is_one_error(group):
-    from ctiflow.jobs.check import config_errors
+    from ctiflow.jobs.driver.check import config_errors
 
     raw = sql_job()
     raw["operators"] = [{"kind": "match", "name": "g", "output": "g-out", "pattern": {

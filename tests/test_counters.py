@@ -1,4 +1,4 @@
-"""The one counter table (:mod:`ctiflow.jobs.counters`): what the key groups and the sink report is in
+"""The one counter table (:mod:`ctiflow.jobs.core.counters`): what the key groups and the sink report is in
 it, it adds up as the progress file and the metrics expect, and every Prometheus name the
 status command and the alert rules use is one of its families."""
 
@@ -8,8 +8,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from ctiflow.jobs import counters
-from ctiflow.jobs.counters import Counters
+from ctiflow.jobs.core import counters
+from ctiflow.jobs.core.counters import Counters
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_counts_add_up_gauges_of_groups_add_up_and_shared_gauges_take_the_maximu
 def test_every_prometheus_name_the_status_command_and_the_alert_rules_use_is_a_family_of_the_table():
     known = counters.all_metric_names()
     used = set()
-    for path in (ROOT / "deploy" / "prometheus" / "alerts.yml", ROOT / "jobs" / "status.py"):
+    for path in (ROOT / "deploy" / "prometheus" / "alerts.yml", ROOT / "jobs" / "ops" / "status.py"):
         used |= set(re.findall(r"\bctiflow_[a-z_]*[a-z]\b", path.read_text()))
     used -= {"ctiflow_records_received_rate"}  # status's own rate() series
     assert used and sorted(used - known) == []

@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from ctiflow.jobs.demo import _report, reason_code
+from ctiflow.jobs.ops.demo import _report, reason_code
 
 
 @pytest.mark.parametrize("error, code", [

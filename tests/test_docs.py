@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ctiflow.jobs.config import JobConfig
+from ctiflow.jobs.driver.config import JobConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,11 +1,11 @@
-"""The docs' worked examples (jobs/docs_examples.py, rendered into the pages at build time) run
+"""The docs' worked examples (jobs/tools/docs_examples.py, rendered into the pages at build time) run
 through the real runtime; here their outputs are checked against small independent oracles, so
 a page cannot show a wrong result, and every example a page names exists."""
 
 import re
 from pathlib import Path
 
-from ctiflow.jobs.docs_examples import EXAMPLES, run
+from ctiflow.jobs.tools.docs_examples import EXAMPLES, run
 from ctiflow.operators.events import CTI_INFINITY
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -1,4 +1,4 @@
-"""``ctiflow.jobs.kafka.produce``: records in order, keyed by their field; bad ones reported by position or raised."""
+"""``ctiflow.jobs.datapath.kafka.produce``: records in order, keyed by their field; bad ones reported by position or raised."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.operators.errors import SchemaError
 

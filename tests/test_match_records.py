@@ -3,10 +3,10 @@
 
 import json
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.recognize import derived_schemas
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.driver.recognize import derived_schemas
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.operators.time import CTI_INFINITY, Event
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctiflow.jobs.config import parse
+from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.testing import oracle
 from ctiflow.jobs.testing.oracle import ADJUSTED, ADMITTED, LATE, OracleEvent
 from ctiflow.operators.errors import ConfigError

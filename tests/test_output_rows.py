@@ -7,7 +7,7 @@ import random
 
 import pyarrow as pa
 
-from ctiflow.jobs import rows
+from ctiflow.jobs.core import rows
 
 
 def _rows(seed: int) -> tuple[list[pa.RecordBatch], list[tuple], dict]:
@@ -65,7 +65,7 @@ def test_a_packs_partitions_are_each_records_partition():
     import pytest
 
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.sink import partition_for, partitions_for
+    from ctiflow.jobs.datapath.sink import partition_for, partitions_for
 
     rng = random.Random(5)
     for n in (1, 7, 300):

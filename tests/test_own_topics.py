@@ -11,8 +11,8 @@ import logging
 import pytest
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from ctiflow.jobs import own_topics
-from ctiflow.jobs.own_topics import ForeignRecord, marker_record, progress_record, schema_entry
+from ctiflow.jobs.datapath import own_topics
+from ctiflow.jobs.datapath.own_topics import ForeignRecord, marker_record, progress_record, schema_entry
 
 #: As the sink's commit writes them (key: the batch id).
 PROGRESS = (b"7", b'{"batch": 7, "time": 1767225600.25, "query": "q-1", "written": 12, "received@tx/0": 3}')
@@ -136,7 +136,7 @@ def test_a_skipped_record_is_warned_about_once_with_its_topic_partition_and_offs
 def test_a_topic_a_task_could_not_create_again_stops_the_run_with_its_own_line():
     """Spark stops the query with its own exception around the task's Python traceback; the run
     raises the StackError's line (one line at the command line), and anything else stays as it was."""
-    from ctiflow.jobs.own_topics import stack_error_in
+    from ctiflow.jobs.datapath.own_topics import stack_error_in
     from ctiflow.operators.errors import StackError
 
     spark_text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted due to stage "

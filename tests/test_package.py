@@ -46,7 +46,7 @@ def test_the_wheel_carries_schemas_examples_and_the_log4j_settings(installed):
     schemas = {p.name for p in (ROOT / "schemas").rglob("*.avsc")}
     assert {f"ctiflow/schemas/{s}" for s in schemas} <= names
     assert {"ctiflow/examples/demo-flows.yaml", "ctiflow/examples/demo-transactions.yaml",
-            "ctiflow/jobs/spark-log4j2.properties", "ctiflow/__init__.py",
+            "ctiflow/jobs/driver/spark-log4j2.properties", "ctiflow/__init__.py",
             "ctiflow/bench/figures.yaml"} <= names  # (what `ctiflow bench` at its defaults records into)
     queries = {p.name for p in (ROOT / "examples" / "recognize").glob("*.sql")}
     assert queries and {f"ctiflow/examples/recognize/{q}" for q in queries} <= names
@@ -80,9 +80,9 @@ def test_the_installed_benchmarks_find_the_figures_they_record_into(installed, t
 
 
 def test_the_installed_package_finds_its_files_and_checks_a_job(installed, tmp_path):
-    probe = run_installed(installed, "-c", "import ctiflow, ctiflow.jobs.avro.serde, ctiflow.jobs.pipeline, ctiflow.jobs.demo; "
-                          "print(ctiflow.__file__); print(ctiflow.jobs.avro.serde.SCHEMA_DIR); print(ctiflow.jobs.demo.EXAMPLES); "
-                          "print(ctiflow.jobs.pipeline.SPARK_LOG4J2.is_file())", cwd=tmp_path)
+    probe = run_installed(installed, "-c", "import ctiflow, ctiflow.jobs.avro.serde, ctiflow.jobs.driver.pipeline, ctiflow.jobs.ops.demo; "
+                          "print(ctiflow.__file__); print(ctiflow.jobs.avro.serde.SCHEMA_DIR); print(ctiflow.jobs.ops.demo.EXAMPLES); "
+                          "print(ctiflow.jobs.driver.pipeline.SPARK_LOG4J2.is_file())", cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     module, schemas, examples, log4j = probe.stdout.split()
     for path in (module, schemas, examples):
@@ -106,15 +106,15 @@ def test_user_schema_directories_are_read_after_ctiflow_s(tmp_path, monkeypatch)
     try:
         store = ctiflow.jobs.avro.serde.default_store()
         assert "reading" in store.names() and "transaction" in store.names()
-        from ctiflow.jobs.check import config_errors
-        from ctiflow.jobs.config import parse
+        from ctiflow.jobs.driver.check import config_errors
+        from ctiflow.jobs.driver.config import parse
 
         cfg = parse({"job": "r", "sources": [{"name": "r", "topic": "readings", "schema": "reading",
                                               "key_field": "sensor", "time_field": "at", "measures": ["value"]}],
                      "operators": [{"kind": "bins", "name": "b", "bin_size": "1m", "measures": ["value"],
                                     "outputs": {"final": "bins"}}]})
         assert config_errors(cfg) == []
-        from ctiflow.jobs.pipeline import executor_credentials
+        from ctiflow.jobs.driver.pipeline import executor_credentials
 
         assert executor_credentials(cfg)["CTIFLOW_SCHEMA_PATH"] == str(mine)  # executors read the same
         monkeypatch.setenv("CTIFLOW_SCHEMA_PATH", str(tmp_path / "missing"))

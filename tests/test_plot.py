@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ctiflow.jobs.plot import DEFAULT_SIZE, plot_bins, plot_counts
+from ctiflow.jobs.ops.plot import DEFAULT_SIZE, plot_bins, plot_counts
 from ctiflow.jobs.testing import oracle
 
 T0 = 1_767_225_600_000

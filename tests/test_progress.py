@@ -4,7 +4,7 @@ import json
 
 from rich.console import Console
 
-from ctiflow.jobs.progress import printer, progress_line, records_read
+from ctiflow.jobs.driver.progress import printer, progress_line, records_read
 
 
 def batch(start, end) -> dict:
@@ -14,7 +14,7 @@ def batch(start, end) -> dict:
 
 def test_records_read_counts_partitions_only_not_the_idle_and_flushed_markers():
     # An offset of the Kafka source carries the idle partitions (a list) and the final flush
-    # (ctiflow.jobs.source.reader.latestOffset); a batch after a partition went idle crashed the progress line.
+    # (ctiflow.jobs.datapath.source.reader.latestOffset); a batch after a partition went idle crashed the progress line.
     p = batch({"0": 10, "1": 4}, {"0": 25, "1": 4, "idle": ["1"], "flushed": True})
     assert records_read(p) == 15
     assert "records      15" in progress_line(p, {"received": 29})

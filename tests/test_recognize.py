@@ -193,8 +193,8 @@ def test_a_type_error_names_the_clause_the_variable_and_the_column(define, messa
 
 
 def test_a_type_error_in_a_job_query_is_refused_with_the_schema_types():
-    from ctiflow.jobs.check import config_errors
-    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.driver.check import config_errors
+    from ctiflow.jobs.driver.config import parse
 
     sql = ("SELECT * FROM tx MATCH_RECOGNIZE (PARTITION BY account ORDER BY event_time MEASURES A.amount AS a "
            "PATTERN (A B) DEFINE A AS A.country > 3)")

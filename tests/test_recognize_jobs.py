@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.cep.sql_translate import compile_query, column_families
 from ctiflow.operators.time import CTI_INFINITY, Event
 
@@ -156,7 +156,7 @@ def test_numbering_starts_again_after_the_key_ttl_forgets_a_key():
 def test_all_rows_per_match_derives_a_schema_with_every_column():
     import json
 
-    from ctiflow.jobs.recognize import derived_schemas
+    from ctiflow.jobs.driver.recognize import derived_schemas
 
     cfg = parse({"job": "r", "kafka": {"bootstrap_servers": "x:1"},
                  "sources": [{"name": "transactions", "topic": "tx", "schema": "transaction", "key_field": "account",
@@ -173,7 +173,7 @@ def test_all_rows_per_match_derives_a_schema_with_every_column():
 
 
 def test_the_time_columns_type_is_the_declared_one():
-    from ctiflow.jobs.definitions import family
+    from ctiflow.jobs.core.definitions import family
 
     assert family(["null", "long"]) == "number"  # epoch ms you can subtract: B.event_time - A.event_time
     assert family({"type": "long", "logicalType": "timestamp-millis"}) == "timestamp"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer, registry_client
-from ctiflow.jobs.check import config_errors
-from ctiflow.jobs.config import parse
+from ctiflow.jobs.driver.check import config_errors
+from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.testing.registry import RegistryDouble
 
 PASSWORD = "s3cr3t-registry-pw"
@@ -60,8 +60,8 @@ def test_the_job_s_registry_client_writes_and_reads_with_either_form_of_credenti
 @pytest.mark.parametrize("form", ["userinfo in the url", "basic.auth.user.info"])
 def test_an_executor_s_registry_client_authenticates_with_what_the_driver_gives_it(registry, form, monkeypatch):
     """Executors get the model's dump (no secrets) in their options and the secrets in their
-    environment (:func:`ctiflow.jobs.pipeline.executor_credentials`)."""
-    from ctiflow.jobs.pipeline import executor_credentials
+    environment (:func:`ctiflow.jobs.driver.pipeline.executor_credentials`)."""
+    from ctiflow.jobs.driver.pipeline import executor_credentials
 
     monkeypatch.delenv("CTIFLOW_SCHEMA_REGISTRY_URL", raising=False)
     cfg = parse(job(forms(registry)[form]))

@@ -1,5 +1,5 @@
 """``ctiflow rules put | list | rm`` read the rules topic as the job does and refuse what the job
-would refuse, with the job's own reason (:func:`ctiflow.jobs.rules.replay`: the topic's records
+would refuse, with the job's own reason (:func:`ctiflow.jobs.driver.rules.replay`: the topic's records
 offered to a :class:`RuleBook`, then the new one), printed once.
 
 The topic here is a list of Kafka messages in memory (``topic_messages`` and ``produce_rule``
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ctiflow.jobs import rules as jobs_rules
+from ctiflow.jobs.driver import rules as jobs_rules
 from ctiflow.jobs.avro.serde import AvroDeserializer, AvroSerializer
 from ctiflow.jobs.cli import app
-from ctiflow.jobs.kafka import Message
+from ctiflow.jobs.datapath.kafka import Message
 from ctiflow.operators.cep.rules import MAX_DEFINITION_BYTES, Rule
 from ctiflow.operators.errors import ConfigError, DecodeError
 

@@ -1,5 +1,5 @@
 """Rule records are untrusted input: whatever a rule's definition holds, the path a job takes it
-through — the plan's :class:`ctiflow.jobs.definitions.RuleCompiler` (YAML or SQL parse, bounds, field
+through — the plan's :class:`ctiflow.jobs.core.definitions.RuleCompiler` (YAML or SQL parse, bounds, field
 checks, compile) called by :meth:`ctiflow.operators.cep.rules.RuleBook.offer` — either compiles
 it or refuses it with a reason (a ``rejected`` :class:`Decision`, the dead-letter path); never
 another exception, and within :data:`TIME_BOUND_MS` per definition.
@@ -21,9 +21,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.text_forms import MAX_YAML_DEPTH, MAX_YAML_VALUES
-from ctiflow.jobs.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.text_forms import MAX_YAML_DEPTH, MAX_YAML_VALUES
+from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.operators.cep.declarative import STAGE_KEYS
 from ctiflow.operators.cep.rules import MAX_DEFINITION_BYTES, Decision, Rule, RuleBook
 from ctiflow.operators.time import CTI_NONE
@@ -242,10 +242,10 @@ def test_an_alias_bomb_of_a_few_hundred_bytes_is_refused_at_once():
 
 
 def test_a_definition_over_the_size_bound_is_refused_before_it_is_parsed(monkeypatch):
-    import ctiflow.jobs.definitions
+    import ctiflow.jobs.core.definitions
 
     parsed = []
-    monkeypatch.setattr(ctiflow.jobs.definitions, "load_yaml", lambda *a, **k: parsed.append(a))  # (must not be reached)
+    monkeypatch.setattr(ctiflow.jobs.core.definitions, "load_yaml", lambda *a, **k: parsed.append(a))  # (must not be reached)
     text = "stages: [{name: a, where: 'amount > 1'}]\n" + "#" * MAX_DEFINITION_BYTES
     decision = offer(text)
     assert decision.outcome == "rejected" and f"more than {MAX_DEFINITION_BYTES:,}" in decision.reason

@@ -11,12 +11,12 @@ import random
 
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.recognize import derived_schemas
-from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.rules import check_rule, replay
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.driver.recognize import derived_schemas
+from ctiflow.jobs.core.rows import Control, GroupInput
+from ctiflow.jobs.driver.rules import check_rule, replay
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.cep.operator import MatchOperator
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.columns import EventColumns
@@ -93,7 +93,7 @@ def run(cfg, batches):
 
 
 def static_matches(spec: dict, evs, end: int, name="fraud"):
-    from ctiflow.jobs.definitions import parse_pattern
+    from ctiflow.jobs.core.definitions import parse_pattern
     from ctiflow.operators.cep.operator import MatchSettings
 
     op = MatchOperator(MatchSettings(pattern=parse_pattern(json.dumps(spec)), name=name, structured_events=True,
@@ -154,9 +154,9 @@ def _rules_through_the_source(cfg, records: list[tuple[bytes, dict, int]], group
     input rows, as the adapter reads them. → ({label: GroupInput}, the messages)."""
     import confluent_kafka
 
-    from ctiflow.jobs.pipeline import source_options
-    from ctiflow.jobs.rows import read_input
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.driver.pipeline import source_options
+    from ctiflow.jobs.core.rows import read_input
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     source = cfg.rule_sources[0]
     options = source_options(cfg.model_copy(update={"key_groups": groups}), source, False, list(range(groups)))

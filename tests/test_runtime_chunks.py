@@ -2,9 +2,9 @@
 or whose next change (a window emptying, a bin becoming final, a run timing out) its CTI reaches;
 untouched keys stay bytes. (That results do not depend on the chunking: test_runtime_restore.)"""
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000

@@ -11,10 +11,10 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.rows import GroupInput
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.rows import GroupInput
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.jobs.testing import oracle
 from ctiflow.operators.time import CTI_NONE, Event, PartitionCtis, combined_cti
 

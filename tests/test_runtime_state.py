@@ -5,9 +5,9 @@ import pickle
 
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.jobs.state.codec import ZSTD_MARK, expanded
 from ctiflow.jobs.state.parts import is_chunk
 from ctiflow.operators.errors import StateError

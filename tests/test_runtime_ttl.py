@@ -4,9 +4,9 @@ event-count window keeps every key forever."""
 
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.errors import ConfigError
 from ctiflow.operators.time import Event
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.kafka import base_config, public_client, redact
-from ctiflow.jobs.pipeline import source_options
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.datapath.kafka import base_config, public_client, redact
+from ctiflow.jobs.driver.pipeline import source_options
 
 SECRET = "hunter2-very-secret"
 
@@ -30,7 +30,7 @@ def test_a_password_in_the_file_stays_in_the_config_and_out_of_dumps_options_and
     client = base_config("b:1", cfg.kafka.client_config())  # this process's clients get it explicitly
     assert client["sasl.password"] == SECRET and client["ssl.key.password"] == "k3y-" + SECRET
     assert client["sasl.username"] == "alice" and client["sasl.mechanism"] == "SCRAM-SHA-256"
-    from ctiflow.jobs.pipeline import executor_credentials
+    from ctiflow.jobs.driver.pipeline import executor_credentials
 
     assert executor_credentials(cfg) == {"CTIFLOW_SASL_USERNAME": "alice", "CTIFLOW_SASL_PASSWORD": SECRET,
                                          "CTIFLOW_CLIENT_SECRETS": json.dumps({"ssl.key.password": "k3y-" + SECRET})}
@@ -74,7 +74,7 @@ def registry_spec() -> dict:
 
 
 def test_registry_credentials_are_kept_apart_and_reach_executors_only_through_their_environment(monkeypatch):
-    from ctiflow.jobs.pipeline import executor_credentials
+    from ctiflow.jobs.driver.pipeline import executor_credentials
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
     cfg = parse(registry_spec())
@@ -93,8 +93,8 @@ def test_an_executor_s_clients_take_the_secrets_from_its_environment(monkeypatch
     """``ssl.key.password`` used to stop at the driver: executors' Kafka clients (source, sink)
     and registry clients now read what ``spark.executorEnv`` gives them."""
     import ctiflow.jobs.avro.serde
-    from ctiflow.jobs.kafka import env_credentials
-    from ctiflow.jobs.pipeline import executor_credentials
+    from ctiflow.jobs.datapath.kafka import env_credentials
+    from ctiflow.jobs.driver.pipeline import executor_credentials
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
     for var, value in executor_credentials(parse(registry_spec())).items():
@@ -162,11 +162,11 @@ def test_a_registry_url_with_userinfo_is_split_into_a_url_and_a_secret(monkeypat
 def test_every_property_librdkafka_marks_sensitive_is_a_secret(monkeypatch):
     """Not a hand-kept list: librdkafka's own redaction decides (it names this passphrase, which
     the old list lacked)."""
-    from ctiflow.jobs.config import SECRET_KEYS
-    from ctiflow.jobs.librdkafka import sensitive_properties
+    from ctiflow.jobs.core.secrets import SECRET_KEYS
+    from ctiflow.jobs.datapath.librdkafka import sensitive_properties
 
     monkeypatch.delenv("CTIFLOW_SASL_PASSWORD", raising=False)
-    assert SECRET_KEYS == sensitive_properties()  # else: python -m ctiflow.jobs.librdkafka, and copy its list
+    assert SECRET_KEYS == sensitive_properties()  # else: python -m ctiflow.jobs.datapath.librdkafka, and copy its list
     assert {"sasl.password", "ssl.key.password", "sasl.oauthbearer.assertion.private.key.passphrase"} \
         <= sensitive_properties()
     assert "bootstrap.servers" not in sensitive_properties() and "acks" not in sensitive_properties()

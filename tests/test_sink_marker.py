@@ -6,7 +6,7 @@ import socket
 import pytest
 from confluent_kafka import Producer
 
-from ctiflow.jobs.sink import leave_marker
+from ctiflow.jobs.datapath.sink import leave_marker
 
 
 def test_a_marker_whose_delivery_failed_is_an_error():

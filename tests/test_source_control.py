@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from ctiflow.jobs.source.reader import BatchControl, KafkaStreamReader  # noqa: E402
+from ctiflow.jobs.datapath.source.reader import BatchControl, KafkaStreamReader  # noqa: E402
 
 OPTIONS = {"bootstrap": "127.0.0.1:1", "topic": "t", "schema": "transaction", "stream": "tx", "key_field": "account",
            "time_field": "event_time", "key_groups": "3", "group_labels": "[7, 1, 4]"}

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from ctiflow.jobs.planner import plan_job
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.rows import Control, GroupInput
-from ctiflow.jobs.runtime import GroupRuntime
+from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.driver.config import parse
+from ctiflow.jobs.core.rows import Control, GroupInput
+from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.columns import EventColumns
 
 RECORDED = Path(__file__).parent / "data" / "state"

@@ -3,7 +3,7 @@ rates from two reads, and the two layouts (table per job; one line per job when 
 
 from rich.console import Console
 
-from ctiflow.jobs.status import jobs_of, render
+from ctiflow.jobs.ops.status import jobs_of, render
 
 T = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -81,7 +81,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E40
 
 import pytest  # noqa: E402
 
-from ctiflow.jobs.status import Watch, fetch, from_prometheus  # noqa: E402
+from ctiflow.jobs.ops.status import Watch, fetch, from_prometheus  # noqa: E402
 
 
 @contextlib.contextmanager

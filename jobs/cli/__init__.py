@@ -1,7 +1,7 @@
 """``ctiflow``: the command line for everything a user does with the platform.
 
 One module per group of commands, each command thin: it parses its parameters, calls the
-library (:mod:`ctiflow.jobs.stack`, :mod:`ctiflow.jobs.kafka`, :mod:`ctiflow.jobs.pipeline`, …) and prints. The root
+library (:mod:`ctiflow.jobs.ops.stack`, :mod:`ctiflow.jobs.datapath.kafka`, :mod:`ctiflow.jobs.driver.pipeline`, …) and prints. The root
 :data:`app` lists them in the order of the help; :func:`main` is the ``ctiflow`` entry point.
 """
 
@@ -21,8 +21,8 @@ from ctiflow.jobs.cli import (bench, conformance, demo, plot, recognize, records
                               topics)
 from ctiflow.jobs.cli.consoles import console
 from ctiflow.jobs.cli.parameters import not_utf8
-from ctiflow.jobs.config import home
-from ctiflow.jobs.kafka import env_credentials, redact
+from ctiflow.jobs.driver.config import home
+from ctiflow.jobs.datapath.kafka import env_credentials, redact
 from ctiflow.operators.errors import CtiflowError
 
 app = typer.Typer(

@@ -5,9 +5,9 @@
         …/ctiflow/jobs/cli/entry.py JOB.yaml [--until-end] [--timeout SECONDS]
 
 ``ctiflow submit`` builds that command (``--print-command`` shows it); in cluster mode it passes
-``--plan`` (the parsed job, :func:`ctiflow.jobs.submit.plan_of`) instead of a file. spark-submit's
+``--plan`` (the parsed job, :func:`ctiflow.jobs.driver.submit.plan_of`) instead of a file. spark-submit's
 settings win over the job file's: its ``--master`` is the job's ``spark.master``, its ``--conf``
-values stand (:func:`ctiflow.jobs.pipeline.spark_conf`). Where the driver has no ctiflow installed
+values stand (:func:`ctiflow.jobs.driver.pipeline.spark_conf`). Where the driver has no ctiflow installed
 (cluster mode), it imports ctiflow from the unpacked archive in its working directory.
 
 The same run as ``ctiflow run``, after one check ``ctiflow run`` does not need: the executors'
@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-ARCHIVE_LINK = "environment"  # ctiflow.jobs.submit.ARCHIVE_LINK (this file imports no ctiflow first)
+ARCHIVE_LINK = "environment"  # ctiflow.jobs.driver.submit.ARCHIVE_LINK (this file imports no ctiflow first)
 MANIFEST = "ctiflow-environment.json"
 
 
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args, manifest: dict | None) -> None:
-    from ctiflow.jobs import submit
+    from ctiflow.jobs.driver import submit
     from ctiflow.jobs.cli.run import run_job
-    from ctiflow.jobs.config import load
-    from ctiflow.jobs.jvm import launcher_settings
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.jvm import launcher_settings
     from ctiflow.operators.errors import ConfigError
 
     cfg = submit.config_of_plan(args.plan) if args.plan else load(args.job)
@@ -81,7 +81,7 @@ def _run(args, manifest: dict | None) -> None:
     expected = (manifest or {}).get("python", submit.python_version())
 
     def session(job):
-        from ctiflow.jobs.pipeline import spark_session
+        from ctiflow.jobs.driver.pipeline import spark_session
 
         spark = spark_session(job)
         found = workers_python(spark)

@@ -10,8 +10,8 @@ from typing import Annotated, BinaryIO, Optional
 
 import typer
 
-from ctiflow.jobs import stack
-from ctiflow.jobs.config import broker_port, load
+from ctiflow.jobs.ops import stack
+from ctiflow.jobs.driver.config import broker_port, load
 from ctiflow.jobs.avro.serde import SchemaStore, registry_client
 from ctiflow.operators.errors import CtiflowError
 
@@ -74,7 +74,7 @@ JobFile = Annotated[Optional[Path], typer.Option(
 @dataclass(frozen=True)
 class Connection:
     """Where and how a command talks to Kafka and the Schema Registry: the same settings a job
-    uses (:class:`ctiflow.jobs.config.Kafka`) when ``--config`` names one, else the flags, the
+    uses (:class:`ctiflow.jobs.driver.config.Kafka`) when ``--config`` names one, else the flags, the
     ``CTIFLOW_*`` variables and the embedded broker."""
 
     bootstrap: str
@@ -92,7 +92,7 @@ def connection(bootstrap: str | None = None, registry: str | None = None, config
     if config is None:
         return Connection(bootstrap_servers(bootstrap), {}, registry)
     cfg = load(config)
-    from ctiflow.jobs.recognize import job_schema_store  # the job's derived output schemas decode its topics
+    from ctiflow.jobs.driver.recognize import job_schema_store  # the job's derived output schemas decode its topics
 
     kafka_cfg = cfg.kafka
     return Connection(bootstrap or kafka_cfg.bootstrap_servers, kafka_cfg.client_config(),

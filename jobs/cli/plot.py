@@ -1,4 +1,4 @@
-"""``ctiflow plot counts | bins``: result topics as PNG (:mod:`ctiflow.jobs.plot`)."""
+"""``ctiflow plot counts | bins``: result topics as PNG (:mod:`ctiflow.jobs.ops.plot`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import typer
 
 from ctiflow.jobs.cli.consoles import out
 from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
-from ctiflow.jobs.config import load
-from ctiflow.jobs.kafka import read_topic
+from ctiflow.jobs.driver.config import load
+from ctiflow.jobs.datapath.kafka import read_topic
 from ctiflow.jobs.testing.oracle import exact_counts
 
 app = typer.Typer(no_args_is_help=True, help="Render count or bin result topics as PNG.")
@@ -34,7 +34,7 @@ def counts(topic: Annotated[str, typer.Option("--topic", "-t")] = "counts",
            )] = None,
            bootstrap: Bootstrap = None):
     """Estimate with its guaranteed bounds over application time (and the exact count with --config)."""
-    from ctiflow.jobs.plot import plot_counts  # here: matplotlib is slow to import
+    from ctiflow.jobs.ops.plot import plot_counts  # here: matplotlib is slow to import
 
     conn = connection(bootstrap, None, config)
 
@@ -54,7 +54,7 @@ def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
          bootstrap: Bootstrap = None,
          config: JobFile = None):
     """Bins per key over time; updated revisions converge on the final value."""
-    from ctiflow.jobs.plot import plot_bins  # here: matplotlib is slow to import
+    from ctiflow.jobs.ops.plot import plot_bins  # here: matplotlib is slow to import
 
     conn = connection(bootstrap, None, config)
     topics = [name for name in (topic, final_topic) if name]

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.cli.consoles import console, out
 from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, Registry, connection, decode_line, not_utf8, open_lines
 from ctiflow.jobs.avro.serde import AvroSerializer, default_store
@@ -80,7 +80,7 @@ def produce(topic: Topic,
 
 
 class _Lines:
-    """The lines of a JSON-lines file as :func:`ctiflow.jobs.kafka.produce` takes them: each decoded
+    """The lines of a JSON-lines file as :func:`ctiflow.jobs.datapath.kafka.produce` takes them: each decoded
     (one that is not UTF-8 is reported and skipped, the next keeps its number), and each record
     encoded with its unknown fields warned about once (they are dropped)."""
 

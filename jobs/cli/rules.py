@@ -1,5 +1,5 @@
 """``ctiflow rules put | list | rm``: a match operator's rules, written to and read from its rules
-topic (docs/concepts/rules.md). What they check and write: :mod:`ctiflow.jobs.rules`."""
+topic (docs/concepts/rules.md). What they check and write: :mod:`ctiflow.jobs.driver.rules`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ Effective = Annotated[Optional[str], typer.Option(
 
 
 def _when(ms: int) -> str:
-    from ctiflow.jobs.rules import iso_time
+    from ctiflow.jobs.driver.rules import iso_time
 
     return iso_time(ms)
 
@@ -47,8 +47,8 @@ def put(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as
 
     From its effective time the version judges the events (a run starts only on an event at or
     after it); the version before it stops starting runs then (on_change: drain) or is cut."""
-    from ctiflow.jobs.config import load
-    from ctiflow.jobs.rules import put_rule
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.rules import put_rule
 
     rule = put_rule(load(job), read_text(definition), rule_id=rule_id, operator=operator, effective=effective,
                     version=version, comment=comment, warn=_warn)
@@ -60,8 +60,8 @@ def put(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as
 def rm(job: Job, rule_id: RuleId, operator: Operator = None, effective: Effective = None,
        comment: Annotated[Optional[str], typer.Option(help="why")] = None):
     """Delete a rule from an application time on: a delete version (its runs in flight drain or are cut)."""
-    from ctiflow.jobs.config import load
-    from ctiflow.jobs.rules import delete_rule
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.rules import delete_rule
 
     rule = delete_rule(load(job), rule_id, effective=effective, operator=operator, comment=comment, warn=_warn)
     out.print(f"rule {escape(rule.rule_id)!r} deleted at {rule.effective_time} ({_when(rule.effective_time)}): "
@@ -74,8 +74,8 @@ def list_(job: Job, operator: Operator = None,
           = None):
     """The rules in the rules topic: each version, when it takes effect, and which is current at
     --at (the job's own CTI decides for a running job: `ctiflow status` shows it)."""
-    from ctiflow.jobs.config import load
-    from ctiflow.jobs.rules import effective_ms, list_rules
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.rules import effective_ms, list_rules
 
     now = effective_ms(at, "--at")
     for name, rules in list_rules(load(job), operator, warn=_warn).items():

@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ctiflow.jobs import progress
+from ctiflow.jobs.driver import progress
 from ctiflow.jobs.cli.consoles import console, out
-from ctiflow.jobs.config import load
+from ctiflow.jobs.driver.config import load
 
 app = typer.Typer()
 
@@ -39,7 +39,7 @@ def run_job(cfg, *, until_end: bool, timeout: float | None, as_json: bool, sessi
     :mod:`ctiflow.jobs.cli.entry`): its errors refused before anything connects, the run, its summary;
     returns the exit code. ``session``: makes the Spark session (default: the job's own)."""
     # here: the job's modules import pyspark, pandas and pyarrow; the other commands do without
-    from ctiflow.jobs import pipeline
+    from ctiflow.jobs.driver import pipeline
 
     pipeline.refuse_errors(cfg)  # every field, pattern and predicate error before anything connects
     for warning in cfg.warnings():
@@ -77,7 +77,7 @@ def submit(ctx: typer.Context, config: JobFile,
     """Run a job on a Spark cluster whose workers have only Spark and a Python of this minor version.
 
     ctiflow and its dependencies travel in an environment archive (built once, kept in $CTIFLOW_HOME/submit); options ctiflow does not know go to spark-submit unchanged (--conf k=v, --executor-memory 4g, --jars …). See docs/operations/deploying.md."""
-    from ctiflow.jobs import submit as submitting
+    from ctiflow.jobs.driver import submit as submitting
 
     cmd = submitting.command(config, master=master, deploy_mode=deploy_mode, spark_args=list(ctx.args),
                              until_end=until_end, timeout=timeout, reach_master=not print_command)
@@ -106,7 +106,7 @@ def drain(config: JobFile):
 def check(configs: Annotated[list[Path], typer.Argument(help="job YAML files")]):
     """Check job files without Kafka or Spark: every configuration, schema-field, predicate and
     pattern error at once, each with its file, field and fix; warnings too. Exit 1 on an error."""
-    from ctiflow.jobs.check import check_job
+    from ctiflow.jobs.driver.check import check_job
 
     failed = False
     for path in configs:

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from ctiflow.jobs.cli.consoles import out
 from ctiflow.jobs.cli.parameters import Registry
-from ctiflow.jobs.config import JobConfig, load
-from ctiflow.jobs.recognize import derived_schemas, job_schema_store
+from ctiflow.jobs.driver.config import JobConfig, load
+from ctiflow.jobs.driver.recognize import derived_schemas, job_schema_store
 from ctiflow.jobs.avro.serde import default_store, registry_client
 from ctiflow.operators.errors import CtiflowError
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ctiflow.jobs import stack as embedded
+from ctiflow.jobs.ops import stack as embedded
 from ctiflow.jobs.cli.consoles import console, out
 from ctiflow.jobs.cli.parameters import DEFAULT_PORT, Port
 from ctiflow.jobs.avro.serde import default_store

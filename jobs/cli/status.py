@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ctiflow.jobs.cli.consoles import console, out
-from ctiflow.jobs.config import load
+from ctiflow.jobs.driver.config import load
 
 app = typer.Typer()
 
@@ -34,7 +34,7 @@ def status(configs: Annotated[Optional[list[Path]], typer.Argument(
     (Ctrl-C stops), one line per job when the terminal is narrow."""
     from rich.live import Live
 
-    from ctiflow.jobs.status import Watch, jobs_of, render
+    from ctiflow.jobs.ops.status import Watch, jobs_of, render
 
     urls = list(url or [])
     for path in configs or []:

@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ctiflow.jobs import kafka
+from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.cli.consoles import out
 from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, connection
-from ctiflow.jobs.config import MAX_PARTITIONS, check_topic_name, load
+from ctiflow.jobs.driver.config import MAX_PARTITIONS, check_topic_name, load
 
 app = typer.Typer(no_args_is_help=True, help="Create and list Kafka topics.")
 

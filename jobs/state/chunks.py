@@ -93,14 +93,14 @@ class KeyedState:
     ``build(data=None)``); ``store``: the group's state entries; ``warm``: decoded chunks known to
     equal their bytes in ``store`` (the worker's cache, :class:`ctiflow.jobs.state.warm.WarmChunks`), used
     instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
-    a new group; ``counters``: the call's :class:`ctiflow.jobs.counters.Counters`."""
+    a new group; ``counters``: the call's :class:`ctiflow.jobs.core.counters.Counters`."""
 
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int, chunk_keys: int,
                  ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None,
                  prepare=None) -> None:
         self.specs = specs
         #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared
-        #: states: :mod:`ctiflow.jobs.broadcast`)
+        #: states: :mod:`ctiflow.jobs.core.broadcast`)
         self.prepare = prepare
         self.store = store
         self.counters = counters

@@ -31,7 +31,7 @@ class GroupHeader:
     of a bounded input that ended; ``clocks``: stream → its partitions' CTIs; ``ops_cti``: the CTI
     every chunk's operators are at or will be caught up to; ``keyed``: the chunks' index;
     ``operators``: ``(name, class name)`` of each operator whose state the chunks hold;
-    ``shared``: the operators' shared states (:mod:`ctiflow.jobs.broadcast`), or None."""
+    ``shared``: the operators' shared states (:mod:`ctiflow.jobs.core.broadcast`), or None."""
 
     layer: Any
     join: Any

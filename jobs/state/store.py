@@ -2,7 +2,7 @@
 header's compression and its parts.
 
 A group's state is entries of numbers → bytes: keyed-state chunks from 0
-(:mod:`ctiflow.jobs.runtime`), the time layer's parts from :data:`ctiflow.jobs.state.parts.PART_KEYS`, the
+(:mod:`ctiflow.jobs.core.runtime`), the time layer's parts from :data:`ctiflow.jobs.state.parts.PART_KEYS`, the
 header under :attr:`GroupState.HEADER` and its parts below it.
 """
 
@@ -23,7 +23,7 @@ def _schemas():
 
 class ChunkStore:
     """A key group's state entries in Spark's state store (``MapState``: entry number ≥ 0 →
-    bytes: chunks and parts), shaped like the dict :class:`~ctiflow.jobs.runtime.GroupRuntime` keeps
+    bytes: chunks and parts), shaped like the dict :class:`~ctiflow.jobs.core.runtime.GroupRuntime` keeps
     them in elsewhere. One state call per entry read or written; entries nobody asks for are
     never read; entries under negative numbers are the header's (:class:`GroupState`)."""
 
@@ -72,9 +72,9 @@ class GroupState:
         return stored, b"".join(self.map.getValue((self.HEADER - 1 - i,))[0] for i in range(count))
 
     def write(self, stored: bytes | None, header: bytes, seal) -> None:
-        """Store ``header`` (whole, or in parts of :data:`ctiflow.jobs.rows.PACK_BYTES`; parts of a
+        """Store ``header`` (whole, or in parts of :data:`ctiflow.jobs.core.rows.PACK_BYTES`; parts of a
         larger earlier header are removed) and ``seal(value)`` as the header's value."""
-        from ctiflow.jobs import rows  # (pyspark: not when the driver only reads the layout table)
+        from ctiflow.jobs.core import rows  # (pyspark: not when the driver only reads the layout table)
 
         size = rows.PACK_BYTES
         count = 0
@@ -115,7 +115,7 @@ class LegacyGroupState:
 
     def write(self, stored: bytes | None, header: bytes, seal) -> None:
         """(:meth:`GroupState.write`)"""
-        from ctiflow.jobs import rows  # (pyspark: not when the driver only reads the layout table)
+        from ctiflow.jobs.core import rows  # (pyspark: not when the driver only reads the layout table)
 
         size = rows.PACK_BYTES
         if len(header) > size:
@@ -129,7 +129,7 @@ class LegacyGroupState:
 #: The state layouts this version reads (:data:`STATE_LAYOUT` is the one it writes): 3 is one
 #: ``MapState`` holding the header, the key chunks and the time layer's parts; 2 a header
 #: ``ValueState``, its parts' ``ListState`` and a ``MapState`` of the other entries; before 2
-#: (no entry in ``ctiflow-groups.json``), one blob (refused, :mod:`ctiflow.jobs.checkpoint`).
+#: (no entry in ``ctiflow-groups.json``), one blob (refused, :mod:`ctiflow.jobs.driver.checkpoint`).
 LAYOUTS = {2: LegacyGroupState, 3: GroupState}
 
 

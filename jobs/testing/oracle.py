@@ -5,7 +5,7 @@ no binner): late events are found by recomputing the watermark batch by batch, s
 by rescanning each key's history, bins by scanning every candidate bin with exact
 ``fractions.Fraction`` arithmetic. Everything is O(n²)-ish and meant for test-sized inputs.
 
-The Spark semantics modelled (one watermarked input stream, as ``ctiflow.jobs.pipeline`` sets it up):
+The Spark semantics modelled (one watermarked input stream, as ``ctiflow.jobs.driver.pipeline`` sets it up):
 
 * **Micro-batches.** ``cuts`` are the arrival indices at which a new micro-batch begins (as in
   ``ctiflow.jobs.testing.time_layer.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from ctiflow.jobs.config import CountOp, JobConfig
+from ctiflow.jobs.driver.config import CountOp, JobConfig
 from ctiflow.operators.cep.expression import compile_expression
 from ctiflow.operators.errors import ConfigError, invalid_choice
 
@@ -277,7 +277,7 @@ def exact_counts(cfg: JobConfig, records: Iterable[Mapping[str, Any]],
     ``(counter, key) → [(time, exact count)]``, the reference line of ``ctiflow plot counts``.
 
     The input is what the job read, as ``read_topic(topic)`` returns it (decoded records, see
-    :func:`ctiflow.jobs.kafka.read_topic`): the fast stream's topic, or the enriched topic when the job
+    :func:`ctiflow.jobs.datapath.kafka.read_topic`): the fast stream's topic, or the enriched topic when the job
     writes one (predicates may use the reference version). Every decodable record with a key and
     an integer time counts, late ones included; the CTI is not modelled (delay 0, one batch)."""
     src = cfg.source(cfg.reference.fast) if cfg.reference else cfg.sources[0]

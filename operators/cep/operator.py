@@ -13,7 +13,7 @@ Records (see ``schemas/match.avsc`` and ``schemas/timed_out_match.avsc``)::
      "stages": [{"stage": "a", "events": ["{...json of the fields...}", ...]}, ...]}
 
 (with ``structured_events``, as in jobs, each event is its fields' mapping instead of JSON text:
-the job derives the record schema from its input's, :func:`ctiflow.jobs.recognize.derived_schemas`)
+the job derives the record schema from its input's, :func:`ctiflow.jobs.driver.recognize.derived_schemas`)
 
 plus ``"timed_out_at"`` for a timed-out partial match. ``match_id`` is
 ``key:first.n-last.n:digest`` built from the buffer ids ``(time, n-th event at that time)`` of

@@ -17,18 +17,28 @@ import pickle
 import random
 import sys
 
-from ctiflow.jobs.config import parse
-from ctiflow.jobs.runtime import GroupRuntime
-
-try:
-    from ctiflow.jobs.planner import plan_job as plan
+try:  # jobs/ in rooms (from 2026-11-29)
+    from ctiflow.jobs.core import rows
+    from ctiflow.jobs.core.runtime import GroupRuntime
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.planner import plan_job as plan
 except ImportError:
-    try:
-        from ctiflow.jobs.runtime import plan  # the versions this was written for
-    except ImportError:
-        from ctiflow.jobs.runtime import Plan
+    from ctiflow.jobs.config import parse
+    from ctiflow.jobs.runtime import GroupRuntime
 
-        plan = Plan.from_config
+    try:
+        from ctiflow.jobs import rows
+    except ImportError:
+        rows = None
+    try:
+        from ctiflow.jobs.planner import plan_job as plan
+    except ImportError:
+        try:
+            from ctiflow.jobs.runtime import plan  # the versions this was written for
+        except ImportError:
+            from ctiflow.jobs.runtime import Plan
+
+            plan = Plan.from_config
 from ctiflow.operators.time import CTI_INFINITY, Event
 
 TX = {"name": "s", "topic": "t", "schema": "transaction", "key_field": "account", "time_field": "event_time",
@@ -110,8 +120,9 @@ def run(rt: GroupRuntime, batch: list[Event], last: bool, side: tuple[str, ...] 
     """One micro-batch: through the low-level calls of the versions that had them, else through
     ``run_batch`` as ``tests/test_state_compat.py`` feeds it (the versions from 2026-11-28 on)."""
     if not hasattr(rt, "assign"):
-        from ctiflow.jobs.rows import Control, GroupInput
         from ctiflow.operators.columns import EventColumns
+
+        Control, GroupInput = rows.Control, rows.GroupInput
 
         streams = [*rt.plan.streams, *side]  # (side: a rules stream, not among the plan's streams)
         got = GroupInput([], [], [(s, Control([0, 1] if s == "s" else [0], [], last)) for s in streams], [])

@@ -1,0 +1,607 @@
+"""Kafka clients (confluent-kafka) configured from one place: admin, producer, consumer.
+
+``client_config`` is the pass-through of librdkafka settings from the job configuration
+(``kafka.client``), so SASL/TLS work without code changes. Records go in through :func:`produce`
+and come out through :func:`read_topic` (all of a topic) or :func:`follow_topic` (as they
+arrive). tansu quirks handled here:
+JoinGroup is slow (we ``assign()`` partitions instead of subscribing), and the reported high
+watermark lags the last producer batch (see :func:`true_end_offset`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ctiflow.jobs.core.secrets import secret_keys
+from ctiflow.jobs.avro.serde import AvroDeserializer, SchemaStore, StoredSchema, registry_client
+from ctiflow.jobs.datapath.own_topics import ForeignRecord, schema_entry, skip
+from ctiflow.operators.errors import CtiflowError, StackError
+
+
+def public_client(client: dict[str, str] | None) -> dict[str, str]:
+    """``client`` without secrets: what may travel in Spark options and be printed."""
+    secrets = secret_keys()
+    return {k: v for k, v in (client or {}).items() if k not in secrets}
+
+
+def redact(text: str, client: dict[str, str] | None) -> str:
+    for k in secret_keys():
+        v = (client or {}).get(k)
+        if v:
+            text = text.replace(v, "***")
+    return text
+
+
+#: Secret librdkafka settings other than SASL's (JSON), for executors' clients (see :func:`env_credentials`).
+CLIENT_SECRETS_ENV = "CTIFLOW_CLIENT_SECRETS"
+
+
+def env_credentials() -> dict[str, str]:
+    """SASL/SCRAM credentials from ``CTIFLOW_SASL_USERNAME`` / ``CTIFLOW_SASL_PASSWORD``: how
+    executors' clients get them (``spark.executorEnv``, set from the job's config by
+    :func:`ctiflow.jobs.driver.pipeline.spark_session`, or the container's environment), never from a Spark
+    option. The driver passes :meth:`ctiflow.jobs.driver.config.Kafka.client_config` explicitly."""
+    secrets = json.loads(os.environ.get(CLIENT_SECRETS_ENV) or "{}")  # ssl.key.password etc.
+    user, password = os.environ.get("CTIFLOW_SASL_USERNAME"), os.environ.get("CTIFLOW_SASL_PASSWORD")
+    if not (user and password):
+        return secrets
+    return {"security.protocol": os.environ.get("CTIFLOW_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+            "sasl.mechanism": os.environ.get("CTIFLOW_SASL_MECHANISM", "SCRAM-SHA-256"),
+            "sasl.username": user, "sasl.password": password, **secrets}
+
+
+def base_config(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap, **env_credentials(), **(client or {})}
+
+
+#: librdkafka's log lines go through Python logging (warnings and errors reach stderr, its info
+#: chatter — e.g. "Purging 1 unserved events" when a client closes — does not).
+LIBRDKAFKA_LOG = logging.getLogger("ctiflow.librdkafka")
+
+
+def admin(bootstrap: str, client: dict[str, str] | None = None) -> AdminClient:
+    return AdminClient(base_config(bootstrap, client), logger=LIBRDKAFKA_LOG)
+
+
+def producer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Producer:
+    """An idempotent, acks=all producer (result topics never lose or reorder a record on retry)."""
+    conf = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "batch.num.messages": 10000,
+            "compression.type": "lz4", **base_config(bootstrap, client), **extra}
+    return Producer(conf, logger=LIBRDKAFKA_LOG)
+
+
+def send(prod: Producer, topic: str, value: bytes, key: bytes | None = None, **kwargs) -> None:
+    """``produce`` that waits for room when the local queue is full instead of failing."""
+    while True:
+        try:
+            prod.produce(topic, value=value, key=key, **kwargs)
+            return
+        except BufferError:
+            prod.poll(0.1)
+
+
+#: :func:`produce` serves the producer's events and reports progress every this many records.
+PROGRESS_EVERY = 5000
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What :func:`produce` did with its records."""
+
+    sent: int  # given to the producer
+    rejected: int  # refused before sending (not JSON, not valid for the serializer, or too large)
+    unflushed: int  # of the sent, still queued when the flush timed out: not known to be written
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | str | bytes],
+            serializer: Callable[[Mapping[str, Any]], bytes], key_field: str | None = None,
+            client: dict[str, str] | None = None, *,
+            on_rejected: Callable[[int, Exception], None] | None = None,
+            on_progress: Callable[[int], None] | None = None, flush_timeout: float = 60.0,
+            partition_of: Callable[[int, Any], int] | None = None, config: Mapping[str, Any] | None = None) -> Produced:
+    """Write ``records`` to ``topic`` in their order with one idempotent producer, then flush.
+
+    A record is a dict, its JSON text, or a value already encoded. A dict (or JSON text) is
+    encoded by ``serializer`` and keyed by its ``key_field`` (unkeyed when that is missing or
+    null); bytes are sent as they are, unkeyed (e.g. malformed records for a test). A blank text
+    is skipped, so the lines of a JSON-lines file can be passed as they are. A record that is not
+    JSON or that ``serializer`` refuses (``ValueError``, :class:`~ctiflow.operators.errors.CtiflowError`)
+    is passed to ``on_rejected(position, error)`` (1-based position in ``records``: the line
+    number of a file) and skipped, and so is one the producer refuses as larger than a message
+    may be (``message.max.bytes``); without ``on_rejected`` the error is raised.
+    ``on_progress(sent)`` is called every :data:`PROGRESS_EVERY` records sent.
+    ``partition_of(index, record)`` (index from 0) picks a record's partition (default: by key);
+    ``config``: producer settings beside the defaults (e.g. ``linger.ms``). ``records`` may be a
+    generator that paces itself (a steady load): each record is sent as it comes.
+    """
+    prod = producer(bootstrap, client, **(config or {}))
+    sent = rejected = 0
+    for position, record in enumerate(records, 1):
+        key = None
+        if isinstance(record, bytes):
+            value = record
+        else:
+            if isinstance(record, str) and not record.strip():
+                continue
+            try:
+                record = json.loads(record) if isinstance(record, str) else record
+                value = serializer(record)
+            except (ValueError, CtiflowError) as exc:
+                if on_rejected is None:
+                    raise
+                rejected += 1
+                on_rejected(position, exc)
+                continue
+            if key_field and record.get(key_field) is not None:
+                key = str(record[key_field]).encode()
+        try:
+            if partition_of is None:
+                send(prod, topic, value, key)
+            else:
+                send(prod, topic, value, key, partition=partition_of(position - 1, record))
+        except KafkaException as exc:  # refused by the client before sending: this record only
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE or on_rejected is None:
+                raise
+            rejected += 1
+            limit = (client or {}).get("message.max.bytes", 1_000_000)  # librdkafka's default
+            on_rejected(position, CtiflowError(f"{len(value):,} bytes encoded, more than a message may have "
+                                               f"(message.max.bytes: {limit}; set it in kafka.client)"))
+            continue
+        sent += 1
+        if sent % PROGRESS_EVERY == 0:
+            prod.poll(0)
+            if on_progress is not None:
+                on_progress(sent)
+    return Produced(sent, rejected, prod.flush(flush_timeout))
+
+
+#: Consumer settings chosen by measurement (``ctiflow bench source``, docs/performance.md#source-and-sink).
+#: ``fetch.queue.backoff.ms``: a broker may answer one fetch with more than librdkafka's local
+#: queue holds (tansu: ≈ 150k records, 12 MB); librdkafka then waits this long before fetching
+#: again — 1,000 ms by default, a stall after every such fetch (reading 1M records: 4.3 µs a
+#: message of wall time for 0.9 µs of CPU; with 10 ms: 0.84 µs). Larger queues or fetch sizes
+#: changed nothing measurable.
+CONSUMER_DEFAULTS = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
+                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
+                     "fetch.queue.backoff.ms": 10}
+
+
+def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:
+    """A consumer with :data:`CONSUMER_DEFAULTS`; ``client`` (``kafka.client``) overrides them."""
+    conf = {**CONSUMER_DEFAULTS, **base_config(bootstrap, client), **extra}
+    return Consumer(conf, logger=LIBRDKAFKA_LOG)
+
+
+def wait_for_broker(bootstrap: str, client: dict[str, str] | None = None, timeout: float = 15.0) -> None:
+    """Fail with a clear error if no broker answers within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin(bootstrap, client).list_topics(timeout=min(3.0, max(0.5, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            last = exc
+            time.sleep(0.3)
+    raise StackError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f} s ({last}); "
+                     "start the embedded one with `ctiflow up` or fix kafka.bootstrap_servers")
+
+
+def topic_partitions(bootstrap: str, topic: str, client: dict[str, str] | None = None,
+                     timeout: float = 10.0) -> list[int]:
+    return partitions_of(bootstrap, [topic], client, timeout)[topic]
+
+
+def partitions_of(bootstrap: str, topics, client: dict[str, str] | None = None,
+                  timeout: float = 10.0) -> dict[str, list[int]]:
+    """Each topic's partitions, from one metadata request; a missing topic is a StackError."""
+    # Ask for all topics: a metadata request naming the topic would auto-create it on tansu.
+    md = admin(bootstrap, client).list_topics(timeout=timeout)
+    out = {}
+    for topic in topics:
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise StackError(f"topic {topic!r} does not exist on {bootstrap}; create it with "
+                             f"`ctiflow topics create {topic}` (or all of a job's topics: "
+                             "`ctiflow topics create --config JOB.yaml`)")
+        out[topic] = sorted(meta.partitions)
+    return out
+
+
+def list_topics(bootstrap: str, client: dict[str, str] | None = None) -> dict[str, int]:
+    md = admin(bootstrap, client).list_topics(timeout=10)
+    return {name: len(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], client: dict[str, str] | None = None) -> list[str]:
+    """Create missing topics (name → partitions). Returns the names created. tansu cannot add
+    partitions later, so the count must be right the first time."""
+    existing = list_topics(bootstrap, client)
+    wanted = [NewTopic(name, num_partitions=parts, replication_factor=1)
+              for name, parts in topics.items() if name not in existing]
+    if not wanted:
+        return []
+    client_ = admin(bootstrap, client)  # keep the handle alive until the futures resolve
+    futures = client_.create_topics(wanted, operation_timeout=10)
+    created = []
+    for name, fut in futures.items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StackError(f"could not create topic {name!r}: {exc}") from exc
+    return created
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], client: dict[str, str] | None = None) -> None:
+    names = list(names)
+    if not names:
+        return
+    client_ = admin(bootstrap, client)
+    for fut in client_.delete_topics(names, operation_timeout=10).values():
+        try:
+            fut.result()
+        except KafkaException:
+            pass  # already gone: deleting is idempotent for our callers
+
+
+def low_offset(cons: Consumer, topic: str, partition: int, timeout: float = 10.0) -> int:
+    """The first offset still held for ``topic[partition]``."""
+    return cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)[0]
+
+
+#: ``consume(n, timeout)`` waits for all ``n`` messages until the timeout, even past the end of
+#: the partition (measured: 200 ms for the last 1,000 of a range with timeout 2 s, 3 ms with
+#: ``n = 1``). Short polls in a loop return what has arrived instead.
+POLL = 0.02
+
+
+def true_end_offset(cons: Consumer, topic: str, partition: int, low_mark: int, timeout: float = 10.0,
+                    require_eof: bool = False) -> int:
+    """The offset after the last record of a partition (:func:`true_end_offsets` for one)."""
+    return true_end_offsets(cons, topic, {partition: low_mark}, timeout, require_eof)[partition]
+
+
+def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], timeout: float = 10.0,
+                     require_eof: bool = False) -> dict[int, int]:
+    """The offset after the last record of each partition in ``low_marks`` (partition → an
+    offset the answer is never below), probing past the reported high watermark.
+
+    tansu reports HWM = base offset of the last producer batch + 1, hiding the tail of that
+    batch. We fetch from max(HWM − 1, low mark) until end-of-partition and take the last offset
+    seen + 1 (never less than the low mark, so offsets do not go backwards). All partitions are
+    probed in one assignment, so a call costs about one fetch round trip however many partitions
+    there are (the driver asks every micro-batch). Without an end-of-partition event after 2 s of
+    quiet we take what we saw — unless ``require_eof``, which waits up to ``timeout`` for it and
+    then raises (an answer that may be short is worse than none there).
+    """
+    ends: dict[int, int] = {}
+    assignment = []
+    for partition, low_mark in low_marks.items():
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
+        assignment.append(TopicPartition(topic, partition, max(high - 1, low_mark, low)))
+        ends[partition] = max(high, low_mark)
+    if not assignment:
+        return ends
+    cons.assign(assignment)
+    try:
+        open_ = set(ends)
+        quiet_until = time.monotonic() + 2.0
+        deadline = time.monotonic() + timeout
+        while open_:
+            batch = cons.consume(num_messages=10000, timeout=POLL / 4)
+            if not batch:
+                if require_eof and time.monotonic() > deadline:
+                    raise StackError(f"{topic}{sorted(open_)}: no end-of-partition event within {timeout:.0f} s; "
+                                     "is the broker up?")
+                if not require_eof and time.monotonic() > quiet_until:
+                    break  # nothing for 2 s and no end-of-partition event: take what we saw
+                continue
+            quiet_until = time.monotonic() + 2.0
+            for msg in batch:
+                partition = msg.partition()
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        open_.discard(partition)
+                        continue
+                    raise KafkaException(msg.error())
+                if partition in ends:
+                    ends[partition] = max(ends[partition], msg.offset() + 1)
+    finally:
+        cons.unassign()
+    return ends
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: tuple | None = None
+
+
+def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
+               batch: int = 10000, raw: bool = False) -> Iterator[list]:
+    """Every record of ``topic[partition]`` with start ≤ offset < end, in lists of ≤ ``batch``
+    (confluent-kafka ``Message`` objects when ``raw``, else :class:`Message`).
+
+    Each ``consume`` asks for no more than the range still needs: it returns as soon as that many
+    have arrived instead of waiting out its timeout for messages past the range. A fetch costs
+    one Python step per message (the error check, a comprehension: ≈ 13 ns, where
+    ``map(methodcaller(...))`` took 52 ns on CPython 3.11); offsets are read at the fetch's ends
+    only, unless the range ends inside it."""
+    if end <= start:
+        return
+    cons.assign([TopicPartition(topic, partition, start)])
+    try:
+        idle_since = time.monotonic()
+        expected = start  # the next offset wanted
+        while True:
+            msgs = cons.consume(num_messages=max(1, min(batch, end - expected)), timeout=POLL)
+            errors = [m.error() for m in msgs]
+            if errors.count(None) != len(errors):  # end-of-partition events (or a failure) among them
+                for err in errors:
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
+                msgs = [m for m, err in zip(msgs, errors) if err is None]
+            cut = len(msgs)
+            if msgs and msgs[-1].offset() >= end:  # one partition: offsets ascend
+                cut = bisect.bisect_left([m.offset() for m in msgs], end)
+            out = msgs if cut == len(msgs) else msgs[:cut]
+            if out:
+                idle_since = time.monotonic()
+                expected = out[-1].offset() + 1
+                if raw:
+                    yield out
+                else:
+                    yield [Message(partition, m.offset(), m.key(), m.value(), *_timestamp(m), m.headers()) for m in out]
+            elif not msgs:
+                if time.monotonic() - idle_since > 60:
+                    raise StackError(f"{topic}[{partition}]: no data for 60 s while reading offsets "
+                                     f"{start}..{end}; is the broker up and the data still there?")
+            if cut < len(msgs) or expected >= end:
+                return
+    finally:
+        cons.unassign()
+
+
+def _crc_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1).astype(np.uint32)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32_column(strings) -> np.ndarray:
+    """``zlib.crc32`` of each value (uint32) of an Arrow string (UTF-8 bytes) or binary column,
+    all at once: the table-driven CRC-32 stepped one byte position at a time over all values (as
+    many NumPy steps as the longest value has bytes: meant for keys, not long values; a null
+    hashes as whatever its slot spans, so callers hash non-null keys or replace the nulls' hashes). Written by hand because neither NumPy nor Arrow computes CRC-32 over a
+    column, and a key's group (``crc32(key) mod G``: checkpoints and the shuffle depend on it)
+    and a result record's partition (:func:`ctiflow.jobs.datapath.sink.partition_for`: replays depend on
+    it) must stay what ``zlib.crc32`` gives."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    n = len(strings)
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    if not n:
+        return crc
+    if strings.type not in (pa.string(), pa.binary()):
+        strings = strings.cast(pa.binary())
+    _, offsets_buf, data_buf = strings.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, strings.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    table = _CRC_TABLE
+    live = np.arange(n)
+    for j in range(int(lengths.max())):
+        if lengths[live].min() <= j:  # strings this short are done
+            live = live[lengths[live] > j]
+        c = crc[live]
+        crc[live] = table[(c ^ data[starts[live] + j]) & 0xFF] ^ (c >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+def message_offsets(msgs: list) -> np.ndarray:
+    """The offsets of one partition's messages (ascending, as :func:`read_range` yields them):
+    a range when they are consecutive (the usual case: no Python step per message), else read
+    one by one (a compacted topic, or transaction markers between them)."""
+    first, n = msgs[0].offset() if msgs else 0, len(msgs)
+    if n and msgs[-1].offset() - first == n - 1:
+        return np.arange(first, first + n, dtype=np.int64)
+    return np.fromiter([m.offset() for m in msgs], np.int64, n)
+
+
+def _timestamp(msg) -> tuple[int | None]:
+    ts_type, ts = msg.timestamp()
+    return (ts if ts_type else None,)
+
+
+def holds_records(bootstrap: str, topic: str, client: dict | None = None) -> bool:
+    """Whether any partition of ``topic`` holds a record now (its true end above its low mark)."""
+    cons = consumer(bootstrap, client)
+    try:
+        for part in topic_partitions(bootstrap, topic, client):
+            low = low_offset(cons, topic, part)
+            if true_end_offset(cons, topic, part, low) > low:
+                return True
+        return False
+    finally:
+        cons.close()
+
+
+def read_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
+               timeout: float = 10.0, registry_url: str | None = None,
+               registry_config: dict[str, str] | None = None, store: SchemaStore | None = None) -> list[dict]:
+    """Every record of a topic (from the beginning) decoded to dicts: :func:`iter_topic` as a list.
+    Used by the plots, the demo, the benchmarks and the tests."""
+    return list(iter_topic(bootstrap, topic, client, max_records, registry_url, registry_config, store))
+
+
+def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_records: int | None = None,
+               registry_url: str | None = None, registry_config: dict[str, str] | None = None,
+               store: SchemaStore | None = None) -> Iterator[dict]:
+    """A topic's records as they are now, partition by partition from the beginning, decoded to
+    dicts (any ctiflow schema, either framing) one range at a time (a large topic is never held
+    in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
+    Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
+    decode = AvroDeserializer(None, store=store,
+                              registry=registry_client(registry_url, registry_config) if registry_url else None,
+                              subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
+    n = 0
+    cons = consumer(bootstrap, client)
+    try:
+        for part in topic_partitions(bootstrap, topic, client):
+            end = true_end_offset(cons, topic, part, 0)
+            # closed before the consumer: a range left early unassigns its partition first
+            with closing(read_range(cons, topic, part, low_offset(cons, topic, part), end)) as ranges:
+                for msgs in ranges:
+                    for m in msgs:
+                        try:
+                            rec = decode(m.value)
+                        except Exception as exc:  # noqa: BLE001 - shown, not hidden
+                            rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
+                        yield rec
+                        n += 1
+                        if max_records and n >= max_records:
+                            return
+    finally:
+        cons.close()
+
+
+def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,
+                 max_records: int | None = None, registry_url: str | None = None,
+                 registry_config: dict[str, str] | None = None, store: SchemaStore | None = None) -> Iterator[dict]:
+    """A topic's records decoded as they arrive (any ctiflow schema, either framing), from the
+    beginning or only those written from now on, until ``max_records`` or for ever. A record
+    that does not decode comes back as ``{"_undecodable": reason, "_bytes": hex}`` (as from
+    :func:`iter_topic`); an error the consumer reports is a StackError. The consumer is closed
+    when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
+    decode = AvroDeserializer(None, store=store,
+                              registry=registry_client(registry_url, registry_config) if registry_url else None,
+                              subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
+    parts = topic_partitions(bootstrap, topic, client)
+    cons = consumer(bootstrap, client)
+    try:
+        start = {p: (0 if from_beginning else true_end_offset(cons, topic, p, 0)) for p in parts}
+        cons.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+        n = 0
+        while max_records is None or n < max_records:
+            msg = cons.poll(1.0)
+            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                continue
+            if msg.error():
+                raise StackError(f"{topic}[{msg.partition()}]: {msg.error().str()}")
+            try:
+                record = decode(msg.value())
+            except Exception as exc:  # noqa: BLE001 - shown, not hidden
+                record = {"_undecodable": str(exc), "_bytes": (msg.value() or b"")[:64].hex()}
+            yield record
+            n += 1
+    finally:
+        cons.close()
+
+
+# -- the schemas topic ----------------------------------------------------------------------------
+# Single-object encoding names a record's writer schema by its 64-bit fingerprint, and a reader
+# that does not hold the schema cannot decode the record. The built-in schemas ship with ctiflow;
+# a job derives others from its input (typed match records, MATCH_RECOGNIZE rows). Before Spark
+# starts, the job publishes each to SCHEMAS_TOPIC, a compacted topic keyed by fingerprint — as
+# Confluent's Schema Registry keeps its ``_schemas`` topic — and ``ctiflow consume``, ``plot`` and
+# read_topic (the Python API) look a fingerprint up there when they do not know it (SchemaTopic).
+# With a Schema Registry the records carry registry ids instead (``ctiflow schemas register``).
+
+#: The topic (one partition, ``cleanup.policy=compact``): key = the schema's fingerprint (8 bytes,
+#: as on the wire), value = ``{"name": …, "schema": …}`` as JSON.
+SCHEMAS_TOPIC = "_ctiflow_schemas"
+
+
+def ensure_schemas_topic(bootstrap: str, client: dict[str, str] | None = None) -> None:
+    """:data:`SCHEMAS_TOPIC`, created compacted with one partition when it does not exist."""
+    if SCHEMAS_TOPIC in list_topics(bootstrap, client):
+        return
+    held = admin(bootstrap, client)  # held until the futures are done (else its handle is destroyed)
+    futures = held.create_topics([NewTopic(SCHEMAS_TOPIC, 1, 1, config={"cleanup.policy": "compact"})])
+    for future in futures.values():
+        try:
+            future.result(30)
+        except Exception as exc:  # noqa: BLE001 - a concurrent job created it: fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+
+
+def publish_schemas(bootstrap: str, schemas: Mapping[str, str], client: dict[str, str] | None = None) -> int:
+    """Each schema (name → Avro JSON) onto :data:`SCHEMAS_TOPIC` under its fingerprint; → how many.
+    Publishing a schema again changes nothing a reader sees (same key, same value)."""
+    if not schemas:
+        return 0
+    ensure_schemas_topic(bootstrap, client)
+    prod = producer(bootstrap, client)
+    for name, text in schemas.items():
+        fp = StoredSchema.of(name, text).fingerprint
+        send(prod, SCHEMAS_TOPIC, json.dumps({"name": name, "schema": text}).encode(), key=fp)
+    remaining = prod.flush(30)
+    if remaining:
+        raise OSError(f"{remaining} schema(s) not acknowledged by the broker within 30 s ({SCHEMAS_TOPIC})")
+    return len(schemas)
+
+
+class SchemaTopic:
+    """``fingerprint → (name, schema JSON) | None`` from :data:`SCHEMAS_TOPIC`, read whole on a miss (at
+    most once every ``every`` seconds: a job publishes before it writes, so a miss right after
+    a read is a schema nobody published). An entry that is not one (:func:`ctiflow.jobs.datapath.own_topics.schema_entry`:
+    not JSON, another shape, a schema whose fingerprint is not its key) is skipped with a warning
+    naming its offset; the first good entry of a fingerprint stands."""
+
+    def __init__(self, bootstrap: str, client: dict[str, str] | None = None, every: float = 5.0) -> None:
+        self.bootstrap, self.client, self.every = bootstrap, client, every
+        self.known: dict[bytes, tuple[str, str]] = {}
+        self._entries: dict[bytes, bytes] = {}  # the value of each known entry, as read
+        self._read_at: float | None = None
+
+    def __call__(self, fingerprint: bytes) -> tuple[str, str] | None:
+        if fingerprint not in self.known and (self._read_at is None or time.monotonic() - self._read_at > self.every):
+            self._read()
+        return self.known.get(fingerprint)
+
+    def _read(self) -> None:
+        self._read_at = time.monotonic()
+        if SCHEMAS_TOPIC not in list_topics(self.bootstrap, self.client):
+            return
+        cons = consumer(self.bootstrap, self.client)
+        try:
+            end = true_end_offset(cons, SCHEMAS_TOPIC, 0, 0)
+            with closing(read_range(cons, SCHEMAS_TOPIC, 0, low_offset(cons, SCHEMAS_TOPIC, 0), end)) as ranges:
+                for msgs in ranges:
+                    for m in msgs:
+                        if m.key in self._entries and self._entries[m.key] == m.value:
+                            continue  # read before (the topic is read whole again on a miss)
+                        try:
+                            stored = schema_entry(m.key, m.value)
+                        except ForeignRecord as why:
+                            skip(SCHEMAS_TOPIC, 0, m.offset, why)
+                            continue
+                        if stored.fingerprint not in self.known:  # an earlier good entry stands
+                            self.known[stored.fingerprint] = (stored.name, stored.text)
+                            self._entries[stored.fingerprint] = m.value
+        finally:
+            cons.close()
