@@ -210,7 +210,7 @@ def state_figures(op: Any) -> dict[str, int]:
     """What the operator holds now: snapshot bytes, partial matches, stored events and nodes of
     the shared buffers, and the events a store without sharing would hold (every partial match
     with its own copy of its events)."""
-    from ctiflow.operators.cep.contiguous_buffer import ContiguousBuffer
+    from ctiflow.operators.cep.nfa.contiguous_buffer import ContiguousBuffer
 
     partial = held = stored = nodes = copies = 0
     event_bytes = run_bytes = 0

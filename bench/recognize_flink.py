@@ -3,7 +3,7 @@
 Random queries over random event streams, each run through Flink's SQL ``MATCH_RECOGNIZE``
 (PyFlink from the package index, a local mini-cluster, event time), written to
 ``tests/data/recognize/flink-cases.jsonl.gz`` with Flink's output rows or its error. The test suite
-(``tests/test_recognize_flink.py``) replays them through :mod:`ctiflow.operators.cep.sql_translate` with no
+(``tests/test_recognize_flink.py``) replays them through :mod:`ctiflow.operators.cep.sql.translate` with no
 Flink installed: every row identical, in order within a partition, and every query Flink
 rejects rejected too.
 

@@ -263,7 +263,7 @@ def sql_job_and_recognize(stack, spark, tmp_path, name: str, operator: str, sql:
     """``records`` on three partitions through a job whose one operator runs ``sql`` → (its
     config, its output topic — read it with the job's schema store —, and what `ctiflow recognize`,
     checked against Flink, gives for the admitted events in application-time order: the oracle)."""
-    from ctiflow.operators.cep.sql_translate import column_families, compile_query
+    from ctiflow.operators.cep.sql.translate import column_families, compile_query
 
     src, out = stack.topic(f"{name}-in"), stack.topic(f"{name}-out")
     kafka.create_topics(stack.bootstrap, {src: PARTITIONS})

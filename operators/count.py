@@ -68,7 +68,7 @@ class CountSettings:
 
     ``predicate`` decides which events are interesting: a callable on the record's fields, or
     a string — an expression over the fields (``"amount > 500"``) compiled by
-    ``ctiflow.operators.cep.expression.compile_expression`` or, where that module is absent, the name
+    ``ctiflow.operators.cep.expr.expression.compile_expression`` or, where that module is absent, the name
     of a field whose truthiness decides — or None (every event is interesting).
     ``value_field`` turns the count into a sum: an interesting event weighs the field's
     non-negative integer value (null counts as 0).
@@ -121,7 +121,7 @@ def compile_predicate(predicate: Predicate | str | None) -> Predicate | None:
             raise ConfigError(f'Invalid "predicate" value: {text!r}: {exc}') from exc
     if not text.isidentifier():
         raise ConfigError(
-            f'Invalid "predicate" value: {text!r}. Expressions need ctiflow.operators.cep.expression, which is not '
+            f'Invalid "predicate" value: {text!r}. Expressions need ctiflow.operators.cep.expr.expression, which is not '
             "available; give a field name (its truthiness decides) or a callable."
         )
     return lambda fields: fields.get(text)
@@ -133,14 +133,14 @@ _PREDICATES: dict[int, tuple[CountSettings, Predicate | None, Callable | None]] 
 def _compiled_predicate(settings: CountSettings) -> tuple[Predicate | None, Callable | None]:
     """:func:`compile_predicate` once per settings object (the runtime builds an operator per
     state chunk it loads; an expression compiles in ≈ 25 µs), with its column form
-    (:func:`ctiflow.operators.cep.expression.column_truth`, or None). A few dozen entries at most."""
+    (:func:`ctiflow.operators.cep.expr.expression.column_truth`, or None). A few dozen entries at most."""
     hit = _PREDICATES.get(id(settings))
     if hit is not None and hit[0] is settings:
         return hit[1], hit[2]
     predicate = compile_predicate(settings.predicate)
     truth = None
     if isinstance(settings.predicate, str) and predicate is not None and hasattr(predicate, "uses_match_context"):
-        from ctiflow.operators.cep.expression import column_truth
+        from ctiflow.operators.cep.expr.expression import column_truth
 
         truth = column_truth(predicate)
     if len(_PREDICATES) >= 64:
@@ -150,11 +150,11 @@ def _compiled_predicate(settings: CountSettings) -> tuple[Predicate | None, Call
 
 
 def _expression_compiler() -> Callable[[str], Predicate] | None:
-    """``ctiflow.operators.cep.expression.compile_expression`` if that module exists, else None."""
+    """``ctiflow.operators.cep.expr.expression.compile_expression`` if that module exists, else None."""
     try:
-        from ctiflow.operators.cep.expression import compile_expression
+        from ctiflow.operators.cep.expr.expression import compile_expression
     except ModuleNotFoundError as exc:
-        if exc.name in ("ctiflow.operators.cep.expression", "ctiflow.operators.cep"):
+        if exc.name in ("ctiflow.operators.cep.expr.expression", "ctiflow.operators.cep"):
             return None
         raise
     return compile_expression

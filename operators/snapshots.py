@@ -15,9 +15,27 @@ import pickle
 from typing import Any
 
 _MOVED = ("operators", "jobs")
+_VOCABULARY = "ctiflow.operators.cep.expr.vocabulary"
 #: Classes that moved to another module since: (old module, name) → new module.
-_CLASSES = {("ctiflow.operators.cep.recognize", "Row"): "ctiflow.operators.cep.sql",
-            ("ctiflow.operators.cep.recognize", "Timestamp"): "ctiflow.operators.cep.sql"}
+_CLASSES = {("ctiflow.operators.cep.recognize", "Row"): _VOCABULARY,
+            ("ctiflow.operators.cep.recognize", "Timestamp"): _VOCABULARY,
+            ("ctiflow.operators.cep.sql", "Row"): _VOCABULARY,
+            ("ctiflow.operators.cep.sql", "Timestamp"): _VOCABULARY}
+#: Modules that moved since (2026-11-29: ``jobs/`` and ``operators/cep/`` in rooms): old → new.
+_MODULES = {
+    **{f"ctiflow.operators.cep.{old}": f"ctiflow.operators.cep.{new}" for old, new in (
+        ("tree", "expr.tree"), ("evaluate", "expr.evaluate"), ("column_form", "expr.column_form"),
+        ("expression", "expr.expression"), ("sql", "sql.parse"), ("sql_check", "sql.check"), ("sql_translate", "sql.translate"),
+        ("compiler", "nfa.compiler"), ("nfa", "nfa.nfa"), ("shared_buffer", "nfa.shared_buffer"),
+        ("contiguous_buffer", "nfa.contiguous_buffer"), ("heap", "nfa.heap"), ("packed", "nfa.packed"),
+        ("skip_strategy", "nfa.skip_strategy"))},
+    **{f"ctiflow.jobs.{module}": f"ctiflow.jobs.{room}.{module}" for room, modules in (
+        ("core", ("runtime", "plan", "broadcast", "rows", "counters", "definitions", "text_forms", "alloc")),
+        ("datapath", ("adapter", "sink", "own_topics", "kafka", "librdkafka", "spark_daemon")),
+        ("driver", ("config", "planner", "fields", "recognize", "check", "pipeline", "jvm", "checkpoint",
+                    "progress", "rules", "masters", "submit", "metrics")),
+        ("ops", ("status", "stack", "demo", "plot"))) for module in modules},
+}
 
 
 class _Unpickler(pickle.Unpickler):
@@ -25,6 +43,7 @@ class _Unpickler(pickle.Unpickler):
         if module.partition(".")[0] in _MOVED:
             module = f"ctiflow.{module}"
         module = _CLASSES.get((module, name), module)
+        module = _MODULES.get(module, module)
         return super().find_class(module, name)
 
 

@@ -329,3 +329,14 @@ def test_each_room_of_jobs_imports_only_the_rooms_below_it():
     upward = [u for u in upward if not (room(u.split(" → ")[0]) == "state" and room(u.split(" → ")[1]) == "core")]
     assert upward == []
     assert {room(m) for m in modules() if room(m)} == {*ROOMS, "cli", "tools", "testing"}
+
+
+def test_the_expression_room_of_cep_imports_none_of_the_rooms_beside_it():
+    """``operators/cep/expr`` (the one tree and evaluator) is below the SQL front end, the NFA and
+    the pattern API: they import it, it imports none of them; the SQL parser imports no NFA."""
+    g = graph()
+    cep = "ctiflow.operators.cep."
+    for name, deps in g.items():
+        if name.startswith(cep + "expr."):
+            assert {d for d in deps if d.startswith(cep) and not d.startswith(cep + "expr.")} == set(), name
+    assert {d for d in g[cep + "sql.parse"] if d.startswith(cep)} <= {cep + "expr.tree", cep + "expr.vocabulary"}

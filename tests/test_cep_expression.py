@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctiflow.operators.cep.expression import ExpressionError, compile_expression
+from ctiflow.operators.cep.expr.expression import ExpressionError, compile_expression
 from ctiflow.operators.errors import ConfigError
 
 RECORD = {"amount": 120, "country": "FR", "name": "Alice", "tags": ["vip", "new"],

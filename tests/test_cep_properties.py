@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctiflow.operators.cep import Nfa, Pattern, compile_pattern
-from ctiflow.operators.cep.heap import BinaryHeap
+from ctiflow.operators.cep.nfa.heap import BinaryHeap
 
 streams = st.lists(
     st.tuples(st.sampled_from("abc"), st.integers(min_value=0, max_value=4)), max_size=14

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctiflow.operators.cep import DeweyNumber, Nfa, Pattern, SharedBuffer, compile_pattern
-from ctiflow.operators.cep.compiler import IGNORE, PROCEED, TAKE
+from ctiflow.operators.cep.nfa.compiler import IGNORE, PROCEED, TAKE
 
 # Event(id, name, price) as in the article; timestamps: every record at 3 in the first example.
 SEED_EVENTS = [

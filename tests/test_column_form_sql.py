@@ -1,4 +1,4 @@
-"""A ``DEFINE``'s column form (the sql rule of :mod:`ctiflow.operators.cep.column_form`) against the
+"""A ``DEFINE``'s column form (the sql rule of :mod:`ctiflow.operators.cep.expr.column_form`) against the
 per-row SQL evaluator: over columns with NULLs, NaNs, ints, floats, strings and absent fields, the
 bulk mask is each row's ``DEFINE … is TRUE``, or the form declines (None) and rows are tested one
 by one."""
@@ -10,10 +10,10 @@ import math
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from ctiflow.operators.cep.column_form import evaluator
-from ctiflow.operators.cep.evaluate import column_form
-from ctiflow.operators.cep.sql_translate import define_condition
-from ctiflow.operators.cep.sql import parse
+from ctiflow.operators.cep.expr.column_form import evaluator
+from ctiflow.operators.cep.expr.evaluate import column_form
+from ctiflow.operators.cep.sql.translate import define_condition
+from ctiflow.operators.cep.sql.parse import parse
 
 OPS = ["=", "<>", "<", "<=", ">", ">="]
 LITERALS = ["0", "1", "-3", "2.5", "1e300", "'DE'", "'a'", "''"]

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from ctiflow.operators.cep.expression import ExpressionFailed, column_truth, compile_expression
+from ctiflow.operators.cep.expr.expression import ExpressionFailed, column_truth, compile_expression
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.count import CountOperator, CountSettings
 from ctiflow.operators.events import outputs_of

@@ -167,7 +167,7 @@ def test_expressions_that_would_take_minutes_or_gigabytes_are_refused_before_spa
 
 
 def test_arithmetic_on_fields_is_bounded_per_event():
-    from ctiflow.operators.cep.expression import ExpressionError, compile_expression
+    from ctiflow.operators.cep.expr.expression import ExpressionError, compile_expression
 
     with pytest.raises(ExpressionError, match="more than 4096 bits"):
         compile_expression("(amount ** 999) ** 999 > 1")({"amount": 9})
@@ -179,7 +179,7 @@ def test_arithmetic_on_fields_is_bounded_per_event():
 def test_percent_on_a_field_formats_nothing_and_refuses_the_record():
     """``%`` is the remainder of numbers: a format string's width (``'%0*d'``) would build a string
     as long as a field says, per record."""
-    from ctiflow.operators.cep.expression import ExpressionFailed, compile_expression
+    from ctiflow.operators.cep.expr.expression import ExpressionFailed, compile_expression
 
     with pytest.raises(ExpressionFailed, match="formatting a string with % is not allowed"):
         compile_expression("type % (amount, 1) == 'x'")({"type": "%0*d", "amount": 2 * 10 ** 6})

@@ -37,7 +37,7 @@ def estimates(outputs: list[Output]) -> list[tuple[str, int, float]]:
 
 @pytest.fixture
 def without_expressions(monkeypatch):
-    """As if ctiflow.operators.cep.expression did not exist (yet)."""
+    """As if ctiflow.operators.cep.expr.expression did not exist (yet)."""
     monkeypatch.setattr(count_module, "_expression_compiler", lambda: None)
 
 
@@ -134,7 +134,7 @@ def test_predicate_string_is_compiled_by_the_expression_module_when_present(monk
 
 
 def test_predicate_expression_from_the_expression_module():
-    pytest.importorskip("ctiflow.operators.cep.expression")
+    pytest.importorskip("ctiflow.operators.cep.expr.expression")
     op = counting(predicate="amount > 500 and country == 'NL'")
     assert op.process(event("a", 1, amount=900, country="NL"))[0].record["estimate"] == 1.0
     assert op.process(event("a", 2, amount=900, country="BE"))[0].record["estimate"] == 1.0

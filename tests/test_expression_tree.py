@@ -1,4 +1,4 @@
-"""The Python subset, lowered to the shared tree (:mod:`ctiflow.operators.cep.tree`) and run by the
+"""The Python subset, lowered to the shared tree (:mod:`ctiflow.operators.cep.expr.tree`) and run by the
 one row evaluator, against CPython's own ``eval`` of the same text (the oracle: the language the
 subset claims to be), on random expressions over records with ints, floats, strings and bools."""
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctiflow.operators.cep.column_form import evaluator
-from ctiflow.operators.cep.evaluate import column_form
-from ctiflow.operators.cep.expression import ExpressionError, ExpressionFailed, compile_expression
-from ctiflow.operators.cep.tree import BOUNDS
+from ctiflow.operators.cep.expr.column_form import evaluator
+from ctiflow.operators.cep.expr.evaluate import column_form
+from ctiflow.operators.cep.expr.expression import ExpressionError, ExpressionFailed, compile_expression
+from ctiflow.operators.cep.expr.tree import BOUNDS
 
 FIELDS = {"a": st.integers(-50, 50), "b": st.integers(-3, 3), "x": st.floats(-1e3, 1e3, allow_nan=False),
           "s": st.sampled_from(["", "de", "DE", "fr"]), "ok": st.booleans()}
@@ -92,7 +92,7 @@ def test_the_tree_evaluates_as_python_does(text, record):
 
 
 def test_one_bounds_table_limits_both_languages():
-    from ctiflow.operators.cep.sql import MAX_DEPTH, MAX_QUERY_LENGTH
+    from ctiflow.operators.cep.sql.parse import MAX_DEPTH, MAX_QUERY_LENGTH
 
     assert (MAX_DEPTH, MAX_QUERY_LENGTH) == (BOUNDS.depth, BOUNDS.query_length)
     with pytest.raises(ExpressionError, match=f"longer than {BOUNDS.length}"):
@@ -104,7 +104,7 @@ def test_one_bounds_table_limits_both_languages():
 
 
 def test_the_tree_is_what_the_languages_share():
-    from ctiflow.operators.cep.sql import parse
+    from ctiflow.operators.cep.sql.parse import parse
 
     py = compile_expression("amount > 100 and country == 'DE'").tree
     assert (py.kind, py.value, [a.kind for a in py.args]) == ("py_logic", "and", ["py_compare", "py_compare"])

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from ctiflow.bench.match_operator import HOT_KEY_PATTERN, HOT_KEY_SQL_FILE, hot_key_records, to_events
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
-from ctiflow.operators.cep.sql_translate import column_families, compile_query
-from ctiflow.operators.cep.sql import Timestamp
-from ctiflow.operators.cep.sql import parse
-from ctiflow.operators.cep.tree import Expr
+from ctiflow.operators.cep.sql.translate import column_families, compile_query
+from ctiflow.operators.cep.expr.vocabulary import Timestamp
+from ctiflow.operators.cep.sql.parse import parse
+from ctiflow.operators.cep.expr.tree import Expr
 from ctiflow.operators.errors import EventRejected
 from ctiflow.operators.time import CTI_INFINITY, Event
 from ctiflow.jobs.testing.snapshots import match_state

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctiflow.operators.cep.sql_translate import compile_query, recognize
-from ctiflow.operators.cep.sql import SqlError
+from ctiflow.operators.cep.sql.translate import compile_query, recognize
+from ctiflow.operators.cep.expr.vocabulary import SqlError
 
 
 def rows(values, column="price", start=1):

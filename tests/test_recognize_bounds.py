@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ctiflow.jobs.cli import app
-from ctiflow.operators.cep.sql_translate import recognize
-from ctiflow.operators.cep.sql import SqlError
+from ctiflow.operators.cep.sql.translate import recognize
+from ctiflow.operators.cep.expr.vocabulary import SqlError
 
 BASE = "SELECT * FROM t MATCH_RECOGNIZE (ORDER BY ts MEASURES A.v AS v PATTERN (A) DEFINE A AS {})"
 ROWS = [{"ts": 1, "v": 1, "c": "x"}, {"ts": 2, "v": 2, "c": "y"}]

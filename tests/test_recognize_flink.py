@@ -1,6 +1,6 @@
 """``MATCH_RECOGNIZE`` against Flink itself: cases recorded from Flink's SQL (PyFlink, local
 mini-cluster, event time; ``bench/recognize_flink.py``, run by hand) replayed through
-:mod:`ctiflow.operators.cep.sql_translate` with no Flink installed. Every output row identical — in order
+:mod:`ctiflow.operators.cep.sql.translate` with no Flink installed. Every output row identical — in order
 within a partition — and every query Flink rejects is rejected here too."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctiflow.operators.cep.sql_translate import recognize
-from ctiflow.operators.cep.sql import Timestamp
+from ctiflow.operators.cep.sql.translate import recognize
+from ctiflow.operators.cep.expr.vocabulary import Timestamp
 from ctiflow.operators.errors import CtiflowError
 
 CASES = Path(__file__).resolve().parent / "data" / "recognize"

@@ -14,7 +14,7 @@ import pytest
 from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.core.runtime import GroupRuntime
-from ctiflow.operators.cep.sql_translate import compile_query, column_families
+from ctiflow.operators.cep.sql.translate import compile_query, column_families
 from ctiflow.operators.time import CTI_INFINITY, Event
 
 T0 = 1_767_225_600_000

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctiflow.operators.cep.sql import SqlError, parse
+from ctiflow.operators.cep.expr.vocabulary import SqlError
+
+from ctiflow.operators.cep.sql.parse import parse
 
 QUERY = """SELECT * FROM events MATCH_RECOGNIZE (
   PARTITION BY account, channel ORDER BY event_time, id DESC

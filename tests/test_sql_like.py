@@ -1,4 +1,4 @@
-"""SQL ``LIKE`` (:func:`ctiflow.operators.cep.evaluate.like_match`) against a regular
+"""SQL ``LIKE`` (:func:`ctiflow.operators.cep.expr.evaluate.like_match`) against a regular
 expression built from the pattern (the oracle: ``%`` → ``.*``, ``_`` → ``.``), and a pattern that
 makes a backtracking matcher run for ever finishes."""
 
@@ -8,8 +8,8 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from ctiflow.operators.cep.sql_translate import compile_query
-from ctiflow.operators.cep.evaluate import like_match
+from ctiflow.operators.cep.sql.translate import compile_query
+from ctiflow.operators.cep.expr.evaluate import like_match
 
 ALPHABET = st.sampled_from("ab%_\n.*")
 

@@ -59,21 +59,30 @@ def test_a_snapshot_of_an_earlier_main_restores_and_goes_on_as_it_did(version, n
 
 
 def test_snapshots_of_earlier_versions_name_classes_where_they_were():
-    """A pickle naming ``operators.columns.EventColumns`` (before the ``ctiflow`` package) or
-    ``operators.cep.recognize.Timestamp`` (before the SQL modules split) reads as today's class."""
+    """A pickle naming ``operators.columns.EventColumns`` (before the ``ctiflow`` package),
+    ``operators.cep.recognize.Timestamp`` (before the SQL modules split),
+    ``ctiflow.operators.cep.sql.Timestamp`` or ``ctiflow.operators.cep.shared_buffer.DeweyNumber``
+    (before ``operators/cep/`` had rooms) reads as today's class."""
     import pickle
 
     from ctiflow.operators import snapshots
-    from ctiflow.operators.cep.sql import Timestamp
+    from ctiflow.operators.cep.expr.vocabulary import Timestamp
+    from ctiflow.operators.cep.nfa.shared_buffer import DeweyNumber
     from ctiflow.operators.events import Event
 
-    old = pickle.dumps((Event("k", 1, 2, {"a": 1}), Timestamp(5)), protocol=2)  # (names as text)
-    old = old.replace(b"cctiflow.operators.events\n", b"coperators.events\n")
-    old = old.replace(b"cctiflow.operators.cep.sql\n", b"coperators.cep.recognize\n")
-    assert b"ctiflow" not in old
-    event, stamp = snapshots.loads(old)
-    assert type(event) is Event and event.fields == {"a": 1}
-    assert type(stamp) is Timestamp and stamp == 5
+    now = pickle.dumps((Event("k", 1, 2, {"a": 1}), Timestamp(5), DeweyNumber((1, 2))), protocol=2)  # (names as text)
+    assert b"cctiflow.operators.cep.expr.vocabulary\n" in now and b"cctiflow.operators.cep.nfa.shared_buffer\n" in now
+    for events, stamp, dewey in [(b"coperators.events\n", b"coperators.cep.recognize\n", b"coperators.cep.shared_buffer\n"),
+                                 (b"cctiflow.operators.events\n", b"cctiflow.operators.cep.sql\n",
+                                  b"cctiflow.operators.cep.shared_buffer\n")]:
+        old = now.replace(b"cctiflow.operators.events\n", events)
+        old = old.replace(b"cctiflow.operators.cep.expr.vocabulary\n", stamp)
+        old = old.replace(b"cctiflow.operators.cep.nfa.shared_buffer\n", dewey)
+        assert b"vocabulary" not in old and b"nfa." not in old
+        event, when, number = snapshots.loads(old)
+        assert type(event) is Event and event.fields == {"a": 1}
+        assert type(when) is Timestamp and when == 5
+        assert type(number) is DeweyNumber and number == DeweyNumber((1, 2))
 
 
 def test_the_operators_read_their_current_format_only_and_compat_reads_the_earlier_ones():

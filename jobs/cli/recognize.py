@@ -18,7 +18,7 @@ app = typer.Typer()
 
 def to_json(row: dict) -> str:
     """One output row as JSON: timestamps as SQL TIMESTAMP(3) text, columns in output order."""
-    from ctiflow.operators.cep.sql import Timestamp
+    from ctiflow.operators.cep.expr.vocabulary import Timestamp
 
     return json.dumps({k: str(v) if isinstance(v, Timestamp) else v for k, v in row.items()}, ensure_ascii=False)
 
@@ -36,8 +36,8 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
     file closes every WITHIN. The output rows are the partition columns and the measures, in
     emission order. A row a DEFINE fails on is refused (listed on standard error) and the others
     matched as if it had not come."""
-    from ctiflow.operators.cep.sql_translate import recognize as run
-    from ctiflow.operators.cep.sql import SqlError
+    from ctiflow.operators.cep.sql.translate import recognize as run
+    from ctiflow.operators.cep.expr.vocabulary import SqlError
 
     text = read_text(query)
     rows, lines = [], []

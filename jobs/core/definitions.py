@@ -17,9 +17,10 @@ from typing import Any
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.jobs.core.text_forms import load_yaml, pattern_durations
 from ctiflow.operators.cep.declarative import check_nesting
-from ctiflow.operators.cep.expression import compile_expression
+from ctiflow.operators.cep.expr.expression import compile_expression
 from ctiflow.operators.cep.operator import MatchSettings
-from ctiflow.operators.cep.sql import SqlError, parse
+from ctiflow.operators.cep.expr.vocabulary import SqlError
+from ctiflow.operators.cep.sql.parse import parse
 from ctiflow.operators.errors import ConfigError, CtiflowError, PatternError
 
 NUMERIC = frozenset({"int", "long", "float", "double"})
@@ -44,7 +45,7 @@ def record_fields(store: SchemaStore, schema: str) -> dict[str, set[str]]:
 
 
 def family(avro_type: Any) -> str | None:
-    """The type family (:func:`ctiflow.operators.cep.sql_translate.compile_query`) of an Avro field type."""
+    """The type family (:func:`ctiflow.operators.cep.sql.translate.compile_query`) of an Avro field type."""
     if _logical(avro_type) in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis"):
         return "timestamp"  # a plain long stays a BIGINT (epoch ms you can subtract)
     kinds = base_types(avro_type) - {"null"}

@@ -590,7 +590,8 @@ class MatchOp(OperatorSettings):
             return True  # rules only: each rule is checked as it arrives
         if self.pattern is not None:
             return _has_within(self.pattern)
-        from ctiflow.operators.cep.sql import SqlError, parse
+        from ctiflow.operators.cep.expr.vocabulary import SqlError
+        from ctiflow.operators.cep.sql.parse import parse
 
         try:
             return parse(self.sql).within_ms is not None

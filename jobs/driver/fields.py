@@ -3,7 +3,7 @@
 A misspelt ``key_field`` or predicate field, or a string used as a measure, would otherwise be
 accepted and then dead-letter every record or keep a count at 0 without a word. This module
 reads the reader schemas (:mod:`ctiflow.jobs.avro.serde`) and the expressions' field paths
-(:attr:`ctiflow.operators.cep.expression.CompiledExpression.field_paths`) and returns *every* problem,
+(:attr:`ctiflow.operators.cep.expr.expression.CompiledExpression.field_paths`) and returns *every* problem,
 each naming the config field, what is wrong and the schema's real fields.
 """
 

@@ -15,9 +15,9 @@ from typing import Any
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.jobs.driver.config import JobConfig, MatchOp
 from ctiflow.jobs.core.definitions import MatchTarget, sql_settings
-from ctiflow.operators.cep.sql_translate import Recognizer
-from ctiflow.operators.cep.sql import CAST_TYPES, NAVIGATION
-from ctiflow.operators.cep.tree import Expr
+from ctiflow.operators.cep.sql.translate import Recognizer
+from ctiflow.operators.cep.expr.vocabulary import CAST_TYPES, NAVIGATION
+from ctiflow.operators.cep.expr.tree import Expr
 
 
 def fast_source(job: JobConfig):

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from ctiflow.operators import snapshots
 from ctiflow.operators.cep import operator as match, rules
-from ctiflow.operators.cep.packed import RUNS_UNKNOWN, PackedStates
+from ctiflow.operators.cep.nfa.packed import RUNS_UNKNOWN, PackedStates
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 from ctiflow.operators.time import CTI_NONE, AdvanceTimeSettings, Event
 

@@ -6,7 +6,7 @@ events, the exact sequence of NFA calls (``advance_time`` / ``event``) and what 
 each step (matches per stage, timed-out partial matches, or an expected exception).
 
 For every case this module builds the pattern through the *public* Pattern API, replays the
-steps on an :class:`~ctiflow.operators.cep.nfa.Nfa`, and compares per step: matches and timeouts as
+steps on an :class:`~ctiflow.operators.cep.nfa.nfa.Nfa`, and compares per step: matches and timeouts as
 unordered multisets of ``stage -> [event seq]`` maps (events inside a stage in Flink's order).
 Conditions are evaluated from the neutral predicate tree; the case's truth table
 (``condition_true_for_seq``, evaluated in Java) is checked against it, so a translation error
@@ -29,10 +29,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ctiflow.operators.cep.compiler import compile_pattern
-from ctiflow.operators.cep.nfa import Nfa
+from ctiflow.operators.cep.nfa.compiler import compile_pattern
+from ctiflow.operators.cep.nfa.nfa import Nfa
 from ctiflow.operators.cep.pattern import Pattern, QuantifierProperty, WithinType
-from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
+from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
 from ctiflow.operators.errors import CtiflowError, PatternError
 
 #: The recorded cases, shipped with the repository (origin: tests/data/README.md).

@@ -44,7 +44,7 @@ from fractions import Fraction
 from typing import Any
 
 from ctiflow.jobs.driver.config import CountOp, JobConfig
-from ctiflow.operators.cep.expression import compile_expression
+from ctiflow.operators.cep.expr.expression import compile_expression
 from ctiflow.operators.errors import ConfigError, invalid_choice
 
 ADMITTED, ADJUSTED, LATE = "admitted", "adjusted", "late"

@@ -5,18 +5,18 @@ once into an :class:`NfaPlan` (states with TAKE / IGNORE / PROCEED edges); :clas
 plan against a small serialisable :class:`NfaState` (computation states + a versioned
 :class:`SharedBuffer`). :class:`MatchOperator` applies it per key under the project's Operator
 contract; :func:`pattern_from_dict` builds patterns from job files, with conditions written in
-the safe expression language of :mod:`ctiflow.operators.cep.expression`.
+the safe expression language of :mod:`ctiflow.operators.cep.expr.expression`.
 """
 
-from ctiflow.operators.cep.compiler import NfaPlan, can_produce_empty_matches, compile_pattern
+from ctiflow.operators.cep.nfa.compiler import NfaPlan, can_produce_empty_matches, compile_pattern
 from ctiflow.operators.cep.conditions import IterativeCondition, SimpleCondition
 from ctiflow.operators.cep.declarative import pattern_from_dict
-from ctiflow.operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
-from ctiflow.operators.cep.nfa import Nfa, NfaState
+from ctiflow.operators.cep.expr.expression import CompiledExpression, ExpressionError, compile_expression
+from ctiflow.operators.cep.nfa.nfa import Nfa, NfaState
 from ctiflow.operators.cep.operator import MatchOperator, MatchSettings
 from ctiflow.operators.cep.pattern import GroupPattern, Pattern, WithinType
-from ctiflow.operators.cep.shared_buffer import DeweyNumber, SharedBuffer
-from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
+from ctiflow.operators.cep.nfa.shared_buffer import DeweyNumber, SharedBuffer
+from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy, SkipStrategyError
 
 __all__ = [
     "AfterMatchSkipStrategy",

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ctiflow.operators.cep.column_form import AllOf, AnyOf, Const, Node, Not
+from ctiflow.operators.cep.expr.column_form import AllOf, AnyOf, Const, Node, Not
 from ctiflow.operators.errors import PatternError
 
 
@@ -53,7 +53,7 @@ class SimpleCondition(Condition):
     """Wraps ``predicate(event) -> bool``; ``expression``: the compiled expression it
     evaluates, when it came from one (its column form, :func:`condition_node`);
     ``column_form``: its column form when its compiler lowered it already (a
-    :mod:`ctiflow.operators.cep.column_form` node, e.g. a SQL ``DEFINE``'s)."""
+    :mod:`ctiflow.operators.cep.expr.column_form` node, e.g. a SQL ``DEFINE``'s)."""
 
     __slots__ = ("predicate", "expression", "column_form")
 
@@ -253,8 +253,8 @@ def fast_predicate(condition: Condition | None) -> Any:
 
 
 def condition_node(condition: Condition | None) -> Node | None:
-    """The condition in the column form (:mod:`ctiflow.operators.cep.column_form`), or None."""
-    from ctiflow.operators.cep.expression import column_node
+    """The condition in the column form (:mod:`ctiflow.operators.cep.expr.column_form`), or None."""
+    from ctiflow.operators.cep.expr.expression import column_node
 
     if condition is None or condition is TRUE:
         return Const(True)

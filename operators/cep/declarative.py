@@ -20,7 +20,7 @@
         negation: not_followed_by     # not_next | not_followed_by
         where: "kind == 'refund'"
 
-Conditions are :mod:`~ctiflow.operators.cep.expression` expressions over the record's fields;
+Conditions are :mod:`~ctiflow.operators.cep.expr.expression` expressions over the record's fields;
 ``first('small').amount``, ``count('large')``, ``avg_of('large', 'amount')`` … make a stage
 condition iterative. A stage with ``group: [stages…]`` is a group stage. ``within_ms`` /
 ``within_type`` may also be given per stage. Every error is a
@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctiflow.operators.cep.conditions import Condition, IterativeCondition, SimpleCondition
-from ctiflow.operators.cep.expression import CompiledExpression, ExpressionError, compile_expression
+from ctiflow.operators.cep.expr.expression import CompiledExpression, ExpressionError, compile_expression
 from ctiflow.operators.cep.pattern import Pattern, WithinType
-from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy
 from ctiflow.operators.errors import PatternError, invalid_choice
 
 PATTERN_KEYS = {"name", "stages", "within_ms", "within_type", "skip"}

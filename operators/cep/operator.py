@@ -1,7 +1,7 @@
 """The match operator: a CEP pattern over the events of many keys (the Operator contract).
 
-One :class:`~ctiflow.operators.cep.compiler.NfaPlan` is compiled from the settings and shared; each key
-with something in flight has its own :class:`~ctiflow.operators.cep.nfa.NfaState`. As Flink's CEP
+One :class:`~ctiflow.operators.cep.nfa.compiler.NfaPlan` is compiled from the settings and shared; each key
+with something in flight has its own :class:`~ctiflow.operators.cep.nfa.nfa.NfaState`. As Flink's CEP
 operator does, every event first advances its key's time to the event's start (expiring
 windows, completing pending ``not_followed_by`` runs) and is then processed; ``advance_to(cti)``
 advances every key with state. Keys whose state is back to the initial one are dropped, so
@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctiflow.operators import snapshots
-from ctiflow.operators.cep.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
+from ctiflow.operators.cep.nfa.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
                                     proceed_closure)
 from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
-from ctiflow.operators.cep.heap import BinaryHeap
-from ctiflow.operators.cep.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState, _order_key
-from ctiflow.operators.cep.packed import PackedStates
+from ctiflow.operators.cep.nfa.heap import BinaryHeap
+from ctiflow.operators.cep.nfa.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState, _order_key
+from ctiflow.operators.cep.nfa.packed import PackedStates
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
 from ctiflow.operators.operator import Operator, Output, Traits, process_rows
@@ -50,7 +50,7 @@ from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 #: The snapshot's format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``):
-#: the keys in columns (:class:`~ctiflow.operators.cep.packed.PackedStates`)
+#: the keys in columns (:class:`~ctiflow.operators.cep.nfa.packed.PackedStates`)
 SNAPSHOT_FORMAT = 4
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 
@@ -89,7 +89,7 @@ class MatchSettings:
     #: At most this many events kept per key for its runs (the shared buffer, what the key's state
     #: bytes grow with); an event arriving while its key keeps more is refused likewise.
     max_buffered_events: int | None = None
-    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.sql_translate`): its PATTERN and
+    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.sql.translate`): its PATTERN and
     #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
@@ -105,7 +105,7 @@ class MatchSettings:
         """The compiled ``sql`` (None without one), once per settings object."""
         if self.sql is None:
             return None
-        from ctiflow.operators.cep.sql_translate import compile_query
+        from ctiflow.operators.cep.sql.translate import compile_query
 
         cached = _RECOGNIZERS.get(id(self))
         if cached is None or cached[0] is not self:
@@ -177,7 +177,7 @@ def start_filter(plan: NfaPlan):
     dropped as idle at the next CTI. None (or None from the call) when some TAKE or IGNORE
     edge has no exact column form (:func:`ctiflow.operators.cep.conditions.condition_node`) or is always
     true. The edges' forms make one column-form tree, ``NOT e1 AND NOT e2 …``, evaluated as one."""
-    from ctiflow.operators.cep.column_form import AllOf, Not, evaluator
+    from ctiflow.operators.cep.expr.column_form import AllOf, Not, evaluator
     from ctiflow.operators.cep.conditions import TRUE, condition_node
 
     nodes = []
@@ -201,7 +201,7 @@ def start_keys(plan: NfaPlan) -> tuple[tuple[str, frozenset], ...]:
     a missing field or NULL equals no value); each such field. Empty when there is none. Lets many
     patterns share one index of a column instead of each testing every row
     (:class:`ctiflow.operators.cep.rules.RuledMatchOperator`)."""
-    from ctiflow.operators.cep.column_form import AllOf, Compare, Const, Field
+    from ctiflow.operators.cep.expr.column_form import AllOf, Compare, Const, Field
     from ctiflow.operators.cep.conditions import TRUE, condition_node
 
     cached = _START_KEYS.get(id(plan))
@@ -689,10 +689,10 @@ def _FIRST(pair: tuple) -> Any:
 
 
 def _ranked(rows: dict[str, list[Any]], ids: MatchIds) -> dict[str, list[Any]]:
-    """A match's rows as :class:`ctiflow.operators.cep.sql.Row` s whose ``seq`` is their place in
+    """A match's rows as :class:`ctiflow.operators.cep.sql.parse.Row` s whose ``seq`` is their place in
     the partition's order (the buffer ids ``(time, n-th at that time)`` sort as the rows were
     processed), for ALL ROWS PER MATCH."""
-    from ctiflow.operators.cep.sql import Row
+    from ctiflow.operators.cep.expr.vocabulary import Row
 
     ranked: dict[str, list[Any]] = {}
     for name, fields in rows.items():

@@ -2,8 +2,8 @@
 
 A :class:`Pattern` is only a *description*: a linked list of stages (each points to its
 ``previous``), with a condition, a quantifier and windows per stage. :func:`compile_pattern`
-(:mod:`ctiflow.operators.cep.compiler`) turns it into an NFA plan once; the plan is then run by
-:class:`ctiflow.operators.cep.nfa.Nfa` against a separate, serialisable state.
+(:mod:`ctiflow.operators.cep.nfa.compiler`) turns it into an NFA plan once; the plan is then run by
+:class:`ctiflow.operators.cep.nfa.nfa.Nfa` against a separate, serialisable state.
 
     Pattern.begin("start").where(lambda e: e["name"] == "c") \\
         .followed_by("middle").where(lambda e: e["name"] == "a").one_or_more().optional() \\
@@ -50,7 +50,7 @@ from ctiflow.operators.cep.conditions import (
     SubtypeCondition,
     as_condition,
 )
-from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy
 from ctiflow.operators.errors import PatternError
 
 

@@ -5,14 +5,14 @@ every ``MATCH_RECOGNIZE`` query, and Pattern API patterns written that way), a r
 event from its first to its last, so its events are a *contiguous range* of the key's taken
 events, labelled stage by stage in pattern order. A run is then a :data:`Path` — its first
 event's place in that sequence and ``(stage, count)`` segments — instead of a chain of
-versioned nodes. Why not the :class:`~ctiflow.operators.cep.shared_buffer.SharedBuffer` here: with a
+versioned nodes. Why not the :class:`~ctiflow.operators.cep.nfa.shared_buffer.SharedBuffer` here: with a
 loop (``A+``, ``X*?``) every run starting at another event adds an edge, labelled with a Dewey
 version one digit longer per event taken, to every node it passes, so N overlapping runs of
 length L cost O(N·L) edges of O(L) digits, and each take walks O(N) edges (Flink's own
 ``MATCH_RECOGNIZE`` has the same cost). Here a take is O(stages), the state is the events
 buffered plus O(stages) per run, and a condition reads a stage's rows as a view (O(1)).
 
-Interface: the subset of :class:`~ctiflow.operators.cep.shared_buffer.SharedBuffer` the NFA calls
+Interface: the subset of :class:`~ctiflow.operators.cep.nfa.shared_buffer.SharedBuffer` the NFA calls
 (``register_event``, ``release_event``, ``advance_time``, ``put``, ``lock_node``,
 ``release_node``, ``extract_patterns``, ``materialize``, ``to_plain``), with a :data:`Path`
 where the shared buffer has a node id; versions are accepted and ignored (a path *is* one
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ctiflow.operators.cep.shared_buffer import EventBook, EventId
+from ctiflow.operators.cep.nfa.shared_buffer import EventBook, EventId
 
 #: ``(first event's place in the sequence, events, ((stage, count), …))``.
 Path = tuple[int, int, tuple[tuple[str, int], ...]]

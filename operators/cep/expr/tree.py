@@ -1,9 +1,9 @@
 """The one intermediate form of both expression languages, and their one set of bounds.
 
-A job file's Python-subset expression (:mod:`ctiflow.operators.cep.expression`, parsed with
-:mod:`ast`) and a ``MATCH_RECOGNIZE`` query's expressions (:mod:`ctiflow.operators.cep.sql`) are
-both lowered to :class:`Expr` trees; :func:`ctiflow.operators.cep.evaluate.compile_expr` turns a
-tree into the one row evaluator and :func:`ctiflow.operators.cep.evaluate.column_form` into the
+A job file's Python-subset expression (:mod:`ctiflow.operators.cep.expr.expression`, parsed with
+:mod:`ast`) and a ``MATCH_RECOGNIZE`` query's expressions (:mod:`ctiflow.operators.cep.sql.parse`) are
+both lowered to :class:`Expr` trees; :func:`ctiflow.operators.cep.expr.evaluate.compile_expr` turns a
+tree into the one row evaluator and :func:`ctiflow.operators.cep.expr.evaluate.column_form` into the
 column form. The two languages share the tree, the builder, the bounds and the column form;
 their node kinds differ where their semantics do: SQL's ``binary`` ``AND`` is three-valued and
 its ``/`` is Java's, Python's ``py_logic`` ``and`` returns an operand, its ``py_compare`` never

@@ -1,8 +1,8 @@
 """The column form of a condition: the one intermediate form both expression languages lower
 their column-at-a-time subset to, and the one evaluator for it.
 
-A job file's Python-subset expression (:mod:`ctiflow.operators.cep.expression`) and a
-``MATCH_RECOGNIZE`` ``DEFINE`` (:mod:`ctiflow.operators.cep.sql_translate`) each compile once; where
+A job file's Python-subset expression (:mod:`ctiflow.operators.cep.expr.expression`) and a
+``MATCH_RECOGNIZE`` ``DEFINE`` (:mod:`ctiflow.operators.cep.sql.translate`) each compile once; where
 a condition is ``and``/``or``/``not`` of comparisons between fields and constants, its compiler
 also lowers it to these nodes, and :func:`evaluator` turns them into ``truth(columns, n)`` →
 a bool array over whole NumPy columns (``columns``: field name → array of ``n`` values), which

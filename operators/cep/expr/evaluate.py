@@ -1,13 +1,13 @@
 """The one row evaluator of both expression languages, and their one lowering to the column form.
 
-:func:`compile_expr` turns an :class:`~ctiflow.operators.cep.tree.Expr` tree — a ``MATCH_RECOGNIZE``
+:func:`compile_expr` turns an :class:`~ctiflow.operators.cep.expr.tree.Expr` tree — a ``MATCH_RECOGNIZE``
 expression or a job file's Python-subset expression — into a closure over a row, one builder per
 node kind (:data:`_BUILDERS`); :func:`column_form` lowers the part of either that NumPy can
-answer exactly to :mod:`ctiflow.operators.cep.column_form`. Bounds come from one table
-(:data:`ctiflow.operators.cep.tree.BOUNDS`). A failure on the data is the record's, never the
+answer exactly to :mod:`ctiflow.operators.cep.expr.column_form`. Bounds come from one table
+(:data:`ctiflow.operators.cep.expr.tree.BOUNDS`). A failure on the data is the record's, never the
 job's: an :class:`~ctiflow.operators.errors.EventRejected` — :class:`RowRefused` /
 :class:`MatchRefused` here (DEFINE, MEASURES), ``ExpressionFailed`` for a Python-subset
-expression (:mod:`ctiflow.operators.cep.expression`) — which a job dead-letters with the reason.
+expression (:mod:`ctiflow.operators.cep.expr.expression`) — which a job dead-letters with the reason.
 
 SQL's semantics as Flink has them: three-valued logic (NULL compares as unknown; a condition holds
 only when TRUE), Java's integer division and remainder, BIGINT arithmetic wrapping at 64 bits.
@@ -21,10 +21,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ctiflow.operators.cep.column_form import (FLIPPED, AllOf, AnyOf, Compare, Const, Field, Node, Not,
+from ctiflow.operators.cep.expr.column_form import (FLIPPED, AllOf, AnyOf, Compare, Const, Field, Node, Not,
                                                NotVectorizable, Operand, Truth)
-from ctiflow.operators.cep.sql import AGGREGATES, CAST_TYPES, NAVIGATION, STAR, Row, SqlError, Timestamp
-from ctiflow.operators.cep.tree import BOUNDS, Expr, variables_of
+from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, CAST_TYPES, NAVIGATION, STAR, Row, SqlError,
+                                                   Timestamp)
+from ctiflow.operators.cep.expr.tree import BOUNDS, Expr, variables_of
 from ctiflow.operators.errors import EventRejected
 
 
@@ -750,7 +751,7 @@ _PY_ORDERINGS = ("==", "!=", "<", "<=", ">", ">=")
 
 
 def column_form(expr: Expr) -> Node | None:
-    """``expr`` in the column form (:mod:`ctiflow.operators.cep.column_form`), or None where it
+    """``expr`` in the column form (:mod:`ctiflow.operators.cep.expr.column_form`), or None where it
     is more than logic over comparisons of fields with constants (arithmetic, functions, match
     context: per record).
 

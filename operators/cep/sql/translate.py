@@ -1,4 +1,4 @@
-"""``MATCH_RECOGNIZE`` on the CEP engine: a parsed :class:`~ctiflow.operators.cep.sql.Query` becomes a
+"""``MATCH_RECOGNIZE`` on the CEP engine: a parsed :class:`~ctiflow.operators.cep.sql.parse.Query` becomes a
 :class:`~ctiflow.operators.cep.pattern.Pattern` (the same NFA the Pattern API and YAML stages use) whose
 conditions evaluate ``DEFINE``, and ``MEASURES`` are computed from each match.
 
@@ -33,17 +33,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctiflow.operators.cep.compiler import can_produce_empty_matches, compile_pattern
+from ctiflow.operators.cep.nfa.compiler import can_produce_empty_matches, compile_pattern
 from ctiflow.operators.cep.conditions import IterativeCondition, SimpleCondition
-from ctiflow.operators.cep.nfa import Nfa, NfaState
+from ctiflow.operators.cep.nfa.nfa import Nfa, NfaState
 from ctiflow.operators.cep.pattern import Pattern, QuantifierProperty
-from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
-from ctiflow.operators.cep.sql import (AGGREGATES, MATCH_FUNCTIONS, NAVIGATION, STAR, Query, Row, SqlError, Timestamp,
-                                       parse, to_millis)
-from ctiflow.operators.cep.evaluate import (DATA_ERRORS, LONG, MatchRefused, RowRefused, Scope, column_form,
+from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, MATCH_FUNCTIONS, NAVIGATION, STAR, Row, SqlError,
+                                                   Timestamp, to_millis)
+from ctiflow.operators.cep.sql.parse import Query, parse
+from ctiflow.operators.cep.expr.evaluate import (DATA_ERRORS, LONG, MatchRefused, RowRefused, Scope, column_form,
                                             compile_expr, guarded)
-from ctiflow.operators.cep.sql_check import Checker, Types, fold
-from ctiflow.operators.cep.tree import Expr, children_of
+from ctiflow.operators.cep.sql.check import Checker, Types, fold
+from ctiflow.operators.cep.expr.tree import Expr, children_of
 from ctiflow.operators.errors import PatternError
 
 END_OF_TIME = 2 ** 63 - 1  # Flink's final watermark (Long.MAX_VALUE)

@@ -34,7 +34,7 @@ NodeId = tuple[EventId, str]
 class DeweyNumber(tuple):
     """A Dewey decimal version ``d1.d2.….dn`` (an immutable tuple of ints): the NFA raises the
     last digit for a sibling run and appends a 0 for a run that took an event (on plain tuples,
-    :func:`ctiflow.operators.cep.nfa._increase`); this class parses and prints them."""
+    :func:`ctiflow.operators.cep.nfa.nfa._increase`); this class parses and prints them."""
 
     __slots__ = ()
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from ctiflow.operators.errors import PatternError
 
 if TYPE_CHECKING:
-    from ctiflow.operators.cep.heap import BinaryHeap
-    from ctiflow.operators.cep.shared_buffer import EventId, SharedBuffer
+    from ctiflow.operators.cep.nfa.heap import BinaryHeap
+    from ctiflow.operators.cep.nfa.shared_buffer import EventId, SharedBuffer
 
 Match = dict[str, list["EventId"]]
 

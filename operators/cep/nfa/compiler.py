@@ -17,7 +17,7 @@ complete once the window closes without the forbidden event.
 
 Stage copies get internal names ``name:0``, ``name:1``, … (``times(3)`` needs three states); the
 shared buffer and the matches use the original names. The plan is immutable after compilation
-and shared by all keys; the per-key mutable part lives in :class:`ctiflow.operators.cep.nfa.NfaState`.
+and shared by all keys; the per-key mutable part lives in :class:`ctiflow.operators.cep.nfa.nfa.NfaState`.
 
 This is a faithful port: the order in which states and edges are created decides the Dewey
 versions and therefore the matches, so it follows ``NFACompiler.NFAFactoryCompiler`` step by
@@ -45,7 +45,7 @@ from ctiflow.operators.cep.pattern import (
     Times,
     WithinType,
 )
-from ctiflow.operators.cep.skip_strategy import AfterMatchSkipStrategy
+from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy
 from ctiflow.operators.errors import PatternError
 
 ENDING_STATE_NAME = "$endState$"
@@ -174,7 +174,7 @@ class NfaPlan:
     has_iterative_conditions: bool
     stage_names: tuple[str, ...] = field(default=())
     #: No state but the start ignores an event: every run takes a contiguous range of events
-    #: (:mod:`ctiflow.operators.cep.contiguous_buffer` holds the runs)
+    #: (:mod:`ctiflow.operators.cep.nfa.contiguous_buffer` holds the runs)
     contiguous: bool = False
 
     @property

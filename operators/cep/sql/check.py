@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ctiflow.operators.cep.sql import AGGREGATES, CAST_TYPES, FUNCTIONS, MATCH_FUNCTIONS, NAVIGATION, Query, SqlError
-from ctiflow.operators.cep.tree import Expr, children_of, reads_columns, variables_of
-from ctiflow.operators.cep.evaluate import COMPARE, DATA_ERRORS, Scope, compile_expr
+from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, CAST_TYPES, FUNCTIONS, MATCH_FUNCTIONS, NAVIGATION,
+                                                   SqlError)
+
+from ctiflow.operators.cep.sql.parse import Query
+from ctiflow.operators.cep.expr.tree import Expr, children_of, reads_columns, variables_of
+from ctiflow.operators.cep.expr.evaluate import COMPARE, DATA_ERRORS, Scope, compile_expr
 
 class Checker:
     """What Flink's validator refuses, with the spot: unknown variables and columns, navigation

@@ -6,47 +6,20 @@ accepts it) plus ``ALL ROWS PER MATCH`` and ``MATCH_NUMBER()`` from the standard
 the spot — line, column, a caret and what is supported instead — and because the ``PATTERN``
 sub-language and ``WITHIN INTERVAL`` are not in the SQL parsers available here.
 
-Errors are :class:`SqlError` (a :class:`~ctiflow.operators.errors.PatternError`): ``message``,
+Errors are :class:`~ctiflow.operators.cep.expr.vocabulary.SqlError` (a :class:`~ctiflow.operators.errors.PatternError`): ``message``,
 ``line``, ``column`` (1-based) and :meth:`SqlError.render` for the caret display.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
-from ctiflow.operators.cep.tree import BOUNDS, Expr
-from ctiflow.operators.errors import PatternError
-
-
-class SqlError(PatternError):
-    """A query that does not parse, or uses something unsupported, at ``line``:``column``."""
-
-    def __init__(self, message: str, text: str = "", pos: int = 0) -> None:
-        self.message = message
-        self.text = text
-        self.pos = pos
-        #: further errors of the same query, found in the same check (``ctiflow check`` shows all)
-        self.others: list[SqlError] = []
-        self.line = text.count("\n", 0, pos) + 1
-        self.column = pos - (text.rfind("\n", 0, pos) + 1) + 1
-        super().__init__(f"line {self.line}, column {self.column}: {message}")
-
-    def render(self) -> str:
-        """The message, the query line and a caret under the spot."""
-        start = self.text.rfind("\n", 0, self.pos) + 1
-        end = self.text.find("\n", self.pos)
-        source = self.text[start:end if end >= 0 else len(self.text)]
-        return f"{self}\n  {source}\n  {' ' * (self.column - 1)}^"
-
-    def render_all(self) -> list[str]:
-        """:meth:`render` of this error and of :attr:`others`."""
-        return [error.render() for error in (self, *self.others)]
+from ctiflow.operators.cep.expr.tree import BOUNDS, Expr
+from ctiflow.operators.cep.expr.vocabulary import CAST_TYPES, SqlError
 
 
 # -- tokens -------------------------------------------------------------------------------------
@@ -144,7 +117,7 @@ _RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "M
 
 
 #: Bounds that keep a hostile query from exhausting the stack or the CPU (as the YAML expressions'
-#: ``ctiflow.operators.cep.expression``): nesting levels of an expression or a pattern group, the length
+#: ``ctiflow.operators.cep.expr.expression``): nesting levels of an expression or a pattern group, the length
 #: of the query, the BIGINT range of an integer literal.
 MAX_DEPTH = BOUNDS.depth
 MAX_QUERY_LENGTH = BOUNDS.query_length
@@ -626,12 +599,6 @@ class _Parser:
         return Expr("cast", pos, type_name, (inner,))
 
 
-#: Types CAST accepts, by what the value becomes.
-CAST_TYPES = {"INT": "int", "INTEGER": "int", "BIGINT": "int", "SMALLINT": "int", "TINYINT": "int",
-              "DOUBLE": "float", "FLOAT": "float", "REAL": "float", "DECIMAL": "float",
-              "STRING": "str", "VARCHAR": "str", "CHAR": "str", "BOOLEAN": "bool"}
-
-
 def parse(text: str) -> Query:
     """Parse one ``SELECT * FROM <table> MATCH_RECOGNIZE (…)`` statement."""
     if not isinstance(text, str) or not text.strip():
@@ -652,49 +619,3 @@ def deep_enough(frames: int = 20_000):
         yield
     finally:
         sys.setrecursionlimit(old)
-
-
-# -- the language's vocabulary (shared by checking, evaluating and translating) ------------------
-STAR = "*"  # the universal pattern variable: every row of the match
-NAVIGATION = ("FIRST", "LAST", "PREV", "NEXT")
-AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT", "LISTAGG")
-FUNCTIONS: dict[str, tuple[int, int | None]] = {
-    "ABS": (1, 1), "MOD": (2, 2), "POWER": (2, 2), "SQRT": (1, 1), "FLOOR": (1, 1), "CEIL": (1, 1),
-    "CEILING": (1, 1), "UPPER": (1, 1), "LOWER": (1, 1), "CHAR_LENGTH": (1, 1), "CHARACTER_LENGTH": (1, 1),
-    "TRIM": (1, 1), "CONCAT": (1, None), "COALESCE": (1, None), "NULLIF": (2, 2), "IF": (3, 3),
-    "TIMESTAMPDIFF": (3, 3),
-}
-MATCH_FUNCTIONS = ("MATCH_ROWTIME", "CLASSIFIER", "MATCH_NUMBER")
-
-
-
-
-class Timestamp(int):
-    """Epoch milliseconds that print as an SQL ``TIMESTAMP(3)`` (UTC): the ORDER BY column and
-    ``MATCH_ROWTIME()``."""
-
-    def __str__(self) -> str:
-        moment = _dt.datetime(1970, 1, 1) + _dt.timedelta(milliseconds=int(self))
-        return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-
-    __repr__ = __str__
-
-
-def to_millis(value: Any) -> int:
-    """An ORDER BY time value: epoch ms, or an ISO-8601 timestamp (UTC unless it says otherwise)."""
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"{value!r} is not a time")
-    if isinstance(value, (int, float)):
-        return int(value)
-    text = str(value).strip().replace(" ", "T", 1)
-    moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return int(round(moment.timestamp() * 1000))
-
-
-# -- rows ---------------------------------------------------------------------------------------
-class Row(dict):
-    """An input row: its columns, plus its time and its place in the input (ties keep it)."""
-
-    __slots__ = ("time", "seq", "number")

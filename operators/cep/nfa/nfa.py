@@ -1,8 +1,8 @@
-"""The NFA runtime: runs an :class:`~ctiflow.operators.cep.compiler.NfaPlan` over one key's events.
+"""The NFA runtime: runs an :class:`~ctiflow.operators.cep.nfa.compiler.NfaPlan` over one key's events.
 
 The mutable part is :class:`NfaState` — the *computation states* (one per partial match,
 plus the start state), the completed matches a skip strategy holds back, and the
-:class:`~ctiflow.operators.cep.shared_buffer.SharedBuffer`. It is plain data, so it snapshots to bytes
+:class:`~ctiflow.operators.cep.nfa.shared_buffer.SharedBuffer`. It is plain data, so it snapshots to bytes
 and restores (:meth:`Nfa.snapshot`, :meth:`Nfa.restore`). The plan is compiled once and
 shared; :class:`Nfa` binds a plan to a state.
 
@@ -15,7 +15,7 @@ out if the plan handles timeouts) and runs waiting in a *pending* state (``not_f
 at the end) complete as matches.
 
 Processing order is Flink's: computation states are visited in the array order of a
-Java-compatible heap ordered by their first event (:mod:`ctiflow.operators.cep.heap`), which decides
+Java-compatible heap ordered by their first event (:mod:`ctiflow.operators.cep.nfa.heap`), which decides
 the order of edges in shared-buffer nodes and, with skip strategies, which match wins.
 """
 
@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ctiflow.operators import snapshots
-from ctiflow.operators.cep.compiler import IGNORE, PROCEED, NfaPlan, State
+from ctiflow.operators.cep.nfa.compiler import IGNORE, PROCEED, NfaPlan, State
 from ctiflow.operators.cep.conditions import ALWAYS
-from ctiflow.operators.cep.heap import BinaryHeap
-from ctiflow.operators.cep.contiguous_buffer import PLAIN_TAG, ContiguousBuffer, revive_path
-from ctiflow.operators.cep.shared_buffer import EventId, NodeId, SharedBuffer
+from ctiflow.operators.cep.nfa.heap import BinaryHeap
+from ctiflow.operators.cep.nfa.contiguous_buffer import PLAIN_TAG, ContiguousBuffer, revive_path
+from ctiflow.operators.cep.nfa.shared_buffer import EventId, NodeId, SharedBuffer
 
 _MAX_KEY = (2**63 - 1, 2**31 - 1)
 _SNAPSHOT_VERSION = 1

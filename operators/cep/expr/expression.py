@@ -3,9 +3,9 @@
 Used for CEP stage conditions in job files, and reusable by any operator that needs a
 predicate or a value over a record: :func:`compile_expression` parses the text once with
 :mod:`ast`, checks every node against a whitelist and lowers it to the tree both expression
-languages share (:mod:`ctiflow.operators.cep.tree`), which the one row evaluator
-(:func:`ctiflow.operators.cep.evaluate.compile_expr`) and the column form
-(:func:`~ctiflow.operators.cep.evaluate.column_form`) take from there. Nothing is ever passed to
+languages share (:mod:`ctiflow.operators.cep.expr.tree`), which the one row evaluator
+(:func:`ctiflow.operators.cep.expr.evaluate.compile_expr`) and the column form
+(:func:`~ctiflow.operators.cep.expr.evaluate.column_form`) take from there. Nothing is ever passed to
 ``eval``/``exec``; attribute names starting with ``_`` are rejected, so the expression cannot
 reach Python internals.
 
@@ -38,10 +38,10 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from ctiflow.operators.cep.column_form import ColumnTruth, Node, evaluator
-from ctiflow.operators.cep.evaluate import (PY_FUNCTIONS, PY_MATCH_FUNCTIONS, PY_STRING_METHODS,
+from ctiflow.operators.cep.expr.column_form import ColumnTruth, Node, evaluator
+from ctiflow.operators.cep.expr.evaluate import (PY_FUNCTIONS, PY_MATCH_FUNCTIONS, PY_STRING_METHODS,
                                             column_form, compile_expr, field_of)
-from ctiflow.operators.cep.tree import BOUNDS, Expr
+from ctiflow.operators.cep.expr.tree import BOUNDS, Expr
 from ctiflow.operators.errors import ConfigError, EventRejected
 
 __all__ = ["CompiledExpression", "ExpressionError", "ExpressionFailed", "column_node", "column_truth",
@@ -83,7 +83,7 @@ class CompiledExpression:
     def __init__(self, text: str, tree: Expr, stage_references: frozenset[str],
                  field_paths: frozenset[tuple[str, ...]] = frozenset()) -> None:
         self.text = text
-        #: The expression in the form both languages share (:mod:`ctiflow.operators.cep.tree`).
+        #: The expression in the form both languages share (:mod:`ctiflow.operators.cep.expr.tree`).
         self.tree = tree
         self._evaluate = compile_expr(tree)
         self.stage_references = stage_references
@@ -325,7 +325,7 @@ def column_truth(expression: CompiledExpression | str) -> ColumnTruth | None:
 
 
 def column_node(expression: CompiledExpression | str) -> Node | None:
-    """The expression in the column form (:func:`ctiflow.operators.cep.evaluate.column_form`, the
+    """The expression in the column form (:func:`ctiflow.operators.cep.expr.evaluate.column_form`, the
     python rule), or None where it needs a record at a time (arithmetic, functions, ``in``,
     match functions)."""
     if isinstance(expression, str):
