@@ -187,7 +187,8 @@ class BinSettings:
         object.__setattr__(self, "measures", measures)
         outputs = frozenset((self.outputs,) if isinstance(self.outputs, str) else self.outputs)
         if not outputs:
-            raise ConfigError('Invalid "outputs" value: empty. Choose at least one of: final, incremental, updated.')
+            raise ConfigError('Invalid "outputs" value: empty. Choose at least one of: final, incremental, '
+                              'updated.')
         for kind in outputs:
             _check_choice("outputs", kind, OUTPUT_KINDS)
         object.__setattr__(self, "outputs", outputs)
@@ -243,7 +244,8 @@ def _last_final_bin(cti: int, settings: BinSettings) -> int:
     return (cti - settings.origin - 1) // settings.bin_size - 1
 
 
-def _split(event: Event, cti: int, settings: BinSettings, values: list[Any]) -> tuple[dict | None, int | None]:
+def _split(event: Event, cti: int, settings: BinSettings,
+           values: list[Any]) -> tuple[dict | None, int | None]:
     """Split an event that may be late at ``cti`` into its late record and the first bin still applied.
 
     Returns ``(late record or None, index of the first bin to apply or None)``; None as the
@@ -361,7 +363,8 @@ class Binner(Operator):
             return True
         for name in settings.measures:
             col = cols.fields.get(name)
-            if col is None or col.dtype.kind not in "iubf" or (col.dtype.kind == "f" and not np.isfinite(col).all()):
+            if col is None or col.dtype.kind not in "iubf" or (
+                    col.dtype.kind == "f" and not np.isfinite(col).all()):
                 return True
         return False
 
@@ -475,7 +478,8 @@ class Binner(Operator):
         if not n:
             return []
         s, e = cols.start, cols.end
-        fast = (s >= self._cti) & (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT) & ((e - s) < self._span_check)
+        fast = ((s >= self._cti) & (e >= s) & (s >= -_FAST_LIMIT) & (e <= _FAST_LIMIT)
+                & ((e - s) < self._span_check))
         if cols.adjusted is not None:
             fast &= ~cols.adjusted
         values = self._measure_values(cols, fast)
@@ -545,8 +549,8 @@ class Binner(Operator):
             lowest = np.full(n, _INT64_MIN, np.int64)
             lowest[list(cut)] = list(cut.values())
         self._b_parts.append((np.array(self._b_start, np.int64), np.array(self._b_end, np.int64),
-                              np.array(self._b_kid, np.int64), np.array(self._b_val, np.float64).reshape(n, self._m),
-                              lowest))
+                              np.array(self._b_kid, np.int64),
+                              np.array(self._b_val, np.float64).reshape(n, self._m), lowest))
         self._b_start, self._b_end, self._b_kid, self._b_val, self._b_cut = [], [], [], [], {}
 
     def _buffered(self) -> int:
@@ -799,8 +803,9 @@ class Binner(Operator):
             bin_ends = [x + B for x in bin_starts]
         return [OutputBatch(role, {
             "binner": self.settings.name, "key": [keys[kid] for kid in self._kid[sel].tolist()],
-            "bin_start": bin_starts, "bin_end": bin_ends, "measures": MapColumn(self.settings.measures, measures),
-            "fraction_sum": fraction, "events": events, "revision": self._rev[sel], "final": k <= kfin, "cti": cti,
+            "bin_start": bin_starts, "bin_end": bin_ends,
+            "measures": MapColumn(self.settings.measures, measures), "fraction_sum": fraction,
+            "events": events, "revision": self._rev[sel], "final": k <= kfin, "cti": cti,
             "kind": kind}, len(sel))]
 
     # ---- snapshot -------------------------------------------------------------------

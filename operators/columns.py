@@ -127,10 +127,11 @@ class EventColumns:
     __slots__ = ("stream", "key", "start", "end", "partition", "offset", "fields", "raw", "adjusted",
                  "original_start", "dicts", "origin", "_events", "_codes")
 
-    def __init__(self, stream: str, key: np.ndarray, start: np.ndarray, end: np.ndarray, partition: np.ndarray,
-                 offset: np.ndarray, fields: dict[str, np.ndarray], raw: np.ndarray | None = None,
-                 adjusted: np.ndarray | None = None, original_start: np.ndarray | None = None,
-                 dicts: list[dict] | None = None, origin: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def __init__(self, stream: str, key: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 partition: np.ndarray, offset: np.ndarray, fields: dict[str, np.ndarray],
+                 raw: np.ndarray | None = None, adjusted: np.ndarray | None = None,
+                 original_start: np.ndarray | None = None, dicts: list[dict] | None = None,
+                 origin: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.stream = stream
         self.key = key
         self.start = start
@@ -165,7 +166,8 @@ class EventColumns:
         if self._codes is None:
             index: dict[str, int] = {}
             setdefault = index.setdefault
-            codes = np.fromiter((setdefault(k, len(index)) for k in self.key.tolist()), np.int64, len(self.key))
+            codes = np.fromiter((setdefault(k, len(index)) for k in self.key.tolist()), np.int64,
+                                len(self.key))
             self._codes = (codes, index)
         return self._codes
 
@@ -184,23 +186,26 @@ class EventColumns:
         dicts = [e.fields for e in events]
         same = all(list(d) == names for d in dicts)
         adjusted = np.array([e.original_start is not None for e in events])
-        return cls(stream, object_array([e.key for e in events]), np.array([e.start for e in events], np.int64),
-                   np.array([e.end for e in events], np.int64), np.array([e.partition for e in events], np.int64),
+        return cls(stream, object_array([e.key for e in events]),
+                   np.array([e.start for e in events], np.int64), np.array([e.end for e in events], np.int64),
+                   np.array([e.partition for e in events], np.int64),
                    np.array([e.offset for e in events], np.int64),
                    {n: object_array([e.fields.get(n) for e in events]) for n in names},
                    object_array([e.raw for e in events]),
                    adjusted if adjusted.any() else None,
-                   np.array([e.start if e.original_start is None else e.original_start for e in events], np.int64)
+                   np.array([e.start if e.original_start is None else e.original_start for e in events],
+                            np.int64)
                    if adjusted.any() else None, None if same else dicts)
 
     def take(self, index: np.ndarray) -> "EventColumns":
         """The rows ``index`` (an integer or boolean array), in that order."""
         raw = None if self.raw is None else self.raw[index]
-        return EventColumns(self.stream, self.key[index], self.start[index], self.end[index], self.partition[index],
-                            self.offset[index], self._taken_fields(index, raw), raw,
+        return EventColumns(self.stream, self.key[index], self.start[index], self.end[index],
+                            self.partition[index], self.offset[index], self._taken_fields(index, raw), raw,
                             None if self.adjusted is None else self.adjusted[index],
                             None if self.original_start is None else self.original_start[index],
-                            None if self.dicts is None else [self.dicts[i] for i in np.arange(len(self))[index].tolist()],
+                            None if self.dicts is None
+                            else [self.dicts[i] for i in np.arange(len(self))[index].tolist()],
                             None if self.origin is None else (self.origin[0][index], self.origin[1][index]))
 
     def project(self, names: Collection[str]) -> "EventColumns":
@@ -213,8 +218,8 @@ class EventColumns:
         kept = fields.project(names)
         if kept is fields:
             return self
-        return EventColumns(self.stream, self.key, self.start, self.end, self.partition, self.offset, kept, self.raw,
-                            self.adjusted, self.original_start, None, self.origin)
+        return EventColumns(self.stream, self.key, self.start, self.end, self.partition, self.offset, kept,
+                            self.raw, self.adjusted, self.original_start, None, self.origin)
 
     def _taken_fields(self, index, raw) -> Mapping[str, np.ndarray]:
         fields = self.fields
@@ -267,8 +272,9 @@ class EventColumns:
             if self.adjusted is not None:
                 for i in np.flatnonzero(self.adjusted).tolist():
                     original[i] = int(self.original_start[i])
-            self._events = list(map(Event, self.key.tolist(), self.start.tolist(), self.end.tolist(), self.records(),
-                                    self.partition.tolist(), self.offset.tolist(), [self.stream] * n, original,
+            self._events = list(map(Event, self.key.tolist(), self.start.tolist(), self.end.tolist(),
+                                    self.records(), self.partition.tolist(), self.offset.tolist(),
+                                    [self.stream] * n, original,
                                     [False] * n, [None] * n if self.raw is None else self.raw.tolist()))
         return self._events
 
@@ -277,7 +283,8 @@ class EventColumns:
         if self._events is not None:
             return self._events[i]
         record = self.dicts[i] if self.dicts is not None else dict(zip(
-            self.fields, (c[i].item() if isinstance(c[i], np.generic) else c[i] for c in self.fields.values())))
+            self.fields, (c[i].item() if isinstance(c[i], np.generic) else c[i]
+                          for c in self.fields.values())))
         return Event(self.key[i], int(self.start[i]), int(self.end[i]), record,
                      int(self.partition[i]), int(self.offset[i]), self.stream,
                      int(self.original_start[i]) if self.adjusted is not None and self.adjusted[i] else None,
@@ -450,7 +457,8 @@ class ColumnTimeLayer:
         self.keep_fields = None if keep_fields is None else tuple(keep_fields)
         self.needs_records = needs_records
         self.load = load
-        self.buffers = {name: ColumnBuffer(name, s.policy, handles_adjust, self) for name, s in self.settings.items()}
+        self.buffers = {name: ColumnBuffer(name, s.policy, handles_adjust, self)
+                        for name, s in self.settings.items()}
         self._cti = CTI_NONE
         self._pending = CTI_NONE
         self.next_id = 0
@@ -477,7 +485,8 @@ class ColumnTimeLayer:
         """A part's rows (read from the store the first time they are needed)."""
         if part.cols is None:
             if self.load is None:
-                raise RuntimeError(f"part {part.id} of the time layer is not loaded and there is no store (a bug)")
+                raise RuntimeError(f"part {part.id} of the time layer is not loaded and there is no store "
+                                   "(a bug)")
             part.cols = self.load(part.id)
         return part.cols
 
@@ -485,7 +494,8 @@ class ColumnTimeLayer:
         """One stream's arriving rows (:meth:`ColumnBuffer.offer`)."""
         buffer = self.buffers.get(cols.stream)
         if buffer is None:
-            raise ConfigError(f"events of stream {cols.stream!r} offered to the time layer of {sorted(self.buffers)}")
+            raise ConfigError(f"events of stream {cols.stream!r} offered to the time layer of "
+                              f"{sorted(self.buffers)}")
         return buffer.offer(cols)
 
     def enqueue(self, cti: int) -> None:

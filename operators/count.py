@@ -90,18 +90,23 @@ class CountSettings:
             raise _choices("window_kind", self.window_kind, WINDOW_KINDS)
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0:
             unit = "N events" if self.window_kind == "events" else "T milliseconds"
-            raise ConfigError(f'Invalid "window" value: {self.window!r}. It must be a positive integer ({unit}).')
-        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)) or not 0 < self.epsilon <= 1:
-            raise ConfigError(f'Invalid "epsilon" value: {self.epsilon!r}. It must be in (0, 1], e.g. 0.01 for 1%.')
+            raise ConfigError(f'Invalid "window" value: {self.window!r}. It must be a positive integer '
+                              f'({unit}).')
+        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)) \
+                or not 0 < self.epsilon <= 1:
+            raise ConfigError(f'Invalid "epsilon" value: {self.epsilon!r}. It must be in (0, 1], e.g. 0.01 '
+                              'for 1%.')
         if self.predicate is not None and not (callable(self.predicate) or isinstance(self.predicate, str)):
             raise ConfigError(
                 f'Invalid "predicate" value: {self.predicate!r}. Give an expression string, a field name, '
                 "a callable on the record fields, or None (every event is interesting)."
             )
         if isinstance(self.predicate, str) and not self.predicate.strip():
-            raise ConfigError('Invalid "predicate" value: empty string. Give an expression or leave it unset.')
+            raise ConfigError('Invalid "predicate" value: empty string. Give an expression or leave it '
+                              'unset.')
         if self.value_field is not None and (not isinstance(self.value_field, str) or not self.value_field):
-            raise ConfigError(f'Invalid "value_field" value: {self.value_field!r}. Give a field name or None.')
+            raise ConfigError(f'Invalid "value_field" value: {self.value_field!r}. Give a field name or '
+                              'None.')
         if self.emit not in EMIT_MODES:
             raise _choices("emit", self.emit, EMIT_MODES)
 
@@ -121,8 +126,8 @@ def compile_predicate(predicate: Predicate | str | None) -> Predicate | None:
             raise ConfigError(f'Invalid "predicate" value: {text!r}: {exc}') from exc
     if not text.isidentifier():
         raise ConfigError(
-            f'Invalid "predicate" value: {text!r}. Expressions need ctiflow.operators.cep.expr.expression, which is not '
-            "available; give a field name (its truthiness decides) or a callable."
+            f'Invalid "predicate" value: {text!r}. Expressions need ctiflow.operators.cep.expr.expression, '
+            "which is not available; give a field name (its truthiness decides) or a callable."
         )
     return lambda fields: fields.get(text)
 
@@ -139,7 +144,8 @@ def _compiled_predicate(settings: CountSettings) -> tuple[Predicate | None, Call
         return hit[1], hit[2]
     predicate = compile_predicate(settings.predicate)
     truth = None
-    if isinstance(settings.predicate, str) and predicate is not None and hasattr(predicate, "uses_match_context"):
+    if isinstance(settings.predicate, str) and predicate is not None \
+            and hasattr(predicate, "uses_match_context"):
         from ctiflow.operators.cep.expr.expression import column_truth
 
         truth = column_truth(predicate)
@@ -279,7 +285,8 @@ class CountOperator(Operator):
             self._touched[key] = last
         return last if last > clock else clock
 
-    def _take(self, rows=(), keys=(), starts=(), records=None, weights=None) -> list[tuple[int, EventRejected]]:
+    def _take(self, rows=(), keys=(), starts=(), records=None,
+              weights=None) -> list[tuple[int, EventRejected]]:
         """Events ``rows`` (their keys, starts and records; ``records`` None: weight 1 each, or
         the given ``weights``) in application-time order into their keys' histograms, one
         ``update_many`` per key."""
@@ -288,7 +295,8 @@ class CountOperator(Operator):
         order: list[str] = []  # keys by their first event taken (the order process() touches them)
         refused: list[tuple[int, EventRejected]] = []
         given = iter(weights) if weights is not None else None
-        for j, key, start, fields in zip(rows, keys, starts, records if records is not None else repeat(None)):
+        for j, key, start, fields in zip(rows, keys, starts,
+                                         records if records is not None else repeat(None)):
             if not per_key:
                 key = GLOBAL_KEY
             mine = by_key.get(key)
@@ -490,7 +498,8 @@ class CountOperator(Operator):
                 )
         if value < 0:
             raise EventRejected(
-                f"counter {self.settings.name!r}: value_field {name!r} is {value}; sums need non-negative integers"
+                f"counter {self.settings.name!r}: value_field {name!r} is {value}; sums need non-negative "
+                "integers"
             )
         return value
 
@@ -514,8 +523,9 @@ class CountOperator(Operator):
         estimate, lower, upper, seed_estimate, bucket_count = (list(c) for c in zip(*summaries))
         return [OutputBatch("count", {
             "counter": self._name, "key": keys, "time": times, "window_kind": self._window_kind,
-            "window": self._window, "epsilon": self._epsilon, "estimate": estimate, "lower": lower, "upper": upper,
-            "seed_estimate": seed_estimate, "bucket_count": bucket_count, "exact": None}, len(keys))]
+            "window": self._window, "epsilon": self._epsilon, "estimate": estimate, "lower": lower,
+            "upper": upper, "seed_estimate": seed_estimate, "bucket_count": bucket_count,
+            "exact": None}, len(keys))]
 
     def _record(self, key: str, h: ExponentialHistogram, time: int) -> dict[str, Any]:
         estimate, lower, upper, seed_estimate, bucket_count = h.summary()

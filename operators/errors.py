@@ -63,14 +63,15 @@ class StackError(CtiflowError):
     """The embedded stack (broker) could not be started, reached or stopped."""
 
 
-def invalid_choice(field: str, value: object, valid: Iterable[object], error: type[CtiflowError] | None = None,
-                   where: str = "") -> CtiflowError:
+def invalid_choice(field: str, value: object, valid: Iterable[object],
+                   error: type[CtiflowError] | None = None, where: str = "") -> CtiflowError:
     """The one "invalid choice" message: ``[where: ]Invalid "field" value: 'x'. Valid choices
     are: a, b.`` — returned (as ``error``, a :class:`ConfigError` by default) for the caller to
     raise."""
     prefix = f"{where}: " if where else ""
     choices = ", ".join(str(v) for v in valid)
-    return (error or ConfigError)(f'{prefix}Invalid "{field}" value: {value!r}. Valid choices are: {choices}.')
+    return (error or ConfigError)(f'{prefix}Invalid "{field}" value: {value!r}. Valid choices are: '
+                                  f'{choices}.')
 
 
 class StateError(CtiflowError):

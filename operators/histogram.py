@@ -109,13 +109,15 @@ class ExponentialHistogram:
     __slots__ = ("_window", "_epsilon", "_cap", "_levels", "_total", "_now")
 
     def __init__(self, window: int, epsilon: float) -> None:
-        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 0 < window < TIME_LIMIT:
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) \
+                or not 0 < window < TIME_LIMIT:
             raise ConfigError(
                 f"Invalid window: {window!r}. It must be a positive integer below 2**62 "
                 "(N events for a count-based window, T ms for a time-based one)."
             )
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= 1:
-            raise ConfigError(f"Invalid epsilon: {epsilon!r}. It must be a relative error in (0, 1], e.g. 0.01.")
+            raise ConfigError(f"Invalid epsilon: {epsilon!r}. It must be a relative error in (0, 1], "
+                              "e.g. 0.01.")
         self._window = int(window)
         self._epsilon = float(epsilon)
         self._cap = buckets_per_size(self._epsilon)
@@ -208,7 +210,8 @@ class ExponentialHistogram:
     def advance(self, timestamp: int) -> None:
         """Move ``now`` to ``timestamp`` without an event: expire what left the window."""
         if timestamp < self._now:
-            raise ValueError(f"timestamp {timestamp} is before the histogram's now {self._now}; timestamps never decrease")
+            raise ValueError(f"timestamp {timestamp} is before the histogram's now {self._now}; timestamps "
+                             "never decrease")
         self._now = timestamp
         levels = self._levels
         if levels and levels[-1][0] <= timestamp - self._window:
@@ -221,7 +224,8 @@ class ExponentialHistogram:
         within ±2**62. A rejected call leaves the histogram unchanged.
         """
         if timestamp < self._now:
-            raise ValueError(f"timestamp {timestamp} is before the histogram's now {self._now}; timestamps never decrease")
+            raise ValueError(f"timestamp {timestamp} is before the histogram's now {self._now}; timestamps "
+                             "never decrease")
         weight = None
         if value is not True and value != 1 and value:
             weight = operator.index(value)
@@ -323,7 +327,8 @@ class ExponentialHistogram:
             raise ValueError("timestamps must lie within ±2**62")
         t = t.astype(np.int64, copy=False)
         if int(t[0]) < self._now:
-            raise ValueError(f"timestamp {int(t[0])} is before the histogram's now {self._now}; timestamps never decrease")
+            raise ValueError(f"timestamp {int(t[0])} is before the histogram's now {self._now}; timestamps "
+                             "never decrease")
         return t
 
     def update_many(self, timestamps: Any, values: Any = None) -> None:
@@ -508,7 +513,8 @@ class ExponentialHistogram:
             ints.extend(q)
 
     @classmethod
-    def _load(cls, window: int, epsilon: float, ints: Sequence[int], pos: int) -> tuple["ExponentialHistogram", int]:
+    def _load(cls, window: int, epsilon: float, ints: Sequence[int],
+              pos: int) -> tuple["ExponentialHistogram", int]:
         """Read what ``_dump`` wrote at ``pos``; window and epsilon come from a header the
         caller validated. Returns the histogram and the position after it."""
         h = cls.__new__(cls)

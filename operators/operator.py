@@ -83,7 +83,8 @@ class Traits:
     orders_ties: bool = False
 
     def __post_init__(self) -> None:
-        if self.state not in ("keys", "one key", "none") or (self.state == "one key") != (self.home_key is not None):
+        if self.state not in ("keys", "one key", "none") \
+                or (self.state == "one key") != (self.home_key is not None):
             raise ValueError(f"state {self.state!r} with home_key {self.home_key!r}")
 
 

@@ -25,7 +25,8 @@ _CLASSES = {("ctiflow.operators.cep.recognize", "Row"): _VOCABULARY,
 _MODULES = {
     **{f"ctiflow.operators.cep.{old}": f"ctiflow.operators.cep.{new}" for old, new in (
         ("tree", "expr.tree"), ("evaluate", "expr.evaluate"), ("column_form", "expr.column_form"),
-        ("expression", "expr.expression"), ("sql", "sql.parse"), ("sql_check", "sql.check"), ("sql_translate", "sql.translate"),
+        ("expression", "expr.expression"), ("sql", "sql.parse"), ("sql_check", "sql.check"),
+        ("sql_translate", "sql.translate"),
         ("compiler", "nfa.compiler"), ("nfa", "nfa.nfa"), ("shared_buffer", "nfa.shared_buffer"),
         ("contiguous_buffer", "nfa.contiguous_buffer"), ("heap", "nfa.heap"), ("packed", "nfa.packed"),
         ("skip_strategy", "nfa.skip_strategy"))},

@@ -36,7 +36,8 @@ from enum import Enum
 from typing import Any
 
 from ctiflow.operators.errors import ConfigError, invalid_choice
-from ctiflow.operators.events import CTI_INFINITY, CTI_NONE, Cti, Event, Output, outputs_of  # noqa: F401 - re-exported
+from ctiflow.operators.events import (CTI_INFINITY, CTI_NONE, Cti, Event, Output,  # noqa: F401 - re-exported
+                                      outputs_of)
 
 class Shape(str, Enum):
     """Event shapes. A point lives for one tick [t, t+1); an edge lives from its start until

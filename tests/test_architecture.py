@@ -14,6 +14,7 @@ function-local import cannot hide a cycle), resolved to this project's modules, 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -340,3 +341,24 @@ def test_the_expression_room_of_cep_imports_none_of_the_rooms_beside_it():
         if name.startswith(cep + "expr."):
             assert {d for d in deps if d.startswith(cep) and not d.startswith(cep + "expr.")} == set(), name
     assert {d for d in g[cep + "sql.parse"] if d.startswith(cep)} <= {cep + "expr.tree", cep + "expr.vocabulary"}
+
+
+#: STYLE.md: lines that fit a side-by-side review (~100–110 characters).
+LINE_LIMIT = 110
+
+
+def test_the_product_s_lines_fit_a_side_by_side_review():
+    """Every line of ``jobs/`` and ``operators/`` within :data:`LINE_LIMIT` characters, but a
+    Markdown table row of a docstring (it must stay on one line) and a line whose one string
+    literal is a single unbreakable name (a Java class)."""
+    long_lines = []
+    for name, path in modules().items():
+        if top(name) not in ("jobs", "operators"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if len(line) <= LINE_LIMIT or line.lstrip().startswith("|"):
+                continue
+            if re.fullmatch(r'\s*[A-Z_]+ = "[\w.$]+"', line):
+                continue
+            long_lines.append(f"{path.relative_to(ROOT)}:{number} ({len(line)})")
+    assert long_lines == []

@@ -58,13 +58,15 @@ class Node:
 
     kind: str
     name: str = ""  # full name of a named type
-    fields: list[tuple[str, "Node", bool, Any]] = field(default_factory=list)  # (name, type, has default, default)
+    fields: list[tuple[str, "Node", bool, Any]] = field(default_factory=list)  # (name, type, has default,
+                                                                              # default)
     items: "Node | None" = None  # array items, map values
     branches: list["Node"] = field(default_factory=list)
     symbols: list[str] = field(default_factory=list)
     enum_default: str | None = None
     size: int = 0  # fixed
-    aliases: tuple[str, ...] = ()  # a named type's aliases, full names (a reader matches a writer by them too)
+    aliases: tuple[str, ...] = ()  # a named type's aliases, full names (a reader matches a writer by
+                                   # them too)
     field_aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # reader field → its aliases
 
     @property
@@ -91,7 +93,8 @@ class Node:
         """A type :class:`ColumnDecoder` decodes in bulk (as a record field)."""
         if self.kind == "union":
             others = [b for b in self.branches if b.kind != "null"]
-            return len(self.branches) == 2 and len(others) == 1 and others[0].kind != "null" and others[0].flat()
+            return (len(self.branches) == 2 and len(others) == 1 and others[0].kind != "null"
+                    and others[0].flat())
         return self.kind in PRIMITIVES and self.kind != "null" or self.kind in ("enum", "fixed")
 
 
@@ -225,7 +228,8 @@ def _matches(writer: Node, reader: Node) -> bool:
     """Whether ``writer`` resolves to ``reader`` (the spec's "match", promotions included)."""
     if writer.kind == reader.kind:
         return writer.kind not in ("record", "enum", "fixed") or writer.short_name == reader.short_name or \
-            writer.name in reader.aliases or writer.short_name in {a.rsplit(".", 1)[-1] for a in reader.aliases}
+            writer.name in reader.aliases or \
+            writer.short_name in {a.rsplit(".", 1)[-1] for a in reader.aliases}
     return reader.kind in _PROMOTIONS.get(writer.kind, ())
 
 
@@ -256,10 +260,12 @@ def _compile_new(w: Node, r: Node, cache: dict) -> Reader:
                     return _compile(w, b, cache)
         raise DecodeError(f"writer type {w.name or w.kind} matches no branch of the reader's union")
     if not _matches(w, r):
-        raise DecodeError(f"writer type {w.name or w.kind} does not resolve to reader type {r.name or r.kind}")
+        raise DecodeError(f"writer type {w.name or w.kind} does not resolve to reader type "
+                          f"{r.name or r.kind}")
     if w.kind in PRIMITIVES:
         return _promoted(w.kind, r.kind)
-    compile_kind = {"fixed": _fixed, "enum": _enum, "array": _blocks, "map": _blocks, "record": _record}[w.kind]
+    compile_kind = {"fixed": _fixed, "enum": _enum, "array": _blocks, "map": _blocks,
+                    "record": _record}[w.kind]
     return compile_kind(w, r, cache)
 
 
@@ -344,8 +350,8 @@ def _blocks(w: Node, r: Node, cache: dict) -> Reader:
             if zero_size:
                 _zero_size_items.n = seen = getattr(_zero_size_items, "n", 0) + count
                 if seen > MAX_ZERO_SIZE_ITEMS:
-                    raise DecodeError(f"{w.kind} items that take no bytes: {seen} in one record by byte {pos}, "
-                                      f"more than {MAX_ZERO_SIZE_ITEMS}")
+                    raise DecodeError(f"{w.kind} items that take no bytes: {seen} in one record by byte "
+                                      f"{pos}, more than {MAX_ZERO_SIZE_ITEMS}")
             elif count > left:
                 raise DecodeError(f"{w.kind} block of {count} items at byte {pos} (only {left} bytes left)")
             for _ in range(count):
@@ -375,7 +381,8 @@ def _record(w: Node, r: Node, cache: dict) -> Reader:
     for name, node, has, default in r.fields:
         if name not in written:
             if not has:
-                raise DecodeError(f"reader field {name!r} of {r.short_name} is not written and has no default")
+                raise DecodeError(f"reader field {name!r} of {r.short_name} is not written and has no "
+                                  "default")
             defaults.append((name, default_value(node, default, f"reader field {name!r} of {r.short_name}")))
     order = [name for name, _, _, _ in r.fields]
     in_order = [name for name, _, _, _ in w.fields] == order
@@ -633,7 +640,8 @@ class ColumnDecoder:
         self.each = {name: _compile(node, read_as.get(name, node) if reader is not writer else node, cache)
                      for name, node, _, _ in writer.fields if not node.flat()}
 
-    def decode(self, data: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[list[pa.Array], np.ndarray, dict[int, str]]:
+    def decode(self, data: bytes, starts: np.ndarray,
+               ends: np.ndarray) -> tuple[list[pa.Array], np.ndarray, dict[int, str]]:
         """→ (the reader's columns for the good records, their indices, {index: reason} for the rest)."""
         buf = np.frombuffer(data + bytes(16), np.uint8)
         bulk = _Bulk(buf, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
@@ -669,7 +677,8 @@ class ColumnDecoder:
             col = decoded.get(self.sources.get(name, ""))
             if col is None:
                 value = self.defaults[name]
-                value = value if typ != pa.string() or value is None or isinstance(value, str) else _json(value)
+                value = (value if typ != pa.string() or value is None or isinstance(value, str)
+                         else _json(value))
                 columns.append(pa.array([value] * len(take), typ))
             else:
                 columns.append(self._arrow(col, take, typ, buf, r_node))
@@ -688,13 +697,15 @@ class ColumnDecoder:
         reasons = {int(i): bulk.messages[bulk.reason[i] - 1] for i in np.nonzero(bulk.reason)[0]}
         return columns, take, reasons
 
-    def _field(self, bulk: _Bulk, rows: np.ndarray, node: Node, name: str, n: int) -> tuple[np.ndarray, _Column]:
+    def _field(self, bulk: _Bulk, rows: np.ndarray, node: Node, name: str,
+               n: int) -> tuple[np.ndarray, _Column]:
         if node.kind == "union":
             rows, index = bulk.varints(rows, 10, "long")
             bad = (index < 0) | (index > 1)
             rows_bad = rows[bad]
             if len(rows_bad):
-                bulk.fail(rows, bad, f"field {name!r}: union branch index out of range (the union has 2 branches)")
+                bulk.fail(rows, bad, f"field {name!r}: union branch index out of range (the union has 2 "
+                                     "branches)")
             rows, index = rows[~bad], index[~bad]
             null_at = 0 if node.branches[0].kind == "null" else 1
             present = rows[index != null_at]
@@ -709,7 +720,8 @@ class ColumnDecoder:
             rows, values = bulk.varints(rows, 5 if kind == "int" else 10, "int" if kind == "int" else "long")
             if kind == "enum":
                 bad = (values < 0) | (values >= len(node.symbols))
-                rows = bulk.fail(rows, bad, f"field {name!r}: enum index out of range ({len(node.symbols)} symbols)")
+                rows = bulk.fail(rows, bad, f"field {name!r}: enum index out of range "
+                                            f"({len(node.symbols)} symbols)")
                 values = values[~bad]
             full = np.zeros(n, np.int64)
             full[rows] = values
@@ -740,7 +752,8 @@ class ColumnDecoder:
         rows, length = bulk.varints(rows, 10, "long")
         at = bulk.pos[rows]
         bad = (length < 0) | (at + length > bulk.end[rows])
-        rows_ok = bulk.fail(rows, bad, f"field {name!r}: {kind} length negative or past the end of the record")
+        rows_ok = bulk.fail(rows, bad, f"field {name!r}: {kind} length negative or past the end of the "
+                                       "record")
         length, at = length[~bad], at[~bad]
         bulk.pos[rows_ok] = at + length
         starts = np.zeros(n, np.int64)
@@ -748,7 +761,8 @@ class ColumnDecoder:
         starts[rows_ok], lengths[rows_ok] = at, length
         return rows_ok, _Column(kind, name, (starts, lengths), valid)
 
-    def _each(self, bulk: _Bulk, rows: np.ndarray, name: str, n: int, data: bytes) -> tuple[np.ndarray, _Column]:
+    def _each(self, bulk: _Bulk, rows: np.ndarray, name: str, n: int,
+              data: bytes) -> tuple[np.ndarray, _Column]:
         """A field read value by value with its per-record reader, each body on its own (so a
         count or length is bounded by that body's bytes, never its neighbours')."""
         read, values = self.each[name], [None] * n
@@ -802,12 +816,14 @@ class ColumnDecoder:
             arr = pa.DictionaryArray.from_arrays(pa.array(values.astype(np.int32), mask=mask),
                                                  pa.array(symbols, pa.string())).cast(pa.string())
             return arr
-        return pa.array(values, mask=mask).cast(typ, safe=False)  # promotions int → long → float → double
+        return pa.array(values, mask=mask).cast(typ, safe=False)  # promotions int → long → float →
+                                                                  # double
 
     def _symbols(self, name: str, r_node: Node) -> list[str]:
         w_node = next(node for n, node, _, _ in self.writer.fields if n == name)
         w_enum = w_node if w_node.kind == "enum" else next(b for b in w_node.branches if b.kind == "enum")
-        r_enum = r_node if r_node.kind == "enum" else next((b for b in r_node.branches if b.kind == "enum"), w_enum)
+        r_enum = r_node if r_node.kind == "enum" else next((b for b in r_node.branches if b.kind == "enum"),
+                                                           w_enum)
         out = []
         for s in w_enum.symbols:
             if s in r_enum.symbols:

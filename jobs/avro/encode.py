@@ -102,7 +102,8 @@ def _as_array(column: Any, n: int, dtype) -> np.ndarray:
 def _binary(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(lengths, concatenated bytes) of a string or bytes column, via Arrow."""
     arr = column if isinstance(column, (pa.Array, pa.ChunkedArray)) else pa.array(
-        column.tolist() if isinstance(column, np.ndarray) else column, pa.string() if kind == "string" else pa.binary())
+        column.tolist() if isinstance(column, np.ndarray) else column,
+        pa.string() if kind == "string" else pa.binary())
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if arr.null_count:
@@ -110,9 +111,11 @@ def _binary(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
         offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
     else:
-        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+        offsets = (np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
+                   .astype(np.int64))
     data = arr.buffers()[2]
-    flat = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)
+    flat = (np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None
+            else np.zeros(0, np.uint8))
     return np.diff(offsets), flat
 
 
@@ -170,7 +173,8 @@ class ColumnEncoder:
         if kind in ("int", "long"):
             a = _as_array(column, n, np.int64)
             if kind == "int" and n and (int(a.min()) < _INT32[0] or int(a.max()) > _INT32[1]):
-                raise ValueError(f"an int column holds values outside 32 bits ({int(a.min())}..{int(a.max())})")
+                raise ValueError("an int column holds values outside 32 bits "
+                                 f"({int(a.min())}..{int(a.max())})")
             return [_varints(a)]
         if kind in ("float", "double"):
             a = np.ascontiguousarray(_as_array(column, n, "<f4" if kind == "float" else "<f8"))
@@ -460,7 +464,8 @@ def _enum_writer(node: Node, cache: dict) -> Writer:
     def write_enum(value, out):
         i = index.get(value) if isinstance(value, str) else None
         if i is None:
-            raise AvroWriteError(f"{value!r:.80} is not a symbol of enum {node.name} ({', '.join(node.symbols)})")
+            raise AvroWriteError(f"{value!r:.80} is not a symbol of enum {node.name} "
+                                 f"({', '.join(node.symbols)})")
         _varint_into(out, i)
     return write_enum
 
@@ -473,7 +478,8 @@ def _blocks_writer(node: Node, cache: dict) -> Writer:
         if is_map:
             if not isinstance(value, Mapping):
                 raise _mismatch(node, value)
-        elif isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, (Sequence, np.ndarray)):
+        elif (isinstance(value, (str, bytes, bytearray, Mapping))
+              or not isinstance(value, (Sequence, np.ndarray))):
             raise _mismatch(node, value)
         if len(value):
             _varint_into(out, len(value))
@@ -493,7 +499,8 @@ def _blocks_writer(node: Node, cache: dict) -> Writer:
 
 
 def _record_writer(node: Node, cache: dict) -> Writer:
-    fields = [(name, _writer(t, cache), _absent(name, t, has, default)) for name, t, has, default in node.fields]
+    fields = [(name, _writer(t, cache), _absent(name, t, has, default))
+              for name, t, has, default in node.fields]
 
     def write_record(value, out):
         if not isinstance(value, Mapping):
@@ -584,7 +591,8 @@ def _accepter(node: Node, cache: dict) -> Callable[[Any], bool]:
     if kind == "record":
         cache[id(node)] = None
         # a missing field counts as its default, else as null (fastavro: ``datum.get(name, default)``)
-        fields = [(name, _accepter(t, cache), default if has else None) for name, t, has, default in node.fields]
+        fields = [(name, _accepter(t, cache), default if has else None)
+                  for name, t, has, default in node.fields]
         cache[id(node)] = got = lambda value: (
             isinstance(value, Mapping) and value.get("-type", node.name) == node.name
             and all(accept(value.get(name, default)) for name, accept, default in fields))

@@ -162,7 +162,8 @@ REGISTRY_SECRETS_ENV = "CTIFLOW_REGISTRY_SECRETS"
 def registry_client(url: str, config: dict[str, str] | None = None):
     """confluent-kafka's Schema Registry client (``mock://…`` gives its in-memory mock), with the
     secret settings of :data:`REGISTRY_SECRETS_ENV` when that is set."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient  # only with a registry: it pulls in httpx
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # only with a registry: it pulls in
+                                                                      # httpx
 
     conf = {"url": url, **json.loads(os.environ.get(REGISTRY_SECRETS_ENV) or "{}"), **(config or {})}
     return SchemaRegistryClient.new_client(conf) if url.startswith("mock://") else SchemaRegistryClient(conf)
@@ -170,7 +171,8 @@ def registry_client(url: str, config: dict[str, str] | None = None):
 
 #: Registry settings naming files: read where the job runs (a cluster's driver may have them, this
 #: machine not), so :func:`registry_settings_error` leaves them out.
-_REGISTRY_FILE_SETTINGS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password")
+_REGISTRY_FILE_SETTINGS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+                           "ssl.key.password")
 
 
 def registry_settings_error(url: str, config: dict[str, str]) -> str | None:
@@ -184,7 +186,8 @@ def registry_settings_error(url: str, config: dict[str, str]) -> str | None:
     if url.startswith("mock://"):
         return None
     try:
-        SchemaRegistryClient({"url": url, **{k: v for k, v in config.items() if k not in _REGISTRY_FILE_SETTINGS}})
+        SchemaRegistryClient({"url": url,
+                              **{k: v for k, v in config.items() if k not in _REGISTRY_FILE_SETTINGS}})
     except (ValueError, TypeError) as exc:
         return str(exc)
     return None
@@ -207,7 +210,8 @@ class AvroSerializer:
                 raise SchemaError("framing 'confluent' needs a Schema Registry: set schema_registry.url")
             from confluent_kafka.schema_registry import Schema  # (see registry_client)
 
-            self.schema_id = registry.register_schema(subject or f"{schema}-value", Schema(self.schema.text, "AVRO"))
+            self.schema_id = registry.register_schema(subject or f"{schema}-value",
+                                                      Schema(self.schema.text, "AVRO"))
             self._header = CONFLUENT_MAGIC + struct.pack(">I", self.schema_id)
         else:
             self._header = SINGLE_OBJECT_MAGIC + self.schema.fingerprint
@@ -261,7 +265,8 @@ class AvroDeserializer:
             if found is None and self.lookup is not None:
                 found = self._looked_up(fp)
             if found is None:
-                where = f"{self.store.directory}" + (" nor in the schemas topic" if self.lookup is not None else "")
+                where = f"{self.store.directory}" + (" nor in the schemas topic" if self.lookup is not None
+                                                     else "")
                 raise DecodeError(f"unknown schema fingerprint {fp.hex()} (not in {where})")
             return found, 10
         if data[:1] == CONFLUENT_MAGIC:
@@ -279,10 +284,11 @@ class AvroDeserializer:
         try:
             stored = SchemaStore.adopt(self.store, name, text)
         except SchemaError as exc:
-            raise DecodeError(f"the schemas topic's schema for fingerprint {fp.hex()} does not parse: {exc}") from None
+            raise DecodeError(f"the schemas topic's schema for fingerprint {fp.hex()} does not parse: "
+                              f"{exc}") from None
         if stored.fingerprint != fp:
-            raise DecodeError(f"the schemas topic's entry for fingerprint {fp.hex()} is a schema of fingerprint "
-                              f"{stored.fingerprint.hex()}: refused")
+            raise DecodeError(f"the schemas topic's entry for fingerprint {fp.hex()} is a schema of "
+                              f"fingerprint {stored.fingerprint.hex()}: refused")
         return stored
 
     def _registry_schema(self, schema_id: int) -> StoredSchema:
@@ -290,7 +296,8 @@ class AvroDeserializer:
         if cached is not None:
             return cached
         if self.registry is None:
-            raise DecodeError(f"Confluent-framed record with schema id {schema_id}, but no schema registry is configured")
+            raise DecodeError(f"Confluent-framed record with schema id {schema_id}, but no schema registry "
+                              "is configured")
         if self.subject is not None:
             self._check_subject(schema_id)
         try:
@@ -314,24 +321,27 @@ class AvroDeserializer:
                 versions = self.registry.get_versions(self.subject)
                 self._subject_ids = {self.registry.get_version(self.subject, v).schema_id for v in versions}
             except Exception as exc:
-                raise DecodeError(f"schema id {schema_id}: cannot list subject {self.subject!r}: {exc}") from exc
+                raise DecodeError(f"schema id {schema_id}: cannot list subject {self.subject!r}: "
+                                  f"{exc}") from exc
             if schema_id in self._subject_ids:
                 return
             self._refused[schema_id] = now
         raise DecodeError(f"schema id {schema_id} is not registered under subject {self.subject!r} "
-                          f"(its ids: {sorted(self._subject_ids) or 'none'}): a record's writer schema must be "
-                          "one of its topic's")
+                          f"(its ids: {sorted(self._subject_ids) or 'none'}): a record's writer schema must "
+                          "be one of its topic's")
 
     def record_reader(self, writer: StoredSchema) -> Reader:
         """The compiled reader for records written with ``writer`` (resolved to the reader schema);
         a writer schema that does not resolve raises :class:`DecodeError` naming why."""
         got = self._readers.get(writer.fingerprint)
         if got is None:
-            target = None if self.reader is None or writer.fingerprint == self.reader.fingerprint else self.reader.node
+            target = (None if self.reader is None or writer.fingerprint == self.reader.fingerprint
+                      else self.reader.node)
             try:
                 got = record_reader(writer.node, target)
             except DecodeError as exc:
-                raise DecodeError(f"writer schema {writer.name!r} does not resolve to {self.reader.name!r}: {exc}") from None
+                raise DecodeError(f"writer schema {writer.name!r} does not resolve to {self.reader.name!r}: "
+                                  f"{exc}") from None
             self._readers[writer.fingerprint] = got
         return got
 

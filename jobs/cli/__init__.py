@@ -1,8 +1,9 @@
 """``ctiflow``: the command line for everything a user does with the platform.
 
 One module per group of commands, each command thin: it parses its parameters, calls the
-library (:mod:`ctiflow.jobs.ops.stack`, :mod:`ctiflow.jobs.datapath.kafka`, :mod:`ctiflow.jobs.driver.pipeline`, …) and prints. The root
-:data:`app` lists them in the order of the help; :func:`main` is the ``ctiflow`` entry point.
+library (:mod:`ctiflow.jobs.ops.stack`, :mod:`ctiflow.jobs.datapath.kafka`,
+:mod:`ctiflow.jobs.driver.pipeline`, …) and prints. The root :data:`app` lists them in the order of
+the help; :func:`main` is the ``ctiflow`` entry point.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from ctiflow.jobs.cli import (bench, conformance, demo, plot, recognize, records, rules, run, schemas, stack, status,
-                              topics)
+from ctiflow.jobs.cli import (bench, conformance, demo, plot, recognize, records, rules, run, schemas, stack,
+                              status, topics)
 from ctiflow.jobs.cli.consoles import console
 from ctiflow.jobs.cli.parameters import not_utf8
 from ctiflow.jobs.driver.config import home
@@ -80,7 +81,8 @@ def guarded(command) -> None:
     try:
         command()
     except (CtiflowError, OSError, UnicodeDecodeError) as exc:
-        console.print(f"[red]error:[/red] {escape(redact(_message(exc), env_credentials()))}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(redact(_message(exc), env_credentials()))}",
+                      highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("interrupted; stopped what this command started")

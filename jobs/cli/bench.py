@@ -24,23 +24,27 @@ def registry():
 
 
 @app.command()
-def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapter, source, count, bins, match, rules, "
-                                               "reliability, scale, peers, latency, soak), or all")] = "all",
-          events: Annotated[Optional[int], typer.Option(help="events per run (default per benchmark)")] = None,
+def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapter, source, count, bins, "
+                                               "match, rules, reliability, scale, peers, latency, soak), "
+                                               "or all")] = "all",
+          events: Annotated[Optional[int], typer.Option(
+              help="events per run (default per benchmark)")] = None,
           trigger: Annotated[Optional[int], typer.Option(
-              min=1000, help="events per micro-batch for every Spark variant of adapter, bins, scale and peers "
-                             "(default: 200000, 50000, 200000 and 100000)")] = None,
+              min=1000, help="events per micro-batch for every Spark variant of adapter, bins, scale and "
+                             "peers (default: 200000, 50000, 200000 and 100000)")] = None,
           minutes: Annotated[Optional[float], typer.Option(
               min=0.5, help="how long the soak runs (default 30; soak is not part of all)")] = None,
           cti_delay: Annotated[bool, typer.Option(
-              "--cti-delay", help="scale: only the table of batch time against cti.delay (10 s to 10 minutes at a "
-                                  "fixed rate, in one process)")] = False):
-    """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same run."""
+              "--cti-delay", help="scale: only the table of batch time against cti.delay (10 s to 10 minutes "
+                                  "at a fixed rate, in one process)")] = False):
+    """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same
+    run."""
     benches = registry()
     valid = ("all", *benches.BENCHES, *benches.LONG_BENCHES)
     if which not in valid:
         raise typer.BadParameter(f"{which!r} is not one of {', '.join(map(repr, valid))}", param_hint="WHICH")
     if cti_delay and which != "scale":
-        raise typer.BadParameter("--cti-delay is an option of the scale benchmark: ctiflow bench scale --cti-delay")
+        raise typer.BadParameter("--cti-delay is an option of the scale benchmark: ctiflow bench scale "
+                                 "--cti-delay")
     benches.run_benchmarks(which, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
                               cti_delay=cti_delay)

@@ -32,6 +32,7 @@ def demo_data(out_dir: Annotated[Path, typer.Option("--out")] = Path(".ctiflow/d
 def demo(port: Port = DEFAULT_PORT,
          keep: Annotated[bool, typer.Option(help="leave the broker running")] = False):
     """The whole pipeline end to end on the embedded stack: broker, topics, sample data, jobs, results."""
-    from ctiflow.jobs.ops.demo import run_demo  # here: the demo runs jobs (pyspark, pandas) and plots (matplotlib)
+    from ctiflow.jobs.ops.demo import run_demo  # here: the demo runs jobs (pyspark, pandas) and plots
+                                                # (matplotlib)
 
     run_demo(port=port, keep_broker=keep, console=console, out=out)

@@ -87,9 +87,9 @@ def _run(args, manifest: dict | None) -> None:
         found = workers_python(spark)
         if found != {expected}:
             raise ConfigError(
-                f"the executors run Python {', '.join(sorted(found))}; the environment archive holds packages for "
-                f"Python {expected} (the Python ctiflow submit ran on). Submit from a Python {expected}, or point "
-                f"spark.pyspark.python at the workers' python{expected}")
+                f"the executors run Python {', '.join(sorted(found))}; the environment archive holds "
+                f"packages for Python {expected} (the Python ctiflow submit ran on). Submit from a Python "
+                f"{expected}, or point spark.pyspark.python at the workers' python{expected}")
         return spark
 
     code = run_job(cfg, until_end=args.until_end, timeout=args.timeout, as_json=args.as_json, session=session)

@@ -87,12 +87,14 @@ class Connection:
         return registry_client(self.registry_url, self.registry_config) if self.registry_url else None
 
 
-def connection(bootstrap: str | None = None, registry: str | None = None, config: Path | None = None) -> Connection:
+def connection(bootstrap: str | None = None, registry: str | None = None,
+               config: Path | None = None) -> Connection:
     """The flags win over the job file, the job file over the defaults."""
     if config is None:
         return Connection(bootstrap_servers(bootstrap), {}, registry)
     cfg = load(config)
-    from ctiflow.jobs.driver.recognize import job_schema_store  # the job's derived output schemas decode its topics
+    from ctiflow.jobs.driver.recognize import job_schema_store  # the job's derived output schemas decode
+                                                                # its topics
 
     kafka_cfg = cfg.kafka
     return Connection(bootstrap or kafka_cfg.bootstrap_servers, kafka_cfg.client_config(),

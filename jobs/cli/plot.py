@@ -21,8 +21,8 @@ def _only(records: list[dict], topics: list[str], kind: str, fields: tuple[str, 
     InputError (an image of nothing would look like a result)."""
     chosen = [r for r in records if all(f in r for f in fields)]
     if not chosen:
-        raise InputError(f"topic {' + '.join(topics)}: no {kind} records among its {len(records)}: name a {kind} "
-                         "operator's output with --topic")
+        raise InputError(f"topic {' + '.join(topics)}: no {kind} records among its {len(records)}: name a "
+                         f"{kind} operator's output with --topic")
     return chosen
 
 
@@ -60,6 +60,7 @@ def bins(topic: Annotated[str, typer.Option("--topic", "-t")] = "bins-updated",
     topics = [name for name in (topic, final_topic) if name]
     records = _only([r for name in topics for r in read_topic(conn.bootstrap, name, conn.client,
                                                               registry_url=conn.registry_url,
-                                                              registry_config=conn.registry_config, store=conn.store)],
+                                                              registry_config=conn.registry_config,
+                                                              store=conn.store)],
                     topics, "bin", ("binner", "key", "bin_start", "bin_end"))
     out.print(f"wrote {plot_bins(records, str(out_png))} from {len(records)} records")

@@ -20,12 +20,15 @@ def to_json(row: dict) -> str:
     """One output row as JSON: timestamps as SQL TIMESTAMP(3) text, columns in output order."""
     from ctiflow.operators.cep.expr.vocabulary import Timestamp
 
-    return json.dumps({k: str(v) if isinstance(v, Timestamp) else v for k, v in row.items()}, ensure_ascii=False)
+    return json.dumps({k: str(v) if isinstance(v, Timestamp) else v for k, v in row.items()},
+                      ensure_ascii=False)
 
 
 @app.command()
-def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file with SELECT * FROM t MATCH_RECOGNIZE (…)")],
-              events: Annotated[Path, typer.Option("--events", "-e", help="JSON lines: one row per line, fields = columns")],
+def recognize(query: Annotated[Path, typer.Option(
+                  "--query", "-q", help="a file with SELECT * FROM t MATCH_RECOGNIZE (…)")],
+              events: Annotated[Path, typer.Option(
+                  "--events", "-e", help="JSON lines: one row per line, fields = columns")],
               timestamp: Annotated[Optional[list[str]], typer.Option(
                   "--timestamp", help="a column of epoch milliseconds that is a TIMESTAMP(3) (repeatable; "
                                       "otherwise an integer column is a BIGINT)")] = None):
@@ -62,7 +65,8 @@ def recognize(query: Annotated[Path, typer.Option("--query", "-q", help="a file 
     try:
         out = run(text, rows, refused, types={c: "timestamp" for c in timestamp or ()})
     except SqlError as exc:
-        console.print(f"[red]error:[/red] {escape(f'{query}: {exc.render() if exc.text else exc}')}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(f'{query}: {exc.render() if exc.text else exc}')}",
+                      highlight=False)
         raise typer.Exit(2) from None
     for row in out:
         print(to_json(row))

@@ -13,7 +13,8 @@ from rich.progress import Progress
 
 from ctiflow.jobs.datapath import kafka
 from ctiflow.jobs.cli.consoles import console, out
-from ctiflow.jobs.cli.parameters import Bootstrap, InputError, JobFile, Registry, connection, decode_line, not_utf8, open_lines
+from ctiflow.jobs.cli.parameters import (Bootstrap, InputError, JobFile, Registry, connection, decode_line,
+                                         not_utf8, open_lines)
 from ctiflow.jobs.avro.serde import AvroSerializer, default_store
 
 app = typer.Typer()
@@ -41,7 +42,8 @@ def produce(topic: Topic,
             )] = Framing.SINGLE_OBJECT,
             if_empty: Annotated[bool, typer.Option(
                 "--if-empty", help="produce only into a topic that holds no record yet (a one-shot loader "
-                                   "run again, e.g. the compose demo producer, then sends nothing twice)")] = False,
+                                   "run again, e.g. the compose demo producer, then sends nothing "
+                                   "twice)")] = False,
             registry: Registry = None,
             bootstrap: Bootstrap = None,
             config: JobFile = None):
@@ -70,7 +72,8 @@ def produce(topic: Topic,
     lines = _Lines(name, stream, schema, fields, serializer)
     with stream, Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"producing to {topic}", total=None)
-        done = kafka.produce(bs, topic, lines, lines.encode, key_field, conn.client, on_rejected=lines.rejected,
+        done = kafka.produce(bs, topic, lines, lines.encode, key_field, conn.client,
+                             on_rejected=lines.rejected,
                              on_progress=lambda sent: progress.update(task, completed=sent))
     skipped = done.rejected + lines.undecodable
     out.print(f"produced {done.sent - done.unflushed} records to {topic}"
@@ -104,8 +107,8 @@ class _Lines:
     def encode(self, record) -> bytes:
         for field in (record.keys() - self.known if isinstance(record, dict) else ()):
             self.known.add(field)
-            warning = (f"{self.name}:{self.number}: field {field!r} is not in schema {self.schema!r}: dropped "
-                       "(here and wherever it is)")
+            warning = (f"{self.name}:{self.number}: field {field!r} is not in schema {self.schema!r}: "
+                       "dropped (here and wherever it is)")
             console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
         return self.serializer(record)
 
@@ -117,7 +120,8 @@ def _json(record: dict) -> str:
 @app.command()
 def consume(topic: Topic,
             from_beginning: Annotated[bool, typer.Option("--from-beginning/--new-only")] = True,
-            max_records: Annotated[Optional[int], typer.Option("--max", min=1, help="stop after N records")] = None,
+            max_records: Annotated[Optional[int], typer.Option(
+                "--max", min=1, help="stop after N records")] = None,
             follow: Annotated[bool, typer.Option(
                 "--follow", "-f", help="keep waiting for new records")] = False,
             registry: Registry = None,
@@ -133,12 +137,13 @@ def consume(topic: Topic,
         nonlocal hinted
         if not hinted and "unknown schema fingerprint" in str(record.get("_undecodable", "")):
             hinted = True
-            console.print("[yellow]hint[/]: a record's schema is neither among the schema files nor in the schemas "
-                          "topic (a job publishes the schemas it derives there when it starts) — add --config "
-                          "JOB.yaml to derive them here", highlight=False)
+            console.print("[yellow]hint[/]: a record's schema is neither among the schema files nor in the "
+                          "schemas topic (a job publishes the schemas it derives there when it starts) — "
+                          "add --config JOB.yaml to derive them here", highlight=False)
 
     if not follow and from_beginning:
-        for record in kafka.iter_topic(bs, topic, conn.client, max_records=max_records, registry_url=conn.registry_url,
+        for record in kafka.iter_topic(bs, topic, conn.client, max_records=max_records,
+                                       registry_url=conn.registry_url,
                                        registry_config=conn.registry_config, store=conn.store):
             hint(record)
             out.print_json(_json(record)) if sys.stdout.isatty() else print(_json(record))

@@ -13,16 +13,16 @@ from rich.table import Table
 from ctiflow.jobs.cli.consoles import console, out
 from ctiflow.jobs.cli.parameters import read_text
 
-app = typer.Typer(help="A match operator's rules: patterns that take effect at an application time, while the job "
-                       "runs (docs/concepts/rules.md).", no_args_is_help=True)
+app = typer.Typer(help="A match operator's rules: patterns that take effect at an application time, while "
+                       "the job runs (docs/concepts/rules.md).", no_args_is_help=True)
 
 Job = Annotated[Path, typer.Option("--job", "-j", help="the job's YAML (its operator has a rules: section)")]
 Operator = Annotated[Optional[str], typer.Option(
     "--operator", "-o", help="the match operator (default: the job's one operator with rules)")]
 RuleId = Annotated[str, typer.Option("--id", help="the rule's id: versions of one id replace each other")]
 Effective = Annotated[Optional[str], typer.Option(
-    "--effective", "-e", help="application time it takes effect: epoch ms, ISO date-time (UTC unless it says), or "
-                              "now (the default)")]
+    "--effective", "-e", help="application time it takes effect: epoch ms, ISO date-time (UTC unless it "
+                              "says), or now (the default)")]
 
 
 def _when(ms: int) -> str:
@@ -52,8 +52,8 @@ def put(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as
 
     rule = put_rule(load(job), read_text(definition), rule_id=rule_id, operator=operator, effective=effective,
                     version=version, comment=comment, warn=_warn)
-    out.print(f"rule {escape(rule.rule_id)!r} version {rule.version} of operator {escape(rule.operator)!r}: takes "
-              f"effect at {rule.effective_time} ({_when(rule.effective_time)})")
+    out.print(f"rule {escape(rule.rule_id)!r} version {rule.version} of operator {escape(rule.operator)!r}: "
+              f"takes effect at {rule.effective_time} ({_when(rule.effective_time)})")
 
 
 @app.command("rm")
@@ -63,15 +63,16 @@ def rm(job: Job, rule_id: RuleId, operator: Operator = None, effective: Effectiv
     from ctiflow.jobs.driver.config import load
     from ctiflow.jobs.driver.rules import delete_rule
 
-    rule = delete_rule(load(job), rule_id, effective=effective, operator=operator, comment=comment, warn=_warn)
-    out.print(f"rule {escape(rule.rule_id)!r} deleted at {rule.effective_time} ({_when(rule.effective_time)}): "
-              f"version {rule.version}")
+    rule = delete_rule(load(job), rule_id, effective=effective, operator=operator, comment=comment,
+                       warn=_warn)
+    out.print(f"rule {escape(rule.rule_id)!r} deleted at {rule.effective_time} "
+              f"({_when(rule.effective_time)}): version {rule.version}")
 
 
 @app.command("list")
 def list_(job: Job, operator: Operator = None,
-          at: Annotated[Optional[str], typer.Option(help="which versions are current at this time (default: now)")]
-          = None):
+          at: Annotated[Optional[str], typer.Option(
+              help="which versions are current at this time (default: now)")] = None):
     """The rules in the rules topic: each version, when it takes effect, and which is current at
     --at (the job's own CTI decides for a running job: `ctiflow status` shows it)."""
     from ctiflow.jobs.driver.config import load

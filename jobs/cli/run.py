@@ -46,8 +46,8 @@ def run_job(cfg, *, until_end: bool, timeout: float | None, as_json: bool, sessi
         console.print(f"[yellow]warning[/]: {warning}", highlight=False)
     try:
         spark = session(cfg) if session else None
-        summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console), timeout=timeout,
-                               spark=spark)
+        summary = pipeline.run(cfg, until_end=until_end, on_progress=progress.printer(console),
+                               timeout=timeout, spark=spark)
     finally:
         pipeline.stop_session()
     stopped_by = signal.Signals(summary.stopped_by).name if summary.stopped_by else None
@@ -66,17 +66,21 @@ def run_job(cfg, *, until_end: bool, timeout: float | None, as_json: bool, sessi
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def submit(ctx: typer.Context, config: JobFile,
-           master: Annotated[str, typer.Option(help="the cluster: spark://host:7077, yarn, k8s://https://host:443")],
+           master: Annotated[str, typer.Option(
+               help="the cluster: spark://host:7077, yarn, k8s://https://host:443")],
            deploy_mode: Annotated[str, typer.Option(
                help="client: the driver runs here; cluster: in the cluster (YARN, Kubernetes)")] = "client",
            until_end: Annotated[bool, typer.Option(
                "--until-end", help="bounded: process what is there, flush (final CTI +∞), stop")] = False,
            timeout: Annotated[Optional[float], typer.Option(help="stop after this many seconds")] = None,
            print_command: Annotated[bool, typer.Option(
-               "--print-command", help="build the environment archive, print the spark-submit command, run nothing")] = False):
+               "--print-command", help="build the environment archive, print the spark-submit command, run "
+                                       "nothing")] = False):
     """Run a job on a Spark cluster whose workers have only Spark and a Python of this minor version.
 
-    ctiflow and its dependencies travel in an environment archive (built once, kept in $CTIFLOW_HOME/submit); options ctiflow does not know go to spark-submit unchanged (--conf k=v, --executor-memory 4g, --jars …). See docs/operations/deploying.md."""
+    ctiflow and its dependencies travel in an environment archive (built once, kept in $CTIFLOW_HOME/submit);
+    options ctiflow does not know go to spark-submit unchanged (--conf k=v, --executor-memory 4g, --jars …).
+    See docs/operations/deploying.md."""
     from ctiflow.jobs.driver import submit as submitting
 
     cmd = submitting.command(config, master=master, deploy_mode=deploy_mode, spark_args=list(ctx.args),
@@ -87,7 +91,8 @@ def submit(ctx: typer.Context, config: JobFile,
         print(shlex.join(cmd))
         for path in submitting.secrets_files_of(cmd):
             console.print(f"the job's secret Spark settings are in {path} (readable by you alone), which the "
-                          "command reads: remove it once the job has started", highlight=False, soft_wrap=True)
+                          "command reads: remove it once the job has started", highlight=False,
+                          soft_wrap=True)
         return
     code = submitting.run(cmd)
     if code:

@@ -16,7 +16,8 @@ from ctiflow.jobs.driver.recognize import derived_schemas, job_schema_store
 from ctiflow.jobs.avro.serde import default_store, registry_client
 from ctiflow.operators.errors import CtiflowError
 
-app = typer.Typer(no_args_is_help=True, help="Avro schemas: list, register in a Schema Registry; the job YAML's JSON schema.")
+app = typer.Typer(no_args_is_help=True, help="Avro schemas: list, register in a Schema Registry; the job "
+                                             "YAML's JSON schema.")
 
 
 @app.command("list")

@@ -21,10 +21,11 @@ COMPOSE_PROMETHEUS = "http://127.0.0.1:9090"
 def status(configs: Annotated[Optional[list[Path]], typer.Argument(
                help="job YAMLs with metrics.port set (read at 127.0.0.1:<port>)", show_default=False)] = None,
            url: Annotated[Optional[list[str]], typer.Option(
-               "--url", help="a job's metrics endpoint, e.g. http://127.0.0.1:9464/metrics (repeatable)")] = None,
+               "--url", help="a job's metrics endpoint, e.g. http://127.0.0.1:9464/metrics "
+                             "(repeatable)")] = None,
            prometheus: Annotated[Optional[str], typer.Option(
-               help=f"a Prometheus that scrapes the jobs (the compose stack's: {COMPOSE_PROMETHEUS}); the default "
-                    "when no job or --url is given")] = None,
+               help=f"a Prometheus that scrapes the jobs (the compose stack's: {COMPOSE_PROMETHEUS}); the "
+                    "default when no job or --url is given")] = None,
            once: Annotated[bool, typer.Option("--once", help="print the view once and exit")] = False,
            interval: Annotated[float, typer.Option(min=0.5, help="seconds between reads")] = 2.0):
     """A live view of the running jobs, from their metrics (or the compose stack's Prometheus).
@@ -40,8 +41,8 @@ def status(configs: Annotated[Optional[list[Path]], typer.Argument(
     for path in configs or []:
         cfg = load(path)
         if cfg.metrics.port is None:
-            raise typer.BadParameter(f"{path}: metrics.port is not set, so the job serves no metrics; set it (or "
-                                     "CTIFLOW_METRICS_PORT) before `ctiflow run`", param_hint="CONFIGS")
+            raise typer.BadParameter(f"{path}: metrics.port is not set, so the job serves no metrics; set it "
+                                     "(or CTIFLOW_METRICS_PORT) before `ctiflow run`", param_hint="CONFIGS")
         host = "127.0.0.1" if cfg.metrics.host in ("0.0.0.0", "::") else cfg.metrics.host
         urls.append(f"http://{host}:{cfg.metrics.port}/metrics")
     watch = Watch(urls, prometheus or (None if urls else COMPOSE_PROMETHEUS))
@@ -57,8 +58,9 @@ def status(configs: Annotated[Optional[list[Path]], typer.Argument(
     if failed and not jobs and len(failed) == len(urls) + (watch.prometheus is not None):
         for f in failed:
             console.print(f"[red]error:[/red] not answering: {f}", highlight=False)
-        console.print("nothing to watch: run a job with metrics.port set (or CTIFLOW_METRICS_PORT) and give its "
-                      "YAML or --url, or --prometheus for a Prometheus that scrapes the jobs", highlight=False)
+        console.print("nothing to watch: run a job with metrics.port set (or CTIFLOW_METRICS_PORT) and give "
+                      "its YAML or --url, or --prometheus for a Prometheus that scrapes the jobs",
+                      highlight=False)
         raise typer.Exit(1)
     if once:
         for f in failed:

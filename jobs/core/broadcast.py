@@ -32,7 +32,8 @@ class SharedStates:
         self.reports = reports
         self.inputs = {s.stream: s for s in plan.side_inputs}
         with restoring("the key group's shared state"):
-            self.states = {s.operator: s.shared.new() if stored is None else compat.restored(s.shared.restore, stored[j])
+            self.states = {s.operator: s.shared.new() if stored is None
+                           else compat.restored(s.shared.restore, stored[j])
                            for j, s in enumerate(plan.side_inputs)}
 
     def __bool__(self) -> bool:
@@ -59,7 +60,8 @@ class SharedStates:
                 counters.released += 1
                 continue
             counters.dead_letter += 1
-            key, stamp = (e.key.encode(), None) if cols.origin is None else (cols.origin[0][i], cols.origin[1][i])
+            key, stamp = ((e.key.encode(), None) if cols.origin is None
+                          else (cols.origin[0][i], cols.origin[1][i]))
             out.append((self.plan.dead_letter_topic, Output("dead_letter", rows.dead_letter(
                 topic, e.partition, e.offset, key, e.raw, f"{side.stage} refused: {reason}",
                 None if stamp is None or stamp < 0 else int(stamp), stage=side.stage)), e.key))

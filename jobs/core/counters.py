@@ -2,9 +2,10 @@
 Prometheus family and its help text. Key groups report counters as a flat ``name → int`` dict
 (:meth:`Counters.metrics`), the sink adds what it wrote, the progress file keeps one
 line per micro-batch; :func:`merge` adds them up, progress lines and warnings read them
-(:mod:`ctiflow.jobs.driver.progress`), :mod:`ctiflow.jobs.driver.metrics` exposes them, ``ctiflow status`` reads them back and
-the alert rules (``deploy/prometheus/alerts.yml``) name them — all from this table (a test checks
-that every ``ctiflow_*`` name the status command and the alert rules use is one of its families).
+(:mod:`ctiflow.jobs.driver.progress`), :mod:`ctiflow.jobs.driver.metrics` exposes them, ``ctiflow status``
+reads them back and the alert rules (``deploy/prometheus/alerts.yml``) name them — all from this
+table (a test checks that every ``ctiflow_*`` name the status command and the alert rules use is one
+of its families).
 
 A labelled counter's key is ``name@label/label`` (e.g. ``received@transactions/3``): the
 form the progress file has always had, so old progress files keep reading; only :func:`key`
@@ -47,55 +48,60 @@ class Counter:
 
 C, G, S = Kind.COUNT, Kind.GAUGE, Kind.SHARED
 TABLE: tuple[Counter, ...] = (
-    Counter("received", C, "input records of every stream: events, reference versions, rule records, undecodable "
-            "records"),
+    Counter("received", C, "input records of every stream: events, reference versions, rule records, "
+            "undecodable records"),
     Counter("received", C, "input records read (events, reference versions, undecodable records)", PARTITION,
             "ctiflow_records_received_total"),
-    Counter("released", C, "events released to the operators in application-time order, and rule records applied", (),
-            "ctiflow_records_released_total"),
+    Counter("released", C, "events released to the operators in application-time order, and rule records "
+            "applied", (), "ctiflow_records_released_total"),
     Counter("late", C, "events behind the CTI (with ADJUST: those wholly behind it)"),
-    Counter("late", C, "input records behind the CTI (to the late topic)", PARTITION, "ctiflow_records_late_total"),
+    Counter("late", C, "input records behind the CTI (to the late topic)", PARTITION,
+            "ctiflow_records_late_total"),
     Counter("late_records", C, "records written to the late topic (ADJUST: one per dropped share)", (),
             "ctiflow_late_records_written_total"),
-    Counter("dead_letter", C, "input records that did not decode or validate, and rule records refused (to the "
-            "dead-letter topic)", (),
+    Counter("dead_letter", C, "input records that did not decode or validate, and rule records refused (to "
+            "the dead-letter topic)", (),
             "ctiflow_records_dead_letter_total"),
     Counter("refused", C, "released events an operator refused (to the dead-letter topic)", (),
             "ctiflow_records_refused_total"),
     Counter("outputs", C, "result records the operators produced"),
     Counter("expired_keys", C, "keys whose state the key TTL dropped", (), "ctiflow_keys_expired_total"),
     Counter("written", C, "result records the sink wrote"),
-    Counter("written", C, "result records in the topic, per topic (a replayed batch counts those an earlier attempt "
-            "wrote: exact after kills)", ("topic",), "ctiflow_records_written_total"),
+    Counter("written", C, "result records in the topic, per topic (a replayed batch counts those an earlier "
+            "attempt wrote: exact after kills)", ("topic",), "ctiflow_records_written_total"),
     Counter("replay_skipped", C, "result records a replayed batch had written already (not written again)"),
-    Counter("cti", Kind.MAX, "the job's CTI (application time, epoch s): every stream's CTI combined by min", (),
-            "ctiflow_cti_timestamp_seconds", timestamp=True, lag="ctiflow_event_time_lag_seconds"),
-    Counter("cti", S, "a partition's CTI: the largest event time read from it − the stream's delay (epoch s)",
-            PARTITION, "ctiflow_partition_cti_timestamp_seconds", timestamp=True,
+    Counter("cti", Kind.MAX, "the job's CTI (application time, epoch s): every stream's CTI combined by min",
+            (), "ctiflow_cti_timestamp_seconds", timestamp=True, lag="ctiflow_event_time_lag_seconds"),
+    Counter("cti", S, "a partition's CTI: the largest event time read from it − the stream's delay "
+            "(epoch s)", PARTITION, "ctiflow_partition_cti_timestamp_seconds", timestamp=True,
             lag="ctiflow_partition_event_time_lag_seconds"),
-    Counter("idle", S, "1 while the source counts the partition idle (left out of the stream's CTI)", PARTITION,
-            "ctiflow_partition_idle"),
-    Counter("state_bytes", G, "keyed state after the last batch as stored, compressed (operator \"\": all of it, "
-            "time layer included)", (), "ctiflow_state_bytes"),
-    Counter("state_bytes", G, "keyed state after the last batch, per operator: its snapshots before compression",
-            ("operator",), "ctiflow_state_bytes"),
+    Counter("idle", S, "1 while the source counts the partition idle (left out of the stream's CTI)",
+            PARTITION, "ctiflow_partition_idle"),
+    Counter("state_bytes", G, "keyed state after the last batch as stored, compressed (operator \"\": all of "
+            "it, time layer included)", (), "ctiflow_state_bytes"),
+    Counter("state_bytes", G, "keyed state after the last batch, per operator: its snapshots before "
+            "compression", ("operator",), "ctiflow_state_bytes"),
     Counter("live_keys", G, "keys with state after the last batch", (), "ctiflow_state_keys"),
-    Counter("live_keys", G, "keys with state after the last batch, per operator", ("operator",), "ctiflow_state_keys"),
+    Counter("live_keys", G, "keys with state after the last batch, per operator", ("operator",),
+            "ctiflow_state_keys"),
     Counter("state_written", C, "bytes written to the state store (chunks used, and the header)"),
-    Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written back"),
+    Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written "
+            "back"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
-    Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",), "ctiflow_rules_active"),
-    Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",), "ctiflow_rules_versions"),
+    Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",),
+            "ctiflow_rules_active"),
+    Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",),
+            "ctiflow_rules_versions"),
     Counter("rules_scheduled", S, "rule versions that take effect after the CTI", ("operator",),
             "ctiflow_rules_scheduled"),
-    Counter("rules_applied", S, "rule records applied (adjusted ones included) since the job began", ("operator",),
-            "ctiflow_rules_applied"),
+    Counter("rules_applied", S, "rule records applied (adjusted ones included) since the job began",
+            ("operator",), "ctiflow_rules_applied"),
     Counter("rules_adjusted", S, "late rule records moved to take effect at the CTI", ("operator",),
             "ctiflow_rules_adjusted"),
     Counter("rules_rejected", S, "rule records refused (to the dead-letter topic)", ("operator",),
             "ctiflow_rules_rejected"),
-    Counter("rule_partial_matches", G, "partial matches in flight per rule after the last batch (rule \"\": the "
-            "operator's own pattern)", ("operator", "rule"), "ctiflow_rule_partial_matches"),
+    Counter("rule_partial_matches", G, "partial matches in flight per rule after the last batch (rule \"\": "
+            "the operator's own pattern)", ("operator", "rule"), "ctiflow_rule_partial_matches"),
     Counter("state_us", C, "time spent decoding and encoding state, µs"),
     Counter("python_us", C, "the key groups' calls in the Python workers, µs"),
 )
@@ -104,12 +110,12 @@ TABLE: tuple[Counter, ...] = (
 #: offsets), not from the key groups' counters: name → help.
 DRIVER_METRICS: dict[str, str] = {
     "ctiflow": "the job and ctiflow's version",
-    "ctiflow_partition_offsets_behind": "records not read yet: the partition's end offset − the offset after the "
-                                        "last batch",
+    "ctiflow_partition_offsets_behind": "records not read yet: the partition's end offset − the offset "
+                                        "after the last batch",
     "ctiflow_batches_total": "micro-batches this process completed",
     "ctiflow_batch_duration_seconds": "a micro-batch's whole duration (Spark's triggerExecution)",
-    "ctiflow_last_batch_duration_seconds": "the last micro-batch's stages (Spark's durationMs: triggerExecution is "
-                                           "the whole)",
+    "ctiflow_last_batch_duration_seconds": "the last micro-batch's stages (Spark's durationMs: "
+                                           "triggerExecution is the whole)",
     "ctiflow_last_batch_records": "Kafka records the last micro-batch read",
     "ctiflow_last_batch_timestamp_seconds": "when the last micro-batch completed (epoch s)",
 }
@@ -219,10 +225,12 @@ class Counters:
     state_us: int = 0
     python_us: int = 0
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
-    #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator → (bytes, keys)
+    #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator →
+    #: (bytes, keys)
     partitions: dict = field(default_factory=dict)
     ops: dict = field(default_factory=dict)
-    #: operator → its shared state's figures (``<family>_<figure>``: :class:`ctiflow.jobs.core.broadcast.SharedStates`)
+    #: operator → its shared state's figures (``<family>_<figure>``:
+    #: :class:`ctiflow.jobs.core.broadcast.SharedStates`)
     shared: dict = field(default_factory=dict)
     #: (operator, name) → an operator's tallies over the group's chunks (partial matches per rule)
     tallies: dict = field(default_factory=dict)

@@ -173,12 +173,14 @@ def sql_settings(target: MatchTarget, sql: str, where: str,
     try:
         q = parse(sql)  # compiled (columns and types checked) once, by settings.pattern_object() below
         if target.key_field not in q.partition_by:
-            raise SqlError(f"PARTITION BY must include the job's key field {target.key_field!r} (the job keeps "
-                           f"state, chunks and TTL per key): write PARTITION BY "
-                           f"{', '.join([target.key_field, *q.partition_by])}", q.text, q.text.upper().find("PARTITION"))
+            raise SqlError(f"PARTITION BY must include the job's key field {target.key_field!r} (the job "
+                           f"keeps state, chunks and TTL per key): write PARTITION BY "
+                           f"{', '.join([target.key_field, *q.partition_by])}", q.text,
+                           q.text.upper().find("PARTITION"))
         if q.order_by[0][0] != target.time_field:
             raise SqlError(f"ORDER BY must start with the source's time field {target.time_field!r} (the job "
-                           f"orders events by it): write ORDER BY {target.time_field}", q.text, q.order_by[0][2])
+                           f"orders events by it): write ORDER BY {target.time_field}", q.text,
+                           q.order_by[0][2])
         settings = MatchSettings(None, name=target.name, emit_timed_out=target.emit_timed_out,
                                  max_partial_matches=target.max_partial_matches,
                                  max_buffered_events=target.max_buffered_events, sql=sql, columns=columns,
@@ -219,8 +221,9 @@ class RuleCompiler:
     """``rule → MatchSettings`` for one operator that takes rules, checking the definition as the
     job's own definition is checked (fields against the matched record's schema, the expression
     bounds, the SQL parser's errors): a :class:`ConfigError` with the problems, the refusal a rule
-    record's dead letter carries. A value the planner makes (:func:`ctiflow.jobs.driver.planner.rule_compiler`):
-    the executors compile the rules they receive with it, without the job's configuration."""
+    record's dead letter carries. A value the planner makes
+    (:func:`ctiflow.jobs.driver.planner.rule_compiler`): the executors compile the rules they receive with
+    it, without the job's configuration."""
 
     target: MatchTarget
     language: str  # "pattern" or "sql"

@@ -2,9 +2,10 @@
 
 Two row types cross Spark, each with one writer and one reader:
 
-**Input rows** (``ctiflow.jobs.datapath.source.decoder`` writes them, ``ctiflow.jobs.datapath.adapter`` reads them), one Arrow
-schema (:data:`INPUT_SCHEMA`) of ``meta_`` columns. Every row has ``meta_stream``, ``meta_group`` (the key group label Spark
-shuffles on) and ``meta_partition``; what else is set says what the row is:
+**Input rows** (``ctiflow.jobs.datapath.source.decoder`` writes them, ``ctiflow.jobs.datapath.adapter``
+reads them), one Arrow schema (:data:`INPUT_SCHEMA`) of ``meta_`` columns. Every row has
+``meta_stream``, ``meta_group`` (the key group label Spark shuffles on) and ``meta_partition``; what
+else is set says what the row is:
 
 ========== ====================================================================================
 row        columns
@@ -18,9 +19,9 @@ frontier   ``meta_control = "frontier"``, ``meta_start``: the partition has been
 control    ``meta_control`` = :class:`Control` as JSON (one row per key group per micro-batch)
 ========== ====================================================================================
 
-**Output rows** (``ctiflow.jobs.datapath.adapter`` writes them, ``ctiflow.jobs.datapath.sink`` reads them): :data:`OUTPUT_SCHEMA`
-``(topic, key, value, kind)``. ``kind = "pack"``: ``value`` holds up to :data:`PACK_SIZE`
-Avro-encoded result records of ``topic`` as Arrow columns ``(key, value, role)``
+**Output rows** (``ctiflow.jobs.datapath.adapter`` writes them, ``ctiflow.jobs.datapath.sink`` reads
+them): :data:`OUTPUT_SCHEMA` ``(topic, key, value, kind)``. ``kind = "pack"``: ``value`` holds up to
+:data:`PACK_SIZE` Avro-encoded result records of ``topic`` as Arrow columns ``(key, value, role)``
 (:func:`output_frame`); ``kind = "metrics"``: the key group's counters as JSON (summed by the
 sink, never written); any other kind: one record.
 
@@ -52,9 +53,10 @@ from ctiflow.operators.events import Event, OutputBatch
 
 #: ``meta_`` columns of every input row, in order (Arrow types).
 META_FIELDS = [
-    ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()), ("meta_end", pa.int64()),
-    ("meta_group", pa.int32()), ("meta_partition", pa.int32()), ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()),
-    ("meta_error", pa.string()), ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_control", pa.string()),
+    ("meta_stream", pa.string()), ("meta_key", pa.string()), ("meta_start", pa.int64()),
+    ("meta_end", pa.int64()), ("meta_group", pa.int32()), ("meta_partition", pa.int32()),
+    ("meta_offset", pa.int64()), ("meta_kafka_ts", pa.int64()), ("meta_error", pa.string()),
+    ("meta_value", pa.binary()), ("meta_raw_key", pa.binary()), ("meta_control", pa.string()),
 ]
 #: A key group's records of one fetch, Arrow columns (see :func:`pack_columns`).
 META_PACK = ("meta_pack", pa.binary())
@@ -115,7 +117,8 @@ def pack_batch(fields: pa.Table | pa.RecordBatch, keys, starts, ends, offsets, v
         metadata[FIELD_NAMES] = json.dumps(list(fields.schema.names)).encode()
         fields = pa.table({})
     columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns] + meta
-    schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META + extra], metadata=metadata)
+    schema = pa.schema(list(fields.schema) + [pa.field(n, t) for n, t in PACK_META + extra],
+                       metadata=metadata)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -155,7 +158,8 @@ def _numpy(column: pa.Array, as_json: bool) -> np.ndarray:
     t = column.type
     if as_json:
         return object_array([None if v is None else json.loads(v) for v in column.to_pylist()])
-    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)
+                                   or pa.types.is_boolean(t)):
         return column.to_numpy(zero_copy_only=False)
     return object_array(column.to_pylist())
 
@@ -176,7 +180,8 @@ class BytesFields(LazyFields):
 
     __slots__ = ("stream", "names", "json_fields", "raw", "_columns")
 
-    def __init__(self, stream: str, names: tuple[str, ...], json_fields: tuple[str, ...], raw: np.ndarray) -> None:
+    def __init__(self, stream: str, names: tuple[str, ...], json_fields: tuple[str, ...],
+                 raw: np.ndarray) -> None:
         self.stream, self.names, self.json_fields, self.raw = stream, tuple(names), tuple(json_fields), raw
         self._columns: dict[str, np.ndarray] | None = None
 
@@ -185,12 +190,13 @@ class BytesFields(LazyFields):
             n = len(self.raw)
             decode = FIELD_DECODERS.get(self.stream)
             if decode is None:
-                raise RuntimeError(f"stream {self.stream!r}: its packs carry records' bytes only and this process has "
-                                   "no decoder for them (ctiflow.jobs.core.rows.FIELD_DECODERS; a bug in ctiflow)")
+                raise RuntimeError(f"stream {self.stream!r}: its packs carry records' bytes only and this "
+                                   "process has no decoder for them (ctiflow.jobs.core.rows.FIELD_DECODERS; "
+                                   "a bug in ctiflow)")
             table = decode(list(self.raw)) if n else None
             if table is not None and table.num_rows != n:
-                raise RuntimeError(f"stream {self.stream!r}: {n - table.num_rows} records the source decoded do not "
-                                   "decode again (a bug in ctiflow)")
+                raise RuntimeError(f"stream {self.stream!r}: {n - table.num_rows} records the source decoded "
+                                   "do not decode again (a bug in ctiflow)")
             as_json = set(self.json_fields)
             self._columns = {name: _numpy(table.column(name).combine_chunks(), name in as_json) if n else
                              np.empty(0, object) for name in self.names}
@@ -287,8 +293,8 @@ class ArrowFields(LazyFields):
         kept = [n for n in self.table.schema.names if n in names]
         if len(kept) == self.table.num_columns:
             return self
-        return ArrowFields(self.table.select(kept), tuple(n for n in self.json_fields if n in kept), self.index,
-                           {n: c for n, c in self._converted.items() if n in kept},
+        return ArrowFields(self.table.select(kept), tuple(n for n in self.json_fields if n in kept),
+                           self.index, {n: c for n, c in self._converted.items() if n in kept},
                            {n: c for n, c in self._columns.items() if n in kept})
 
     def __reduce__(self):
@@ -307,7 +313,8 @@ def _arrow_fields(ipc: bytes, json_fields: tuple[str, ...]) -> ArrowFields:
 def unpack_columns(pack: bytes, stream: str, partition: int) -> EventColumns:
     """The events of a pack row as columns, in offset order."""
     batches = list(pa.ipc.open_stream(pack))
-    batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    batch = (batches[0] if len(batches) == 1
+             else pa.Table.from_batches(batches).combine_chunks().to_batches()[0])
     schema = batch.schema
     metadata = schema.metadata or {}
     as_json = set(json.loads(metadata.get(JSON_FIELDS, b"[]")))
@@ -433,7 +440,8 @@ def read_input(frame) -> GroupInput:
         elif control is not None:
             got.controls.append((stream, Control.from_json(control)))
         else:
-            got.dead.append(DeadRow(stream, int(part), int(off), raw_key, value, err, None if ts != ts else int(ts)))
+            got.dead.append(DeadRow(stream, int(part), int(off), raw_key, value, err,
+                                    None if ts != ts else int(ts)))
     return got
 
 
@@ -443,8 +451,9 @@ def dead_letter(topic: str, partition: int, offset: int, key: bytes | None, valu
     """The one dead-letter record (``schemas/dead_letter.avsc``): ``topic`` is the *source
     topic* the record was read from, whichever stage refused it; ``stage`` is decode, validate
     or operator (default: what ``error`` starts with, as the source writes ``"<stage>: <reason>"``)."""
-    return {"source_topic": topic, "partition": int(partition), "offset": int(offset), "key": key, "value": value,
-            "error": error, "stage": stage or error.split(":", 1)[0], "kafka_timestamp": kafka_timestamp}
+    return {"source_topic": topic, "partition": int(partition), "offset": int(offset), "key": key,
+            "value": value, "error": error, "stage": stage or error.split(":", 1)[0],
+            "kafka_timestamp": kafka_timestamp}
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -490,7 +499,8 @@ def result_batch(keys, values: pa.Array, role: str) -> pa.RecordBatch:
         key = (keys if isinstance(keys, pa.Array) else pa.array(keys, pa.string())).cast(pa.binary())
     if pa.types.is_large_binary(values.type):
         values = values.cast(pa.binary())
-    return pa.RecordBatch.from_arrays([key, values, pa.repeat(pa.scalar(role, pa.string()), n)], schema=RESULT_PACK)
+    return pa.RecordBatch.from_arrays([key, values, pa.repeat(pa.scalar(role, pa.string()), n)],
+                                      schema=RESULT_PACK)
 
 
 class ResultPacks:
@@ -540,7 +550,8 @@ def output_frame(packs: list[tuple[str, list]], metrics: dict[str, int]):
                          "kind": [PACK] * len(packs) + [METRICS]})
 
 
-def output_columns(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, pa.Array, pa.Array]]:
+def output_columns(batches: Iterable[pa.RecordBatch],
+                   metrics: dict[str, int]) -> Iterator[tuple[str, pa.Array, pa.Array]]:
     """``(topic, keys, values)`` (binary columns, a key may be null) of the records in the
     output rows, in row order: a pack's records at a time, and runs of consecutive one-record
     rows of a topic as one slice of the rows' columns; ``metrics`` rows are summed into
@@ -566,7 +577,8 @@ def output_columns(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -
             yield topics[start], keys.slice(start), values.slice(start)
 
 
-def output_records(batches: Iterable[pa.RecordBatch], metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
+def output_records(batches: Iterable[pa.RecordBatch],
+                   metrics: dict[str, int]) -> Iterator[tuple[str, bytes | None, bytes]]:
     """``(topic, key, value)`` of every record in the output rows (:func:`output_columns`)."""
     for topic, keys, values in output_columns(batches, metrics):
         for k, v in zip(keys.to_pylist(), values.to_pylist()):
@@ -598,7 +610,8 @@ class ResultEncoder:
     def _value(self, topic: str, o) -> bytes:
         """An :class:`Output`'s bytes: as they came if they carry the topic's schema, else encoded."""
         raw = o.encoded
-        return raw if raw is not None and raw.startswith(self.headers[topic]) else self.serializers[topic](o.record)
+        return (raw if raw is not None and raw.startswith(self.headers[topic])
+                else self.serializers[topic](o.record))
 
     def _as_they_came(self, topic: str, raw) -> pa.Array | None:
         """Records passed on unchanged (their original bytes, ``raw``) as one binary array, if
@@ -626,11 +639,13 @@ class ResultEncoder:
                         packs.add_batch(topic, result_batch(keys, values, o.role))
                         continue
                 else:
-                    packs.add_batch(topic, result_batch(keys, self.bulk(topic).encode(o.columns, o.n), o.role))
+                    packs.add_batch(topic, result_batch(keys, self.bulk(topic).encode(o.columns, o.n),
+                                                        o.role))
                     continue
                 for one in o.outputs():  # record by record, as the Output items below
                     key = one.key if one.key is not None else one.record.get("key")
-                    packs.add(topic, None if key is None else str(key).encode(), self._value(topic, one), o.role)
+                    packs.add(topic, None if key is None else str(key).encode(), self._value(topic, one),
+                              o.role)
                 continue
             if topic == late:
                 counters.late_records += 1

@@ -36,7 +36,8 @@ from ctiflow.operators.time import (CTI_INFINITY, CTI_NONE, REASON_ADJUSTED, Eve
 
 def operator_dead_letter(e: Event, operator: str, exc: Exception, topic: str) -> dict:
     """An event an operator refused: its fields as JSON (the Avro bytes are not kept past the source)."""
-    return rows.dead_letter(topic, e.partition, e.offset, e.key.encode(), json.dumps(e.fields, default=str).encode(),
+    return rows.dead_letter(topic, e.partition, e.offset, e.key.encode(),
+                            json.dumps(e.fields, default=str).encode(),
                             f"operator {operator}: {exc}", stage="operator")
 
 
@@ -79,12 +80,14 @@ class Clocks:
         return combined_cti({n: self.streams[n] for n in streams})
 
     def gauges(self) -> dict:
-        """``(stream, partition) → (the partition's CTI, idle 0/1)`` (CTI: its frontier − the stream's delay)."""
+        """``(stream, partition) → (the partition's CTI, idle 0/1)`` (CTI: its frontier − the stream's
+        delay)."""
         out = {}
         for stream, clock in self.streams.items():
             for p in sorted(clock.partitions | set(clock.frontier)):
                 frontier = clock.frontier.get(p)
-                out[(stream, p)] = (CTI_NONE if frontier is None else frontier - clock.delay, int(p in clock.idle))
+                out[(stream, p)] = (CTI_NONE if frontier is None else frontier - clock.delay,
+                                    int(p in clock.idle))
         return out
 
 
@@ -105,8 +108,9 @@ class Router:
             return topic
         if role == "late":
             return self.plan.late_topic
-        raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} that has "
-                           f"no topic (known: {', '.join(sorted(spec.role_topics))}, late): a bug in ctiflow")
+        raise RuntimeError(f"operator {spec.name!r} ({spec.cls.__name__}) emitted an output role {role!r} "
+                           f"that has no topic (known: {', '.join(sorted(spec.role_topics))}, late): a bug "
+                           "in ctiflow")
 
     def record(self, spec: OperatorSpec, o: Output, event_key: str | None) -> tuple:
         """``(topic, record, Kafka key)`` of one operator output. Role ``dead_letter`` is a
@@ -136,7 +140,8 @@ class Router:
             else:
                 out.append(self.record(spec, item, None))
 
-    def processed(self, spec: OperatorSpec, cols: EventColumns, results: list[tuple[int, Any]], out: list) -> None:
+    def processed(self, spec: OperatorSpec, cols: EventColumns, results: list[tuple[int, Any]],
+                  out: list) -> None:
         """A ``process_columns`` result: records routed; a refused event (e.g. a measure the
         binner cannot prorate) to the dead-letter topic with the reason, the job going on. Any
         other exception is a bug in ctiflow and fails the micro-batch."""
@@ -168,7 +173,8 @@ class ReferenceStage:
     @classmethod
     def restore(cls, plan: Plan, join: bytes, enriched) -> "ReferenceStage":
         with restoring("the reference join"):
-            return cls(plan, ReferenceJoin.restore(plan.reference, join), _enriched_buffer(plan.fast, enriched))
+            return cls(plan, ReferenceJoin.restore(plan.reference, join),
+                       _enriched_buffer(plan.fast, enriched))
 
     def state(self) -> tuple:
         return self.join.snapshot(), _buffer_state(self.enriched)
@@ -206,7 +212,8 @@ def time_layer(plan: Plan, chunks, data) -> tuple[ColumnTimeLayer, StoredParts]:
         data, sizes = data
         parts = StoredParts(chunks, sizes)
     args = (plan.handles_adjust, keep, plan.needs_records, parts.load)
-    layer = ColumnTimeLayer(plan.streams, *args) if data is None else compat.time_layer(plan.streams, data, *args)
+    layer = (ColumnTimeLayer(plan.streams, *args) if data is None
+             else compat.time_layer(plan.streams, data, *args))
     return layer, parts
 
 
@@ -229,7 +236,8 @@ class GroupRuntime:
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
                  warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True):
         if plan.reference is None and len(plan.streams) != 1:
-            raise ValueError("several input streams need a reference join (ctiflow.jobs.driver.config refuses it)")
+            raise ValueError("several input streams need a reference join (ctiflow.jobs.driver.config "
+                             "refuses it)")
         self.plan = plan
         self.counters = Counters()
         self.route = Router(plan, self.counters, batched)
@@ -245,9 +253,10 @@ class GroupRuntime:
             with restoring("the key group's time layer"):
                 h = GroupHeader.from_bytes(header, bool(plan.side_inputs))
             if h.operators != self.plan.operator_names:
-                raise StateError(f"the checkpoint holds the state of operators {h.operators}, the job configures "
-                                 f"{self.plan.operator_names}: {STATE_FIX}")
-        self.ended, self.ops_cti = h.ended, h.ops_cti  # (ops_cti: every chunk's operators are at or will reach it)
+                raise StateError(f"the checkpoint holds the state of operators {h.operators}, the job "
+                                 f"configures {self.plan.operator_names}: {STATE_FIX}")
+        self.ended, self.ops_cti = h.ended, h.ops_cti  # (ops_cti: every chunk's operators are at or will
+                                                       # reach it)
         self.clocks = Clocks({name: PartitionCtis.restore(h.clocks[name]) if name in h.clocks
                               else PartitionCtis(plan.delays.get(name, 0)) for name in plan.clock_streams})
         #: the operators' broadcast state: every group offers the side inputs' records to its own
@@ -261,15 +270,15 @@ class GroupRuntime:
         #: whether the events' own chunks hold state: an operator keyed by them, or the key TTL
         self._by_event_key = plan.ttl is not None or any(t.state == "keys" for t in traits)
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
-                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm, index=h.keyed,
-                                prepare=self.shared.prepare if self.shared else None)
+                                chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm,
+                                index=h.keyed, prepare=self.shared.prepare if self.shared else None)
         with restoring("the key group's time layer"):
             self.layer, self.parts = time_layer(plan, self.chunks, h.layer)
         if plan.reference is None:
             self.reference = None
         else:
-            self.reference = ReferenceStage.new(plan) if h.join is None else ReferenceStage.restore(plan, h.join,
-                                                                                                  h.enriched)
+            self.reference = (ReferenceStage.new(plan) if h.join is None
+                              else ReferenceStage.restore(plan, h.join, h.enriched))
         self.counters.state_us += int((time.perf_counter() - started) * 1e6)
 
     # -- state -------------------------------------------------------------------------
@@ -282,9 +291,11 @@ class GroupRuntime:
         counters.live_keys = keyed.stored_keys + self._join_keys()  # (every decoded chunk is stored now)
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
-        shared = self.shared.commit(self.ops_cti, keyed.op_tallies) if self.shared else None  # (chunks stored)
-        header = GroupHeader((self.layer.index(), self.parts.sizes), *reference, self.ended, self.clocks.snapshot(),
-                             self.ops_cti, keyed.index(), self.plan.operator_names, shared).to_bytes()
+        shared = (self.shared.commit(self.ops_cti, keyed.op_tallies)
+                  if self.shared else None)  # (chunks stored)
+        header = GroupHeader((self.layer.index(), self.parts.sizes), *reference, self.ended,
+                             self.clocks.snapshot(), self.ops_cti, keyed.index(), self.plan.operator_names,
+                             shared).to_bytes()
         counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
         keyed.report(counters, [spec.name for spec in self.plan.operators])
         counters.state_written += len(header)
@@ -333,8 +344,8 @@ class GroupRuntime:
             counters.received += 1
             counters.dead_letter += 1
             counters.count(d.stream, d.partition, False)
-            dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key, d.value,
-                                         d.error, d.kafka_timestamp))
+            dead.append(rows.dead_letter(topics.get(d.stream, d.stream), d.partition, d.offset, d.key,
+                                         d.value, d.error, d.kafka_timestamp))
         out = []
         sides = self.shared.inputs
         for stream, packs in itertools.groupby(got.columns, key=_STREAM):  # each stream's packs, as they are
@@ -431,7 +442,8 @@ class GroupRuntime:
                     self.route.advanced(spec, op.advance_to(caught_up), out)
                 chunk.cti = caught_up
         loaded = keyed.loaded
-        for i, spec in enumerate(plan.operators):  # events in release order, each into its chunk; then the CTI
+        for i, spec in enumerate(plan.operators):  # events in release order, each into its chunk; then
+                                                   # the CTI
             if keys:
                 home = homes.get(i)
                 ties = self._traits[i].orders_ties
@@ -443,7 +455,8 @@ class GroupRuntime:
                 else:
                     first = loaded[of[0]].ops[i]
                     order = first.release_order(cols) if ties else None
-                    mine, mine_of = (cols, of) if order is None else (cols.take(order), [of[j] for j in order])
+                    mine, mine_of = ((cols, of) if order is None
+                                     else (cols.take(order), [of[j] for j in order]))
                     self.route.processed(spec, mine, keyed.process(i, mine, mine_of), out)
             for c in touch:
                 self.route.advanced(spec, loaded[c].ops[i].advance_to(cti), out)

@@ -55,8 +55,8 @@ def pattern_durations(spec: Any, where: str) -> Any:
                 raise ValueError(f"{where}.{short}: {exc}") from None
     for key in ("stages", "group"):
         if isinstance(spec.get(key), list):
-            spec[key] = [pattern_durations(stage, f"{where}.stage {stage.get('name')!r}" if isinstance(stage, dict)
-                                            else where) for stage in spec[key]]
+            spec[key] = [pattern_durations(stage, f"{where}.stage {stage.get('name')!r}"
+                                            if isinstance(stage, dict) else where) for stage in spec[key]]
     return spec
 
 
@@ -87,14 +87,14 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def compose_node(self, parent, index):
         if self._depth >= MAX_YAML_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep; write it "
-                                              "flatter", self.peek_event().start_mark)
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep; "
+                                              "write it flatter", self.peek_event().start_mark)
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             anchor = self.anchors.get(event.anchor)
             if anchor is not None and id(anchor) not in self._values:  # (still being composed)
-                raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is used inside its own anchor "
-                                                  "(it would nest for ever)", event.start_mark)
+                raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is used inside its own "
+                                                  "anchor (it would nest for ever)", event.start_mark)
         self._depth += 1
         try:
             node = super().compose_node(parent, index)
@@ -107,8 +107,8 @@ class _BoundedLoader(yaml.SafeLoader):
             known = self._values[id(node)] = 1 + sum(self._values.get(id(c), 1) for c in children)
         if known > MAX_YAML_VALUES:
             raise yaml.composer.ComposerError(
-                None, None, f"expands to more than {MAX_YAML_VALUES:,} values (YAML aliases `*name` repeat what they "
-                "name): write it out, or use fewer nested aliases", node.start_mark)
+                None, None, f"expands to more than {MAX_YAML_VALUES:,} values (YAML aliases `*name` repeat "
+                "what they name): write it out, or use fewer nested aliases", node.start_mark)
         return node
 
     def construct_mapping(self, node, deep=False):
@@ -127,8 +127,8 @@ class _BoundedLoader(yaml.SafeLoader):
     def construct_yaml_int(self, node):
         if len(node.value) > MAX_YAML_INTEGER:
             raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value):,} characters (at most {MAX_YAML_INTEGER}: no setting "
-                "takes a larger number)", node.start_mark)
+                None, None, f"an integer of {len(node.value):,} characters (at most {MAX_YAML_INTEGER}: "
+                "no setting takes a larger number)", node.start_mark)
         return super().construct_yaml_int(node)
 
 

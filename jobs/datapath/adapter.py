@@ -2,7 +2,8 @@
 
 Why it is fast enough: rows are grouped by **key group** (``crc32(key) mod G``, computed in the
 source and carried as a label that Spark's partitioner spreads evenly, see
-:func:`ctiflow.jobs.driver.checkpoint.group_labels`), not by entity key. Spark calls the processor once per group per micro-batch with all
+:func:`ctiflow.jobs.driver.checkpoint.group_labels`), not by entity key. Spark calls the processor
+once per group per micro-batch with all
 of the group's rows. The spike measured that per-key state calls, not RocksDB, dominate a keyed
 Python operator, so state is stored per group, not per key: the group-wide part (time layer,
 reorder buffer, CTI clocks, reference join, chunk index) is one value (the "header"; a large
@@ -26,7 +27,8 @@ operators are built in the worker. Records passed on unchanged keep their Avro b
 
 **CTIs** are ours, not Spark's watermark (one global ``max − delay`` that declares a slower
 partition's in-order events late): every key group gets, each micro-batch, a frontier row per
-offset range read and a control row per stream (:mod:`ctiflow.jobs.datapath.source.reader`), so every group computes
+offset range read and a control row per stream (:mod:`ctiflow.jobs.datapath.source.reader`), so every
+group computes
 the same per-partition CTI (:meth:`GroupRuntime.next_cti`) and keeps it in its state — in the
 checkpoint, so a replayed batch sees the same CTI. A micro-batch's events are checked against
 the CTI the previous batch ended with; the batch then ends by advancing to its own CTI (or to
@@ -75,8 +77,8 @@ def _field_decoder(options: dict[str, str]):
             decoder = RecordDecoder(options, None)
         got = decoder.decoded(values)
         if got.errors:
-            raise RuntimeError(f"records the source decoded fail to decode again: {list(got.errors.values())[:3]} "
-                               "(a bug in ctiflow)")
+            raise RuntimeError("records the source decoded fail to decode again: "
+                               f"{list(got.errors.values())[:3]} (a bug in ctiflow)")
         return got.fields
 
     return decode
@@ -92,7 +94,8 @@ class OperatorProcessor(StatefulProcessor):
         self.topic_schemas = topic_schemas   # topic → schema name
         self.framing = framing
         self.registry = registry
-        self.sources = sources or {}         # stream → its source's options (ctiflow.jobs.datapath.source.options.SourceOptions)
+        self.sources = sources or {}         # stream → its source's options
+                                             # (ctiflow.jobs.datapath.source.options.SourceOptions)
         labels = [json.loads(o["group_labels"]) for o in self.sources.values() if o.get("group_labels")]
         #: the key group that counts the side inputs' records and writes the dead letters of those
         #: refused (every group judges them alike: :mod:`ctiflow.jobs.core.broadcast`)
@@ -148,7 +151,8 @@ class OperatorProcessor(StatefulProcessor):
         started = time.perf_counter()
         header = expanded(header)
         expanding = time.perf_counter() - started
-        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=WARM.take(stored), batched=True)
+        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=WARM.take(stored),
+                               batched=True)
         runtime.counters.state_us += int(expanding * 1e6)
         return stored, runtime
 
@@ -167,11 +171,12 @@ class OperatorProcessor(StatefulProcessor):
         warm = runtime.keyed.still_warm()
         self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
 
-    def _encode(self, out: list, dead: list, counters: Counters, started: float | None = None) -> Iterator[pd.DataFrame]:
+    def _encode(self, out: list, dead: list, counters: Counters,
+                started: float | None = None) -> Iterator[pd.DataFrame]:
         """Result records, Avro-encoded (:class:`ctiflow.jobs.core.rows.ResultEncoder`) and packed per
-        topic (:func:`ctiflow.jobs.core.rows.output_frame`, ≤ :data:`~ctiflow.jobs.core.rows.PACK_SIZE` each) in output
-        order, then one metrics row: like the input, few rows for Spark to move. ``started``: the
-        call's ``perf_counter`` at its start (→ ``python_us``)."""
+        topic (:func:`ctiflow.jobs.core.rows.output_frame`, ≤ :data:`~ctiflow.jobs.core.rows.PACK_SIZE`
+        each) in output order, then one metrics row: like the input, few rows for Spark to move.
+        ``started``: the call's ``perf_counter`` at its start (→ ``python_us``)."""
         packs = self.results.packs(out, dead, counters)
         if started is not None:
             counters.python_us = int((time.perf_counter() - started) * 1e6)

@@ -111,7 +111,8 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
             client: dict[str, str] | None = None, *,
             on_rejected: Callable[[int, Exception], None] | None = None,
             on_progress: Callable[[int], None] | None = None, flush_timeout: float = 60.0,
-            partition_of: Callable[[int, Any], int] | None = None, config: Mapping[str, Any] | None = None) -> Produced:
+            partition_of: Callable[[int, Any], int] | None = None,
+            config: Mapping[str, Any] | None = None) -> Produced:
     """Write ``records`` to ``topic`` in their order with one idempotent producer, then flush.
 
     A record is a dict, its JSON text, or a value already encoded. A dict (or JSON text) is
@@ -292,7 +293,8 @@ def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], time
     ends: dict[int, int] = {}
     assignment = []
     for partition, low_mark in low_marks.items():
-        low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout,
+                                               cached=False)
         assignment.append(TopicPartition(topic, partition, max(high - 1, low_mark, low)))
         ends[partition] = max(high, low_mark)
     if not assignment:
@@ -306,8 +308,8 @@ def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], time
             batch = cons.consume(num_messages=10000, timeout=POLL / 4)
             if not batch:
                 if require_eof and time.monotonic() > deadline:
-                    raise StackError(f"{topic}{sorted(open_)}: no end-of-partition event within {timeout:.0f} s; "
-                                     "is the broker up?")
+                    raise StackError(f"{topic}{sorted(open_)}: no end-of-partition event within "
+                                     f"{timeout:.0f} s; is the broker up?")
                 if not require_eof and time.monotonic() > quiet_until:
                     break  # nothing for 2 s and no end-of-partition event: take what we saw
                 continue
@@ -370,7 +372,8 @@ def read_range(cons: Consumer, topic: str, partition: int, start: int, end: int,
                 if raw:
                     yield out
                 else:
-                    yield [Message(partition, m.offset(), m.key(), m.value(), *_timestamp(m), m.headers()) for m in out]
+                    yield [Message(partition, m.offset(), m.key(), m.value(), *_timestamp(m), m.headers())
+                           for m in out]
             elif not msgs:
                 if time.monotonic() - idle_since > 60:
                     raise StackError(f"{topic}[{partition}]: no data for 60 s while reading offsets "
@@ -395,7 +398,8 @@ def crc32_column(strings) -> np.ndarray:
     """``zlib.crc32`` of each value (uint32) of an Arrow string (UTF-8 bytes) or binary column,
     all at once: the table-driven CRC-32 stepped one byte position at a time over all values (as
     many NumPy steps as the longest value has bytes: meant for keys, not long values; a null
-    hashes as whatever its slot spans, so callers hash non-null keys or replace the nulls' hashes). Written by hand because neither NumPy nor Arrow computes CRC-32 over a
+    hashes as whatever its slot spans, so callers hash non-null keys or replace the nulls' hashes).
+    Written by hand because neither NumPy nor Arrow computes CRC-32 over a
     column, and a key's group (``crc32(key) mod G``: checkpoints and the shuffle depend on it)
     and a result record's partition (:func:`ctiflow.jobs.datapath.sink.partition_for`: replays depend on
     it) must stay what ``zlib.crc32`` gives."""
@@ -465,7 +469,8 @@ def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
     decode = AvroDeserializer(None, store=store,
-                              registry=registry_client(registry_url, registry_config) if registry_url else None,
+                              registry=(registry_client(registry_url, registry_config) if registry_url
+                                        else None),
                               subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
     n = 0
     cons = consumer(bootstrap, client)
@@ -490,14 +495,16 @@ def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
 
 def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,
                  max_records: int | None = None, registry_url: str | None = None,
-                 registry_config: dict[str, str] | None = None, store: SchemaStore | None = None) -> Iterator[dict]:
+                 registry_config: dict[str, str] | None = None,
+                 store: SchemaStore | None = None) -> Iterator[dict]:
     """A topic's records decoded as they arrive (any ctiflow schema, either framing), from the
     beginning or only those written from now on, until ``max_records`` or for ever. A record
     that does not decode comes back as ``{"_undecodable": reason, "_bytes": hex}`` (as from
     :func:`iter_topic`); an error the consumer reports is a StackError. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
     decode = AvroDeserializer(None, store=store,
-                              registry=registry_client(registry_url, registry_config) if registry_url else None,
+                              registry=(registry_client(registry_url, registry_config) if registry_url
+                                        else None),
                               subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
     parts = topic_partitions(bootstrap, topic, client)
     cons = consumer(bootstrap, client)
@@ -568,8 +575,9 @@ def publish_schemas(bootstrap: str, schemas: Mapping[str, str], client: dict[str
 class SchemaTopic:
     """``fingerprint → (name, schema JSON) | None`` from :data:`SCHEMAS_TOPIC`, read whole on a miss (at
     most once every ``every`` seconds: a job publishes before it writes, so a miss right after
-    a read is a schema nobody published). An entry that is not one (:func:`ctiflow.jobs.datapath.own_topics.schema_entry`:
-    not JSON, another shape, a schema whose fingerprint is not its key) is skipped with a warning
+    a read is a schema nobody published). An entry that is not one
+    (:func:`ctiflow.jobs.datapath.own_topics.schema_entry`: not JSON, another shape, a schema whose
+    fingerprint is not its key) is skipped with a warning
     naming its offset; the first good entry of a fingerprint stands."""
 
     def __init__(self, bootstrap: str, client: dict[str, str] | None = None, every: float = 5.0) -> None:
@@ -579,7 +587,8 @@ class SchemaTopic:
         self._read_at: float | None = None
 
     def __call__(self, fingerprint: bytes) -> tuple[str, str] | None:
-        if fingerprint not in self.known and (self._read_at is None or time.monotonic() - self._read_at > self.every):
+        if fingerprint not in self.known and (self._read_at is None
+                                              or time.monotonic() - self._read_at > self.every):
             self._read()
         return self.known.get(fingerprint)
 
@@ -590,7 +599,8 @@ class SchemaTopic:
         cons = consumer(self.bootstrap, self.client)
         try:
             end = true_end_offset(cons, SCHEMAS_TOPIC, 0, 0)
-            with closing(read_range(cons, SCHEMAS_TOPIC, 0, low_offset(cons, SCHEMAS_TOPIC, 0), end)) as ranges:
+            with closing(read_range(cons, SCHEMAS_TOPIC, 0, low_offset(cons, SCHEMAS_TOPIC, 0),
+                                    end)) as ranges:
                 for msgs in ranges:
                     for m in msgs:
                         if m.key in self._entries and self._entries[m.key] == m.value:

@@ -48,7 +48,8 @@ def string_properties() -> tuple[str, ...]:
     names = [m.group(1) for row in rows if "*Type: string*" in row
              for m in [re.match(r"([a-z][a-z0-9._]*)\s+\|", row)] if m]
     if not names:
-        raise RuntimeError("librdkafka printed no string properties: its table format changed (a bug to fix here)")
+        raise RuntimeError("librdkafka printed no string properties: its table format changed "
+                           "(a bug to fix here)")
     return tuple(dict.fromkeys(names))
 
 
@@ -83,7 +84,8 @@ def sensitive_properties() -> frozenset[str]:
         if any(f"{name} = [redacted]" in line for line in lines.lines):
             found.add(name)
     if not found:
-        raise RuntimeError("librdkafka redacted no property in its conf log: its format changed (a bug to fix here)")
+        raise RuntimeError("librdkafka redacted no property in its conf log: its format changed "
+                           "(a bug to fix here)")
     return frozenset(found)
 
 

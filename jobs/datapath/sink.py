@@ -78,7 +78,8 @@ class SinkOptions:
     progress: str | None = None  # the progress topic: a record of counters per micro-batch
 
     def to_options(self) -> dict[str, str]:
-        opts = {"bootstrap": self.bootstrap, "client": json.dumps(self.client), "topics": json.dumps(list(self.topics))}
+        opts = {"bootstrap": self.bootstrap, "client": json.dumps(self.client),
+                "topics": json.dumps(list(self.topics))}
         opts.update({k: v for k, v in (("markers", self.markers), ("progress", self.progress)) if v})
         if self.replay_through is not None:
             opts["replay_through"] = str(self.replay_through)
@@ -91,7 +92,8 @@ class SinkOptions:
         o = {k.lower(): v for k, v in options.items()}
         return cls(bootstrap=o["bootstrap"], client=json.loads(o.get("client", "{}")),
                    topics=tuple(json.loads(o.get("topics", "[]"))), markers=o.get("markers") or None,
-                   replay_through=int(o["replay_through"]) if o.get("replay_through") else None, progress=o.get("progress") or None,
+                   replay_through=int(o["replay_through"]) if o.get("replay_through") else None,
+                   progress=o.get("progress") or None,
                    marker_partitions=int(o["marker_partitions"]) if o.get("marker_partitions") else None)
 
 
@@ -125,7 +127,8 @@ def _query_and_batch() -> tuple[str, int]:
     ctx = TaskContext.get()
     if ctx is None:
         return "", -1
-    query, batch = ctx.getLocalProperty("sql.streaming.queryId"), ctx.getLocalProperty("streaming.sql.batchId")
+    query, batch = (ctx.getLocalProperty("sql.streaming.queryId"),
+                    ctx.getLocalProperty("streaming.sql.batchId"))
     if not query or batch is None:
         # Without them every batch would share one marker and a replay would skip other
         # batches' records: refuse rather than lose results.
@@ -324,7 +327,8 @@ def partition_counts(bootstrap: str, client: dict, topics) -> dict[str, int]:
     hit = _PARTITIONS.get(key)
     now = time.monotonic()
     if hit is None or now - hit[0] > PARTITIONS_TTL:
-        hit = _PARTITIONS[key] = (now, {t: len(p) for t, p in kafka.partitions_of(bootstrap, topics, client).items()})
+        hit = _PARTITIONS[key] = (now, {t: len(p)
+                                        for t, p in kafka.partitions_of(bootstrap, topics, client).items()})
     return dict(hit[1])
 
 
@@ -351,13 +355,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         prod = worker_producer(bootstrap, client)
         try:
             if markers is not None:
-                # Also on a replay: the next batch finds the history it reads back to (an earlier batch's marker).
+                # Also on a replay: the next batch finds the history it reads back to (an earlier batch's
+                # marker).
                 try:
                     leave_marker(prod, markers, marker_partitions, query, batch, task)
                 except MarkerNotLanded as exc:
                     if not exc.stale:
                         raise
-                    # The topic was replaced or deleted since it was read: created again if missing, a new producer.
+                    # The topic was replaced or deleted since it was read: created again if missing, a new
+                    # producer.
                     prod.purge()
                     drop_producer(bootstrap, client)
                     marker_partitions, _ = marker_topic_partitions(self.options)
@@ -379,7 +385,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             marker_partitions, recreated = marker_topic_partitions(self.options)
             if recreated:  # the kept producer may know the old topic's partitions
                 drop_producer(bootstrap, client)
-            # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its worker)
+            # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its
+            # worker)
             cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
             try:
                 through = self.options.replay_through
@@ -388,8 +395,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 replay = replay or began(cons, markers, marker_partitions, query, batch, task)
                 if not replay:
                     return {}, marker_partitions
-                return ({(t, p): landed(cons, t, p, query, batch, task) for t, n in parts.items() for p in range(n)},
-                        marker_partitions)
+                return ({(t, p): landed(cons, t, p, query, batch, task)
+                         for t, n in parts.items() for p in range(n)}, marker_partitions)
             except KafkaException as exc:
                 if attempt == 2 or not _stale(exc):
                     raise
@@ -414,7 +421,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         fixed = ((H_QUERY, query.encode()), (H_BATCH, str(batch).encode()), (H_TASK, str(task).encode()))
         produce = prod.produce
         for topic, keys, values in rows.output_columns(iterator, metrics):
-            n = parts.get(topic) or parts.setdefault(topic, len(kafka.topic_partitions(bootstrap, topic, client)))
+            n = parts.get(topic) or parts.setdefault(topic,
+                                                     len(kafka.topic_partitions(bootstrap, topic, client)))
             partitions = partitions_for(keys, values, n)
             first, count = seq, len(partitions)
             seq += count
@@ -428,7 +436,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 try:  # (kafka.send, inlined: a Python call a record less)
                     produce(topic, value, key, partition=partition, headers=headers, on_delivery=report)
                 except BufferError:
-                    kafka.send(prod, topic, value, key, partition=partition, headers=headers, on_delivery=report)
+                    kafka.send(prod, topic, value, key, partition=partition, headers=headers,
+                               on_delivery=report)
                 sent += 1
             written += sent
             # per topic: the batch's records, those an earlier attempt wrote included (that attempt's
@@ -457,7 +466,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         record = json.dumps({"batch": batchId, "time": time.time(), "query": query, **totals}).encode()
         bootstrap, client = self.options.bootstrap, self.options.client
         for attempt in (1, 2):
-            if topic not in kafka.list_topics(bootstrap, client):  # deleted: created again, the kept producer dropped
+            if topic not in kafka.list_topics(bootstrap, client):  # deleted: created again, the kept
+                                                                   # producer dropped
                 if kafka.create_topics(bootstrap, {topic: 1}, client):  # (a StackError naming it if refused)
                     own_topics.recreate(topic, 1, "the progress topic")
                 drop_producer(bootstrap, client)

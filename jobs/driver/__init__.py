@@ -4,7 +4,8 @@
 * :mod:`~ctiflow.jobs.driver.check`, :mod:`~ctiflow.jobs.driver.fields`,
   :mod:`~ctiflow.jobs.driver.recognize` — every error a job file has, at once; the record
   schemas match operators derive.
-* :mod:`~ctiflow.jobs.driver.planner` — the one planner: configuration → :class:`~ctiflow.jobs.core.plan.Plan`.
+* :mod:`~ctiflow.jobs.driver.planner` — the one planner: configuration →
+  :class:`~ctiflow.jobs.core.plan.Plan`.
 * :mod:`~ctiflow.jobs.driver.pipeline` — the Spark session and the query; :mod:`~ctiflow.jobs.driver.jvm`
   and :mod:`~ctiflow.jobs.driver.masters` the JVM and the cluster it talks to.
 * :mod:`~ctiflow.jobs.driver.checkpoint` — ctiflow's files beside Spark's checkpoint, the

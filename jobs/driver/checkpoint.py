@@ -56,7 +56,8 @@ class CheckpointDir:
                 f"spark.checkpoint {location!r}: Hadoop cannot open it here ({cause}). Put the store's "
                 "connector on the classpath (spark.jars, or spark-submit --jars / --packages: hadoop-aws for "
                 "s3a://, the GCS connector for gs://) and give its spark.hadoop.* settings") from None
-        if manager_class:  # the manager Spark's own checkpoint uses (a SQL setting Hadoop's configuration lacks)
+        if manager_class:  # the manager Spark's own checkpoint uses (a SQL setting Hadoop's configuration
+                           # lacks)
             hadoop_conf = jvm.org.apache.hadoop.conf.Configuration(hadoop_conf)
             hadoop_conf.set(MANAGER_CLASS, manager_class)
         manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
@@ -68,9 +69,11 @@ class CheckpointDir:
         configuration, or else the process's gateway (:func:`ctiflow.jobs.driver.jvm.gateway`) and the
         Hadoop configuration ``conf`` (a ``SparkConf``) gives."""
         if spark is not None:
-            return cls(str(location), spark._jvm, spark._jsc.hadoopConfiguration(), spark.conf.get(MANAGER_CLASS, None))
+            return cls(str(location), spark._jvm, spark._jsc.hadoopConfiguration(),
+                       spark.conf.get(MANAGER_CLASS, None))
         jvm = gateway(conf).jvm
-        return cls(str(location), jvm, hadoop_configuration(jvm, conf), conf.get(MANAGER_CLASS) if conf else None)
+        return cls(str(location), jvm, hadoop_configuration(jvm, conf),
+                   conf.get(MANAGER_CLASS) if conf else None)
 
     @classmethod
     def for_job(cls, cfg: JobConfig, conf=None) -> "CheckpointDir":
@@ -149,21 +152,21 @@ def check_key_groups(groups: int, checkpoint: CheckpointDir) -> dict | None:
     under its group, so a new count would silently lose or misplace state."""
     if not checkpoint.exists(GROUPS):
         if checkpoint.batches("commits"):
-            raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept each key "
-                              "group's state in one blob; this version keeps it in chunks of keys and cannot "
-                              "read it: start from a new checkpoint (spark.checkpoint), or finish the old one with "
-                              "the ctiflow version that wrote it")
+            raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept "
+                              "each key group's state in one blob; this version keeps it in chunks of keys "
+                              "and cannot read it: start from a new checkpoint (spark.checkpoint), or finish "
+                              "the old one with the ctiflow version that wrote it")
         return None
     saved = json.loads(checkpoint.read_text(GROUPS))
     if saved.get("state_layout", 0) > STATE_LAYOUT:
         raise ConfigError(f"the checkpoint {checkpoint} was written by a newer ctiflow (state layout "
-                          f"{saved['state_layout']}; this version writes {STATE_LAYOUT}): run that version, or "
-                          "start from a new checkpoint (spark.checkpoint)")
+                          f"{saved['state_layout']}; this version writes {STATE_LAYOUT}): run that version, "
+                          "or start from a new checkpoint (spark.checkpoint)")
     if saved.get("state_layout") not in STATE_LAYOUTS_READ:
-        raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept each key group's "
-                          "state in one blob; this version keeps it in chunks of keys and cannot read it: start "
-                          "from a new checkpoint (spark.checkpoint), or finish the old one with the ctiflow version "
-                          "that wrote it")
+        raise ConfigError(f"the checkpoint {checkpoint} was written by an earlier ctiflow, which kept each "
+                          "key group's state in one blob; this version keeps it in chunks of keys and cannot "
+                          "read it: start from a new checkpoint (spark.checkpoint), or finish the old one "
+                          "with the ctiflow version that wrote it")
     if saved["key_groups"] != groups:
         raise ConfigError(f"spark.key_groups is {groups}, but the checkpoint {checkpoint} was written with "
                           f"{saved['key_groups']} key groups (each group's state is stored under its group; "
@@ -186,8 +189,8 @@ def group_labels(groups: int, partitions: int, checkpoint: CheckpointDir | None 
         return saved["labels"]
     labels = _spread_labels(groups, partitions)
     if checkpoint is not None:
-        checkpoint.write_text(GROUPS, json.dumps({"key_groups": groups, "partitions": partitions, "labels": labels,
-                                                  "state_layout": STATE_LAYOUT}))
+        checkpoint.write_text(GROUPS, json.dumps({"key_groups": groups, "partitions": partitions,
+                                                  "labels": labels, "state_layout": STATE_LAYOUT}))
     return labels
 
 
@@ -232,7 +235,8 @@ def start_offsets(checkpoint: CheckpointDir, stream: str, resolve: Callable[[], 
 
 def replay_through(checkpoint: CheckpointDir) -> int:
     """The last batch Spark's offset log had planned before this run (-1: none): a run replays
-    at most that one, and the sink treats every batch up to it as a replay (:mod:`ctiflow.jobs.datapath.sink`)."""
+    at most that one, and the sink treats every batch up to it as a replay
+    (:mod:`ctiflow.jobs.datapath.sink`)."""
     planned = checkpoint.batches("offsets")
     return planned[-1] if planned else -1
 
@@ -241,8 +245,8 @@ class ProgressLog:
     """A job's per-batch counters, one record per attempt of a micro-batch (key: the batch id;
     value: JSON with ``batch``, ``time``, ``query`` and the counters), written by the sink's
     commit on the driver (:meth:`ctiflow.jobs.datapath.sink.KafkaStreamWriter.commit`) to the topic
-    :func:`ctiflow.jobs.driver.config.progress_topic` — in Kafka, not beside the checkpoint, because that commit runs in a
-    Python process of the driver's with no way to Hadoop's file systems.
+    :func:`ctiflow.jobs.driver.config.progress_topic` — in Kafka, not beside the checkpoint, because that
+    commit runs in a Python process of the driver's with no way to Hadoop's file systems.
 
     A topic outlives a checkpoint: the counters are those of the job's latest query (the
     ``query`` of the last record; a new checkpoint is a new query). A record the sink did not
@@ -368,9 +372,11 @@ def check_checkpoint_dir(checkpoint: CheckpointDir) -> None:
     if not checkpoint.exists():
         return
     if not checkpoint.is_dir():
-        raise ConfigError(f"spark.checkpoint: {checkpoint} is a file, not a directory; give a new or empty directory")
+        raise ConfigError(f"spark.checkpoint: {checkpoint} is a file, not a directory; give a new or empty "
+                          "directory")
     entries = set(checkpoint.names())
-    foreign = sorted(n for n in entries if n not in CHECKPOINT_ENTRIES and not n.startswith(("ctiflow-", ".ctiflow-")))
+    foreign = sorted(n for n in entries
+                     if n not in CHECKPOINT_ENTRIES and not n.startswith(("ctiflow-", ".ctiflow-")))
     spark_like = entries & (CHECKPOINT_ENTRIES - {"metadata", ".metadata.crc"})
     if foreign or (spark_like and not entries & {"metadata", "ctiflow-groups.json"}):
         # Spark writes ``metadata`` when a query starts, ctiflow its key groups before: a folder with
@@ -378,8 +384,8 @@ def check_checkpoint_dir(checkpoint: CheckpointDir) -> None:
         names = foreign or sorted(spark_like)
         shown = ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
         raise ConfigError(f"spark.checkpoint: {checkpoint} is not a ctiflow checkpoint (it holds {shown}"
-                          f"{'' if foreign else ' but neither Spark metadata nor ctiflow key groups'}); give a "
-                          "new or empty directory (ctiflow keeps a job's offsets and state there)")
+                          f"{'' if foreign else ' but neither Spark metadata nor ctiflow key groups'}); "
+                          "give a new or empty directory (ctiflow keeps a job's offsets and state there)")
 
 
 def reset_uncommitted_checkpoint(checkpoint: CheckpointDir) -> bool:

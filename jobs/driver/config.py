@@ -20,8 +20,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema,
+                      field_validator, model_validator)
 
 from ctiflow.jobs.core.secrets import secret_keys
 from ctiflow.jobs.core.text_forms import _DURATION, duration_ms, load_yaml, pattern_durations
@@ -74,7 +74,8 @@ def env(name: str) -> dict:
 
 #: A duration in the JSON schema: ms, or a string with a unit.
 DURATION_JSON = {"anyOf": [{"type": "integer", "description": "ms"},
-                           {"type": "string", "pattern": _DURATION.pattern, "examples": ["500ms", "5s", "10m", "1h", "7d"]}]}
+                           {"type": "string", "pattern": _DURATION.pattern,
+                            "examples": ["500ms", "5s", "10m", "1h", "7d"]}]}
 Duration = Annotated[int, WithJsonSchema(DURATION_JSON), Field(description="ms, or '5s' / '10m' / '1h'")]
 
 
@@ -124,15 +125,17 @@ def _without_userinfo(url: Any) -> tuple[Any, str | None]:
 class SchemaRegistry(Strict):
     """A Confluent Schema Registry (optional; without one, records use Avro single-object encoding)."""
 
-    url: str | None = Field(None, description="e.g. http://schema-registry:8081 (a user:password@ in it moves to "
-                            "secrets as basic.auth.user.info)", **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
+    url: str | None = Field(None, description="e.g. http://schema-registry:8081 (a user:password@ in it "
+                            "moves to secrets as basic.auth.user.info)",
+                            **env("CTIFLOW_SCHEMA_REGISTRY_URL"))
     config: dict[str, str] = Field(default_factory=dict, description=(
         "confluent-kafka (Python) registry client settings, e.g. ssl.ca.location, proxy; what that client "
         "refuses (e.g. the Java client's basic.auth.credentials.source) is refused before Spark starts; "
         "secrets written here (basic.auth.user.info, bearer.auth.token, ...) are kept apart like the Kafka "
         "client's"))
     secrets: dict[str, SecretStr] = Field(default_factory=dict, exclude=True, description=(
-        "secret registry settings; those written in config move here (never printed, never in Spark options)"))
+        "secret registry settings; those written in config move here (never printed, never in Spark "
+        "options)"))
 
     _c = field_validator("config", mode="before")(lambda v: _settings_as_text(v))
 
@@ -168,17 +171,19 @@ class Kafka(Strict):
         "host:port[,host:port]; default: the embedded broker (127.0.0.1, port CTIFLOW_BROKER_PORT or 19092)"),
         **env("CTIFLOW_BOOTSTRAP"))
     client: dict[str, str] = Field(default_factory=dict, description=(
-        "any librdkafka setting, e.g. security.protocol, sasl.mechanism; secrets written here (every property "
-        "librdkafka itself redacts as sensitive: sasl.password, ssl.key.password, "
-        "sasl.oauthbearer.assertion.private.key.passphrase, ...) are kept apart and never reach Spark options, "
-        "logs or errors"))
-    sasl_username: str | None = Field(None, description="SASL user (with sasl_password: SASL/SCRAM-SHA-256 unless "
-                                      "client sets security.protocol / sasl.mechanism)", **env("CTIFLOW_SASL_USERNAME"))
+        "any librdkafka setting, e.g. security.protocol, sasl.mechanism; secrets written here (every "
+        "property librdkafka itself redacts as sensitive: sasl.password, ssl.key.password, "
+        "sasl.oauthbearer.assertion.private.key.passphrase, ...) are kept apart and never reach Spark "
+        "options, logs or errors"))
+    sasl_username: str | None = Field(None, description="SASL user (with sasl_password: SASL/SCRAM-SHA-256 "
+                                      "unless client sets security.protocol / sasl.mechanism)",
+                                      **env("CTIFLOW_SASL_USERNAME"))
     sasl_password: SecretStr | None = Field(None, exclude=True, description="SASL password (never printed)",
                                             **env("CTIFLOW_SASL_PASSWORD"))
     schema_registry: SchemaRegistry = SchemaRegistry()
     framing: Literal["single_object", "confluent"] | None = Field(
-        None, description="how values are framed; default: confluent with a schema registry, else single_object")
+        None, description="how values are framed; default: confluent with a schema registry, else "
+                          "single_object")
     outage_timeout: Duration = Field(120_000, description="how long a job waits out a broker outage")
 
     client_secrets: dict[str, SecretStr] = Field(default_factory=dict, exclude=True, description=(
@@ -210,7 +215,8 @@ class Kafka(Strict):
         creds = {k: v.get_secret_value() for k, v in self.client_secrets.items()}
         if self.sasl_username and self.sasl_password:
             creds.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-                          "sasl.username": self.sasl_username, "sasl.password": self.sasl_password.get_secret_value()})
+                          "sasl.username": self.sasl_username,
+                          "sasl.password": self.sasl_password.get_secret_value()})
         return creds
 
     def client_config(self) -> dict[str, str]:
@@ -225,14 +231,16 @@ class Kafka(Strict):
     @model_validator(mode="after")
     def _framing_needs_registry(self):
         if self.framing == "confluent" and not self.schema_registry.url:
-            raise ValueError("framing 'confluent' needs kafka.schema_registry.url (or use framing: single_object)")
+            raise ValueError("framing 'confluent' needs kafka.schema_registry.url (or use framing: "
+                             "single_object)")
         return self
 
 
 class FrequencyConfig(Strict):
     """How often a CTI is inserted: at every micro-batch boundary; ``events`` caps a batch."""
 
-    events: int | None = Field(None, ge=1, description="at most this many records a micro-batch (a CTI after each)")
+    events: int | None = Field(None, ge=1, description=(
+        "at most this many records a micro-batch (a CTI after each)"))
     time: Duration | None = Field(None, description="refused: the trigger interval (spark.trigger) sets it")
 
     _t = field_validator("time", mode="before")(lambda v: None if v is None else duration_ms(v))
@@ -242,7 +250,8 @@ class FrequencyConfig(Strict):
     def _no_time(cls, v):
         if v is not None:
             raise ValueError("frequency.time is not a separate mechanism here: a CTI is inserted at every "
-                             "micro-batch boundary, so set spark.trigger (e.g. '5s') instead, and remove frequency.time")
+                             "micro-batch boundary, so set spark.trigger (e.g. '5s') instead, and remove "
+                             "frequency.time")
         return v
 
 
@@ -250,15 +259,18 @@ class CtiConfig(Strict):
     """StreamInsight AdvanceTimeSettings for one input stream. Each Kafka partition's CTI is its
     largest start − ``delay``; the stream's CTI is the minimum over its non-idle partitions."""
 
-    delay: Duration = Field(0, description="how far behind its partition's newest event an event may arrive, e.g. '5m'")
+    delay: Duration = Field(0, description=(
+        "how far behind its partition's newest event an event may arrive, e.g. '5m'"))
     frequency: FrequencyConfig = FrequencyConfig()
-    flush_at_end: bool = Field(True, description="a bounded run ends with the final CTI (+∞): every result final")
+    flush_at_end: bool = Field(True, description=(
+        "a bounded run ends with the final CTI (+∞): every result final"))
     policy: ViolationPolicy = Field(ViolationPolicy.DROP, description=(
         "an event behind the CTI: drop (to the late topic), or adjust (an interval is clipped to the CTI)"))
     import_from: str | None = Field(None, description="refused: use reference.sync: import")
     idle_timeout: Duration = Field(60_000, description=(
         "processing time after which a partition with nothing to read stops holding the stream's CTI back "
-        "(Flink's withIdleness); an empty partition is idle from the start. Its later events may then be late."))
+        "(Flink's withIdleness); an empty partition is idle from the start. Its later events may then be "
+        "late."))
 
     _d = field_validator("delay", mode="before")(lambda v: duration_ms(v))
     _i = field_validator("idle_timeout", mode="before")(lambda v: duration_ms(v))
@@ -267,9 +279,9 @@ class CtiConfig(Strict):
     @classmethod
     def _idle_positive(cls, v):
         if v < 1000:
-            raise ValueError("idle_timeout must be at least '1s', e.g. '60s' (how long a partition may have nothing "
-                             "to read before it stops holding the CTI back; shorter, a partition turns idle between "
-                             "two reads and its next events are late)")
+            raise ValueError("idle_timeout must be at least '1s', e.g. '60s' (how long a partition may have "
+                             "nothing to read before it stops holding the CTI back; shorter, a partition "
+                             "turns idle between two reads and its next events are late)")
         return v
 
 
@@ -282,13 +294,17 @@ class Source(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the stream's name in the job")
     topic: str
-    schema_name: str = Field(alias="schema", description="an Avro schema in schemas/ (file stem), e.g. transaction")
+    schema_name: str = Field(alias="schema", description=(
+        "an Avro schema in schemas/ (file stem), e.g. transaction"))
     key_field: str = Field(description="the entity key: operators keep state per key, the join matches on it")
     time_field: str = Field(description="event time (ms since 1970); the start of an interval")
     end_field: str | None = Field(None, description="shape interval only: the field with the end time")
-    shape: Shape = Field(Shape.POINT, description="point: one instant; interval: start–end; edge: valid until the next version of its key")
-    partitions: int = Field(2, ge=1, le=MAX_PARTITIONS, description="partitions when ctiflow creates the topic")
-    starting_offsets: str = Field("earliest", description="earliest, latest, or JSON {topic: {partition: offset}}")
+    shape: Shape = Field(Shape.POINT, description=(
+        "point: one instant; interval: start–end; edge: valid until the next version of its key"))
+    partitions: int = Field(2, ge=1, le=MAX_PARTITIONS, description=(
+        "partitions when ctiflow creates the topic"))
+    starting_offsets: str = Field("earliest", description=(
+        "earliest, latest, or JSON {topic: {partition: offset}}"))
     max_offsets_per_trigger: int | None = Field(None, ge=1, description=(
         f"at most this many records a micro-batch (default {DEFAULT_BATCH_RECORDS:,}: a backlog is read in "
         "batches of this size, not all at once)"))
@@ -309,7 +325,8 @@ class Source(Strict):
     def _offsets(cls, v: str) -> str:
         if v in ("earliest", "latest"):
             return v
-        example = "use 'earliest', 'latest' or JSON like '{\"topic\": {\"0\": 42}}' (partition → offset; -2 earliest, -1 latest)"
+        example = ("use 'earliest', 'latest' or JSON like '{\"topic\": {\"0\": 42}}' "
+                   "(partition → offset; -2 earliest, -1 latest)")
         try:
             parsed = json.loads(v)
         except ValueError as exc:
@@ -329,14 +346,15 @@ class Source(Strict):
         if self.starting_offsets not in ("earliest", "latest"):
             topics = set(json.loads(self.starting_offsets))
             if topics != {self.topic}:
-                raise ValueError(f"source {self.name!r}: starting_offsets names {sorted(topics)}, but the source reads "
-                                 f"{self.topic!r}: give offsets for {self.topic!r} only")
+                raise ValueError(f"source {self.name!r}: starting_offsets names {sorted(topics)}, but "
+                                 f"the source reads {self.topic!r}: give offsets for {self.topic!r} only")
         return self
 
     @model_validator(mode="after")
     def _shape(self):
         if self.shape == "interval" and not self.end_field:
-            raise ValueError(f"source {self.name!r}: shape 'interval' needs end_field (the field with the event's end time)")
+            raise ValueError(f"source {self.name!r}: shape 'interval' needs end_field (the field with the "
+                             "event's end time)")
         if self.shape != "interval" and self.end_field:
             raise ValueError(f"source {self.name!r}: end_field is only for shape 'interval'")
         return self
@@ -345,7 +363,8 @@ class Source(Strict):
 class Window(Strict):
     """The sliding window of a count: exactly one of the last ``events`` events or the last ``time``."""
 
-    events: int | None = Field(None, ge=1, description="the last N events (never expire: bound them with a key TTL)")
+    events: int | None = Field(None, ge=1, description=(
+        "the last N events (never expire: bound them with a key TTL)"))
     time: Duration | None = Field(None, description="the last T of application time, e.g. '1h'")
 
     _t = field_validator("time", mode="before")(lambda v: None if v is None else duration_ms(v))
@@ -353,7 +372,8 @@ class Window(Strict):
     @model_validator(mode="after")
     def _one(self):
         if (self.events is None) == (self.time is None):
-            raise ValueError("give exactly one of window.events (last N events) or window.time (last T, e.g. '1h')")
+            raise ValueError("give exactly one of window.events (last N events) or window.time (last T, "
+                             "e.g. '1h')")
         if self.time is not None and self.time <= 0:
             raise ValueError("window.time must be positive")
         return self
@@ -386,8 +406,10 @@ class CountOp(OperatorSettings):
     epsilon: float = Field(0.01, gt=0, le=1, description="the largest relative error of an estimate")
     per_key: bool = Field(True, description="one count per key; false: one global count (one key group)")
     predicate: str | None = Field(None, description="expression over record fields, e.g. 'amount > 500'")
-    value_field: str | None = Field(None, description="sum this non-negative integer field instead of counting")
-    emit: Emit = Field(Emit.PER_CTI, description="per_cti: the touched keys' counts at each CTI (final); per_event: one per event")
+    value_field: str | None = Field(None, description=(
+        "sum this non-negative integer field instead of counting"))
+    emit: Emit = Field(Emit.PER_CTI, description=(
+        "per_cti: the touched keys' counts at each CTI (final); per_event: one per event"))
     output: str
 
     _o = field_validator("output")(lambda v: check_topic_name(v, "output"))
@@ -454,28 +476,32 @@ def _pattern_json_schema() -> dict:
         "type": "object", "additionalProperties": False, "required": ["name"],
         "description": "one stage of a pattern (Flink's Pattern API, snake_case)",
         "properties": {
-            "name": {"type": "string"}, "contiguity": {"enum": sorted(CONTIGUITY)}, "negation": {"enum": sorted(NEGATION)},
+            "name": {"type": "string"}, "contiguity": {"enum": sorted(CONTIGUITY)},
+            "negation": {"enum": sorted(NEGATION)},
             "where": {"type": "string", "description": "an expression over the record's fields"},
             "or": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
             "until": {"type": "string"}, "subtype": {"type": "string"},
             "quantifier": {"anyOf": [
                 {"enum": ["one", "optional", "one_or_more", "zero_or_more"]},
                 {"type": "object", "additionalProperties": False, "required": ["times"], "properties": {
-                    "times": {"anyOf": [count, {"type": "array", "items": count, "minItems": 2, "maxItems": 2}]}}},
+                    "times": {"anyOf": [count, {"type": "array", "items": count, "minItems": 2,
+                                                "maxItems": 2}]}}},
                 {"type": "object", "additionalProperties": False, "required": ["times_or_more"],
                  "properties": {"times_or_more": count}}]},
             "greedy": {"type": "boolean"}, "consecutive": {"type": "boolean"},
             "allow_combinations": {"type": "boolean"}, "optional": {"type": "boolean"},
             "window": DURATION_JSON, "window_ms": {"type": "integer", "minimum": 0},
-            "within": DURATION_JSON, "within_ms": {"type": "integer", "minimum": 0}, "within_type": within_types,
-            "group": {"type": "array", "minItems": 1, "description": "the stages of a group (each as a stage)",
+            "within": DURATION_JSON, "within_ms": {"type": "integer", "minimum": 0},
+            "within_type": within_types,
+            "group": {"type": "array", "minItems": 1,
+                      "description": "the stages of a group (each as a stage)",
                       "items": {"type": "object"}},
         }}
     pattern = {
         "type": "object", "additionalProperties": False, "required": ["stages"],
         "properties": {
-            "name": {"type": "string"}, "within": DURATION_JSON, "within_ms": {"type": "integer", "minimum": 0},
-            "within_type": within_types,
+            "name": {"type": "string"}, "within": DURATION_JSON,
+            "within_ms": {"type": "integer", "minimum": 0}, "within_type": within_types,
             "skip": {"anyOf": [{"enum": list(SKIPS)}, {"type": "object", "properties": {
                 "skip_to_first": {"type": "string"}, "skip_to_last": {"type": "string"},
                 "throw_on_miss": {"type": "boolean"}}}]},
@@ -498,13 +524,14 @@ class RulesConfig(Strict):
     through a rules topic while the job runs, each version judging the events from its effective
     time on."""
 
-    topic: str = Field(description="the rules topic (records of schemas/rule.avsc; `ctiflow rules put` writes them)")
+    topic: str = Field(description=(
+        "the rules topic (records of schemas/rule.avsc; `ctiflow rules put` writes them)"))
     on_change: Literal["drain", "cut"] = Field("drain", description=(
         "a version's runs in flight when the next version takes effect: drain (judged by it to their end) or "
         "cut (discarded at that time)"))
     late_rules: Literal["reject", "adjust"] = Field("reject", description=(
-        "a rule whose effective_time the CTI has passed: reject (dead-letter topic, the previous version stays) "
-        "or adjust (takes effect at the CTI; the records carry the time it took effect)"))
+        "a rule whose effective_time the CTI has passed: reject (dead-letter topic, the previous version "
+        "stays) or adjust (takes effect at the CTI; the records carry the time it took effect)"))
     sync: SyncMode = Field(SyncMode.IMPORT, description=(
         "import: the job never waits for the rules topic; min: events are not released past the rules "
         "stream's CTI (a deterministic backfill)"))
@@ -529,21 +556,24 @@ class MatchOp(OperatorSettings):
         "Flink's Pattern API as YAML (operators/cep/declarative.py); `within` / `window` take durations like "
         "'10m' (or ms as within_ms / window_ms). Give this or sql"))
     sql: str | None = Field(None, description=(
-        "instead of pattern: SELECT * FROM <source> MATCH_RECOGNIZE (PARTITION BY <key field>[, …] ORDER BY "
-        "<time field>[, …] MEASURES … PATTERN (…) DEFINE …), Flink's row pattern recognition; the output topic's "
-        "records are the partition columns and the measures, typed (`ctiflow schemas derived JOB.yaml` prints the "
-        "schema)"))
+        "instead of pattern: SELECT * FROM <source> MATCH_RECOGNIZE (PARTITION BY <key field>[, …] "
+        "ORDER BY <time field>[, …] MEASURES … PATTERN (…) DEFINE …), Flink's row pattern "
+        "recognition; the output topic's records are the partition columns and the measures, typed "
+        "(`ctiflow schemas derived JOB.yaml` prints the schema)"))
     output: str
-    timed_out: str | None = Field(None, description="topic for partial matches whose `within` expired (optional)")
+    timed_out: str | None = Field(None, description=(
+        "topic for partial matches whose `within` expired (optional)"))
     max_partial_matches: int | None = Field(10_000, ge=1, le=10_000_000, description=(
-        "at most this many partial matches (runs in flight) per key; an event arriving while its key holds more "
-        "goes to the dead-letter topic (counted as refused) instead of growing the state; null: no bound"))
+        "at most this many partial matches (runs in flight) per key; an event arriving while its key "
+        "holds more goes to the dead-letter topic (counted as refused) instead of growing the state; "
+        "null: no bound"))
     max_buffered_events: int | None = Field(100_000, ge=1, le=100_000_000, description=(
-        "at most this many events kept per key for its partial matches (what the key's state bytes grow with); "
-        "an event arriving while its key keeps more goes to the dead-letter topic likewise; null: no bound"))
+        "at most this many events kept per key for its partial matches (what the key's state bytes grow "
+        "with); an event arriving while its key keeps more goes to the dead-letter topic likewise; null: "
+        "no bound"))
     rules: RulesConfig | None = Field(None, description=(
-        "patterns from a rules topic besides (or instead of) pattern / sql, each taking effect at an application "
-        "time (docs/concepts/rules.md)"))
+        "patterns from a rules topic besides (or instead of) pattern / sql, each taking effect at an "
+        "application time (docs/concepts/rules.md)"))
 
     _p = field_validator("pattern", mode="before")(lambda v: pattern_durations(v, "pattern"))
 
@@ -553,13 +583,14 @@ class MatchOp(OperatorSettings):
     def _one_form(self):
         if self.pattern is not None and self.sql is not None or (
                 self.pattern is None and self.sql is None and self.rules is None):
-            raise ValueError(f"operators.{self.name}: give exactly one of pattern (Flink's Pattern API as YAML) or "
-                             "sql (a MATCH_RECOGNIZE query), or rules")
+            raise ValueError(f"operators.{self.name}: give exactly one of pattern (Flink's Pattern API "
+                             "as YAML) or sql (a MATCH_RECOGNIZE query), or rules")
         if self.rules is not None and self.rules.language is not None and (
                 (self.rules.language == "sql") != (self.sql is not None) and (self.pattern or self.sql)):
-            raise ValueError(f"operators.{self.name}.rules.language: {self.rules.language!r} rules need the operator's "
-                             f"own definition in the same language ({'sql' if self.rules.language == 'sql' else 'pattern'})"
-                             ": one operator writes one record shape")
+            raise ValueError(f"operators.{self.name}.rules.language: {self.rules.language!r} rules need the "
+                             "operator's own definition in the same language "
+                             f"({'sql' if self.rules.language == 'sql' else 'pattern'}): one operator writes "
+                             "one record shape")
         return self
 
     @property
@@ -611,7 +642,8 @@ class MatchOp(OperatorSettings):
         ruled = "ruled_" if self.rules is not None else ""
         matches = self.schema_name if self.language == "sql" else ruled + matched_events_schema(job, "match")
         return {self.output: matches,
-                **({self.timed_out: ruled + matched_events_schema(job, "timed_out_match")} if self.timed_out else {})}
+                **({self.timed_out: ruled + matched_events_schema(job, "timed_out_match")} if self.timed_out
+                   else {})}
 
 
 
@@ -620,7 +652,8 @@ def matched_events_schema(job: "JobConfig", base: str) -> str:
     """The record schema of a job's match (``base`` = ``match``) or timed-out match
     (``timed_out_match``) records: ``schemas/<base>.avsc`` with each event typed as the matched
     stream's record — the source's, or with a reference join the enriched one — so it is named
-    after that stream (every match operator of a job shares it; ``ctiflow.jobs.driver.recognize`` derives it)."""
+    after that stream (every match operator of a job shares it; ``ctiflow.jobs.driver.recognize``
+    derives it)."""
     stream = job.reference.fast if job.reference else job.sources[0].name
     return f"{base}_{re.sub(r'[^A-Za-z0-9_]', '_', stream)}" + ("_enriched" if job.reference else "")
 
@@ -653,9 +686,11 @@ class Reference(Strict):
 
     source: str = Field(description="the reference source (shape edge: each version valid until the next)")
     fast: str = Field(description="the event source it enriches")
-    join_field: str = Field(description="the field both sources are keyed by (their key_field): the join matches on it")
+    join_field: str = Field(description=(
+        "the field both sources are keyed by (their key_field): the join matches on it"))
     sync: SyncMode = Field(SyncMode.IMPORT, description=(
-        "import: the reference stream follows the fast stream's CTIs; min: the older of both (StreamInsight's join)"))
+        "import: the reference stream follows the fast stream's CTIs; min: the older of both "
+        "(StreamInsight's join)"))
     missing: MissingReference = Field(MissingReference.EMIT, description=(
         "a fast event with no reference version: emit it unenriched, or hold it until one arrives"))
     output: str | None = Field(None, description="topic of the enriched stream (optional)")
@@ -664,7 +699,8 @@ class Reference(Strict):
 class Spark(Strict):
     """Where and how the job runs in Spark."""
 
-    master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster", **env("CTIFLOW_SPARK_MASTER"))
+    master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster",
+                        **env("CTIFLOW_SPARK_MASTER"))
     shuffle_partitions: int = Field(2, ge=1, le=10000, description=(
         "tasks of the stateful stage: size it to the cluster's cores for the job (fixed for a checkpoint)"))
     key_groups: int | None = Field(None, ge=1, le=4096, description=(
@@ -672,8 +708,9 @@ class Spark(Strict):
         "shuffle_partitions (one group per task of the stateful stage). More groups than partitions only "
         "spread work more evenly; fewer leave tasks idle. Fixed for a checkpoint (a change is refused)"))
     trigger: str = Field("1s", description="processing-time interval, or 'available_now' for a bounded run")
-    checkpoint: str | None = Field(None, description="checkpoint directory (default: $CTIFLOW_HOME/checkpoints/<job>); "
-                                   "shared by every executor in a cluster", **env("CTIFLOW_CHECKPOINT"))
+    checkpoint: str | None = Field(None, description="checkpoint directory (default: "
+                                   "$CTIFLOW_HOME/checkpoints/<job>); shared by every executor in a cluster",
+                                   **env("CTIFLOW_CHECKPOINT"))
     conf: dict[str, str] = Field(default_factory=dict, description="any Spark setting")
 
     _c = field_validator("conf", mode="before")(_settings_as_text)
@@ -698,9 +735,9 @@ class StateConfig(Strict):
     """What the job keeps per key."""
 
     ttl: Duration | None = Field(None, description=(
-        "drop a key's state once the CTI is this far past the key's latest event (application time, e.g. '7d'); "
-        "its next event starts afresh. The only bound on event-count windows (window.events) and on patterns "
-        "without within_ms; time windows, finished bins and idle patterns are dropped without it"))
+        "drop a key's state once the CTI is this far past the key's latest event (application time, e.g. "
+        "'7d'); its next event starts afresh. The only bound on event-count windows (window.events) and on "
+        "patterns without within_ms; time windows, finished bins and idle patterns are dropped without it"))
 
     chunk_keys: int = Field(32, ge=1, le=1_000_000, description=(
         "keyed state is stored in chunks of about this many keys (split as keys grow); a micro-batch reads "
@@ -730,12 +767,14 @@ class Outputs(Strict):
     """The job's own topics, and the partitions of every result topic ctiflow creates."""
 
     late: str | None = Field(None, description="late events (default: <job>.late)")
-    dead_letter: str | None = Field(None, description="records that did not decode, validate or process (default: <job>.dead-letter)")
+    dead_letter: str | None = Field(None, description=(
+        "records that did not decode, validate or process (default: <job>.dead-letter)"))
     partitions: int = Field(2, ge=1, le=MAX_PARTITIONS)
 
 
 class Metrics(Strict):
-    """Prometheus metrics of the running job (:mod:`ctiflow.jobs.driver.metrics`), served by its driver process."""
+    """Prometheus metrics of the running job (:mod:`ctiflow.jobs.driver.metrics`), served by its driver
+    process."""
 
     port: int | None = Field(None, ge=0, le=65535, description=(
         "serve Prometheus metrics at http://<host>:<port>/metrics (0: any free port, printed at start); "
@@ -750,12 +789,14 @@ class Metrics(Strict):
 
 
 def marker_topic(job: str) -> str:
-    """A job's marker topic: where its sink's tasks leave their replay markers (:mod:`ctiflow.jobs.datapath.sink`)."""
+    """A job's marker topic: where its sink's tasks leave their replay markers
+    (:mod:`ctiflow.jobs.datapath.sink`)."""
     return f"{job}.ctiflow-markers"
 
 
 def progress_topic(job: str) -> str:
-    """A job's progress topic: a record of counters per micro-batch (:class:`ctiflow.jobs.driver.checkpoint.ProgressLog`)."""
+    """A job's progress topic: a record of counters per micro-batch
+    (:class:`ctiflow.jobs.driver.checkpoint.ProgressLog`)."""
     return f"{job}.ctiflow-progress"
 
 
@@ -779,9 +820,9 @@ class JobConfig(Strict):
             raise ValueError("sources: names must be unique")
         for s in self.sources:
             if s.cti.import_from is not None:
-                raise ValueError(f"sources.{s.name}.cti.import_from: CTI import is configured on the reference "
-                                 "join: remove import_from and set reference.sync: import (the reference stream "
-                                 "then follows the fast stream's CTIs)")
+                raise ValueError(f"sources.{s.name}.cti.import_from: CTI import is configured on the "
+                                 "reference join: remove import_from and set reference.sync: import (the "
+                                 "reference stream then follows the fast stream's CTIs)")
         if self.reference is not None:
             ends = {"source": self.reference.source, "fast": self.reference.fast}
             for f, name in ends.items():
@@ -790,9 +831,10 @@ class JobConfig(Strict):
             for name in ends.values():
                 src = self.source(name)
                 if src.key_field != self.reference.join_field:
-                    raise ValueError(f"reference.join_field is {self.reference.join_field!r} but source {src.name!r} "
-                                     f"is keyed by {src.key_field!r}: the as-of join matches on the sources' key, so "
-                                     f"set both sources' key_field and join_field to the same field")
+                    raise ValueError(f"reference.join_field is {self.reference.join_field!r} but source "
+                                     f"{src.name!r} is keyed by {src.key_field!r}: the as-of join matches "
+                                     "on the sources' key, so set both sources' key_field and join_field to "
+                                     "the same field")
         elif len(self.sources) > 1:
             raise ValueError("several sources need a `reference:` section saying how they are joined")
         ops = [o.name for o in self.operators]
@@ -801,14 +843,15 @@ class JobConfig(Strict):
         ruled = [o for o in self.operators if o.ruled]
         topics = [o.rules.topic for o in ruled]
         if len(set(topics)) != len(topics):
-            raise ValueError("operators.*.rules.topic: each operator with rules needs a rules topic of its own")
+            raise ValueError("operators.*.rules.topic: each operator with rules needs a rules topic of its "
+                             "own")
         for o in ruled:
             if o.rules.topic in {s.topic for s in self.sources}:
-                raise ValueError(f"operators.{o.name}.rules.topic: {o.rules.topic!r} is a source's topic; give the "
-                                 "rules a topic of their own")
+                raise ValueError(f"operators.{o.name}.rules.topic: {o.rules.topic!r} is a source's topic; "
+                                 "give the rules a topic of their own")
             if o.rules_stream in names:
-                raise ValueError(f"sources: the name {o.rules_stream!r} is the stream of operators.{o.name}'s rules; "
-                                 "rename the source")
+                raise ValueError(f"sources: the name {o.rules_stream!r} is the stream of "
+                                 f"operators.{o.name}'s rules; rename the source")
         return self
 
     @property
@@ -829,10 +872,12 @@ class JobConfig(Strict):
         topic is fine: their records name their operator), and no output is an input: a topic
         with two record schemas (a batch that can never be written) or an output read back as
         input (a feedback loop) is refused here, before anything runs."""
-        uses = [(self.late_topic, "late", "outputs.late"), (self.dead_letter_topic, "dead_letter", "outputs.dead_letter")]
+        uses = [(self.late_topic, "late", "outputs.late"),
+                (self.dead_letter_topic, "dead_letter", "outputs.dead_letter")]
         for op in self.operators:
             schemas = op.result_topics(self)
-            uses += [(topic, schemas[topic], f"operators.{op.name} ({role} output)") for role, topic in op.roles().items()]
+            uses += [(topic, schemas[topic], f"operators.{op.name} ({role} output)")
+                     for role, topic in op.roles().items()]
         if self.reference is not None and self.reference.output:
             uses.append((self.reference.output, "enriched", "reference.output"))
         inputs = {s.topic: f"sources.{s.name}.topic" for s in self.sources}
@@ -842,8 +887,8 @@ class JobConfig(Strict):
         errors = []
         for topic, schema, where in uses:
             if topic in inputs:
-                errors.append(f"{where}: topic {topic!r} is also the input {inputs[topic]}: the job would read "
-                              "its own output back (a feedback loop); write to another topic")
+                errors.append(f"{where}: topic {topic!r} is also the input {inputs[topic]}: the job would "
+                              "read its own output back (a feedback loop); write to another topic")
                 continue
             first = writers.setdefault(topic, (schema, where))
             if first[0] != schema:
@@ -858,9 +903,10 @@ class JobConfig(Strict):
         if self.state.ttl is None:
             for op in self.operators:
                 if isinstance(op, MatchOp) and not op.bounded:
-                    found.append(f"operators.{op.name}: the pattern has no within and state.ttl is not set: a partial "
-                                 "match that never completes stays in the state for ever (up to max_partial_matches "
-                                 "per key); give the pattern a within (e.g. within: 10m) or set state.ttl")
+                    found.append(f"operators.{op.name}: the pattern has no within and state.ttl is not set: "
+                                 "a partial match that never completes stays in the state for ever (up to "
+                                 "max_partial_matches per key); give the pattern a within "
+                                 "(e.g. within: 10m) or set state.ttl")
         return found
 
     # Derived names ---------------------------------------------------------------------

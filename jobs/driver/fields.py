@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ctiflow.jobs.avro.serde import SchemaStore, default_store
 from ctiflow.jobs.driver.config import BinsOp, CountOp, JobConfig, MatchOp
-from ctiflow.jobs.core.definitions import INTEGER, NUMERIC, expression_field_errors, record_fields, stage_expressions
+from ctiflow.jobs.core.definitions import (INTEGER, NUMERIC, expression_field_errors, record_fields,
+                                           stage_expressions)
 from ctiflow.operators.errors import ConfigError, CtiflowError
 
 def field_errors(cfg: JobConfig, store: SchemaStore | None = None) -> list[str]:
@@ -38,26 +39,30 @@ class _FieldCheck:
         self.fast = cfg.reference.fast if cfg.reference else cfg.sources[0].name
         self.joined = cfg.reference is not None
 
-    def need(self, where: str, stream: str, field: str, types: frozenset[str] | None = None, what: str = "") -> None:
+    def need(self, where: str, stream: str, field: str, types: frozenset[str] | None = None,
+             what: str = "") -> None:
         fields = self.schemas.get(stream)
         if fields is None:
             return
         schema = self.cfg.source(stream).schema_name
         if field not in fields:
-            self.errors.append(f"{where}: schema {schema!r} has no field {field!r}; its fields: {', '.join(fields)}")
+            self.errors.append(f"{where}: schema {schema!r} has no field {field!r}; its fields: "
+                               f"{', '.join(fields)}")
         elif types is not None and not (fields[field] - {"null"}) <= types:
             fitting = [n for n, t in fields.items() if t - {"null"} and t - {"null"} <= types]
-            self.errors.append(f"{where}: field {field!r} of schema {schema!r} is {'/'.join(sorted(fields[field]))}, "
-                               f"{what} must be {'/'.join(sorted(types))}; fields that are: "
-                               f"{', '.join(fitting) or 'none'}")
+            self.errors.append(f"{where}: field {field!r} of schema {schema!r} is "
+                               f"{'/'.join(sorted(fields[field]))}, {what} must be "
+                               f"{'/'.join(sorted(types))}; fields that are: {', '.join(fitting) or 'none'}")
 
     def sources(self) -> None:
         cfg, need = self.cfg, self.need
         for s in cfg.sources:
             need(f"sources.{s.name}.key_field", s.name, s.key_field)
-            need(f"sources.{s.name}.time_field", s.name, s.time_field, INTEGER, "an event time (ms since 1970)")
+            need(f"sources.{s.name}.time_field", s.name, s.time_field, INTEGER,
+                 "an event time (ms since 1970)")
             if s.end_field:
-                need(f"sources.{s.name}.end_field", s.name, s.end_field, INTEGER, "an event time (ms since 1970)")
+                need(f"sources.{s.name}.end_field", s.name, s.end_field, INTEGER,
+                     "an event time (ms since 1970)")
             for m in s.measures:
                 need(f"sources.{s.name}.measures", s.name, m, NUMERIC, "a measure")
         if self.joined:
@@ -72,8 +77,8 @@ class _FieldCheck:
         if self.joined:
             source = self.cfg.reference.source
             reference = (self.cfg.source(source).schema_name, self.schemas.get(source))
-        self.errors += expression_field_errors(where, text, fast, self.cfg.source(self.fast).schema_name, reference,
-                                               match_functions=match)
+        self.errors += expression_field_errors(where, text, fast, self.cfg.source(self.fast).schema_name,
+                                               reference, match_functions=match)
 
     def operators(self) -> None:
         fast = self.fast

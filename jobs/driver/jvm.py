@@ -1,5 +1,6 @@
 """The JVM ctiflow's driver side talks to: Spark's (a session's) or, for a tool without a session,
-one py4j gateway of its own — for Hadoop's file systems (:class:`ctiflow.jobs.driver.checkpoint.CheckpointDir`)."""
+one py4j gateway of its own — for Hadoop's file systems
+(:class:`ctiflow.jobs.driver.checkpoint.CheckpointDir`)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def secret_setting(name: str) -> bool:
     return SPARK_REDACTION_REGEX.search(name) is not None
 
 
-def launch_settings_of(settings: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def launch_settings_of(settings: list[tuple[str, str]]) -> tuple[list[tuple[str, str]],
+                                                                 list[tuple[str, str]]]:
     """``settings`` split into (what the driver's JVM is started with, what is set on its
     ``SparkConf`` through py4j once it runs). PySpark starts the JVM with every setting as a
     ``--conf`` argument of spark-submit, so they stand in the command line of the ``java``
@@ -82,15 +84,17 @@ def launch_settings_of(settings: list[tuple[str, str]]) -> tuple[list[tuple[str,
     readable by its own user and root only."""
     start, later = [], []
     for name, value in settings:
-        (later if secret_setting(name) or name.startswith("spark.executorEnv.") else start).append((name, value))
+        (later if secret_setting(name) or name.startswith("spark.executorEnv.")
+         else start).append((name, value))
     return start, later
 
 
 def gateway(conf=None):
     """The py4j gateway to this process's JVM (Spark's and Hadoop's classes): the session's, if
     there is one, else one started once with ``conf`` (a ``SparkConf``: the driver's settings
-    apply from its start) — which the session then takes over (:func:`ctiflow.jobs.driver.pipeline.spark_session`),
-    so a job checks its checkpoint before Spark starts and still runs one JVM. Its output goes
+    apply from its start) — which the session then takes over
+    (:func:`ctiflow.jobs.driver.pipeline.spark_session`), so a job checks its checkpoint before Spark
+    starts and still runs one JVM. Its output goes
     to the Spark log. The JVM is started without ``conf``'s secrets (:func:`launch_settings_of`):
     whoever starts a context on it passes the whole ``conf`` to the context."""
     from pyspark import SparkContext
@@ -104,10 +108,12 @@ def gateway(conf=None):
             log = spark_log_path()
             with open(log, "ab") as sink:
                 try:
-                    started = launch_gateway(_started_with(conf), popen_kwargs={"stdout": sink, "stderr": sink})
+                    started = launch_gateway(_started_with(conf),
+                                             popen_kwargs={"stdout": sink, "stderr": sink})
                     _GATEWAY.append(started)
                 except Exception as exc:
-                    raise RuntimeError(f"Spark's driver did not start ({exc}); its output is in {log}") from exc
+                    raise RuntimeError(f"Spark's driver did not start ({exc}); its output is in "
+                                       f"{log}") from exc
         return _GATEWAY[0]
 
 

@@ -74,5 +74,5 @@ def check_master(master: str, option: str, *, reach: bool = True) -> None:
         except OSError as exc:
             reasons.append(f"{host}:{port}: {exc.strerror or exc}")
     what = "Kubernetes' API server" if master.startswith("k8s://") else "the Spark master"
-    raise ConfigError(f"{option} {master}: {what} cannot be reached ({'; '.join(reasons)}); start it, or give "
-                      "the URL of one that runs")
+    raise ConfigError(f"{option} {master}: {what} cannot be reached ({'; '.join(reasons)}); start it, or "
+                      "give the URL of one that runs")

@@ -1,8 +1,8 @@
 """A running job's Prometheus metrics, served by its driver process (``metrics.port``).
 
 What the driver knows after each micro-batch — the job's counters summed over its key groups
-(:class:`ctiflow.jobs.core.counters.Counters`, through the progress file) and Spark's progress of the batch —
-is exposed through ``prometheus_client`` (its HTTP server, in a daemon thread): nothing on the
+(:class:`ctiflow.jobs.core.counters.Counters`, through the progress file) and Spark's progress of the
+batch — is exposed through ``prometheus_client`` (its HTTP server, in a daemon thread): nothing on the
 data path calls into it. Names follow Prometheus's conventions: the unit in the name, ``_total``
 for counters, labels of low cardinality only (job, stream, partition, operator, topic, stage;
 never a key). Counters count over every run of the job's checkpoint (they restart from the
@@ -85,7 +85,8 @@ class JobMetrics:
             self.behind.update(behind)
             self.batches += 1
             self.last_batch_at = self.clock()
-        self.batch_seconds.labels(self.job).observe(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000)
+        self.batch_seconds.labels(self.job).observe(
+            progress.get("durationMs", {}).get("triggerExecution", 0) / 1000)
 
     def _offsets_behind(self, progress: dict) -> dict[tuple[str, int], int]:
         """Per stream and partition: the partition's end (high watermark) − the batch's end offset."""
@@ -120,10 +121,11 @@ class JobMetrics:
             reason = exc.strerror or str(exc)
             if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL,):
                 raise ConfigError(f"metrics.host: {host!r} is not an address of this machine to listen on "
-                                  f"({reason}); use 127.0.0.1, 0.0.0.0 or one of its interfaces' addresses") from None
-            raise ConfigError(f"metrics.port: {host}:{port} cannot be served ({reason}): another process (a second "
-                              "job?) holds it; give each job its own metrics.port (or CTIFLOW_METRICS_PORT), or 0 "
-                              "for any free port") from None
+                                  f"({reason}); use 127.0.0.1, 0.0.0.0 or one of its interfaces' "
+                                  "addresses") from None
+            raise ConfigError(f"metrics.port: {host}:{port} cannot be served ({reason}): another process (a "
+                              "second job?) holds it; give each job its own metrics.port (or "
+                              "CTIFLOW_METRICS_PORT), or 0 for any free port") from None
         self.port = self.server.server_port
         return self.port
 
@@ -141,12 +143,14 @@ class JobMetrics:
             c, progress, behind = dict(self.counters), self.progress, dict(self.behind)
             batches, last_at = self.batches, self.last_batch_at
         job, now = self.job, self.clock()
-        yield InfoMetricFamily("ctiflow", counters.DRIVER_METRICS["ctiflow"], value={"job": job, "version": _version()})
+        yield InfoMetricFamily("ctiflow", counters.DRIVER_METRICS["ctiflow"],
+                               value={"job": job, "version": _version()})
 
         yield from _counter_families(c, job, now)
         labels = ["job", *counters.PARTITION]
         p_behind = GaugeMetricFamily("ctiflow_partition_offsets_behind",
-                                     counters.DRIVER_METRICS["ctiflow_partition_offsets_behind"], labels=labels)
+                                     counters.DRIVER_METRICS["ctiflow_partition_offsets_behind"],
+                                     labels=labels)
         for (stream, partition), n in sorted(behind.items()):
             p_behind.add_metric([job, stream, str(partition)], n)
         yield p_behind
@@ -155,11 +159,12 @@ class JobMetrics:
         count = CounterMetricFamily("ctiflow_batches_total", driver["ctiflow_batches_total"], labels=["job"])
         count.add_metric([job], batches)
         yield count
-        parts = GaugeMetricFamily("ctiflow_last_batch_duration_seconds", driver["ctiflow_last_batch_duration_seconds"],
-                                  labels=["job", "stage"])
-        records = GaugeMetricFamily("ctiflow_last_batch_records", driver["ctiflow_last_batch_records"], labels=["job"])
-        at = GaugeMetricFamily("ctiflow_last_batch_timestamp_seconds", driver["ctiflow_last_batch_timestamp_seconds"],
-                               labels=["job"])
+        parts = GaugeMetricFamily("ctiflow_last_batch_duration_seconds",
+                                  driver["ctiflow_last_batch_duration_seconds"], labels=["job", "stage"])
+        records = GaugeMetricFamily("ctiflow_last_batch_records", driver["ctiflow_last_batch_records"],
+                                    labels=["job"])
+        at = GaugeMetricFamily("ctiflow_last_batch_timestamp_seconds",
+                               driver["ctiflow_last_batch_timestamp_seconds"], labels=["job"])
         if progress is not None:
             for stage, ms in sorted(progress.get("durationMs", {}).items()):
                 parts.add_metric([job, stage], ms / 1000)
@@ -181,7 +186,8 @@ def _counter_families(c: dict, job: str, now: float) -> Iterable:
         widest = max(members, key=lambda m: len(m.labels))
         labels = ["job", *widest.labels]
         counting = widest.kind is counters.Kind.COUNT
-        family = (CounterMetricFamily if counting else GaugeMetricFamily)(name, members[0].help, labels=labels)
+        family = (CounterMetricFamily if counting else GaugeMetricFamily)(name, members[0].help,
+                                                                          labels=labels)
         lag = GaugeMetricFamily(widest.lag, f"wall clock − {name}", labels=labels) if widest.lag else None
         for m in members:
             pad = [""] * (len(widest.labels) - len(m.labels))

@@ -7,8 +7,9 @@ How StreamInsight's settings map onto Spark (also in the README's time model):
   Flink's per-partition watermarks). Not Spark's watermark: that is one ``max(start) − delay``
   over all rows of all partitions, so the faster partition would declare the slower one's
   in-order events late, by an amount that depends on the batch size. The source sends every
-  key group each partition's progress and the batch's idle set (:mod:`ctiflow.jobs.datapath.source.reader`); each
-  group computes the same CTI and keeps it in its state. Spark never drops a row for being
+  key group each partition's progress and the batch's idle set
+  (:mod:`ctiflow.jobs.datapath.source.reader`); each group computes the same CTI and keeps it in its
+  state. Spark never drops a row for being
   late: our time layer sends late rows to the ``late`` topic.
 * ``idle_timeout`` → Flink's ``withIdleness``: a partition with nothing to read for that long
   (processing time) stops holding the CTI back; an empty partition is idle from the start.
@@ -38,13 +39,12 @@ from pathlib import Path
 from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import JobConfig, duration_ms
 from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
-from ctiflow.jobs.datapath.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas, topic_partitions,
-                        wait_for_broker)
+from ctiflow.jobs.datapath.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas,
+                                         topic_partitions, wait_for_broker)
 from ctiflow.jobs.datapath.own_topics import stack_error_in
-from ctiflow.jobs.driver.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, CheckpointDir, CounterReader, ProgressLog,
-                                     group_labels,
-                                     read_counters, replay_through, reset_uncommitted_checkpoint, start_offsets,
-                                     state_layout)
+from ctiflow.jobs.driver.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, CheckpointDir, CounterReader,
+                                            ProgressLog, group_labels, read_counters, replay_through,
+                                            reset_uncommitted_checkpoint, start_offsets, state_layout)
 from ctiflow.jobs.driver.jvm import gateway, java_environment, launcher_settings, spark_log_path
 from ctiflow.jobs.driver.masters import check_master
 from ctiflow.jobs.driver.progress import RunSummary
@@ -60,7 +60,8 @@ SPARK_LOG4J2 = Path(__file__).resolve().parent / "spark-log4j2.properties"
 
 def executor_credentials(cfg: JobConfig) -> dict[str, str]:
     """The job's secrets (SASL, other secret client settings such as ``ssl.key.password``, the
-    registry's) as the variables the executors' clients read (:func:`ctiflow.jobs.datapath.kafka.env_credentials`,
+    registry's) as the variables the executors' clients read
+    (:func:`ctiflow.jobs.datapath.kafka.env_credentials`,
     :func:`ctiflow.jobs.avro.serde.registry_client`). Spark redacts these names in its UI and logs.
     They reach the executors as ``spark.executorEnv.*`` set on the context's ``SparkConf`` through
     py4j, never on a command line (:func:`ctiflow.jobs.driver.jvm.launch_settings_of` says how, locally
@@ -68,11 +69,13 @@ def executor_credentials(cfg: JobConfig) -> dict[str, str]:
     k = cfg.kafka
     found = {}
     if k.sasl_username and k.sasl_password:
-        found |= {"CTIFLOW_SASL_USERNAME": k.sasl_username, "CTIFLOW_SASL_PASSWORD": k.sasl_password.get_secret_value()}
+        found |= {"CTIFLOW_SASL_USERNAME": k.sasl_username,
+                  "CTIFLOW_SASL_PASSWORD": k.sasl_password.get_secret_value()}
     if k.client_secrets:
         found[CLIENT_SECRETS_ENV] = json.dumps({n: v.get_secret_value() for n, v in k.client_secrets.items()})
     if k.schema_registry.secrets:
-        found[REGISTRY_SECRETS_ENV] = json.dumps({n: v.get_secret_value() for n, v in k.schema_registry.secrets.items()})
+        found[REGISTRY_SECRETS_ENV] = json.dumps({n: v.get_secret_value()
+                                                  for n, v in k.schema_registry.secrets.items()})
     if os.environ.get(SCHEMA_PATH_ENV):  # not a secret, but the executors' decoders need the same schemas
         found[SCHEMA_PATH_ENV] = os.environ[SCHEMA_PATH_ENV]
     return found
@@ -84,7 +87,8 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
     return {
         # Spark's own log to a file (jobs/spark-log4j2.properties), no progress bars:
         # the console shows ctiflow's progress lines only.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}",
+        "spark.driver.extraJavaOptions":
+            f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}",
         "spark.ui.showConsoleProgress": "false",
         "spark.master": spark_cfg.master if spark_cfg else "local[2]",
         "spark.app.name": app,
@@ -98,23 +102,28 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         # Checkpoint files (offset and commit logs, state changelogs) through Hadoop's FileSystem
         # API, not FileContext: without Hadoop's native library, every FileContext rename runs
         # `readlink` as a child process four times (measured: ≈ 70 checkpoint-file process starts
-        # a micro-batch; the state commit 33 → 3 ms a partition, docs/changelog.md#one-state-variable-and-no-process-starts). Its files appear by a rename: atomic on a local or
-        # shared POSIX disk and on HDFS; an object store may want its own manager (spark.conf).
+        # a micro-batch; the state commit 33 → 3 ms a partition,
+        # docs/changelog.md#one-state-variable-and-no-process-starts). Its files appear by a rename:
+        # atomic on a local or shared POSIX disk and on HDFS; an object store may want its own manager
+        # (spark.conf).
         MANAGER_CLASS: FILE_SYSTEM_MANAGER,
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
         "spark.python.worker.reuse": "true",
         # A worker that dies natively (a signal, an abort in a C library) leaves its Python stack in the error
         "spark.python.worker.faulthandler.enabled": "true",
-        # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared (ctiflow.jobs.datapath.spark_daemon)
+        # Python workers forked with pandas, pyarrow and ctiflow imported: their pages shared
+        # (ctiflow.jobs.datapath.spark_daemon)
         "spark.python.daemon.module": "ctiflow.jobs.datapath.spark_daemon",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         **(spark_metrics(cfg.metrics.spark_ui_port) if cfg and cfg.metrics.spark_ui_port else {}),
         **(spark_cfg.conf if spark_cfg else {}),
-        # The executors' Kafka clients get credentials from their environment (ctiflow.jobs.datapath.kafka.env_credentials),
-        # never from Spark options; Spark redacts these values (spark.redaction.regex) in its UI and logs, and
-        # the driver's JVM is started without them (ctiflow.jobs.driver.jvm.launch_settings_of: no command line has them).
-        **({f"spark.executorEnv.{var}": value for var, value in executor_credentials(cfg).items()} if cfg else {}),
+        # The executors' Kafka clients get credentials from their environment
+        # (ctiflow.jobs.datapath.kafka.env_credentials), never from Spark options; Spark redacts these values
+        # (spark.redaction.regex) in its UI and logs, and the driver's JVM is started without them
+        # (ctiflow.jobs.driver.jvm.launch_settings_of: no command line has them).
+        **({f"spark.executorEnv.{var}": value for var, value in executor_credentials(cfg).items()}
+           if cfg else {}),
     }
 
 
@@ -179,7 +188,8 @@ def spark_metrics(port: int) -> dict[str, str]:
     Prometheus servlet (``/metrics/prometheus``: the driver's metrics system;
     ``/metrics/executors/prometheus``: every executor's)."""
     return {"spark.ui.enabled": "true", "spark.ui.port": str(port), "spark.ui.prometheus.enabled": "true",
-            "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+            "spark.metrics.conf.*.sink.prometheusServlet.class":
+                "org.apache.spark.metrics.sink.PrometheusServlet",
             "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
             "spark.metrics.appStatusSource.enabled": "true"}
 
@@ -208,9 +218,11 @@ def stop_session() -> None:
     spark.stop()
 
 
-def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None, start: dict | None = None):
-    """The Kafka source's options for one of the job's sources (:class:`ctiflow.jobs.datapath.source.options.SourceOptions`);
-    ``start``: its first batch's offsets, as the checkpoint keeps them."""
+def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = None,
+                   start: dict | None = None):
+    """The Kafka source's options for one of the job's sources
+    (:class:`ctiflow.jobs.datapath.source.options.SourceOptions`); ``start``: its first batch's offsets,
+    as the checkpoint keeps them."""
     from ctiflow.jobs.datapath.source.options import SourceOptions  # (imports pyspark: see spark_session)
 
     return SourceOptions(
@@ -224,14 +236,16 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         outage_timeout=cfg.kafka.outage_timeout / 1000, idle_timeout=src.cti.idle_timeout / 1000,
         flush_at_end=flush and src.cti.flush_at_end, start_offsets=start,
         broadcast=src in cfg.rule_sources,  # every key group judges every rule
-        # Only an operator passing records on unchanged needs every record's bytes (dead letters always get theirs).
+        # Only an operator passing records on unchanged needs every record's bytes (dead letters always get
+        # theirs).
         keep_values=cfg.passes_records, pack_fields=cfg.reads_fields)
 
 
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None = None,
                 checkpoint: CheckpointDir | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
-    from ctiflow.jobs.datapath.adapter import OUTPUT_SCHEMA, OperatorProcessor  # these import pyspark (see spark_session)
+    from ctiflow.jobs.datapath.adapter import OUTPUT_SCHEMA, OperatorProcessor  # these import pyspark (see
+                                                                                # spark_session)
     from ctiflow.jobs.core.rows import INPUT_COLUMNS
     from ctiflow.jobs.datapath.sink import SinkOptions
     from ctiflow.jobs.datapath.source.reader import KafkaStreamReader
@@ -249,12 +263,14 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
             reader.stop()
     options = {src.name: source_options(cfg, src, until_end, labels, starts[src.name]).to_options()
                for src in cfg.read_sources}
-    frames = [spark.readStream.format("ctiflow_kafka").options(**options[src.name]).load() for src in cfg.read_sources]
+    frames = [spark.readStream.format("ctiflow_kafka").options(**options[src.name]).load()
+              for src in cfg.read_sources]
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
     processor = OperatorProcessor(job_plan, cfg.result_topics(), cfg.kafka.effective_framing,
-                                  cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
+                                  (cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url
+                                   else None),
                                   sources=options, state_layout=state_layout(checkpoint))
     df = df.select("meta_group", *INPUT_COLUMNS)
     out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
@@ -294,7 +310,8 @@ def _signals_stop_gracefully():
             signal.signal(s, h)
 
 
-def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None, *, checkpoint_too: bool = True) -> None:
+def refuse_errors(cfg: JobConfig, checkpoint: CheckpointDir | None = None, *,
+                  checkpoint_too: bool = True) -> None:
     """The job's own errors — fields against the schemas, predicates, patterns and queries, the
     checkpoint (unless not ``checkpoint_too``: ``ctiflow submit`` leaves it to the driver, whose
     classpath has the jars spark-submit adds) — as one :class:`ConfigError` listing every one
@@ -324,7 +341,8 @@ def prepare(cfg: JobConfig) -> CheckpointDir:
     for src in cfg.sources:
         topic_partitions(cfg.kafka.bootstrap_servers, src.topic, client)  # clear error if missing
     # (a rules topic may be empty until the first `ctiflow rules put`)
-    create_topics(cfg.kafka.bootstrap_servers, cfg.written_topics() | {s.topic: 1 for s in cfg.rule_sources}, client)
+    create_topics(cfg.kafka.bootstrap_servers, cfg.written_topics() | {s.topic: 1 for s in cfg.rule_sources},
+                  client)
     from ctiflow.jobs.driver.recognize import derived_schemas
 
     derived = derived_schemas(cfg)
@@ -342,12 +360,14 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     checkpoint = prepare(cfg)
     metrics = start_metrics(cfg)  # before Spark: a port in use is one error, not a traceback 15 s later
     if metrics is not None:
-        print(f"{cfg.job}: metrics at http://{cfg.metrics.host}:{metrics.port}/metrics", file=sys.stderr, flush=True)
+        print(f"{cfg.job}: metrics at http://{cfg.metrics.host}:{metrics.port}/metrics", file=sys.stderr,
+              flush=True)
     prog = ProgressLog.of(cfg)
     counters_now = CounterReader(prog)
     try:
         spark = spark or spark_session(cfg)
-        query = build_query(spark, cfg, until_end=until_end, progress=prog.topic, checkpoint=checkpoint).start()
+        query = build_query(spark, cfg, until_end=until_end, progress=prog.topic,
+                            checkpoint=checkpoint).start()
     except BaseException:
         if metrics is not None:
             metrics.close()
@@ -366,7 +386,8 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
                 if max_batches and len(batches) >= max_batches:
                     break
             if query.exception():
-                raise stack_error_in(query.exception()) or query.exception()  # a topic gone for good: one line
+                raise stack_error_in(query.exception()) or query.exception()  # a topic gone for good:
+                                                                              # one line
         finally:
             if query.isActive:
                 query.stop()
@@ -408,7 +429,8 @@ class _Progress:
         if "addBatch" in last["durationMs"] and follows:
             fresh = [last]
         else:
-            fresh = [p for p in query.recentProgress if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
+            fresh = [p for p in query.recentProgress
+                     if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
         for p in fresh:
             batches.setdefault(p["batchId"], p)
         if fresh and self.first_batch is None:

@@ -46,7 +46,8 @@ def plan_job(cfg: JobConfig) -> Plan:
     schemas = derived_schemas(cfg)
     cti_streams = (fast,) if cfg.reference is not None and cfg.reference.sync == "import" else tuple(streams)
     operators = tuple(OperatorSpec(op.name, *build_operator(op, cfg), op.roles()) for op in cfg.operators)
-    side_inputs = tuple(SideInput(op.rules_stream, i, RuleBookSpec(operators[i].settings.rules, rule_compiler(op, cfg)),
+    side_inputs = tuple(SideInput(op.rules_stream, i,
+                                  RuleBookSpec(operators[i].settings.rules, rule_compiler(op, cfg)),
                                   SyncMode(op.rules.sync).value)
                         for i, op in enumerate(cfg.operators) if op.ruled)
     cti_streams += tuple(s.stream for s in side_inputs if s.sync == "min")
@@ -54,9 +55,9 @@ def plan_job(cfg: JobConfig) -> Plan:
                 late_topic=cfg.late_topic, dead_letter_topic=cfg.dead_letter_topic,
                 enriched_topic=cfg.reference.output if cfg.reference else None,
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.read_sources},
-                source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl, side_inputs=side_inputs,
-                key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys, cache_chunks=cfg.state.cache_chunks,
-                schemas=schemas)
+                source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl,
+                side_inputs=side_inputs, key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys,
+                cache_chunks=cfg.state.cache_chunks, schemas=schemas)
 
 
 def _time_settings(src) -> AdvanceTimeSettings:

@@ -30,7 +30,8 @@ def records_read(progress: dict) -> int | None:
     first batch, whose progress has no start offset."""
     def offsets(value) -> dict | None:
         value = json.loads(value) if isinstance(value, str) else value
-        # partitions only: an offset also carries the ``flushed`` and ``idle`` markers (ctiflow.jobs.datapath.source.reader)
+        # partitions only: an offset also carries the ``flushed`` and ``idle`` markers
+        # (ctiflow.jobs.datapath.source.reader)
         return None if value is None else {p: int(v) for p, v in value.items() if p.isdigit()}
 
     total = 0
@@ -48,7 +49,8 @@ def format_cti(cti: int | None) -> str:
         return "-"
     if cti >= CTI_INFINITY:
         return "+∞"
-    return dt.datetime.fromtimestamp(cti / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (dt.datetime.fromtimestamp(cti / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"))
 
 
 def progress_line(p: dict, counters: dict) -> str:
@@ -68,10 +70,11 @@ def summary_line(job: str, summary: "RunSummary") -> str:
     c = summary.counters
     received, released, late, dead = (c.get(k, 0) for k in ("received", "released", "late", "dead_letter"))
     return (f"{job}: {summary.batches} batches, {summary.records} input records in {summary.seconds:.1f} s; "
-            f"CTI {format_cti(summary.cti)}; in {received} = released {released} + late {late} + dead-letter {dead} "
-            f"+ buffered {received - released - late - dead}; out {c.get('written', 0)} records "
+            f"CTI {format_cti(summary.cti)}; in {received} = released {released} + late {late} + dead-letter "
+            f"{dead} + buffered {received - released - late - dead}; out {c.get('written', 0)} records "
             f"(late topic {c.get('late_records', 0)})"
-            + (f"; first batch after {summary.first_batch_seconds:.1f} s" if summary.first_batch_seconds else ""))
+            + (f"; first batch after {summary.first_batch_seconds:.1f} s" if summary.first_batch_seconds
+               else ""))
 
 
 #: A stream partition that sends more than this share of its records to the late topic is warned about.

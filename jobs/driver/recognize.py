@@ -31,7 +31,8 @@ def match_target(op: MatchOp, job: JobConfig) -> MatchTarget:
     return MatchTarget(op.name, src.schema_name, src.key_field, src.time_field,
                        emit_timed_out=op.timed_out is not None, max_partial_matches=op.max_partial_matches,
                        max_buffered_events=op.max_buffered_events,
-                       reference_schema=job.source(job.reference.source).schema_name if job.reference else None)
+                       reference_schema=(job.source(job.reference.source).schema_name if job.reference
+                                         else None))
 
 
 def job_schema_store(job: JobConfig) -> SchemaStore:
@@ -148,7 +149,8 @@ def output_schema(recognizer: Recognizer, column_types: Mapping[str, Any], name:
         for c, t in column_types.items():
             column(c, t)
     return {"type": "record", "name": name, "namespace": "ctiflow.recognize",
-            "doc": "MATCH_RECOGNIZE output: partition columns, then measures", "fields": list(fields.values())}
+            "doc": "MATCH_RECOGNIZE output: partition columns, then measures",
+            "fields": list(fields.values())}
 
 
 def _nullable(avro: Any) -> list:
@@ -178,7 +180,8 @@ def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
     kind = expr.kind
     if kind == "literal":
         v = expr.value
-        return ({bool: "boolean", int: "long", float: "double", str: "string"}.get(type(v), "string"), v is None)
+        return ({bool: "boolean", int: "long", float: "double", str: "string"}.get(type(v), "string"),
+                v is None)
     if kind == "column":
         return types.get(expr.value[1], "string"), True
     if kind in ("is_null", "is_bool"):
@@ -204,7 +207,8 @@ def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
                 return t, True
         return _typeof(otherwise, types)[0], True
     if kind == "cast":
-        return {"int": "long", "float": "double", "str": "string", "bool": "boolean"}[CAST_TYPES[expr.value]], True
+        return {"int": "long", "float": "double", "str": "string",
+                "bool": "boolean"}[CAST_TYPES[expr.value]], True
     if kind == "call":
         name = expr.value
         if name == "COUNT":
@@ -216,7 +220,8 @@ def _typeof(expr: Expr, types: Mapping[str, Any]) -> tuple[Any, bool]:
         if name == "CLASSIFIER":
             return "string", False
         inner = _typeof(expr.args[0], types)[0] if expr.args and expr.args[0].kind != "star" else "long"
-        if name in NAVIGATION or name in ("MIN", "MAX", "COALESCE", "NULLIF", "ABS", "FLOOR", "CEIL", "CEILING"):
+        if name in NAVIGATION or name in ("MIN", "MAX", "COALESCE", "NULLIF", "ABS", "FLOOR", "CEIL",
+                                          "CEILING"):
             return inner, True
         if name in ("SUM", "AVG", "MOD"):
             return _numeric(inner), True

@@ -1,6 +1,7 @@
 """Rules in jobs, on the driver: the rules topic read and written for ``ctiflow rules``, each record
-checked as the job checks it (:func:`replay`: the plan's own :class:`ctiflow.jobs.core.definitions.RuleCompiler`
-and the operator's :class:`ctiflow.operators.cep.rules.RuleBook`).
+checked as the job checks it (:func:`replay`: the plan's own
+:class:`ctiflow.jobs.core.definitions.RuleCompiler` and the operator's
+:class:`ctiflow.operators.cep.rules.RuleBook`).
 
 The semantics (when a version judges which events) are the operator's:
 :mod:`ctiflow.operators.cep.rules`.
@@ -35,8 +36,8 @@ def ruled_operator(job: JobConfig, name: str) -> MatchOp:
         if op.name == name:
             return op
     names = ", ".join(o.name for o in ruled) or "none"
-    raise ConfigError(f"--operator {name!r}: job {job.job!r} has no match operator with rules by that name (those "
-                      f"with a rules: section: {names}); add rules: {{topic: …}} to the operator")
+    raise ConfigError(f"--operator {name!r}: job {job.job!r} has no match operator with rules by that name "
+                      f"(those with a rules: section: {names}); add rules: {{topic: …}} to the operator")
 
 
 def replay(job: JobConfig, op: MatchOp, rules: Iterable[Rule]) -> tuple[RuleBook, list[Rule]]:
@@ -97,7 +98,8 @@ def read_rules(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn)
 def topic_messages(job: JobConfig, topic: str) -> Iterator[Message]:
     """``topic``'s records as they are now, partition by partition from the beginning (none if
     there is no such topic)."""
-    from ctiflow.jobs.datapath.kafka import consumer, list_topics, low_offset, read_range, topic_partitions, true_end_offset
+    from ctiflow.jobs.datapath.kafka import (consumer, list_topics, low_offset, read_range, topic_partitions,
+                                             true_end_offset)
 
     bootstrap, client = job.kafka.bootstrap_servers, job.kafka.client_config()
     if topic not in list_topics(bootstrap, client):
@@ -106,7 +108,8 @@ def topic_messages(job: JobConfig, topic: str) -> Iterator[Message]:
     try:
         for part in topic_partitions(bootstrap, topic, client):
             low = low_offset(cons, topic, part)
-            with closing(read_range(cons, topic, part, low, true_end_offset(cons, topic, part, low))) as ranges:
+            with closing(read_range(cons, topic, part, low,
+                                    true_end_offset(cons, topic, part, low))) as ranges:
                 for msgs in ranges:
                     yield from msgs
     finally:
@@ -129,8 +132,8 @@ def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
     record = {f: getattr(rule, f) for f in Rule.__dataclass_fields__}
     done = produce(bootstrap, op.rules.topic, [record], encode, "rule_id", client, flush_timeout=30)
     if done.unflushed:
-        raise ConfigError(f"the rule record was not written to {op.rules.topic!r} within 30 s (is the broker at "
-                          f"{bootstrap} up?)")
+        raise ConfigError(f"the rule record was not written to {op.rules.topic!r} within 30 s (is the broker "
+                          f"at {bootstrap} up?)")
 
 
 # -- what `ctiflow rules` and the Python API do ------------------------------------------------------
@@ -140,8 +143,8 @@ def _operator(job: JobConfig, operator: str | None) -> MatchOp:
     ruled = [o for o in job.operators if o.ruled]
     if len(ruled) != 1:
         names = ", ".join(o.name for o in ruled) or "none"
-        raise ConfigError(f"--operator: job {job.job!r} has {len(ruled)} match operators with rules ({names}); "
-                          "name the one the rule is for")
+        raise ConfigError(f"--operator: job {job.job!r} has {len(ruled)} match operators with rules "
+                          f"({names}); name the one the rule is for")
     return ruled[0]
 
 
@@ -149,7 +152,8 @@ def iso_time(ms: int) -> str:
     """Application time ``ms`` as ISO 8601 UTC with milliseconds (as the CLI shows times)."""
     from datetime import datetime, timezone
 
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"))
 
 
 def effective_ms(text: str | int | None, option: str = "--effective") -> int:
@@ -200,8 +204,9 @@ def put_rule(job: JobConfig, definition: str, *, rule_id: str, operator: str | N
     return _write(job, op, rule, version, warn)
 
 
-def delete_rule(job: JobConfig, rule_id: str, *, effective: str | int | None = None, operator: str | None = None,
-                comment: str | None = None, warn: Callable[[str], None] = _warn) -> Rule:
+def delete_rule(job: JobConfig, rule_id: str, *, effective: str | int | None = None,
+                operator: str | None = None, comment: str | None = None,
+                warn: Callable[[str], None] = _warn) -> Rule:
     """Write a ``delete`` version of a rule: from ``effective`` (default: now) it judges nothing."""
     op = _operator(job, operator)
     rule = Rule(rule_id, op.name, 0, effective_ms(effective), "delete", None, comment)

@@ -97,7 +97,8 @@ def shipped_distributions() -> list[importlib.metadata.Distribution]:
             found[name] = dist
         for text in dist.requires or ():
             req = Requirement(text)
-            if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in (extras or {""})):
+            if req.marker is not None and not any(req.marker.evaluate({"extra": e})
+                                                  for e in (extras or {""})):
                 continue
             todo.append((_canonical(req.name), frozenset(req.extras)))
     return sorted(found.values(), key=lambda d: _canonical(d.metadata["Name"]))
@@ -187,7 +188,8 @@ def plan_of(cfg: JobConfig) -> str:
     (:func:`secrets_file`)."""
     public = {k: v for k, v in cfg.spark.conf.items() if not secret_setting(k)}
     cfg = cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"conf": public})})
-    return base64.b64encode(json.dumps(cfg.model_dump(mode="json"), separators=(",", ":")).encode()).decode("ascii")
+    return base64.b64encode(json.dumps(cfg.model_dump(mode="json"),
+                                       separators=(",", ":")).encode()).decode("ascii")
 
 
 def config_of_plan(text: str) -> JobConfig:
@@ -207,8 +209,8 @@ def check_cluster_checkpoint(cfg: JobConfig) -> None:
     raise ConfigError(
         f"job {cfg.job!r}: spark.checkpoint is not set, and its default ({home(create=False)}/checkpoints/"
         f"{cfg.job}) is on the driver's disk, which the executors of {cfg.spark.master} do not share. "
-        "Set spark.checkpoint (or CTIFLOW_CHECKPOINT) to a location every node reaches: hdfs://…, s3a://…, "
-        "gs://…, abfs://…, or a directory mounted on all of them")
+        "Set spark.checkpoint (or CTIFLOW_CHECKPOINT) to a location every node reaches: hdfs://…, "
+        "s3a://…, gs://…, abfs://…, or a directory mounted on all of them")
 
 
 def spark_submit() -> str:
@@ -217,7 +219,8 @@ def spark_submit() -> str:
 
     found = Path(_find_spark_home()) / "bin" / "spark-submit"
     if not found.is_file():
-        raise ConfigError(f"no spark-submit at {found}: set SPARK_HOME to a Spark {_spark_version()} installation")
+        raise ConfigError(f"no spark-submit at {found}: set SPARK_HOME to a Spark {_spark_version()} "
+                          "installation")
     return str(found)
 
 
@@ -261,8 +264,9 @@ def command(job: Path, *, master: str, deploy_mode: str = "client", spark_args: 
         raise ConfigError(f"--timeout {timeout}: give a finite number of seconds > 0, or leave it out "
                           "(no limit)")
     if deploy_mode == "cluster" and master.startswith(("spark://", "local")):
-        raise ConfigError(f"--deploy-mode cluster: Spark runs a Python driver in the cluster only on YARN and "
-                          f"Kubernetes, not on {master.split(':')[0]}; use --deploy-mode client (the driver runs here)")
+        raise ConfigError(f"--deploy-mode cluster: Spark runs a Python driver in the cluster only on YARN "
+                          f"and Kubernetes, not on {master.split(':')[0]}; use --deploy-mode client (the "
+                          "driver runs here)")
     cfg = with_master(load(job), master)
     check_cluster_checkpoint(cfg)
     from ctiflow.jobs.driver.pipeline import refuse_errors
@@ -346,7 +350,8 @@ JVM_NOISE = ("WARNING: Using incubator modules:", "Streaming TransformWithStateI
 
 def run(cmd: list[str]) -> int:
     """Run spark-submit: its output on this process's stdout and stderr as it comes, but for
-    lines with :data:`JVM_NOISE` in them, which go to Spark's log (``CTIFLOW_SPARK_LOG``). Returns its exit code."""
+    lines with :data:`JVM_NOISE` in them, which go to Spark's log (``CTIFLOW_SPARK_LOG``). Returns its
+    exit code."""
     import subprocess
     import threading
 
@@ -396,7 +401,8 @@ def launch_environment() -> dict[str, str]:
     Python workers the driver itself starts (a Python data source's planning, the stateful
     operator's set-up) run ``spark.pyspark.python`` — ``python3``, the workers' name for theirs —
     on the driver's machine, where it must be the Python that has ctiflow."""
-    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    return {**os.environ,
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
 
 
 def _stop_driver(pid: int) -> None:

@@ -76,13 +76,16 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
         results: dict[str, list[dict]] = {}
         for cfg in cfgs:
             per_batch = min(src.batch_records for src in cfg.sources)
-            console.print(f"running job [bold]{cfg.job}[/bold] (bounded, flush at end) in micro-batches of at most "
-                          f"{per_batch:,} records per source (a CTI each) — small on purpose, so the records/s below "
-                          "are the demo's pacing, not ctiflow's speed (`./dev bench`, docs/performance.md) …")
-            summary = pipeline.run(cfg, until_end=True, spark=spark, on_progress=progress.printer(console, "  "))
+            console.print(f"running job [bold]{cfg.job}[/bold] (bounded, flush at end) in micro-batches of "
+                          f"at most {per_batch:,} records per source (a CTI each) — small on purpose, so "
+                          "the records/s below are the demo's pacing, not ctiflow's speed (`./dev bench`, "
+                          "docs/performance.md) …")
+            summary = pipeline.run(cfg, until_end=True, spark=spark,
+                                   on_progress=progress.printer(console, "  "))
             out.print(progress.summary_line(cfg.job, summary), soft_wrap=True, highlight=False)
             for topic in cfg.result_topics():
-                results[topic] = kafka.read_topic(bootstrap, topic)  # (pipeline.run registered derived schemas)
+                results[topic] = kafka.read_topic(bootstrap, topic)  # (pipeline.run registered derived
+                                                                     # schemas)
         _report(results, out)
         if changes:
             _rule_report(results.get("rule-matches") or [], changes, out)
@@ -123,7 +126,8 @@ def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
         rule = put_rule(cfg, RULE.replace("THRESHOLD", str(threshold)), rule_id="large", effective=effective,
                         comment=f"large means over {threshold}")
         changes.append((rule.version, threshold, rule.effective_time))
-        out.print(f"rule 'large' version {rule.version} (amount > {threshold}) takes effect at {_iso(rule.effective_time)}")
+        out.print(f"rule 'large' version {rule.version} (amount > {threshold}) takes effect at "
+                  f"{_iso(rule.effective_time)}")
     return changes
 
 
@@ -139,7 +143,8 @@ def _rule_report(matches: list[dict], changes: list[tuple[int, int, int]], out: 
     for version, threshold, effective in changes:
         mine = [r for r in matches if r.get("rule_version") == version]
         lowest = min((r["stages"][-1]["events"][-1]["amount"] for r in mine), default=None)
-        out.print(f"rule-matches: version {version} (amount > {threshold}, from {_iso(effective)}): {per[version]} matches"
+        out.print(f"rule-matches: version {version} (amount > {threshold}, from {_iso(effective)}): "
+                  f"{per[version]} matches"
                   + (f", the smallest large purchase {lowest:,.2f}" if lowest is not None else ""))
 
 
@@ -156,7 +161,8 @@ def _report(results: dict[str, list[dict]], out: Console) -> None:
         elif recs and "reason" in recs[0]:
             what = ", ".join(f"{k}: {v}" for k, v in Counter(r["reason"].split(":")[0] for r in recs).items())
         elif recs and "error" in recs[0]:
-            what = ", ".join(f"{k} ×{v}" for k, v in Counter(reason_code(r["error"]) for r in recs).most_common())
+            what = ", ".join(f"{k} ×{v}"
+                             for k, v in Counter(reason_code(r["error"]) for r in recs).most_common())
         elif recs and "reference_missing" in recs[0]:
             what = f"{sum(1 for r in recs if not r['reference_missing'])} enriched with a reference version"
         table.add_row(topic, str(len(recs)), what)

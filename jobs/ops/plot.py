@@ -96,8 +96,8 @@ def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact
     records (ties by name).
 
     The exact count is drawn when known: from ``exact`` — records with ``key``, ``time``,
-    ``exact`` and optionally ``counter`` (e.g. :func:`ctiflow.jobs.testing.oracle.sliding_counts`), or a mapping
-    ``(counter, key)`` / ``key`` → ``[(time, exact), …]`` — or else from the records' own
+    ``exact`` and optionally ``counter`` (e.g. :func:`ctiflow.jobs.testing.oracle.sliding_counts`), or a
+    mapping ``(counter, key)`` / ``key`` → ``[(time, exact), …]`` — or else from the records' own
     ``exact`` field. Counts hold between records, so every line is a step."""
     series: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
@@ -110,7 +110,8 @@ def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact
         _empty(fig, title, "count records")
         return _save(fig, out_png)
     # the most active series: the largest counts, then the most records (not keys that step 0 → 1)
-    chosen = sorted(series, key=lambda s: (-max(r["estimate"] for r in series[s]), -len(series[s]), s))[:MAX_SERIES]
+    chosen = sorted(series,
+                    key=lambda s: (-max(r["estimate"] for r in series[s]), -len(series[s]), s))[:MAX_SERIES]
     rows, cols = _grid(len(chosen))
     for i, (counter, key) in enumerate(chosen):
         recs = sorted(series[(counter, key)], key=lambda r: r["time"])
@@ -121,10 +122,11 @@ def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact
         ax.plot(x, [r["estimate"] for r in recs], drawstyle="steps-post", color="tab:blue", label="estimate")
         points = sorted(truth.get((counter, key)) or truth.get((None, key)) or [])
         if points:
-            ax.plot([_utc(t) for t, _ in points], [v for _, v in points], drawstyle="steps-post", color="black",
-                    linestyle="--", linewidth=1, label="exact")
+            ax.plot([_utc(t) for t, _ in points], [v for _, v in points], drawstyle="steps-post",
+                    color="black", linestyle="--", linewidth=1, label="exact")
         r0 = recs[0]
-        window = f"last {r0['window']} events" if r0.get("window_kind") == "events" else f"last {r0.get('window')} ms"
+        window = (f"last {r0['window']} events" if r0.get("window_kind") == "events"
+                  else f"last {r0.get('window')} ms")
         ax.set_title(f"{counter} · key {key} ({window}, ε = {r0.get('epsilon')})", fontsize=9)
         ax.set_ylabel("count")
         _time_axis(ax)
@@ -140,7 +142,8 @@ def plot_counts(records: Iterable[Mapping[str, Any]], out_png: str | Path, exact
 # ---------------------------------------------------------------------------------------------
 
 
-def _bin_steps(points: list[tuple[int, float]], size_of: Mapping[int, int]) -> tuple[list[datetime], list[float]]:
+def _bin_steps(points: list[tuple[int, float]],
+               size_of: Mapping[int, int]) -> tuple[list[datetime], list[float]]:
     """A step line over each bin's span: gaps between non-adjacent bins are left empty."""
     x: list[datetime] = []
     y: list[float] = []
@@ -230,9 +233,11 @@ def plot_bins(records: Iterable[Mapping[str, Any]], out_png: str | Path,
             handles = [Line2D([], [], color=colors[k], label=k) for k in keys] + [
                 Line2D([], [], color="gray", label="final"),
                 Line2D([], [], color="gray", linestyle="--", label="Σ incremental"),
-                Line2D([], [], color="gray", marker="x", linestyle="none", alpha=0.5, label="updated revisions"),
+                Line2D([], [], color="gray", marker="x", linestyle="none", alpha=0.5,
+                       label="updated revisions"),
             ]
             ax.legend(handles=handles, fontsize=7, loc="best", ncol=2)
-    fig.suptitle(f"{title}: {len(keys)} of {len(bins_of)} keys (a bin covers (start, end]: drawn over its span)")
+    fig.suptitle(f"{title}: {len(keys)} of {len(bins_of)} keys "
+                 "(a bin covers (start, end]: drawn over its span)")
     fig.tight_layout()
     return _save(fig, out_png)

@@ -140,7 +140,8 @@ def up(port: int = DEFAULT_PORT, wait: float = 30.0, authentication: bool = Fals
         if proc.poll() is not None:
             _pid_file(port).unlink(missing_ok=True)
             tail = log.read_text(errors="replace")[-2000:]
-            raise StackError(f"tansu exited with code {proc.returncode} right after start; log {log}:\n{tail}")
+            raise StackError(f"tansu exited with code {proc.returncode} right after start; log "
+                             f"{log}:\n{tail}")
         if authentication or broker_ready(f"127.0.0.1:{port}", timeout=1.0, client_config=client_config):
             if not authentication or _port_open(port):
                 return status(port)

@@ -28,7 +28,8 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 #: The input rate over this window, where Prometheus answers (one read has no rate of its own).
 RATE_WINDOW = "1m"
-_RATE = "ctiflow_records_received_rate"  # this module's series: rate(received) over RATE_WINDOW (from_prometheus)
+_RATE = "ctiflow_records_received_rate"  # this module's series: rate(received) over RATE_WINDOW
+                                         # (from_prometheus)
 
 
 def fetch(url: str, timeout: float = 5.0, limit: int = MAX_ANSWER_BYTES) -> bytes:
@@ -74,7 +75,8 @@ def from_prometheus(base: str, timeout: float = 5.0) -> Samples:
         url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
         body = json.loads(fetch(url, timeout))
         if not isinstance(body, dict) or body.get("status") != "success":
-            raise OSError(f"Prometheus at {base}: {body.get('error', body) if isinstance(body, dict) else body}")
+            raise OSError(f"Prometheus at {base}: "
+                          f"{body.get('error', body) if isinstance(body, dict) else body}")
         try:
             for row in body["data"]["result"]:
                 labels = {str(k): str(v) for k, v in dict(row["metric"]).items()}
@@ -126,7 +128,8 @@ _PARTITION_FIELDS = {counters.metric("cti", counters.PARTITION): "cti",
                      "ctiflow_partition_offsets_behind": "behind",
                      counters.metric("received", counters.PARTITION): "received",
                      counters.metric("late", counters.PARTITION): "late", _RATE: "rate"}
-#: job series → (:class:`JobStatus` field, the (label, value) a sample must have, or None); written: summed over topics
+#: job series → (:class:`JobStatus` field, the (label, value) a sample must have, or None); written: summed
+#: over topics
 _JOB_FIELDS = {counters.metric("cti"): ("cti", None),
                counters.metric("dead_letter"): ("dead_letter", None),
                counters.metric("refused"): ("refused", None),
@@ -193,7 +196,8 @@ def jobs_of(samples: Samples, previous: dict[str, JobStatus] | None = None, elap
         for p in j.partitions:
             if p.cti is not None:
                 p.lag = now - p.cti
-        j.partitions.sort(key=lambda p: (p.stream, int(p.partition) if p.partition.isdigit() else p.partition))
+        j.partitions.sort(key=lambda p: (p.stream,
+                                         int(p.partition) if p.partition.isdigit() else p.partition))
         before = (previous or {}).get(j.job)
         if before is not None and elapsed:
             old = {(p.stream, p.partition): p.received for p in before.partitions}
@@ -209,8 +213,8 @@ def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = abs(seconds)
-    text = f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h" if s < 172800 \
-        else f"{s / 86400:.1f} d"
+    text = f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h" \
+        if s < 172800 else f"{s / 86400:.1f} d"
     return ("-" if seconds < 0 else "") + text
 
 
@@ -269,13 +273,15 @@ def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, sou
         since = None if j.last_batch_at is None else now - j.last_batch_at
         title = (f"[b]{escape(j.job)}[/b]  CTI {format_cti(None if j.cti is None else int(j.cti * 1000))}  "
                  f"lag {_duration(j.lag)}  written {_count(j.written)}  dead-letter {_count(j.dead_letter)}"
-                 f" (refused {_count(j.refused)})  state {_bytes(j.state_bytes)}, {_count(j.state_keys)} keys  "
-                 f"batches {_count(j.batches)}, last {_duration(j.last_batch_seconds)}, {_duration(since)} ago")
+                 f" (refused {_count(j.refused)})  state {_bytes(j.state_bytes)}, {_count(j.state_keys)} "
+                 f"keys  batches {_count(j.batches)}, last {_duration(j.last_batch_seconds)}, "
+                 f"{_duration(since)} ago")
         t = Table(expand=False)
         for col in ("stream", "partition", "CTI", "lag", "behind", "in/s", "received", "late", "idle"):
             t.add_column(col, justify="left" if col in ("stream", "CTI") else "right")
         for p in j.partitions:
-            t.add_row(Text(p.stream), Text(p.partition), format_cti(None if p.cti is None else int(p.cti * 1000)),
+            t.add_row(Text(p.stream), Text(p.partition),
+                      format_cti(None if p.cti is None else int(p.cti * 1000)),
                       _duration(p.lag), _count(p.behind), _rate(p.rate), _count(p.received), _count(p.late),
                       "idle" if p.idle else "")
         tables += [Text.from_markup(title), *map(Text, rules_lines(j)), t]

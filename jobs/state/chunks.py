@@ -47,8 +47,8 @@ def restoring(what: str):
     except StateError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to rebuild state from bytes means the same
-        raise StateError(f"{what}: its state in the checkpoint does not restore ({type(exc).__name__}: {exc}); "
-                         f"{STATE_FIX}") from exc
+        raise StateError(f"{what}: its state in the checkpoint does not restore "
+                         f"({type(exc).__name__}: {exc}); {STATE_FIX}") from exc
 
 
 def chunk_hash(key: str, groups: int) -> int:
@@ -95,9 +95,9 @@ class KeyedState:
     instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
     a new group; ``counters``: the call's :class:`ctiflow.jobs.core.counters.Counters`."""
 
-    def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int, chunk_keys: int,
-                 ttl: int | None, grows: bool, warm: dict | None = None, index: tuple | None = None,
-                 prepare=None) -> None:
+    def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int,
+                 chunk_keys: int, ttl: int | None, grows: bool, warm: dict | None = None,
+                 index: tuple | None = None, prepare=None) -> None:
         self.specs = specs
         #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared
         #: states: :mod:`ctiflow.jobs.core.broadcast`)
@@ -156,7 +156,8 @@ class KeyedState:
         started = time.perf_counter()
         if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
             blob = self.store.get(c)
-        got = Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None else self._decoded(c, blob)
+        got = (Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None
+               else self._decoded(c, blob))
         self._prepare(got.ops)
         self.loaded[c] = got
         self.counters.chunks_loaded += 1
@@ -197,13 +198,15 @@ class KeyedState:
             else:
                 touch.update(c for c, due in self.due.items() if due <= cti and c not in self.loaded)
                 # decoded earlier in this call and not committed since: their due entry is stale
-                touch.update(c for c, chunk in self.loaded.items() if c not in touch and chunk.due(self.ttl) <= cti)
+                touch.update(c for c, chunk in self.loaded.items()
+                             if c not in touch and chunk.due(self.ttl) <= cti)
         return sorted(touch)
 
     def live_keys(self) -> int:
         """Distinct keys the operators keep state for: the stored totals, corrected by the chunks
         decoded in this call (chunks hold disjoint keys)."""
-        return self.stored_keys + sum(len(chunk.live_keys()) - chunk.stored[1] for chunk in self.loaded.values())
+        return self.stored_keys + sum(len(chunk.live_keys()) - chunk.stored[1]
+                                      for chunk in self.loaded.values())
 
     def keys(self) -> set[str]:
         """Every key an operator keeps state for (decodes every chunk: tests and tools)."""
@@ -215,9 +218,9 @@ class KeyedState:
 
     def grow(self, live: int) -> set[int]:
         """Split chunks until there are at least ``live / chunk_keys`` of them (``live``: the
-        group's live keys, as :meth:`commit` counts them); → the chunks split or made. Linear hashing: going from N to
-        N' chunks, every new chunk d descends from one existing chunk, whose keys are partitioned by
-        their new address in one pass; other chunks keep theirs."""
+        group's live keys, as :meth:`commit` counts them); → the chunks split or made. Linear hashing:
+        going from N to N' chunks, every new chunk d descends from one existing chunk, whose keys are
+        partitioned by their new address in one pass; other chunks keep theirs."""
         if not self.grows:
             return set()
         want = -(-live // self.chunk_keys)
@@ -251,7 +254,8 @@ class KeyedState:
                     if self.prepare is not None:
                         self.prepare(i, op)
                     if chunk.cti > CTI_NONE and op.advance_to(chunk.cti):
-                        raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI (a bug)")
+                        raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI "
+                                           "(a bug)")
                 ops.append(op)
             self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()))
         return made
@@ -277,8 +281,8 @@ class KeyedState:
                 snaps = [op.snapshot() for op in chunk.ops]
                 tallies = [op.tallies() for op in chunk.ops]
                 more = (tallies,) if any(tallies) else ()  # (only operators with tallies write them)
-                blob = compressed(pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys, [len(k) for k in sets_of],
-                                                *more), protocol=5))
+                blob = compressed(pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys,
+                                                [len(k) for k in sets_of], *more), protocol=5))
                 self.store[c] = blob
                 size = len(blob)
                 ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets_of, tallies))

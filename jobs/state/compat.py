@@ -57,7 +57,8 @@ def time_layer(settings: Mapping[str, AdvanceTimeSettings], data, handles_adjust
     else:  # a row time layer's: (buffers, generators, own CTIs, pending, merged CTI)
         rows, _generators, _own, pending_of, cti = got
         pending = max(pending_of.values(), default=CTI_NONE)
-        runs = {name: (lambda b_cti, held: (b_cti, [held]))(*legacy_buffer(blob)) for name, blob in rows.items()}
+        runs = {name: (lambda b_cti, held: (b_cti, [held]))(*legacy_buffer(blob))
+                for name, blob in rows.items()}
     return ColumnTimeLayer.of_runs(settings, cti, pending, runs, *args)
 
 

@@ -50,7 +50,8 @@ class GroupHeader:
 
     @classmethod
     def from_bytes(cls, data: bytes, with_shared: bool) -> "GroupHeader":
-        """The header of ``data`` (``with_shared``: the plan has side inputs, so it ends with their states)."""
+        """The header of ``data`` (``with_shared``: the plan has side inputs, so it ends with their
+        states)."""
         layer, join, enriched, ended, clocks, ops_cti, *keyed, operators = snapshots.loads(data)
         shared = None
         if with_shared:
@@ -68,5 +69,6 @@ def read_whole_state(data: bytes, fix: str) -> tuple[bytes, dict]:
     for another layout)."""
     layout, header, entries = snapshots.loads(data)
     if layout != WHOLE_LAYOUT:
-        raise StateError(f"the key group's state has layout {layout}, this ctiflow reads {WHOLE_LAYOUT}: {fix}")
+        raise StateError(f"the key group's state has layout {layout}, this ctiflow reads "
+                         f"{WHOLE_LAYOUT}: {fix}")
     return header, entries

@@ -2,8 +2,8 @@
 header's compression and its parts.
 
 A group's state is entries of numbers → bytes: keyed-state chunks from 0
-(:mod:`ctiflow.jobs.core.runtime`), the time layer's parts from :data:`ctiflow.jobs.state.parts.PART_KEYS`, the
-header under :attr:`GroupState.HEADER` and its parts below it.
+(:mod:`ctiflow.jobs.core.runtime`), the time layer's parts from :data:`ctiflow.jobs.state.parts.PART_KEYS`,
+the header under :attr:`GroupState.HEADER` and its parts below it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class GroupState:
 
     One state variable, not three: Spark's state server registers every state variable in every
     task of every micro-batch (codegen'd encoders, a column family lookup) — measured ≈ 15 ms of
-    a key group's call a micro-batch for the two this layout drops (docs/changelog.md#one-state-variable-and-no-process-starts)."""
+    a key group's call a micro-batch for the two this layout drops
+    (docs/changelog.md#one-state-variable-and-no-process-starts)."""
 
     HEADER = -1
     NAME = "state"

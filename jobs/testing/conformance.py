@@ -317,7 +317,8 @@ def run_case(case: Mapping[str, Any]) -> CaseResult:
         problems.append(f"unexpected error at step {index}: {raised}")
         return _result(case, problems)
     want_matches, want_timeouts = _expected(case)
-    for label, got, want in (("matches", got_matches, want_matches), ("timeouts", got_timeouts, want_timeouts)):
+    for label, got, want in (("matches", got_matches, want_matches),
+                             ("timeouts", got_timeouts, want_timeouts)):
         for step_index in sorted(set(got) | set(want)):
             g, w = got.get(step_index, Counter()), want.get(step_index, Counter())
             if g != w:

@@ -8,8 +8,8 @@ by rescanning each key's history, bins by scanning every candidate bin with exac
 The Spark semantics modelled (one watermarked input stream, as ``ctiflow.jobs.driver.pipeline`` sets it up):
 
 * **Micro-batches.** ``cuts`` are the arrival indices at which a new micro-batch begins (as in
-  ``ctiflow.jobs.testing.time_layer.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one batch.
-  Or ``batches``: each arrival's batch number.
+  ``ctiflow.jobs.testing.time_layer.TimeLayer.run``); index 0 always begins batch 0, so ``cuts=()`` is one
+  batch. Or ``batches``: each arrival's batch number.
 * **CTI per partition, combined by min.** After batch ``i`` partition ``p``'s CTI is
   ``max(start of p's events in batches ≤ i) − delay`` (events that turn out late included; dead
   letters have no event time), and the stream's CTI is the minimum over its partitions — no
@@ -64,7 +64,8 @@ class OracleEvent:
 
 
 def to_events(records: Iterable[Mapping[str, Any]], key_field: str, time_field: str,
-              end_field: str | None = None, partition_of: Callable[[str], int] | None = None) -> list[OracleEvent]:
+              end_field: str | None = None,
+              partition_of: Callable[[str], int] | None = None) -> list[OracleEvent]:
     """Workload records (arrival order) → events. ``partition_of(key)`` gives the Kafka
     partition (default: all in partition 0); offsets count up per partition in arrival order."""
     next_offset: dict[int, int] = defaultdict(int)
@@ -277,8 +278,8 @@ def exact_counts(cfg: JobConfig, records: Iterable[Mapping[str, Any]],
     ``(counter, key) → [(time, exact count)]``, the reference line of ``ctiflow plot counts``.
 
     The input is what the job read, as ``read_topic(topic)`` returns it (decoded records, see
-    :func:`ctiflow.jobs.datapath.kafka.read_topic`): the fast stream's topic, or the enriched topic when the job
-    writes one (predicates may use the reference version). Every decodable record with a key and
+    :func:`ctiflow.jobs.datapath.kafka.read_topic`): the fast stream's topic, or the enriched topic when the
+    job writes one (predicates may use the reference version). Every decodable record with a key and
     an integer time counts, late ones included; the CTI is not modelled (delay 0, one batch)."""
     src = cfg.source(cfg.reference.fast) if cfg.reference else cfg.sources[0]
     if cfg.reference is not None and cfg.reference.output:
@@ -302,7 +303,8 @@ def exact_counts(cfg: JobConfig, records: Iterable[Mapping[str, Any]],
         predicate = compile_expression(op.predicate) if op.predicate else None
         pool = checked if not op.per_key else by_key.get(r["key"], [])
         exact[(r["counter"], r["key"])].append(
-            (r["time"], count_at(pool, r["key"], r["time"], kind, window, predicate, op.per_key, op.value_field)))
+            (r["time"], count_at(pool, r["key"], r["time"], kind, window, predicate, op.per_key,
+                                 op.value_field)))
     return exact
 
 

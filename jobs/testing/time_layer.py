@@ -127,8 +127,8 @@ def _lifetime_end(event: Event) -> int:
 def _order_key(event: Event) -> tuple:
     """Application-time order: sync time, partition, offset; ties beyond those — only possible
     with duplicated offsets — by key, start and end, then arrival (the sort is stable)."""
-    return (event.end if event.edge_end else event.start, event.partition, event.offset, event.key, event.start,
-            event.end)
+    return (event.end if event.edge_end else event.start, event.partition, event.offset, event.key,
+            event.start, event.end)
 
 
 

@@ -96,7 +96,8 @@ def _check_common(n: int, seed: Any, start_ms: int, rate_per_s: float, late_frac
         raise ConfigError(f'Invalid "rate_per_s" value: {rate_per_s!r}. '
                           "It must be a positive number of events per second.")
     if not isinstance(late_fraction, (int, float)) or not 0 <= late_fraction <= 1:
-        raise ConfigError(f'Invalid "late_fraction" value: {late_fraction!r}. It must be in [0, 1], e.g. 0.01.')
+        raise ConfigError(f'Invalid "late_fraction" value: {late_fraction!r}. It must be in [0, 1], '
+                          'e.g. 0.01.')
 
 
 def account_name(i: int, accounts: int = 1000) -> str:
@@ -212,7 +213,8 @@ def _country_hop(rng: random.Random, pool: _Accounts, now: int) -> list[dict]:
     out = [
         _tx(name, t1, "purchase", _amount(rng, "purchase"), home, _merchant(rng, "purchase")),
         _tx(name, t2, "purchase", _amount(rng, "purchase"), abroad, _merchant(rng, "purchase")),
-        _tx(name, t3, "purchase", round(rng.uniform(LARGE_AMOUNT, 9000.0), 2), abroad, _merchant(rng, "purchase")),
+        _tx(name, t3, "purchase", round(rng.uniform(LARGE_AMOUNT, 9000.0), 2), abroad,
+            _merchant(rng, "purchase")),
     ]
     pool.reserve(a, t3)
     return out
@@ -390,8 +392,8 @@ def accounts(accounts: int = 1000, versions: int | None = None, seed: int | str 
     out = []
     for i in range(accounts):
         tier = rng.choices(TIERS, _TIER_WEIGHTS)[0]
-        rec = {"account": account_name(i, accounts), "valid_from": start_ms, "home_country": home_country(i, seed),
-               "risk_threshold": TIER_THRESHOLD[tier], "tier": tier}
+        rec = {"account": account_name(i, accounts), "valid_from": start_ms,
+               "home_country": home_country(i, seed), "risk_threshold": TIER_THRESHOLD[tier], "tier": tier}
         current.append(rec)
         out.append(rec)
     changes = []
@@ -512,7 +514,8 @@ def bad_records(n: int, seed: int | str = 0) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
-        tx = dict(base_tx[rng.randrange(len(base_tx))], id=f"bad-{i:06d}", merchant=f"m-{rng.randrange(500):03d}")
+        tx = dict(base_tx[rng.randrange(len(base_tx))], id=f"bad-{i:06d}",
+                  merchant=f"m-{rng.randrange(500):03d}")
         flow = dict(base_flows[rng.randrange(len(base_flows))], id=f"bad-{i:06d}")
         if kind == "random_bytes":
             first = rng.choice([b for b in range(256) if b not in (0x00, 0xC3)])

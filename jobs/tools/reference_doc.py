@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 #: The order sections appear in (the rest follow alphabetically).
-ORDER = ("JobConfig", "Kafka", "SchemaRegistry", "Source", "CtiConfig", "FrequencyConfig", "Reference", "CountOp",
-         "Window", "BinsOp", "MatchOp", "PassthroughOp", "Outputs", "StateConfig", "Spark", "Metrics")
+ORDER = ("JobConfig", "Kafka", "SchemaRegistry", "Source", "CtiConfig", "FrequencyConfig", "Reference",
+         "CountOp", "Window", "BinsOp", "MatchOp", "PassthroughOp", "Outputs", "StateConfig", "Spark",
+         "Metrics")
 
 
 def _type(prop: dict[str, Any]) -> str:

@@ -57,7 +57,8 @@ class SimpleCondition(Condition):
 
     __slots__ = ("predicate", "expression", "column_form")
 
-    def __init__(self, predicate: Callable[[Any], Any], expression: Any = None, column_form: Any = None) -> None:
+    def __init__(self, predicate: Callable[[Any], Any], expression: Any = None,
+                 column_form: Any = None) -> None:
         super().__init__(False)
         self.predicate = predicate
         self.expression = expression

@@ -94,8 +94,8 @@ def check_nesting(stages: Any, unique_names: bool = False) -> None:
                 names.add(name)
             if isinstance(stage, Mapping) and "group" in stage:
                 if depth > MAX_GROUP_DEPTH:
-                    raise PatternError(f"stage {stage.get('name')!r}: groups nest more than {MAX_GROUP_DEPTH} levels "
-                                       "deep; write the pattern flatter")
+                    raise PatternError(f"stage {stage.get('name')!r}: groups nest more than "
+                                       f"{MAX_GROUP_DEPTH} levels deep; write the pattern flatter")
                 todo.append((stage["group"], depth + 1))
 
 
@@ -125,8 +125,8 @@ def condition_problems(stages: Any) -> list[str]:
                     problems.append(f"stage {stage['name']!r}: {key!r}: {exc}")
                     continue
                 for ref in sorted(references - set(names)):
-                    problems.append(f"stage {stage['name']!r}: {key!r}: {text!r} reads stage {ref!r}, which the "
-                                    f"pattern does not have (its stages: {', '.join(names)})")
+                    problems.append(f"stage {stage['name']!r}: {key!r}: {text!r} reads stage {ref!r}, which "
+                                    f"the pattern does not have (its stages: {', '.join(names)})")
     return problems
 
 
@@ -191,7 +191,8 @@ def _sequence(stages: Any, skip: AfterMatchSkipStrategy | None, where: str, key:
             if negation is not None:
                 method = NEGATION.get(negation)
                 if method is None:
-                    raise invalid_choice("negation", negation, ("not_next", "not_followed_by"), PatternError, label)
+                    raise invalid_choice("negation", negation, ("not_next", "not_followed_by"), PatternError,
+                                         label)
                 if not isinstance(target, str):
                     raise PatternError(f"{label}: a group stage cannot be negated")
                 pattern = getattr(pattern, method)(target)

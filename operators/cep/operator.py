@@ -41,7 +41,8 @@ from ctiflow.operators.cep.nfa.compiler import (PROCEED, NfaPlan, can_produce_em
                                     proceed_closure)
 from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
 from ctiflow.operators.cep.nfa.heap import BinaryHeap
-from ctiflow.operators.cep.nfa.nfa import IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState, _order_key
+from ctiflow.operators.cep.nfa.nfa import (IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState,
+                                           _order_key)
 from ctiflow.operators.cep.nfa.packed import PackedStates
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
@@ -89,8 +90,8 @@ class MatchSettings:
     #: At most this many events kept per key for its runs (the shared buffer, what the key's state
     #: bytes grow with); an event arriving while its key keeps more is refused likewise.
     max_buffered_events: int | None = None
-    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.sql.translate`): its PATTERN and
-    #: DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
+    #: ``MATCH_RECOGNIZE`` instead of ``pattern`` (:mod:`ctiflow.operators.cep.sql.translate`): its PATTERN
+    #: and DEFINE make the pattern, its MEASURES the records; ``columns``: the input's columns as
     #: ``(name, type family)`` pairs (``number``, ``string``, ``boolean``; None: unknown).
     sql: str | None = None
     columns: tuple[tuple[str, str | None], ...] | None = None
@@ -218,7 +219,8 @@ def start_keys(plan: NfaPlan) -> tuple[tuple[str, frozenset], ...]:
             parts = node.parts if isinstance(node, AllOf) else (node,)
             for part in parts:
                 if isinstance(part, Compare) and part.op == "==":
-                    field, const = (part.left, part.right) if isinstance(part.left, Field) else (part.right, part.left)
+                    field, const = ((part.left, part.right) if isinstance(part.left, Field)
+                                    else (part.right, part.left))
                     if isinstance(field, Field) and isinstance(const, Const) and const.value is not None:
                         found.setdefault(field.name, set()).add((edges, const.value))
     # each field every edge constrains: its values
@@ -308,7 +310,8 @@ class MatchOperator(Operator):
         if kept is not None and events > kept:
             raise PartialMatchLimit(
                 f"key {key!r} keeps {events} events for its partial matches{where}, more than "
-                f"max_buffered_events {kept}: event refused (bound the pattern with within, or raise the limit)")
+                f"max_buffered_events {kept}: event refused (bound the pattern with within, or "
+                "raise the limit)")
         nfa = self._nfa
         nfa.state = state
         timestamp = event.start
@@ -462,7 +465,8 @@ class MatchOperator(Operator):
         every key it ever held: a batch costs what it touches, not what is live (measured over
         200k accounts: 756 ms a 1,000-event batch before, ``docs/performance.md#latency``)."""
         dumps, protocol, due = pickle.dumps, pickle.HIGHEST_PROTOCOL, self._state_due
-        self._raw = self._raw.packed([(key, due(state), dumps(state.to_plain(), protocol=protocol), _runs(state))
+        self._raw = self._raw.packed([(key, due(state), dumps(state.to_plain(), protocol=protocol),
+                                       _runs(state))
                                       for key, state in self._states.items()])
         self._states = {}
         return pickle.dumps((SNAPSHOT_FORMAT, self._fingerprint(), self._raw.to_plain(), self._numbers),

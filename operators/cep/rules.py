@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from ctiflow.operators import snapshots
-from ctiflow.operators.cep.operator import MatchOperator, MatchSettings, PartialMatchLimit, _compiled, start_keys
+from ctiflow.operators.cep.operator import (MatchOperator, MatchSettings, PartialMatchLimit, _compiled,
+                                            start_keys)
 from ctiflow.operators.errors import CtiflowError, EventRejected, invalid_choice
 from ctiflow.operators.operator import HELD, Operator, Output, SharedState, Traits
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
@@ -136,8 +137,8 @@ def record_problem(rule: Rule) -> str | None:
             return "a put needs a definition (a pattern or a MATCH_RECOGNIZE query)"
         size = len(rule.definition.encode("utf-8", "surrogatepass"))
         if size > MAX_DEFINITION_BYTES:
-            return (f"the definition is {size:,} bytes, more than {MAX_DEFINITION_BYTES:,} (a rule is one pattern "
-                    "or query: split it into several rules)")
+            return (f"the definition is {size:,} bytes, more than {MAX_DEFINITION_BYTES:,} (a rule is one "
+                    "pattern or query: split it into several rules)")
     return None
 
 
@@ -151,7 +152,8 @@ class RuleBook(SharedState):
 
     family = "rules"
 
-    def __init__(self, settings: RulesSettings, compile: Callable[[Rule], MatchSettings] | None = None) -> None:
+    def __init__(self, settings: RulesSettings,
+                 compile: Callable[[Rule], MatchSettings] | None = None) -> None:
         self.settings = settings
         self.compile = compile
         self.timeline: dict[str, list[RuleVersion]] = {}
@@ -183,16 +185,16 @@ class RuleBook(SharedState):
     def _judge(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
         s = self.settings
         if rule.operator != s.operator:
-            return Decision("rejected", f"the rule is for operator {rule.operator!r}; this job's rules topic feeds "
-                                        f"operator {s.operator!r}")
+            return Decision("rejected", f"the rule is for operator {rule.operator!r}; this job's rules topic "
+                                        f"feeds operator {s.operator!r}")
         problem = record_problem(rule)
         if problem is not None:
             return Decision("rejected", problem)
         versions = self.timeline.get(rule.rule_id, [])
         last = versions[-1] if versions else None
         if last is not None and rule.version <= last.version:
-            return Decision("rejected", f"version {rule.version} of rule {rule.rule_id!r} is not newer than version "
-                                        f"{last.version} (give the next version a higher number)")
+            return Decision("rejected", f"version {rule.version} of rule {rule.rule_id!r} is not newer than "
+                                        f"version {last.version} (give the next version a higher number)")
         settings = None
         if rule.action == "put":
             try:
@@ -202,16 +204,16 @@ class RuleBook(SharedState):
                 return Decision("rejected", "invalid definition: " + "; ".join(problems))
             live = sum(1 for vs in self.timeline.values() if vs[-1].settings is not None)
             if (last is None or last.settings is None) and live >= s.max_rules:
-                return Decision("rejected", f"the operator already has {live} rules, its max_rules; delete one or "
-                                            "raise rules.max_rules")
+                return Decision("rejected", f"the operator already has {live} rules, its max_rules; delete "
+                                            "one or raise rules.max_rules")
         elif last is None or last.settings is None:
             return Decision("rejected", f"rule {rule.rule_id!r} has no live version to delete")
         effective, outcome = rule.effective_time, "applied"
         if effective < cti:
             if s.late_rules == "reject":
-                return Decision("rejected", f"late: effective_time {effective} is behind the CTI {cti} (events it "
-                                            "should judge have been released); give a later time, or set "
-                                            "rules.late_rules: adjust")
+                return Decision("rejected", f"late: effective_time {effective} is behind the CTI {cti} "
+                                            "(events it should judge have been released); give a later "
+                                            "time, or set rules.late_rules: adjust")
             effective, outcome = cti, "adjusted"
         if last is not None and effective < last.effective:
             return Decision("rejected", f"effective_time {effective} is before version {last.version}'s "
@@ -293,8 +295,9 @@ class RuleBook(SharedState):
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         if self._bytes is None:
-            self._bytes = pickle.dumps((BOOK_FORMAT, self.timeline, (self.applied, self.rejected, self.adjusted),
-                                        self.forgets), protocol=pickle.HIGHEST_PROTOCOL)
+            self._bytes = pickle.dumps((BOOK_FORMAT, self.timeline,
+                                        (self.applied, self.rejected, self.adjusted), self.forgets),
+                                       protocol=pickle.HIGHEST_PROTOCOL)
         return self._bytes
 
     @classmethod

@@ -86,7 +86,8 @@ class RecordDecoder:
         # values=errors: good rows leave meta_value null (only dead letters need the bytes,
         # unless an operator passes records on unchanged); less to shuffle and to keep in state.
         self.keep_values = options.keep_values
-        # fields=bytes: no operator reads the fields, the bytes travel alone (ctiflow.jobs.core.rows.BytesFields).
+        # fields=bytes: no operator reads the fields, the bytes travel alone
+        # (ctiflow.jobs.core.rows.BytesFields).
         self.pack_fields = options.pack_fields
         self.broadcast = options.broadcast
         self.frontier: int | None = None  # the largest start of a good record decoded so far
@@ -101,7 +102,8 @@ class RecordDecoder:
         if got is None:
             try:
                 self.decode.record_reader(writer)  # refuses an unresolvable writer schema
-                reader = None if writer.fingerprint == self.decode.reader.fingerprint else self.decode.reader.node
+                reader = (None if writer.fingerprint == self.decode.reader.fingerprint
+                          else self.decode.reader.node)
                 got = ColumnDecoder(writer.node, reader)
             except DecodeError as exc:
                 got = exc
@@ -183,8 +185,8 @@ class RecordDecoder:
             return str(exc)
         return "malformed header"  # not reached: writer_schema refuses what the bulk checks refuse
 
-    def _decode_group(self, writer, header: int, index: np.ndarray, values: list, data: bytes, starts: np.ndarray,
-                      ends: np.ndarray, parts: list, errors: dict[int, str]) -> None:
+    def _decode_group(self, writer, header: int, index: np.ndarray, values: list, data: bytes,
+                      starts: np.ndarray, ends: np.ndarray, parts: list, errors: dict[int, str]) -> None:
         where = f"decode: Avro body does not decode with schema {writer.name!r}"
         try:
             bulk = self._column_decoder(writer)
@@ -236,7 +238,8 @@ class RecordDecoder:
         start = self._times(table, tf, fail, f"missing event time {tf!r}",
                             lambda v: f"absurd event time {tf}={v!r} (expected ms since 1970, before 2500)")
         if self.shape == "interval":
-            end = self._times(table, ef, fail, f"missing end time {ef!r}", lambda v: f"absurd end time {ef}={v!r}")
+            end = self._times(table, ef, fail, f"missing end time {ef!r}",
+                              lambda v: f"absurd end time {ef}={v!r}")
             fail(end < start, lambda i: f"end < start ({ef}={end[i]} < {tf}={start[i]})")
         elif self.shape == "edge":
             end = np.full(n, EDGE_END, np.int64)
@@ -247,20 +250,22 @@ class RecordDecoder:
             wrong = np.asarray(col.is_null())
             if pa.types.is_floating(col.type):
                 wrong |= ~np.isfinite(np.asarray(col.fill_null(0).to_numpy(), np.float64))
-            fail(wrong, lambda i, col=col, m=m: f"measure {m!r} is {col[int(i)].as_py()!r}; measures must be finite numbers")
+            fail(wrong, lambda i, col=col, m=m: f"measure {m!r} is {col[int(i)].as_py()!r}; measures must "
+                                                "be finite numbers")
         for i, reason in reasons.items():
             errors[int(index[i])] = reason
         if bad.any():
             keep = ~bad
-            table, index, key, start, end = (table.filter(pa.array(keep)), index[keep], key.filter(pa.array(keep)),
-                                            start[keep], end[keep])
+            table, index, key, start, end = (table.filter(pa.array(keep)), index[keep],
+                                            key.filter(pa.array(keep)), start[keep], end[keep])
         return Decoded(table, index, key.combine_chunks() if isinstance(key, pa.ChunkedArray) else key,
                        start, end, errors)
 
     # -- rows ----------------------------------------------------------------------------
     def _group_of(self, keys: pa.Array) -> np.ndarray:
         """Each key's group label: ``crc32(key) mod G`` per distinct key of the fetch, computed
-        on the Arrow string column (:func:`ctiflow.jobs.datapath.kafka.crc32_column`, no Python step per key)."""
+        on the Arrow string column (:func:`ctiflow.jobs.datapath.kafka.crc32_column`, no Python step per
+        key)."""
         encoded = pc.dictionary_encode(keys)
         per_key = self._labels[crc32_column(encoded.dictionary) % self.groups]
         return per_key[np.asarray(encoded.indices)] if len(per_key) else np.zeros(0, np.int64)
@@ -285,7 +290,8 @@ class RecordDecoder:
         its first offset (the adapter's replay-stable order)."""
         part = msgs[0].partition() if msgs else 0
         if msgs and msgs[-1].partition() != part:  # packs and their order assume one partition a fetch
-            raise ValueError(f"a fetch spans partitions {part} and {msgs[-1].partition()}; read one partition at a time")
+            raise ValueError(f"a fetch spans partitions {part} and {msgs[-1].partition()}; read one "
+                             "partition at a time")
         offsets = message_offsets(msgs)
         index = got.index
         group = self._group_of(got.keys)
@@ -293,8 +299,9 @@ class RecordDecoder:
         if self.broadcast and len(index):  # every record to every key group (a rules topic: a few records)
             n = len(self.labels)
             group = np.repeat(np.asarray(self.labels, np.int64), len(index))
-            got = Decoded(pa.concat_tables([got.fields] * n), np.tile(index, n), pa.concat_arrays([got.keys] * n),
-                          np.tile(got.starts, n), np.tile(got.ends, n), got.errors)
+            got = Decoded(pa.concat_tables([got.fields] * n), np.tile(index, n),
+                          pa.concat_arrays([got.keys] * n), np.tile(got.starts, n), np.tile(got.ends, n),
+                          got.errors)
             index = got.index
             # (a record refused after decoding becomes a dead letter of its bytes, key and time)
             origin = ([msgs[i].key() for i in index], [msgs[i].timestamp()[1] for i in index])
@@ -354,11 +361,13 @@ class RecordDecoder:
     def _record_bytes(self, got: Decoded, kept: pa.Array) -> float:
         """A good record's mean size in a pack of this fetch (what splits packs at
         :data:`ctiflow.jobs.core.rows.PACK_BYTES`)."""
-        return ((got.fields.nbytes if self.pack_fields else 0) + kept.nbytes + got.keys.nbytes) / max(1, len(got.index)) + 32
+        return (((got.fields.nbytes if self.pack_fields else 0) + kept.nbytes + got.keys.nbytes)
+                / max(1, len(got.index)) + 32)
 
     def frontier_rows(self, partition: int) -> pa.RecordBatch:
         """One frontier row per key group: ``partition`` has been read up to :attr:`frontier`."""
-        return rows.rows_per_group(self.arrow, self.stream, self.labels, partition, self.frontier, rows.FRONTIER)
+        return rows.rows_per_group(self.arrow, self.stream, self.labels, partition, self.frontier,
+                                   rows.FRONTIER)
 
     def control_rows(self, partitions: list[int], idle: list[int], flush: bool) -> pa.RecordBatch:
         """One control row per key group (see the module docstring)."""

@@ -30,9 +30,11 @@ class SourceOptions:
     outage_timeout: float = 120.0  # seconds
     idle_timeout: float = 60.0  # seconds
     flush_at_end: bool = True
-    start_offsets: dict | None = None  # the first batch's start (partition → offset), kept with the checkpoint
+    start_offsets: dict | None = None  # the first batch's start (partition → offset), kept with the
+                                       # checkpoint
     keep_values: bool = True  # values=all: every row keeps its Avro bytes (else only failed rows)
-    pack_fields: bool = True  # fields=packed: packs carry field columns (else only names: ctiflow.jobs.core.rows.BytesFields)
+    pack_fields: bool = True  # fields=packed: packs carry field columns (else only names:
+                              # ctiflow.jobs.core.rows.BytesFields)
     broadcast: bool = False  # every record to every key group (a rules topic), not by its key
 
     def __post_init__(self):
@@ -42,9 +44,10 @@ class SourceOptions:
             raise ValueError("packs without field columns need every record's bytes (values=all)")
 
     def to_options(self) -> dict[str, str]:
-        opts = {"bootstrap": self.bootstrap, "topic": self.topic, "schema": self.schema, "stream": self.stream,
-                "key_field": self.key_field, "time_field": self.time_field, "end_field": self.end_field or "",
-                "shape": self.shape, "key_groups": str(self.key_groups), "startingOffsets": self.starting_offsets,
+        opts = {"bootstrap": self.bootstrap, "topic": self.topic, "schema": self.schema,
+                "stream": self.stream, "key_field": self.key_field, "time_field": self.time_field,
+                "end_field": self.end_field or "", "shape": self.shape, "key_groups": str(self.key_groups),
+                "startingOffsets": self.starting_offsets,
                 "measures": json.dumps(list(self.measures)), "client": json.dumps(self.client),
                 "outage_timeout": str(self.outage_timeout), "idle_timeout": str(self.idle_timeout),
                 "flush_at_end": "true" if self.flush_at_end else "false",
@@ -66,15 +69,20 @@ class SourceOptions:
         o = {k.lower(): v for k, v in options.items()}
         labels = json.loads(o.get("group_labels") or "null")
         return cls(bootstrap=o.get("bootstrap", ""), topic=o["topic"], schema=o.get("schema", ""),
-                   key_field=o.get("key_field", ""), time_field=o.get("time_field", ""), stream=o.get("stream", ""), end_field=o.get("end_field") or None,
+                   key_field=o.get("key_field", ""), time_field=o.get("time_field", ""),
+                   stream=o.get("stream", ""), end_field=o.get("end_field") or None,
                    shape=o.get("shape", "point"), key_groups=int(o.get("key_groups", "1")),
                    group_labels=tuple(labels) if labels else None,
                    starting_offsets=o.get("startingoffsets", "earliest"),
-                   max_offsets_per_trigger=int(o["maxoffsetspertrigger"]) if o.get("maxoffsetspertrigger") else None,
-                   measures=tuple(json.loads(o.get("measures", "[]"))), client=json.loads(o.get("client", "{}")),
+                   max_offsets_per_trigger=(int(o["maxoffsetspertrigger"]) if o.get("maxoffsetspertrigger")
+                                            else None),
+                   measures=tuple(json.loads(o.get("measures", "[]"))),
+                   client=json.loads(o.get("client", "{}")),
                    schema_registry=json.loads(o["schema_registry"]) if o.get("schema_registry") else None,
-                   outage_timeout=float(o.get("outage_timeout", "120")), idle_timeout=float(o.get("idle_timeout", "60")),
-                   flush_at_end=o.get("flush_at_end", "true") == "true", start_offsets=json.loads(o["start_offsets"]) if o.get("start_offsets") else None,
+                   outage_timeout=float(o.get("outage_timeout", "120")),
+                   idle_timeout=float(o.get("idle_timeout", "60")),
+                   flush_at_end=o.get("flush_at_end", "true") == "true",
+                   start_offsets=json.loads(o["start_offsets"]) if o.get("start_offsets") else None,
                    keep_values=o.get("values", "all") == "all",
                    pack_fields=o.get("fields", "packed") != "bytes", broadcast=o.get("broadcast") == "true")
 

@@ -6,8 +6,9 @@ in PySpark's terms:
 * driver: ``initialOffset`` / ``latestOffset`` / ``partitions`` plan per-partition offset
   ranges (the offsets are ``{"<partition>": next_offset}``); ``maxOffsetsPerTrigger`` caps a
   micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
-  partition is probed past tansu's lagging high watermark (:func:`ctiflow.jobs.datapath.kafka.true_end_offsets`,
-  all partitions in one probe), and offsets never go backwards.
+  partition is probed past tansu's lagging high watermark
+  (:func:`ctiflow.jobs.datapath.kafka.true_end_offsets`, all partitions in one probe), and offsets never
+  go backwards.
 * executors: ``read`` fetches one range, decodes each fetch's Avro in bulk and strictly
   (:mod:`ctiflow.jobs.avro.decode`, per writer schema) and yields Arrow record batches
   (:data:`ctiflow.jobs.core.rows.INPUT_SCHEMA`): one row per key group whose ``meta_pack`` holds its
@@ -157,9 +158,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._drop_consumer()  # a fresh client after the outage (the broker may be a new one)
             limit = self.options.outage_timeout
             if now - self._outage_since > limit:
-                raise StackError(f"Kafka at {self.options.bootstrap} unreachable (or topic {self.topic!r} gone) "
-                                 f"for more than {limit:.0f} s: {exc}. Restart the job when the broker is back; "
-                                 "it resumes from its checkpoint.") from exc
+                raise StackError(f"Kafka at {self.options.bootstrap} unreachable (or topic {self.topic!r} "
+                                 f"gone) for more than {limit:.0f} s: {exc}. Restart the job when the broker "
+                                 "is back; it resumes from its checkpoint.") from exc
             return None
         self._outage_since = None
         return ends
@@ -278,7 +279,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         cons = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-source"})
         try:
-            fetches = read_range(cons, self.topic, partition.partition, partition.start, partition.end, raw=True)
+            fetches = read_range(cons, self.topic, partition.partition, partition.start, partition.end,
+                                 raw=True)
             while True:
                 # The cyclic collector is paused while a fetch's messages live: 10k Message objects
                 # a consume each set off collections that scan the worker's every object (measured:

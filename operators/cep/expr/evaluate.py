@@ -285,7 +285,8 @@ def _binary(expr: Expr) -> Callable[[Scope], Any]:
         try:
             result = _long(arith(a, b))
         except TypeError:
-            raise SqlError(f"cannot apply {op} to {_type(a)} {a!r} and {_type(b)} {b!r}", "", expr.pos) from None
+            raise SqlError(f"cannot apply {op} to {_type(a)} {a!r} and {_type(b)} {b!r}", "",
+                           expr.pos) from None
         if isinstance(a, Timestamp) and not isinstance(b, Timestamp) and op in "+-":
             return Timestamp(result)
         return result
@@ -331,8 +332,8 @@ def _cast(v: Any, target: str) -> Any:
             return got
         return float(v)
     except (TypeError, ValueError, OverflowError):
-        raise SqlError(f"CAST({_text(v) if isinstance(v, str) else v!r} AS {_CAST_NAMES[target]}) is not possible",
-                       "", 0) from None
+        raise SqlError(f"CAST({_text(v) if isinstance(v, str) else v!r} AS {_CAST_NAMES[target]}) is not "
+                       "possible", "", 0) from None
 
 
 _CAST_NAMES = {"int": "BIGINT", "float": "DOUBLE"}
@@ -404,8 +405,8 @@ _SCALARS: dict[str, Callable[..., Any]] = {
     "ABS": lambda a: _long(abs(a)), "MOD": _java_mod, "POWER": _power, "SQRT": _sqrt,
     "FLOOR": lambda a: math.floor(a) if isinstance(a, float) else a,
     "CEIL": lambda a: math.ceil(a) if isinstance(a, float) else a,
-    "UPPER": lambda a: str(a).upper(), "LOWER": lambda a: str(a).lower(), "CHAR_LENGTH": lambda a: len(str(a)),
-    "TRIM": lambda a: str(a).strip(" "),
+    "UPPER": lambda a: str(a).upper(), "LOWER": lambda a: str(a).lower(),
+    "CHAR_LENGTH": lambda a: len(str(a)), "TRIM": lambda a: str(a).strip(" "),
 }
 _SCALARS["CEILING"] = _SCALARS["CEIL"]
 _SCALARS["CHARACTER_LENGTH"] = _SCALARS["CHAR_LENGTH"]
@@ -464,7 +465,8 @@ def _aggregate(expr: Expr) -> Callable[[Scope], Any]:
             return max(values)
         total = sum(values)
         if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return _java_div(_long(total), len(values))  # AVG of integers is an integer (Flink; its sum wraps)
+            return _java_div(_long(total), len(values))  # AVG of integers is an integer (Flink; its sum
+                                                         # wraps)
         return total / len(values)
 
     return aggregate
@@ -781,7 +783,8 @@ def _column_form(expr: Expr) -> Node:
     if kind == "py_field":
         return Truth(expr.value)
     if kind == "binary" and expr.value in ("AND", "OR"):
-        return (AllOf if expr.value == "AND" else AnyOf)((_column_form(expr.args[0]), _column_form(expr.args[1])))
+        return (AllOf if expr.value == "AND" else AnyOf)((_column_form(expr.args[0]),
+                                                          _column_form(expr.args[1])))
     if kind == "binary" and expr.value in _SQL_COMPARE_OPS:
         a, b = expr.args
         op = _SQL_COMPARE_OPS[expr.value]
@@ -805,7 +808,8 @@ def _py_operand(expr: Expr) -> Operand:
 #: (record, match context), the SQL kinds a :class:`Scope`; ``literal`` either.
 _BUILDERS: dict[str, Callable[[Expr], Callable[[Any], Any]]] = {
     "column": _column, "binary": _binary, "between": _between, "in": _in, "like": _like, "case": _case,
-    "call": _call, "py_field": _py_field, "py_attr": _py_attr, "py_item": _py_item, "py_tuple": _py_tuple, "py_set": _py_tuple,
-    "py_logic": _py_logic, "py_not": _py_unary, "py_neg": _py_unary, "py_pos": _py_unary, "py_arith": _py_arith,
-    "py_compare": _py_compare, "py_if": _py_if, "py_call": _py_call, "py_method": _py_method, "py_match": _py_match,
+    "call": _call, "py_field": _py_field, "py_attr": _py_attr, "py_item": _py_item, "py_tuple": _py_tuple,
+    "py_set": _py_tuple, "py_logic": _py_logic, "py_not": _py_unary, "py_neg": _py_unary, "py_pos": _py_unary,
+    "py_arith": _py_arith, "py_compare": _py_compare, "py_if": _py_if, "py_call": _py_call,
+    "py_method": _py_method, "py_match": _py_match,
 }

@@ -129,12 +129,14 @@ def compile_expression(text: str, *, match_functions: bool = False) -> CompiledE
             f"invalid expression {source!r}: {exc.msg} at column {exc.offset}"
         ) from None
     except (RecursionError, MemoryError):
-        raise ExpressionError(f"expression {source[:60]!r}… is nested too deeply (at most {MAX_DEPTH} levels)") from None
+        raise ExpressionError(f"expression {source[:60]!r}… is nested too deeply (at most {MAX_DEPTH} "
+                              "levels)") from None
     nodes = sum(1 for _ in ast.walk(parsed))
     if nodes > MAX_NODES:
         raise ExpressionError(f"expression {source!r} is too complex ({nodes} nodes)")
     if _depth(parsed.body) > MAX_DEPTH:
-        raise ExpressionError(f"expression {source[:60]!r}… is nested too deeply (at most {MAX_DEPTH} levels)")
+        raise ExpressionError(f"expression {source[:60]!r}… is nested too deeply (at most {MAX_DEPTH} "
+                              "levels)")
     lower = _Lowering(source, match_functions)
     tree = lower.lower(parsed.body)
     return CompiledExpression(source, tree, frozenset(lower.stage_references), frozenset(lower.field_paths))
@@ -269,7 +271,8 @@ class _Lowering:
         return self._node(node, "py_compare", tuple(_COMPARE_OPS[type(op)] for op in node.ops), operands)
 
     def _IfExp(self, node: ast.IfExp) -> Expr:
-        return self._node(node, "py_if", None, (self.lower(node.test), self.lower(node.body), self.lower(node.orelse)))
+        return self._node(node, "py_if", None, (self.lower(node.test), self.lower(node.body),
+                                                self.lower(node.orelse)))
 
     # -- calls ----------------------------------------------------------------------------------
     def _Call(self, node: ast.Call) -> Expr:

@@ -722,7 +722,8 @@ def compile_pattern(pattern: Pattern, timeout_handling: bool = False) -> NfaPlan
         timeout_handling=timeout_handling,
         has_iterative_conditions=any(c is not None and c.iterative for c in conditions),
         stage_names=tuple(_stage_names(pattern)),
-        contiguous=all(t.action is not IGNORE for s in states.values() if not s.is_start for t in s.transitions),
+        contiguous=all(t.action is not IGNORE
+                       for s in states.values() if not s.is_start for t in s.transitions),
     )
 
 

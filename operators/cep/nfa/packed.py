@@ -28,8 +28,9 @@ class PackedStates:
 
     __slots__ = ("_keys", "dues", "runs", "offsets", "blob", "index")
 
-    def __init__(self, keys: list[str] | None = None, dues: np.ndarray | None = None, runs: np.ndarray | None = None,
-                 offsets: np.ndarray | None = None, blob: bytes = b"") -> None:
+    def __init__(self, keys: list[str] | None = None, dues: np.ndarray | None = None,
+                 runs: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                 blob: bytes = b"") -> None:
         self._keys: list[str] = [] if keys is None else keys
         n = len(self._keys)
         self.dues = np.zeros(n, np.int64) if dues is None else dues
@@ -43,7 +44,8 @@ class PackedStates:
         """The held keys as ``(keys, dues, runs, offsets, blob)`` of plain bytes (re-packed first
         when keys were taken or dropped)."""
         packed = self.packed(())
-        return (packed._keys, packed.dues.tobytes(), packed.runs.tobytes(), packed.offsets.tobytes(), packed.blob)
+        return (packed._keys, packed.dues.tobytes(), packed.runs.tobytes(), packed.offsets.tobytes(),
+                packed.blob)
 
     @classmethod
     def from_plain(cls, plain: tuple) -> "PackedStates":

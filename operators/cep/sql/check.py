@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, CAST_TYPES, FUNCTIONS, MATCH_FUNCTIONS, NAVIGATION,
-                                                   SqlError)
+from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, CAST_TYPES, FUNCTIONS, MATCH_FUNCTIONS,
+                                                   NAVIGATION, SqlError)
 
 from ctiflow.operators.cep.sql.parse import Query
 from ctiflow.operators.cep.expr.tree import Expr, children_of, reads_columns, variables_of
@@ -51,8 +51,8 @@ class Checker:
             raise self.fail(f"{var}.{column}: {var} is not a variable of the PATTERN", expr.pos)
         if self.known is not None and column not in self.known:
             where = f"DEFINE {define}" if define else "MEASURES"
-            raise self.fail(f"{where}: column {column!r} is not in the input ({', '.join(sorted(self.known))})",
-                            expr.pos)
+            raise self.fail(f"{where}: column {column!r} is not in the input "
+                            f"({', '.join(sorted(self.known))})", expr.pos)
 
     def _navigation(self, expr: Expr, define: str | None, inside: str | None) -> None:
         name = expr.value
@@ -65,7 +65,8 @@ class Checker:
             raise self.fail(f"the offset of {name} must be a non-negative integer literal", expr.args[1].pos)
         variables = variables_of(expr.args[0])
         if len(variables) > 1:
-            raise self.fail(f"{name} over several pattern variables ({', '.join(sorted(variables))})", expr.pos)
+            raise self.fail(f"{name} over several pattern variables ({', '.join(sorted(variables))})",
+                            expr.pos)
         if name in ("PREV", "NEXT"):
             if define is None:
                 raise self.fail(f"{name} cannot be used in MEASURES (use FIRST or LAST)", expr.pos)
@@ -83,7 +84,8 @@ class Checker:
         if name == "LISTAGG":
             if len(expr.args) not in (1, 2):
                 raise self.fail("LISTAGG takes a column and an optional separator", expr.pos)
-            if len(expr.args) == 2 and not (expr.args[1].kind == "literal" and isinstance(expr.args[1].value, str)):
+            if len(expr.args) == 2 and not (
+                    expr.args[1].kind == "literal" and isinstance(expr.args[1].value, str)):
                 raise self.fail("the separator of LISTAGG must be a string literal", expr.args[1].pos)
         elif len(expr.args) != 1:
             raise self.fail(f"{name} takes one argument", expr.pos)
@@ -112,12 +114,14 @@ class Checker:
             raise self.fail(f"{name} is a keyword before a measure", expr.pos)
         arity = FUNCTIONS.get(name)
         if arity is None:
-            raise self.fail(f"function {name} is not supported; supported: "
-                            f"{', '.join(sorted([*FUNCTIONS, *NAVIGATION[:3], *AGGREGATES, *MATCH_FUNCTIONS]))}",
-                            expr.pos)
+            raise self.fail(
+                f"function {name} is not supported; supported: "
+                f"{', '.join(sorted([*FUNCTIONS, *NAVIGATION[:3], *AGGREGATES, *MATCH_FUNCTIONS]))}",
+                expr.pos)
         lo, hi = arity
         if len(expr.args) < lo or (hi is not None and len(expr.args) > hi):
-            raise self.fail(f"{name} takes {lo}{'' if hi == lo else ' or more' if hi is None else f' to {hi}'} "
+            raise self.fail(f"{name} takes {lo}"
+                            f"{'' if hi == lo else ' or more' if hi is None else f' to {hi}'} "
                             "argument(s)", expr.pos)
 
 
@@ -141,13 +145,14 @@ class Types:
     def _same(self, op: str, a: Expr, b: Expr, where: str, pos: int) -> None:
         fa, fb = self.of(a, where), self.of(b, where)
         if fa and fb and fa != fb:
-            raise self.fail(f"{where}: {self._describe(a, fa)} {op} {self._describe(b, fb)}: the types do not "
-                            "match (CAST one side, or compare like with like)", pos)
+            raise self.fail(f"{where}: {self._describe(a, fa)} {op} {self._describe(b, fb)}: the types do "
+                            "not match (CAST one side, or compare like with like)", pos)
 
     def condition(self, expr: Expr, where: str) -> None:
         family = self.of(expr, where)
         if family not in (None, "boolean"):
-            raise self.fail(f"{where}: the condition is {self._describe(expr, family)}, not a BOOLEAN", expr.pos)
+            raise self.fail(f"{where}: the condition is {self._describe(expr, family)}, not a BOOLEAN",
+                            expr.pos)
 
     def of(self, expr: Expr, where: str) -> str | None:
         kind = expr.kind
@@ -171,7 +176,8 @@ class Types:
             return "boolean"
         if kind == "cast":
             self.of(expr.args[0], where)
-            return {"int": "number", "float": "number", "str": "string", "bool": "boolean"}[CAST_TYPES[expr.value]]
+            return {"int": "number", "float": "number", "str": "string",
+                    "bool": "boolean"}[CAST_TYPES[expr.value]]
         family = {"unary": self._unary, "binary": self._binary, "like": self._like, "case": self._case,
                   "call": self._call}.get(kind)
         return None if family is None else family(expr, where)
@@ -205,18 +211,21 @@ class Types:
         if fa == "timestamp" and fb in (None, "number") and op in "+-":
             return "timestamp"
         if fa == fb == "timestamp" and op == "-":
-            raise self.fail(f"{where}: {self._describe(a, fa)} - {self._describe(b, fb)}: the difference of two "
-                            "TIMESTAMPs is TIMESTAMPDIFF(SECOND, earlier, later) (as in Flink)", expr.pos)
+            raise self.fail(f"{where}: {self._describe(a, fa)} - {self._describe(b, fb)}: the difference of "
+                            "two TIMESTAMPs is TIMESTAMPDIFF(SECOND, earlier, later) (as in Flink)",
+                            expr.pos)
         for side, family in ((a, fa), (b, fb)):
             if family not in (None, "number"):
-                raise self.fail(f"{where}: {op} needs numbers, {self._describe(side, family)} is not one", expr.pos)
+                raise self.fail(f"{where}: {op} needs numbers, {self._describe(side, family)} is not one",
+                                expr.pos)
         return "number"
 
     def _like(self, expr: Expr, where: str) -> str:
         for side in expr.args:
             family = self.of(side, where)
             if family not in (None, "string"):
-                raise self.fail(f"{where}: LIKE needs strings, {self._describe(side, family)} is not one", expr.pos)
+                raise self.fail(f"{where}: LIKE needs strings, {self._describe(side, family)} is not one",
+                                expr.pos)
         return "boolean"
 
     def _case(self, expr: Expr, where: str) -> str | None:
@@ -234,12 +243,12 @@ class Types:
         if name == "TIMESTAMPDIFF":
             for arg, family in zip(args[1:], inner[1:]):
                 if family not in (None, "timestamp"):
-                    raise self.fail(f"{where}: TIMESTAMPDIFF needs TIMESTAMPs, {self._describe(arg, family)} is "
-                                    "not one (a BIGINT of epoch ms: subtract, B.t - A.t)", expr.pos)
+                    raise self.fail(f"{where}: TIMESTAMPDIFF needs TIMESTAMPs, {self._describe(arg, family)} "
+                                    "is not one (a BIGINT of epoch ms: subtract, B.t - A.t)", expr.pos)
             return "number"
         if name == "LISTAGG" and inner and inner[0] not in (None, "string"):
-            raise self.fail(f"{where}: LISTAGG needs strings, {self._describe(args[0], inner[0])} is not one (CAST "
-                            "it AS STRING)", expr.pos)
+            raise self.fail(f"{where}: LISTAGG needs strings, {self._describe(args[0], inner[0])} is not one "
+                            "(CAST it AS STRING)", expr.pos)
         if name in ("SUM", "AVG") and inner and inner[0] not in (None, "number"):
             raise self.fail(f"{where}: {name} needs numbers, {self._describe(args[0], inner[0])} is not one",
                             expr.pos)

@@ -6,8 +6,9 @@ accepts it) plus ``ALL ROWS PER MATCH`` and ``MATCH_NUMBER()`` from the standard
 the spot — line, column, a caret and what is supported instead — and because the ``PATTERN``
 sub-language and ``WITHIN INTERVAL`` are not in the SQL parsers available here.
 
-Errors are :class:`~ctiflow.operators.cep.expr.vocabulary.SqlError` (a :class:`~ctiflow.operators.errors.PatternError`): ``message``,
-``line``, ``column`` (1-based) and :meth:`SqlError.render` for the caret display.
+Errors are :class:`~ctiflow.operators.cep.expr.vocabulary.SqlError` (a
+:class:`~ctiflow.operators.errors.PatternError`): ``message``, ``line``, ``column`` (1-based) and
+:meth:`SqlError.render` for the caret display.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ TIMESTAMPDIFF_UNITS = {"SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY
 _INTERVAL_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
 _RESERVED = {"SELECT", "FROM", "MATCH_RECOGNIZE", "PARTITION", "ORDER", "BY", "MEASURES", "ONE", "ALL", "ROW",
              "ROWS", "PER", "MATCH", "AFTER", "SKIP", "PATTERN", "WITHIN", "DEFINE", "AS", "AND", "OR", "NOT",
-             "CASE", "WHEN", "THEN", "ELSE", "END", "IS", "NULL", "TRUE", "FALSE", "IN", "BETWEEN", "INTERVAL",
-             "RUNNING", "FINAL", "CAST", "SUBSET", "LIKE"}
+             "CASE", "WHEN", "THEN", "ELSE", "END", "IS", "NULL", "TRUE", "FALSE", "IN", "BETWEEN",
+             "INTERVAL", "RUNNING", "FINAL", "CAST", "SUBSET", "LIKE"}
 
 
 #: Bounds that keep a hostile query from exhausting the stack or the CPU (as the YAML expressions'
@@ -201,7 +202,8 @@ class _Parser:
         if self.accept("AFTER", "MATCH", "SKIP"):
             skip = self.skip()
         if self.at("SUBSET"):
-            raise self.fail("SUBSET is not supported (Flink has no union variables); repeat the condition instead")
+            raise self.fail("SUBSET is not supported (Flink has no union variables); repeat the condition "
+                            "instead")
         self.expect("PATTERN")
         pattern = self.pattern()
         within = None
@@ -259,8 +261,8 @@ class _Parser:
     def define(self) -> tuple[dict[str, "Expr"], dict[str, int]]:
         define, define_pos = {}, {}
         if not self.at("DEFINE"):
-            raise self.fail("expected DEFINE <variable> AS <condition>, … (required, as in SQL and Flink; a "
-                            "variable left out matches every row)")
+            raise self.fail("expected DEFINE <variable> AS <condition>, … (required, as in SQL and Flink; "
+                            "a variable left out matches every row)")
         self.expect("DEFINE")
         while True:
             pos = self.tok.pos
@@ -322,8 +324,8 @@ class _Parser:
         except ValueError:
             raise SqlError(f"interval amount {amount_text!r} is not a number", self.text, tok.pos) from None
         if not math.isfinite(amount) or not 0 <= amount * _INTERVAL_MS[unit] <= BIGINT_MAX:
-            raise SqlError(f"interval amount {amount_text!r} is not a finite number of milliseconds in the BIGINT "
-                           "range", self.text, tok.pos)
+            raise SqlError(f"interval amount {amount_text!r} is not a finite number of milliseconds in the "
+                           "BIGINT range", self.text, tok.pos)
         ms = int(round(amount * _INTERVAL_MS[unit]))
         if ms <= 0:
             raise SqlError("WITHIN needs a positive interval", self.text, start.pos)
@@ -357,9 +359,9 @@ class _Parser:
                 self.expect(")")
                 if self.tok.sym in ("*", "+", "?", "{"):
                     if len(inner) != 1 or inner[0].quantified:  # Flink unwraps (A)+ to A+, nothing more
-                        raise self.fail("a quantifier on a group of several variables (or of a quantified one) "
-                                        "is not supported (Flink: group patterns are not supported yet); "
-                                        "quantify single variables")
+                        raise self.fail("a quantifier on a group of several variables (or of a quantified "
+                                        "one) is not supported (Flink: group patterns are not supported "
+                                        "yet); quantify single variables")
                     inner = [self.quantified(inner[0])]
                 out.extend(inner)
                 continue
@@ -493,8 +495,9 @@ class _Parser:
             self.i += 1
             if re.fullmatch(r"\d+", tok.text) is not None:
                 if len(tok.text) > 19 or int(tok.text) > BIGINT_MAX:
-                    raise self.fail(f"integer literal {tok.text[:30]}{'…' if len(tok.text) > 30 else ''} is out of "
-                                    "the BIGINT range (as in Flink); write it as a DOUBLE, e.g. 1e30", tok)
+                    raise self.fail(f"integer literal {tok.text[:30]}{'…' if len(tok.text) > 30 else ''} "
+                                    "is out of the BIGINT range (as in Flink); write it as a DOUBLE, "
+                                    "e.g. 1e30", tok)
                 return Expr("literal", tok.pos, int(tok.text))
             value = float(tok.text)
             if value == float("inf"):
@@ -545,16 +548,16 @@ class _Parser:
             unit_tok = self.tok
             unit = unit_tok.upper.rstrip("S") if unit_tok.kind == "name" else ""
             if unit not in TIMESTAMPDIFF_UNITS:
-                raise self.fail(f"TIMESTAMPDIFF counts {', '.join(TIMESTAMPDIFF_UNITS)} (calendar units are not "
-                                "supported), e.g. TIMESTAMPDIFF(SECOND, A.ts, B.ts)")
+                raise self.fail(f"TIMESTAMPDIFF counts {', '.join(TIMESTAMPDIFF_UNITS)} (calendar units are "
+                                "not supported), e.g. TIMESTAMPDIFF(SECOND, A.ts, B.ts)")
             self.i += 1
             self.expect(",")
             earlier = self.expression()
             self.expect(",")
             later = self.expression()
             self.expect(")", hint="TIMESTAMPDIFF(unit, earlier, later) ends here")
-            return Expr("call", tok.pos, name, (Expr("literal", unit_tok.pos, TIMESTAMPDIFF_UNITS[unit]), earlier,
-                                                later))
+            return Expr("call", tok.pos, name, (Expr("literal", unit_tok.pos, TIMESTAMPDIFF_UNITS[unit]),
+                                                earlier, later))
         if self.accept("DISTINCT"):
             raise self.fail("DISTINCT in an aggregate is not supported in MATCH_RECOGNIZE (as in Flink)")
         args: list[Expr] = []
@@ -593,8 +596,8 @@ class _Parser:
                 self.i += 1
             self.expect(")")
         if type_name not in CAST_TYPES:
-            raise SqlError(f"CAST to {type_name} is not supported; use one of {', '.join(sorted(CAST_TYPES))}",
-                           self.text, type_tok.pos)
+            raise SqlError(f"CAST to {type_name} is not supported; use one of "
+                           f"{', '.join(sorted(CAST_TYPES))}", self.text, type_tok.pos)
         self.expect(")")
         return Expr("cast", pos, type_name, (inner,))
 

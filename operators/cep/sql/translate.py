@@ -38,11 +38,11 @@ from ctiflow.operators.cep.conditions import IterativeCondition, SimpleCondition
 from ctiflow.operators.cep.nfa.nfa import Nfa, NfaState
 from ctiflow.operators.cep.pattern import Pattern, QuantifierProperty
 from ctiflow.operators.cep.nfa.skip_strategy import AfterMatchSkipStrategy
-from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, MATCH_FUNCTIONS, NAVIGATION, STAR, Row, SqlError,
-                                                   Timestamp, to_millis)
+from ctiflow.operators.cep.expr.vocabulary import (AGGREGATES, MATCH_FUNCTIONS, NAVIGATION, STAR, Row,
+                                                   SqlError, Timestamp, to_millis)
 from ctiflow.operators.cep.sql.parse import Query, parse
-from ctiflow.operators.cep.expr.evaluate import (DATA_ERRORS, LONG, MatchRefused, RowRefused, Scope, column_form,
-                                            compile_expr, guarded)
+from ctiflow.operators.cep.expr.evaluate import (DATA_ERRORS, LONG, MatchRefused, RowRefused, Scope,
+                                                 column_form, compile_expr, guarded)
 from ctiflow.operators.cep.sql.check import Checker, Types, fold
 from ctiflow.operators.cep.expr.tree import Expr, children_of
 from ctiflow.operators.errors import PatternError
@@ -120,8 +120,8 @@ def measure(name: str, expr: Expr, order: list[str]):
 
         every = rows_of(STAR)
         completed = every[-1] if every else None
-        classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ()) if r is completed),
-                                                       None)
+        classifier = at[1] if at is not None else next((n for n in order for r in match.get(n, ())
+                                                        if r is completed), None)
         try:
             got = _sql_value(evaluate(Scope(rows_of, None, None, classifier, number, emitted)))
             if type(got) is int and not -LONG <= got < LONG:  # (a literal beyond BIGINT)
@@ -129,7 +129,8 @@ def measure(name: str, expr: Expr, order: list[str]):
             return got
         except DATA_ERRORS as exc:
             reason = exc.message if isinstance(exc, SqlError) else f"{type(exc).__name__}: {exc}"
-            raise MatchRefused(f"MEASURES {name}: {reason} (the match of {len(every)} rows is not emitted)") from None
+            raise MatchRefused(f"MEASURES {name}: {reason} (the match of {len(every)} rows is not "
+                               "emitted)") from None
 
     return value
 
@@ -173,9 +174,9 @@ class Recognizer:
             try:
                 row.time = to_millis(raw.get(self.time_column))
             except (TypeError, ValueError, OverflowError) as exc:
-                raise SqlError(f"row {seq + 1}: ORDER BY column {self.time_column!r} must be epoch milliseconds "
-                               f"or an ISO timestamp, got {raw.get(self.time_column)!r} ({exc})",
-                               q.text, q.order_by[0][2]) from None
+                raise SqlError(f"row {seq + 1}: ORDER BY column {self.time_column!r} must be epoch "
+                               f"milliseconds or an ISO timestamp, got {raw.get(self.time_column)!r} "
+                               f"({exc})", q.text, q.order_by[0][2]) from None
             if self.timestamp:
                 row[self.time_column] = Timestamp(row.time)
             row.seq = row.number = seq + 1
@@ -217,7 +218,8 @@ class Recognizer:
             matches, _ = nfa.advance_time_with_ids(END_OF_TIME)
             yield from self._emit(key, matches, numbers, END_OF_TIME, refused)
 
-    def one_row(self, base: dict[str, Any], match: dict[str, list], number: int, emitted: int) -> dict[str, Any]:
+    def one_row(self, base: dict[str, Any], match: dict[str, list], number: int,
+                emitted: int) -> dict[str, Any]:
         """ONE ROW PER MATCH: ``base`` (the partition columns) and the measures, final."""
         out = dict(base)
         for name, measure in self.measures:
@@ -256,7 +258,8 @@ class Recognizer:
         if not q.all_rows:
             yield self.one_row(base, match, number, emitted)
             return
-        ordered = sorted(((row, var) for var, rows in match.items() for row in rows), key=lambda rv: rv[0].seq)
+        ordered = sorted(((row, var) for var, rows in match.items() for row in rows),
+                         key=lambda rv: rv[0].seq)
         for row, var in ordered:
             running = {name: [r for r in rows if r.seq <= row.seq] for name, rows in match.items()}
             out = dict(base)
@@ -390,7 +393,8 @@ def _skip(q: Query, fail, names: list[str]) -> AfterMatchSkipStrategy:
     if kind == "past_last_row":
         return AfterMatchSkipStrategy.skip_past_last_event()
     if var not in names:
-        raise fail(f"AFTER MATCH SKIP TO {var}: {var} is not a variable of the PATTERN", q.text.upper().find("SKIP"))
+        raise fail(f"AFTER MATCH SKIP TO {var}: {var} is not a variable of the PATTERN",
+                   q.text.upper().find("SKIP"))
     strategy = AfterMatchSkipStrategy.skip_to_first(var) if kind == "to_first" else \
         AfterMatchSkipStrategy.skip_to_last(var)
     return strategy.throw_exception_on_miss()
@@ -421,13 +425,15 @@ def _build(q: Query, fail, names: list[str], partial: bool = False) -> Pattern:
         if var.min is None:  # {,m}: Calcite's minimum -1, which CEP's times() refuses
             raise fail("{,m} is not supported (Flink: the from should be a positive number greater than 0); "
                        "write {0,m}", var.pos)
-        pattern = Pattern.begin(var.name, _skip(q, fail, names)) if pattern is None else pattern.next(var.name)
+        pattern = (Pattern.begin(var.name, _skip(q, fail, names)) if pattern is None
+                   else pattern.next(var.name))
         expr = q.define.get(var.name)
         if expr is None:  # a variable without DEFINE matches every row
             pattern.where(lambda row: True)
         else:
             condition = define_condition(expr, var.name, names)
-            pattern.where(condition if isinstance(condition, SimpleCondition) else IterativeCondition(condition))
+            pattern.where(condition if isinstance(condition, SimpleCondition)
+                          else IterativeCondition(condition))
         lo, hi, greedy = var.min, var.max, var.greedy
         optional = lo == 0 and hi == 1
         if lo == 0 and hi is None:
@@ -443,8 +449,8 @@ def _build(q: Query, fail, names: list[str], partial: bool = False) -> Pattern:
         else:
             pattern.times_or_more(lo).consecutive()
         if not greedy and optional:
-            raise fail("a reluctant optional variable (A?? or A{0,1}?) is not supported (as in Flink): write A?",
-                       var.pos)
+            raise fail("a reluctant optional variable (A?? or A{0,1}?) is not supported (as in Flink): "
+                       "write A?", var.pos)
         if greedy and not (optional or lo == hi):
             pattern.greedy()
     assert pattern is not None
@@ -483,6 +489,7 @@ def column_families(rows: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:
         for column, value in row.items():
             kinds = seen.setdefault(column, set())
             if value is not None:
-                kinds.add("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+                kinds.add("boolean" if isinstance(value, bool)
+                          else "number" if isinstance(value, (int, float))
                           else "string" if isinstance(value, str) else "other")
     return {c: next(iter(k)) if len(k) == 1 and k != {"other"} else None for c, k in seen.items()}
