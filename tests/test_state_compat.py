@@ -120,3 +120,32 @@ def test_the_operators_read_their_current_format_only_and_compat_reads_the_earli
     assert {snapshots.loads(data)[0] for data, _ in now[2].values()} == {SNAPSHOT_FORMAT}
     assert op.live_keys() and op.live_keys() == {key for sub in subs.values() for key in MatchOperator.snapshot_summary(
         compat.upgrade("match operator", sub[0]))[0]}
+
+
+def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused():
+    """Today's header and chunks name their format in their bytes; a header or chunk of a later
+    format (a checkpoint a newer ctiflow wrote) fails with a StateError naming it, never read as
+    something else."""
+    from ctiflow.jobs.state.chunks import CHUNK_FORMAT
+    from ctiflow.jobs.state.codec import compressed, expanded
+    from ctiflow.jobs.state.header import HEADER_FORMAT, read_whole_state
+    from ctiflow.operators import snapshots
+    from ctiflow.operators.errors import StateError
+
+    with gzip.open(RECORDED / "main-2026-11-28.pkl.gz") as f:
+        recorded = pickle.load(f)["one-stream-match"]
+    p = plan_job(parse(recorded["spec"], recorded["spec"]["job"]))
+    rt = GroupRuntime(p, recorded["snapshot"])
+    rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
+    header, entries = read_whole_state(rt.snapshot(), "")
+    assert snapshots.loads(header)[:2] == ("header", HEADER_FORMAT) == ("header", 3)
+    chunks = {c: blob for c, blob in entries.items() if snapshots.loads(expanded(blob))[0] == "chunk"}
+    assert chunks and all(snapshots.loads(expanded(b))[1] == CHUNK_FORMAT == 3 for b in chunks.values())
+    later_header = pickle.dumps(("header", 4, *snapshots.loads(header)[2:]), protocol=5)
+    with pytest.raises(StateError, match="key group header snapshot of format 4"):
+        GroupRuntime(p, header=later_header, chunks=dict(entries))
+    c, blob = next(iter(chunks.items()))
+    later_chunk = compressed(pickle.dumps(("chunk", 4, *snapshots.loads(expanded(blob))[2:]), protocol=5))
+    rt = GroupRuntime(p, header=header, chunks={**entries, c: later_chunk})
+    with pytest.raises(StateError, match="state chunk snapshot of format 4"):
+        rt.run_batch(group_input(recorded["batches"][1], tuple(p.streams), True))

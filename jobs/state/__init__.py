@@ -10,4 +10,21 @@
   header and its parts.
 * :mod:`ctiflow.jobs.state.codec` — the zstd frame headers and parts are stored in.
 * :mod:`ctiflow.jobs.state.warm` — decoded chunks a Python worker keeps between micro-batches.
+
+Every stored thing declares its format, a number in its bytes; each reader reads its current
+format only, and :mod:`~ctiflow.jobs.state.compat` rewrites or reads the earlier ones:
+
+=============================  ======  ====================================================
+stored thing                   format  written and read by
+=============================  ======  ====================================================
+key group header               3       :mod:`ctiflow.jobs.state.header` (``HEADER_FORMAT``)
+state chunk                    3       :mod:`ctiflow.jobs.state.chunks` (``CHUNK_FORMAT``)
+store layout (Spark state)     3       :mod:`ctiflow.jobs.state.store` (``STATE_LAYOUT``; 2 read)
+time layer                     3       ``ColumnTimeLayer`` (``operators/columns.py``)
+match operator snapshot        4       ``MatchOperator`` (``SNAPSHOT_FORMAT``)
+ruled match operator snapshot  2       ``RuledMatchOperator`` (``SNAPSHOT_FORMAT``)
+rule book                      2       ``RuleBook`` (``BOOK_FORMAT``)
+count operator snapshot        1       ``CountOperator`` (magic and version in its header)
+exponential histogram          1       ``ExponentialHistogram`` (magic and version)
+=============================  ======  ====================================================
 """

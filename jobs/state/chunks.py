@@ -3,7 +3,8 @@
 Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict
 elsewhere): the operators' own snapshots pickled together and zstd-compressed
 (:mod:`ctiflow.jobs.state.codec`; chunks stored uncompressed by earlier versions read as they
-are). Chunks are addressed by linear hashing of
+are), as ``("chunk", CHUNK_FORMAT, cti, snapshots, last seen, keys, keys per operator, tallies
+per operator)`` (earlier formats: :func:`ctiflow.jobs.state.compat.chunk_fields`). Chunks are addressed by linear hashing of
 the key (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with
 new descendants are split (``partition`` of each operator), so a chunk never holds many more
 keys than that, however many keys are live. A micro-batch decodes and re-encodes only the chunks
@@ -33,6 +34,8 @@ from ctiflow.operators.errors import StateError
 from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 _FIRST = itemgetter(0)
+#: A stored chunk's format (the module docstring)
+CHUNK_FORMAT = 3
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
@@ -114,9 +117,8 @@ class KeyedState:
             self.op_totals = [[0, 0] for _ in specs]  # per operator: [bytes, keys] over the stored chunks
             self.op_tallies: list[dict[str, int]] = [{} for _ in specs]  # per operator: its tallies, summed
             return
-        self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, *op_totals) = index
-        self.op_totals = op_totals[0] if op_totals else [[0, 0] for _ in specs]
-        self.op_tallies = op_totals[1] if len(op_totals) > 1 else [{} for _ in specs]
+        self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
+                                             self.op_tallies) = index
 
     def report(self, counters, names: list[str]) -> None:
         """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
@@ -171,15 +173,17 @@ class KeyedState:
 
     def _decoded(self, c: int, blob: bytes) -> Chunk:
         with restoring(f"state chunk {c}"):
-            cti, blobs, last_seen, keys, *op_keys = snapshots.loads(expanded(blob))
-        tallies = op_keys[1] if len(op_keys) > 1 else [{}] * len(blobs)
+            got = snapshots.loads(expanded(blob))
+            if got[0] == "chunk":
+                snapshots.check_format("state chunk", got[1], CHUNK_FORMAT)
+                _, _, cti, blobs, last_seen, keys, op_keys, tallies = got
+            else:
+                cti, blobs, last_seen, keys, op_keys, tallies = compat.chunk_fields(got)
         ops = []
         for spec, op_blob in zip(self.specs, blobs):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                 ops.append(compat.restored(spec.build, op_blob))
-        return Chunk(ops, last_seen, cti,
-                     (len(blob), keys, tuple(zip(map(len, blobs), op_keys[0] if op_keys else [0] * len(blobs),
-                                                 tallies))))
+        return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(map(len, blobs), op_keys, tallies))))
 
     def load_all(self) -> None:
         """Decode every stored chunk (the final CTI; tests and tools)."""
@@ -280,9 +284,8 @@ class KeyedState:
             else:
                 snaps = [op.snapshot() for op in chunk.ops]
                 tallies = [op.tallies() for op in chunk.ops]
-                more = (tallies,) if any(tallies) else ()  # (only operators with tallies write them)
-                blob = compressed(pickle.dumps((chunk.cti, snaps, chunk.last_seen, keys,
-                                                [len(k) for k in sets_of], *more), protocol=5))
+                blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen, keys,
+                                                [len(k) for k in sets_of], tallies), protocol=5))
                 self.store[c] = blob
                 size = len(blob)
                 ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets_of, tallies))

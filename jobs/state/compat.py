@@ -17,6 +17,12 @@ ruled match operator, 1   ``(1, CTI, {version key: (match operator snapshot, clo
                           versions' snapshots in any match operator format
 rule book, 1              ``(1, timeline, counts)``: a book that keeps every version (before
                           it could forget those no chunk holds)
+group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *index, operators[,
+                          shared])``: no number in the bytes; the shared states there only when
+                          the plan has side inputs; the chunks' index without its tallies
+                          (before 2026-11-28) or its per-operator totals (before 2026-11-27)
+state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
+                          no number in the bytes
 ========================  ==================================================================
 
 An operator or shared state reads its current format only, and raises
@@ -123,3 +129,28 @@ def _rule_book(data: bytes) -> bytes:
 
 _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
     "match operator": _match_operator, "ruled match operator": _ruled_match_operator, "rule book": _rule_book}
+
+
+def header_fields(got: tuple, with_shared: bool) -> tuple:
+    """A header of format 2 (the table above) as the fields of today's
+    :class:`~ctiflow.jobs.state.header.GroupHeader`, in its order (``with_shared``: the plan has
+    side inputs, so the header ends with their states)."""
+    layer, join, enriched, ended, clocks, ops_cti, *index, operators = got
+    shared = None
+    if with_shared:
+        shared, operators, index = operators, index[-1], index[:-1]
+    due, level_split, (keys, size, *per_operator) = index
+    n = len(operators)
+    totals = per_operator[0] if per_operator else [[0, 0] for _ in range(n)]
+    tallies = per_operator[1] if len(per_operator) > 1 else [{} for _ in range(n)]
+    return layer, join, enriched, ended, clocks, ops_cti, (due, level_split, (keys, size, totals, tallies)), \
+        operators, shared
+
+
+def chunk_fields(got: tuple) -> tuple:
+    """A state chunk of format 1–2 (the table above) as ``(cti, snapshots, last seen, keys, keys
+    per operator, tallies per operator)``."""
+    cti, blobs, last_seen, keys, *per_operator = got
+    op_keys = per_operator[0] if per_operator else [0] * len(blobs)
+    tallies = per_operator[1] if len(per_operator) > 1 else [{} for _ in blobs]
+    return cti, blobs, last_seen, keys, op_keys, tallies

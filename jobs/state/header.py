@@ -2,11 +2,11 @@
 declared record, written and read here only; and the whole state of a group in one blob (tests,
 tools). Spark's state store keeps the header's bytes (:mod:`ctiflow.jobs.state.store`).
 
-Format (``HEADER_FORMAT`` 2, unchanged since 2026-11-27: checkpoints of every ctiflow since read
-as they are): a pickled tuple ``(layer, join, enriched, ended, clocks, ops_cti, *keyed,
-operators[, shared])`` — the shared states last and only when the plan has side inputs, so a
-header of a job without them keeps its layout; ``keyed`` is the chunks' index
-(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`: its length grew over time).
+Format ``HEADER_FORMAT`` (3, from 2026-11-29): a pickled tuple ``("header", 3, layer, join,
+enriched, ended, clocks, ops_cti, keyed, operators, shared)`` — ``keyed`` the chunks' index
+(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`), ``shared`` None without side inputs. The
+positional headers before it (format 2, no number in the bytes, their index spread and grown over
+time) are read by :func:`ctiflow.jobs.state.compat.header_fields`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from ctiflow.jobs.state import compat
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
 
 #: the header's format (module docstring)
-HEADER_FORMAT = 2
+HEADER_FORMAT = 3
 #: the whole-state blob's layout: ``(WHOLE_LAYOUT, header bytes, {entry: bytes})``
 WHOLE_LAYOUT = 2
 
@@ -44,19 +45,18 @@ class GroupHeader:
     shared: tuple[bytes, ...] | None = None
 
     def to_bytes(self) -> bytes:
-        shared = () if self.shared is None else (self.shared,)
-        return pickle.dumps((self.layer, self.join, self.enriched, self.ended, self.clocks, self.ops_cti,
-                             *self.keyed, self.operators, *shared), protocol=5)
+        return pickle.dumps(("header", HEADER_FORMAT, self.layer, self.join, self.enriched, self.ended,
+                             self.clocks, self.ops_cti, self.keyed, self.operators, self.shared), protocol=5)
 
     @classmethod
     def from_bytes(cls, data: bytes, with_shared: bool) -> "GroupHeader":
-        """The header of ``data`` (``with_shared``: the plan has side inputs, so it ends with their
-        states)."""
-        layer, join, enriched, ended, clocks, ops_cti, *keyed, operators = snapshots.loads(data)
-        shared = None
-        if with_shared:
-            shared, operators, keyed = operators, keyed[-1], keyed[:-1]
-        return cls(layer, join, enriched, ended, clocks, ops_cti, tuple(keyed), operators, shared)
+        """The header of ``data`` (``with_shared``: the plan has side inputs — what a header of
+        format 2 needs to be read)."""
+        got = snapshots.loads(data)
+        if got[0] != "header":
+            return cls(*compat.header_fields(got, with_shared))
+        snapshots.check_format("key group header", got[1], HEADER_FORMAT)
+        return cls(*got[2:])
 
 
 def whole_state(header: bytes, entries: dict) -> bytes:
