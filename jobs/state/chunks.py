@@ -1,17 +1,17 @@
 """The operators' keyed state of one key group, in chunks of about ``state.chunk_keys`` keys.
 
-Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict
-elsewhere): the operators' own snapshots pickled together and zstd-compressed
-(:mod:`ctiflow.jobs.state.codec`; chunks stored uncompressed by earlier versions read as they
-are), as ``("chunk", CHUNK_FORMAT, cti, snapshots, last seen, keys, keys per operator, tallies
-per operator)`` (earlier formats: :func:`ctiflow.jobs.state.compat.chunk_fields`). Chunks are addressed by linear hashing of
-the key (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with
-new descendants are split (``partition`` of each operator), so a chunk never holds many more
-keys than that, however many keys are live. A micro-batch decodes and re-encodes only the chunks
-it has events for, whose due CTI it reaches, or all of them at the final CTI: untouched keys stay
-bytes, so the work per batch follows the touched chunks, not the live keys (README, "State") —
-but with sparse keys a batch with more events than the group has chunks touches nearly every
-chunk, and so rewrites nearly all of the state (docs/performance.md#latency).
+Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict elsewhere):
+the operators' own snapshots pickled together and zstd-compressed (:mod:`ctiflow.jobs.state.codec`;
+chunks stored uncompressed by earlier versions read as they are), as ``("chunk", CHUNK_FORMAT, cti,
+snapshots, last seen, keys, keys per operator, tallies per operator)`` (earlier formats:
+:func:`ctiflow.jobs.state.compat.chunk_fields`). Chunks are addressed by linear hashing of the key
+(:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
+descendants are split (``partition`` of each operator), so a chunk never holds many more keys than
+that, however many keys are live. A micro-batch decodes and re-encodes only the chunks it has events
+for, whose due CTI it reaches, or all of them at the final CTI: untouched keys stay bytes, so the
+work per batch follows the touched chunks, not the live keys (README, "State") — but with sparse
+keys a batch with more events than the group has chunks touches nearly every chunk, and so rewrites
+nearly all of the state (docs/performance.md#latency).
 """
 
 from __future__ import annotations
@@ -284,8 +284,8 @@ class KeyedState:
             else:
                 snaps = [op.snapshot() for op in chunk.ops]
                 tallies = [op.tallies() for op in chunk.ops]
-                blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen, keys,
-                                                [len(k) for k in sets_of], tallies), protocol=5))
+                blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
+                                                keys, [len(k) for k in sets_of], tallies), protocol=5))
                 self.store[c] = blob
                 size = len(blob)
                 ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets_of, tallies))
