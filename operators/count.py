@@ -202,12 +202,16 @@ class CountOperator(Operator):
         self._touched: dict[str, int | None] = {}
         #: latest application time the operator has reached (event starts, cti − 1)
         self._clock = NO_TIME
+        #: keys whose state changed since :meth:`changed_keys` last said (a histogram's lazy
+        #: expiry by a CTI aside: every update expires first, so it is invisible)
+        self._changed: set[str] = set()
 
     # -- the Operator contract ---------------------------------------------------------------
 
     def _process_event(self, event: Event) -> list[Output]:
         """One event (``emit: per_event``): its count record."""
         key = event.key if self._per_key else GLOBAL_KEY
+        self._changed.add(key)
         h = self._histograms.get(key)
         if h is None:
             h = self._histograms[key] = ExponentialHistogram(self._window, self._epsilon)
@@ -261,9 +265,10 @@ class CountOperator(Operator):
         order = np.argsort(ids, kind="stable")
         cuts = np.flatnonzero(np.diff(ids[order])) + 1
         starts = np.asarray(starts, np.int64)
-        histograms, clock = self._histograms, self._clock
+        histograms, clock, changed = self._histograms, self._clock, self._changed
         for rows in np.split(order, cuts) if len(cuts) else (order,):
             key = keys[rows[0]] if self._per_key else GLOBAL_KEY
+            changed.add(key)
             h = histograms.get(key)
             if h is None:
                 h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
@@ -302,6 +307,7 @@ class CountOperator(Operator):
             mine = by_key.get(key)
             if mine is None:
                 mine = by_key[key] = ([], [])
+                self._changed.add(key)
                 if key not in histograms:  # as process: the key's histogram exists before its weight is known
                     histograms[key] = ExponentialHistogram(self._window, self._epsilon)
             if given is not None:
@@ -327,8 +333,11 @@ class CountOperator(Operator):
 
     def advance_to(self, cti: int) -> list[OutputBatch]:
         """The touched keys' counts at the CTI (module docstring), as one :class:`OutputBatch`."""
+        changed = self._changed
+        changed.update(self._touched)  # (emitted: no longer touched)
         if cti >= CTI_INFINITY:
             out = self._emit_touched(None)
+            changed.update(self._histograms)
             self._histograms.clear()
             return out
         tau = cti - 1
@@ -346,6 +355,7 @@ class CountOperator(Operator):
                         empty.append(key)
             for key in empty:
                 del histograms[key]
+            changed.update(empty)
         return out
 
     def snapshot(self) -> bytes:
@@ -464,6 +474,32 @@ class CountOperator(Operator):
         for key in keys:
             self._histograms.pop(key, None)
             self._touched.pop(key, None)
+            self._changed.add(key)
+
+    def changed_keys(self) -> set[str]:
+        """(:meth:`Operator.changed_keys`)"""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def snapshot_keys(self, keys) -> bytes:
+        """(:meth:`Operator.snapshot_keys`): the touched keys always in, so their order survives
+        :meth:`absorb`."""
+        part = CountOperator(self.settings)
+        part._clock = self._clock
+        histograms = self._histograms
+        part._histograms = {k: histograms[k] for k in sorted({*keys, *self._touched}) if k in histograms}
+        part._touched = dict(self._touched)
+        return part.snapshot()
+
+    def absorb(self, part: "CountOperator", keys) -> None:
+        """(:meth:`Operator.absorb`)"""
+        histograms = self._histograms
+        for key in keys:
+            histograms.pop(key, None)
+        histograms.update(part._histograms)
+        self._touched = dict(part._touched)
+        if part._clock > self._clock:
+            self._clock = part._clock
 
     # -- queries (tests, tools) --------------------------------------------------------------
 

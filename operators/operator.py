@@ -19,6 +19,10 @@ Contract (what the runtime relies on):
 * ``snapshot()`` returns bytes from which ``restore(settings, data)`` rebuilds an operator
   that behaves identically; it is called once per micro-batch per chunk the batch touched.
 * Outputs are plain dicts shaped like the Avro schema of their role (see ``schemas/``).
+* Deltas (optional, :meth:`Operator.changed_keys` not None): a chunk's state is stored as its last
+  whole snapshot and the state of the keys changed since (:meth:`Operator.snapshot_keys`); it is
+  read back as ``restore(base)`` then :meth:`Operator.absorb` of ``restore(delta)``, and must then
+  behave as the operator it was taken of.
 
 Row-minded operators (a pattern's NFA steps one event at a time) implement ``process_columns``
 with :func:`process_rows`; tests and tools feed single events with :meth:`Operator.process`.
@@ -174,6 +178,26 @@ class Operator(ABC):
         clocks copied), each with exactly its keys' state; ``self`` is not used afterwards.
         Called only when its traits say it ``partitions``."""
         raise NotImplementedError(f"{type(self).__name__} does not partition its keys")
+
+    def changed_keys(self) -> set[str] | None:
+        """The keys whose state may have changed since the last call (or since it was built or
+        restored) — by events, CTIs and :meth:`forget_keys`, dropped keys included — in the
+        operator's own terms (what :meth:`snapshot_keys` and :meth:`absorb` take); a change no
+        later call can observe (a lazily applied expiry) need not count. None (the default): not
+        tracked, so the runtime stores the whole :meth:`snapshot` of a chunk it touched."""
+        return None
+
+    def snapshot_keys(self, keys: set[str]) -> bytes:
+        """A :meth:`snapshot` (``restore`` reads it) of the operator-wide state and the state of
+        ``keys`` (at least: an operator may add keys it needs to stay exact) — a chunk's delta.
+        Asked only of an operator whose :meth:`changed_keys` is not None."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no deltas")
+
+    def absorb(self, part: "Operator", keys: set[str]) -> None:
+        """The state of ``keys`` dropped, then every key ``part`` (a restored
+        :meth:`snapshot_keys`) holds taken over, and its operator-wide state (clocks) where later.
+        Asked only of an operator whose :meth:`changed_keys` is not None."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no deltas")
 
     def forget_keys(self, keys: Iterable[str]) -> None:
         """Drop everything kept for ``keys`` (the job's key TTL, ``state.ttl``: a key with no

@@ -15,7 +15,7 @@ import numpy as np
 from fastavro import _validation_py, _write_py
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from ctiflow.jobs.avro.encode import ColumnEncoder
@@ -233,7 +233,10 @@ def test_nested_and_union_fields_write_as_fastavro_does(case):
     from ctiflow.jobs.avro.encode import record_writer
 
     schema, records = case
-    want = _oracle(schema, b"", records)
+    try:
+        want = _oracle(schema, b"", records)
+    except OverflowError:  # fastavro put a double past float32's range in an earlier float branch
+        reject()           # of a union (its validator takes any float there): no oracle for it
     write = record_writer(compile_schema(schema))
     got = []
     for r in records:

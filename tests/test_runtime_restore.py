@@ -2,7 +2,10 @@
 restored after any micro-batch, with any number of key groups and any chunk size (so chunks split
 as keys arrive), gives the same results as one uninterrupted run in one group and one chunk that
 never snapshots (what the state store and a restart do to a job must not change its results, nor
-which keys share a chunk, when chunks split, or which chunks a batch leaves undecoded). The reference run shares no state with the restored ones."""
+which keys share a chunk, when chunks split, or which chunks a batch leaves undecoded), nor
+whether a chunk is stored whole or as its base and the keys changed since (``delta_share``: 0
+always whole, 100 a delta until the keys changed outnumber the chunk's, 0.2 compacted often). The
+reference run never restores, so it shares no state with the restored ones and never reads a delta."""
 
 import dataclasses
 import zlib
@@ -88,25 +91,29 @@ def run(plan, batches, partitions: list[int], groups: int, restore_after: set[in
     return results
 
 
+DELTA_SHARES = [0.0, 0.2, 100.0]
+
+
 @settings(max_examples=150, deadline=None)
 @given(partitioned_input(), st.integers(1, 5), st.sets(st.integers(0, 40)), st.sampled_from(sorted(OPERATORS)),
-       st.sampled_from([1, 2, 3, 1_000_000]))
+       st.sampled_from([1, 2, 3, 1_000_000]), st.sampled_from(DELTA_SHARES))
 def test_restoring_after_any_batch_in_any_number_of_groups_changes_no_result(data, groups, restore_after, kind,
-                                                                             chunk_keys):
+                                                                             chunk_keys, delta_share):
     events, batches = data
     batches = with_fields(batches)
     plan, partitions = plan_for(kind), sorted(events)
     reference = run(dataclasses.replace(plan, key_groups=1, chunk_keys=1_000_000), batches, partitions, 1, set())
     groups = 1 if "global" in kind else groups  # a global operator sees every event: one key group
-    plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys)
+    plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys, delta_share=delta_share)
     assert run(plan, batches, partitions, groups, restore_after) == reference
     assert run(plan, batches, partitions, groups, set(range(len(batches)))) == reference
 
 
 @settings(max_examples=100, deadline=None)
 @given(partitioned_input(), st.integers(1, 3), st.sets(st.integers(0, 40)), st.sampled_from(sorted(OPERATORS)),
-       st.sampled_from([1, 2, 1_000_000]), st.sampled_from(["all", "some", "none"]))
-def test_chunks_kept_decoded_between_batches_change_no_result(data, groups, restore_after, kind, chunk_keys, warm):
+       st.sampled_from([1, 2, 1_000_000]), st.sampled_from(["all", "some", "none"]), st.sampled_from(DELTA_SHARES))
+def test_chunks_kept_decoded_between_batches_change_no_result(data, groups, restore_after, kind, chunk_keys, warm,
+                                                              delta_share):
     """The worker's cache (ctiflow.jobs.state.warm.WarmChunks): a restored group that takes all, some or
     none of the chunks its previous call left decoded, and reads the rest from the store, gives
     the results of one uninterrupted run."""
@@ -115,5 +122,5 @@ def test_chunks_kept_decoded_between_batches_change_no_result(data, groups, rest
     plan, partitions = plan_for(kind), sorted(events)
     reference = run(dataclasses.replace(plan, key_groups=1, chunk_keys=1_000_000), batches, partitions, 1, set())
     groups = 1 if "global" in kind else groups  # a global operator sees every event: one key group
-    plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys)
+    plan = dataclasses.replace(plan, key_groups=groups, chunk_keys=chunk_keys, delta_share=delta_share)
     assert run(plan, batches, partitions, groups, restore_after, warm) == reference

@@ -14,6 +14,7 @@ match operator snapshots of format 3), rules put, replaced, adjusted, refused an
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import pickle
 from pathlib import Path
@@ -123,29 +124,41 @@ def test_the_operators_read_their_current_format_only_and_compat_reads_the_earli
 
 
 def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused():
-    """Today's header and chunks name their format in their bytes; a header or chunk of a later
-    format (a checkpoint a newer ctiflow wrote) fails with a StateError naming it, never read as
-    something else."""
-    from ctiflow.jobs.state.chunks import CHUNK_FORMAT
+    """Today's header, chunks and chunk deltas name their format in their bytes; a header, chunk
+    or delta of a later format (a checkpoint a newer ctiflow wrote) fails with a StateError naming
+    it, never read as something else. (The recorded checkpoint's chunks, restored, are written
+    whole at a ``delta_share`` of 0, as deltas at 100: their base stays the recorded chunk.)"""
+    from ctiflow.jobs.state.chunks import CHUNK_FORMAT, DELTA_FORMAT
     from ctiflow.jobs.state.codec import compressed, expanded
     from ctiflow.jobs.state.header import HEADER_FORMAT, read_whole_state
-    from ctiflow.jobs.state.parts import is_chunk
+    from ctiflow.jobs.state.parts import DELTA_KEYS, PART_KEYS, is_chunk
     from ctiflow.operators import snapshots
     from ctiflow.operators.errors import StateError
 
     with gzip.open(RECORDED / "main-2026-11-28.pkl.gz") as f:
         recorded = pickle.load(f)["one-stream-match"]
-    p = plan_job(parse(recorded["spec"], recorded["spec"]["job"]))
+    p = dataclasses.replace(plan_job(parse(recorded["spec"], recorded["spec"]["job"])), delta_share=0.0)
     rt = GroupRuntime(p, recorded["snapshot"])
     rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
     header, entries = read_whole_state(rt.snapshot(), "")
-    assert snapshots.loads(header)[:2] == ("header", HEADER_FORMAT) == ("header", 3)
+    assert snapshots.loads(header)[:2] == ("header", HEADER_FORMAT) == ("header", 4)
     chunks = {c: blob for c, blob in entries.items() if is_chunk(c)}
     assert chunks and all(snapshots.loads(expanded(b))[:2] == ("chunk", CHUNK_FORMAT) == ("chunk", 3)
                           for b in chunks.values())
-    later_header = pickle.dumps(("header", 4, *snapshots.loads(header)[2:]), protocol=5)
-    with pytest.raises(StateError, match="key group header snapshot of format 4"):
+    rt = GroupRuntime(dataclasses.replace(p, delta_share=100.0), recorded["snapshot"])  # (any size)
+    rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
+    delta_header, delta_entries = read_whole_state(rt.snapshot(), "")
+    deltas = {c: blob for c, blob in delta_entries.items() if DELTA_KEYS <= c < PART_KEYS}
+    assert deltas and all(snapshots.loads(expanded(b))[:2] == ("delta", DELTA_FORMAT) == ("delta", 1)
+                          for b in deltas.values())
+    later_header = pickle.dumps(("header", 5, *snapshots.loads(header)[2:]), protocol=5)
+    with pytest.raises(StateError, match="key group header snapshot of format 5"):
         GroupRuntime(p, header=later_header, chunks=dict(entries))
+    d, delta = next(iter(deltas.items()))
+    later_delta = compressed(pickle.dumps(("delta", 2, *snapshots.loads(expanded(delta))[2:]), protocol=5))
+    rt = GroupRuntime(p, header=delta_header, chunks={**delta_entries, d: later_delta})
+    with pytest.raises(StateError, match="state chunk delta snapshot of format 2"):
+        rt.run_batch(group_input(recorded["batches"][1], tuple(p.streams), True))
     c, blob = next(iter(chunks.items()))
     later_chunk = compressed(pickle.dumps(("chunk", 4, *snapshots.loads(expanded(blob))[2:]), protocol=5))
     rt = GroupRuntime(p, header=header, chunks={**entries, c: later_chunk})

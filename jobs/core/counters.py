@@ -88,6 +88,8 @@ TABLE: tuple[Counter, ...] = (
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written "
             "back"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
+    Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
+            "written whole)"),
     Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",),
             "ctiflow_rules_active"),
     Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",),
@@ -222,6 +224,7 @@ class Counters:
     state_written: int = 0
     chunks_loaded: int = 0
     chunks_cached: int = 0
+    chunk_deltas: int = 0
     state_us: int = 0
     python_us: int = 0
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]

@@ -59,6 +59,8 @@ class Plan:
     #: each group's keyed state is kept in chunks of about that many keys
     key_groups: int = 1
     chunk_keys: int = 32
+    #: ``state.delta_share``: a chunk is written whole once its delta would pass this share of its bytes
+    delta_share: float = 0.2
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
     cache_chunks: int = 4096
     #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes

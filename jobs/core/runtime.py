@@ -230,8 +230,7 @@ class GroupRuntime:
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
     :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (``keyed.still_warm()`` after :meth:`commit`).
-    ``batched``: see :class:`Router`.
-    """
+    ``batched``: see :class:`Router`."""
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
                  warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True):
@@ -271,7 +270,8 @@ class GroupRuntime:
         self._by_event_key = plan.ttl is not None or any(t.state == "keys" for t in traits)
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm,
-                                index=h.keyed, prepare=self.shared.prepare if self.shared else None)
+                                index=h.keyed, prepare=self.shared.prepare if self.shared else None,
+                                delta_share=plan.delta_share)
         with restoring("the key group's time layer"):
             self.layer, self.parts = time_layer(plan, self.chunks, h.layer)
         if plan.reference is None:

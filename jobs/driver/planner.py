@@ -57,6 +57,7 @@ def plan_job(cfg: JobConfig) -> Plan:
                 cti_streams=cti_streams, delays={s.name: s.cti.delay for s in cfg.read_sources},
                 source_topics={s.name: s.topic for s in cfg.read_sources}, ttl=cfg.state.ttl,
                 side_inputs=side_inputs, key_groups=cfg.key_groups, chunk_keys=cfg.state.chunk_keys,
+                delta_share=cfg.state.delta_share,
                 cache_chunks=cfg.state.cache_chunks, schemas=schemas)
 
 

@@ -4,14 +4,22 @@ Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark;
 the operators' own snapshots pickled together and zstd-compressed (:mod:`ctiflow.jobs.state.codec`;
 chunks stored uncompressed by earlier versions read as they are), as ``("chunk", CHUNK_FORMAT, cti,
 snapshots, last seen, keys, keys per operator, tallies per operator)`` (earlier formats:
-:func:`ctiflow.jobs.state.compat.chunk_fields`). Chunks are addressed by linear hashing of the key
+:func:`ctiflow.jobs.state.compat.chunk_fields`) — its *base*. When its operators track the keys
+they change (:meth:`ctiflow.operators.operator.Operator.changed_keys`), a micro-batch that touched
+a chunk writes only the state of the keys changed since its base, to a second entry
+(:data:`~ctiflow.jobs.state.parts.DELTA_KEYS` + its number): ``("delta", DELTA_FORMAT, cti, keys
+changed per operator, snapshots of those keys, last seen of the keys whose clock changed, keys,
+keys per operator, tallies per operator)``; once the delta would pass ``state.delta_share`` of the
+base's bytes, the chunk is written whole again and its delta removed (compaction). Both
+entries commit with the micro-batch's state version, so a replayed batch reads the pair it wrote
+or the pair before it, never a mix. Chunks are addressed by linear hashing of the key
 (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
 descendants are split (``partition`` of each operator), so a chunk never holds many more keys than
 that, however many keys are live. A micro-batch decodes and re-encodes only the chunks it has events
 for, whose due CTI it reaches, or all of them at the final CTI: untouched keys stay bytes, so the
-work per batch follows the touched chunks, not the live keys (README, "State") — but with sparse
-keys a batch with more events than the group has chunks touches nearly every chunk, and so rewrites
-nearly all of the state (docs/performance.md#latency).
+work per batch follows the touched chunks, not the live keys (README, "State"); with sparse keys a
+batch with more events than the group has chunks touches nearly every chunk, and the deltas keep
+what it writes to the keys it changed (docs/performance.md#latency).
 """
 
 from __future__ import annotations
@@ -28,14 +36,15 @@ import numpy as np
 
 from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.codec import compressed, expanded
-from ctiflow.jobs.state.parts import is_chunk
+from ctiflow.jobs.state.parts import DELTA_KEYS, is_chunk
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
 from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 _FIRST = itemgetter(0)
-#: A stored chunk's format (the module docstring)
+#: A stored chunk's format and its delta's (the module docstring)
 CHUNK_FORMAT = 3
+DELTA_FORMAT = 1
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
@@ -66,16 +75,23 @@ class Chunk:
     ``cti`` is the CTI its operators were last advanced to: a chunk nothing was due in is left
     as bytes for as many micro-batches as it stays so, and is caught up (``advance_to`` the CTI
     the group's operators are at) before it next sees events. ``stored``: its size in the store
-    when it was read, ``(bytes, keys, per operator (bytes, keys))`` (the header keeps the totals;
-    the operators' part is ``()`` for a chunk not stored yet)."""
+    when it was read, ``(bytes, keys, per operator (bytes, keys))`` (base and delta; the header
+    keeps the totals; the operators' part is ``()`` for a chunk not stored yet). ``base``: its
+    base's ``(bytes, per operator bytes)``; ``since``: per operator, the keys changed since the
+    base, or None when the next commit writes it whole (no base, an operator without deltas, a
+    split); ``seen_since``: keys whose ``last_seen`` changed since the base."""
 
-    __slots__ = ("ops", "last_seen", "cti", "stored")
+    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "since", "seen_since")
 
-    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ())):
+    def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ()),
+                 base: tuple = (0, ()), since: list[set] | None = None, seen_since: set | None = None):
         self.ops = ops
         self.last_seen = last_seen
         self.cti = cti
         self.stored = stored
+        self.base = base
+        self.since = since
+        self.seen_since = set() if seen_since is None else seen_since
 
     def due(self, ttl: int | None) -> int:
         """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
@@ -96,11 +112,13 @@ class KeyedState:
     ``build(data=None)``); ``store``: the group's state entries; ``warm``: decoded chunks known to
     equal their bytes in ``store`` (the worker's cache, :class:`ctiflow.jobs.state.warm.WarmChunks`), used
     instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
-    a new group; ``counters``: the call's :class:`ctiflow.jobs.core.counters.Counters`."""
+    a new group; ``counters``: the call's :class:`ctiflow.jobs.core.counters.Counters`;
+    ``delta_share``: a chunk is written whole once its delta would pass this share of its base's
+    bytes (0: always whole)."""
 
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int,
                  chunk_keys: int, ttl: int | None, grows: bool, warm: dict | None = None,
-                 index: tuple | None = None, prepare=None) -> None:
+                 index: tuple | None = None, prepare=None, delta_share: float = 0.0) -> None:
         self.specs = specs
         #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared
         #: states: :mod:`ctiflow.jobs.core.broadcast`)
@@ -108,6 +126,7 @@ class KeyedState:
         self.store = store
         self.counters = counters
         self.key_groups, self.chunk_keys, self.ttl, self.grows = key_groups, chunk_keys, ttl, grows
+        self.delta_share = delta_share
         self.warm: dict[int, Chunk] = {} if warm is None else warm
         self.loaded: dict[int, Chunk] = {}
         if index is None:
@@ -116,9 +135,10 @@ class KeyedState:
             self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
             self.op_totals = [[0, 0] for _ in specs]  # per operator: [bytes, keys] over the stored chunks
             self.op_tallies: list[dict[str, int]] = [{} for _ in specs]  # per operator: its tallies, summed
+            self.deltas: dict[int, int] = {}  # chunk → its delta's bytes (chunks that have one)
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                             self.op_tallies) = index
+                                             self.op_tallies), self.deltas = index
 
     def report(self, counters, names: list[str]) -> None:
         """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
@@ -128,9 +148,10 @@ class KeyedState:
                             for k, n in t.items() if isinstance(k, str)}
 
     def index(self) -> tuple:
-        """What the header keeps: due CTIs, the linear hashing's level and split, the totals."""
+        """What the header keeps: due CTIs, the linear hashing's level and split, the totals, the
+        deltas' sizes."""
         return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                                     self.op_tallies)
+                                                     self.op_tallies), self.deltas
 
     @property
     def count(self) -> int:
@@ -172,6 +193,7 @@ class KeyedState:
                 self.prepare(i, op)
 
     def _decoded(self, c: int, blob: bytes) -> Chunk:
+        """Chunk ``c`` from its base ``blob`` and its delta, if it has one."""
         with restoring(f"state chunk {c}"):
             got = snapshots.loads(expanded(blob))
             if got[0] == "chunk":
@@ -183,7 +205,34 @@ class KeyedState:
         for spec, op_blob in zip(self.specs, blobs):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                 ops.append(compat.restored(spec.build, op_blob))
-        return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(map(len, blobs), op_keys, tallies))))
+        base = (len(blob), tuple(map(len, blobs)))
+        if c not in self.deltas:
+            return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(base[1], op_keys, tallies))), base,
+                         [set() for _ in ops] if self._tracks(ops) else None)
+        delta = self.store.get(DELTA_KEYS + c)
+        if delta is None:
+            raise StateError(f"state chunk {c}: its delta is missing from the state store; {STATE_FIX}")
+        with restoring(f"the delta of state chunk {c}"):
+            kind, version, cti, since, blobs, seen, keys, op_keys, tallies = snapshots.loads(expanded(delta))
+            snapshots.check_format("state chunk delta", version, DELTA_FORMAT)
+        since = [set(s) for s in since]
+        for spec, op, part, changed in zip(self.specs, ops, blobs, since):
+            with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
+                op.absorb(spec.build(part), changed)
+        for key, t in seen.items():
+            if t is None:
+                last_seen.pop(key, None)
+            else:
+                last_seen[key] = t
+        return Chunk(ops, last_seen, cti, (len(blob) + len(delta), keys,
+                                           tuple(zip((b + len(d) for b, d in zip(base[1], blobs)), op_keys,
+                                                     tallies))), base, since, set(seen))
+
+    @staticmethod
+    def _tracks(ops: list) -> bool:
+        """Whether every operator of a chunk tracks the keys it changes (then the chunk keeps
+        deltas); asks each, which starts its tracking afresh."""
+        return all([op.changed_keys() is not None for op in ops])
 
     def load_all(self) -> None:
         """Decode every stored chunk (the final CTI; tests and tools)."""
@@ -261,7 +310,8 @@ class KeyedState:
                         raise RuntimeError(f"operator {spec.name!r}: an empty operator emitted on a CTI "
                                            "(a bug)")
                 ops.append(op)
-            self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()))
+            self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()),
+                                   chunk.base if d == c else (0, ()))  # (written whole: since None)
         return made
 
     def commit(self) -> None:
@@ -276,25 +326,21 @@ class KeyedState:
         for c, chunk in sorted(self.loaded.items()):
             sets_of, keys = sets[c]
             old_bytes, old_keys, old_ops = chunk.stored
+            changes = [op.changed_keys() for op in chunk.ops]  # (every call: each starts afresh)
             if keys == 0:
-                if old_bytes:
+                if chunk.base[0]:
                     del self.store[c]
+                self._drop_delta(c)
                 self.due.pop(c, None)
                 size, ops = 0, ()
+                chunk.base, chunk.since, chunk.seen_since = (0, ()), None, set()
             else:
-                snaps = [op.snapshot() for op in chunk.ops]
-                tallies = [op.tallies() for op in chunk.ops]
-                blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
-                                                keys, [len(k) for k in sets_of], tallies), protocol=5))
-                self.store[c] = blob
-                size = len(blob)
-                ops = tuple((len(b), len(k), t) for b, k, t in zip(snaps, sets_of, tallies))
+                size, ops = self._write(c, chunk, changes, sets_of, keys)
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
                 else:
                     self.due.pop(c, None)
-                self.counters.state_written += size
             self.stored_bytes += size - old_bytes
             self.stored_keys += keys - old_keys
             none = [(0, 0, {})] * len(sets_of)
@@ -304,6 +350,46 @@ class KeyedState:
                 _add(tally, new[2], 1)
                 _add(tally, old[2] if len(old) > 2 else {}, -1)
             chunk.stored = (size, keys, ops)
+
+    def _write(self, c: int, chunk: Chunk, changes: list, sets_of: list[set[str]],
+               keys: int) -> tuple[int, tuple]:
+        """Chunk ``c`` into the store: its delta, or whole (no base yet, an operator without
+        deltas, a split, or the delta past ``delta_share`` of the base's bytes); → its bytes in
+        the store and per operator (bytes, keys, tallies)."""
+        tallies = [op.tallies() for op in chunk.ops]
+        op_keys = [len(k) for k in sets_of]
+        since, blob = chunk.since, None
+        if since is not None and None not in changes and self.delta_share:
+            since = [s | changed for s, changed in zip(since, changes)]
+            base_bytes, base_ops = chunk.base
+            # (a delta holding as many keys as the chunk, e.g. after the TTL dropped most, is not built)
+            if sum(map(len, since)) + len(chunk.seen_since) <= keys:
+                snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, since)]
+                seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
+                blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, [sorted(s) for s in since],
+                                                snaps, seen, keys, op_keys, tallies), protocol=5))
+            if blob is not None and len(blob) <= self.delta_share * base_bytes:
+                self.store[DELTA_KEYS + c] = blob
+                self.deltas[c] = len(blob)
+                self.counters.state_written += len(blob)
+                self.counters.chunk_deltas += 1
+                chunk.since = since
+                return base_bytes + len(blob), tuple((b + len(d), k, t) for b, d, k, t in
+                                                     zip(base_ops, snaps, op_keys, tallies))
+        snaps = [op.snapshot() for op in chunk.ops]
+        blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
+                                        keys, op_keys, tallies), protocol=5))
+        self.store[c] = blob
+        self._drop_delta(c)
+        self.counters.state_written += len(blob)
+        chunk.base = (len(blob), tuple(map(len, snaps)))
+        chunk.since = None if None in changes else [set() for _ in changes]
+        chunk.seen_since = set()
+        return len(blob), tuple((len(b), k, t) for b, k, t in zip(snaps, op_keys, tallies))
+
+    def _drop_delta(self, c: int) -> None:
+        if self.deltas.pop(c, None) is not None:
+            del self.store[DELTA_KEYS + c]
 
     @staticmethod
     def _key_sets(chunk: Chunk) -> tuple[list[set[str]], int]:
@@ -347,14 +433,17 @@ class KeyedState:
             chunk.cti = cti
             if ttl is None:
                 continue
-            seen = chunk.last_seen
+            seen, seen_since = chunk.last_seen, chunk.seen_since
             for key, start in seen_now.get(c, ()):
                 if start > seen.get(key, start - 1):
                     seen[key] = start
+                    seen_since.add(key)
             if cti >= CTI_INFINITY:
+                seen_since.update(seen)
                 seen.clear()
                 continue
             expired = [key for key, last in seen.items() if last < cti - ttl]
+            seen_since.update(expired)
             for key in expired:
                 del seen[key]
             if expired:

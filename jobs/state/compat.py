@@ -21,6 +21,8 @@ group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *ind
                           shared])``: no number in the bytes; the shared states there only when
                           the plan has side inputs; the chunks' index without its tallies
                           (before 2026-11-28) or its per-operator totals (before 2026-11-27)
+group header, 3           ``("header", 3, …)`` as format 4, the chunks' index without deltas
+                          (until 2026-11-29)
 state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
                           no number in the bytes
 ========================  ==================================================================
@@ -132,9 +134,12 @@ _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
 
 
 def header_fields(got: tuple, with_shared: bool) -> tuple:
-    """A header of format 2 (the table above) as the fields of today's
+    """A header of format 2 or 3 (the table above) as the fields of today's
     :class:`~ctiflow.jobs.state.header.GroupHeader`, in its order (``with_shared``: the plan has
-    side inputs, so the header ends with their states)."""
+    side inputs, so a header of format 2 ends with their states). Their chunks have no deltas."""
+    if got[0] == "header":  # format 3: the chunks' index without deltas
+        *fields, index, operators, shared = got[2:]
+        return (*fields, (*index, {}), operators, shared)
     layer, join, enriched, ended, clocks, ops_cti, *index, operators = got
     shared = None
     if with_shared:
@@ -143,8 +148,8 @@ def header_fields(got: tuple, with_shared: bool) -> tuple:
     n = len(operators)
     totals = per_operator[0] if per_operator else [[0, 0] for _ in range(n)]
     tallies = per_operator[1] if len(per_operator) > 1 else [{} for _ in range(n)]
-    return layer, join, enriched, ended, clocks, ops_cti, (due, level_split, (keys, size, totals, tallies)), \
-        operators, shared
+    index = (due, level_split, (keys, size, totals, tallies), {})
+    return layer, join, enriched, ended, clocks, ops_cti, index, operators, shared
 
 
 def chunk_fields(got: tuple) -> tuple:

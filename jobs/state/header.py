@@ -2,11 +2,12 @@
 declared record, written and read here only; and the whole state of a group in one blob (tests,
 tools). Spark's state store keeps the header's bytes (:mod:`ctiflow.jobs.state.store`).
 
-Format ``HEADER_FORMAT`` (3, from 2026-11-29): a pickled tuple ``("header", 3, layer, join,
+Format ``HEADER_FORMAT`` (4, from 2026-11-29): a pickled tuple ``("header", 4, layer, join,
 enriched, ended, clocks, ops_cti, keyed, operators, shared)`` — ``keyed`` the chunks' index
-(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`), ``shared`` None without side inputs. The
-positional headers before it (format 2, no number in the bytes, their index spread and grown over
-time) are read by :func:`ctiflow.jobs.state.compat.header_fields`.
+(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`, with the chunks' deltas), ``shared`` None
+without side inputs. Format 3 (an index without deltas) and the positional headers before it
+(format 2, no number in the bytes, their index spread and grown over time) are read by
+:func:`ctiflow.jobs.state.compat.header_fields`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
 
 #: the header's format (module docstring)
-HEADER_FORMAT = 3
+HEADER_FORMAT = 4
 #: the whole-state blob's layout: ``(WHOLE_LAYOUT, header bytes, {entry: bytes})``
 WHOLE_LAYOUT = 2
 
@@ -53,7 +54,7 @@ class GroupHeader:
         """The header of ``data`` (``with_shared``: the plan has side inputs — what a header of
         format 2 needs to be read)."""
         got = snapshots.loads(data)
-        if got[0] != "header":
+        if got[0] != "header" or got[1] < HEADER_FORMAT:
             return cls(*compat.header_fields(got, with_shared))
         snapshots.check_format("key group header", got[1], HEADER_FORMAT)
         return cls(*got[2:])

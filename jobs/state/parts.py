@@ -19,14 +19,18 @@ from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.operators import snapshots
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 
-#: A part's entry number in the group's state: chunks are numbered from 0, parts from here
-#: (Spark's key column is a 32-bit int; no key group has 2**30 chunks).
+#: A part's entry number in the group's state: chunks are numbered from 0, their deltas from
+#: :data:`DELTA_KEYS`, parts from here (Spark's key column is a 32-bit int; no key group has 2**29
+#: chunks).
 PART_KEYS = 1 << 30
+#: chunk ``c``'s delta (:mod:`ctiflow.jobs.state.chunks`) is entry ``DELTA_KEYS + c``
+DELTA_KEYS = 1 << 29
 
 
 def is_chunk(entry: int) -> bool:
-    """Whether a state entry number is a keyed-state chunk's (not a part's, not the header's)."""
-    return 0 <= entry < PART_KEYS
+    """Whether a state entry number is a keyed-state chunk's base (not its delta, not a part's,
+    not the header's)."""
+    return 0 <= entry < DELTA_KEYS
 
 
 class StoredParts:

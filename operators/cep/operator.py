@@ -267,6 +267,9 @@ class MatchOperator(Operator):
         self.closed = False
         #: caps shared with other operators, for the next event (:meth:`process_event`)
         self._shared: tuple | None = None
+        #: keys decoded, forgotten or numbered since :meth:`changed_keys` last said (the keys
+        #: in :attr:`_states` are changed too)
+        self._changed: set[str] = set()
 
     # -- the Operator contract -------------------------------------------------------------------
     def _process_event(self, event: Event) -> list[Output]:
@@ -464,13 +467,47 @@ class MatchOperator(Operator):
         decodes, advances and pickles only the keys a batch touches (an event, or a due CTI), not
         every key it ever held: a batch costs what it touches, not what is live (measured over
         200k accounts: 756 ms a 1,000-event batch before, ``docs/performance.md#latency``)."""
+        self._pack()
+        return pickle.dumps((SNAPSHOT_FORMAT, self._fingerprint(), self._raw.to_plain(), self._numbers),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _pack(self) -> None:
+        """Every decoded key back to its bytes in :attr:`_raw`."""
         dumps, protocol, due = pickle.dumps, pickle.HIGHEST_PROTOCOL, self._state_due
         self._raw = self._raw.packed([(key, due(state), dumps(state.to_plain(), protocol=protocol),
                                        _runs(state))
                                       for key, state in self._states.items()])
         self._states = {}
-        return pickle.dumps((SNAPSHOT_FORMAT, self._fingerprint(), self._raw.to_plain(), self._numbers),
-                            protocol=protocol)
+
+    def changed_keys(self) -> set[str]:
+        """(:meth:`Operator.changed_keys`) Keys of the operator's own (with ``PARTITION BY``
+        columns, a key and its columns' values)."""
+        changed = self._changed
+        changed.update(self._states)
+        self._changed = set()
+        return changed
+
+    def snapshot_keys(self, keys) -> bytes:
+        """(:meth:`Operator.snapshot_keys`) Every decoded key goes back to its bytes, as in
+        :meth:`snapshot`."""
+        self._pack()
+        part = MatchOperator(self.settings)
+        part.closed = self.closed
+        part._raw = self._raw.subset(keys)
+        numbers = self._numbers
+        part._numbers = {k: numbers[k] for k in keys if k in numbers}
+        return part.snapshot()
+
+    def absorb(self, part: "MatchOperator", keys) -> None:
+        """(:meth:`Operator.absorb`)"""
+        raw, states, numbers = self._raw, self._states, self._numbers
+        for key in keys:
+            raw.drop(key)
+            states.pop(key, None)
+            numbers.pop(key, None)
+        self._raw = raw.packed(part._raw.rows())
+        numbers.update(part._numbers)
+        self.closed = part.closed
 
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
@@ -496,6 +533,7 @@ class MatchOperator(Operator):
 
     def _decode(self, key: str) -> NfaState:
         state = self._states[key] = NfaState.from_plain(snapshots.loads(self._raw.take(key)))
+        self._changed.add(key)
         return state
 
     def _decode_all(self) -> None:
@@ -573,6 +611,7 @@ class MatchOperator(Operator):
         expire) and their MATCH_NUMBER counts (numbering starts again at 1 after it); one pass
         over the partitions with further PARTITION BY columns."""
         held = (self._states, self._numbers)
+        keys = list(keys)
         if self._composite:
             keys = set(keys)
             keys = [k for d in (*held, self._raw) for k in d if _job_key(k) in keys]
@@ -580,6 +619,7 @@ class MatchOperator(Operator):
             self._raw.drop(key)
             for d in held:
                 d.pop(key, None)
+        self._changed.update(keys)
 
     # -- inspection -------------------------------------------------------------------------------
     @property
@@ -635,6 +675,7 @@ class MatchOperator(Operator):
                 number = 0
                 if self._numbered:
                     self._numbers[key] = number = self._numbers.get(key, 0) + 1
+                    self._changed.add(key)
                 rows = {name: events.get(name, []) for name in sql.variables}
                 if all_rows:
                     rows = _ranked(rows, ids)

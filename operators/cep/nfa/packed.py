@@ -112,6 +112,19 @@ class PackedStates:
         unknown = rows[runs == RUNS_UNKNOWN]
         return int(runs[runs != RUNS_UNKNOWN].sum()), [self._keys[i] for i in unknown.tolist()]
 
+    def rows(self) -> Iterator[tuple[str, int, bytes, int]]:
+        """The held keys as ``(key, due, pickled state, runs)`` rows (what :meth:`packed` takes)."""
+        keys, dues, runs, offsets, blob = self._keys, self.dues, self.runs, self.offsets, self.blob
+        for i in self._held().tolist():
+            yield keys[i], int(dues[i]), blob[offsets[i]:offsets[i + 1]], int(runs[i])
+
+    def subset(self, keys: Iterable[str]) -> "PackedStates":
+        """The held keys among ``keys``, as a new instance."""
+        index = self.index
+        rows = np.fromiter((index[k] for k in keys if k in index), np.int64)
+        rows.sort()
+        return self.select(rows)
+
     # -- re-packing ------------------------------------------------------------------------------
     def packed(self, new: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
         """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held), as
