@@ -68,11 +68,12 @@ class Row:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-def _plan(kind: str, chunk_keys: int):
+def _plan(kind: str, chunk_keys: int, delta_share: float | None = None):
+    state = {"chunk_keys": chunk_keys, **({} if delta_share is None else {"delta_share": delta_share})}
     p = plan_job(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
                          "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                       "time_field": "event_time", "measures": ["amount"], "cti": {"delay": -1}}],
-                         "operators": [OPERATORS[kind]], "state": {"chunk_keys": chunk_keys}}, "scale"))
+                         "operators": [OPERATORS[kind]], "state": state}, "scale"))
     return replace(p, key_groups=1)  # one key group: what one task of the stateful stage holds
 
 
@@ -91,8 +92,10 @@ def _batch(plan, store, header, events):
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
 
 
-def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int, seed: int = 7) -> Row:
-    plan = _plan(kind, chunk_keys)
+def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int, seed: int = 7,
+            delta_share: float | None = None) -> Row:
+    """``active`` None: the measured events spread uniformly over every live key (sparse keys)."""
+    plan = _plan(kind, chunk_keys, delta_share)
     rng = random.Random(seed)
     store: dict = {}
     header = None
@@ -109,7 +112,7 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
         header, *_ = _batch(plan, store, header, evs)
     gc.collect()
     base_t = t + 10
-    active_keys = [f"k{k:08d}" for k in rng.sample(range(live), min(active, live))]
+    active_keys = [f"k{k:08d}" for k in (range(live) if active is None else rng.sample(range(live), min(active, live)))]
     times, state, written = [], [], []
     state_bytes = 0
     peak = 0
@@ -161,6 +164,38 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
                       f"{r.peak_rss_mb:,.0f}", f"{r.restart_s * 1000:,.0f}")
     out.print(table)
     return rows
+
+
+def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
+                batches: int = 6, chunk_keys: int = 2048, shares=(0.0, None)) -> list[Row]:
+    """Sparse keys: the same ``per_batch`` events a batch spread uniformly over every live key (each
+    event nearly always a key of its own, every chunk touched), for count, match and bins, with
+    chunks written whole (``state.delta_share`` 0) and as deltas (the default), in one process.
+    Baseline: each operator and share at its fewest keys."""
+    from ctiflow.jobs.driver.config import StateConfig
+
+    out = out or Console(width=200)
+    rows: list[tuple[str, Row]] = []
+    for kind in ("count", "match", "bins"):
+        for share in shares:
+            label = f"delta_share {StateConfig().delta_share if share is None else share}"
+            for live in sizes:
+                rows.append((label, measure(kind, live, per_batch, None, batches, chunk_keys, delta_share=share)))
+                gc.collect()
+                out.print(f"  {kind}, {label}, {live:,} keys: {rows[-1][1].rate:,.0f} events/s")
+    table = Table(title=f"ctiflow bench scale, sparse keys: one key group, {per_batch:,} events a batch spread over "
+                        f"every live key, state.chunk_keys = {chunk_keys} (baseline: the row's own fewest keys)")
+    for col in ("operator", "state", "live keys", "events/s", "vs own 10k", "p50 batch ms", "p99 batch ms",
+                "state ms/batch", "state share", "written/batch", "state bytes"):
+        table.add_column(col, justify="left" if col in ("operator", "state") else "right")
+    first: dict[tuple, float] = {}
+    for label, r in rows:
+        first.setdefault((r.operator, label), r.rate)
+        table.add_row(r.operator, label, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator, label]:.2f}×",
+                      f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}", f"{100 * r.state_share:.0f} %",
+                      f"{r.written / 1024:,.0f} KiB", f"{r.state_bytes / 2**20:,.1f} MiB")
+    out.print(table)
+    return [r for _, r in rows]
 
 
 # -- the CTI delay: a batch's cost against how much the reorder buffer holds ---------------------------

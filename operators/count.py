@@ -24,6 +24,7 @@ became empty, so the state of quiet keys does not linger. A record is a plain di
 
 from __future__ import annotations
 
+import heapq
 import struct
 from array import array
 from dataclasses import dataclass
@@ -166,6 +167,13 @@ def _expression_compiler() -> Callable[[str], Predicate] | None:
     return compile_expression
 
 
+def _empty_at(h: ExponentialHistogram) -> int:
+    """The first clock at which a time-window count drops ``h``'s key: its newest bucket out of
+    the window (one past its ``now`` without a bucket)."""
+    newest = h.newest()
+    return h.now + 1 if newest is None else newest + h.window
+
+
 _STATE_MAGIC = b"CTCO"
 _STATE_VERSION = 1
 # magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, key-blob bytes
@@ -205,6 +213,9 @@ class CountOperator(Operator):
         #: keys whose state changed since :meth:`changed_keys` last said (a histogram's lazy
         #: expiry by a CTI aside: every update expires first, so it is invisible)
         self._changed: set[str] = set()
+        #: time windows: a heap of (a time at or before which the key's window may be empty, key),
+        #: one entry or more per key (:meth:`_expiry_heap`; None: built when first needed)
+        self._expiry: list[tuple[int, str]] | None = []
 
     # -- the Operator contract ---------------------------------------------------------------
 
@@ -215,6 +226,7 @@ class CountOperator(Operator):
         h = self._histograms.get(key)
         if h is None:
             h = self._histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+            self._watch(key, event.start)
         weight = self._weight(event.fields)
         start = event.start
         if self._by_time:
@@ -272,6 +284,7 @@ class CountOperator(Operator):
             h = histograms.get(key)
             if h is None:
                 h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+                self._watch(key, int(starts[rows[0]]))
             clock = self._update_key(key, h, starts[rows], None if mask is None else mask[rows], clock)
         self._clock = clock
         return []
@@ -310,6 +323,7 @@ class CountOperator(Operator):
                 self._changed.add(key)
                 if key not in histograms:  # as process: the key's histogram exists before its weight is known
                     histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+                    self._watch(key, start)
             if given is not None:
                 w = next(given)
             elif fields is None:
@@ -339,24 +353,48 @@ class CountOperator(Operator):
             out = self._emit_touched(None)
             changed.update(self._histograms)
             self._histograms.clear()
+            self._expiry = []
             return out
         tau = cti - 1
         if tau > self._clock:
             self._clock = tau
         out = self._emit_touched(self._clock)
         if self._by_time:
-            clock = self._clock
-            histograms = self._histograms
-            empty = []
-            for key, h in histograms.items():
-                if clock > h.now:
-                    h.advance(clock)
-                    if not h.total:
-                        empty.append(key)
-            for key in empty:
-                del histograms[key]
-            changed.update(empty)
+            self._drop_empty(self._clock)
         return out
+
+    def _drop_empty(self, clock: int) -> None:
+        """Forget the keys whose time window is empty at ``clock`` (and that ``clock`` is past):
+        only those the expiry heap says may be; the others' buckets expire at their next update
+        or count, which is invisible (module docstring), so they are not advanced here."""
+        heap, histograms = self._expiry_heap(), self._histograms
+        again = []
+        while heap and heap[0][0] <= clock:
+            _, key = heapq.heappop(heap)
+            h = histograms.get(key)
+            if h is None:
+                continue  # forgotten, or an older entry of a key dropped already
+            at = _empty_at(h)
+            if at <= clock and clock > h.now:
+                del histograms[key]
+                self._changed.add(key)
+            else:
+                again.append((max(at, h.now + 1), key))
+        for entry in again:
+            heapq.heappush(heap, entry)
+        if len(heap) > 2 * len(histograms) + 64:  # entries of forgotten keys pile up: rebuild
+            self._expiry = None
+
+    def _expiry_heap(self) -> list[tuple[int, str]]:
+        if self._expiry is None:
+            self._expiry = [(_empty_at(h), key) for key, h in self._histograms.items()]
+            heapq.heapify(self._expiry)
+        return self._expiry
+
+    def _watch(self, key: str, start: int) -> None:
+        """A new key, its first event at ``start``: its window is not empty before ``start`` + 1."""
+        if self._by_time and self._expiry is not None:
+            heapq.heappush(self._expiry, (start + 1, key))
 
     def snapshot(self) -> bytes:
         """All keys in one buffer: header, key lengths, UTF-8 keys, then int64s (touched key
@@ -427,6 +465,7 @@ class CountOperator(Operator):
             histograms[key] = h
         if i != len(ints):
             raise ValueError("count operator snapshot has trailing data")
+        op._expiry = None
         try:
             op._touched = {keys[t]: None for t in touched}
         except IndexError:
@@ -440,14 +479,16 @@ class CountOperator(Operator):
 
     def next_due(self) -> int:
         """Keys touched since the last CTI emit at the next one (due now); otherwise only a
-        time window that becomes empty changes state: a key updated or advanced last at ``now``
-        is empty once τ = cti − 1 ≥ now + window. Buckets expiring earlier need no CTI: every
-        update expires first, so skipped advances are invisible. Event-count windows never expire."""
+        time window that becomes empty changes state: a key is empty once τ = cti − 1 ≥ its newest
+        bucket + window (the expiry heap's earliest entry is at or before that). Buckets expiring
+        earlier need no CTI: every update expires first, so skipped advances are invisible.
+        Event-count windows never expire."""
         if self._touched and not self._per_event:
             return CTI_NONE
         if not self._by_time or not self._histograms:
             return CTI_INFINITY
-        return min(h.now for h in self._histograms.values()) + self._window + 1
+        heap = self._expiry_heap()
+        return heap[0][0] + 1 if heap else CTI_INFINITY
 
     def partition(self, where) -> dict[int, "CountOperator"]:
         """This operator's keys split by ``where(key)`` into operators of the same settings and
@@ -459,6 +500,7 @@ class CountOperator(Operator):
             if part is None:
                 part = parts[d] = CountOperator(self.settings)
                 part._clock = self._clock
+                part._expiry = None
             part._histograms[key] = h
             if key in self._touched:
                 part._touched[key] = self._touched[key]
@@ -498,6 +540,7 @@ class CountOperator(Operator):
             histograms.pop(key, None)
         histograms.update(part._histograms)
         self._touched = dict(part._touched)
+        self._expiry = None
         if part._clock > self._clock:
             self._clock = part._clock
 

@@ -160,6 +160,12 @@ class ExponentialHistogram:
     def bucket_count(self) -> int:
         return sum(map(len, self._levels))
 
+    def newest(self) -> int | None:
+        """The newest bucket's timestamp (None without buckets): ``advance`` to it + window or
+        later leaves the histogram empty."""
+        levels = self._levels
+        return max(q[-1] for q in levels if q) if levels else None
+
     def buckets(self) -> list[Bucket]:
         """The buckets newest first, as the seed's Figure 3 lists them."""
         out = []
