@@ -24,7 +24,6 @@ became empty, so the state of quiet keys does not linger. A record is a plain di
 
 from __future__ import annotations
 
-import heapq
 import struct
 from array import array
 from dataclasses import dataclass
@@ -34,10 +33,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ctiflow.operators import snapshots
 from ctiflow.operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
-from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _ints_from, _le
+from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _le
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Operator, Output, Traits, process_rows
+from ctiflow.operators.packed import PackedStates
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
@@ -174,10 +175,64 @@ def _empty_at(h: ExponentialHistogram) -> int:
     return h.now + 1 if newest is None else newest + h.window
 
 
+#: the due CTI of a key that no CTI drops (an event-count window)
+_NEVER = 1 << 62
+
+
+def _due(h: ExponentialHistogram, by_time: bool) -> int:
+    """The first clock (cti − 1) at which a CTI drops ``h``'s key: its window empty and the
+    clock past its ``now``; never for an event-count window."""
+    return max(_empty_at(h), h.now + 1) if by_time else _NEVER
+
+
+def _row(h: ExponentialHistogram) -> bytes:
+    """A histogram's integers (``_dump``) as little-endian bytes: a key's row in
+    :class:`~ctiflow.operators.packed.PackedStates`."""
+    ints = array("q")
+    h._dump(ints)
+    return _le(ints).tobytes()
+
+
 _STATE_MAGIC = b"CTCO"
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 # magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, key-blob bytes
 _STATE_HEADER = struct.Struct("<4sBBqdqII")
+
+
+def _keys_of(data: bytes, nkeys: int, blob_len: int) -> tuple[list[str], int]:
+    """A count snapshot's keys (after its header: lengths, then UTF-8); → (keys, position after)."""
+    pos = _STATE_HEADER.size
+    lengths = array("I")
+    lengths.frombytes(data[pos : pos + 4 * nkeys])
+    if _BIG_ENDIAN:
+        lengths.byteswap()
+    pos += 4 * nkeys
+    raw = data[pos : pos + blob_len]
+    if len(lengths) != nkeys or len(raw) != blob_len or sum(lengths) != blob_len:
+        raise ValueError("count operator snapshot is truncated")
+    keys = []
+    at = 0
+    for n in lengths:
+        keys.append(raw[at : at + n].decode())
+        at += n
+    return keys, pos + blob_len
+
+
+def pack_state(by_time: bool, window: int, epsilon: float, clock: int, keys: list[str], dues: bytes,
+               offsets: bytes, rows: bytes, touched) -> bytes:
+    """A count operator snapshot of the current format from its parts: each key's due clock and
+    row offsets as little-endian int64 bytes, the rows' bytes, the touched keys (a subset of
+    ``keys``, in their order)."""
+    encoded = [k.encode() for k in keys]
+    lengths = array("I", map(len, encoded))
+    if _BIG_ENDIAN:
+        lengths.byteswap()
+    blob = b"".join(encoded)
+    index = {k: i for i, k in enumerate(keys)} if touched else {}
+    head = array("q", [len(touched), *(index[k] for k in touched)])
+    header = _STATE_HEADER.pack(_STATE_MAGIC, _STATE_VERSION, int(by_time), window, float(epsilon), clock,
+                                len(keys), len(blob))
+    return b"".join((header, lengths.tobytes(), blob, _le(head).tobytes(), dues, offsets, rows))
 
 
 class CountOperator(Operator):
@@ -203,7 +258,10 @@ class CountOperator(Operator):
         self._value_field = settings.value_field
         self._by_time = settings.window_kind == "time"
         self._per_event = settings.emit == "per_event"
+        #: keys decoded since the last snapshot (touched by an event or a count); every other
+        #: key stays bytes in :attr:`_rows`, due (column ``dues``) when a CTI would drop it
         self._histograms: dict[str, ExponentialHistogram] = {}
+        self._rows = PackedStates()
         #: keys touched since the last CTI, in first-touch order → the key's latest start (None
         #: after a restore: snapshots keep the keys only, and the runtime never snapshots between
         #: an event and the CTI that follows it)
@@ -213,9 +271,6 @@ class CountOperator(Operator):
         #: keys whose state changed since :meth:`changed_keys` last said (a histogram's lazy
         #: expiry by a CTI aside: every update expires first, so it is invisible)
         self._changed: set[str] = set()
-        #: time windows: a heap of (a time at or before which the key's window may be empty, key),
-        #: one entry or more per key (:meth:`_expiry_heap`; None: built when first needed)
-        self._expiry: list[tuple[int, str]] | None = []
 
     # -- the Operator contract ---------------------------------------------------------------
 
@@ -223,10 +278,9 @@ class CountOperator(Operator):
         """One event (``emit: per_event``): its count record."""
         key = event.key if self._per_key else GLOBAL_KEY
         self._changed.add(key)
-        h = self._histograms.get(key)
+        h = self._get(key)
         if h is None:
             h = self._histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-            self._watch(key, event.start)
         weight = self._weight(event.fields)
         start = event.start
         if self._by_time:
@@ -281,10 +335,9 @@ class CountOperator(Operator):
         for rows in np.split(order, cuts) if len(cuts) else (order,):
             key = keys[rows[0]] if self._per_key else GLOBAL_KEY
             changed.add(key)
-            h = histograms.get(key)
+            h = histograms.get(key) or self._get(key)
             if h is None:
                 h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-                self._watch(key, int(starts[rows[0]]))
             clock = self._update_key(key, h, starts[rows], None if mask is None else mask[rows], clock)
         self._clock = clock
         return []
@@ -321,9 +374,9 @@ class CountOperator(Operator):
             if mine is None:
                 mine = by_key[key] = ([], [])
                 self._changed.add(key)
-                if key not in histograms:  # as process: the key's histogram exists before its weight is known
+                # as process: the key's histogram exists before its weight is known
+                if key not in histograms and self._get(key) is None:
                     histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-                    self._watch(key, start)
             if given is not None:
                 w = next(given)
             elif fields is None:
@@ -352,8 +405,9 @@ class CountOperator(Operator):
         if cti >= CTI_INFINITY:
             out = self._emit_touched(None)
             changed.update(self._histograms)
+            changed.update(self._rows)
             self._histograms.clear()
-            self._expiry = []
+            self._rows = PackedStates()
             return out
         tau = cti - 1
         if tau > self._clock:
@@ -365,64 +419,43 @@ class CountOperator(Operator):
 
     def _drop_empty(self, clock: int) -> None:
         """Forget the keys whose time window is empty at ``clock`` (and that ``clock`` is past):
-        only those the expiry heap says may be; the others' buckets expire at their next update
-        or count, which is invisible (module docstring), so they are not advanced here."""
-        heap, histograms = self._expiry_heap(), self._histograms
-        again = []
-        while heap and heap[0][0] <= clock:
-            _, key = heapq.heappop(heap)
-            h = histograms.get(key)
-            if h is None:
-                continue  # forgotten, or an older entry of a key dropped already
-            at = _empty_at(h)
-            if at <= clock and clock > h.now:
-                del histograms[key]
-                self._changed.add(key)
-            else:
-                again.append((max(at, h.now + 1), key))
-        for entry in again:
-            heapq.heappush(heap, entry)
-        if len(heap) > 2 * len(histograms) + 64:  # entries of forgotten keys pile up: rebuild
-            self._expiry = None
+        the decoded ones checked, the others found by their due column. Their buckets are not
+        advanced here: they expire at the key's next update or count, which is invisible."""
+        histograms, changed = self._histograms, self._changed
+        empty = [key for key, h in histograms.items() if _due(h, True) <= clock]
+        for key in empty:
+            del histograms[key]
+        changed.update(empty)
+        raw = self._rows
+        gone = raw.due_keys(clock)
+        for key in gone:
+            raw.drop(key)
+        changed.update(gone)
 
-    def _expiry_heap(self) -> list[tuple[int, str]]:
-        if self._expiry is None:
-            self._expiry = [(_empty_at(h), key) for key, h in self._histograms.items()]
-            heapq.heapify(self._expiry)
-        return self._expiry
+    def _get(self, key: str) -> ExponentialHistogram | None:
+        """``key``'s histogram, decoded from its bytes on first use since the last snapshot."""
+        h = self._histograms.get(key)
+        if h is None and key in self._rows:
+            ints = np.frombuffer(self._rows.take(key), "<i8").tolist()
+            h, _ = ExponentialHistogram._load(self._window, self._epsilon, ints, 0)
+            self._histograms[key] = h
+        return h
 
-    def _watch(self, key: str, start: int) -> None:
-        """A new key, its first event at ``start``: its window is not empty before ``start`` + 1."""
-        if self._by_time and self._expiry is not None:
-            heapq.heappush(self._expiry, (start + 1, key))
+    def _pack(self) -> None:
+        """Every decoded key back to its bytes in :attr:`_rows`."""
+        by_time = self._by_time
+        self._rows = self._rows.packed([(key, _due(h, by_time), _row(h), 0)
+                                        for key, h in self._histograms.items()])
+        self._histograms = {}
 
     def snapshot(self) -> bytes:
-        """All keys in one buffer: header, key lengths, UTF-8 keys, then int64s (touched key
-        indices and each histogram's buckets)."""
-        keys = list(self._histograms)
-        encoded = [k.encode() for k in keys]
-        lengths = array("I", map(len, encoded))
-        blob = b"".join(encoded)
-        ints = array("q")
-        index = {k: i for i, k in enumerate(keys)} if self._touched else {}
-        ints.append(len(self._touched))
-        ints.extend(index[k] for k in self._touched)
-        for h in self._histograms.values():
-            h._dump(ints)
-        s = self.settings
-        if _BIG_ENDIAN:
-            lengths.byteswap()
-        header = _STATE_HEADER.pack(
-            _STATE_MAGIC,
-            _STATE_VERSION,
-            int(self._by_time),
-            s.window,
-            float(s.epsilon),
-            self._clock,
-            len(keys),
-            len(blob),
-        )
-        return b"".join((header, lengths.tobytes(), blob, _le(ints).tobytes()))
+        """Every key as a row of :class:`~ctiflow.operators.packed.PackedStates` (its histogram's
+        integers, its due clock), in one buffer: header, key lengths, UTF-8 keys, then int64s
+        (the touched keys' rows, each row's due, the rows' offsets) and the rows' bytes."""
+        self._pack()
+        keys, dues, _runs, offsets, rows = self._rows.to_plain()
+        return pack_state(self._by_time, self._window, self._epsilon, self._clock, keys, dues, offsets, rows,
+                          self._touched)
 
     @classmethod
     def restore(cls, settings: CountSettings, data: bytes) -> "CountOperator":
@@ -430,52 +463,35 @@ class CountOperator(Operator):
         if len(data) < _STATE_HEADER.size:
             raise ValueError("not a count operator snapshot (too short)")
         magic, version, by_time, window, epsilon, clock, nkeys, blob_len = _STATE_HEADER.unpack_from(data)
-        if magic != _STATE_MAGIC or version != _STATE_VERSION:
-            raise ValueError(f"not a count operator snapshot (magic {magic!r}, version {version})")
+        if magic != _STATE_MAGIC:
+            raise ValueError(f"not a count operator snapshot (magic {magic!r})")
+        snapshots.check_format("count operator", version, _STATE_VERSION)
         if (bool(by_time), window, epsilon) != (op._by_time, settings.window, float(settings.epsilon)):
             kind = "time" if by_time else "events"
             raise ConfigError(
                 f"count state of {settings.name!r} was written with window_kind={kind}, window={window}, "
                 f"epsilon={epsilon}; restore it with those settings or start from an empty checkpoint"
             )
-        pos = _STATE_HEADER.size
-        lengths = array("I")
-        lengths.frombytes(data[pos : pos + 4 * nkeys])
-        if _BIG_ENDIAN:
-            lengths.byteswap()
-        pos += 4 * nkeys
-        raw = data[pos : pos + blob_len]
-        pos += blob_len
-        if len(lengths) != nkeys or len(raw) != blob_len or sum(lengths) != blob_len:
-            raise ValueError("count operator snapshot is truncated")
-        keys = []
-        at = 0
-        for n in lengths:
-            keys.append(raw[at : at + n].decode())
-            at += n
-        ints = _ints_from(data, pos)
-        if not ints or not 0 <= ints[0] <= nkeys:
+        keys, pos = _keys_of(data, nkeys, blob_len)
+        (ntouched,) = struct.unpack_from("<q", data, pos)
+        if not 0 <= ntouched <= nkeys:
             raise ValueError("count operator snapshot is truncated or malformed")
-        ntouched = ints[0]
-        touched = ints[1 : 1 + ntouched]
-        i = 1 + ntouched
-        histograms = op._histograms
-        for key in keys:
-            h, i = ExponentialHistogram._load(window, epsilon, ints, i)
-            histograms[key] = h
-        if i != len(ints):
-            raise ValueError("count operator snapshot has trailing data")
-        op._expiry = None
-        try:
-            op._touched = {keys[t]: None for t in touched}
-        except IndexError:
-            raise ValueError("count operator snapshot names an unknown touched key") from None
+        pos += 8
+        columns = np.frombuffer(data, "<i8", ntouched + 2 * nkeys + 1, pos)
+        touched, dues = columns[:ntouched], columns[ntouched:ntouched + nkeys]
+        offsets = columns[ntouched + nkeys:]
+        rows = data[pos + 8 * len(columns):]
+        if offsets[0] != 0 or offsets[-1] != len(rows) or (nkeys and np.diff(offsets).min() <= 0) \
+                or (ntouched and not (0 <= touched.min() and touched.max() < nkeys)):
+            raise ValueError("count operator snapshot is truncated or malformed")
+        op._rows = PackedStates(keys, dues.astype(np.int64), None, offsets.astype(np.int64), rows)
+        op._touched = {keys[t]: None for t in touched.tolist()}
         op._clock = clock
         return op
 
     def live_keys(self) -> set[str]:
         """Keys with state."""
-        return set(self._histograms)
+        return set(self._histograms).union(self._rows)
 
     def next_due(self) -> int:
         """Keys touched since the last CTI emit at the next one (due now); otherwise only a
@@ -485,25 +501,23 @@ class CountOperator(Operator):
         Event-count windows never expire."""
         if self._touched and not self._per_event:
             return CTI_NONE
-        if not self._by_time or not self._histograms:
+        if not self._by_time:
             return CTI_INFINITY
-        heap = self._expiry_heap()
-        return heap[0][0] + 1 if heap else CTI_INFINITY
+        due = min((_due(h, True) for h in self._histograms.values()), default=CTI_INFINITY)
+        due = min(due, self._rows.next_due(CTI_INFINITY))
+        return due + 1 if due < CTI_INFINITY else CTI_INFINITY
 
     def partition(self, where) -> dict[int, "CountOperator"]:
         """This operator's keys split by ``where(key)`` into operators of the same settings and
         clock, each holding exactly its keys' histograms; ``self`` is not used afterwards."""
+        self._pack()
         parts: dict[int, CountOperator] = {}
-        for key, h in self._histograms.items():
-            d = where(key)
-            part = parts.get(d)
-            if part is None:
-                part = parts[d] = CountOperator(self.settings)
-                part._clock = self._clock
-                part._expiry = None
-            part._histograms[key] = h
-            if key in self._touched:
-                part._touched[key] = self._touched[key]
+        for d, raw in self._rows.split(where).items():
+            part = parts[d] = CountOperator(self.settings)
+            part._clock = self._clock
+            part._rows = raw
+        for key, last in self._touched.items():
+            parts[where(key)]._touched[key] = last
         return parts
 
     @classmethod
@@ -515,6 +529,7 @@ class CountOperator(Operator):
         """Drop the keys' counts (the key TTL): a key's next event starts a new window."""
         for key in keys:
             self._histograms.pop(key, None)
+            self._rows.drop(key)
             self._touched.pop(key, None)
             self._changed.add(key)
 
@@ -526,21 +541,25 @@ class CountOperator(Operator):
     def snapshot_keys(self, keys) -> bytes:
         """(:meth:`Operator.snapshot_keys`): the touched keys always in, so their order survives
         :meth:`absorb`."""
+        self._pack()
         part = CountOperator(self.settings)
         part._clock = self._clock
-        histograms = self._histograms
-        part._histograms = {k: histograms[k] for k in sorted({*keys, *self._touched}) if k in histograms}
+        part._rows = self._rows.subset(sorted({*keys, *self._touched}))
         part._touched = dict(self._touched)
         return part.snapshot()
 
     def absorb(self, part: "CountOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
-        histograms = self._histograms
+        histograms, raw = self._histograms, self._rows
         for key in keys:
             histograms.pop(key, None)
-        histograms.update(part._histograms)
+            raw.drop(key)
+        part._pack()
+        for key in part._rows:
+            histograms.pop(key, None)
+            raw.drop(key)
+        self._rows = raw.packed(part._rows.rows())
         self._touched = dict(part._touched)
-        self._expiry = None
         if part._clock > self._clock:
             self._clock = part._clock
 
@@ -548,10 +567,10 @@ class CountOperator(Operator):
 
     @property
     def keys(self) -> list[str]:
-        return list(self._histograms)
+        return [*self._histograms, *self._rows]
 
     def histogram(self, key: str) -> ExponentialHistogram | None:
-        return self._histograms.get(key)
+        return self._get(key)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -592,7 +611,7 @@ class CountOperator(Operator):
         keys, times, summaries = [], [], []
         for key, last in self._touched.items():
             time = at if at is not None else (last if last is not None else clock)
-            h = histograms[key]
+            h = histograms.get(key) or self._get(key)
             if by_time and time > h.now:
                 h.advance(time)
             keys.append(key)

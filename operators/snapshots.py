@@ -28,8 +28,10 @@ _MODULES = {
         ("expression", "expr.expression"), ("sql", "sql.parse"), ("sql_check", "sql.check"),
         ("sql_translate", "sql.translate"),
         ("compiler", "nfa.compiler"), ("nfa", "nfa.nfa"), ("shared_buffer", "nfa.shared_buffer"),
-        ("contiguous_buffer", "nfa.contiguous_buffer"), ("heap", "nfa.heap"), ("packed", "nfa.packed"),
+        ("contiguous_buffer", "nfa.contiguous_buffer"), ("heap", "nfa.heap"),
         ("skip_strategy", "nfa.skip_strategy"))},
+    "ctiflow.operators.cep.packed": "ctiflow.operators.packed",
+    "ctiflow.operators.cep.nfa.packed": "ctiflow.operators.packed",
     **{f"ctiflow.jobs.{module}": f"ctiflow.jobs.{room}.{module}" for room, modules in (
         ("core", ("runtime", "plan", "broadcast", "rows", "counters", "definitions", "text_forms", "alloc")),
         ("datapath", ("adapter", "sink", "own_topics", "kafka", "librdkafka", "spark_daemon")),

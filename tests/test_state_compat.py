@@ -123,6 +123,49 @@ def test_the_operators_read_their_current_format_only_and_compat_reads_the_earli
         compat.upgrade("match operator", sub[0]))[0]}
 
 
+def test_a_count_operator_of_format_1_is_refused_alone_and_read_through_compat_key_by_key():
+    """The recorded count job's chunks hold count operator snapshots of format 1 (every histogram in
+    one run of integers): CountOperator refuses them as an earlier format; through compat each key
+    reads back the histogram the format-1 layout holds for it (read here with the histogram's own
+    reader, in order), its touched keys kept, and a snapshot of the result is of format 2."""
+    from array import array
+
+    from ctiflow.jobs.state import compat
+    from ctiflow.jobs.state.codec import expanded
+    from ctiflow.jobs.state.header import read_whole_state
+    from ctiflow.jobs.state.parts import is_chunk
+    from ctiflow.operators import count, snapshots
+    from ctiflow.operators.histogram import ExponentialHistogram
+    from ctiflow.operators.snapshots import EarlierFormat
+
+    with gzip.open(RECORDED / "main-2026-11-28.pkl.gz") as f:
+        recorded = pickle.load(f)["reference-count"]
+    p = plan_job(parse(recorded["spec"], recorded["spec"]["job"]))
+    (spec,) = p.operators
+    _, entries = read_whole_state(recorded["snapshot"], "")
+    blobs = [snapshots.loads(expanded(b)) for c, b in entries.items() if is_chunk(c)]
+    datas = [(got[3] if got[0] == "chunk" else got[1])[0] for got in blobs]
+    assert datas and all(count._STATE_HEADER.unpack_from(d)[1] == 1 for d in datas)
+    seen = 0
+    for data in datas:
+        with pytest.raises(EarlierFormat):
+            spec.build(data)
+        _, _, _, window, epsilon, _, nkeys, blob_len = count._STATE_HEADER.unpack_from(data)
+        keys, pos = count._keys_of(data, nkeys, blob_len)
+        ints = array("q")
+        ints.frombytes(data[pos:])
+        i = 1 + ints[0]
+        want = {}
+        for key in keys:
+            h, i = ExponentialHistogram._load(window, epsilon, ints, i)
+            want[key] = (h.now, h.buckets())
+        op = compat.restored(spec.build, data)
+        assert {k: (op.histogram(k).now, op.histogram(k).buckets()) for k in op.keys} == want
+        assert count._STATE_HEADER.unpack_from(op.snapshot())[1] == 2
+        seen += len(want)
+    assert seen >= 5  # (the recorded job's live keys)
+
+
 def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused():
     """Today's header, chunks and chunk deltas name their format in their bytes; a header, chunk
     or delta of a later format (a checkpoint a newer ctiflow wrote) fails with a StateError naming

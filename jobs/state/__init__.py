@@ -25,7 +25,7 @@ time layer                     3       ``ColumnTimeLayer`` (``operators/columns.
 match operator snapshot        4       ``MatchOperator`` (``SNAPSHOT_FORMAT``)
 ruled match operator snapshot  2       ``RuledMatchOperator`` (``SNAPSHOT_FORMAT``)
 rule book                      2       ``RuleBook`` (``BOOK_FORMAT``)
-count operator snapshot        1       ``CountOperator`` (magic and version in its header)
+count operator snapshot        2       ``CountOperator`` (magic and version in its header)
 exponential histogram          1       ``ExponentialHistogram`` (magic and version)
 =============================  ======  ====================================================
 """

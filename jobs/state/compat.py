@@ -15,6 +15,8 @@ match operator, 2–3       ``(format, fingerprint, {key: (due, pickled state[, 
                           each key's state apart (until 2026-11-29)
 ruled match operator, 1   ``(1, CTI, {version key: (match operator snapshot, closed)})``: its
                           versions' snapshots in any match operator format
+count operator, 1         header, keys, then every key's histogram in one run of integers (until
+                          2026-11-29)
 rule book, 1              ``(1, timeline, counts)``: a book that keeps every version (before
                           it could forget those no chunk holds)
 group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *index, operators[,
@@ -38,9 +40,11 @@ import pickle
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
-from ctiflow.operators import snapshots
+import numpy as np
+
+from ctiflow.operators import count, snapshots
 from ctiflow.operators.cep import operator as match, rules
-from ctiflow.operators.cep.nfa.packed import RUNS_UNKNOWN, PackedStates
+from ctiflow.operators.packed import RUNS_UNKNOWN, PackedStates
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 from ctiflow.operators.time import CTI_NONE, AdvanceTimeSettings, Event
 
@@ -129,8 +133,39 @@ def _rule_book(data: bytes) -> bytes:
     return _dumps((rules.BOOK_FORMAT, timeline, counts, False))
 
 
+def _count_operator(data: bytes) -> bytes:
+    """Format 1 (every key's histogram in one run of integers, read whole) as the current one
+    (each key a row of its own, with the clock at which a CTI drops it: read a key at a time)."""
+    _, _, by_time, window, epsilon, clock, nkeys, blob_len = count._STATE_HEADER.unpack_from(data)
+    keys, pos = count._keys_of(data, nkeys, blob_len)
+    ints = np.frombuffer(data, "<i8", offset=pos)
+    ntouched = int(ints[0])
+    touched = [keys[t] for t in ints[1:1 + ntouched].tolist()]
+    first = i = 1 + ntouched
+    starts, dues = [], []
+    for _ in keys:
+        now, levels = int(ints[i]), int(ints[i + 1])
+        sizes = ints[i + 2:i + 2 + levels].tolist()
+        at = i + 2 + levels
+        newest = None
+        for size in sizes:
+            at += size
+            if size:
+                newest = int(ints[at - 1]) if newest is None else max(newest, int(ints[at - 1]))
+        empty_at = now + 1 if newest is None else newest + window
+        starts.append(i)
+        dues.append(max(empty_at, now + 1) if by_time else count._NEVER)
+        i = at
+    if i != len(ints):
+        raise ValueError("count operator snapshot (format 1) has trailing data or is truncated")
+    offsets = np.array([*starts, i], np.int64) - first
+    return count.pack_state(bool(by_time), window, epsilon, clock, keys, np.array(dues, "<i8").tobytes(),
+                            (8 * offsets).astype("<i8").tobytes(), ints[first:i].tobytes(), touched)
+
+
 _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
-    "match operator": _match_operator, "ruled match operator": _ruled_match_operator, "rule book": _rule_book}
+    "match operator": _match_operator, "ruled match operator": _ruled_match_operator, "rule book": _rule_book,
+    "count operator": _count_operator}
 
 
 def header_fields(got: tuple, with_shared: bool) -> tuple:

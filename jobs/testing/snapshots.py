@@ -1,7 +1,7 @@
 """A match operator's snapshot read as content, for tests that compare two operators' state.
 
 Decodes the stored form by hand (numpy over the columns, :mod:`pickle` for each key's state), not
-through :class:`ctiflow.operators.cep.nfa.packed.PackedStates`, so a test of the packing does not read
+through :class:`ctiflow.operators.packed.PackedStates`, so a test of the packing does not read
 its bytes back with the code it checks.
 """
 

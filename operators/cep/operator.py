@@ -43,7 +43,7 @@ from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
 from ctiflow.operators.cep.nfa.heap import BinaryHeap
 from ctiflow.operators.cep.nfa.nfa import (IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState,
                                            _order_key)
-from ctiflow.operators.cep.nfa.packed import PackedStates
+from ctiflow.operators.packed import PackedStates
 from ctiflow.operators.cep.pattern import Pattern
 from ctiflow.operators.errors import EventRejected, PatternError
 from ctiflow.operators.operator import Operator, Output, Traits, process_rows
@@ -51,7 +51,7 @@ from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 #: The snapshot's format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``):
-#: the keys in columns (:class:`~ctiflow.operators.cep.nfa.packed.PackedStates`)
+#: the keys in columns (:class:`~ctiflow.operators.packed.PackedStates`)
 SNAPSHOT_FORMAT = 4
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 

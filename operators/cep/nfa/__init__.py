@@ -6,5 +6,4 @@
 * :mod:`~ctiflow.operators.cep.nfa.shared_buffer`, :mod:`~ctiflow.operators.cep.nfa.contiguous_buffer`,
   :mod:`~ctiflow.operators.cep.nfa.heap` — partial matches, Dewey numbers, their order.
 * :mod:`~ctiflow.operators.cep.nfa.skip_strategy` — after-match skip strategies.
-* :mod:`~ctiflow.operators.cep.nfa.packed` — the keys a match operator holds as bytes, in columns.
 """

@@ -1,18 +1,19 @@
 """Keys' states held as bytes between micro-batches, packed in columns.
 
-A match operator decodes only the keys a micro-batch touches (an event, or a due CTI); every other
-key stays as its pickled state. :class:`PackedStates` holds those keys as columns — the keys, their
-due CTIs, their runs in flight, one blob with offsets — so that restoring a chunk, snapshotting it
-and finding its due keys cost a few array operations a chunk instead of Python work a key (a dict of
-tuples was unpickled, scanned and pickled again whole every batch; ``docs/performance.md#latency``).
-Hand-written because no library keeps a keyed table of byte strings that can hand out one row,
-forget it, and be re-packed with new rows cheaply; numpy does the column work.
+An operator decodes only the keys a micro-batch touches (an event, or a due CTI); every other key
+stays as its bytes (the match operator: a pickled NFA state; the count operator: a histogram's
+integers). :class:`PackedStates` holds those keys as columns — the keys, their due CTIs, a count
+per key its owner keeps (the match operator's runs in flight), one blob with offsets — so that
+restoring a chunk, snapshotting it and finding its due keys cost a few array operations a chunk
+instead of Python work a key (a dict of tuples was unpickled, scanned and pickled again whole every
+batch; ``docs/performance.md#latency``). Hand-written because no library keeps a keyed table of
+byte strings that can hand out one row, forget it, and be re-packed with new rows cheaply; numpy
+does the column work.
 
 Invariants: ``index`` maps each key still held to its row; a key taken (:meth:`take`) or dropped
 (:meth:`drop`) leaves the index but keeps its row until the next :meth:`packed`; rows are never
 changed in place (the arrays may be read-only views of a snapshot's bytes).
 """
-
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -24,7 +25,7 @@ RUNS_UNKNOWN = -1
 
 
 class PackedStates:
-    """Keys → (due CTI, pickled state, runs in flight), in columns (module docstring)."""
+    """Keys → (due CTI, state bytes, runs in flight or another count), in columns (module docstring)."""
 
     __slots__ = ("_keys", "dues", "runs", "offsets", "blob", "index")
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctiflow.jobs.testing.snapshots import packed_rows
-from ctiflow.operators.cep.nfa.packed import RUNS_UNKNOWN, PackedStates
+from ctiflow.operators.packed import RUNS_UNKNOWN, PackedStates
 
 KEYS = [f"acct-{i:03d}" for i in range(40)] + ["", "ü-key", "k\x00json"]
 
