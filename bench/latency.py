@@ -363,7 +363,7 @@ def _record(rows: list[dict], stages: list[dict]) -> None:
     counts and matches against the floor's, and the stateful floor's against the floor's, in
     seconds, and at 250 ms where the job's batch goes (:func:`_stages`); skipped unless every
     trigger ran."""
-    from ctiflow.bench.figures import record
+    from ctiflow.bench.figures import record, verdict
 
     def worst(trigger: str, what: str, kind: str = "job") -> float:
         """The worse of the job's counts and matches (``kind`` "job"), or a floor's figure."""
@@ -384,6 +384,9 @@ def _record(rows: list[dict], stages: list[dict]) -> None:
         values[f"plumbing_{name}"] = f"{worst(t, 'p99', 'stateful') / 1000:.2f}"
         values[f"plumbing_batch_{name}"] = f"{worst(t, 'batch_p50', 'stateful'):,.0f}"
         values[f"plumbing_ratio_{name}"] = f"{worst(t, 'p99', 'stateful') / worst(t, 'p99', 'floor'):.2f}"
+        values[f"job_plumbing_{name}"] = f"{worst(t, 'p99') / worst(t, 'p99', 'stateful'):.2f}"
+    values["met_250"] = verdict(worst("250ms", "p99") <= 1.5 * worst("250ms", "p99", "stateful")
+                                and worst("250ms", "p99") <= 850)
     at = next((r for r in stages if r["trigger"] == "250ms" and "stateful_ms" in r), None)
     if at is not None:
         values.update(zip(("stateful_250", "python_250", "state_250", "written_250", "cached_250"),

@@ -10,7 +10,9 @@ a chunk writes only the state of the keys changed since its base, to a second en
 (:data:`~ctiflow.jobs.state.parts.DELTA_KEYS` + its number): ``("delta", DELTA_FORMAT, cti, keys
 changed per operator, snapshots of those keys, last seen of the keys whose clock changed, keys,
 keys per operator, tallies per operator)``; once the delta would pass ``state.delta_share`` of the
-base's bytes, the chunk is written whole again and its delta removed (compaction). Both
+base's bytes (times a factor in [0.5, 1.5) per chunk and base, so that chunks whose deltas grow
+alike are not all compacted in one batch), the chunk is written whole again and its delta removed
+(compaction). Both
 entries commit with the micro-batch's state version, so a replayed batch reads the pair it wrote
 or the pair before it, never a mix. Chunks are addressed by linear hashing of the key
 (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
@@ -368,7 +370,7 @@ class KeyedState:
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, [sorted(s) for s in since],
                                                 snaps, seen, keys, op_keys, tallies), protocol=5))
-            if blob is not None and len(blob) <= self.delta_share * base_bytes:
+            if blob is not None and len(blob) <= self.delta_share * base_bytes * _spread(c, base_bytes):
                 self.store[DELTA_KEYS + c] = blob
                 self.deltas[c] = len(blob)
                 self.counters.state_written += len(blob)
@@ -459,6 +461,13 @@ class KeyedState:
         current = dict(self.warm)
         current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
         return current
+
+
+def _spread(c: int, base_bytes: int) -> float:
+    """A factor in [0.5, 1.5) of chunk ``c``'s compaction threshold, fixed by its number and its
+    base's size (so a replay compacts alike): with sparse keys every chunk's delta grows alike, and
+    without it they would all be written whole in the same micro-batch (a latency spike)."""
+    return 0.5 + ((c * 2654435761 + base_bytes * 40503) % 1024) / 1024
 
 
 def _add(total: dict[str, int], more: dict[str, int], sign: int) -> None:
