@@ -335,7 +335,7 @@ class CountOperator(Operator):
         for rows in np.split(order, cuts) if len(cuts) else (order,):
             key = keys[rows[0]] if self._per_key else GLOBAL_KEY
             changed.add(key)
-            h = histograms.get(key) or self._get(key)
+            h = self._get(key)
             if h is None:
                 h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
             clock = self._update_key(key, h, starts[rows], None if mask is None else mask[rows], clock)
@@ -611,7 +611,7 @@ class CountOperator(Operator):
         keys, times, summaries = [], [], []
         for key, last in self._touched.items():
             time = at if at is not None else (last if last is not None else clock)
-            h = histograms.get(key) or self._get(key)
+            h = self._get(key)
             if by_time and time > h.now:
                 h.advance(time)
             keys.append(key)
