@@ -607,7 +607,7 @@ class CountOperator(Operator):
         if self._per_event or not self._touched:
             self._touched.clear()
             return []
-        histograms, by_time, clock = self._histograms, self._by_time, self._clock
+        by_time, clock = self._by_time, self._clock
         keys, times, summaries = [], [], []
         for key, last in self._touched.items():
             time = at if at is not None else (last if last is not None else clock)
