@@ -40,6 +40,8 @@ _EXPORTS = {
     "put_rule": ("ctiflow.jobs.driver.rules", "put_rule"),
     "delete_rule": ("ctiflow.jobs.driver.rules", "delete_rule"),
     "list_rules": ("ctiflow.jobs.driver.rules", "list_rules"),
+    "try_rule": ("ctiflow.jobs.driver.rule_trial", "try_rule"),
+    "RuleTrial": ("ctiflow.jobs.driver.rule_trial", "RuleTrial"),
     "Rule": ("ctiflow.operators.cep.rules", "Rule"),
     "AvroDeserializer": ("ctiflow.jobs.avro.serde", "AvroDeserializer"),
     "AvroSerializer": ("ctiflow.jobs.avro.serde", "AvroSerializer"),

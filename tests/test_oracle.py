@@ -105,12 +105,16 @@ def test_a_partition_behind_its_own_cti_is_late_even_if_others_lag():
     assert oracle.late_indices(events, 0, [2]) == {2}
 
 
-def test_spread_batches_share_the_budget_equally_over_partitions_with_records_left():
+def test_spread_batches_share_the_budget_in_proportion_to_the_records_left():
     events = parted((0, 1), (0, 2), (0, 3), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6), (1, 7), (1, 8))
-    # budget 4: [p0 0-1, p1 0-1] [p0 2-3, p1 2-3] [p1 4-7]
-    assert oracle.spread_batches(events, 4) == [0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 2, 2]
-    # budget 5: 5 // 2 = 2 each, then the 1 left goes to p0: [p0 0-2, p1 0-1] [p0 3, p1 2-5] [p1 6-7]
-    assert oracle.spread_batches(events, 5) == [0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 2, 2]
+    # budget 4 of 4 + 8 left: p0 4·4/12 = 1.33 → 1, p1 4·8/12 = 2.67 → 2, the 1 left to p0 (partition order):
+    # [p0 0-1, p1 0-1]; then 2 + 6 left: p0 1, p1 3 → [p0 2, p1 2-4]; then 1 + 3 left: p0 1, p1 3
+    assert oracle.spread_batches(events, 4) == [0, 0, 1, 2, 0, 0, 1, 1, 1, 2, 2, 2]
+    # budget 5: p0 5·4/12 = 1.67 → 1, p1 3.33 → 3, the 1 left to p0: [p0 0-1, p1 0-2]; 2 + 5 left ≤ …:
+    # p0 5·2/7 = 1.43 → 1, p1 3.57 → 3, 1 left to p0: [p0 2-3, p1 3-5]; then p1 6-7
+    assert oracle.spread_batches(events, 5) == [0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 2, 2]
+    # everything left fits: one batch
+    assert oracle.spread_batches(events, 12) == [0] * 12
 
 
 def test_watermark_never_goes_back():

@@ -292,6 +292,35 @@ def test_a_version_without_runs_is_freed_and_a_closed_one_once_its_runs_drain():
     assert op.subs == {}  # version 1 drained and freed; version 2 not made: no event it could start on yet
 
 
+def test_a_query_rules_timed_out_run_is_a_timed_out_match_record_and_its_match_its_measures():
+    """A ``MATCH_RECOGNIZE`` rule's match is ``{key, rule…, measures}`` (``ruled_recognize``: the
+    partition columns, then the measures); its run
+    whose ``WITHIN`` expired is the timed-out match record (``timed_out_match`` plus the rule fields),
+    as a static query's is — not measures, which its schema has no place for."""
+    settings = RuledMatchSettings(None, RulesSettings(OP), measures=True)
+    book = RuleBook(settings.rules)
+
+    def compile(rule: Rule) -> MatchSettings:
+        return MatchSettings(None, name=OP, sql=rule.definition, columns=tuple(FIELDS.items()), emit_timed_out=True)
+
+    assert book.offer(Rule("r", OP, 1, 0, "put", query(10)), -1, compile).outcome == "applied"
+    op = RuledMatchOperator(settings)
+    op.use_shared(book)
+    rows = [(5, "a", 1, "k"), (6, "b", 50, "k"), (7, "c", 1, "k"),  # A B C within 50 ms: a match
+            (100, "a", 1, "j"), (101, "b", 50, "j")]  # A B … and nothing for 50 ms: timed out at 150
+    events = [Event(k, t, t, {"t": t, "kind": kind, "amount": amount, "key": k}) for t, kind, amount, k in rows]
+    got = [o for _, r in op.process_columns(EventColumns.from_events(events)) for o in r] + op.advance_to(400)
+    by_role = {o.role: o.record for o in got}
+    assert set(by_role) == {"match", "timed_out"}
+    assert by_role["match"] == {"key": "k", "rule_id": "r", "rule_version": 1, "rule_effective_time": 0,
+                                "measures": [{"name": "key", "value": "k"}, {"name": "a_t", "value": 5},
+                                             {"name": "b_amount", "value": 50}, {"name": "bs", "value": 1}]}
+    timed_out = by_role["timed_out"]
+    assert (timed_out["key"], timed_out["first_time"], timed_out["timed_out_at"]) == ("j", 100, 150)
+    assert (timed_out["rule_id"], timed_out["rule_version"], timed_out["match_id"].split("/")[0]) == ("r", 1, "r@1")
+    assert "measures" not in timed_out
+
+
 @pytest.mark.parametrize("record, reason", [
     (Rule("r", "other", 1, 0, "put", "{}"), "for operator 'other'"),
     (Rule("r", OP, 1, 0, "upsert", "{}"), "action 'upsert'"),

@@ -91,3 +91,94 @@ def list_(job: Job, operator: Operator = None,
             table.add_row(escape(r.rule_id), str(r.version), _when(r.effective_time), r.action, state,
                           escape(r.comment or ""))
         out.print(table if rules else f"operator {name}: no rules yet (ctiflow rules put …)")
+
+
+@app.command("test")
+def test(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as in a job file) or RULE.sql "
+                                                         "(a MATCH_RECOGNIZE query)")],
+         job: Job,
+         start: Annotated[str, typer.Option("--from", help="the range's start (event time): epoch ms or an ISO "
+                                                           "date-time (UTC unless it says)")],
+         end: Annotated[str, typer.Option("--to", help="the range's end, not included")],
+         operator: Operator = None,
+         rule_id: Annotated[Optional[str], typer.Option(
+             "--id", help="the rule's id (default: the file's name without its suffix): --against current "
+                          "compares with this id's versions")] = None,
+         against: Annotated[str, typer.Option(
+             help="compare with: current (the rule's versions in effect over the range), ID@VERSION, or none")
+         ] = "current",
+         out_file: Annotated[Optional[Path], typer.Option(
+             "--out", help="write the candidate's records here as JSON lines (each with its diff: added or "
+                           "unchanged), then the removed ones")] = None,
+         show: Annotated[int, typer.Option(help="show the first N records and top N keys", min=0)] = 5):
+    """Try a rule on history before it goes live: run it over the job's events with event time in
+    [--from, --to) as the job would have (put at --from, deleted at --to, runs in flight drained), in a
+    run of its own (nothing is written to the job's topics, checkpoint or rules topic), and compare its
+    matches with the version in effect."""
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.rule_trial import try_rule
+
+    trial = try_rule(load(job), read_text(definition), start=start, end=end, operator=operator,
+                     rule_id=rule_id or definition.stem, against=against, warn=_warn)
+    _show_trial(trial, show)
+    if out_file is not None:
+        _write_trial(trial, out_file)
+        out.print(f"records written to {escape(str(out_file))}")
+
+
+def _show_trial(trial, show: int) -> None:
+    """The trial's tables (``ctiflow rules test``)."""
+    import json
+
+    out.print(f"rule {escape(trial.rule_id)!r} of operator {escape(trial.operator)!r} over "
+              f"[{_when(trial.start)}, {_when(trial.end)}): {trial.events_read:,} records read in "
+              f"{trial.seconds:.1f} s")
+    summary = Table(title="what it would have alerted", title_justify="left")
+    for column in ("", "matches", "timed-out runs"):
+        summary.add_column(column, justify="right" if column else "left")
+    summary.add_row("candidate", f"{len(trial.matches):,}", f"{len(trial.timed_out):,}")
+    if trial.against is not None:
+        summary.add_row(escape(f"against {trial.against}"), f"{len(trial.against_matches):,}",
+                        f"{len(trial.against_timed_out):,}")
+        summary.add_row("added (candidate only)", f"{len(trial.added):,}", "")
+        summary.add_row("removed (against only)", f"{len(trial.removed):,}", "")
+        summary.add_row("unchanged", f"{trial.unchanged:,}", "")
+    out.print(summary)
+    if show and trial.matches:
+        keys = Table(title=f"top {show} keys", title_justify="left")
+        keys.add_column("key")
+        keys.add_column("matches", justify="right")
+        for key, n in trial.per_key(show):
+            keys.add_row(escape(key), f"{n:,}")
+        out.print(keys)
+    periods = trial.per_period()
+    if periods:
+        table = Table(title=f"matches per {trial.period} (of their last event)", title_justify="left")
+        table.add_column(trial.period)
+        table.add_column("matches", justify="right")
+        for at, n in periods:
+            table.add_row(_when(at), f"{n:,}")
+        out.print(table)
+    for title, records in (("first matches", trial.matches), ("added", trial.added if trial.against else []),
+                           ("removed", trial.removed if trial.against else [])):
+        if show and records:
+            out.print(f"{title} (first {min(show, len(records))} of {len(records):,}):")
+            for r in records[:show]:
+                print(json.dumps(r, default=str))
+
+
+def _write_trial(trial, path: Path) -> None:
+    """The candidate's records as JSON lines, each with ``diff`` (``added`` / ``unchanged``, None
+    without a comparison; ``timed_out`` for its timed-out runs), then the ``removed`` ones."""
+    import json
+
+    added = {id(r) for r in trial.added}
+    compared = trial.against is not None
+    with path.open("w") as f:
+        for r in trial.matches:
+            diff = ("added" if id(r) in added else "unchanged") if compared else None
+            f.write(json.dumps({**r, "diff": diff}, default=str) + "\n")
+        for r in trial.timed_out:
+            f.write(json.dumps({**r, "diff": "timed_out"}, default=str) + "\n")
+        for r in trial.removed if compared else []:
+            f.write(json.dumps({**r, "diff": "removed"}, default=str) + "\n")

@@ -328,6 +328,68 @@ def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], time
     return ends
 
 
+def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms: int,
+                      time_of: Callable[[bytes | None, int], int | None] | None = None,
+                      timeout: float = 10.0) -> dict[int, int]:
+    """Each partition's first offset whose record's time is ≥ ``ms`` (its end offset when none is):
+    Kafka's ListOffsets by timestamp, checked against the records on each side of its answer, and a
+    binary search over the records where the check fails (≈ log2(records) one-record fetches).
+
+    ``time_of(value, timestamp)``: a record's time (default: its Kafka timestamp; None: unknown,
+    taken as not before ``ms``, so an unreadable record moves the answer earlier, never later). With
+    a record field as the time (event time), an answer from producers' clocks is corrected; tansu
+    answers the first offset for every timestamp. Times out of order within a partition make the
+    answer approximate, as Kafka's own is: callers start earlier by their disorder bound."""
+    wanted = sorted(set(partitions))
+    answers = {tp.partition: tp.offset for tp in
+               cons.offsets_for_times([TopicPartition(topic, p, ms) for p in wanted], timeout=timeout)}
+    found = {}
+    for p in wanted:
+        low = low_offset(cons, topic, p, timeout)
+        end = true_end_offset(cons, topic, p, low, timeout)
+        at = answers.get(p, -1)
+        at = end if at < 0 or at > end else max(at, low)
+
+        def before(offset: int) -> bool:  # the first record at or after ``offset`` is older than ms
+            got = first_record_at(cons, topic, p, offset, end, timeout)
+            if got is None:
+                return False
+            t = got[2] if time_of is None else time_of(got[1], got[2])
+            return t is not None and t < ms
+
+        if not ((at == end or not before(at)) and (at == low or before(at - 1))):
+            lo, hi = low, end  # the first offset not before ms lies in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (mid + 1, hi) if before(mid) else (lo, mid)
+            at = lo
+        found[p] = at
+    return found
+
+
+def first_record_at(cons: Consumer, topic: str, partition: int, offset: int, end: int,
+                    timeout: float = 10.0) -> tuple[int, bytes | None, int] | None:
+    """``(offset, value, timestamp)`` of the first record of ``topic[partition]`` at or after
+    ``offset`` and before ``end`` (None: none; an offset a compaction or a transaction marker left
+    empty is skipped as Kafka skips it)."""
+    if offset >= end:
+        return None
+    cons.assign([TopicPartition(topic, partition, offset)])
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in cons.consume(num_messages=1, timeout=POLL):
+                if msg.error() is None:
+                    return (msg.offset(), msg.value(), msg.timestamp()[1]) if msg.offset() < end else None
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return None
+                raise KafkaException(msg.error())
+        raise StackError(f"{topic}[{partition}]: no record at offset {offset} within {timeout:.0f} s "
+                         f"(the partition ends at {end}); is the broker up?")
+    finally:
+        cons.unassign()
+
+
 @dataclass(frozen=True)
 class Message:
     partition: int

@@ -305,6 +305,10 @@ class Source(Strict):
         "partitions when ctiflow creates the topic"))
     starting_offsets: str = Field("earliest", description=(
         "earliest, latest, or JSON {topic: {partition: offset}}"))
+    ending_offsets: str = Field("latest", description=(
+        "a bounded run's (--until-end) end: latest (each partition's end when the run starts) or JSON "
+        "{topic: {partition: offset}}, the offset after the last record read (-1: latest); a partition "
+        "left out is read to its end"))
     max_offsets_per_trigger: int | None = Field(None, ge=1, description=(
         f"at most this many records a micro-batch (default {DEFAULT_BATCH_RECORDS:,}: a backlog is read in "
         "batches of this size, not all at once)"))
@@ -320,13 +324,15 @@ class Source(Strict):
         """The most records one micro-batch reads from this source."""
         return self.max_offsets_per_trigger or self.cti.frequency.events or DEFAULT_BATCH_RECORDS
 
-    @field_validator("starting_offsets")
+    @field_validator("starting_offsets", "ending_offsets")
     @classmethod
-    def _offsets(cls, v: str) -> str:
-        if v in ("earliest", "latest"):
+    def _offsets(cls, v: str, info) -> str:
+        starting = info.field_name == "starting_offsets"
+        if v in (("earliest", "latest") if starting else ("latest",)):
             return v
-        example = ("use 'earliest', 'latest' or JSON like '{\"topic\": {\"0\": 42}}' "
-                   "(partition → offset; -2 earliest, -1 latest)")
+        example = (("use 'earliest', 'latest'" if starting else "use 'latest'") + " or JSON like "
+                   "'{\"topic\": {\"0\": 42}}' (partition → offset; " + ("-2 earliest, " if starting else "")
+                   + "-1 latest)")
         try:
             parsed = json.loads(v)
         except ValueError as exc:
@@ -337,16 +343,15 @@ class Source(Strict):
             for part, offset in parts.items():
                 if not part.lstrip("-").isdigit() or int(part) < 0:
                     raise ValueError(f"partition {part!r} is not a partition number; {example}")
-                if isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < (-2 if starting else -1):
                     raise ValueError(f"offset {offset!r} of partition {part} is not an offset; {example}")
         return v
 
     @model_validator(mode="after")
     def _offsets_topic(self):
-        if self.starting_offsets not in ("earliest", "latest"):
-            topics = set(json.loads(self.starting_offsets))
-            if topics != {self.topic}:
-                raise ValueError(f"source {self.name!r}: starting_offsets names {sorted(topics)}, but "
+        for name, given in (("starting_offsets", self.starting_offsets), ("ending_offsets", self.ending_offsets)):
+            if given not in ("earliest", "latest") and set(json.loads(given)) != {self.topic}:
+                raise ValueError(f"source {self.name!r}: {name} names {sorted(json.loads(given))}, but "
                                  f"the source reads {self.topic!r}: give offsets for {self.topic!r} only")
         return self
 

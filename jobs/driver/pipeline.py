@@ -229,7 +229,7 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         bootstrap=cfg.kafka.bootstrap_servers, topic=src.topic, schema=src.schema_name, stream=src.name,
         key_field=src.key_field, time_field=src.time_field, end_field=src.end_field, shape=src.shape,
         key_groups=cfg.key_groups, group_labels=tuple(labels) if labels is not None else None,
-        starting_offsets=src.starting_offsets,
+        starting_offsets=src.starting_offsets, ending_offsets=src.ending_offsets,
         max_offsets_per_trigger=src.batch_records,
         measures=tuple(src.measures), client=public_client(cfg.kafka.client),
         schema_registry=cfg.kafka.schema_registry.model_dump() if cfg.kafka.schema_registry.url else None,
@@ -357,6 +357,10 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
     """Run the job. ``until_end``: a bounded run that drains and flushes, then returns;
     ``timeout`` (seconds) / ``max_batches``: stop gracefully after that long / that many batches."""
     entered = time.monotonic()
+    bounded = [src.name for src in cfg.sources if src.ending_offsets != "latest"]
+    if bounded and not until_end:
+        raise ConfigError(f"sources {', '.join(bounded)}: ending_offsets ends a bounded run only; run with "
+                          "--until-end, or leave ending_offsets out for a job that keeps running")
     checkpoint = prepare(cfg)
     metrics = start_metrics(cfg)  # before Spark: a port in use is one error, not a traceback 15 s later
     if metrics is not None:

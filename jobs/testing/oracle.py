@@ -133,9 +133,10 @@ def batch_numbers(n: int, cuts: Iterable[int] = ()) -> list[int]:
 def spread_batches(events: Sequence[Any], budget: int) -> list[int]:
     """The micro-batch of each event of a multi-partition topic (``events`` in arrival order,
     ``partition`` and ``offset`` set) when every batch reads at most ``budget`` records, as
-    the source's ``maxOffsetsPerTrigger`` does: in rounds, each partition with records left
-    gets an equal share of what is left of the budget (at least one record), in partition
-    order, until the budget or the records run out."""
+    the source's ``maxOffsetsPerTrigger`` does: each batch gives each partition its share of the
+    budget in proportion to the records it has left (whole records, rounded down), then one more
+    record to each partition in partition order while the budget lasts (as Spark's Kafka source
+    prorates it)."""
     if budget < 1:
         raise ConfigError(f'Invalid "budget" value: {budget!r}. It must be >= 1.')
     queues: dict[int, list[int]] = defaultdict(list)
@@ -144,16 +145,21 @@ def spread_batches(events: Sequence[Any], budget: int) -> list[int]:
     out = [0] * len(events)
     batch = 0
     while any(queues.values()):
-        left = budget
-        while left and any(queues.values()):
-            waiting = [p for p in sorted(queues) if queues[p]]
-            share = max(1, left // len(waiting))
-            for p in waiting:
-                take = min(share, len(queues[p]), left)
-                for i in queues[p][:take]:
-                    out[i] = batch
-                del queues[p][:take]
-                left -= take
+        remaining = {p: len(q) for p, q in queues.items()}
+        total = sum(remaining.values())
+        if total <= budget:
+            shares = remaining
+        else:
+            shares = {p: int(Fraction(budget * n, total)) for p, n in remaining.items()}
+            spare = budget - sum(shares.values())
+            for p in sorted(shares):
+                if spare and shares[p] < remaining[p]:
+                    shares[p] += 1
+                    spare -= 1
+        for p, n in shares.items():
+            for i in queues[p][:n]:
+                out[i] = batch
+            del queues[p][:n]
         batch += 1
     return out
 

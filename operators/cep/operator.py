@@ -154,6 +154,13 @@ _COMPILED: dict[int, tuple[MatchSettings, NfaPlan, str, Any]] = {}
 _RECOGNIZERS: dict[int, tuple[MatchSettings, Any]] = {}
 
 
+def longest_run_ms(settings: MatchSettings) -> int | None:
+    """How long after its first event a run of ``settings`` can still match or time out: its
+    ``within`` (None: no ``within``, runs are unbounded in time)."""
+    window = _compiled(settings)[0].window_ms
+    return window if window > 0 else None
+
+
 def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any]:
     """The NFA plan, label and start filter (:func:`start_filter`) of ``settings``, compiled
     once per settings object: the runtime builds an operator per state chunk it loads, and

@@ -533,8 +533,9 @@ class RuledMatchOperator(Operator):
         self.at = max(self.at, time)
 
     def _tag(self, v: RuleVersion | None, outputs: list) -> list:
-        measures = self.settings.measures
         for o in outputs:
+            # (a query's matches are its measures; its timed-out runs are timed-out match records)
+            measures = self.settings.measures and o.role == "match"
             if o.role != "dead_letter":
                 o.record = tag_record(o.record if not measures else {"__key": o.key, **o.record}, v, measures)
         return outputs

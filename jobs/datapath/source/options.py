@@ -23,6 +23,7 @@ class SourceOptions:
     key_groups: int = 1
     group_labels: tuple[int, ...] | None = None  # key group → the label Spark shuffles on
     starting_offsets: str = "earliest"
+    ending_offsets: str = "latest"  # a bounded run's end (JSON {topic: {partition: offset}} or latest)
     max_offsets_per_trigger: int | None = None
     measures: tuple[str, ...] = ()
     client: dict = field(default_factory=dict)  # public librdkafka settings (no credentials)
@@ -47,7 +48,7 @@ class SourceOptions:
         opts = {"bootstrap": self.bootstrap, "topic": self.topic, "schema": self.schema,
                 "stream": self.stream, "key_field": self.key_field, "time_field": self.time_field,
                 "end_field": self.end_field or "", "shape": self.shape, "key_groups": str(self.key_groups),
-                "startingOffsets": self.starting_offsets,
+                "startingOffsets": self.starting_offsets, "endingOffsets": self.ending_offsets,
                 "measures": json.dumps(list(self.measures)), "client": json.dumps(self.client),
                 "outage_timeout": str(self.outage_timeout), "idle_timeout": str(self.idle_timeout),
                 "flush_at_end": "true" if self.flush_at_end else "false",
@@ -74,6 +75,7 @@ class SourceOptions:
                    shape=o.get("shape", "point"), key_groups=int(o.get("key_groups", "1")),
                    group_labels=tuple(labels) if labels else None,
                    starting_offsets=o.get("startingoffsets", "earliest"),
+                   ending_offsets=o.get("endingoffsets", "latest"),
                    max_offsets_per_trigger=(int(o["maxoffsetspertrigger"]) if o.get("maxoffsetspertrigger")
                                             else None),
                    measures=tuple(json.loads(o.get("measures", "[]"))),

@@ -83,17 +83,22 @@ def _data(offsets: dict) -> dict:
 
 
 def _spread(start: dict, ends: dict, budget: int) -> dict:
-    """Spread a row budget over partitions in a fixed order: deterministic batch cuts."""
-    out = dict(start)
+    """Spread a row budget over partitions in proportion to their backlogs, as Spark's Kafka source
+    does (``budget × backlog / total``, rounded down; the few records left one each in partition
+    order): deterministic batch cuts, and while a backlog is read, partitions of uneven rates
+    advance alike in event time — an equal share each would let the busiest fall behind and hold
+    the CTI back (events of the others that are late would not be, and the state would grow)."""
     backlog = {p: max(0, e - start.get(p, 0)) for p, e in ends.items()}
-    while budget > 0 and any(backlog.values()):
-        share = max(1, budget // max(1, sum(1 for v in backlog.values() if v)))
-        for p in sorted(backlog, key=int):
-            take = min(share, backlog[p], budget)
-            out[p] = out.get(p, 0) + take
-            backlog[p] -= take
-            budget -= take
-    return out
+    total = sum(backlog.values())
+    if total <= budget:
+        return {**start, **{p: start.get(p, 0) + b for p, b in backlog.items()}}
+    take = {p: budget * b // total for p, b in backlog.items()}
+    left = budget - sum(take.values())
+    for p in sorted(backlog, key=int):
+        if left and take[p] < backlog[p]:
+            take[p] += 1
+            left -= 1
+    return {**start, **{p: start.get(p, 0) + t for p, t in take.items()}}
 
 
 class OffsetRange(InputPartition):
@@ -179,8 +184,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {str(p): low_offset(self._cons(), self.topic, p) for p in self._parts()}
         if how == "latest":
             return self._ends({})
-        given = json.loads(how).get(self.topic, {})
-        return {str(p): int(given.get(str(p), 0)) for p in self._parts()}
+        given = {str(p): int(o) for p, o in json.loads(how).get(self.topic, {}).items()}
+        latest = self._ends({}) if -1 in given.values() else {}
+        return {str(p): (low_offset(self._cons(), self.topic, p) if given.get(str(p)) == -2 else
+                         latest[str(p)] if given.get(str(p)) == -1 else given.get(str(p), 0)) for p in self._parts()}
 
     def _initial_offsets(self) -> dict:
         if self._initial is None:
@@ -210,7 +217,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """A bounded run reads to each partition's end as it is now, or to ``ending_offsets`` where
+        they say less (-1: the end)."""
         self.target = self._ends({})
+        if self.options.ending_offsets != "latest":
+            given = json.loads(self.options.ending_offsets).get(self.topic, {})
+            self.target = {p: e if int(given.get(p, -1)) < 0 else min(e, int(given[p]))
+                           for p, e in self.target.items()}
 
     def latestOffset(self, start: dict, limit) -> dict:
         data = _data(start)
