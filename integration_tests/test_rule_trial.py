@@ -164,7 +164,9 @@ def test_a_trial_emits_what_the_live_job_emits_for_the_rule_put_at_from_and_dele
     assert [r["rule_id"] for r in read(stack, job_rules_topic)] == ["big", "big"]
 
 
-def test_a_trial_refuses_a_rule_the_job_would_refuse_and_a_range_past_retention(stack, tmp_path):
+def test_a_trial_refuses_a_rule_the_job_would_refuse_before_spark(stack, tmp_path):
+    """(A range past the topics' retention: tests/test_rule_trial.py — tansu, the broker here, deletes no
+    records: no DeleteRecords, no retention by time.)"""
     name = "trial-refused"
     out = {k: stack.topic(f"{name}-{k}") for k in ("in", "matches", "timed_out", "late", "dlq")}
     rules_topic = stack.topic(f"{name}-rules")
@@ -177,14 +179,43 @@ def test_a_trial_refuses_a_rule_the_job_would_refuse_and_a_range_past_retention(
         try_rule(job, bad, start=at(0.1), end=at(0.2))
     with pytest.raises(ConfigError, match="--from .* is not before --to"):
         try_rule(job, definition("pattern", 100), start=at(0.2), end=at(0.1))
-    # records before offset 40 of partition 0 deleted (retention): a range from T0 does not reach back
-    from confluent_kafka import TopicPartition
 
-    admin = kafka.admin(stack.bootstrap)
-    futures = admin.delete_records([TopicPartition(out["in"], 0, 40)])
-    for f in futures.values():
-        f.result()
-    with pytest.raises(ConfigError) as refused:
-        try_rule(job, definition("pattern", 100), start=T0, end=at(0.2))
-    assert f"{out['in']}[0] holds records from" in str(refused.value)
-    assert f"{out['in']}[1]" not in str(refused.value)
+
+def test_rules_test_on_the_command_line_prints_the_table_and_writes_the_records(stack, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    name = "trial-cli"
+    out = {k: stack.topic(f"{name}-{k}") for k in ("in", "matches", "timed_out", "late", "dlq")}
+    rules_topic = stack.topic(f"{name}-rules")
+    kafka.create_topics(stack.bootstrap, {out["in"]: 3, rules_topic: 1})
+    produce(stack.bootstrap, out["in"], "transaction", transactions(5)[:600], "account",
+            partition_of=lambda i, r: partition_of(r["account"]))
+    produce(stack.bootstrap, rules_topic, "rule",
+            [rule_record(Rule("big", "fraud", 1, T0, "put", definition("pattern", 3000)))], "rule_id")
+    job_file, rule_file, records = tmp_path / "job.yaml", tmp_path / "big.yaml", tmp_path / "trial.jsonl"
+    job_file.write_text(yaml.safe_dump(spec(stack, name, "pattern", rules_topic, out, tmp_path)))
+    rule_file.write_text(definition("pattern", 1500))
+    ctiflow = str(Path(sys.executable).parent / "ctiflow")
+    done = subprocess.run([ctiflow, "rules", "test", str(rule_file), "--job", str(job_file), "--from", str(at(0.05)),
+                           "--to", str(at(0.25)), "--out", str(records), "--show", "2"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    matches = [r for r in lines if r["diff"] in ("added", "unchanged")]
+    assert matches and {r["rule_id"] for r in matches} == {"big"} and {r["rule_version"] for r in matches} == {2}
+    assert all(at(0.05) <= r["first_time"] < at(0.25) for r in matches)
+    added = sum(r["diff"] == "added" for r in lines)
+    unchanged = sum(r["diff"] == "unchanged" for r in lines)
+    removed = sum(r["diff"] == "removed" for r in lines)
+    table = {row.split("│")[1].strip(): row.split("│")[2].strip() for row in done.stdout.splitlines()
+             if row.startswith("│") and row.count("│") >= 3}
+    assert table["candidate"] == f"{len(matches):,}" and table["added (candidate only)"] == f"{added:,}"
+    assert table["unchanged"] == f"{unchanged:,}" and table["removed (against only)"] == f"{removed:,}"
+    assert added > 0  # over 1,500 instead of over 3,000: more matches
+    assert f"first matches (first 2 of {len(matches):,}):" in done.stdout
+    refused = subprocess.run([ctiflow, "rules", "test", str(job_file), "--job", str(job_file), "--from", str(at(0.05)),
+                              "--to", str(at(0.25))], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "Spark's own log" not in refused.stderr  # refused before Spark

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ctiflow.jobs.driver.config import load
-from ctiflow.jobs.driver.rule_trial import RuleTrial, trial_job
+from ctiflow.jobs.driver.rule_trial import RuleTrial, past_retention, trial_job
 from ctiflow.operators.errors import ConfigError
 
 H = 3_600_000
@@ -81,3 +81,14 @@ def test_ending_offsets_end_a_bounded_run_only_and_say_so_before_spark(tmp_path)
             "spark": {"checkpoint": str(tmp_path / "ck")}}
     with pytest.raises(ConfigError, match="sources tx: ending_offsets ends a bounded run only; run with --until-end"):
         pipeline.run(parse(spec, "j"), until_end=False)
+
+
+def test_a_range_past_retention_names_each_partition_that_does_not_reach_back_and_from_when_it_holds():
+    wanted = T0 + H
+    held = {0: (40, T0 + 2 * H),  # lost its first 40 records: holds from 02:00 on
+            1: (0, T0 + 3 * H),  # never had earlier records: nothing lost
+            2: (12, T0),  # lost some, but still reaches back
+            3: (7, None)}  # lost everything it had (empty now): nothing to read in the range anyway
+    assert past_retention("tx", held, wanted) == [
+        "tx[0] holds records from 2026-01-01T02:00:00.000Z on (offset 40), not from 2026-01-01T01:00:00.000Z: "
+        "the earlier ones are past its retention"]

@@ -128,8 +128,6 @@ def test(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern a
 
 def _show_trial(trial, show: int) -> None:
     """The trial's tables (``ctiflow rules test``)."""
-    import json
-
     out.print(f"rule {escape(trial.rule_id)!r} of operator {escape(trial.operator)!r} over "
               f"[{_when(trial.start)}, {_when(trial.end)}): {trial.events_read:,} records read in "
               f"{trial.seconds:.1f} s")
@@ -164,7 +162,18 @@ def _show_trial(trial, show: int) -> None:
         if show and records:
             out.print(f"{title} (first {min(show, len(records))} of {len(records):,}):")
             for r in records[:show]:
-                print(json.dumps(r, default=str))
+                out.print(f"  {escape(_brief(r))}", highlight=False)
+
+
+def _brief(record: dict) -> str:
+    """A match record on one line: key, rule version, and its events' ids (or times) per stage — or
+    its measures (the whole record: ``--out``)."""
+    head = f"{record.get('key')} {record.get('rule_id')}@{record.get('rule_version')}"
+    if "stages" in record:
+        stages = " ".join(f"{s['stage']}=" + ",".join(str(e.get("id", e.get("event_time"))) if isinstance(e, dict)
+                                                     else str(e) for e in s["events"]) for s in record["stages"])
+        return f"{head} {_when(record['first_time'])} → {_when(record['last_time'])}  {stages}"
+    return head + "  " + ", ".join(f"{m['name']}={m['value']}" for m in record.get("measures", []))
 
 
 def _write_trial(trial, path: Path) -> None:

@@ -184,17 +184,25 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
                 continue
             wanted = start - src.cti.delay
             starts[src.topic] = offsets_for_times(cons, src.topic, parts, wanted, time_of)
+            held = {}
             for p in parts:
                 low = low_offset(cons, src.topic, p)
                 first = first_record_at(cons, src.topic, p, low, true_end_offset(cons, src.topic, p, low))
-                first_time = None if first is None else time_of(first[1], first[2])
-                if low > 0 and first_time is not None and first_time > wanted:
-                    short.append(f"{src.topic}[{p}] holds records from {iso_time(first_time)} on (offset "
-                                 f"{low}), not from {iso_time(wanted)}: the earlier ones are past its retention")
+                held[p] = (low, None if first is None else time_of(first[1], first[2]))
+            short += past_retention(src.topic, held, wanted)
     if short:
         raise ConfigError(f"--from {iso_time(start)}: the test reads each source from its cti.delay before the "
                           "range's start, and these partitions do not reach back that far", short)
     return starts, ends
+
+
+def past_retention(topic: str, held: dict[int, tuple[int, int | None]], wanted: int) -> list[str]:
+    """The partitions of ``topic`` that do not reach back to time ``wanted``, each as a line that
+    says from when it holds records; ``held``: partition → (its first offset, that record's time).
+    A partition whose first offset is 0 lost nothing to retention, whatever its first time."""
+    return [f"{topic}[{p}] holds records from {iso_time(first)} on (offset {low}), not from "
+            f"{iso_time(wanted)}: the earlier ones are past its retention"
+            for p, (low, first) in sorted(held.items()) if low > 0 and first is not None and first > wanted]
 
 
 def _event_time(decode, field: str) -> Callable[[bytes | None, int], int | None]:

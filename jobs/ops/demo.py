@@ -102,14 +102,9 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             console.print("embedded broker stopped")
 
 
-#: The demo's rule (docs/concepts/rules.md): a purchase, one abroad, then a large one, within 10 minutes.
-RULE = """within: 10m
-skip: skip_past_last_event
-stages:
-  - {name: first, where: "type == 'purchase'"}
-  - {name: abroad, contiguity: followed_by, where: "type == 'purchase' and country != first('first').country"}
-  - {name: large, contiguity: followed_by, where: "type == 'purchase' and amount > THRESHOLD"}
-"""
+#: The demo's rule ``large`` (docs/concepts/rules.md) (a purchase, one abroad, then one over 1,000 within 10 minutes); its
+#: threshold is changed mid-stream (:func:`_put_rules`).
+RULE = (EXAMPLES / "rules" / "large.yaml").read_text()
 
 
 def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
@@ -123,8 +118,8 @@ def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
     middle = times[len(times) // 2] // 60_000 * 60_000  # a whole minute
     changes = []
     for threshold, effective in ((1000, times[0]), (500, middle)):
-        rule = put_rule(cfg, RULE.replace("THRESHOLD", str(threshold)), rule_id="large", effective=effective,
-                        comment=f"large means over {threshold}")
+        rule = put_rule(cfg, RULE.replace("amount > 1000", f"amount > {threshold}"), rule_id="large",
+                        effective=effective, comment=f"large means over {threshold}")
         changes.append((rule.version, threshold, rule.effective_time))
         out.print(f"rule 'large' version {rule.version} (amount > {threshold}) takes effect at "
                   f"{_iso(rule.effective_time)}")
