@@ -97,8 +97,9 @@ def list_(job: Job, operator: Operator = None,
 def test(definition: Annotated[Path, typer.Argument(help="RULE.yaml (a pattern as in a job file) or RULE.sql "
                                                          "(a MATCH_RECOGNIZE query)")],
          job: Job,
-         start: Annotated[str, typer.Option("--from", help="the range's start (event time): epoch ms or an ISO "
-                                                           "date-time (UTC unless it says)")],
+         start: Annotated[str, typer.Option(
+             "--from", help="the range's start (event time): epoch ms or an ISO date-time (UTC unless it "
+                            "says)")],
          end: Annotated[str, typer.Option("--to", help="the range's end, not included")],
          operator: Operator = None,
          rule_id: Annotated[Optional[str], typer.Option(
@@ -170,8 +171,10 @@ def _brief(record: dict) -> str:
     its measures (the whole record: ``--out``)."""
     head = f"{record.get('key')} {record.get('rule_id')}@{record.get('rule_version')}"
     if "stages" in record:
-        stages = " ".join(f"{s['stage']}=" + ",".join(str(e.get("id", e.get("event_time"))) if isinstance(e, dict)
-                                                     else str(e) for e in s["events"]) for s in record["stages"])
+        def named(e) -> str:
+            return str(e.get("id", e.get("event_time"))) if isinstance(e, dict) else str(e)
+
+        stages = " ".join(f"{s['stage']}=" + ",".join(map(named, s["events"])) for s in record["stages"])
         return f"{head} {_when(record['first_time'])} → {_when(record['last_time'])}  {stages}"
     return head + "  " + ", ".join(f"{m['name']}={m['value']}" for m in record.get("measures", []))
 

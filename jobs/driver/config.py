@@ -330,9 +330,9 @@ class Source(Strict):
         starting = info.field_name == "starting_offsets"
         if v in (("earliest", "latest") if starting else ("latest",)):
             return v
-        example = (("use 'earliest', 'latest'" if starting else "use 'latest'") + " or JSON like "
-                   "'{\"topic\": {\"0\": 42}}' (partition → offset; " + ("-2 earliest, " if starting else "")
-                   + "-1 latest)")
+        example = (("use 'earliest', 'latest'" if starting else "use 'latest'")
+                   + " or JSON like '{\"topic\": {\"0\": 42}}' (partition → offset; "
+                   + ("-2 earliest, " if starting else "") + "-1 latest)")
         try:
             parsed = json.loads(v)
         except ValueError as exc:
@@ -343,13 +343,15 @@ class Source(Strict):
             for part, offset in parts.items():
                 if not part.lstrip("-").isdigit() or int(part) < 0:
                     raise ValueError(f"partition {part!r} is not a partition number; {example}")
-                if isinstance(offset, bool) or not isinstance(offset, int) or offset < (-2 if starting else -1):
+                lowest = -2 if starting else -1
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
                     raise ValueError(f"offset {offset!r} of partition {part} is not an offset; {example}")
         return v
 
     @model_validator(mode="after")
     def _offsets_topic(self):
-        for name, given in (("starting_offsets", self.starting_offsets), ("ending_offsets", self.ending_offsets)):
+        for name, given in (("starting_offsets", self.starting_offsets),
+                            ("ending_offsets", self.ending_offsets)):
             if given not in ("earliest", "latest") and set(json.loads(given)) != {self.topic}:
                 raise ValueError(f"source {self.name!r}: {name} names {sorted(json.loads(given))}, but "
                                  f"the source reads {self.topic!r}: give offsets for {self.topic!r} only")

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ctiflow.jobs.driver.config import JobConfig, MatchOp
-from ctiflow.jobs.driver.rules import (_operator, _warn, check_rule, effective_ms, iso_time, produce_rule, read_rules,
-                                       replay)
+from ctiflow.jobs.driver.rules import (_operator, _warn, check_rule, effective_ms, iso_time, produce_rule,
+                                       read_rules, replay)
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.errors import ConfigError
 
@@ -41,7 +41,8 @@ RULE_FIELDS = ("pattern", "match_id", "rule_id", "rule_version", "rule_effective
 
 @dataclass
 class RuleTrial:
-    """A rule trial's records (``ctiflow rules test``): the candidate's matches and timed-out runs, the version in effect's
+    """A rule trial's records (``ctiflow rules test``): the candidate's matches and timed-out runs,
+    the version in effect's
     (``against`` None: not compared), and the difference — records of the candidate not among
     the other's (``added``), the other way (``removed``), and how many are in both (``unchanged``),
     each compared by what it matched (:func:`matched`)."""
@@ -123,14 +124,16 @@ def against_rules(job: JobConfig, op: MatchOp, rule_id: str, against: str | None
     if against == "current":
         mine = [r for r in accepted if r.rule_id == rule_id]
         before = [r for r in mine if r.effective_time <= start]
-        timeline = ([replace(before[-1], effective_time=start)] if before and before[-1].action == "put" else [])
+        put_before = bool(before) and before[-1].action == "put"
+        timeline = [replace(before[-1], effective_time=start)] if put_before else []
         timeline += [r for r in mine if start < r.effective_time < end]
         label = f"current ({rule_id}: {len(timeline)} version(s) over the range)"
     else:
         wanted_id, _, version = against.rpartition("@")
         if not wanted_id or not version.isdigit():
             raise ConfigError(f"--against {against!r}: give current, none or ID@VERSION (e.g. {rule_id}@2)")
-        hit = [r for r in accepted if r.rule_id == wanted_id and r.version == int(version) and r.action == "put"]
+        hit = [r for r in accepted
+               if r.rule_id == wanted_id and r.version == int(version) and r.action == "put"]
         if not hit:
             known = ", ".join(f"{r.rule_id}@{r.version}" for r in accepted if r.action == "put") or "none"
             raise ConfigError(f"--against {against!r}: operator {op.name!r} has no such put version in "
@@ -163,8 +166,8 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
     from contextlib import closing
 
     from ctiflow.jobs.avro.serde import AvroDeserializer, registry_client
-    from ctiflow.jobs.datapath.kafka import SchemaTopic, consumer, first_record_at, low_offset, offsets_for_times, \
-        topic_partitions, true_end_offset
+    from ctiflow.jobs.datapath.kafka import (SchemaTopic, consumer, first_record_at, low_offset,
+                                             offsets_for_times, topic_partitions, true_end_offset)
     from ctiflow.jobs.driver.recognize import job_schema_store
 
     bootstrap, client = job.kafka.bootstrap_servers, job.kafka.client_config()
@@ -175,11 +178,13 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
     reference = job.reference.source if job.reference is not None else None
     with closing(consumer(bootstrap, client, **{"group.id": "ctiflow-rules-test"})) as cons:
         for src in job.sources:
-            time_of = _event_time(AvroDeserializer(src.schema_name, store=store, registry=registry,
-                                                   subject=f"{src.topic}-value", lookup=lookup), src.time_field)
+            decode = AvroDeserializer(src.schema_name, store=store, registry=registry,
+                                      subject=f"{src.topic}-value", lookup=lookup)
+            time_of = _event_time(decode, src.time_field)
             parts = topic_partitions(bootstrap, src.topic, client)
             if horizon is not None:
-                ends[src.topic] = offsets_for_times(cons, src.topic, parts, horizon + 2 * src.cti.delay, time_of)
+                ends[src.topic] = offsets_for_times(cons, src.topic, parts, horizon + 2 * src.cti.delay,
+                                                    time_of)
             if src.name == reference:
                 continue
             wanted = start - src.cti.delay
@@ -191,8 +196,8 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
                 held[p] = (low, None if first is None else time_of(first[1], first[2]))
             short += past_retention(src.topic, held, wanted)
     if short:
-        raise ConfigError(f"--from {iso_time(start)}: the test reads each source from its cti.delay before the "
-                          "range's start, and these partitions do not reach back that far", short)
+        raise ConfigError(f"--from {iso_time(start)}: the test reads each source from its cti.delay before "
+                          "the range's start, and these partitions do not reach back that far", short)
     return starts, ends
 
 
@@ -226,11 +231,14 @@ def trial_job(job: JobConfig, op: MatchOp, token: str, starts: dict, ends: dict,
     base = f"{job.job[:60]}.rules-test-{token}"
     spec = job.model_dump(mode="json", by_alias=True, exclude_unset=True)
     spec["job"] = base
+    def offsets(topic: str, of: dict) -> str:
+        return json.dumps({topic: {str(p): o for p, o in of[topic].items()}})
+
     for src in spec["sources"]:
         if src["topic"] in starts:
-            src["starting_offsets"] = json.dumps({src["topic"]: {str(p): o for p, o in starts[src["topic"]].items()}})
+            src["starting_offsets"] = offsets(src["topic"], starts)
         if src["topic"] in ends:
-            src["ending_offsets"] = json.dumps({src["topic"]: {str(p): o for p, o in ends[src["topic"]].items()}})
+            src["ending_offsets"] = offsets(src["topic"], ends)
     if spec.get("reference"):
         spec["reference"].pop("output", None)
     copy = op.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -238,19 +246,21 @@ def trial_job(job: JobConfig, op: MatchOp, token: str, starts: dict, ends: dict,
     for drop in ("pattern", "sql", "timed_out"):
         copy.pop(drop, None)
     spec["operators"] = [
-        {**copy, "name": f"{op.name}.{role}", "output": f"{base}.{role}", "timed_out": f"{base}.{role}-timed-out",
-         "rules": {**copy["rules"], "topic": f"{base}.{role}-rules", "on_change": "drain", "late_rules": "reject",
-                   "sync": "import", "language": language}}
+        {**copy, "name": f"{op.name}.{role}", "output": f"{base}.{role}",
+         "timed_out": f"{base}.{role}-timed-out",
+         "rules": {**copy["rules"], "topic": f"{base}.{role}-rules", "on_change": "drain",
+                   "late_rules": "reject", "sync": "import", "language": language}}
         for role in (("candidate", "against") if compare else ("candidate",))]
-    spec["outputs"] = {**spec.get("outputs", {}), "late": f"{base}.late", "dead_letter": f"{base}.dead-letter"}
+    spec["outputs"] = {**spec.get("outputs", {}), "late": f"{base}.late",
+                       "dead_letter": f"{base}.dead-letter"}
     spec["spark"] = {**spec.get("spark", {}), "checkpoint": checkpoint}
     spec.pop("metrics", None)
     return JobConfig.model_validate(spec)
 
 
-def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | int, operator: str | None = None,
-              rule_id: str = "candidate", against: str | None = "current", spark=None,
-              warn: Callable[[str], None] = _warn) -> RuleTrial:
+def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | int,
+              operator: str | None = None, rule_id: str = "candidate", against: str | None = "current",
+              spark=None, warn: Callable[[str], None] = _warn) -> RuleTrial:
     """Run ``definition`` (a pattern's YAML or a ``MATCH_RECOGNIZE`` query, as ``rules put`` takes)
     as rule ``rule_id`` of ``operator`` over the job's events with event time in [start, end), as a
     bounded run of its own (module docstring), compared with ``against`` (``current``, ``none``,

@@ -102,8 +102,8 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             console.print("embedded broker stopped")
 
 
-#: The demo's rule ``large`` (docs/concepts/rules.md) (a purchase, one abroad, then one over 1,000 within 10 minutes); its
-#: threshold is changed mid-stream (:func:`_put_rules`).
+#: The demo's rule ``large`` (docs/concepts/rules.md): a purchase, one abroad, then one over 1,000
+#: within 10 minutes; its threshold is changed mid-stream (:func:`_put_rules`).
 RULE = (EXAMPLES / "rules" / "large.yaml").read_text()
 
 

@@ -186,8 +186,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._ends({})
         given = {str(p): int(o) for p, o in json.loads(how).get(self.topic, {}).items()}
         latest = self._ends({}) if -1 in given.values() else {}
-        return {str(p): (low_offset(self._cons(), self.topic, p) if given.get(str(p)) == -2 else
-                         latest[str(p)] if given.get(str(p)) == -1 else given.get(str(p), 0)) for p in self._parts()}
+        def at(p: int) -> int:
+            wanted = given.get(str(p), 0)
+            if wanted == -2:
+                return low_offset(self._cons(), self.topic, p)
+            return latest[str(p)] if wanted == -1 else wanted
+
+        return {str(p): at(p) for p in self._parts()}
 
     def _initial_offsets(self) -> dict:
         if self._initial is None:
