@@ -219,3 +219,38 @@ def test_rules_test_on_the_command_line_prints_the_table_and_writes_the_records(
     refused = subprocess.run([ctiflow, "rules", "test", str(job_file), "--job", str(job_file), "--from", str(at(0.05)),
                               "--to", str(at(0.25))], capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0 and "Spark's own log" not in refused.stderr  # refused before Spark
+
+
+def test_offsets_for_times_finds_the_first_record_at_a_time_by_event_time_or_kafka_timestamp(stack):
+    """tansu answers offset 0 for every timestamp: the answer is checked and searched. The oracle: a
+    scan of each partition's records (their event times ascend per partition)."""
+    from ctiflow.jobs.avro.serde import AvroDeserializer
+    from ctiflow.jobs.driver.rule_trial import _event_time
+
+    topic = stack.topic("offsets-for-times")
+    kafka.create_topics(stack.bootstrap, {topic: 3})
+    rows = sorted(transactions(23)[:700], key=lambda r: r["event_time"])  # ascending: no held-back ones
+    produce(stack.bootstrap, topic, "transaction", rows, "account",
+            partition_of=lambda i, r: partition_of(r["account"]))
+    by_partition = {p: [r["event_time"] for r in rows if partition_of(r["account"]) == p] for p in (0, 1, 2)}
+    time_of = _event_time(AvroDeserializer("transaction"), "event_time")
+    cons = kafka.consumer(stack.bootstrap)
+    try:
+        for ms in (T0 - 1, T0, rows[1]["event_time"], rows[333]["event_time"], rows[333]["event_time"] + 1,
+                   rows[-1]["event_time"], rows[-1]["event_time"] + 1):
+            want = {p: next((i for i, t in enumerate(times) if t >= ms), len(times))
+                    for p, times in by_partition.items()}
+            assert kafka.offsets_for_times(cons, topic, [0, 1, 2], ms, time_of) == want, ms
+        # by Kafka timestamp (the producer's clock, ascending as produced): all before a time past the
+        # last record, none before one ahead of the first
+        stamps = {p: [m.timestamp for part in kafka.read_range(cons, topic, p, 0, len(times)) for m in part]
+                  for p, times in by_partition.items()}
+        last = max(max(s) for s in stamps.values())
+        assert kafka.offsets_for_times(cons, topic, [0, 1, 2], last + 1) == {
+            p: len(t) for p, t in by_partition.items()}
+        assert kafka.offsets_for_times(cons, topic, [0, 1, 2], 0) == {0: 0, 1: 0, 2: 0}
+        middle = sorted(stamps[0])[len(stamps[0]) // 2]
+        assert kafka.offsets_for_times(cons, topic, [0], middle)[0] == next(
+            i for i, s in enumerate(stamps[0]) if s >= middle)
+    finally:
+        cons.close()

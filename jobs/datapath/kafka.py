@@ -333,7 +333,8 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
                       timeout: float = 10.0) -> dict[int, int]:
     """Each partition's first offset whose record's time is ≥ ``ms`` (its end offset when none is):
     Kafka's ListOffsets by timestamp, checked against the records on each side of its answer, and a
-    binary search over the records where the check fails (≈ log2(records) one-record fetches).
+    binary search over the records where the check fails — the partitions searched together, one
+    fetch per step for all of them (≈ log2(records) fetches).
 
     ``time_of(value, timestamp)``: a record's time (default: its Kafka timestamp; None: unknown,
     taken as not before ``ms``, so an unreadable record moves the answer earlier, never later). With
@@ -343,51 +344,68 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
     wanted = sorted(set(partitions))
     answers = {tp.partition: tp.offset for tp in
                cons.offsets_for_times([TopicPartition(topic, p, ms) for p in wanted], timeout=timeout)}
-    found = {}
-    for p in wanted:
-        low = low_offset(cons, topic, p, timeout)
-        end = true_end_offset(cons, topic, p, low, timeout)
-        at = answers.get(p, -1)
-        at = end if at < 0 or at > end else max(at, low)
+    lows = {p: low_offset(cons, topic, p, timeout) for p in wanted}
+    ends = {p: true_end_offset(cons, topic, p, lows[p], timeout) for p in wanted}
 
-        def before(offset: int) -> bool:  # the first record at or after ``offset`` is older than ms
-            got = first_record_at(cons, topic, p, offset, end, timeout)
-            if got is None:
-                return False
-            t = got[2] if time_of is None else time_of(got[1], got[2])
-            return t is not None and t < ms
+    def before(got) -> bool:  # the first record at or after an offset is older than ms
+        if got is None:
+            return False
+        t = got[2] if time_of is None else time_of(got[1], got[2])
+        return t is not None and t < ms
 
-        if not ((at == end or not before(at)) and (at == low or before(at - 1))):
-            lo, hi = low, end  # the first offset not before ms lies in [lo, hi]
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lo, hi = (mid + 1, hi) if before(mid) else (lo, mid)
-            at = lo
-        found[p] = at
+    at = {p: max(answers[p], lows[p]) if 0 <= answers.get(p, -1) <= ends[p] else ends[p] for p in wanted}
+    here = first_records_at(cons, topic, {p: at[p] for p in wanted if at[p] < ends[p]}, ends, timeout)
+    earlier = first_records_at(cons, topic, {p: at[p] - 1 for p in wanted if at[p] > lows[p]}, ends, timeout)
+    right = {p for p in wanted if (at[p] == ends[p] or not before(here.get(p)))
+             and (at[p] == lows[p] or before(earlier.get(p)))}
+    # where the answer is wrong, the first offset not before ms lies in [lo, hi]
+    search = {p: [lows[p], ends[p]] for p in wanted if p not in right}
+    while any(lo < hi for lo, hi in search.values()):
+        mids = {p: (lo + hi) // 2 for p, (lo, hi) in search.items() if lo < hi}
+        got = first_records_at(cons, topic, mids, ends, timeout)
+        for p, mid in mids.items():
+            search[p] = [mid + 1, search[p][1]] if before(got.get(p)) else [search[p][0], mid]
+    return {**at, **{p: lo for p, (lo, _) in search.items()}}
+
+
+def first_records_at(cons: Consumer, topic: str, offsets: Mapping[int, int], ends: Mapping[int, int],
+                     timeout: float = 10.0) -> dict[int, tuple[int, bytes | None, int] | None]:
+    """Per partition, ``(offset, value, timestamp)`` of the first record of ``topic[partition]`` at or
+    after ``offsets[partition]`` and before ``ends[partition]`` (None: none; an offset a compaction or a
+    transaction marker left empty is skipped as Kafka skips it) — all partitions in one assignment."""
+    found: dict[int, tuple[int, bytes | None, int] | None] = {p: None for p, o in offsets.items()
+                                                              if o >= ends[p]}
+    todo = {p: o for p, o in offsets.items() if o < ends[p]}
+    if not todo:
+        return found
+    cons.assign([TopicPartition(topic, p, o) for p, o in todo.items()])
+    try:
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() > deadline:
+                raise StackError(f"{topic}{sorted(todo)}: no record at offsets {todo} within "
+                                 f"{timeout:.0f} s; is the broker up?")
+            for msg in cons.consume(num_messages=len(todo), timeout=POLL):
+                p = msg.partition()
+                if p not in todo:
+                    continue
+                if msg.error() is None:
+                    inside = msg.offset() < ends[p]
+                    found[p] = (msg.offset(), msg.value(), msg.timestamp()[1]) if inside else None
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    found[p] = None
+                else:
+                    raise KafkaException(msg.error())
+                del todo[p]
+    finally:
+        cons.unassign()
     return found
 
 
 def first_record_at(cons: Consumer, topic: str, partition: int, offset: int, end: int,
                     timeout: float = 10.0) -> tuple[int, bytes | None, int] | None:
-    """``(offset, value, timestamp)`` of the first record of ``topic[partition]`` at or after
-    ``offset`` and before ``end`` (None: none; an offset a compaction or a transaction marker left
-    empty is skipped as Kafka skips it)."""
-    if offset >= end:
-        return None
-    cons.assign([TopicPartition(topic, partition, offset)])
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for msg in cons.consume(num_messages=1, timeout=POLL):
-                if msg.error() is None:
-                    return (msg.offset(), msg.value(), msg.timestamp()[1]) if msg.offset() < end else None
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return None
-                raise KafkaException(msg.error())
-        raise StackError(f"{topic}[{partition}]: no record at offset {offset} within {timeout:.0f} s "
-                         f"(the partition ends at {end}); is the broker up?")
-    finally:
-        cons.unassign()
+    """:func:`first_records_at` for one partition."""
+    return first_records_at(cons, topic, {partition: offset}, {partition: end}, timeout)[partition]
 
 
 @dataclass(frozen=True)
