@@ -332,9 +332,11 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
                       time_of: Callable[[bytes | None, int], int | None] | None = None,
                       timeout: float = 10.0) -> dict[int, int]:
     """Each partition's first offset whose record's time is ≥ ``ms`` (its end offset when none is):
-    Kafka's ListOffsets by timestamp, checked against the records on each side of its answer, and a
-    binary search over the records where the check fails — the partitions searched together, one
-    fetch per step for all of them (≈ log2(records) fetches).
+    Kafka's ListOffsets by timestamp, checked against the records on each side of its answer, and
+    searched for over the records where the check fails — the partitions together, one fetch a step
+    for all of them: interpolation between the times seen (a few steps when times grow evenly with
+    offsets; a bisection after a step that does not halve the range), then the last
+    :data:`SCAN_RECORDS` read whole.
 
     ``time_of(value, timestamp)``: a record's time (default: its Kafka timestamp; None: unknown,
     taken as not before ``ms``, so an unreadable record moves the answer earlier, never later). With
@@ -348,24 +350,53 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
     ends = {p: true_end_offset(cons, topic, p, lows[p], timeout) for p in wanted}
 
     def before(got) -> bool:  # the first record at or after an offset is older than ms
-        if got is None:
-            return False
-        t = got[2] if time_of is None else time_of(got[1], got[2])
+        t = _time(got, time_of)
         return t is not None and t < ms
 
-    at = {p: max(answers[p], lows[p]) if 0 <= answers.get(p, -1) <= ends[p] else ends[p] for p in wanted}
+    at = {p: max(answers[p], lows[p]) if 0 <= answers.get(p, -1) <= ends[p] else ends[p]
+          for p in wanted}
     here = first_records_at(cons, topic, {p: at[p] for p in wanted if at[p] < ends[p]}, ends, timeout)
-    earlier = first_records_at(cons, topic, {p: at[p] - 1 for p in wanted if at[p] > lows[p]}, ends, timeout)
+    earlier = first_records_at(cons, topic, {p: at[p] - 1 for p in wanted if at[p] > lows[p]}, ends,
+                               timeout)
     right = {p for p in wanted if (at[p] == ends[p] or not before(here.get(p)))
              and (at[p] == lows[p] or before(earlier.get(p)))}
     # where the answer is wrong, the first offset not before ms lies in [lo, hi]
-    search = {p: [lows[p], ends[p]] for p in wanted if p not in right}
-    while any(lo < hi for lo, hi in search.values()):
-        mids = {p: (lo + hi) // 2 for p, (lo, hi) in search.items() if lo < hi}
+    search = {p: [lows[p], ends[p], None, None]  # lo, hi, the times seen at lo − 1 and at hi
+              for p in wanted if p not in right}
+    halving: set[int] = set()
+    while mids := {p: _guess(lo, hi, t_lo, t_hi, ms, p in halving)
+                   for p, (lo, hi, t_lo, t_hi) in search.items() if hi - lo > SCAN_RECORDS}:
         got = first_records_at(cons, topic, mids, ends, timeout)
         for p, mid in mids.items():
-            search[p] = [mid + 1, search[p][1]] if before(got.get(p)) else [search[p][0], mid]
-    return {**at, **{p: lo for p, (lo, _) in search.items()}}
+            lo, hi, t_lo, t_hi = search[p]
+            t = _time(got.get(p), time_of)
+            search[p] = [mid + 1, hi, t, t_hi] if before(got.get(p)) else [lo, mid, t_lo, t]
+            (halving.add if search[p][1] - search[p][0] > (hi - lo) // 2 else halving.discard)(p)
+    for p, (lo, hi, _, _) in search.items():
+        at[p] = hi
+        with closing(read_range(cons, topic, p, lo, hi)) as ranges:
+            at[p] = next((m.offset for msgs in ranges for m in msgs
+                          if not before((m.offset, m.value, m.timestamp))), hi)
+    return at
+
+
+#: :func:`offsets_for_times` reads a range this short whole rather than narrowing it further (one
+#: fetch: a fetch at an offset costs tansu time growing with the records after it).
+SCAN_RECORDS = 4096
+
+
+def _time(got, time_of) -> int | None:
+    if got is None:
+        return None
+    return got[2] if time_of is None else time_of(got[1], got[2])
+
+
+def _guess(lo: int, hi: int, t_lo: int | None, t_hi: int | None, ms: int, halve: bool) -> int:
+    """The next offset to look at in [lo, hi): where ``ms`` falls between the times seen at the
+    range's ends, or the middle (``halve``, or a time not known)."""
+    if halve or t_lo is None or t_hi is None or t_hi <= t_lo:
+        return (lo + hi) // 2
+    return min(max(lo + (ms - t_lo) * (hi - lo) // (t_hi - t_lo), lo), hi - 1)
 
 
 def first_records_at(cons: Consumer, topic: str, offsets: Mapping[int, int], ends: Mapping[int, int],

@@ -176,7 +176,10 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
                 if job.kafka.schema_registry.url else None)
     starts, ends, short = {}, {}, []
     reference = job.reference.source if job.reference is not None else None
-    with closing(consumer(bootstrap, client, **{"group.id": "ctiflow-rules-test"})) as cons:
+    # (a search fetches one record at a time: small fetches, little read ahead)
+    probe = {"group.id": "ctiflow-rules-test", "max.partition.fetch.bytes": 65536, "queued.min.messages": 10,
+             "queued.max.messages.kbytes": 1024}
+    with closing(consumer(bootstrap, client, **probe)) as cons:
         for src in job.sources:
             decode = AvroDeserializer(src.schema_name, store=store, registry=registry,
                                       subject=f"{src.topic}-value", lookup=lookup)
@@ -292,8 +295,7 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     bootstrap, client = cfg.kafka.bootstrap_servers, cfg.kafka.client_config()
     try:
         for o in cfg.operators:
-            for rule in roles[o.name.rsplit(".", 1)[1]]:
-                produce_rule(cfg, o, rule)
+            produce_rule(cfg, o, *roles[o.name.rsplit(".", 1)[1]])
         began = time.monotonic()
         summary = pipeline.run(cfg, until_end=True, spark=spark)
         store = job_schema_store(cfg)

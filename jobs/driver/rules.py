@@ -116,8 +116,9 @@ def topic_messages(job: JobConfig, topic: str) -> Iterator[Message]:
         cons.close()
 
 
-def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
-    """Write one rule record to the operator's rules topic (created if missing), keyed by its id."""
+def produce_rule(job: JobConfig, op: MatchOp, *rules: Rule) -> None:
+    """Write rule records, in order, to the operator's rules topic (created if missing), keyed by
+    their ids."""
     from ctiflow.jobs.avro.serde import AvroSerializer
     from ctiflow.jobs.datapath.kafka import create_topics, produce
 
@@ -129,11 +130,11 @@ def produce_rule(job: JobConfig, op: MatchOp, rule: Rule) -> None:
         registry = registry_client(job.kafka.schema_registry.url, job.kafka.schema_registry.client_config())
     encode = AvroSerializer(RULE_SCHEMA, framing=job.kafka.effective_framing, registry=registry,
                             subject=f"{op.rules.topic}-value")
-    record = {f: getattr(rule, f) for f in Rule.__dataclass_fields__}
-    done = produce(bootstrap, op.rules.topic, [record], encode, "rule_id", client, flush_timeout=30)
+    records = [{f: getattr(rule, f) for f in Rule.__dataclass_fields__} for rule in rules]
+    done = produce(bootstrap, op.rules.topic, records, encode, "rule_id", client, flush_timeout=30)
     if done.unflushed:
-        raise ConfigError(f"the rule record was not written to {op.rules.topic!r} within 30 s (is the broker "
-                          f"at {bootstrap} up?)")
+        raise ConfigError(f"the rule records were not written to {op.rules.topic!r} within 30 s (is the "
+                          f"broker at {bootstrap} up?)")
 
 
 # -- what `ctiflow rules` and the Python API do ------------------------------------------------------
