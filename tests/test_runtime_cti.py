@@ -124,11 +124,12 @@ def test_counts_per_key_equal_the_exact_count_of_the_in_order_input(data, groups
 
 def test_the_minimal_case_one_partition_twice_as_dense_is_never_late():
     # The case: p0 100 events and p1 200 events over the same 10 minutes, both in time
-    # order, 100 records a batch spread evenly: a global max − delay declared 126 late.
+    # order, 100 records a batch spread evenly (50 a partition, as the source then read a backlog):
+    # a global max − delay declared 126 late.
     t0 = 1_767_225_600_000
     p0 = [Event("a", t0 + i * 6000, t0 + i * 6000, {"i": i}, 0, i, "s") for i in range(100)]
     p1 = [Event("b", t0 + i * 3000, t0 + i * 3000, {"i": 100 + i}, 1, i, "s") for i in range(200)]
-    spread = oracle.spread_batches(p0 + p1, 100)
+    spread = [i // 50 for i in range(100)] + [i // 50 for i in range(200)]
     batches = []
     for b in range(max(spread) + 1):
         batches.append({p: [e for e, n in zip(p0 + p1, spread) if n == b and e.partition == p] for p in (0, 1)})
@@ -139,6 +140,9 @@ def test_the_minimal_case_one_partition_twice_as_dense_is_never_late():
     # One global max − delay (every event seen as one partition) declares the 126 late.
     as_one = [Event("x", e.start, e.start, {}, 0, 0) for e in p0 + p1]
     assert len(oracle.late_indices(as_one, 30_000, batches=spread)) == 126
+    # The source now reads a backlog in shares proportional to each partition's: the partitions
+    # advance alike in time, and not even one global max − delay finds one late.
+    assert len(oracle.late_indices(as_one, 30_000, batches=oracle.spread_batches(p0 + p1, 100))) == 0
 
 
 def parse_delay_plan(delay: int):

@@ -25,8 +25,8 @@ def registry():
 
 @app.command()
 def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapter, source, count, bins, "
-                                               "match, rules, reliability, scale, peers, latency, soak), "
-                                               "or all")] = "all",
+                                               "match, rules, rules-test, reliability, scale, peers, "
+                                               "latency, soak), or all")] = "all",
           events: Annotated[Optional[int], typer.Option(
               help="events per run (default per benchmark)")] = None,
           trigger: Annotated[Optional[int], typer.Option(
