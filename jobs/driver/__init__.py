@@ -11,6 +11,7 @@
 * :mod:`~ctiflow.jobs.driver.checkpoint` — ctiflow's files beside Spark's checkpoint, the
   progress topic read back; :mod:`~ctiflow.jobs.driver.progress` — progress for people;
   :mod:`~ctiflow.jobs.driver.metrics` — the running job's Prometheus metrics.
-* :mod:`~ctiflow.jobs.driver.rules` — the rules topic for ``ctiflow rules``.
+* :mod:`~ctiflow.jobs.driver.rules` — the rules topic for ``ctiflow rules``;
+  :mod:`~ctiflow.jobs.driver.rule_trial` — ``ctiflow rules test``, a rule tried on history.
 * :mod:`~ctiflow.jobs.driver.submit` — ``ctiflow submit``: a job on a user's cluster.
 """
