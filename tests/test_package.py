@@ -73,8 +73,8 @@ def test_the_installed_benchmarks_find_the_figures_they_record_into(installed, t
                         cwd=tmp_path)
     assert got.returncode == 0, got.stderr
     names, data = got.stdout.split("\n")[:2]
-    assert set(names.split(",")) == {"source", "adapter", "count", "bins", "match", "rules", "reliability", "scale",
-                                     "peers", "latency", "soak"}
+    assert set(names.split(",")) == {"source", "adapter", "count", "bins", "match", "rules", "rules-test",
+                                     "reliability", "scale", "peers", "latency", "soak"}
     path, exists = data.rsplit(" ", 1)
     assert exists == "True" and Path(path).resolve().is_relative_to(installed.resolve()), data
 
