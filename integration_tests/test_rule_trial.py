@@ -24,6 +24,7 @@ from ctiflow.jobs.driver.rule_trial import try_rule
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.errors import ConfigError
 from integration_tests.harness import produce, read, run
+from integration_tests.test_rules import partition_of  # (12 accounts: 6 / 3 / 3 over the partitions)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -38,11 +39,6 @@ DELAY = 4_000
 #: earlier a run starts (the live run from the topic's beginning, the trial from the range's). An event
 #: this far behind is late whichever run reads it (docs/concepts/rules.md says what is not exact).
 HELD_BACK = 200_000
-
-
-def partition_of(account: str) -> int:
-    n = int(account[1:])
-    return 0 if n < 6 else 1 if n < 9 else 2
 
 
 def at(fraction: float) -> int:

@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ctiflow.jobs.driver.config import JobConfig, MatchOp
 from ctiflow.jobs.driver.rules import (_operator, _warn, check_rule, effective_ms, iso_time, produce_rule,
@@ -61,11 +62,11 @@ class RuleTrial:
     starts: dict = field(default_factory=dict)  # topic → partition → first offset read
     ends: dict = field(default_factory=dict)  # topic → partition → the offset after the last read
 
-    @property
+    @cached_property
     def added(self) -> list[dict]:
         return _minus(self.matches, self.against_matches)
 
-    @property
+    @cached_property
     def removed(self) -> list[dict]:
         return _minus(self.against_matches, self.matches)
 
@@ -271,6 +272,7 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     job's reason; the run's topics and checkpoint are removed whatever happens."""
     from ctiflow.jobs.datapath.kafka import delete_topics, read_topic
     from ctiflow.jobs.driver import pipeline
+    from ctiflow.jobs.driver.planner import rule_compiler
     from ctiflow.jobs.driver.recognize import job_schema_store
     from ctiflow.operators.cep.operator import longest_run_ms
 
@@ -280,8 +282,6 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
         raise ConfigError(f"--from {iso_time(t0)} is not before --to {iso_time(t1)}: give a range [from, to)")
     candidate = candidate_rules(job, op, definition, rule_id, t0, t1, warn)
     others, label = against_rules(job, op, rule_id, against, t0, t1, warn)
-    from ctiflow.jobs.driver.planner import rule_compiler
-
     compile = rule_compiler(op, job)
     spans = [longest_run_ms(compile(r)) for r in [*candidate, *others] if r.action == "put"]
     horizon = None if None in spans else t1 + max(spans)
