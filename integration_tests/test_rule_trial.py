@@ -160,16 +160,21 @@ def test_a_trial_emits_what_the_live_job_emits_for_the_rule_put_at_from_and_dele
     assert [r["rule_id"] for r in read(stack, job_rules_topic)] == ["big", "big"]
 
 
-def test_a_trial_refuses_a_rule_the_job_would_refuse_before_spark(stack, tmp_path):
-    """(A range past the topics' retention: tests/test_rule_trial.py — tansu, the broker here, deletes no
-    records: no DeleteRecords, no retention by time.)"""
-    name = "trial-refused"
+def small_job(stack, name: str, seed: int, n: int, tmp_path) -> tuple[dict, str, dict]:
+    """``n`` transactions of ``transactions(seed)`` in a topic of 3 partitions, an empty rules topic,
+    and the job over them → (its topics, the rules topic, the job's spec)."""
     out = {k: stack.topic(f"{name}-{k}") for k in ("in", "matches", "timed_out", "late", "dlq")}
     rules_topic = stack.topic(f"{name}-rules")
     kafka.create_topics(stack.bootstrap, {out["in"]: 3, rules_topic: 1})
-    produce(stack.bootstrap, out["in"], "transaction", transactions(3)[:300], "account",
+    produce(stack.bootstrap, out["in"], "transaction", transactions(seed)[:n], "account",
             partition_of=lambda i, r: partition_of(r["account"]))
-    job = parse(spec(stack, name, "pattern", rules_topic, out, tmp_path), name)
+    return out, rules_topic, spec(stack, name, "pattern", rules_topic, out, tmp_path)
+
+
+def test_a_trial_refuses_a_rule_the_job_would_refuse_before_spark(stack, tmp_path):
+    """(A range past the topics' retention: tests/test_rule_trial.py — tansu, the broker here, deletes no
+    records: no DeleteRecords, no retention by time.)"""
+    job = parse(small_job(stack, "trial-refused", 3, 300, tmp_path)[2], "trial-refused")
     bad = yaml.safe_dump({"stages": [{"name": "a", "where": "no_such_field > 3"}]})
     with pytest.raises(ConfigError, match="no_such_field"):
         try_rule(job, bad, start=at(0.1), end=at(0.2))
@@ -183,16 +188,11 @@ def test_rules_test_on_the_command_line_prints_the_table_and_writes_the_records(
     import sys
     from pathlib import Path
 
-    name = "trial-cli"
-    out = {k: stack.topic(f"{name}-{k}") for k in ("in", "matches", "timed_out", "late", "dlq")}
-    rules_topic = stack.topic(f"{name}-rules")
-    kafka.create_topics(stack.bootstrap, {out["in"]: 3, rules_topic: 1})
-    produce(stack.bootstrap, out["in"], "transaction", transactions(5)[:600], "account",
-            partition_of=lambda i, r: partition_of(r["account"]))
+    _, rules_topic, job_spec = small_job(stack, "trial-cli", 5, 600, tmp_path)
     produce(stack.bootstrap, rules_topic, "rule",
             [rule_record(Rule("big", "fraud", 1, T0, "put", definition("pattern", 3000)))], "rule_id")
     job_file, rule_file, records = tmp_path / "job.yaml", tmp_path / "big.yaml", tmp_path / "trial.jsonl"
-    job_file.write_text(yaml.safe_dump(spec(stack, name, "pattern", rules_topic, out, tmp_path)))
+    job_file.write_text(yaml.safe_dump(job_spec))
     rule_file.write_text(definition("pattern", 1500))
     ctiflow = str(Path(sys.executable).parent / "ctiflow")
     done = subprocess.run([ctiflow, "rules", "test", str(rule_file), "--job", str(job_file), "--from", str(at(0.05)),
