@@ -383,3 +383,51 @@ def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stac
     finally:
         stack.docker("rm", "-f", name, check=False)
         subprocess.run(stack.command("stop", "prometheus"), capture_output=True, timeout=120)
+
+
+def test_the_demo_puts_its_rule_and_the_transactions_job_fills_rule_matches(compose_stack):
+    """`docker compose --profile demo up` as a user runs it, the transactions job as its service:
+    the demo producer puts the demo's rule (two versions of `large`) before the events, the job
+    judges each event by the version in effect at its time, and `ctiflow rules list` on the host
+    reads back from the job's own topics that it applied both. Run again, the producer puts
+    nothing twice."""
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.driver.recognize import job_schema_store
+    from ctiflow.jobs.driver.rules import list_rules
+    from ctiflow.jobs.ops.demo import EXAMPLES
+
+    stack = compose_stack
+    produced = subprocess.run(stack.command("--profile", "demo", "run", "--rm", "--no-deps", "demo-producer"),
+                              capture_output=True, text=True, timeout=600)
+    assert produced.returncode == 0, produced.stdout + produced.stderr
+    assert produced.stdout.count("rule 'large' version") == 2, produced.stdout
+    os.environ["CTIFLOW_BOOTSTRAP"] = stack.bootstrap  # (the host's view of the stack's broker)
+    try:
+        cfg = load(EXAMPLES / "demo-transactions.yaml")
+        subprocess.run(stack.command("up", "-d", "--no-deps", "job-transactions"), check=True, capture_output=True,
+                       timeout=300)
+        store = job_schema_store(cfg)
+
+        def both_versions() -> list[dict]:
+            got = read(stack, "rule-matches", store)
+            return got if {r["rule_version"] for r in got} >= {1, 2} else []
+
+        matches = eventually(both_versions, 600, "rule-matches holds matches of both versions", every=5)
+        judged = list_rules(cfg)["large-after-abroad"]
+        assert [(j.rule.version, j.judged) for j in judged] == [(1, "applied"), (2, "applied")]
+        effective = {j.rule.version: j.effective for j in judged}
+        for r in matches:
+            assert r["rule_effective_time"] == effective[r["rule_version"]]
+            first, large = r["stages"][0]["events"][0], r["stages"][-1]["events"][-1]
+            assert first["event_time"] >= effective[r["rule_version"]]
+            if r["rule_version"] == 1:
+                assert first["event_time"] < effective[2]  # (drain: version 1 starts no run from version 2 on)
+            assert large["amount"] > (1000 if r["rule_version"] == 1 else 500)
+        again = subprocess.run(stack.command("--profile", "demo", "run", "--rm", "--no-deps", "demo-producer"),
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0 and "rule 'large' is there already; not put again" in again.stdout, \
+            again.stdout + again.stderr
+        assert [j.rule.version for j in list_rules(cfg)["large-after-abroad"]] == [1, 2]
+    finally:
+        os.environ.pop("CTIFLOW_BOOTSTRAP", None)
+        subprocess.run(stack.command("rm", "-s", "-f", "job-transactions"), capture_output=True, timeout=180)

@@ -229,7 +229,21 @@ def test_rule_versions_judge_their_events_across_sigkills(stack, tmp_path, langu
     decode = AvroDeserializer("rule")  # (a dead letter holds the record's own bytes)
     assert sorted((decode(d["value"])["rule_id"], decode(d["value"])["version"]) for d in dead) == sorted(refused)
     assert (late_rules == "reject") == (("late", 1) in refused)
-    assert read(stack, topics["late"]) == []  # (no event is late: the oracle need not model it)
+    # an adjusted rule is a late record (the time it asked for, the CTI it took effect at); no event
+    # is late (the oracle need not model it)
+    adjusted = {(rule.rule_id, rule.version): eff for vs in kept.values() for _, eff, rule in vs
+                if eff != rule.effective_time}
+    assert (late_rules == "adjust") == (adjusted == {("late", 1): cti_1})
+    lates = read(stack, topics["late"])
+    assert sorted((r["stream"], r["key"], json.loads(r["fields_json"])["version"], r["start"], r["cti"], r["policy"])
+                  for r in lates) == sorted(("rules_fraud", k[0], k[1], at(0.3), eff, "adjust")
+                                            for k, eff in adjusted.items())
+    # `ctiflow rules list` reads back what the job did with every record
+    from ctiflow.jobs.driver.rules import list_rules
+    judged = {(j.rule.rule_id, j.rule.version): (j.judged, j.effective) for j in list_rules(parse(spec, name))["fraud"]}
+    assert judged == {(r.rule_id, r.version): ("refused", None) if (r.rule_id, r.version) in refused else
+                      ("adjusted", adjusted[(r.rule_id, r.version)]) if (r.rule_id, r.version) in adjusted else
+                      ("applied", r.effective_time) for r in rules_1 + rules_2}
 
 
 def test_a_replay_and_a_backfill_with_sync_min_reproduce_the_live_run(stack, spark, tmp_path):

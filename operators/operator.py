@@ -97,6 +97,17 @@ class Traits:
 HELD = "held"
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What a :class:`SharedState` did with a side input's record: ``applied``; ``adjusted`` —
+    taken, but at ``effective`` rather than the time it asked for (it came behind the CTI: a
+    record of the late topic says so); or ``rejected`` (``reason``; nothing changed: a dead letter)."""
+
+    outcome: str
+    reason: str = ""
+    effective: int | None = None
+
+
 class SharedState(ABC):
     """State that one operator's instances share across the chunks of a key group, fed by a side
     input every key group reads whole: Flink's broadcast state. The runtime keeps it in the
@@ -110,9 +121,8 @@ class SharedState(ABC):
     family: ClassVar[str] = "shared"
 
     @abstractmethod
-    def offer_record(self, record: Mapping[str, Any], cti: int) -> str | None:
-        """The side input's next record: None when it took effect, else why it was refused (a
-        dead letter of the record with that reason)."""
+    def offer_record(self, record: Mapping[str, Any], cti: int) -> Decision:
+        """The side input's next record, judged against ``cti``: the :class:`Decision`."""
 
     @abstractmethod
     def snapshot(self) -> bytes:

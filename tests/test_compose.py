@@ -334,7 +334,12 @@ def test_demo_producer_feeds_the_jobs_inputs(base):
         for src in load(ROOT / rel).sources:
             sources[src.topic] = src
     produced = {}
-    for argv in cmds[1:]:
+    rules = [argv for argv in cmds if argv[0] == "demo-rules"]
+    assert len(rules) == 1 and cmds.index(rules[0]) == 1, "the demo's rule is put before any event is produced"
+    assert option(rules[0], "--transactions") == f"{out_dir}/transactions.jsonl"
+    ruled = load(ROOT / option(rules[0], "--job").removeprefix("/app/"))
+    assert any(op.ruled for op in ruled.operators) and ruled.job in {load(ROOT / r).job for r in JOB_SERVICES.values()}
+    for argv in cmds[2:]:
         assert argv[0] == "produce", argv
         topic, schema, key = option(argv, "--topic"), option(argv, "--schema"), option(argv, "--key-field")
         assert topic in sources, f"the demo producer writes {topic}, which no demo job reads"

@@ -18,11 +18,13 @@ def test_every_counter_a_key_group_or_the_sink_reports_is_in_the_table():
     c = Counters(received=3, by_partition={("tx", 0): [2, 1], ("tx", 1): [1, 0]},
                  partitions={("tx", 0): (100, 0), ("tx", 1): (90, 1)}, ops={"hot": (10, 2)},
                  shared={"fraud": {"rules_active": 2, "rules_versions": 3, "rules_scheduled": 1, "rules_applied": 3,
-                                   "rules_adjusted": 0, "rules_rejected": 1}}, tallies={("fraud", "big"): 4})
+                                   "rules_adjusted": 0, "rules_rejected": 1}}, tallies={("fraud", "big"): 4},
+                 side_read={("rules_fraud", 0): 7})
     reported = set(c.metrics()) | {"written", "replay_skipped", counters.key("written", "out-topic")}
     assert {f.name for f in dataclasses.fields(Counters)} - {"by_partition", "partitions", "ops", "shared",
-                                                             "tallies"} <= set(
+                                                             "tallies", "side_read"} <= set(
         c.metrics())
+    assert c.metrics()[counters.key("side_read", "rules_fraud", 0)] == 7
     assert counters.key("rules_rejected", "fraud") in reported
     assert counters.key("rule_partial_matches", "fraud", "big") in reported
     unknown = sorted(name for name in reported if counters.counter(name) is None)

@@ -1,10 +1,11 @@
 """``ctiflow rules put | list | rm`` read the rules topic as the job does and refuse what the job
-would refuse, with the job's own reason (:func:`ctiflow.jobs.driver.rules.replay`: the topic's records
-offered to a :class:`RuleBook`, then the new one), printed once.
+would refuse, with the job's own reason (:func:`ctiflow.jobs.driver.rules.judge`: the topic's records
+offered to a :class:`RuleBook` as the job took them, then the new one), printed once; ``list``
+shows what the job did with each record.
 
 The topic here is a list of Kafka messages in memory (``topic_messages`` and ``produce_rule``
-replaced): these tests need no broker. ``integration_tests/test_rules.py`` runs the commands
-against one."""
+replaced) and what the job's own topics say is given (``job_verdicts`` replaced): these tests
+need no broker. ``integration_tests/test_rules.py`` runs the commands against a job."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class FakeTopic:
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.reads = 0
+        self.verdicts: jobs_rules.Verdicts | None = None  # what the job's own topics say (None: it never ran)
 
     def add(self, value: bytes) -> None:
         self.messages.append(Message(0, len(self.messages), None, value, T0))
@@ -55,6 +57,7 @@ def topic(monkeypatch) -> FakeTopic:
     fake = FakeTopic()
     monkeypatch.setattr(jobs_rules, "topic_messages", fake.read)
     monkeypatch.setattr(jobs_rules, "produce_rule", fake.produce)
+    monkeypatch.setattr(jobs_rules, "job_verdicts", lambda job, op, warn: fake.verdicts)
     return fake
 
 
@@ -92,6 +95,43 @@ def test_a_foreign_record_on_the_rules_topic_is_skipped_with_a_warning_naming_pa
     assert cli("put", definition_file(tmp_path), "--id", "big", "--effective", str(T0 + 1)).exit_code == 0
     assert cli("rm", "--id", "big", "--effective", str(T0 + 2)).exit_code == 0
     assert written(topic) == [("big", 1, "put", T0), ("big", 2, "put", T0 + 1), ("big", 3, "delete", T0 + 2)]
+
+
+def table_rows(output: str) -> dict[tuple[str, str], str]:
+    """``(rule, version)`` → its row of a ``rules list`` table (one line at the tests' width)."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip().split("│")[1:-1]]
+        if len(cells) == 7 and cells[1].isdigit():
+            rows[(cells[0], cells[1])] = line
+    return rows
+
+
+def test_list_shows_what_the_job_did_with_each_record_and_schedules_by_it(topic, tmp_path):
+    """Read through offset 2: big's version 2 refused (dead letter), mid adjusted to T0 + 40 s
+    (late topic); offsets 3 and 4 not read yet — the delete at T0 + 3 s will be taken, as it comes
+    after version 1 (version 2, at T0 + 5 s, never took effect). At T0 + 2 s mid is scheduled
+    (it asked for T0 + 10 s)."""
+    topic.add_rule(Rule("big", OPERATOR, 1, T0, "put", GOOD))
+    topic.add_rule(Rule("big", OPERATOR, 2, T0 + 5_000, "put", GOOD))
+    topic.add_rule(Rule("mid", OPERATOR, 1, T0 + 10_000, "put", GOOD))
+    topic.add_rule(Rule("big", OPERATOR, 3, T0 + 3_000, "delete"))  # (after v1, not after the refused v2)
+    topic.add_rule(Rule("big", OPERATOR, 4, T0 + 120_000, "put", GOOD))
+    topic.verdicts = jobs_rules.Verdicts({0: 3}, {(0, 1): "late: effective_time is behind the CTI"},
+                                         {(0, 2): T0 + 40_000})
+    listed = runner.invoke(app, ["rules", "list", "--job", JOB, "--at", str(T0 + 2_000)],
+                           env={"COLUMNS": "220"})
+    assert listed.exit_code == 0, listed.output
+    rows = table_rows(listed.output)
+    assert set(rows) == {("big", "1"), ("big", "2"), ("big", "3"), ("big", "4"), ("mid", "1")}, listed.output
+    assert "applied" in rows[("big", "1")] and "current" in rows[("big", "1")]
+    assert "refused: late: effective_time is behind the CTI" in rows[("big", "2")]
+    assert "adjusted to 2026-01-01T00:00:40.000Z" in rows[("mid", "1")] and "scheduled" in rows[("mid", "1")]
+    assert "not read yet" in rows[("big", "3")] and "will refuse" not in rows[("big", "3")]
+    assert "scheduled" in rows[("big", "3")] and "not read yet" in rows[("big", "4")]
+    later = runner.invoke(app, ["rules", "list", "--job", JOB, "--at", str(T0 + 50_000)], env={"COLUMNS": "220"})
+    rows = table_rows(later.output)
+    assert "current" in rows[("mid", "1")] and "deleted" in rows[("big", "3")] and "replaced" in rows[("big", "1")]
 
 
 @pytest.mark.parametrize("args, reason", [

@@ -15,13 +15,13 @@ from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.driver.recognize import derived_schemas
 from ctiflow.jobs.core.rows import Control, GroupInput
-from ctiflow.jobs.driver.rules import check_rule, replay
+from ctiflow.jobs.driver.rules import check_rule, new_book
 from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.cep.operator import MatchOperator
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.errors import ConfigError
-from ctiflow.operators.time import CTI_INFINITY, Event
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 from ctiflow.jobs.avro.serde import AvroSerializer, default_store
 
@@ -146,6 +146,7 @@ def test_a_refused_rule_is_a_dead_letter_with_the_reason_and_changes_nothing():
     assert dead[0]["stage"] == "rule"
     assert [topic for topic, _, _ in out if topic == "rule-matches"] == []
     assert rt.counters.shared["fraud"]["rules_rejected"] == 2
+    assert [topic for topic, _, _ in out if topic == "r.late"] == []  # (refused: not late records)
 
 
 def _rules_through_the_source(cfg, records: list[tuple[bytes, dict, int]], groups: int):
@@ -198,18 +199,25 @@ def test_a_refused_rule_record_is_dead_lettered_as_it_came_and_counted_once_over
     assert sum(c.received for c in counted) == 2
     assert sum(c.released for c in counted) == 1 and sum(c.dead_letter for c in counted) == 1
     assert sum(c.by_partition.get(("rules_fraud", 0), [0])[0] for c in counted) == 2
+    assert [c.side_read for c in counted] == [{("rules_fraud", 0): 2}, {}, {}]  # read through offset 1
 
 
 def test_an_adjusted_rule_takes_effect_at_the_cti_and_its_records_say_so():
     evs = events(2, 200)
     late = Rule("big", "fraud", 1, T0, "put", yaml_of(pattern(100)))
-    batches = [(evs[:100], []), (evs[100:], [rule_event(late, 0)]), ([], [])]
+    batches = [(evs[:100], []), (evs[100:], [rule_event(late, 4)]), ([], [])]
     out, rt = run(job(late_rules="adjust", static=False), batches)
     records = [o.record for topic, o, _ in out if topic == "rule-matches"]
     cti = min(max(e.start for e in evs[:100] if e.partition == p) for p in (0, 1, 2))  # (delay 0)
     assert records and {r["rule_effective_time"] for r in records} == {cti}
     assert min(r["first_time"] for r in records) >= cti
     assert rt.counters.shared["fraud"]["rules_adjusted"] == 1
+    # the late topic says which record was moved, from when to when (`ctiflow rules list` reads it)
+    late_records = [o.record for topic, o, _ in out if topic == "r.late"]
+    assert [(r["stream"], r["partition"], r["offset"], r["start"], r["cti"], r["policy"]) for r in late_records] \
+        == [("rules_fraud", 0, 4, T0, cti, "adjust")]
+    assert json.loads(late_records[0]["fields_json"])["rule_id"] == "big"
+    assert [topic for topic, _, _ in out if topic == "r.dead-letter"] == []
 
 
 def test_with_sync_min_events_wait_for_the_rules_stream():
@@ -281,9 +289,10 @@ def test_rule_records_are_checked_before_they_are_written():
     with pytest.raises(ConfigError, match="stage"):
         check_rule(cfg, Rule("big", "fraud", 1, T0, "put", yaml_of({"stages": []})))
     x, y = yaml_of(pattern(10)), yaml_of(pattern(20))
-    assert replay(cfg, cfg.operators[0], [Rule("a", "fraud", 1, 5, "put", x), Rule("a", "fraud", 1, 9, "put", y),
-                                          Rule("a", "fraud", 2, 7, "delete")])[1] == [
-        Rule("a", "fraud", 1, 5, "put", x), Rule("a", "fraud", 2, 7, "delete")]
+    book, compile = new_book(cfg, cfg.operators[0])
+    assert [book.offer(r, CTI_NONE, compile).outcome for r in (
+        Rule("a", "fraud", 1, 5, "put", x), Rule("a", "fraud", 1, 9, "put", y), Rule("a", "fraud", 2, 7, "delete"))] \
+        == ["applied", "rejected", "applied"]
 
 
 def test_the_rules_section_is_checked_with_the_job():

@@ -28,6 +28,22 @@ def demo_data(out_dir: Annotated[Path, typer.Option("--out")] = Path(".ctiflow/d
     out.print(f"wrote {out_dir}/transactions.jsonl, accounts.jsonl, flows.jsonl")
 
 
+@app.command("demo-rules")
+def demo_rules(job: Annotated[Path, typer.Option("--job", "-j", help="the demo's transactions job")],
+               transactions: Annotated[Path, typer.Option(help="the workload demo-data wrote (its times "
+                                                                    "place the versions)")]):
+    """Put the demo's rule 'large' — two versions, the threshold lowered mid-stream
+    (docs/concepts/rules.md) — unless the job's rules topic holds it already (the compose demo)."""
+    import json
+
+    from ctiflow.jobs.driver.config import load
+    from ctiflow.jobs.ops.demo import put_demo_rules
+
+    with transactions.open() as lines:
+        tx = [json.loads(line) for line in lines if line.strip()]
+    put_demo_rules(load(job), tx, out, if_absent=True)
+
+
 @app.command()
 def demo(port: Port = DEFAULT_PORT,
          keep: Annotated[bool, typer.Option(help="leave the broker running")] = False):

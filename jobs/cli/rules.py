@@ -73,24 +73,36 @@ def rm(job: Job, rule_id: RuleId, operator: Operator = None, effective: Effectiv
 def list_(job: Job, operator: Operator = None,
           at: Annotated[Optional[str], typer.Option(
               help="which versions are current at this time (default: now)")] = None):
-    """The rules in the rules topic: each version, when it takes effect, and which is current at
-    --at (the job's own CTI decides for a running job: `ctiflow status` shows it)."""
+    """The records of the rules topic: each version, when it takes effect, what the job did with
+    it — applied, adjusted to the CTI, refused and why, as its progress, late and dead-letter
+    topics say; one it has not read yet as it will judge it — and which is current at --at (the
+    job's own CTI decides for a running job: `ctiflow status` shows it)."""
     from ctiflow.jobs.driver.config import load
     from ctiflow.jobs.driver.rules import effective_ms, list_rules
 
     now = effective_ms(at, "--at")
-    for name, rules in list_rules(load(job), operator, warn=_warn).items():
+    for name, judged in list_rules(load(job), operator, warn=_warn).items():
         table = Table(title=f"operator {name}: rules at {_when(now)}", title_justify="left")
-        for column in ("rule", "version", "effective", "action", "state", "comment"):
+        for column in ("rule", "version", "effective", "action", "job", "state", "comment"):
             table.add_column(column)
-        for i, r in enumerate(rules):
-            later = next((n for n in rules[i + 1:] if n.rule_id == r.rule_id), None)
-            state = ("scheduled" if r.effective_time > now else
-                     "replaced" if later is not None and later.effective_time <= now else
+        for i, j in enumerate(judged):
+            r = j.rule
+            later = next((n for n in judged[i + 1:] if n.rule.rule_id == r.rule_id and n.effective is not None),
+                         None)
+            state = ("refused" if j.effective is None else
+                     "scheduled" if j.effective > now else
+                     "replaced" if later is not None and later.effective <= now else
                      "deleted" if r.action == "delete" else "current")
-            table.add_row(escape(r.rule_id), str(r.version), _when(r.effective_time), r.action, state,
+            table.add_row(escape(r.rule_id), str(r.version), _when(r.effective_time), r.action, _verdict(j), state,
                           escape(r.comment or ""))
-        out.print(table if rules else f"operator {name}: no rules yet (ctiflow rules put …)")
+        out.print(table if judged else f"operator {name}: no rules yet (ctiflow rules put …)")
+
+
+def _verdict(j) -> str:
+    """What the job did with a record (:class:`ctiflow.jobs.driver.rules.Judged`), for the table."""
+    return escape({"applied": "applied", "pending": "not read yet",
+                   "adjusted": f"adjusted to {_when(j.effective or 0)}", "refused": f"refused: {j.reason}",
+                   "refusable": f"not read yet; it will refuse it: {j.reason}"}[j.judged])
 
 
 @app.command("test")

@@ -6,9 +6,12 @@ chunks share. The runtime knows side inputs and shared states, not what they hol
 
 Every group offers every record to its own copy (all decide alike: the same records at the same
 CTIs); one group — the adapter's reporting group — counts them (received; then released when
-taken, dead-lettered when refused) and writes each refusal's dead letter: the record as it came
-(its key and value bytes, its Kafka timestamp) and the reason. The states are stored in the
-group's header, last, in the plan's side-input order.
+taken, dead-lettered when refused), writes each refusal's dead letter (the record as it came:
+its key and value bytes, its Kafka timestamp; and the reason) and each adjusted record's late
+record (the time it asked for, the CTI it takes effect at instead), and reports how far it has
+read each partition (``side_read``): so what the job did with every record can be read back
+(``ctiflow rules list``). The states are stored in the group's header, last, in the plan's
+side-input order.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.chunks import restoring
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.operator import HELD, Output
+from ctiflow.operators.time import ViolationPolicy, late_record
 
 
 class SharedStates:
@@ -51,19 +55,26 @@ class SharedStates:
         state, out = self.states[side.operator], []
         topic = self.plan.source_topics.get(side.stream, side.stream)
         for i, e in enumerate(cols.events()):
-            reason = state.offer_record(e.fields, cti)
+            decision = state.offer_record(e.fields, cti)
             if not self.reports:
                 continue
             counters.received += 1
             counters.count(side.stream, e.partition, False)
-            if reason is None:
+            read = counters.side_read
+            read[(side.stream, e.partition)] = max(read.get((side.stream, e.partition), 0), e.offset + 1)
+            if decision.outcome == "adjusted":
+                counters.late_records += 1
+                out.append((self.plan.late_topic, late_record(
+                    e, cti, f"{side.stage} adjusted: its time {e.start} is behind the CTI; it takes effect at "
+                            f"{decision.effective}", ViolationPolicy.ADJUST), e.key))
+            if decision.outcome != "rejected":
                 counters.released += 1
                 continue
             counters.dead_letter += 1
             key, stamp = ((e.key.encode(), None) if cols.origin is None
                           else (cols.origin[0][i], cols.origin[1][i]))
             out.append((self.plan.dead_letter_topic, Output("dead_letter", rows.dead_letter(
-                topic, e.partition, e.offset, key, e.raw, f"{side.stage} refused: {reason}",
+                topic, e.partition, e.offset, key, e.raw, f"{side.stage} refused: {decision.reason}",
                 None if stamp is None or stamp < 0 else int(stamp), stage=side.stage)), e.key))
         return out
 

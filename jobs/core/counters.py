@@ -75,6 +75,8 @@ TABLE: tuple[Counter, ...] = (
     Counter("cti", S, "a partition's CTI: the largest event time read from it − the stream's delay "
             "(epoch s)", PARTITION, "ctiflow_partition_cti_timestamp_seconds", timestamp=True,
             lag="ctiflow_partition_event_time_lag_seconds"),
+    Counter("side_read", Kind.MAX, "a side input's partition (a rules topic): the offset after the last "
+            "record the job read from it (`ctiflow rules list`: what the job has judged)", PARTITION),
     Counter("idle", S, "1 while the source counts the partition idle (left out of the stream's CTI)",
             PARTITION, "ctiflow_partition_idle"),
     Counter("state_bytes", G, "keyed state after the last batch as stored, compressed (operator \"\": all of "
@@ -232,6 +234,8 @@ class Counters:
     #: (bytes, keys)
     partitions: dict = field(default_factory=dict)
     ops: dict = field(default_factory=dict)
+    #: (stream, partition) of a side input → the offset after the last record read from it
+    side_read: dict = field(default_factory=dict)
     #: operator → its shared state's figures (``<family>_<figure>``:
     #: :class:`ctiflow.jobs.core.broadcast.SharedStates`)
     shared: dict = field(default_factory=dict)
@@ -248,7 +252,7 @@ class Counters:
     def metrics(self) -> dict[str, int]:
         """Flat ``name → int`` (what the sink adds up: :func:`merge`)."""
         out = {k: v for k, v in vars(self).items()
-               if k not in ("by_partition", "partitions", "ops", "shared", "tallies")}
+               if k not in ("by_partition", "partitions", "ops", "shared", "tallies", "side_read")}
         for (name, rule), n in self.tallies.items():
             out[key("rule_partial_matches", name, rule)] = n
         for name, stats in self.shared.items():
@@ -260,6 +264,8 @@ class Counters:
         for (stream, partition), (cti, idle) in self.partitions.items():
             out[key("cti", stream, partition)] = cti
             out[key("idle", stream, partition)] = idle
+        for (stream, partition), offset in self.side_read.items():
+            out[key("side_read", stream, partition)] = offset
         for name, (size, keys) in self.ops.items():
             out[key("state_bytes", name)] = size
             out[key("live_keys", name)] = keys

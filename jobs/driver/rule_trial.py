@@ -31,7 +31,7 @@ from functools import cached_property
 
 from ctiflow.jobs.driver.config import JobConfig, MatchOp
 from ctiflow.jobs.driver.rules import (_operator, _warn, check_rule, effective_ms, iso_time, produce_rule,
-                                       read_rules, replay)
+                                       judge, read_rules)
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.errors import ConfigError
 
@@ -115,13 +115,14 @@ def _minus(these: list[dict], those: list[dict]) -> list[dict]:
 def against_rules(job: JobConfig, op: MatchOp, rule_id: str, against: str | None, start: int, end: int,
                   warn: Callable[[str], None] = _warn) -> tuple[list[Rule], str | None]:
     """The versions the comparison runs over [start, end) → ``(rules, label)``: ``current`` — the
-    rule's versions in the job's rules topic as the job accepts them (:func:`replay`), the one in
+    rule's versions in the job's rules topic as the job applied them, or will (:func:`judge`:
+    refused ones left out, adjusted ones at the time they took effect), the one in
     effect at ``start`` put again at ``start``, those taking effect before ``end`` at their times —;
     ``ID@VERSION`` — that version put at ``start``; ``none`` — none. A deletion at ``end`` closes
     each (runs in flight drain). A :class:`ConfigError` names what is not there."""
     if against in (None, "none"):
         return [], None
-    _, accepted = replay(job, op, read_rules(job, op, warn))
+    accepted = [j.in_effect for j in judge(job, op, warn)[1] if j.effective is not None]
     if against == "current":
         mine = [r for r in accepted if r.rule_id == rule_id]
         before = [r for r in mine if r.effective_time <= start]

@@ -1,7 +1,8 @@
 """Rules in jobs, on the driver: the rules topic read and written for ``ctiflow rules``, each record
-checked as the job checks it (:func:`replay`: the plan's own
+checked as the job checks it (:func:`new_book`: the plan's own
 :class:`ctiflow.jobs.core.definitions.RuleCompiler` and the operator's
-:class:`ctiflow.operators.cep.rules.RuleBook`).
+:class:`ctiflow.operators.cep.rules.RuleBook`), and what the job did with each record read back
+from the job's own topics (:func:`judge`).
 
 The semantics (when a version judges which events) are the operator's:
 :mod:`ctiflow.operators.cep.rules`.
@@ -13,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ctiflow.jobs.driver.config import JobConfig, MatchOp
@@ -40,19 +41,109 @@ def ruled_operator(job: JobConfig, name: str) -> MatchOp:
                       f"(those with a rules: section: {names}); add rules: {{topic: …}} to the operator")
 
 
-def replay(job: JobConfig, op: MatchOp, rules: Iterable[Rule]) -> tuple[RuleBook, list[Rule]]:
-    """The operator's book after ``rules`` were offered in order, as the job offers them but
-    CTIs aside (each at :data:`CTI_NONE`: none is late), with the plan's own compile → the book
-    and the records it accepted, in order. The one acceptance check the CLI applies is this one
-    (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`)."""
-    book, compile = RuleBook(build_operator(op, job)[1].rules), rule_compiler(op, job)
-    return book, [r for r in rules if book.offer(r, CTI_NONE, compile).outcome != "rejected"]
+def _warn(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A rule record and what became of it: ``applied``; ``adjusted`` (late: it takes effect at
+    ``effective``, the CTI when the job read it, not at the time it asked for); ``refused``
+    (``reason``) — as the job's own records say (:func:`job_verdicts`) —; or, for one the job has
+    not read yet, ``pending`` (it will be applied, CTIs aside) or ``refusable`` (``reason``)."""
+
+    written: Written
+    judged: str
+    effective: int | None  # when it takes effect (None: refused)
+    reason: str = ""
+
+    @property
+    def rule(self) -> Rule:
+        return self.written.rule
+
+    @property
+    def in_effect(self) -> Rule | None:
+        """The rule as the job schedules it (its effective time the one it took effect at)."""
+        return None if self.effective is None else replace(self.rule, effective_time=self.effective)
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What a job's own records say it did with its rules topic: how far it has read each
+    partition (its progress topic's ``side_read``), the records it refused (its dead-letter
+    topic: partition, offset → the reason) and those it moved to the CTI (its late topic:
+    partition, offset → the time they took effect)."""
+
+    read: dict[int, int]
+    refused: dict[tuple[int, int], str]
+    adjusted: dict[tuple[int, int], int]
+
+
+def job_verdicts(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> Verdicts | None:
+    """:class:`Verdicts` of the job's latest query (None while its progress topic has read no
+    record of the rules topic). The dead-letter and late topics are read whole, but a record is
+    decoded only if its bytes hold the rules topic's (stream's) name."""
+    from ctiflow.jobs.core.counters import labelled
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
+
+    read = {int(p): n for (stream, p), n in labelled(read_counters(ProgressLog.of(job)), "side_read")
+            if stream == op.rules_stream}
+    if not read:
+        return None
+    topic, stream = op.rules.topic, op.rules_stream
+    refused = {(d["partition"], d["offset"]): d["error"].removeprefix(f"{d['stage']} refused: ")
+               for d in _records(job, job.dead_letter_topic, "dead_letter", topic, warn)
+               if d["source_topic"] == topic}
+    adjusted = {(r["partition"], r["offset"]): r["cti"] for r in _records(job, job.late_topic, "late", stream, warn)
+                if r["stream"] == stream and r["policy"] == "adjust"}
+    return Verdicts(read, refused, adjusted)
+
+
+def _records(job: JobConfig, topic: str, schema: str, needle: str, warn: Callable[[str], None]) -> Iterator[dict]:
+    """``topic``'s records whose bytes hold ``needle``, decoded as ``schema`` (one that does not
+    decode is skipped with a warning)."""
+    decode, mark = _decoder(job, schema, topic), needle.encode()
+    for m in topic_messages(job, topic):
+        if m.value is not None and mark in m.value:
+            try:
+                yield decode(m.value)
+            except DecodeError as exc:
+                warn(f"{topic} partition {m.partition} offset {m.offset}: not a {schema} record, skipped ({exc})")
+
+
+def judge(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> tuple[RuleBook, list[Judged]]:
+    """The operator's rules topic record by record with what the job did with each
+    (:func:`job_verdicts`), those it has not read yet judged as it will judge them, CTIs aside →
+    the book they make (the job's own decisions first, in topic order) and the records judged."""
+    verdicts = job_verdicts(job, op, warn)
+    book, compile = new_book(job, op)
+    out = []
+    for w in read_written(job, op, warn):
+        at = (w.partition, w.offset)
+        if verdicts is not None and w.offset < verdicts.read.get(w.partition, 0):
+            if at in verdicts.refused:
+                out.append(Judged(w, "refused", None, verdicts.refused[at]))
+                continue
+            effective = verdicts.adjusted.get(at, w.rule.effective_time)
+            book.offer(replace(w.rule, effective_time=effective), CTI_NONE, compile)
+            out.append(Judged(w, "adjusted" if at in verdicts.adjusted else "applied", effective))
+            continue
+        decision = book.offer(w.rule, CTI_NONE, compile)
+        out.append(Judged(w, "pending", w.rule.effective_time) if decision.outcome != "rejected"
+                   else Judged(w, "refusable", None, decision.reason))
+    return book, out
+
+
+def new_book(job: JobConfig, op: MatchOp) -> tuple[RuleBook, Callable]:
+    """An empty rule book of the operator as the job makes it, and the plan's own compile: the
+    one acceptance check the CLI applies (:meth:`ctiflow.operators.cep.rules.RuleBook.offer`)."""
+    return RuleBook(build_operator(op, job)[1].rules), rule_compiler(op, job)
 
 
 def check_rule(job: JobConfig, rule: Rule) -> None:
     """A :class:`ConfigError` with the reason if the job would refuse ``rule`` as its rules
-    topic's first record (the CTI aside): :func:`replay`'s book decides."""
-    book, _ = replay(job, ruled_operator(job, rule.operator), [])
+    topic's first record (the CTI aside): :func:`new_book` decides."""
+    book, _ = new_book(job, ruled_operator(job, rule.operator))
     _accepted_by(book, job, rule)
 
 
@@ -64,12 +155,17 @@ def _accepted_by(book: RuleBook, job: JobConfig, rule: Rule) -> None:
 
 
 # -- the rules topic --------------------------------------------------------------------------
-def _warn(message: str) -> None:
-    logging.getLogger(__name__).warning(message)
+@dataclass(frozen=True)
+class Written:
+    """A rule record where it is in the rules topic."""
+
+    rule: Rule
+    partition: int
+    offset: int
 
 
 def rules_of(messages: Iterable[Message], decode: Callable[[bytes], dict], topic: str,
-             warn: Callable[[str], None] = _warn) -> list[Rule]:
+             warn: Callable[[str], None] = _warn) -> list[Written]:
     """The rule records among a rules topic's ``messages`` (in order), decoded with the rule
     schema as the reader's (``decode``), as the job decodes them; one that does not decode as a
     rule — bytes that are not Avro, a record of another schema — is skipped with a warning naming
@@ -81,18 +177,28 @@ def rules_of(messages: Iterable[Message], decode: Callable[[bytes], dict], topic
         except DecodeError as exc:
             warn(f"{topic} partition {m.partition} offset {m.offset}: not a rule record, skipped ({exc})")
             continue
-        rules.append(Rule.from_record(record))
+        rules.append(Written(Rule.from_record(record), m.partition, m.offset))
     return rules
 
 
-def read_rules(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> list[Rule]:
-    """Every rule record of the operator's rules topic, in topic order (:func:`rules_of`)."""
+def _decoder(job: JobConfig, schema: str, topic: str):
+    """How the job decodes ``topic``'s records: ``schema`` as the reader's, either framing."""
     from ctiflow.jobs.avro.serde import AvroDeserializer, registry_client
 
-    topic, registry = op.rules.topic, job.kafka.schema_registry
-    decode = AvroDeserializer(RULE_SCHEMA, subject=f"{topic}-value", registry=registry_client(
+    registry = job.kafka.schema_registry
+    return AvroDeserializer(schema, subject=f"{topic}-value", registry=registry_client(
         registry.url, registry.client_config()) if registry.url else None)
-    return rules_of(topic_messages(job, topic), decode, topic, warn)
+
+
+def read_written(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> list[Written]:
+    """Every rule record of the operator's rules topic, in topic order (:func:`rules_of`)."""
+    topic = op.rules.topic
+    return rules_of(topic_messages(job, topic), _decoder(job, RULE_SCHEMA, topic), topic, warn)
+
+
+def read_rules(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> list[Rule]:
+    """:func:`read_written`'s rules."""
+    return [w.rule for w in read_written(job, op, warn)]
 
 
 def topic_messages(job: JobConfig, topic: str) -> Iterator[Message]:
@@ -179,12 +285,13 @@ def effective_ms(text: str | int | None, option: str = "--effective") -> int:
 def _write(job: JobConfig, op: MatchOp, rule: Rule, version: int | None, warn: Callable[[str], None]) -> Rule:
     """Write ``rule`` as its next version (``version``, or the topic's last for its id + 1) once
     the job would accept it after the topic's records: the record alone first (its size before
-    the topic is read or the definition compiled), then :func:`replay`'s book."""
+    the topic is read or the definition compiled), then the book of the topic's records as the job
+    judged them (:func:`judge`)."""
     problem = record_problem(replace(rule, version=1 if version is None else version))
     if problem is not None:
         raise ConfigError(f"rule {rule.rule_id!r}: the job would refuse it: {problem}")
-    records = read_rules(job, op, warn)
-    book, _ = replay(job, op, records)
+    book, judged = judge(job, op, warn)
+    records = [j.rule for j in judged]
     if version is None:
         version = max((r.version for r in records if r.rule_id == rule.rule_id and r.operator == op.name),
                       default=0) + 1
@@ -215,14 +322,8 @@ def delete_rule(job: JobConfig, rule_id: str, *, effective: str | int | None = N
 
 
 def list_rules(job: JobConfig, operator: str | None = None, warn: Callable[[str], None] = _warn
-               ) -> dict[str, list[Rule]]:
-    """Every operator's (or ``operator``'s) rules as the job schedules them: operator → the
-    versions the job accepts (:func:`replay`), per rule id in effective-time order (CTIs aside: a
-    late one the job refuses is listed)."""
-    ops = [_operator(job, operator)] if operator else [o for o in job.operators
-                                                        if o.ruled]
-    listed = {}
-    for op in ops:
-        _, accepted = replay(job, op, read_rules(job, op, warn))
-        listed[op.name] = sorted(accepted, key=lambda r: r.rule_id)  # (stable: each id's in topic order)
-    return listed
+               ) -> dict[str, list[Judged]]:
+    """Every operator's (or ``operator``'s) rule records and what the job did with each
+    (:func:`judge`): operator → the records by rule id, each id's in topic order."""
+    ops = [_operator(job, operator)] if operator else [o for o in job.operators if o.ruled]
+    return {op.name: sorted(judge(job, op, warn)[1], key=lambda j: j.rule.rule_id) for op in ops}

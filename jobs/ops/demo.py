@@ -70,7 +70,7 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
             "flows": _produce(bootstrap, "flows", "flow", fl, "device"),
         }
         out.print(f"produced: {produced} (incl. {len(bad)} malformed transactions)")
-        changes = _put_rules(cfgs[0], tx, out)
+        changes = put_demo_rules(cfgs[0], tx, out)
 
         spark = pipeline.spark_session(cfgs[0])
         results: dict[str, list[dict]] = {}
@@ -103,16 +103,22 @@ def run_demo(port: int, keep_broker: bool, console: Console, out: Console, trans
 
 
 #: The demo's rule ``large`` (docs/concepts/rules.md): a purchase, one abroad, then one over 1,000
-#: within 10 minutes; its threshold is changed mid-stream (:func:`_put_rules`).
+#: within 10 minutes; its threshold is changed mid-stream (:func:`put_demo_rules`).
 RULE = (EXAMPLES / "rules" / "large.yaml").read_text()
 
 
-def _put_rules(cfg, tx: list[dict], out: Console) -> list[tuple[int, int, int]]:
+def put_demo_rules(cfg, tx: list[dict], out: Console, if_absent: bool = False) -> list[tuple[int, int, int]]:
     """The demo's rule changed mid-stream: version 1 (over 1,000) from the first transaction,
-    version 2 (over 500) from the middle of the workload's time; → ``(version, threshold, effective)``."""
-    from ctiflow.jobs.driver.rules import put_rule
+    version 2 (over 500) from the middle of the workload's time; → ``(version, threshold, effective)``.
+    ``if_absent``: put nothing when the rules topic holds rule ``large`` already (the compose
+    stack's demo producer: ``up`` again must not put the demo's versions twice)."""
+    from ctiflow.jobs.driver.rules import put_rule, read_rules
 
-    if not any(op.ruled for op in cfg.operators):
+    ruled = [op for op in cfg.operators if op.ruled]
+    if not ruled:
+        return []
+    if if_absent and any(r.rule_id == "large" for r in read_rules(cfg, ruled[0])):
+        out.print(f"{ruled[0].rules.topic}: rule 'large' is there already; not put again")
         return []
     times = sorted(t["event_time"] for t in tx if t.get("event_time") is not None)
     middle = times[len(times) // 2] // 60_000 * 60_000  # a whole minute

@@ -42,7 +42,7 @@ from ctiflow.operators import snapshots
 from ctiflow.operators.cep.operator import (MatchOperator, MatchSettings, PartialMatchLimit, _compiled,
                                             start_keys)
 from ctiflow.operators.errors import CtiflowError, EventRejected, invalid_choice
-from ctiflow.operators.operator import HELD, Operator, Output, SharedState, Traits
+from ctiflow.operators.operator import HELD, Decision, Operator, Output, SharedState, Traits
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
 
 ON_CHANGE = ("drain", "cut")
@@ -90,16 +90,6 @@ class RuleVersion:
     @property
     def key(self) -> tuple[str, int]:
         return self.rule_id, self.version
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What :meth:`RuleBook.offer` did with a rule record: ``applied``, ``adjusted`` (to
-    ``effective``) or ``rejected`` (``reason``; nothing changed)."""
-
-    outcome: str
-    reason: str = ""
-    effective: int | None = None
 
 
 @dataclass(frozen=True)
@@ -165,10 +155,9 @@ class RuleBook(SharedState):
         self.forgets = True
 
     # -- rule records ------------------------------------------------------------------------
-    def offer_record(self, record, cti: int) -> str | None:
+    def offer_record(self, record, cti: int) -> Decision:
         """A rules-topic record (its fields) through :meth:`offer` with the book's ``compile``."""
-        decision = self.offer(Rule.from_record(record), cti, self.compile)
-        return decision.reason if decision.outcome == "rejected" else None
+        return self.offer(Rule.from_record(record), cti, self.compile)
 
     def offer(self, rule: Rule, cti: int, compile: Callable[[Rule], MatchSettings]) -> Decision:
         """Validate ``rule`` and schedule it (``cti``: the CTI in effect when it arrived;
