@@ -155,8 +155,11 @@ def test_a_trial_emits_what_the_live_job_emits_for_the_rule_put_at_from_and_dele
     # the range, not the topic: each partition read from near the range's start
     assert all(o > 0 for o in trial.starts[input_topic].values())
     assert sum(trial.ends[input_topic].values()) < N
-    # nothing of the trial is left on the broker, and the job's topics got nothing
+    # nothing of the trial is left on the broker or beside the job's checkpoint (where it had its
+    # own), and the job's topics and checkpoint got nothing
     assert not [t for t in kafka.list_topics(stack.bootstrap) if ".rules-test-" in t]
+    assert not [p for p in tmp_path.iterdir() if ".rules-test-" in p.name]
+    assert not (tmp_path / f"{name}-job").exists()
     assert [r["rule_id"] for r in read(stack, job_rules_topic)] == ["big", "big"]
 
 

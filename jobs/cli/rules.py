@@ -87,14 +87,14 @@ def list_(job: Job, operator: Operator = None,
             table.add_column(column)
         for i, j in enumerate(judged):
             r = j.rule
-            later = next((n for n in judged[i + 1:] if n.rule.rule_id == r.rule_id and n.effective is not None),
-                         None)
+            later = next((n for n in judged[i + 1:]
+                          if n.rule.rule_id == r.rule_id and n.effective is not None), None)
             state = ("refused" if j.effective is None else
                      "scheduled" if j.effective > now else
                      "replaced" if later is not None and later.effective <= now else
                      "deleted" if r.action == "delete" else "current")
-            table.add_row(escape(r.rule_id), str(r.version), _when(r.effective_time), r.action, _verdict(j), state,
-                          escape(r.comment or ""))
+            table.add_row(escape(r.rule_id), str(r.version), _when(r.effective_time), r.action, _verdict(j),
+                          state, escape(r.comment or ""))
         out.print(table if judged else f"operator {name}: no rules yet (ctiflow rules put …)")
 
 

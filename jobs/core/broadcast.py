@@ -65,8 +65,8 @@ class SharedStates:
             if decision.outcome == "adjusted":
                 counters.late_records += 1
                 out.append((self.plan.late_topic, late_record(
-                    e, cti, f"{side.stage} adjusted: its time {e.start} is behind the CTI; it takes effect at "
-                            f"{decision.effective}", ViolationPolicy.ADJUST), e.key))
+                    e, cti, f"{side.stage} adjusted: its time {e.start} is behind the CTI; it takes "
+                            f"effect at {decision.effective}", ViolationPolicy.ADJUST), e.key))
             if decision.outcome != "rejected":
                 counters.released += 1
                 continue

@@ -7,8 +7,9 @@ sources are read from the offsets Kafka gives for ``from − cti.delay`` up to t
 ``to + the longest run + 2 × cti.delay`` (:func:`reading_range`: the range, not the topic). One copy
 of the operator is fed only the candidate — put at ``from``, deleted at ``to``, runs in flight
 drained — and one copy the rule's versions in effect over the range, deleted at ``to`` alike. Both
-copies write to topics of the run's own, deleted afterwards, with a checkpoint in a temporary
-directory: nothing is written to the job's topics, checkpoint or rules topic.
+copies write to topics of the run's own, deleted afterwards, with a checkpoint of its own beside
+the job's (``<checkpoint>.rules-test-<token>``: where the job's cluster reaches), deleted
+afterwards: nothing is written to the job's topics, checkpoint or rules topic.
 
 Exactness: a rule version judges the events at or after its effective time, runs started before a
 deletion drain to their end, and the CTIs are the job's own, so the candidate's records are those
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -288,28 +287,43 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     horizon = None if None in spans else t1 + max(spans)
     starts, ends = reading_range(job, t0, horizon)
     token = secrets.token_hex(4)
-    home = tempfile.mkdtemp(prefix="ctiflow-rules-test-")
-    cfg = trial_job(job, op, token, starts, ends, f"{home}/checkpoint", against not in (None, "none"))
+    # beside the job's checkpoint: where the job's cluster (its executors) reaches
+    cfg = trial_job(job, op, token, starts, ends, f"{job.checkpoint_dir.rstrip('/')}.rules-test-{token}",
+                    against not in (None, "none"))
     roles = {"candidate": [replace(r, operator=f"{op.name}.candidate") for r in candidate],
              "against": [replace(r, operator=f"{op.name}.against") for r in others]}
     rule_topics = [o.rules.topic for o in cfg.operators]
     bootstrap, client = cfg.kafka.bootstrap_servers, cfg.kafka.client_config()
+    ran = False
     try:
         for o in cfg.operators:
             produce_rule(cfg, o, *roles[o.name.rsplit(".", 1)[1]])
-        began = time.monotonic()
+        began, ran = time.monotonic(), True
         summary = pipeline.run(cfg, until_end=True, spark=spark)
         store = job_schema_store(cfg)
         got = {t: [_as_live(r, o.name, op.name) for r in read_topic(bootstrap, t, client, store=store)]
                for o in cfg.operators for t in (o.output, o.timed_out)}
     finally:
         delete_topics(bootstrap, [*rule_topics, *cfg.written_topics()], client)
-        shutil.rmtree(home, ignore_errors=True)
+        if ran:
+            _remove_checkpoint(cfg, spark)
     base = cfg.job
     return RuleTrial(
         rule_id, op.name, t0, t1, label, got[f"{base}.candidate"], got[f"{base}.candidate-timed-out"],
         got.get(f"{base}.against", []), got.get(f"{base}.against-timed-out", []),
         events_read=summary.records, seconds=time.monotonic() - began, starts=starts, ends=ends)
+
+
+def _remove_checkpoint(cfg: JobConfig, spark) -> None:
+    """The run's checkpoint, deleted through Hadoop (it may be on the cluster's store)."""
+    from pyspark.sql import SparkSession
+
+    from ctiflow.jobs.driver.checkpoint import CheckpointDir
+
+    session = spark or SparkSession.getActiveSession()
+    where = (CheckpointDir.for_job(cfg) if session is None
+             else CheckpointDir.of(cfg.checkpoint_dir, spark=session))
+    where.delete("")
 
 
 def _as_live(record: dict, copy: str, name: str) -> dict:

@@ -94,12 +94,14 @@ def job_verdicts(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _war
     refused = {(d["partition"], d["offset"]): d["error"].removeprefix(f"{d['stage']} refused: ")
                for d in _records(job, job.dead_letter_topic, "dead_letter", topic, warn)
                if d["source_topic"] == topic}
-    adjusted = {(r["partition"], r["offset"]): r["cti"] for r in _records(job, job.late_topic, "late", stream, warn)
+    adjusted = {(r["partition"], r["offset"]): r["cti"]
+                for r in _records(job, job.late_topic, "late", stream, warn)
                 if r["stream"] == stream and r["policy"] == "adjust"}
     return Verdicts(read, refused, adjusted)
 
 
-def _records(job: JobConfig, topic: str, schema: str, needle: str, warn: Callable[[str], None]) -> Iterator[dict]:
+def _records(job: JobConfig, topic: str, schema: str, needle: str,
+             warn: Callable[[str], None]) -> Iterator[dict]:
     """``topic``'s records whose bytes hold ``needle``, decoded as ``schema`` (one that does not
     decode is skipped with a warning)."""
     decode, mark = _decoder(job, schema, topic), needle.encode()
@@ -108,7 +110,8 @@ def _records(job: JobConfig, topic: str, schema: str, needle: str, warn: Callabl
             try:
                 yield decode(m.value)
             except DecodeError as exc:
-                warn(f"{topic} partition {m.partition} offset {m.offset}: not a {schema} record, skipped ({exc})")
+                warn(f"{topic} partition {m.partition} offset {m.offset}: not a {schema} record, skipped "
+                     f"({exc})")
 
 
 def judge(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> tuple[RuleBook, list[Judged]]:
