@@ -220,13 +220,18 @@ def test_rules_test_on_the_command_line_prints_the_table_and_writes_the_records(
     assert refused.returncode != 0 and "Spark's own log" not in refused.stderr  # refused before Spark
 
 
-def test_offsets_for_times_finds_the_first_record_at_a_time_by_event_time_or_kafka_timestamp(stack):
-    """tansu answers offset 0 for every timestamp: the answer is checked and searched. The oracle: a
-    scan of each partition's records (their event times ascend per partition)."""
+@pytest.mark.parametrize("scan", [kafka.SCAN_RECORDS, 4])
+def test_offsets_for_times_finds_the_first_record_at_a_time_by_event_time_or_kafka_timestamp(
+        stack, monkeypatch, scan):
+    """tansu answers offset 0 for every timestamp: the answer is checked and searched — with a scan
+    of 4 records the search's steps run (interpolation over uneven times, bisection), each time
+    from the records the earlier searches saw. The oracle: a scan of each partition's records
+    (their event times ascend per partition)."""
+    monkeypatch.setattr(kafka, "SCAN_RECORDS", scan)
     from ctiflow.jobs.avro.serde import AvroDeserializer
     from ctiflow.jobs.driver.rule_trial import _event_time
 
-    topic = stack.topic("offsets-for-times")
+    topic = stack.topic(f"offsets-for-times-{scan}")
     kafka.create_topics(stack.bootstrap, {topic: 3})
     rows = sorted(transactions(23)[:700], key=lambda r: r["event_time"])  # ascending: no held-back ones
     produce(stack.bootstrap, topic, "transaction", rows, "account",
@@ -234,12 +239,15 @@ def test_offsets_for_times_finds_the_first_record_at_a_time_by_event_time_or_kaf
     by_partition = {p: [r["event_time"] for r in rows if partition_of(r["account"]) == p] for p in (0, 1, 2)}
     time_of = _event_time(AvroDeserializer("transaction"), "event_time")
     cons = kafka.consumer(stack.bootstrap)
+    seen: dict = {}
     try:
         for ms in (T0 - 1, T0, rows[1]["event_time"], rows[333]["event_time"], rows[333]["event_time"] + 1,
-                   rows[-1]["event_time"], rows[-1]["event_time"] + 1):
+                   rows[-1]["event_time"], rows[-1]["event_time"] + 1, rows[100]["event_time"] + 1,
+                   rows[650]["event_time"]):
             want = {p: next((i for i, t in enumerate(times) if t >= ms), len(times))
                     for p, times in by_partition.items()}
             assert kafka.offsets_for_times(cons, topic, [0, 1, 2], ms, time_of) == want, ms
+            assert kafka.offsets_for_times(cons, topic, [0, 1, 2], ms, time_of, seen=seen) == want, ms
         # by Kafka timestamp (the producer's clock, ascending as produced): all before a time past the
         # last record, none before one ahead of the first
         stamps = {p: [m.timestamp for part in kafka.read_range(cons, topic, p, 0, len(times)) for m in part]

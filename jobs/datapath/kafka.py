@@ -330,24 +330,34 @@ def true_end_offsets(cons: Consumer, topic: str, low_marks: dict[int, int], time
 
 def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms: int,
                       time_of: Callable[[bytes | None, int], int | None] | None = None,
-                      timeout: float = 10.0) -> dict[int, int]:
+                      timeout: float = 10.0, seen: dict | None = None) -> dict[int, int]:
     """Each partition's first offset whose record's time is ≥ ``ms`` (its end offset when none is):
     Kafka's ListOffsets by timestamp, checked against the records on each side of its answer, and
     searched for over the records where the check fails — the partitions together, one fetch a step
-    for all of them: interpolation between the times seen (a few steps when times grow evenly with
-    offsets; a bisection after a step that does not halve the range), then the last
+    for all of them: interpolation between the times seen (the first step between the partition's
+    first and last records; a bisection after two steps in a row that do not halve the range), then the last
     :data:`SCAN_RECORDS` read whole.
 
     ``time_of(value, timestamp)``: a record's time (default: its Kafka timestamp; None: unknown,
     taken as not before ``ms``, so an unreadable record moves the answer earlier, never later). With
     a record field as the time (event time), an answer from producers' clocks is corrected; tansu
     answers the first offset for every timestamp. Times out of order within a partition make the
-    answer approximate, as Kafka's own is: callers start earlier by their disorder bound."""
+    answer approximate, as Kafka's own is: callers start earlier by their disorder bound.
+    ``seen``: the records looked at — ``(partition, offset)`` → the first record at or after it, as
+    :func:`first_records_at` gives it —, shared by the calls for one topic (a later search starts
+    between the records an earlier one saw; a fetch costs tansu 0.2–0.5 s far from a partition's end)."""
     wanted = sorted(set(partitions))
+    seen = {} if seen is None else seen
     answers = {tp.partition: tp.offset for tp in
                cons.offsets_for_times([TopicPartition(topic, p, ms) for p in wanted], timeout=timeout)}
     lows = {p: low_offset(cons, topic, p, timeout) for p in wanted}
     ends = {p: true_end_offset(cons, topic, p, lows[p], timeout) for p in wanted}
+
+    def look(offsets: Mapping[int, int]) -> dict:
+        missing = {p: o for p, o in offsets.items() if (p, o) not in seen}
+        got = first_records_at(cons, topic, missing, ends, timeout) if missing else {}
+        seen.update({(p, o): got.get(p) for p, o in missing.items()})
+        return {p: seen[(p, o)] for p, o in offsets.items()}
 
     def before(got) -> bool:  # the first record at or after an offset is older than ms
         t = _time(got, time_of)
@@ -355,23 +365,32 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
 
     at = {p: max(answers[p], lows[p]) if 0 <= answers.get(p, -1) <= ends[p] else ends[p]
           for p in wanted}
-    here = first_records_at(cons, topic, {p: at[p] for p in wanted if at[p] < ends[p]}, ends, timeout)
-    earlier = first_records_at(cons, topic, {p: at[p] - 1 for p in wanted if at[p] > lows[p]}, ends,
-                               timeout)
+    here = look({p: at[p] for p in wanted if at[p] < ends[p]})
+    earlier = look({p: at[p] - 1 for p in wanted if at[p] > lows[p]})
     right = {p for p in wanted if (at[p] == ends[p] or not before(here.get(p)))
              and (at[p] == lows[p] or before(earlier.get(p)))}
-    # where the answer is wrong, the first offset not before ms lies in [lo, hi]
+    # where the answer is wrong, the first offset not before ms lies in [lo, hi]: narrowed by every
+    # record seen (the partition's last one among them)
     search = {p: [lows[p], ends[p], None, None]  # lo, hi, the times seen at lo − 1 and at hi
               for p in wanted if p not in right}
-    halving: set[int] = set()
-    while mids := {p: _guess(lo, hi, t_lo, t_hi, ms, p in halving)
+    look({p: ends[p] - 1 for p in search if ends[p] > lows[p]})
+    for (p, offset), got in seen.items():
+        if p in search and got is not None:
+            lo, hi, t_lo, t_hi = search[p]
+            t = _time(got, time_of)
+            if before(got) and lo <= got[0] + 1 <= hi:
+                search[p] = [got[0] + 1, hi, t, t_hi]
+            elif not before(got) and lo <= offset < hi:
+                search[p] = [lo, offset, t_lo, t]
+    slow = dict.fromkeys(search, 0)  # steps in a row that did not halve the range
+    while mids := {p: _guess(lo, hi, t_lo, t_hi, ms, slow[p] >= 2)
                    for p, (lo, hi, t_lo, t_hi) in search.items() if hi - lo > SCAN_RECORDS}:
-        got = first_records_at(cons, topic, mids, ends, timeout)
+        got = look(mids)
         for p, mid in mids.items():
             lo, hi, t_lo, t_hi = search[p]
             t = _time(got.get(p), time_of)
             search[p] = [mid + 1, hi, t, t_hi] if before(got.get(p)) else [lo, mid, t_lo, t]
-            (halving.add if search[p][1] - search[p][0] > (hi - lo) // 2 else halving.discard)(p)
+            slow[p] = slow[p] + 1 if search[p][1] - search[p][0] > (hi - lo) // 2 else 0
     for p, (lo, hi, _, _) in search.items():
         at[p] = hi
         with closing(read_range(cons, topic, p, lo, hi)) as ranges:

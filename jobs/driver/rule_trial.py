@@ -186,17 +186,19 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
                                       subject=f"{src.topic}-value", lookup=lookup)
             time_of = _event_time(decode, src.time_field)
             parts = topic_partitions(bootstrap, src.topic, client)
+            seen: dict = {}  # the records the searches looked at (each search starts from them)
             if horizon is not None:
                 ends[src.topic] = offsets_for_times(cons, src.topic, parts, horizon + 2 * src.cti.delay,
-                                                    time_of)
+                                                    time_of, seen=seen)
             if src.name == reference:
                 continue
             wanted = start - src.cti.delay
-            starts[src.topic] = offsets_for_times(cons, src.topic, parts, wanted, time_of)
+            starts[src.topic] = offsets_for_times(cons, src.topic, parts, wanted, time_of, seen=seen)
             held = {}
             for p in parts:
                 low = low_offset(cons, src.topic, p)
-                first = first_record_at(cons, src.topic, p, low, true_end_offset(cons, src.topic, p, low))
+                first = seen[(p, low)] if (p, low) in seen else first_record_at(
+                    cons, src.topic, p, low, true_end_offset(cons, src.topic, p, low))
                 held[p] = (low, None if first is None else time_of(first[1], first[2]))
             short += past_retention(src.topic, held, wanted)
     if short:
@@ -297,7 +299,7 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     ran = False
     try:
         for o in cfg.operators:
-            produce_rule(cfg, o, *roles[o.name.rsplit(".", 1)[1]])
+            produce_rule(cfg, o, *roles[o.name.rsplit(".", 1)[1]], idempotent=False)
         began, ran = time.monotonic(), True
         summary = pipeline.run(cfg, until_end=True, spark=spark)
         store = job_schema_store(cfg)
