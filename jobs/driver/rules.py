@@ -82,7 +82,9 @@ class Verdicts:
 def job_verdicts(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> Verdicts | None:
     """:class:`Verdicts` of the job's latest query (None while its progress topic has read no
     record of the rules topic). The dead-letter and late topics are read whole, but a record is
-    decoded only if its bytes hold the rules topic's (stream's) name."""
+    decoded only if its bytes hold the rules topic's (stream's) name; they keep what earlier
+    queries (checkpoints) of the job wrote too, so a record refused by one and taken by a later
+    one is listed as refused."""
     from ctiflow.jobs.core.counters import labelled
     from ctiflow.jobs.driver.checkpoint import ProgressLog, read_counters
 
