@@ -397,6 +397,9 @@ def test_the_demo_puts_its_rule_and_the_transactions_job_fills_rule_matches(comp
     from ctiflow.jobs.ops.demo import EXAMPLES
 
     stack = compose_stack
+    # `up` runs init first (the stand-in broker of an earlier test may have been restarted, empty)
+    init = subprocess.run(stack.command("run", "--rm", "init"), capture_output=True, text=True, timeout=300)
+    assert init.returncode == 0, init.stdout + init.stderr
     produced = subprocess.run(stack.command("--profile", "demo", "run", "--rm", "--no-deps", "demo-producer"),
                               capture_output=True, text=True, timeout=600)
     assert produced.returncode == 0, produced.stdout + produced.stderr
