@@ -172,12 +172,12 @@ def test_the_demo_jobs_on_stock_workers_via_submit_equal_the_local_run(stock_clu
     # The demo's rule, changed mid-stream, as `ctiflow demo` puts it
     from rich.console import Console
 
-    from ctiflow.jobs.ops.demo import _put_rules
+    from ctiflow.jobs.ops.demo import put_demo_rules
 
     tx = [json.loads(line) for line in (out / "transactions.jsonl").read_text().splitlines()]
     rules_job = parse(demo_spec("demo-transactions", f"rules-{tag}", sources, stack.bootstrap, str(tmp_path / "x")),
                       "rules")
-    assert len(_put_rules(rules_job, tx, Console(file=open(os.devnull, "w")))) == 2
+    assert len(put_demo_rules(rules_job, tx, Console(file=open(os.devnull, "w")))) == 2
 
     compared = {}
     objects = f"http://{stock_cluster.address(f'{COMPOSE_PROJECT}-objstore-1')}:9000"
