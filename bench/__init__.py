@@ -80,7 +80,7 @@ REGISTRY: tuple[Benchmark, ...] = (
     Benchmark("rules", "N patterns from a rules topic against the same N in the job file",
               lambda o: _call("rules", "main")(o.out, events_n=o.events or 100_000, record_figures=o.record)),
     Benchmark("rules-test", "a rule tried on a range of a topic ten times as long against a run over the range",
-              lambda o: _call("rule_trial", "main")(o.out, events_n=o.events or 50_000, record_figures=o.record)),
+              lambda o: _call("rule_trial", "main")(o.out, events_n=o.events, record_figures=o.record)),
     Benchmark("reliability", "exactly-once under kills and malformed records",
               lambda o: _call("reliability", "main")(o.out, events=o.events or 20_000)),
     Benchmark("scale", "keyed state as keys grow; --cti-delay: batch time against cti.delay", _scale),
