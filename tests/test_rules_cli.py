@@ -178,3 +178,11 @@ def test_an_oversized_definition_is_refused_before_the_topic_is_read_or_it_compi
     done = cli("put", definition_file(tmp_path, text), "--id", "big", "--effective", str(T0))
     assert f"more than {MAX_DEFINITION_BYTES:,}" in str(done.exception)
     assert topic.reads == 0 and time.perf_counter() - started < 1.0
+
+
+def test_demo_rules_refuses_a_line_that_is_not_json_naming_it(topic, tmp_path):
+    bad = tmp_path / "tx.jsonl"
+    bad.write_text('{"event_time": 5}\nnot json\n')
+    done = runner.invoke(app, ["demo-rules", "--job", JOB, "--transactions", str(bad)])
+    assert done.exit_code != 0 and "line 2: not JSON" in str(done.exception)
+    assert written(topic) == []

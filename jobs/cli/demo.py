@@ -36,11 +36,23 @@ def demo_rules(job: Annotated[Path, typer.Option("--job", "-j", help="the demo's
     (docs/concepts/rules.md) — unless the job's rules topic holds it already (the compose demo)."""
     import json
 
+    from ctiflow.jobs.cli.parameters import InputError, decode_line, not_utf8, open_lines
     from ctiflow.jobs.driver.config import load
     from ctiflow.jobs.ops.demo import put_demo_rules
 
-    with transactions.open() as lines:
-        tx = [json.loads(line) for line in lines if line.strip()]
+    name, lines = open_lines(str(transactions))
+    tx = []
+    with lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                text = decode_line(raw, number)
+                if text.strip():
+                    tx.append(json.loads(text))
+            except UnicodeDecodeError as exc:
+                raise InputError(f"--transactions {name}, line {number}: {not_utf8(exc)}") from None
+            except json.JSONDecodeError as exc:
+                raise InputError(f"--transactions {name}, line {number}: not JSON ({exc.msg}); give the "
+                                 "file `ctiflow demo-data` wrote") from None
     put_demo_rules(load(job), tx, out, if_absent=True)
 
 
