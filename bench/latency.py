@@ -270,8 +270,7 @@ def _stages(progress: list[dict], counted: dict[int, dict], since: str) -> dict:
     (``allUpdatesTimeMs``), the key groups' Python calls within it (``python_us``) and their state
     decode/encode (``state_us``), the state written (``state_written``); and over all of them the
     share of the state chunks used that came decoded from the worker's cache (``chunks_cached`` /
-    ``chunks_loaded``) and that the worker patched from an earlier version with their deltas
-    (``chunks_patched``)."""
+    ``chunks_loaded``)."""
     rows = []
     for p in progress:
         got = counted.get(p["batchId"])
@@ -280,26 +279,23 @@ def _stages(progress: list[dict], counted: dict[int, dict], since: str) -> dict:
         rows.append({"stateful_ms": p["stateOperators"][0].get("allUpdatesTimeMs", 0),
                      "python_ms": got.get("python_us", 0) / 1000, "state_ms": got.get("state_us", 0) / 1000,
                      "written_mb": got.get("state_written", 0) / 1e6,
-                     "cached": got.get("chunks_cached", 0), "patched": got.get("chunks_patched", 0),
-                     "loaded": got.get("chunks_loaded", 0)})
+                     "cached": got.get("chunks_cached", 0), "loaded": got.get("chunks_loaded", 0)})
     if not rows:
         return {}
     return {**{name: _percentile([r[name] for r in rows], 50) for name in
                ("stateful_ms", "python_ms", "state_ms", "written_mb")},
-            **{name: sum(r[name] for r in rows) / max(1, sum(r["loaded"] for r in rows))
-               for name in ("cached", "patched")}}
+            "cached": sum(r["cached"] for r in rows) / max(1, sum(r["loaded"] for r in rows))}
 
 
 #: the stage columns (:func:`_stages`), as printed
-WHERE = ("stateful operator ms", "Python ms", "state ms", "state written MB", "chunks from the cache",
-         "chunks patched")
+WHERE = ("stateful operator ms", "Python ms", "state ms", "state written MB", "chunks from the cache")
 
 
 def _where(at: dict) -> dict[str, str]:
     """A job run's stages (:func:`_stages`) as the cells of :data:`WHERE` — the one formatting of
     them, for the printed table and the recorded one."""
     return dict(zip(WHERE, (f"{at['stateful_ms']:,.0f}", f"{at['python_ms']:,.0f}", f"{at['state_ms']:,.0f}",
-                            f"{at['written_mb']:,.1f}", f"{at['cached']:.0%}", f"{at['patched']:.0%}")))
+                            f"{at['written_mb']:,.1f}", f"{at['cached']:.0%}")))
 
 
 def _iso(ms: int) -> str:
@@ -393,17 +389,17 @@ def _record(rows: list[dict], stages: list[dict]) -> None:
                                 and worst("250ms", "p99") <= 850)
     at = next((r for r in stages if r["trigger"] == "250ms" and "stateful_ms" in r), None)
     if at is not None:
-        values.update(zip(("stateful_250", "python_250", "state_250", "written_250", "cached_250", "patched_250"),
+        values.update(zip(("stateful_250", "python_250", "state_250", "written_250", "cached_250"),
                           _where(at).values()))
     by_trigger = {r["trigger"]: r for r in stages if "stateful_ms" in r}
 
     def where(r: dict) -> dict:
         at = by_trigger.get(r["trigger"])
         if at is None or r["kind"] in FLOORS:
-            return dict.fromkeys(("stateful / Python / state ms", *WHERE[3:]), "")
+            return dict.fromkeys(("stateful / Python / state ms", "state written MB", "chunks from the cache"), "")
         cells = _where(at)
         return {"stateful / Python / state ms": " / ".join(cells[c] for c in WHERE[:3]),
-                **{c: cells[c] for c in WHERE[3:]}}
+                "state written MB": cells["state written MB"], "chunks from the cache": cells["chunks from the cache"]}
 
     record("latency", values, table=[
         {"query": r["query"], "trigger": r["trigger"], "p50 ms": f"{r['p50']:,.0f}", "p99 ms": f"{r['p99']:,.0f}",
