@@ -39,7 +39,7 @@ def test_a_damaged_operator_state_names_the_operator_and_the_fix():
     layout, header, chunks = pickle.loads(snapshot_with_events(plan))
     (c, blob), = ((c, blob) for c, blob in chunks.items() if is_chunk(c))  # one key: one chunk (and buffer parts)
     assert blob.startswith(ZSTD_MARK)  # stored compressed
-    _, _, cti, ops, last_seen, keys, op_keys, _tallies, _ = pickle.loads(expanded(blob))  # ("chunk", 4, …)
+    _, _, cti, ops, last_seen, keys, op_keys, _tallies = pickle.loads(expanded(blob))  # ("chunk", 3, …)
     # (written as earlier versions stored chunks, uncompressed: read as they are)
     chunks[c] = pickle.dumps((cti, [ops[0], b"\x00not a snapshot"], last_seen, keys, op_keys))
     damaged = pickle.dumps((layout, header, chunks), 5)

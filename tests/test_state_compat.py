@@ -186,56 +186,24 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
     header, entries = read_whole_state(rt.snapshot(), "")
     assert snapshots.loads(header)[:2] == ("header", HEADER_FORMAT) == ("header", 4)
     chunks = {c: blob for c, blob in entries.items() if is_chunk(c)}
-    assert chunks and all(snapshots.loads(expanded(b))[:2] == ("chunk", CHUNK_FORMAT) == ("chunk", 4)
+    assert chunks and all(snapshots.loads(expanded(b))[:2] == ("chunk", CHUNK_FORMAT) == ("chunk", 3)
                           for b in chunks.values())
     rt = GroupRuntime(dataclasses.replace(p, delta_share=100.0), recorded["snapshot"])  # (any size)
     rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
     delta_header, delta_entries = read_whole_state(rt.snapshot(), "")
     deltas = {c: blob for c, blob in delta_entries.items() if DELTA_KEYS <= c < PART_KEYS}
-    assert deltas and all(snapshots.loads(expanded(b))[:2] == ("delta", DELTA_FORMAT) == ("delta", 2)
+    assert deltas and all(snapshots.loads(expanded(b))[:2] == ("delta", DELTA_FORMAT) == ("delta", 1)
                           for b in deltas.values())
     later_header = pickle.dumps(("header", 5, *snapshots.loads(header)[2:]), protocol=5)
     with pytest.raises(StateError, match="key group header snapshot of format 5"):
         GroupRuntime(p, header=later_header, chunks=dict(entries))
     d, delta = next(iter(deltas.items()))
-    later_delta = compressed(pickle.dumps(("delta", 3, *snapshots.loads(expanded(delta))[2:]), protocol=5))
+    later_delta = compressed(pickle.dumps(("delta", 2, *snapshots.loads(expanded(delta))[2:]), protocol=5))
     rt = GroupRuntime(p, header=delta_header, chunks={**delta_entries, d: later_delta})
-    with pytest.raises(StateError, match="state chunk delta snapshot of format 3"):
+    with pytest.raises(StateError, match="state chunk delta snapshot of format 2"):
         rt.run_batch(group_input(recorded["batches"][1], tuple(p.streams), True))
     c, blob = next(iter(chunks.items()))
-    later_chunk = compressed(pickle.dumps(("chunk", 5, *snapshots.loads(expanded(blob))[2:]), protocol=5))
+    later_chunk = compressed(pickle.dumps(("chunk", 4, *snapshots.loads(expanded(blob))[2:]), protocol=5))
     rt = GroupRuntime(p, header=header, chunks={**entries, c: later_chunk})
-    with pytest.raises(StateError, match="state chunk snapshot of format 5"):
+    with pytest.raises(StateError, match="state chunk snapshot of format 4"):
         rt.run_batch(group_input(recorded["batches"][1], tuple(p.streams), True))
-
-
-def test_chunks_of_format_3_and_deltas_of_format_1_read_as_today_without_a_base_id():
-    """A chunk stored before its base id (format 3) and a delta before its base's (format 1) restore
-    to the state today's formats hold: the next batches give the same results."""
-    from ctiflow.jobs.state.codec import compressed, expanded
-    from ctiflow.jobs.state.header import read_whole_state
-    from ctiflow.jobs.state.parts import DELTA_KEYS, PART_KEYS, is_chunk
-    from ctiflow.operators import snapshots
-
-    with gzip.open(RECORDED / "main-2026-11-28.pkl.gz") as f:
-        recorded = pickle.load(f)["one-stream-match"]
-    p = dataclasses.replace(plan_job(parse(recorded["spec"], recorded["spec"]["job"])), delta_share=100.0)
-    rt = GroupRuntime(p, recorded["snapshot"])
-    rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
-    header, entries = read_whole_state(rt.snapshot(), "")
-
-    def earlier(blob: bytes, kind: str, version: int) -> bytes:
-        got = snapshots.loads(expanded(blob))
-        if got[0] != kind:  # (a chunk the batch did not touch: still as recorded)
-            return blob
-        return compressed(pickle.dumps((kind, version, *got[2:-1]), protocol=5))
-
-    old = {c: earlier(b, "chunk", 3) if is_chunk(c) else earlier(b, "delta", 1) if DELTA_KEYS <= c < PART_KEYS
-           else b for c, b in entries.items()}
-    assert old != entries and any(DELTA_KEYS <= c < PART_KEYS for c in old)
-    results = []
-    for chunks in (entries, old):
-        rt = GroupRuntime(p, header=header, chunks=dict(chunks))
-        results.append([(t, o.record) for b in recorded["batches"][1:]
-                        for t, o, _ in rt.run_batch(group_input(b, tuple(p.streams), b is recorded["batches"][-1])).outputs])
-    assert results[0] and results[0] == results[1]

@@ -90,8 +90,6 @@ TABLE: tuple[Counter, ...] = (
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written "
             "back"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
-    Counter("chunks_patched", C, "of those, taken from the worker's cache of an earlier state version and "
-            "brought current with their delta alone"),
     Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
             "written whole)"),
     Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",),
@@ -228,7 +226,6 @@ class Counters:
     state_written: int = 0
     chunks_loaded: int = 0
     chunks_cached: int = 0
-    chunks_patched: int = 0
     chunk_deltas: int = 0
     state_us: int = 0
     python_us: int = 0

@@ -21,7 +21,7 @@ from ctiflow.jobs.core import rows
 from ctiflow.jobs.core.broadcast import SharedStates
 from ctiflow.jobs.core.counters import Counters
 from ctiflow.jobs.core.plan import OperatorSpec, Plan
-from ctiflow.jobs.state.chunks import STATE_FIX, KeyedState, restoring
+from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
 from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.header import GroupHeader, read_whole_state, whole_state
 from ctiflow.jobs.state.parts import StoredParts
@@ -228,12 +228,12 @@ class GroupRuntime:
     needs them.
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
-    ``warm``, ``stale``: the worker's decoded chunks of this state version and of an ancestor
-    (:class:`ctiflow.jobs.state.warm.WarmChunks`, :class:`~ctiflow.jobs.state.chunks.KeyedState`).
+    ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
+    :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (``keyed.still_warm()`` after :meth:`commit`).
     ``batched``: see :class:`Router`."""
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
-                 warm: dict | None = None, stale: dict | None = None, batched=False, reports_shared=True):
+                 warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True):
         if plan.reference is None and len(plan.streams) != 1:
             raise ValueError("several input streams need a reference join (ctiflow.jobs.driver.config "
                              "refuses it)")
@@ -271,7 +271,7 @@ class GroupRuntime:
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm,
                                 index=h.keyed, prepare=self.shared.prepare if self.shared else None,
-                                delta_share=plan.delta_share, stale=stale)
+                                delta_share=plan.delta_share)
         with restoring("the key group's time layer"):
             self.layer, self.parts = time_layer(plan, self.chunks, h.layer)
         if plan.reference is None:

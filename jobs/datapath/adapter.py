@@ -151,8 +151,7 @@ class OperatorProcessor(StatefulProcessor):
         started = time.perf_counter()
         header = expanded(header)
         expanding = time.perf_counter() - started
-        warm, stale = WARM.take(stored)
-        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=warm, stale=stale,
+        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=WARM.take(stored),
                                batched=True)
         runtime.counters.state_us += int(expanding * 1e6)
         return stored, runtime
@@ -170,7 +169,7 @@ class OperatorProcessor(StatefulProcessor):
         counters.state_written += len(header) - len(raw)
         counters.state_bytes += len(header) - len(raw)
         warm = runtime.keyed.still_warm()
-        self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks, stored))
+        self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
 
     def _encode(self, out: list, dead: list, counters: Counters,
                 started: float | None = None) -> Iterator[pd.DataFrame]:

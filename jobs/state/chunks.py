@@ -1,41 +1,32 @@
 """The operators' keyed state of one key group, in chunks of about ``state.chunk_keys`` keys.
 
-Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict
-elsewhere): the operators' own snapshots pickled together and zstd-compressed
-(:mod:`ctiflow.jobs.state.codec`; chunks stored uncompressed by earlier versions read as they
-are), as ``("chunk", CHUNK_FORMAT, cti, snapshots, last seen, keys, keys per operator, tallies per
-operator, base id)`` (earlier formats: :func:`ctiflow.jobs.state.compat.chunk_fields`) — its
-*base*; the base id is 8 random bytes drawn when the base is written. When its operators track the
-keys they change (:meth:`ctiflow.operators.operator.Operator.changed_keys`), a micro-batch that
-touched a chunk writes only the state of the keys changed since its base, to a second entry
+Each non-empty chunk is one entry of the group's state (a ``MapState`` in Spark; a dict elsewhere):
+the operators' own snapshots pickled together and zstd-compressed (:mod:`ctiflow.jobs.state.codec`;
+chunks stored uncompressed by earlier versions read as they are), as ``("chunk", CHUNK_FORMAT, cti,
+snapshots, last seen, keys, keys per operator, tallies per operator)`` (earlier formats:
+:func:`ctiflow.jobs.state.compat.chunk_fields`) — its *base*. When its operators track the keys
+they change (:meth:`ctiflow.operators.operator.Operator.changed_keys`), a micro-batch that touched
+a chunk writes only the state of the keys changed since its base, to a second entry
 (:data:`~ctiflow.jobs.state.parts.DELTA_KEYS` + its number): ``("delta", DELTA_FORMAT, cti, keys
 changed per operator, snapshots of those keys, last seen of the keys whose clock changed, keys,
-keys per operator, tallies per operator, its base's id)``; once the delta would pass
-``state.delta_share`` of the base's bytes (times a factor in [0.5, 1.5) per chunk and base, so
-that chunks whose deltas grow alike are not all compacted in one batch), the chunk is written
-whole again and its delta removed (compaction). Both entries commit with the micro-batch's state
-version, so a replayed batch reads the pair it wrote or the pair before it, never a mix. Chunks
-are addressed by linear hashing of the key (:meth:`KeyedState.address`): when the group's keys
-outgrow its chunks, the chunks with new descendants are split (``partition`` of each operator), so
-a chunk never holds many more keys than that, however many keys are live. A micro-batch decodes
-and re-encodes only the chunks it has events for, whose due CTI it reaches, or all of them at the
-final CTI: untouched keys stay bytes, so the work per batch follows the touched chunks, not the
-live keys (README, "State"); with sparse keys a batch with more events than the group has chunks
-touches nearly every chunk, and the deltas keep what it writes to the keys it changed
-(docs/performance.md#latency).
-
-**Patching a stale chunk.** A chunk this worker committed at an earlier state version that is
-an ancestor of the one being read (:class:`ctiflow.jobs.state.warm.WarmChunks` proves it: another
-worker ran the group since) is brought current by absorbing the chunk's delta alone, when that
-delta's base id is the one the cached chunk was built on: the delta holds every key changed since
-that base, and the cached chunk's other keys are the base's, so the result is base + delta. Any
-other case (another base, no delta) reads the chunk as it is stored.
+keys per operator, tallies per operator)``; once the delta would pass ``state.delta_share`` of the
+base's bytes (times a factor in [0.5, 1.5) per chunk and base, so that chunks whose deltas grow
+alike are not all compacted in one batch), the chunk is written whole again and its delta removed
+(compaction). Both
+entries commit with the micro-batch's state version, so a replayed batch reads the pair it wrote
+or the pair before it, never a mix. Chunks are addressed by linear hashing of the key
+(:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
+descendants are split (``partition`` of each operator), so a chunk never holds many more keys than
+that, however many keys are live. A micro-batch decodes and re-encodes only the chunks it has events
+for, whose due CTI it reaches, or all of them at the final CTI: untouched keys stay bytes, so the
+work per batch follows the touched chunks, not the live keys (README, "State"); with sparse keys a
+batch with more events than the group has chunks touches nearly every chunk, and the deltas keep
+what it writes to the keys it changed (docs/performance.md#latency).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 import time
 import zlib
@@ -54,8 +45,8 @@ from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 _FIRST = itemgetter(0)
 #: A stored chunk's format and its delta's (the module docstring)
-CHUNK_FORMAT = 4
-DELTA_FORMAT = 2
+CHUNK_FORMAT = 3
+DELTA_FORMAT = 1
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
@@ -90,14 +81,12 @@ class Chunk:
     keeps the totals; the operators' part is ``()`` for a chunk not stored yet). ``base``: its
     base's ``(bytes, per operator bytes)``; ``since``: per operator, the keys changed since the
     base, or None when the next commit writes it whole (no base, an operator without deltas, a
-    split); ``seen_since``: keys whose ``last_seen`` changed since the base; ``base_id``: the
-    stored base's id (None: not stored yet, or a base of format 3)."""
+    split); ``seen_since``: keys whose ``last_seen`` changed since the base."""
 
-    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "since", "seen_since", "base_id")
+    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "since", "seen_since")
 
     def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ()),
-                 base: tuple = (0, ()), since: list[set] | None = None, seen_since: set | None = None,
-                 base_id: bytes | None = None):
+                 base: tuple = (0, ()), since: list[set] | None = None, seen_since: set | None = None):
         self.ops = ops
         self.last_seen = last_seen
         self.cti = cti
@@ -105,7 +94,6 @@ class Chunk:
         self.base = base
         self.since = since
         self.seen_since = set() if seen_since is None else seen_since
-        self.base_id = base_id
 
     def due(self, ttl: int | None) -> int:
         """The smallest CTI that would change it (``next_due`` of its operators, the key TTL)."""
@@ -125,17 +113,14 @@ class KeyedState:
     """The chunks of one key group (module docstring). ``specs``: the operators (each with
     ``build(data=None)``); ``store``: the group's state entries; ``warm``: decoded chunks known to
     equal their bytes in ``store`` (the worker's cache, :class:`ctiflow.jobs.state.warm.WarmChunks`), used
-    instead of a read and taken over; ``stale``: decoded chunks of an earlier state version that
-    is an ancestor of this one (patched with their delta when it is on their base, module
-    docstring); ``index``: what the header kept (:meth:`index`), None for
+    instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
     a new group; ``counters``: the call's :class:`ctiflow.jobs.core.counters.Counters`;
     ``delta_share``: a chunk is written whole once its delta would pass this share of its base's
     bytes (0: always whole)."""
 
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int,
                  chunk_keys: int, ttl: int | None, grows: bool, warm: dict | None = None,
-                 index: tuple | None = None, prepare=None, delta_share: float = 0.0,
-                 stale: dict | None = None) -> None:
+                 index: tuple | None = None, prepare=None, delta_share: float = 0.0) -> None:
         self.specs = specs
         #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared
         #: states: :mod:`ctiflow.jobs.core.broadcast`)
@@ -145,7 +130,6 @@ class KeyedState:
         self.key_groups, self.chunk_keys, self.ttl, self.grows = key_groups, chunk_keys, ttl, grows
         self.delta_share = delta_share
         self.warm: dict[int, Chunk] = {} if warm is None else warm
-        self.stale: dict[int, Chunk] = {} if stale is None else stale
         self.loaded: dict[int, Chunk] = {}
         if index is None:
             self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
@@ -195,19 +179,10 @@ class KeyedState:
             self.counters.chunks_cached += 1
             return got
         started = time.perf_counter()
-        stale = self.stale.pop(c, None)
-        delta = None
         if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
-            if stale is not None and stale.base_id is not None and c in self.deltas:
-                delta = self._delta(c)
-                if delta[-1] == stale.base_id:
-                    got = self._absorbed(stale, delta)
-                    self.counters.chunks_patched += 1
-            if got is None:
-                blob = self.store.get(c)
-        if got is None:
-            got = (Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None
-                   else self._decoded(c, blob, delta))
+            blob = self.store.get(c)
+        got = (Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None
+               else self._decoded(c, blob))
         self._prepare(got.ops)
         self.loaded[c] = got
         self.counters.chunks_loaded += 1
@@ -219,57 +194,41 @@ class KeyedState:
             for i, op in enumerate(ops):
                 self.prepare(i, op)
 
-    def _decoded(self, c: int, blob: bytes, delta: tuple | None = None) -> Chunk:
-        """Chunk ``c`` from its base ``blob`` and its delta, if it has one (``delta``: read already)."""
+    def _decoded(self, c: int, blob: bytes) -> Chunk:
+        """Chunk ``c`` from its base ``blob`` and its delta, if it has one."""
         with restoring(f"state chunk {c}"):
             got = snapshots.loads(expanded(blob))
-            if got[0] == "chunk" and got[1] == CHUNK_FORMAT:
-                _, _, cti, blobs, last_seen, keys, op_keys, tallies, base_id = got
+            if got[0] == "chunk":
+                snapshots.check_format("state chunk", got[1], CHUNK_FORMAT)
+                _, _, cti, blobs, last_seen, keys, op_keys, tallies = got
             else:
-                cti, blobs, last_seen, keys, op_keys, tallies, base_id = compat.chunk_fields(got,
-                                                                                             CHUNK_FORMAT)
+                cti, blobs, last_seen, keys, op_keys, tallies = compat.chunk_fields(got)
         ops = []
         for spec, op_blob in zip(self.specs, blobs):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                 ops.append(compat.restored(spec.build, op_blob))
-        chunk = Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(map(len, blobs), op_keys, tallies))),
-                      (len(blob), tuple(map(len, blobs))), base_id=base_id)
+        base = (len(blob), tuple(map(len, blobs)))
         if c not in self.deltas:
-            chunk.since = [set() for _ in ops] if self._tracks(ops) else None
-            return chunk
-        return self._absorbed(chunk, self._delta(c) if delta is None else delta)
-
-    def _delta(self, c: int) -> tuple:
-        """Chunk ``c``'s delta as ``(cti, since, snapshots, seen, keys, keys per operator, tallies,
-        stored bytes, base id)``."""
-        stored = self.store.get(DELTA_KEYS + c)
-        if stored is None:
+            return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(base[1], op_keys, tallies))), base,
+                         [set() for _ in ops] if self._tracks(ops) else None)
+        delta = self.store.get(DELTA_KEYS + c)
+        if delta is None:
             raise StateError(f"state chunk {c}: its delta is missing from the state store; {STATE_FIX}")
         with restoring(f"the delta of state chunk {c}"):
-            got = snapshots.loads(expanded(stored))
-            if got[1] == DELTA_FORMAT:
-                return (*got[2:-1], len(stored), got[-1])
-            return (*compat.delta_fields(got, DELTA_FORMAT), len(stored), None)
-
-    def _absorbed(self, chunk: Chunk, delta: tuple) -> Chunk:
-        """``chunk`` (its base, or a cached chunk of an earlier version on the same base) with
-        ``delta`` (:meth:`_delta`) taken over: the state its base and delta store."""
-        cti, since, blobs, seen, keys, op_keys, tallies, size, _ = delta
+            kind, version, cti, since, blobs, seen, keys, op_keys, tallies = snapshots.loads(expanded(delta))
+            snapshots.check_format("state chunk delta", version, DELTA_FORMAT)
         since = [set(s) for s in since]
-        for spec, op, part, changed in zip(self.specs, chunk.ops, blobs, since):
+        for spec, op, part, changed in zip(self.specs, ops, blobs, since):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
                 op.absorb(spec.build(part), changed)
-        last_seen = chunk.last_seen
         for key, t in seen.items():
             if t is None:
                 last_seen.pop(key, None)
             else:
                 last_seen[key] = t
-        base_bytes, base_ops = chunk.base
-        chunk.cti, chunk.since, chunk.seen_since = cti, since, set(seen)
-        chunk.stored = (base_bytes + size, keys,
-                        tuple(zip((b + len(d) for b, d in zip(base_ops, blobs)), op_keys, tallies)))
-        return chunk
+        return Chunk(ops, last_seen, cti, (len(blob) + len(delta), keys,
+                                           tuple(zip((b + len(d) for b, d in zip(base[1], blobs)), op_keys,
+                                                     tallies))), base, since, set(seen))
 
     @staticmethod
     def _tracks(ops: list) -> bool:
@@ -376,7 +335,7 @@ class KeyedState:
                 self._drop_delta(c)
                 self.due.pop(c, None)
                 size, ops = 0, ()
-                chunk.base, chunk.since, chunk.seen_since, chunk.base_id = (0, ()), None, set(), None
+                chunk.base, chunk.since, chunk.seen_since = (0, ()), None, set()
             else:
                 size, ops = self._write(c, chunk, changes, sets_of, keys)
                 due = chunk.due(self.ttl)
@@ -410,8 +369,7 @@ class KeyedState:
                 snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, since)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, [sorted(s) for s in since],
-                                                snaps, seen, keys, op_keys, tallies, chunk.base_id),
-                                               protocol=5))
+                                                snaps, seen, keys, op_keys, tallies), protocol=5))
             if blob is not None and len(blob) <= self.delta_share * base_bytes * _spread(c, base_bytes):
                 self.store[DELTA_KEYS + c] = blob
                 self.deltas[c] = len(blob)
@@ -421,9 +379,8 @@ class KeyedState:
                 return base_bytes + len(blob), tuple((b + len(d), k, t) for b, d, k, t in
                                                      zip(base_ops, snaps, op_keys, tallies))
         snaps = [op.snapshot() for op in chunk.ops]
-        chunk.base_id = os.urandom(8)
         blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
-                                        keys, op_keys, tallies, chunk.base_id), protocol=5))
+                                        keys, op_keys, tallies), protocol=5))
         self.store[c] = blob
         self._drop_delta(c)
         self.counters.state_written += len(blob)

@@ -27,8 +27,6 @@ group header, 3           ``("header", 3, …)`` as format 4, the chunks' index 
                           (until 2026-11-29)
 state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
                           no number in the bytes
-state chunk, 3            ``("chunk", 3, …)`` as format 4 without its base id (until 2026-11-30)
-state chunk delta, 1      ``("delta", 1, …)`` as format 2 without its base's id (until 2026-11-30)
 ========================  ==================================================================
 
 An operator or shared state reads its current format only, and raises
@@ -189,24 +187,10 @@ def header_fields(got: tuple, with_shared: bool) -> tuple:
     return layer, join, enriched, ended, clocks, ops_cti, index, operators, shared
 
 
-def chunk_fields(got: tuple, current: int) -> tuple:
-    """A state chunk of format 1–3 (the table above) as ``(cti, snapshots, last seen, keys, keys
-    per operator, tallies per operator, base id)``: no base id (its chunk is not patched until it is
-    written whole again). ``current``: the format this ctiflow writes (a later one is refused)."""
-    if got[0] == "chunk":
-        if got[1] != 3:
-            snapshots.check_format("state chunk", got[1], current)
-        return (*got[2:], None)
+def chunk_fields(got: tuple) -> tuple:
+    """A state chunk of format 1–2 (the table above) as ``(cti, snapshots, last seen, keys, keys
+    per operator, tallies per operator)``."""
     cti, blobs, last_seen, keys, *per_operator = got
     op_keys = per_operator[0] if per_operator else [0] * len(blobs)
     tallies = per_operator[1] if len(per_operator) > 1 else [{} for _ in blobs]
-    return cti, blobs, last_seen, keys, op_keys, tallies, None
-
-
-def delta_fields(got: tuple, current: int) -> tuple:
-    """A chunk delta of format 1 (the table above) as ``(cti, keys changed per operator, snapshots,
-    last seen, keys, keys per operator, tallies per operator)``; ``current`` as in
-    :func:`chunk_fields`."""
-    if got[1] != 1:
-        snapshots.check_format("state chunk delta", got[1], current)
-    return got[2:]
+    return cti, blobs, last_seen, keys, op_keys, tallies
