@@ -333,8 +333,8 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
                       timeout: float = 10.0, seen: dict | None = None) -> dict[int, int]:
     """Each partition's first offset whose record's time is ≥ ``ms`` (its end offset when none is):
     Kafka's ListOffsets by timestamp, checked against the records on each side of its answer, and
-    searched for over the records where the check fails — the partitions together, one fetch a step
-    for all of them: interpolation between the times seen (the first step between the partition's
+    searched for over the records where the check fails — one fetch a step and partition
+    (:func:`first_records_at`): interpolation between the times seen (the first step between the partition's
     first and last records; a bisection after two steps in a row that do not halve the range), then the last
     :data:`SCAN_RECORDS` read whole.
 
@@ -345,13 +345,13 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
     answer approximate, as Kafka's own is: callers start earlier by their disorder bound.
     ``seen``: the records looked at — ``(partition, offset)`` → the first record at or after it, as
     :func:`first_records_at` gives it —, shared by the calls for one topic (a later search starts
-    between the records an earlier one saw; a fetch costs tansu 0.2–0.5 s far from a partition's end)."""
+    between the records an earlier one saw: each fetch is a round trip)."""
     wanted = sorted(set(partitions))
     seen = {} if seen is None else seen
     answers = {tp.partition: tp.offset for tp in
                cons.offsets_for_times([TopicPartition(topic, p, ms) for p in wanted], timeout=timeout)}
     lows = {p: low_offset(cons, topic, p, timeout) for p in wanted}
-    ends = {p: true_end_offset(cons, topic, p, lows[p], timeout) for p in wanted}
+    ends = true_end_offsets(cons, topic, lows, timeout)
 
     def look(offsets: Mapping[int, int]) -> dict:
         missing = {p: o for p, o in offsets.items() if (p, o) not in seen}
@@ -400,7 +400,7 @@ def offsets_for_times(cons: Consumer, topic: str, partitions: Iterable[int], ms:
 
 
 #: :func:`offsets_for_times` reads a range this short whole rather than narrowing it further (one
-#: fetch: a fetch at an offset costs tansu time growing with the records after it).
+#: fetch).
 SCAN_RECORDS = 4096
 
 
@@ -422,40 +422,35 @@ def first_records_at(cons: Consumer, topic: str, offsets: Mapping[int, int], end
                      timeout: float = 10.0) -> dict[int, tuple[int, bytes | None, int] | None]:
     """Per partition, ``(offset, value, timestamp)`` of the first record of ``topic[partition]`` at or
     after ``offsets[partition]`` and before ``ends[partition]`` (None: none; an offset a compaction or a
-    transaction marker left empty is skipped as Kafka skips it) — all partitions in one assignment."""
-    found: dict[int, tuple[int, bytes | None, int] | None] = {p: None for p, o in offsets.items()
-                                                              if o >= ends[p]}
-    todo = {p: o for p, o in offsets.items() if o < ends[p]}
-    if not todo:
-        return found
-    cons.assign([TopicPartition(topic, p, o) for p, o in todo.items()])
-    try:
-        deadline = time.monotonic() + timeout
-        while todo:
-            if time.monotonic() > deadline:
-                raise StackError(f"{topic}{sorted(todo)}: no record at offsets {todo} within "
-                                 f"{timeout:.0f} s; is the broker up?")
-            for msg in cons.consume(num_messages=len(todo), timeout=POLL):
-                p = msg.partition()
-                if p not in todo:
-                    continue
-                if msg.error() is None:
-                    inside = msg.offset() < ends[p]
-                    found[p] = (msg.offset(), msg.value(), msg.timestamp()[1]) if inside else None
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    found[p] = None
-                else:
-                    raise KafkaException(msg.error())
-                del todo[p]
-    finally:
-        cons.unassign()
-    return found
+    transaction marker left empty is skipped as Kafka skips it). One partition at a time: on tansu a
+    fetch assigned several partitions far from their ends costs many times what fetching them one by
+    one does (three partitions of 167k records: 0.1–1.6 s at once, 0.01–0.07 s one by one, measured
+    2026-11-30, docs/changelog.md); on Kafka each is a round trip of a few milliseconds."""
+    return {p: first_record_at(cons, topic, p, o, ends[p], timeout) for p, o in offsets.items()}
 
 
 def first_record_at(cons: Consumer, topic: str, partition: int, offset: int, end: int,
                     timeout: float = 10.0) -> tuple[int, bytes | None, int] | None:
     """:func:`first_records_at` for one partition."""
-    return first_records_at(cons, topic, {partition: offset}, {partition: end}, timeout)[partition]
+    if offset >= end:
+        return None
+    cons.assign([TopicPartition(topic, partition, offset)])
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise StackError(f"{topic}[{partition}]: no record at offset {offset} within {timeout:.0f} s; "
+                                 "is the broker up?")
+            for msg in cons.consume(num_messages=1, timeout=POLL):
+                if msg.partition() != partition:
+                    continue
+                if msg.error() is None:
+                    return (msg.offset(), msg.value(), msg.timestamp()[1]) if msg.offset() < end else None
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return None
+                raise KafkaException(msg.error())
+    finally:
+        cons.unassign()
 
 
 @dataclass(frozen=True)
