@@ -439,8 +439,8 @@ def first_record_at(cons: Consumer, topic: str, partition: int, offset: int, end
         deadline = time.monotonic() + timeout
         while True:
             if time.monotonic() > deadline:
-                raise StackError(f"{topic}[{partition}]: no record at offset {offset} within {timeout:.0f} s; "
-                                 "is the broker up?")
+                raise StackError(f"{topic}[{partition}]: no record at offset {offset} within "
+                                 f"{timeout:.0f} s; is the broker up?")
             for msg in cons.consume(num_messages=1, timeout=POLL):
                 if msg.partition() != partition:
                     continue
