@@ -7,8 +7,9 @@ both):
 
 * **rules test** — :func:`ctiflow.jobs.driver.rule_trial.try_rule` of the candidate over the range
   (``--against none``): finding the range's offsets in the long topic, the bounded run, reading
-  its results back, removing its topics;
-* **the job over the range** — ``ctiflow run --until-end`` of a job whose topic holds only the
+  its results back, removing its topics, and what ``ctiflow rules test`` prints (matches per key and hour);
+* **the job over the range** — ``ctiflow run --until-end`` of a job (its match operator writes
+  matches and timed-out runs, as the trial's does) whose topic holds only the
   events the trial reads (from the CTI delay before the range to its end plus the rule's ``within``
   and two delays: the runs it started drain), with the same rule put at the range's start and
   deleted at its end.
@@ -50,7 +51,7 @@ def job_spec(name: str, topic: str, rules: str, bootstrap: str, home: str) -> di
             "sources": [{"name": "transactions", "topic": topic, "schema": "transaction", "key_field": "account",
                          "time_field": "event_time", "partitions": 3, "cti": {"delay": DELAY}}],
             "operators": [{"kind": "match", "name": "fraud", "output": f"{name}-matches",
-                           "rules": {"topic": rules, "language": "pattern"}}],
+                           "timed_out": f"{name}-timed-out", "rules": {"topic": rules, "language": "pattern"}}],
             "spark": {"checkpoint": f"{home}/ck-{name}", "key_groups": 4}}
 
 
@@ -119,6 +120,7 @@ def _one_size(bootstrap: str, spark, home: str, events_n: int) -> dict:
     def trial(tag: str) -> tuple[float, int]:
         began = time.perf_counter()
         got = try_rule(job, RULE, start=start, end=end, rule_id="r", against="none", spark=spark)
+        got.per_key(5), got.per_period()  # what `ctiflow rules test` prints beside the counts
         return time.perf_counter() - began, len(got.matches)
 
     def whole(tag: str) -> tuple[float, int]:

@@ -73,7 +73,19 @@ LIBRDKAFKA_LOG = logging.getLogger("ctiflow.librdkafka")
 
 
 def admin(bootstrap: str, client: dict[str, str] | None = None) -> AdminClient:
-    return AdminClient(base_config(bootstrap, client), logger=LIBRDKAFKA_LOG)
+    """The process's admin client for these settings, made once and kept: a new one connects
+    before its first answer (≈ 50 ms to the embedded broker, against well under 1 ms for a metadata
+    request on a connected one), and librdkafka reconnects a kept one after a broker restart.
+    Keyed by process too: a librdkafka client does not survive a fork."""
+    conf = base_config(bootstrap, client)
+    key = (os.getpid(), tuple(sorted(conf.items())))
+    kept = _ADMINS.get(key)
+    if kept is None:
+        kept = _ADMINS[key] = AdminClient(conf, logger=LIBRDKAFKA_LOG)
+    return kept
+
+
+_ADMINS: dict[tuple, AdminClient] = {}
 
 
 def producer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Producer:
@@ -173,16 +185,23 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
 #: ``fetch.queue.backoff.ms``: a broker may answer one fetch with more than librdkafka's local
 #: queue holds (tansu: ≈ 150k records, 12 MB); librdkafka then waits this long before fetching
 #: again — 1,000 ms by default, a stall after every such fetch (reading 1M records: 4.3 µs a
-#: message of wall time for 0.9 µs of CPU; with 10 ms: 0.84 µs). Larger queues or fetch sizes
-#: changed nothing measurable.
+#: message of wall time for 0.9 µs of CPU; with 10 ms: 0.84 µs). Larger queues changed nothing
+#: measurable. ``fetch.max.bytes``: what a partition's fetch returns at most on a Kafka broker
+#: (``max.partition.fetch.bytes``, 1 MiB), which tansu ignores: with librdkafka's 50 MB it
+#: answered a fetch with every record after the offset, so the first fetch far from a partition's
+#: end cost 65–80 ms instead of 10–25 (docs/changelog.md, "The range's first fetch").
 CONSUMER_DEFAULTS = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
-                     "fetch.queue.backoff.ms": 10}
+                     "fetch.queue.backoff.ms": 10, "fetch.max.bytes": 1 << 20}
 
 
 def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:
-    """A consumer with :data:`CONSUMER_DEFAULTS`; ``client`` (``kafka.client``) overrides them."""
+    """A consumer with :data:`CONSUMER_DEFAULTS`; ``client`` (``kafka.client``) overrides them
+    (a ``message.max.bytes`` above the default ``fetch.max.bytes`` raises that to it, as
+    librdkafka requires)."""
     conf = {**CONSUMER_DEFAULTS, **base_config(bootstrap, client), **extra}
+    if "fetch.max.bytes" not in {**(client or {}), **extra}:
+        conf["fetch.max.bytes"] = max(int(conf["fetch.max.bytes"]), int(conf.get("message.max.bytes", 0)))
     return Consumer(conf, logger=LIBRDKAFKA_LOG)
 
 
@@ -592,24 +611,44 @@ def iter_topic(bootstrap: str, topic: str, client: dict | None = None, max_recor
     dicts (any ctiflow schema, either framing) one range at a time (a large topic is never held
     in memory); an undecodable record comes back as ``{"_undecodable": reason, "_bytes": hex}``.
     Used by ``ctiflow consume``. The consumer is closed when the iteration ends or is abandoned."""
+    decode = topic_decoder(bootstrap, topic, client, registry_url, registry_config, store)
+    return map(decode, iter_values(bootstrap, topic, client, max_records))
+
+
+def topic_decoder(bootstrap: str, topic: str, client: dict | None = None, registry_url: str | None = None,
+                  registry_config: dict[str, str] | None = None,
+                  store: SchemaStore | None = None) -> Callable[[bytes | None], dict]:
+    """A record value of ``topic`` → dict (any ctiflow schema, either framing); one that does not
+    decode → ``{"_undecodable": reason, "_bytes": hex}`` (shown, not hidden)."""
     decode = AvroDeserializer(None, store=store,
                               registry=(registry_client(registry_url, registry_config) if registry_url
                                         else None),
                               subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
+
+    def decoded(value: bytes | None) -> dict:
+        try:
+            return decode(value)
+        except Exception as exc:  # noqa: BLE001 - shown, not hidden
+            return {"_undecodable": str(exc), "_bytes": (value or b"")[:64].hex()}
+
+    return decoded
+
+
+def iter_values(bootstrap: str, topic: str, client: dict | None = None,
+                max_records: int | None = None) -> Iterator[bytes | None]:
+    """A topic's record values as they are now, partition by partition from the beginning, one
+    range at a time; the consumer is closed when the iteration ends or is abandoned."""
     n = 0
     cons = consumer(bootstrap, client)
     try:
         for part in topic_partitions(bootstrap, topic, client):
             end = true_end_offset(cons, topic, part, 0)
             # closed before the consumer: a range left early unassigns its partition first
-            with closing(read_range(cons, topic, part, low_offset(cons, topic, part), end)) as ranges:
+            low = low_offset(cons, topic, part)
+            with closing(read_range(cons, topic, part, low, end, raw=True)) as ranges:
                 for msgs in ranges:
                     for m in msgs:
-                        try:
-                            rec = decode(m.value)
-                        except Exception as exc:  # noqa: BLE001 - shown, not hidden
-                            rec = {"_undecodable": str(exc), "_bytes": (m.value or b"")[:64].hex()}
-                        yield rec
+                        yield m.value()
                         n += 1
                         if max_records and n >= max_records:
                             return
@@ -626,10 +665,7 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
     that does not decode comes back as ``{"_undecodable": reason, "_bytes": hex}`` (as from
     :func:`iter_topic`); an error the consumer reports is a StackError. The consumer is closed
     when the iteration ends, fails or is interrupted. Used by ``ctiflow consume --follow``."""
-    decode = AvroDeserializer(None, store=store,
-                              registry=(registry_client(registry_url, registry_config) if registry_url
-                                        else None),
-                              subject=f"{topic}-value", lookup=SchemaTopic(bootstrap, client))
+    decode = topic_decoder(bootstrap, topic, client, registry_url, registry_config, store)
     parts = topic_partitions(bootstrap, topic, client)
     cons = consumer(bootstrap, client)
     try:
@@ -642,11 +678,7 @@ def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from
                 continue
             if msg.error():
                 raise StackError(f"{topic}[{msg.partition()}]: {msg.error().str()}")
-            try:
-                record = decode(msg.value())
-            except Exception as exc:  # noqa: BLE001 - shown, not hidden
-                record = {"_undecodable": str(exc), "_bytes": (msg.value() or b"")[:64].hex()}
-            yield record
+            yield decode(msg.value())
             n += 1
     finally:
         cons.close()

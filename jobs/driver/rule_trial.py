@@ -24,7 +24,7 @@ import json
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -37,6 +37,29 @@ from ctiflow.operators.errors import ConfigError
 #: What a record says of its rule and operator rather than of what it matched (left out when the
 #: candidate's records are compared with the version in effect's).
 RULE_FIELDS = ("pattern", "match_id", "rule_id", "rule_version", "rule_effective_time")
+
+
+class Decoded(Sequence):
+    """Records read from a topic, kept as their bytes and decoded to dicts (``decode``) when first
+    looked at: a rule's timed-out runs can be tens of thousands, and ``rules test`` shows only how
+    many unless it writes them (``--out``); decoding them took most of the time reading the results
+    back (docs/changelog.md, "The range's first fetch")."""
+
+    def __init__(self, values: list[bytes | None], decode: Callable[[bytes | None], dict]) -> None:
+        self._values, self._decode = values, decode
+
+    @cached_property
+    def _records(self) -> list[dict]:
+        return [self._decode(v) for v in self._values]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, i):
+        return self._records[i]
+
+    def __iter__(self):
+        return iter(self._records)
 
 
 @dataclass
@@ -52,10 +75,10 @@ class RuleTrial:
     start: int
     end: int
     against: str | None
-    matches: list[dict]
-    timed_out: list[dict]
-    against_matches: list[dict] = field(default_factory=list)
-    against_timed_out: list[dict] = field(default_factory=list)
+    matches: Sequence[dict]
+    timed_out: Sequence[dict]
+    against_matches: Sequence[dict] = field(default_factory=list)
+    against_timed_out: Sequence[dict] = field(default_factory=list)
     events_read: int = 0
     seconds: float = 0.0
     starts: dict = field(default_factory=dict)  # topic → partition → first offset read
@@ -163,7 +186,10 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
     :func:`ctiflow.jobs.datapath.kafka.offsets_for_times`); the reference stream from its own
     ``starting_offsets`` (the join needs its earlier versions) — and the offset to stop at (for
     ``horizon + 2 × cti.delay``; a topic left out, ``horizon`` None: each partition's end). A
-    :class:`ConfigError` lists the partitions whose retention does not reach back that far."""
+    :class:`ConfigError` lists the partitions whose retention does not reach back that far.
+    Each partition is searched by a consumer of its own, several at once: a search is a few fetches
+    of one record, each a round trip."""
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import closing
 
     from ctiflow.jobs.avro.serde import AvroDeserializer, registry_client
@@ -175,32 +201,44 @@ def reading_range(job: JobConfig, start: int, horizon: int | None) -> tuple[dict
     store, lookup = job_schema_store(job), SchemaTopic(bootstrap, client)
     registry = (registry_client(job.kafka.schema_registry.url, job.kafka.schema_registry.client_config())
                 if job.kafka.schema_registry.url else None)
-    starts, ends, short = {}, {}, []
     reference = job.reference.source if job.reference is not None else None
-    # (a search fetches one record at a time: small fetches, little read ahead)
-    probe = {"group.id": "ctiflow-rules-test", "max.partition.fetch.bytes": 65536, "queued.min.messages": 10,
-             "queued.max.messages.kbytes": 1024}
-    with closing(consumer(bootstrap, client, **probe)) as cons:
-        for src in job.sources:
-            decode = AvroDeserializer(src.schema_name, store=store, registry=registry,
-                                      subject=f"{src.topic}-value", lookup=lookup)
-            time_of = _event_time(decode, src.time_field)
-            parts = topic_partitions(bootstrap, src.topic, client)
-            seen: dict = {}  # the records the searches looked at (each search starts from them)
-            if horizon is not None:
-                ends[src.topic] = offsets_for_times(cons, src.topic, parts, horizon + 2 * src.cti.delay,
-                                                    time_of, seen=seen)
+    # (a search fetches one record at a time: small fetches, little read ahead; tansu answers a fetch
+    # with up to fetch.max.bytes, which may not be below message.max.bytes)
+    probe = {"group.id": "ctiflow-rules-test", "max.partition.fetch.bytes": 65536, "fetch.max.bytes": 65536,
+             "message.max.bytes": 65536, "queued.min.messages": 10, "queued.max.messages.kbytes": 1024}
+
+    def search(src, p: int, time_of) -> tuple[int | None, int | None, tuple | None]:
+        """One partition's (end, start, (first offset, its time)); start and first None for the
+        reference stream, end None without a horizon."""
+        with closing(consumer(bootstrap, client, **probe)) as cons:
+            seen: dict = {}  # the records the searches looked at (the second starts from them)
+            end = (None if horizon is None else offsets_for_times(
+                cons, src.topic, [p], horizon + 2 * src.cti.delay, time_of, seen=seen)[p])
             if src.name == reference:
-                continue
-            wanted = start - src.cti.delay
-            starts[src.topic] = offsets_for_times(cons, src.topic, parts, wanted, time_of, seen=seen)
-            held = {}
-            for p in parts:
-                low = low_offset(cons, src.topic, p)
-                first = seen[(p, low)] if (p, low) in seen else first_record_at(
-                    cons, src.topic, p, low, true_end_offset(cons, src.topic, p, low))
-                held[p] = (low, None if first is None else time_of(first[1], first[2]))
-            short += past_retention(src.topic, held, wanted)
+                return end, None, None
+            begin = offsets_for_times(cons, src.topic, [p], start - src.cti.delay, time_of, seen=seen)[p]
+            low = low_offset(cons, src.topic, p)
+            first = seen[(p, low)] if (p, low) in seen else first_record_at(
+                cons, src.topic, p, low, true_end_offset(cons, src.topic, p, low))
+            return end, begin, (low, None if first is None else time_of(first[1], first[2]))
+
+    work = []
+    for src in job.sources:
+        decode = AvroDeserializer(src.schema_name, store=store, registry=registry,
+                                  subject=f"{src.topic}-value", lookup=lookup)
+        time_of = _event_time(decode, src.time_field)
+        work += [(src, p, time_of) for p in topic_partitions(bootstrap, src.topic, client)]
+    with ThreadPoolExecutor(max(1, min(8, len(work)))) as pool:
+        found = list(pool.map(lambda w: search(*w), work))
+    starts, ends, held = {}, {}, {}
+    for (src, p, _), (end, begin, first) in zip(work, found):
+        if end is not None:
+            ends.setdefault(src.topic, {})[p] = end
+        if begin is not None:
+            starts.setdefault(src.topic, {})[p] = begin
+            held.setdefault(src.topic, {})[p] = first
+    short = [line for src in job.sources if src.topic in held
+             for line in past_retention(src.topic, held[src.topic], start - src.cti.delay)]
     if short:
         raise ConfigError(f"--from {iso_time(start)}: the test reads each source from its cti.delay before "
                           "the range's start, and these partitions do not reach back that far", short)
@@ -272,7 +310,7 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     bounded run of its own (module docstring), compared with ``against`` (``current``, ``none``,
     ``ID@VERSION``). Everything that can be refused is refused before Spark starts, with the
     job's reason; the run's topics and checkpoint are removed whatever happens."""
-    from ctiflow.jobs.datapath.kafka import delete_topics, read_topic
+    from ctiflow.jobs.datapath.kafka import delete_topics, iter_values, topic_decoder
     from ctiflow.jobs.driver import pipeline
     from ctiflow.jobs.driver.planner import rule_compiler
     from ctiflow.jobs.driver.recognize import job_schema_store
@@ -302,9 +340,12 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
             produce_rule(cfg, o, *roles[o.name.rsplit(".", 1)[1]], idempotent=False)
         began, ran = time.monotonic(), True
         summary = pipeline.run(cfg, until_end=True, spark=spark)
-        store = job_schema_store(cfg)
-        got = {t: [_as_live(r, o.name, op.name) for r in read_topic(bootstrap, t, client, store=store)]
-               for o in cfg.operators for t in (o.output, o.timed_out)}
+        registry, store, got = cfg.kafka.schema_registry, job_schema_store(cfg), {}
+        for o in cfg.operators:
+            for t in (o.output, o.timed_out):
+                decode = topic_decoder(bootstrap, t, client, registry.url, registry.client_config(), store)
+                got[t] = Decoded(list(iter_values(bootstrap, t, client)),
+                                 lambda v, decode=decode, o=o: _as_live(decode(v), o.name, op.name))
     finally:
         delete_topics(bootstrap, [*rule_topics, *cfg.written_topics()], client)
         if ran:
