@@ -42,7 +42,7 @@ from rich.table import Table
 #: librdkafka's own defaults for the settings :func:`ctiflow.jobs.datapath.kafka.consumer` now chooses
 #: (the "before" row of the stall finding).
 LIBRDKAFKA_DEFAULTS = {"fetch.queue.backoff.ms": "1000", "queued.min.messages": "100000",
-                       "queued.max.messages.kbytes": "65536"}
+                       "queued.max.messages.kbytes": "65536", "fetch.max.bytes": "52428800"}
 PARTITIONS = 2
 #: Records the sink rows write (each round adds them to the embedded broker's memory).
 SINK_RECORDS = 300_000

@@ -310,7 +310,7 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     bounded run of its own (module docstring), compared with ``against`` (``current``, ``none``,
     ``ID@VERSION``). Everything that can be refused is refused before Spark starts, with the
     job's reason; the run's topics and checkpoint are removed whatever happens."""
-    from ctiflow.jobs.datapath.kafka import delete_topics, iter_values, topic_decoder
+    from ctiflow.jobs.datapath.kafka import delete_topics, topic_decoder, topic_values
     from ctiflow.jobs.driver import pipeline
     from ctiflow.jobs.driver.planner import rule_compiler
     from ctiflow.jobs.driver.recognize import job_schema_store
@@ -344,7 +344,7 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
         for o in cfg.operators:
             for t in (o.output, o.timed_out):
                 decode = topic_decoder(bootstrap, t, client, registry.url, registry.client_config(), store)
-                got[t] = Decoded(list(iter_values(bootstrap, t, client)),
+                got[t] = Decoded(topic_values(bootstrap, t, client),
                                  lambda v, decode=decode, o=o: _as_live(decode(v), o.name, op.name))
     finally:
         delete_topics(bootstrap, [*rule_topics, *cfg.written_topics()], client)
