@@ -92,3 +92,18 @@ def test_a_range_past_retention_names_each_partition_that_does_not_reach_back_an
     assert past_retention("tx", held, wanted) == [
         "tx[0] holds records from 2026-01-01T02:00:00.000Z on (offset 40), not from 2026-01-01T01:00:00.000Z: "
         "the earlier ones are past its retention"]
+
+
+def test_records_kept_as_bytes_are_counted_without_decoding_and_decoded_once_when_looked_at():
+    from ctiflow.jobs.driver.rule_trial import Decoded
+
+    calls = []
+
+    def decode(value: bytes) -> dict:
+        calls.append(value)
+        return {"n": int(value)}
+
+    runs = Decoded([b"1", b"2", b"3"], decode)
+    assert len(runs) == 3 and calls == []
+    assert [r["n"] for r in runs] == [1, 2, 3] and runs[1:] == [{"n": 2}, {"n": 3}]
+    assert calls == [b"1", b"2", b"3"]  # once each, however often looked at

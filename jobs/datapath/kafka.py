@@ -254,7 +254,7 @@ def create_topics(bootstrap: str, topics: dict[str, int], client: dict[str, str]
               for name, parts in topics.items() if name not in existing]
     if not wanted:
         return []
-    client_ = admin(bootstrap, client)  # keep the handle alive until the futures resolve
+    client_ = admin(bootstrap, client)
     futures = client_.create_topics(wanted, operation_timeout=10)
     created = []
     for name, fut in futures.items():
@@ -615,13 +615,12 @@ def topic_values(bootstrap: str, topic: str, client: dict | None = None,
 
     def values(part: int) -> list[bytes | None]:
         out: list[bytes | None] = []
-        with closing(consumer(bootstrap, client)) as cons:
-            low, end = low_offset(cons, topic, part), true_end_offset(cons, topic, part, 0)
-            with closing(read_range(cons, topic, part, low, end, raw=True)) as ranges:
-                for msgs in ranges:
-                    out += [m.value() for m in msgs]
-                    if max_records and len(out) >= max_records:
-                        break
+        with closing(consumer(bootstrap, client)) as cons, \
+                closing(partition_values(cons, topic, part)) as got:
+            for msgs in got:
+                out += msgs
+                if max_records and len(out) >= max_records:
+                    break
         return out
 
     parts = topic_partitions(bootstrap, topic, client)
@@ -668,18 +667,25 @@ def iter_values(bootstrap: str, topic: str, client: dict | None = None,
     cons = consumer(bootstrap, client)
     try:
         for part in topic_partitions(bootstrap, topic, client):
-            end = true_end_offset(cons, topic, part, 0)
             # closed before the consumer: a range left early unassigns its partition first
-            low = low_offset(cons, topic, part)
-            with closing(read_range(cons, topic, part, low, end, raw=True)) as ranges:
-                for msgs in ranges:
-                    for m in msgs:
-                        yield m.value()
+            with closing(partition_values(cons, topic, part)) as got:
+                for msgs in got:
+                    for value in msgs:
+                        yield value
                         n += 1
                         if max_records and n >= max_records:
                             return
     finally:
         cons.close()
+
+
+def partition_values(cons: Consumer, topic: str, part: int) -> Iterator[list[bytes | None]]:
+    """``topic[part]``'s record values as they are now, from its first offset to its true end, in
+    lists of a fetch (:func:`read_range`); the partition is unassigned when this ends or is closed."""
+    low, end = low_offset(cons, topic, part), true_end_offset(cons, topic, part, 0)
+    with closing(read_range(cons, topic, part, low, end, raw=True)) as ranges:
+        for msgs in ranges:
+            yield [m.value() for m in msgs]
 
 
 def follow_topic(bootstrap: str, topic: str, client: dict | None = None, *, from_beginning: bool = True,
@@ -728,7 +734,7 @@ def ensure_schemas_topic(bootstrap: str, client: dict[str, str] | None = None) -
     """:data:`SCHEMAS_TOPIC`, created compacted with one partition when it does not exist."""
     if SCHEMAS_TOPIC in list_topics(bootstrap, client):
         return
-    held = admin(bootstrap, client)  # held until the futures are done (else its handle is destroyed)
+    held = admin(bootstrap, client)
     futures = held.create_topics([NewTopic(SCHEMAS_TOPIC, 1, 1, config={"cleanup.policy": "compact"})])
     for future in futures.values():
         try:
