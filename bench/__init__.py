@@ -24,6 +24,7 @@ class Options:
     trigger: int | None = None
     minutes: float | None = None
     cti_delay: bool = False
+    sparse: bool = False
 
     @property
     def record(self) -> bool:
@@ -49,11 +50,13 @@ def _count(o: Options) -> None:
 
 
 def _scale(o: Options) -> None:
-    if not o.cti_delay:
+    if not (o.cti_delay or o.sparse):
         _call("state_scale", "spark_main")(o.out, per_batch=o.trigger or 200_000, record_figures=o.record)
         _call("state_scale", "main")(o.out)
-        _call("state_scale", "sparse_main")(o.out)
-    _call("state_scale", "delay_main")(o.out, record_figures=o.record)
+    if not o.cti_delay:
+        _call("state_scale", "sparse_main")(o.out, record_figures=o.record)
+    if not o.sparse:
+        _call("state_scale", "delay_main")(o.out, record_figures=o.record)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ REGISTRY: tuple[Benchmark, ...] = (
               lambda o: _call("rule_trial", "main")(o.out, events_n=o.events, record_figures=o.record)),
     Benchmark("reliability", "exactly-once under kills and malformed records",
               lambda o: _call("reliability", "main")(o.out, events=o.events or 20_000)),
-    Benchmark("scale", "keyed state as keys grow; --cti-delay: batch time against cti.delay", _scale),
+    Benchmark("scale", "keyed state as keys grow; --sparse: events spread over every key; --cti-delay: batch "
+                       "time against cti.delay", _scale),
     Benchmark("peers", "ctiflow against plain Spark jobs of the same results",
               lambda o: _call("peers", "main")(o.out, events=o.events, trigger=o.trigger, record_figures=o.record)),
     Benchmark("latency", "produce → result record at a short trigger, with Spark's floors",
@@ -97,10 +101,11 @@ LONG_BENCHES = tuple(b.name for b in REGISTRY if not b.in_all)
 
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
-                   trigger: int | None = None, minutes: float | None = None, cti_delay: bool = False) -> None:
+                   trigger: int | None = None, minutes: float | None = None, cti_delay: bool = False,
+                   sparse: bool = False) -> None:
     """Run ``which`` (a name of :data:`REGISTRY`, or ``all``)."""
     if which != "all" and which not in BENCHMARKS:
         raise SystemExit(f'Invalid benchmark "{which}". Valid choices are: all, {", ".join(BENCHMARKS)}.')
-    options = Options(out or Console(width=200), events, trigger, minutes, cti_delay)
+    options = Options(out or Console(width=200), events, trigger, minutes, cti_delay, sparse)
     for name in BENCHES if which == "all" else (which,):
         BENCHMARKS[name].run(options)

@@ -167,11 +167,12 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
 
 
 def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
-                batches: int = 6, chunk_keys: int = 2048, shares=(0.0, None)) -> list[Row]:
+                batches: int = 6, chunk_keys: int = 2048, shares=(None,), record_figures: bool = False) -> list[Row]:
     """Sparse keys: the same ``per_batch`` events a batch spread uniformly over every live key (each
-    event nearly always a key of its own, every chunk touched), for count, match and bins, with
-    chunks written whole (``state.delta_share`` 0) and as deltas (the default), in one process.
-    Baseline: each operator and share at its fewest keys."""
+    event nearly always a key of its own, every chunk touched), for count, match and bins, in one
+    process, with chunks written as deltas (``state.delta_share`` None: the default; ``shares``
+    may add 0.0, chunks written whole). Baseline: each operator and share at its fewest keys.
+    ``record_figures``: write the ``scale-sparse`` row of bench/figures.yaml."""
     from ctiflow.jobs.driver.config import StateConfig
 
     out = out or Console(width=200)
@@ -195,7 +196,25 @@ def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000)
                       f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}", f"{100 * r.state_share:.0f} %",
                       f"{r.written / 1024:,.0f} KiB", f"{r.state_bytes / 2**20:,.1f} MiB")
     out.print(table)
+    if record_figures:
+        record_sparse([r for label, r in rows if label == rows[0][0]], table)
     return [r for _, r in rows]
+
+
+def record_sparse(rows: list[Row], table: Table) -> None:
+    """The ``scale-sparse`` row of bench/figures.yaml: per operator its rate at the fewest keys and
+    its ratio at each larger size (target ≥ 0.8× at every one)."""
+    from ctiflow.bench.figures import record, rows_of, verdict
+
+    values, ratios = {}, []
+    for kind in ("count", "match", "bins"):
+        base, *more = [r for r in rows if r.operator == kind]  # (in the order of ``sizes``)
+        values[f"{kind}_rate"] = f"{base.rate / 1e3:,.1f}k"
+        for name, r in zip(("1m", "3m"), more):
+            values[f"{kind}_{name}"] = f"{r.rate / base.rate:.2f}"
+            ratios.append(r.rate / base.rate)
+    values["met"] = verdict(bool(ratios) and min(ratios) >= 0.8)
+    record("scale-sparse", values, table=rows_of(table))
 
 
 # -- the CTI delay: a batch's cost against how much the reorder buffer holds ---------------------------

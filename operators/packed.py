@@ -10,9 +10,12 @@ batch; ``docs/performance.md#latency``). Hand-written because no library keeps a
 byte strings that can hand out one row, forget it, and be re-packed with new rows cheaply; numpy
 does the column work.
 
-Invariants: ``index`` maps each key still held to its row; a key taken (:meth:`take`) or dropped
-(:meth:`drop`) leaves the index but keeps its row until the next :meth:`packed`; rows are never
-changed in place (the arrays may be read-only views of a snapshot's bytes).
+Invariants: ``index`` maps each key still held to its row, and ``alive`` is True exactly at those
+rows; a key taken (:meth:`take`) or dropped (:meth:`drop`) leaves the index but keeps its row (dead)
+until a re-pack drops it; rows are never changed in place (the arrays may be read-only views of a
+snapshot's bytes). :meth:`packed` appends new rows after the dead ones until the dead outnumber the
+held, so a call that touched a few keys of a large chunk costs those keys (and a copy of the bytes),
+not a dict and a list built anew for every key; a snapshot (:meth:`to_plain`) holds no dead rows.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ RUNS_UNKNOWN = -1
 class PackedStates:
     """Keys → (due CTI, state bytes, runs in flight or another count), in columns (module docstring)."""
 
-    __slots__ = ("_keys", "dues", "runs", "offsets", "blob", "index")
+    __slots__ = ("_keys", "dues", "runs", "offsets", "blob", "index", "alive")
 
     def __init__(self, keys: list[str] | None = None, dues: np.ndarray | None = None,
                  runs: np.ndarray | None = None, offsets: np.ndarray | None = None,
@@ -39,6 +42,8 @@ class PackedStates:
         self.offsets = np.zeros(n + 1, np.int64) if offsets is None else offsets
         self.blob = blob
         self.index: dict[str, int] = dict(zip(self._keys, range(n)))
+        #: per row: its key is held (:attr:`index` names it)
+        self.alive = np.ones(n, np.bool_)
 
     # -- as a snapshot holds it --------------------------------------------------------------------
     def to_plain(self) -> tuple:
@@ -76,28 +81,26 @@ class PackedStates:
     def take(self, key: str) -> bytes:
         """``key``'s pickled state; the key is no longer held (its caller holds it decoded)."""
         i = self.index.pop(key)
+        self.alive[i] = False
         offsets = self.offsets
         return self.blob[offsets[i]:offsets[i + 1]]
 
     def drop(self, key: str) -> None:
         """Forget ``key`` if held."""
-        self.index.pop(key, None)
+        i = self.index.pop(key, None)
+        if i is not None:
+            self.alive[i] = False
 
     def _held(self) -> np.ndarray:
         """The held keys' rows, ascending."""
         if len(self.index) == len(self._keys):
             return np.arange(len(self._keys))
-        rows = np.fromiter(self.index.values(), np.int64, len(self.index))
-        rows.sort()
-        return rows
+        return np.flatnonzero(self.alive)
 
     def due_keys(self, cti: int) -> list[str]:
         """The held keys due at ``cti`` (due CTI ≤ ``cti``)."""
-        rows = np.flatnonzero(self.dues <= cti)
-        if not len(rows):
-            return []
-        keys, index = self._keys, self.index
-        return [k for k in map(keys.__getitem__, rows.tolist()) if k in index]
+        rows = np.flatnonzero((self.dues <= cti) & self.alive)
+        return list(map(self._keys.__getitem__, rows.tolist())) if len(rows) else []
 
     def next_due(self, default: int) -> int:
         """The smallest due CTI of the held keys (``default`` when none is held)."""
@@ -128,13 +131,28 @@ class PackedStates:
 
     # -- re-packing ------------------------------------------------------------------------------
     def packed(self, new: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
-        """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held), as
-        a new instance (``self`` when nothing was taken, dropped or added); the held keys' bytes are
-        copied a contiguous run of rows at a time."""
+        """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held):
+        ``self`` when nothing was taken, dropped or added; ``self`` with the rows appended while
+        the dead rows are at most as many as the held ones (``self`` is then changed: callers
+        replace what they held by the result); else a new instance of the held rows and the new
+        ones, the held keys' bytes copied a contiguous run of rows at a time."""
         added = list(new)
-        if not added and len(self.index) == len(self._keys):
+        held = len(self.index)
+        if not added and held == len(self._keys):
             return self
-        return self.select(self._held(), added)
+        if 2 * held < len(self._keys) or not added:
+            return self.select(self._held(), added)
+        new_keys, new_dues, blobs, new_runs = zip(*added)
+        n = len(self._keys)
+        self._keys.extend(new_keys)
+        self.index.update(zip(new_keys, range(n, n + len(new_keys))))
+        self.dues = np.concatenate([self.dues, np.array(new_dues, np.int64)])
+        self.runs = np.concatenate([self.runs, np.array(new_runs, np.int64)])
+        lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
+        self.offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(lengths)])
+        self.blob = b"".join((self.blob, *blobs))
+        self.alive = np.concatenate([self.alive, np.ones(len(new_keys), np.bool_)])
+        return self
 
     def select(self, rows: np.ndarray, new: Iterable[tuple[str, int, bytes, int]] = ()) -> "PackedStates":
         """Rows ``rows`` (ascending) plus ``new`` rows, as a new instance."""

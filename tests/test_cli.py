@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,13 @@ def test_closed_choices_are_the_librarys():
 def test_an_unknown_choice_is_refused_with_the_valid_ones():
     result = runner.invoke(app, ["bench", "nope"])
     assert result.exit_code == 2 and "'nope' is not one of" in result.output and "'reliability'" in result.output
+
+
+@pytest.mark.parametrize("args", [["latency", "--sparse"], ["count", "--cti-delay"], ["scale", "--sparse", "--cti-delay"]])
+def test_the_scale_tables_are_options_of_scale_alone_and_one_at_a_time(args):
+    result = runner.invoke(app, ["bench", *args])
+    said = re.sub(r"[│╭╮╰╯─\s]+", " ", result.output)  # (rich's box, wrapped)
+    assert result.exit_code == 2 and "of the scale benchmark" in said, result.output
 
 
 def _refused(tmp_path, job_yaml: str) -> str:

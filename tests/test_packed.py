@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,3 +71,23 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
         known, unknown = packed.runs_total()
         assert known == sum(v[2] for v in model.values() if v[2] != RUNS_UNKNOWN)
         assert sorted(unknown) == sorted(k for k, v in model.items() if v[2] == RUNS_UNKNOWN)
+
+
+def test_a_few_keys_repacked_are_appended_and_a_snapshot_holds_no_dead_rows() -> None:
+    """Re-packing after a few keys were taken appends their new rows (no instance, dict and list
+    built anew for every key of the chunk) until the dead rows outnumber the held ones; the plain
+    form never holds a dead row."""
+    packed = PackedStates.from_rows((f"k{i}", i, bytes([i]) * 3, 0) for i in range(10))
+    for key in ("k1", "k2"):
+        packed.take(key)
+    again = packed.packed([("k1", 100, b"new", 1), ("z", 5, b"zz", 0)])
+    assert again is packed and len(again._keys) == 12  # appended: the two dead rows kept
+    keys, dues, runs, offsets, blob = again.to_plain()
+    assert sorted(keys) == sorted([f"k{i}" for i in range(10) if i != 2] + ["z"])
+    assert _rows(again)["k1"] == (100, b"new", 1) and "k2" not in _rows(again)
+    assert len(keys) == len(np.frombuffer(dues, np.int64)) == len(np.frombuffer(offsets, np.int64)) - 1
+    assert len(blob) == sum(len(v[1]) for v in _rows(again).values())
+    for i in range(10):
+        again.drop(f"k{i}")
+    compacted = again.packed([("y", 1, b"y", 0)])
+    assert compacted is not again and sorted(compacted) == ["y", "z"] and len(compacted._keys) == 2

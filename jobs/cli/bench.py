@@ -36,15 +36,21 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
               min=0.5, help="how long the soak runs (default 30; soak is not part of all)")] = None,
           cti_delay: Annotated[bool, typer.Option(
               "--cti-delay", help="scale: only the table of batch time against cti.delay (10 s to 10 minutes "
-                                  "at a fixed rate, in one process)")] = False):
+                                  "at a fixed rate, in one process)")] = False,
+          sparse: Annotated[bool, typer.Option(
+              "--sparse", help="scale: only the table of events spread over every key (10k to 3M keys, in "
+                               "one process)")] = False):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same
     run."""
     benches = registry()
     valid = ("all", *benches.BENCHES, *benches.LONG_BENCHES)
     if which not in valid:
         raise typer.BadParameter(f"{which!r} is not one of {', '.join(map(repr, valid))}", param_hint="WHICH")
-    if cti_delay and which != "scale":
-        raise typer.BadParameter("--cti-delay is an option of the scale benchmark: ctiflow bench scale "
-                                 "--cti-delay")
+    for name, given in (("--cti-delay", cti_delay), ("--sparse", sparse)):
+        if given and which != "scale":
+            raise typer.BadParameter(f"{name} is an option of the scale benchmark: ctiflow bench scale "
+                                     f"{name}")
+    if cti_delay and sparse:
+        raise typer.BadParameter("--cti-delay and --sparse are two tables of the scale benchmark: give one")
     benches.run_benchmarks(which, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
-                              cti_delay=cti_delay)
+                           cti_delay=cti_delay, sparse=sparse)
