@@ -163,6 +163,51 @@ def test_the_next_batch_uses_the_chunks_this_worker_committed_decoded_and_a_repl
     assert [r["upper"] for _, r in results(once, topics)][-2:] == [10, 10]  # a, b: 20 events each, window 10
 
 
+def spread_batch(first: int, n: int, t0: int, accounts: int) -> pd.DataFrame:
+    """``n`` transactions over ``accounts`` accounts, every account's in turn (sparse keys)."""
+    recs = [tx(first + i, t0 + i * 10, f"acct-{(first + i) % accounts:03d}") for i in range(n)]
+    return pd.DataFrame([pack("tx", 0, first, recs), frontier("tx", 0, t0 + n * 10 + 5000), control("tx", [0])])
+
+
+@pytest.mark.parametrize("cache_chunks", [0, None])
+def test_a_batch_that_touches_most_chunks_reads_the_state_at_once_and_computes_what_reads_one_by_one_do(
+        monkeypatch, cache_chunks):
+    """ctiflow.jobs.state.chunks.KeyedState.read_ahead: with sparse keys (every account in every
+    batch, 8 keys a chunk) and no decoded chunks at hand, a batch reads every entry in one pass —
+    bases, then bases and deltas — and writes through it; its results, and those of a replay after
+    the store rolled back, are those of the same job reading entry by entry."""
+    from ctiflow.jobs.state import chunks as chunk_module
+
+    state = {"chunk_keys": 8, **({} if cache_chunks is None else {"cache_chunks": cache_chunks})}
+    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": state}
+    batches = [spread_batch(i * 240, 240, T0 + i * 10_000, 120) for i in range(4)]  # 2 events an account
+
+    def run(tester) -> tuple[list, list]:
+        got, read_all = [], []
+        for i, batch in enumerate([batches[0], batches[1], batches[2], None, batches[2], batches[3]]):
+            if batch is None:
+                roll_back(tester, 5, before)  # the store rolls back: batch 2 is replayed
+                continue
+            if i == 2:
+                before = snapshot(tester, 5)
+            frame = tester.testInPandas(5, batch)
+            got.append(results(frame, topics))
+            read_all.append(metrics_of(frame)["state_read_all"])
+        return got, read_all
+
+    t, topics = make_tester(spec)
+    got, read_all = run(t)
+    monkeypatch.setattr(chunk_module, "READ_ALL_FROM", 10**9)
+    one_by_one, none = run(make_tester(spec)[0])
+    assert got == one_by_one and set(none) == {0}
+    assert read_all[0] == 0  # nothing stored yet
+    # every batch but the first reads at once, or with the cache only the replay (the rest are warm)
+    assert read_all == ([0, 1, 1, 1, 1] if cache_chunks == 0 else [0, 0, 0, 1, 0])
+    assert got[2] == got[3]  # the replay
+    uppers = [r["upper"] for _, r in got[4]]
+    assert len(uppers) == 240 and set(uppers) == {7, 8}  # each account's 7th and 8th events (window 10)
+
+
 def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(monkeypatch):
     from ctiflow.operators.count import CountOperator as Counter
     t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})

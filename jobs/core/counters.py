@@ -92,6 +92,8 @@ TABLE: tuple[Counter, ...] = (
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
     Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
             "written whole)"),
+    Counter("state_read_all", C, "key groups that read their whole state at once (most of it to read, "
+            "little from the worker's cache)"),
     Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",),
             "ctiflow_rules_active"),
     Counter("rules_versions", S, "rule versions in the operator's timeline", ("operator",),
@@ -227,6 +229,7 @@ class Counters:
     chunks_loaded: int = 0
     chunks_cached: int = 0
     chunk_deltas: int = 0
+    state_read_all: int = 0
     state_us: int = 0
     python_us: int = 0
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]

@@ -434,6 +434,7 @@ class GroupRuntime:
         if keys:
             events_in.update(keyed.address(k) for k in homes.values())
         touch = keyed.touched(events_in, cti)
+        keyed.read_ahead(touch)
         caught_up = self.ops_cti
         for c in touch:
             chunk = keyed.chunk(c)

@@ -47,6 +47,9 @@ _FIRST = itemgetter(0)
 #: A stored chunk's format and its delta's (the module docstring)
 CHUNK_FORMAT = 3
 DELTA_FORMAT = 1
+#: the fewest reads of chunks a call must need before :meth:`KeyedState.read_ahead` reads every
+#: entry at once (below it, the reads cost less than the pass)
+READ_ALL_FROM = 8
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
@@ -235,6 +238,24 @@ class KeyedState:
         """Whether every operator of a chunk tracks the keys it changes (then the chunk keeps
         deltas); asks each, which starts its tracking afresh."""
         return all([op.changed_keys() is not None for op in ops])
+
+    def read_ahead(self, touch: list[int]) -> None:
+        """Have ``store`` read every entry at once (its ``read_all``: Spark's store) when the
+        chunks ``touch`` names that are neither decoded nor in the worker's cache need at least
+        :data:`READ_ALL_FROM` reads and at least half as many as the group has entries: then one
+        pass costs a few state calls for at most twice the bytes the reads would fetch. With
+        sparse keys a batch touches nearly every chunk, so this is every batch a worker is not
+        the one that ran the group last."""
+        read_all = getattr(self.store, "read_all", None)
+        if read_all is None or not self.stored_bytes:
+            return
+        cold = [c for c in touch if c not in self.loaded and c not in self.warm]
+        reads = len(cold) + sum(c in self.deltas for c in cold)
+        if reads >= READ_ALL_FROM and 2 * reads >= self.count + len(self.deltas):
+            started = time.perf_counter()
+            read_all()
+            self.counters.state_read_all += 1
+            self.counters.state_us += int((time.perf_counter() - started) * 1e6)
 
     def load_all(self) -> None:
         """Decode every stored chunk (the final CTI; tests and tools)."""

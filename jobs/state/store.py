@@ -24,23 +24,49 @@ def _schemas():
 class ChunkStore:
     """A key group's state entries in Spark's state store (``MapState``: entry number ≥ 0 →
     bytes: chunks and parts), shaped like the dict :class:`~ctiflow.jobs.core.runtime.GroupRuntime` keeps
-    them in elsewhere. One state call per entry read or written; entries nobody asks for are
-    never read; entries under negative numbers are the header's (:class:`GroupState`)."""
+    them in elsewhere; entries under negative numbers are the header's (:class:`GroupState`).
+    One state call per entry read or written, entries nobody asks for never read — unless the
+    call reads them all at once (:meth:`read_all`); :meth:`reset` starts every call (Spark
+    scopes the map to the key group of the call, and one object serves a task's key groups)."""
 
     def __init__(self, state):
         self.state = state
+        #: every entry of the call's key group, when :meth:`read_all` read them; kept current by
+        #: the call's writes
+        self._all: dict[int, bytes] | None = None
+
+    def reset(self) -> None:
+        """Forget what :meth:`read_all` read (a new call: another key group, another batch)."""
+        self._all = None
+
+    def read_all(self) -> None:
+        """Read every entry in one pass of the map's iterator — a few state calls for all of them
+        (Spark sends up to thousands of entries a reply), where a read an entry is a call each
+        (a round trip to the state server, ≈ 1–2 ms inside a running query:
+        docs/changelog.md#packed-rows-appended-the-sparse-keys-table-2026-11-30); later reads are
+        answered from it."""
+        self._all = dict(self._entries())
 
     def get(self, chunk: int) -> bytes | None:
+        if self._all is not None:
+            return self._all.get(chunk)
         row = self.state.getValue((chunk,))
         return None if row is None else row[0]
 
     def __setitem__(self, chunk: int, blob: bytes) -> None:
         self.state.updateValue((chunk,), (blob,))
+        if self._all is not None:
+            self._all[chunk] = blob
 
     def __delitem__(self, chunk: int) -> None:
         self.state.removeKey((chunk,))
+        if self._all is not None:
+            self._all.pop(chunk, None)
 
     def items(self):
+        return iter(list(self._all.items())) if self._all is not None else self._entries()
+
+    def _entries(self):
         return ((k[0], v[0]) for k, v in self.state.iterator() if k[0] >= 0)
 
 
@@ -64,7 +90,9 @@ class GroupState:
         self.chunks = ChunkStore(self.map)
 
     def read(self) -> tuple[bytes | None, bytes | None]:
-        """→ (the header's stored value, the stored header: its parts joined when in parts)."""
+        """→ (the header's stored value, the stored header: its parts joined when in parts).
+        Every call starts here: the entries' store is :meth:`ChunkStore.reset` for it."""
+        self.chunks.reset()
         row = self.map.getValue((self.HEADER,))
         stored = None if row is None else row[0]
         count = self._parts(stored)
@@ -86,6 +114,7 @@ class GroupState:
         for stale in range(count, self._parts(stored)):
             self.map.removeKey((self.HEADER - 1 - stale,))
         self.map.updateValue((self.HEADER,), (seal(header),))
+        self.chunks.reset()  # (the call is done: what it read at once is not kept)
 
     @staticmethod
     def _parts(stored: bytes | None) -> int:
@@ -108,6 +137,7 @@ class LegacyGroupState:
 
     def read(self) -> tuple[bytes | None, bytes | None]:
         """(:meth:`GroupState.read`)"""
+        self.chunks.reset()
         row = self.value.get()  # None before the group's first batch (one state call, not two)
         stored = None if row is None else row[0]
         if stored is not None and stored.startswith(HEADER_IN_PARTS):
@@ -125,6 +155,7 @@ class LegacyGroupState:
         elif stored is not None and stored.startswith(HEADER_IN_PARTS):
             self.parts.clear()
         self.value.update((seal(header),))
+        self.chunks.reset()
 
 
 #: The state layouts this version reads (:data:`STATE_LAYOUT` is the one it writes): 3 is one
