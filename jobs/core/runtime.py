@@ -230,10 +230,11 @@ class GroupRuntime:
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
     ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
     :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (``keyed.still_warm()`` after :meth:`commit`).
-    ``batched``: see :class:`Router`."""
+    ``batched``: see :class:`Router`; ``read_all``: :meth:`KeyedState.read_ahead`."""
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
-                 warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True):
+                 warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True,
+                 read_all=None):
         if plan.reference is None and len(plan.streams) != 1:
             raise ValueError("several input streams need a reference join (ctiflow.jobs.driver.config "
                              "refuses it)")
@@ -254,8 +255,7 @@ class GroupRuntime:
             if h.operators != self.plan.operator_names:
                 raise StateError(f"the checkpoint holds the state of operators {h.operators}, the job "
                                  f"configures {self.plan.operator_names}: {STATE_FIX}")
-        self.ended, self.ops_cti = h.ended, h.ops_cti  # (ops_cti: every chunk's operators are at or will
-                                                       # reach it)
+        self.ended, self.ops_cti = h.ended, h.ops_cti  # (ops_cti: every chunk's operators are at or reach it)
         self.clocks = Clocks({name: PartitionCtis.restore(h.clocks[name]) if name in h.clocks
                               else PartitionCtis(plan.delays.get(name, 0)) for name in plan.clock_streams})
         #: the operators' broadcast state: every group offers the side inputs' records to its own
@@ -271,7 +271,7 @@ class GroupRuntime:
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm,
                                 index=h.keyed, prepare=self.shared.prepare if self.shared else None,
-                                delta_share=plan.delta_share)
+                                delta_share=plan.delta_share, read_all=read_all)
         with restoring("the key group's time layer"):
             self.layer, self.parts = time_layer(plan, self.chunks, h.layer)
         if plan.reference is None:
@@ -291,8 +291,7 @@ class GroupRuntime:
         counters.live_keys = keyed.stored_keys + self._join_keys()  # (every decoded chunk is stored now)
         counters.state_written += self.parts.commit(self.layer)
         reference = (None, None) if self.reference is None else self.reference.state()
-        shared = (self.shared.commit(self.ops_cti, keyed.op_tallies)
-                  if self.shared else None)  # (chunks stored)
+        shared = self.shared.commit(self.ops_cti, keyed.op_tallies) if self.shared else None  # (after keyed)
         header = GroupHeader((self.layer.index(), self.parts.sizes), *reference, self.ended,
                              self.clocks.snapshot(), self.ops_cti, keyed.index(), self.plan.operator_names,
                              shared).to_bytes()

@@ -151,8 +151,9 @@ class OperatorProcessor(StatefulProcessor):
         started = time.perf_counter()
         header = expanded(header)
         expanding = time.perf_counter() - started
-        runtime = GroupRuntime(self.plan, header=header, chunks=self.group.chunks, warm=WARM.take(stored),
-                               batched=True)
+        chunks = self.group.chunks
+        runtime = GroupRuntime(self.plan, header=header, chunks=chunks, warm=WARM.take(stored), batched=True,
+                               read_all=chunks.read_all)
         runtime.counters.state_us += int(expanding * 1e6)
         return stored, runtime
 

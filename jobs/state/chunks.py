@@ -30,7 +30,7 @@ import contextlib
 import pickle
 import time
 import zlib
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -119,12 +119,15 @@ class KeyedState:
     instead of a read and taken over; ``index``: what the header kept (:meth:`index`), None for
     a new group; ``counters``: the call's :class:`ctiflow.jobs.core.counters.Counters`;
     ``delta_share``: a chunk is written whole once its delta would pass this share of its base's
-    bytes (0: always whole)."""
+    bytes (0: always whole); ``read_all``: see :meth:`read_ahead`."""
 
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int,
                  chunk_keys: int, ttl: int | None, grows: bool, warm: dict | None = None,
-                 index: tuple | None = None, prepare=None, delta_share: float = 0.0) -> None:
+                 index: tuple | None = None, prepare=None, delta_share: float = 0.0,
+                 read_all: Callable[[], None] | None = None) -> None:
         self.specs = specs
+        #: has ``store`` read every entry at once (:meth:`read_ahead`); None: a store without it
+        self.read_all = read_all
         #: ``prepare(i, op)`` for each operator of a chunk as the call first uses it (shared
         #: states: :mod:`ctiflow.jobs.core.broadcast`)
         self.prepare = prepare
@@ -240,13 +243,13 @@ class KeyedState:
         return all([op.changed_keys() is not None for op in ops])
 
     def read_ahead(self, touch: list[int]) -> None:
-        """Have ``store`` read every entry at once (its ``read_all``: Spark's store) when the
+        """Have ``store`` read every entry at once (:attr:`read_all`: Spark's store) when the
         chunks ``touch`` names that are neither decoded nor in the worker's cache need at least
         :data:`READ_ALL_FROM` reads and at least half as many as the group has entries: then one
         pass costs a few state calls for at most twice the bytes the reads would fetch. With
         sparse keys a batch touches nearly every chunk, so this is every batch a worker is not
         the one that ran the group last."""
-        read_all = getattr(self.store, "read_all", None)
+        read_all = self.read_all
         if read_all is None or not self.stored_bytes:
             return
         cold = [c for c in touch if c not in self.loaded and c not in self.warm]
