@@ -127,3 +127,23 @@ def test_the_bytes_a_batch_writes_follow_the_keys_it_changed(kind):
     steady = slice(10, -1)  # (before the final flush)
     assert deltas > 300
     assert sum(delta[steady]) < 0.25 * sum(whole[steady]), (sum(delta[steady]), sum(whole[steady]))  # 0.20, 0.14
+
+
+def test_the_whole_state_is_read_at_once_only_when_the_cold_chunks_are_most_of_its_bytes():
+    """KeyedState.read_ahead: 16 chunks of about 1,000 bytes; 8 of them cold is half the chunks'
+    bytes (read at once), unless the time layer's parts hold as many bytes again; 7 are too few."""
+    from ctiflow.jobs.core.counters import Counters
+    from ctiflow.jobs.state.chunks import KeyedState
+
+    def reads_all(cold: int, parts_bytes: int) -> bool:
+        called = []
+        keyed = KeyedState([], {}, Counters(), key_groups=1, chunk_keys=8, ttl=None, grows=True,
+                           read_all=lambda: called.append(1))
+        keyed.level, keyed.stored_bytes = 4, 16_000
+        keyed.read_ahead(list(range(cold)), parts_bytes)
+        return bool(called) and keyed.counters.state_read_all == 1
+
+    assert reads_all(8, 0) and reads_all(16, 0)
+    assert not reads_all(7, 0)          # fewer reads than a pass is worth
+    assert not reads_all(8, 16_000)     # the parts double what one pass would fetch
+    assert reads_all(16, 16_000)

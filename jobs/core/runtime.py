@@ -433,7 +433,7 @@ class GroupRuntime:
         if keys:
             events_in.update(keyed.address(k) for k in homes.values())
         touch = keyed.touched(events_in, cti)
-        keyed.read_ahead(touch)
+        keyed.read_ahead(touch, self.parts.bytes)
         caught_up = self.ops_cti
         for c in touch:
             chunk = keyed.chunk(c)

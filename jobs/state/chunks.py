@@ -242,19 +242,21 @@ class KeyedState:
         deltas); asks each, which starts its tracking afresh."""
         return all([op.changed_keys() is not None for op in ops])
 
-    def read_ahead(self, touch: list[int]) -> None:
+    def read_ahead(self, touch: list[int], other_bytes: int = 0) -> None:
         """Have ``store`` read every entry at once (:attr:`read_all`: Spark's store) when the
         chunks ``touch`` names that are neither decoded nor in the worker's cache need at least
-        :data:`READ_ALL_FROM` reads and at least half as many as the group has entries: then one
-        pass costs a few state calls for at most twice the bytes the reads would fetch. With
-        sparse keys a batch touches nearly every chunk, so this is every batch a worker is not
-        the one that ran the group last."""
+        :data:`READ_ALL_FROM` reads and about half the bytes the group stores (its chunks and
+        ``other_bytes``: the time layer's parts): then one pass costs a few state calls for at
+        most about twice the bytes the reads would fetch. With sparse keys a batch touches
+        nearly every chunk, so this is every batch a worker is not the one that ran the group
+        last; a long reorder buffer's parts keep it from reading them all for a few chunks."""
         read_all = self.read_all
         if read_all is None or not self.stored_bytes:
             return
         cold = [c for c in touch if c not in self.loaded and c not in self.warm]
         reads = len(cold) + sum(c in self.deltas for c in cold)
-        if reads >= READ_ALL_FROM and 2 * reads >= self.count + len(self.deltas):
+        fetched = len(cold) * self.stored_bytes // max(1, self.count)  # (chunks' mean size)
+        if reads >= READ_ALL_FROM and 2 * fetched >= self.stored_bytes + other_bytes:
             started = time.perf_counter()
             read_all()
             self.counters.state_read_all += 1
