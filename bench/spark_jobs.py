@@ -323,15 +323,22 @@ class _Forward:
         return Forward()
 
 
+#: The stateful plumbing's tasks: 8 key groups over 2 partitions (a job's default on 2 cores)
+PLUMBING_PARTITIONS = 2
+
+
 def forwarded(spark, bootstrap: str, spec: dict, topic: str, forward: bool = True):
     """Packed source → key groups → :class:`_Forward` (its records to ``topic``): the streaming
     frame of Spark's stateful plumbing alone, for a sink to start."""
     from ctiflow.jobs.datapath.adapter import OUTPUT_SCHEMA
     from ctiflow.jobs.core.rows import INPUT_COLUMNS
+    from ctiflow.jobs.driver.pipeline import stateful_workers
 
+    spark.conf.set("spark.sql.shuffle.partitions", str(PLUMBING_PARTITIONS))  # (a job run before may have set it)
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
-    return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,
-                                                               "Append", "None")
+    with stateful_workers(spark):  # (as a job's stateful stage)
+        return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,
+                                                                   "Append", "None")
 
 
 def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True,

@@ -25,3 +25,93 @@ def test_python_workers_fork_from_the_daemon_with_ctiflows_modules_imported(spar
     assert len(rows) == 8
     # gc.freeze() ran in the parent before the fork: only ctiflow.jobs.datapath.spark_daemon calls it (PySpark's daemon does not)
     assert all(r["frozen"] > 10_000 and r["preloaded"] for r in rows), rows[:2]
+
+
+
+
+def test_functions_defined_for_the_stateful_stage_run_in_python_workers_of_their_own(spark):
+    """``pipeline.stateful_workers``: a function defined within it runs in workers whose environment
+    names the pool, none of which runs a function defined outside it (Spark pools idle workers by
+    their function's environment); outside it, the session's environment is as it was."""
+    from ctiflow.jobs.driver.pipeline import WORKER_POOL, stateful_workers
+
+    def probe(batches):  # (nested: cloudpickle ships it by value)
+        import os
+
+        import pandas as pd
+
+        for batch in batches:
+            yield pd.DataFrame({"pid": [os.getpid()] * len(batch), "pool": [os.environ.get("CTIFLOW_WORKER_POOL", "")] * len(batch)})
+
+    def run(frame) -> list:
+        return frame.collect()
+
+    schema = "pid long, pool string"
+    before = dict(spark.sparkContext.environment)
+    plain = spark.range(16, numPartitions=4).mapInPandas(probe, schema)
+    with stateful_workers(spark):
+        own = spark.range(16, numPartitions=4).mapInPandas(probe, schema)
+    assert dict(spark.sparkContext.environment) == before and WORKER_POOL not in before
+    for _ in range(3):  # interleaved: each takes idle workers the other released, were the pool shared
+        mine, theirs = run(own), run(plain)
+        assert {r["pool"] for r in mine} == {"stateful"} and {r["pool"] for r in theirs} == {""}
+        assert not {r["pid"] for r in mine} & {r["pid"] for r in theirs}
+
+def test_a_job_with_one_key_group_meets_the_same_python_worker_every_micro_batch(stack, spark, tmp_path):
+    """A global count gives the job one key group, so its stateful stage is one task (the default
+    ``spark.shuffle_partitions``), whose Python workers are a pool of their own: while records
+    arrive (three partitions at uneven rates, a 250 ms trigger), every chunk the group uses after
+    its first micro-batches comes decoded from that worker's cache, none is read back from the
+    state store. (With two tasks, the empty one's worker takes the group's as often as not: 13 of
+    28 batches missed the cache in one run; the latency job's runs sharing the source's and the
+    sink's workers missed it in 45 to 100 %: docs/performance.md#latency.)"""
+    import threading
+    import time
+
+    from ctiflow.jobs.avro.serde import AvroSerializer
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.driver import pipeline
+    from ctiflow.jobs.driver.checkpoint import ProgressLog, latest_query
+    from ctiflow.jobs.testing import workload
+    from integration_tests.harness import job
+
+    records = workload.transactions(16_000, accounts=60, seed=8, disorder_ms=1500)
+    src = stack.topic("pool-in")
+    kafka.create_topics(stack.bootstrap, {src: 3})
+    cfg = job(stack, tmp_path, job="pool", sources=[{
+        "name": "tx", "topic": src, "schema": "transaction", "key_field": "account", "time_field": "event_time",
+        "partitions": 3, "cti": {"delay": "5s", "idle_timeout": "1h"}}],
+        operators=[{"kind": "count", "name": "all_1m", "window": {"time": "1m"}, "per_key": False,
+                    "output": stack.topic("pool-counts")},
+                   {"kind": "count", "name": "per_account_1m", "window": {"time": "1m"}, "per_key": True,
+                    "output": stack.topic("pool-counts")}],
+        state={"chunk_keys": 8}, spark={"trigger": "250ms"},
+        outputs={"late": stack.topic("pool-late"), "dead_letter": stack.topic("pool-dlq")})
+    assert cfg.key_groups == 1 and cfg.shuffle_partitions == 1
+    serializer, stop = AvroSerializer("transaction"), threading.Event()
+
+    def steady():  # 500 records a second, 2 : 1 : 2 over the partitions, until the job stops
+        start = time.monotonic()
+        for i, rec in enumerate(records):
+            while i > 500 * (time.monotonic() - start):
+                if stop.is_set():
+                    return
+                time.sleep(0.005)
+            yield rec
+
+    def produce() -> None:
+        kafka.produce(stack.bootstrap, src, steady(), serializer, "account",
+                      partition_of=lambda i, rec: (0, 0, 1, 2, 2)[i % 5])
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        pipeline.run(cfg, until_end=False, spark=spark, timeout=28)  # (its first batch: ≈ 12 s)
+    finally:
+        stop.set()
+        producer.join()
+    batches = [b for b in latest_query(ProgressLog.of(cfg).read()[0]) if b.get("chunks_loaded")]
+    assert len(batches) >= 10, len(batches)
+    later = batches[2:]  # (the first ones build the chunks)
+    assert sum(b["chunks_loaded"] for b in later) > 4 * len(later)
+    assert [b.get("chunks_cached", 0) for b in later] == [b["chunks_loaded"] for b in later]

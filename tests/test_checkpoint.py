@@ -4,6 +4,7 @@ through Hadoop's file system in a JVM (:class:`CheckpointDir`), and the per-batc
 progress log."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -314,6 +315,27 @@ def test_key_groups_default_to_the_stateful_stages_partitions_and_can_be_set_hig
     assert cfg({}).key_groups == 2  # the default shuffle_partitions
     assert cfg({"shuffle_partitions": 6, "key_groups": 24}).key_groups == 24
     assert cfg({"shuffle_partitions": 6}, per_key=False).key_groups == 1  # a global count sees every event
+
+
+def test_a_job_with_one_key_group_runs_its_stateful_stage_as_one_task_unless_told_otherwise():
+    """The stateful stage's tasks (``spark.sql.shuffle.partitions``, the marker topic's partitions):
+    2 by default, 1 for a job whose one key group a global operator makes, what the job says if it
+    says."""
+    from ctiflow.jobs.driver.config import marker_topic, parse
+    from ctiflow.jobs.driver.pipeline import spark_options
+
+    def cfg(spark: dict, per_key: bool):
+        return parse({"job": "g", "sources": [{"name": "tx", "topic": "tx", "schema": "transaction",
+                                               "key_field": "account", "time_field": "event_time"}],
+                      "operators": [{"kind": "count", "name": "c", "window": {"events": 10}, "per_key": per_key,
+                                     "output": "c"}], "spark": spark})
+
+    for spark, per_key, tasks in (({}, True, 2), ({}, False, 1), ({"shuffle_partitions": 3}, False, 3),
+                                  ({"shuffle_partitions": 3}, True, 3), ({"key_groups": 8}, True, 2)):
+        job = cfg(spark, per_key)
+        assert job.shuffle_partitions == tasks, (spark, per_key)
+        assert job.written_topics()[marker_topic("g")] == tasks
+        assert spark_options(job, Path("/dev/null"))["spark.sql.shuffle.partitions"] == str(tasks)
 
 
 def test_a_changed_count_is_refused_by_the_check_run_makes_before_spark(tmp_path):

@@ -708,8 +708,10 @@ class Spark(Strict):
 
     master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster",
                         **env("CTIFLOW_SPARK_MASTER"))
-    shuffle_partitions: int = Field(2, ge=1, le=10000, description=(
-        "tasks of the stateful stage: size it to the cluster's cores for the job (fixed for a checkpoint)"))
+    shuffle_partitions: int | None = Field(None, ge=1, le=10000, description=(
+        "tasks of the stateful stage: size it to the cluster's cores for the job (fixed for a checkpoint); "
+        "default: 2, or 1 when an operator sees every key (the job then has one key group, and a second "
+        "task would only be idle)"))
     key_groups: int | None = Field(None, ge=1, le=4096, description=(
         "crc32(key) mod G: the keys of a group are processed in one call and stored together; default: "
         "shuffle_partitions (one group per task of the stateful stage). More groups than partitions only "
@@ -960,15 +962,29 @@ class JobConfig(Strict):
         """The topics the job writes — its results, its sink's marker topic (a partition per task
         of the stateful stage) and its progress topic — → the partitions ctiflow creates them with."""
         return ({t: self.outputs.partitions for t in self.result_topics()}
-                | {marker_topic(self.job): self.spark.shuffle_partitions, progress_topic(self.job): 1})
+                | {marker_topic(self.job): self.shuffle_partitions, progress_topic(self.job): 1})
+
+    @property
+    def global_operator(self) -> bool:
+        """An operator is global: it must see every event, so the job has one key group."""
+        return any(op.needs_every_key for op in self.operators)
+
+    @property
+    def shuffle_partitions(self) -> int:
+        """The stateful stage's tasks: ``spark.shuffle_partitions``, by default 2, or 1 for a job
+        with one key group. One task also means one Python worker for the group, so the decoded
+        state it keeps between micro-batches is used every batch (``docs/performance.md#latency``)."""
+        if self.spark.shuffle_partitions is not None:
+            return self.spark.shuffle_partitions
+        return 1 if self.global_operator else 2
 
     @property
     def key_groups(self) -> int:
         """Key groups actually used: 1 when an operator is global (it must see every event),
-        else ``spark.key_groups``."""
-        if any(op.needs_every_key for op in self.operators):
+        else ``spark.key_groups`` (default: :attr:`shuffle_partitions`)."""
+        if self.global_operator:
             return 1
-        return self.spark.key_groups or self.spark.shuffle_partitions
+        return self.spark.key_groups or self.shuffle_partitions
 
     @property
     def passes_records(self) -> bool:

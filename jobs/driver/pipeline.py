@@ -92,7 +92,7 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         "spark.ui.showConsoleProgress": "false",
         "spark.master": spark_cfg.master if spark_cfg else "local[2]",
         "spark.app.name": app,
-        "spark.sql.shuffle.partitions": str(spark_cfg.shuffle_partitions if spark_cfg else 2),
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions if cfg else 2),
         "spark.ui.enabled": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -241,6 +241,32 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         keep_values=cfg.passes_records, pack_fields=cfg.reads_fields)
 
 
+#: The variable that marks the stateful stage's Python function (:func:`stateful_workers`)
+WORKER_POOL = "CTIFLOW_WORKER_POOL"
+
+
+@contextlib.contextmanager
+def stateful_workers(spark):
+    """Python functions defined within run in Python workers of their own on each executor.
+
+    Spark keeps idle Python workers in a pool per Python, module and environment variables of
+    the function, and hands a task the worker idle longest. The source's readers, the sink's
+    writers and the stateful stage would share one pool, so a key group's task got whichever
+    worker another stage had released last: one without the group's decoded chunks
+    (:mod:`ctiflow.jobs.state.warm`) in about every other micro-batch, and in those batches every
+    chunk it touched was read and decoded again (the latency job's p99: docs/performance.md#latency).
+    A variable in the context's environment while the function is defined becomes part of its
+    environment, so the stateful stage's workers form a pool of their own; with one task a batch
+    (one key group: :attr:`JobConfig.shuffle_partitions`) the group meets the same worker every
+    batch. By hand: Spark has no setting for it."""
+    env = spark.sparkContext.environment
+    env[WORKER_POOL] = "stateful"
+    try:
+        yield
+    finally:
+        env.pop(WORKER_POOL, None)
+
+
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None = None,
                 checkpoint: CheckpointDir | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
@@ -252,7 +278,8 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
 
     checkpoint = checkpoint or CheckpointDir.of(cfg.checkpoint_dir, spark)
     job_plan: Plan = plan_job(cfg)
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    partitions = cfg.shuffle_partitions  # (JOB_OWNED: the job's, also in a session another job set;
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))  # a checkpoint keeps its own)
     labels = group_labels(cfg.key_groups, partitions, checkpoint)
     starts = {}
     for src in cfg.read_sources:
@@ -273,7 +300,8 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
                                    else None),
                                   sources=options, state_layout=state_layout(checkpoint))
     df = df.select("meta_group", *INPUT_COLUMNS)
-    out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
+    with stateful_workers(spark):
+        out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),
                        topics=tuple(sorted(cfg.result_topics())), markers=cfg.marker_topic,
                        replay_through=replay_through(checkpoint), progress=progress)
