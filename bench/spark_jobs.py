@@ -336,7 +336,7 @@ def forwarded(spark, bootstrap: str, spec: dict, topic: str, forward: bool = Tru
 
     spark.conf.set("spark.sql.shuffle.partitions", str(PLUMBING_PARTITIONS))  # (a job run before may have set it)
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
-    with stateful_workers(spark):  # (as a job's stateful stage)
+    with stateful_workers(spark, PLUMBING_PARTITIONS):  # (as a job's stateful stage)
         return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,
                                                                    "Append", "None")
 

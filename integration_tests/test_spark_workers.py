@@ -49,12 +49,12 @@ def test_functions_defined_for_the_stateful_stage_run_in_python_workers_of_their
     schema = "pid long, pool string"
     before = dict(spark.sparkContext.environment)
     plain = spark.range(16, numPartitions=4).mapInPandas(probe, schema)
-    with stateful_workers(spark):
+    with stateful_workers(spark, 4):
         own = spark.range(16, numPartitions=4).mapInPandas(probe, schema)
     assert dict(spark.sparkContext.environment) == before and WORKER_POOL not in before
     for _ in range(3):  # interleaved: each takes idle workers the other released, were the pool shared
         mine, theirs = run(own), run(plain)
-        assert {r["pool"] for r in mine} == {"stateful"} and {r["pool"] for r in theirs} == {""}
+        assert {r["pool"] for r in mine} == {"stateful-4"} and {r["pool"] for r in theirs} == {""}
         assert not {r["pid"] for r in mine} & {r["pid"] for r in theirs}
 
 def test_a_job_with_one_key_group_meets_the_same_python_worker_every_micro_batch(stack, spark, tmp_path):

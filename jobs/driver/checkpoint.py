@@ -202,6 +202,14 @@ def state_layout(checkpoint: CheckpointDir) -> int:
     return json.loads(checkpoint.read_text(GROUPS)).get("state_layout", STATE_LAYOUT)
 
 
+def stateful_tasks(checkpoint: CheckpointDir, partitions: int) -> int:
+    """The stateful stage's tasks of the checkpoint's query (after :func:`group_labels`): the
+    partitions it was started with (Spark keeps a checkpoint's), ``partitions`` for a new one."""
+    if not checkpoint.exists(GROUPS):
+        return partitions
+    return json.loads(checkpoint.read_text(GROUPS)).get("partitions", partitions)
+
+
 def _spread_labels(groups: int, partitions: int) -> list[int]:
     """Label *g* is the next integer Spark's partitioner puts in partition ``g mod partitions``."""
     def spark_partition(label: int) -> int:  # Spark's HashPartitioning of an int: murmur3, seed 42
