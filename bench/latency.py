@@ -295,7 +295,7 @@ def _where(at: dict) -> dict[str, str]:
     """A job run's stages (:func:`_stages`) as the cells of :data:`WHERE` — the one formatting of
     them, for the printed table and the recorded one."""
     return dict(zip(WHERE, (f"{at['stateful_ms']:,.0f}", f"{at['python_ms']:,.0f}", f"{at['state_ms']:,.0f}",
-                            f"{at['written_mb']:,.1f}", f"{at['cached']:.0%}")))
+                            f"{at['written_mb']:,.2f}", f"{at['cached']:.0%}")))
 
 
 def _iso(ms: int) -> str:
