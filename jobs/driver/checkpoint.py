@@ -197,17 +197,18 @@ def group_labels(groups: int, partitions: int, checkpoint: CheckpointDir | None 
 def state_layout(checkpoint: CheckpointDir) -> int:
     """The state layout of the checkpoint (after :func:`group_labels` has checked or created it):
     :data:`STATE_LAYOUT` for a new one, the one it was started with otherwise."""
-    if not checkpoint.exists(GROUPS):
-        return STATE_LAYOUT
-    return json.loads(checkpoint.read_text(GROUPS)).get("state_layout", STATE_LAYOUT)
+    return _saved_groups(checkpoint).get("state_layout", STATE_LAYOUT)
 
 
 def stateful_tasks(checkpoint: CheckpointDir, partitions: int) -> int:
     """The stateful stage's tasks of the checkpoint's query (after :func:`group_labels`): the
     partitions it was started with (Spark keeps a checkpoint's), ``partitions`` for a new one."""
-    if not checkpoint.exists(GROUPS):
-        return partitions
-    return json.loads(checkpoint.read_text(GROUPS)).get("partitions", partitions)
+    return _saved_groups(checkpoint).get("partitions", partitions)
+
+
+def _saved_groups(checkpoint: CheckpointDir) -> dict:
+    """What :func:`group_labels` kept with the checkpoint (empty for a new one)."""
+    return json.loads(checkpoint.read_text(GROUPS)) if checkpoint.exists(GROUPS) else {}
 
 
 def _spread_labels(groups: int, partitions: int) -> list[int]:
