@@ -14,6 +14,7 @@ from ctiflow.jobs.core.rows import GroupInput
 from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.driver.planner import plan_job
+from ctiflow.jobs.state import chunks
 from ctiflow.jobs.state.parts import DELTA_KEYS, PART_KEYS
 from ctiflow.operators.time import Event
 
@@ -30,6 +31,12 @@ OPERATORS = {
                              {"name": "a", "where": "type == 'a'"},
                              {"name": "b", "where": "type == 'b'", "quantifier": {"times": 2}}]}}],
 }
+
+
+@pytest.fixture(autouse=True)
+def deltas_of_any_base(monkeypatch):
+    """These groups' chunks start small: deltas from their first base on (the threshold has its own test)."""
+    monkeypatch.setattr(chunks, "DELTA_FROM", 0)
 
 
 def plan_for(kind: str, share: float):
@@ -147,3 +154,18 @@ def test_the_whole_state_is_read_at_once_only_when_the_cold_chunks_are_most_of_i
     assert not reads_all(7, 0)          # fewer reads than a pass is worth
     assert not reads_all(8, 16_000)     # the parts double what one pass would fetch
     assert reads_all(16, 16_000)
+
+
+def test_a_chunk_smaller_than_the_threshold_is_always_written_whole(monkeypatch):
+    """Chunks of 32 keys (the default ``state.chunk_keys``) stay below ``DELTA_FROM`` bytes: even a
+    ``delta_share`` every delta fits under writes them whole, with the same results; the same
+    group with the threshold at 0 writes deltas (so the first half is not vacuous)."""
+    batches = sparse_batches(3, batches=40)
+    small = dataclasses.replace(plan_for("count", 1.0), chunk_keys=32)
+    reference, _, _, _ = run(dataclasses.replace(small, delta_share=0.0), batches, restore=False)
+    monkeypatch.undo()  # the threshold as shipped
+    got, _, deltas, _ = run(small, batches, restore=True)
+    assert got == reference and deltas == 0
+    monkeypatch.setattr(chunks, "DELTA_FROM", 0)
+    got, _, deltas, _ = run(small, batches, restore=True)
+    assert got == reference and deltas > 0

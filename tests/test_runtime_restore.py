@@ -10,6 +10,7 @@ reference run never restores, so it shares no state with the restored ones and n
 import dataclasses
 import zlib
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.core.rows import GroupInput
 from ctiflow.jobs.core.runtime import GroupRuntime
+from ctiflow.jobs.state import chunks
 from ctiflow.operators.time import Event
 from tests.test_runtime_cti import partitioned_input
 
@@ -92,6 +94,14 @@ def run(plan, batches, partitions: list[int], groups: int, restore_after: set[in
 
 
 DELTA_SHARES = [0.0, 0.2, 100.0]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def deltas_of_any_base():
+    """These groups' chunks are small: deltas of any base, or ``delta_share`` would change nothing."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunks, "DELTA_FROM", 0)
+        yield
 
 
 @settings(max_examples=150, deadline=None)

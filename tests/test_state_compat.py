@@ -166,11 +166,12 @@ def test_a_count_operator_of_format_1_is_refused_alone_and_read_through_compat_k
     assert seen >= 5  # (the recorded job's live keys)
 
 
-def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused():
+def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused(monkeypatch):
     """Today's header, chunks and chunk deltas name their format in their bytes; a header, chunk
     or delta of a later format (a checkpoint a newer ctiflow wrote) fails with a StateError naming
     it, never read as something else. (The recorded checkpoint's chunks, restored, are written
     whole at a ``delta_share`` of 0, as deltas at 100: their base stays the recorded chunk.)"""
+    from ctiflow.jobs.state import chunks as chunk_module
     from ctiflow.jobs.state.chunks import CHUNK_FORMAT, DELTA_FORMAT
     from ctiflow.jobs.state.codec import compressed, expanded
     from ctiflow.jobs.state.header import HEADER_FORMAT, read_whole_state
@@ -188,6 +189,7 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
     chunks = {c: blob for c, blob in entries.items() if is_chunk(c)}
     assert chunks and all(snapshots.loads(expanded(b))[:2] == ("chunk", CHUNK_FORMAT) == ("chunk", 3)
                           for b in chunks.values())
+    monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (deltas of any base)
     rt = GroupRuntime(dataclasses.replace(p, delta_share=100.0), recorded["snapshot"])  # (any size)
     rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
     delta_header, delta_entries = read_whole_state(rt.snapshot(), "")

@@ -47,6 +47,10 @@ _FIRST = itemgetter(0)
 #: A stored chunk's format and its delta's (the module docstring)
 CHUNK_FORMAT = 3
 DELTA_FORMAT = 1
+#: the fewest bytes a chunk's base must have before its changes are written as a delta (below it
+#: the delta's own costs, a second entry to write and read and a snapshot per operator, outweigh
+#: what it saves)
+DELTA_FROM = 4096
 #: the fewest reads of chunks a call must need before :meth:`KeyedState.read_ahead` reads every
 #: entry at once (below it, the reads cost less than the pass)
 READ_ALL_FROM = 8
@@ -390,13 +394,13 @@ class KeyedState:
         if since is not None and None not in changes and self.delta_share:
             since = [s | changed for s, changed in zip(since, changes)]
             base_bytes, base_ops = chunk.base
-            # (a delta holding as many keys as the chunk, e.g. after the TTL dropped most, is not built)
-            if sum(map(len, since)) + len(chunk.seen_since) <= keys:
+            limit = self.delta_share * base_bytes * _spread(c, base_bytes)
+            if _pays(limit, base_bytes, base_ops, since, op_keys, len(chunk.seen_since), keys):
                 snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, since)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, [sorted(s) for s in since],
                                                 snaps, seen, keys, op_keys, tallies), protocol=5))
-            if blob is not None and len(blob) <= self.delta_share * base_bytes * _spread(c, base_bytes):
+            if blob is not None and len(blob) <= limit:
                 self.store[DELTA_KEYS + c] = blob
                 self.deltas[c] = len(blob)
                 self.counters.state_written += len(blob)
@@ -487,6 +491,20 @@ class KeyedState:
         current = dict(self.warm)
         current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
         return current
+
+
+def _pays(limit: float, base_bytes: int, base_ops: tuple, since: list[set], op_keys: list[int], seen: int,
+          keys: int) -> bool:
+    """Whether a delta is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
+    delta's bytes estimated from the base's (each operator's snapshot bytes × its share of keys
+    changed since) stay within ``limit``. A delta past its limit is built for nothing (a snapshot of
+    its keys per operator, a pickle and a compression, then thrown away), which on small chunks with
+    a fifth of their keys changing each batch cost more than the deltas saved."""
+    if base_bytes < DELTA_FROM or sum(map(len, since)) + seen > keys:
+        return False
+    whole = sum(base_ops) or 1
+    estimate = sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, since, op_keys))
+    return base_bytes * estimate / whole <= limit
 
 
 def _spread(c: int, base_bytes: int) -> float:
