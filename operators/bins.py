@@ -384,6 +384,8 @@ class Binner(Operator):
         self._slot_of: dict[tuple[int, int], int] = {}
         self._free: list[int] = []
         self._hi = 0
+        #: keys whose bins changed since the last :meth:`changed_keys`
+        self._changed: set[str] = set()
         self._alloc(64)
         self._clear_buffer()
 
@@ -619,6 +621,7 @@ class Binner(Operator):
             return
         u_slots, inverse = self._slots(kid[rows], k)
         slots = u_slots[inverse]
+        self._note_changed(self._kid[u_slots])
         incremental = self._incremental
         for j in range(self._m):
             contrib = values[rows, j] * frac
@@ -722,23 +725,16 @@ class Binner(Operator):
             emit = emit[np.lexsort((self._k[emit], rank[inv.reshape(-1)]))]
             out = self._records(emit, kfin, cti)
 
+        self._note_changed(self._kid[touched])
+        self._note_changed(self._kid[final])
         self._touched[touched] = False
         if self._incremental:
             self._inc[:, touched] = 0.0
             self._ifrac[touched] = 0.0
             self._iev[touched] = 0
         if len(final):
-            slot_of = self._slot_of
-            for pair in zip(self._kid[final].tolist(), self._k[final].tolist()):
-                del slot_of[pair]
-            for arr in (self._live, self._rev, self._cev, self._cfrac):
-                arr[final] = 0
-            self._cum[:, final] = 0.0
-            self._free.extend(final.tolist())
-            if not slot_of:
-                self._free.clear()
-                self._hi = 0
-            if len(self._keys) > max(_FORGET_KEYS_ABOVE, 2 * len(slot_of)):
+            self._drop_slots(final)
+            if len(self._keys) > max(_FORGET_KEYS_ABOVE, 2 * len(self._slot_of)):
                 self._forget_keys()
         return out
 
@@ -757,8 +753,15 @@ class Binner(Operator):
 
     def live_keys(self) -> set[str]:
         """Keys with an open bin."""
+        self._flush()
         keys = self._keys
         return {keys[kid] for kid, _ in self._slot_of}
+
+    def key_count(self) -> int:
+        """(:meth:`Operator.key_count`)"""
+        self._flush()
+        hi = self._hi
+        return int(np.unique(self._kid[:hi][self._live[:hi]]).size)
 
     def _forget_keys(self) -> None:
         """Renumber the keys that still have open bins and forget the rest (keys come and go;
@@ -852,32 +855,87 @@ class Binner(Operator):
         self._flush()
         live = np.flatnonzero(self._live[: self._hi])
         used, inv = np.unique(self._kid[live], return_inverse=True)
-        inv = inv.reshape(-1)
-        names = [self._keys[i] for i in used.tolist()]
-        dest_of_key = np.array([where(name) for name in names], np.int64)
-        dest = dest_of_key[inv] if len(live) else np.zeros(0, np.int64)
-        parts: dict[int, Binner] = {}
-        for d in np.unique(dest_of_key).tolist():
-            part = Binner(self.settings)
-            part._cti = self._cti
-            mine_keys = np.flatnonzero(dest_of_key == d)
-            for i in mine_keys.tolist():
-                part._key_id(names[i])
-            renumber = np.full(len(names), -1, np.int64)
-            renumber[mine_keys] = np.arange(len(mine_keys))
-            slots = live[dest == d]
-            n = len(slots)
-            part._grow(max(n, 1))
-            part._hi = n
-            part._kid[:n] = renumber[inv[dest == d]]
-            for name in ("_k", "_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
-                getattr(part, name)[:n] = getattr(self, name)[slots]
-            part._cum[:, :n] = self._cum[:, slots]
-            part._inc[:, :n] = self._inc[:, slots]
-            part._live[:n] = True
-            part._slot_of = dict(zip(zip(part._kid[:n].tolist(), part._k[:n].tolist()), range(n)))
-            parts[int(d)] = part
-        return parts
+        dest_of_key = np.array([where(self._keys[i]) for i in used.tolist()], np.int64)
+        dest = dest_of_key[inv.reshape(-1)] if len(live) else np.zeros(0, np.int64)
+        return {int(d): self._part(live[dest == d]) for d in np.unique(dest_of_key).tolist()}
+
+    def _part(self, slots: np.ndarray) -> "Binner":
+        """A binner of the same settings and CTI holding exactly the live ``slots`` (ascending),
+        its keys numbered in the order of their ids here."""
+        part = Binner(self.settings)
+        part._cti = self._cti
+        used, inv = np.unique(self._kid[slots], return_inverse=True)
+        part._keys = [self._keys[i] for i in used.tolist()]
+        part._key_ids = dict(zip(part._keys, range(len(part._keys))))
+        n = len(slots)
+        part._grow(max(n, 1))
+        part._hi = n
+        part._kid[:n] = inv.reshape(-1)
+        for name in ("_k", "_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
+            getattr(part, name)[:n] = getattr(self, name)[slots]
+        part._cum[:, :n] = self._cum[:, slots]
+        part._inc[:, :n] = self._inc[:, slots]
+        part._live[:n] = True
+        part._slot_of = dict(zip(zip(part._kid[:n].tolist(), part._k[:n].tolist()), range(n)))
+        return part
+
+    # ---- deltas (a chunk stored as its last snapshot and the keys changed since) --------
+
+    def changed_keys(self) -> set[str]:
+        """(:meth:`Operator.changed_keys`): keys whose bins took a contribution, were emitted
+        (the touched flags and increments a CTI resets) or became final."""
+        self._flush()
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def snapshot_keys(self, keys) -> bytes:
+        """(:meth:`Operator.snapshot_keys`): the open bins of ``keys``, and the CTI."""
+        self._flush()
+        return self._part(self._slots_of_keys(keys)).snapshot()
+
+    def absorb(self, part: "Binner", keys) -> None:
+        """(:meth:`Operator.absorb`)"""
+        self._flush()
+        part._flush()
+        self._drop_slots(self._slots_of_keys({*keys, *part._keys}))
+        rows = np.flatnonzero(part._live[: part._hi])
+        if len(rows):
+            kid = np.array([self._key_id(name) for name in part._keys], np.int64)[part._kid[rows]]
+            u_slots, inverse = self._slots(kid, part._k[rows])
+            slots = u_slots[inverse]
+            for name in ("_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
+                getattr(self, name)[slots] = getattr(part, name)[rows]
+            self._cum[:, slots] = part._cum[:, rows]
+            self._inc[:, slots] = part._inc[:, rows]
+        self._cti = max(self._cti, part._cti)
+
+    def _slots_of_keys(self, keys) -> np.ndarray:
+        """The live slots of ``keys``, ascending."""
+        ids = self._key_ids
+        kids = np.fromiter((ids[k] for k in keys if k in ids), np.int64)
+        live = np.flatnonzero(self._live[: self._hi])
+        return live[np.isin(self._kid[live], kids)] if len(kids) else live[:0]
+
+    def _drop_slots(self, slots: np.ndarray) -> None:
+        """Free ``slots`` (live): their bins leave the state."""
+        if not len(slots):
+            return
+        slot_of = self._slot_of
+        for pair in zip(self._kid[slots].tolist(), self._k[slots].tolist()):
+            del slot_of[pair]
+        for arr in (self._live, self._rev, self._cev, self._cfrac, self._touched, self._iev, self._ifrac):
+            arr[slots] = 0
+        self._cum[:, slots] = 0.0
+        self._inc[:, slots] = 0.0
+        self._free.extend(slots.tolist())
+        if not slot_of:
+            self._free.clear()
+            self._hi = 0
+
+    def _note_changed(self, kids: np.ndarray) -> None:
+        if len(kids):
+            keys = self._keys
+            self._changed.update(map(keys.__getitem__, np.unique(kids).tolist()))
 
     @classmethod
     def restore(cls, settings: BinSettings, data: bytes) -> "Binner":

@@ -493,6 +493,10 @@ class CountOperator(Operator):
         """Keys with state."""
         return set(self._histograms).union(self._rows)
 
+    def key_count(self) -> int:
+        """(:meth:`Operator.key_count`: a key is decoded or packed, never both)"""
+        return len(self._histograms) + len(self._rows)
+
     def next_due(self) -> int:
         """Keys touched since the last CTI emit at the next one (due now); otherwise only a
         time window that becomes empty changes state: a key is empty once τ = cti − 1 ≥ its newest

@@ -167,6 +167,10 @@ class Operator(ABC):
     def live_keys(self) -> set[str]:
         """The event keys the operator keeps state for (progress reports them; chunks split by them)."""
 
+    def key_count(self) -> int:
+        """``len(self.live_keys())``, which an operator may count without building the set."""
+        return len(self.live_keys())
+
     # -- declared ------------------------------------------------------------------------
     @classmethod
     def traits(cls, settings: Any) -> Traits:

@@ -350,13 +350,13 @@ class KeyedState:
         """Split chunks if the keys outgrew them and write the chunks this call decoded back to
         the store (empty ones are removed). The chunks stay decoded: the runtime can go on.
         Afterwards :attr:`stored_keys` is the group's live keys. Each chunk's key sets are built
-        once (they are O(its keys)): for the split's count and the chunk's entry alike."""
-        sets = {c: self._key_sets(chunk) for c, chunk in self.loaded.items()}
+        once: for the split's count and the chunk's entry alike."""
+        sets = {c: self._key_counts(chunk) for c, chunk in self.loaded.items()}
         live = self.stored_keys + sum(keys - self.loaded[c].stored[1] for c, (_, keys) in sets.items())
         for c in self.grow(live):
-            sets[c] = self._key_sets(self.loaded[c])
+            sets[c] = self._key_counts(self.loaded[c])
         for c, chunk in sorted(self.loaded.items()):
-            sets_of, keys = sets[c]
+            op_keys, keys = sets[c]
             old_bytes, old_keys, old_ops = chunk.stored
             changes = [op.changed_keys() for op in chunk.ops]  # (every call: each starts afresh)
             if keys == 0:
@@ -367,7 +367,7 @@ class KeyedState:
                 size, ops = 0, ()
                 chunk.base, chunk.since, chunk.seen_since = (0, ()), None, set()
             else:
-                size, ops = self._write(c, chunk, changes, sets_of, keys)
+                size, ops = self._write(c, chunk, changes, op_keys, keys)
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
@@ -375,7 +375,7 @@ class KeyedState:
                     self.due.pop(c, None)
             self.stored_bytes += size - old_bytes
             self.stored_keys += keys - old_keys
-            none = [(0, 0, {})] * len(sets_of)
+            none = [(0, 0, {})] * len(op_keys)
             for total, tally, new, old in zip(self.op_totals, self.op_tallies, ops or none, old_ops or none):
                 total[0] += new[0] - old[0]
                 total[1] += new[1] - old[1]
@@ -383,13 +383,11 @@ class KeyedState:
                 _add(tally, old[2] if len(old) > 2 else {}, -1)
             chunk.stored = (size, keys, ops)
 
-    def _write(self, c: int, chunk: Chunk, changes: list, sets_of: list[set[str]],
-               keys: int) -> tuple[int, tuple]:
+    def _write(self, c: int, chunk: Chunk, changes: list, op_keys: list[int], keys: int) -> tuple[int, tuple]:
         """Chunk ``c`` into the store: its delta, or whole (no base yet, an operator without
         deltas, a split, or the delta past ``delta_share`` of the base's bytes); → its bytes in
         the store and per operator (bytes, keys, tallies)."""
         tallies = [op.tallies() for op in chunk.ops]
-        op_keys = [len(k) for k in sets_of]
         since, blob = chunk.since, None
         if since is not None and None not in changes and self.delta_share:
             since = [s | changed for s, changed in zip(since, changes)]
@@ -424,10 +422,16 @@ class KeyedState:
             del self.store[DELTA_KEYS + c]
 
     @staticmethod
-    def _key_sets(chunk: Chunk) -> tuple[list[set[str]], int]:
-        """Each operator's live keys in ``chunk``, and the chunk's distinct keys (with the TTL's)."""
+    def _key_counts(chunk: Chunk) -> tuple[list[int], int]:
+        """Each operator's keys in ``chunk``, and the chunk's distinct keys (with the TTL's): the
+        operators' :meth:`~ctiflow.operators.operator.Operator.key_count` when one operator is
+        all the chunk holds (no key sets built: with sparse keys every chunk is touched every
+        batch), else the union of their key sets."""
+        if len(chunk.ops) == 1 and not chunk.last_seen:
+            n = chunk.ops[0].key_count()
+            return [n], n
         sets = [op.live_keys() for op in chunk.ops]
-        return sets, len(set(chunk.last_seen).union(*sets))
+        return list(map(len, sets)), len(set(chunk.last_seen).union(*sets))
 
     def process(self, i: int, cols, of: list[int]) -> list[tuple[int, Any]]:
         """Operator ``i`` of each chunk takes its rows of ``cols`` (``of``: each row's chunk) in

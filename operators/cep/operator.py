@@ -556,6 +556,12 @@ class MatchOperator(Operator):
         keys = set(self._states) | set(self._raw) | set(self._numbers)
         return {_job_key(k) for k in keys} if self._composite else keys
 
+    def key_count(self) -> int:
+        """(:meth:`Operator.key_count`: a key is decoded or packed, never both)"""
+        if self._composite or self._numbers:
+            return len(self.live_keys())
+        return len(self._states) + len(self._raw)
+
     def next_due(self) -> int:
         """The earliest CTI that times a run out (``within`` from its first event, or a stage's
         window from its previous event), completes a held-back match, or leaves a key idle;
