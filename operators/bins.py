@@ -85,6 +85,8 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 #: Buffered events are prorated once this many are waiting (bounds memory between CTIs).
 _FLUSH_AT = 1 << 16
+#: :meth:`Binner._find` sorts live and wanted (key, bin) pairs together above this many, else uses a dict
+_FIND_BY_DICT = 256
 #: The key table is renumbered when it holds more keys than this and than twice the open bins.
 _FORGET_KEYS_ABOVE = 1024
 #: At most this many (event, bin) contributions are materialised at once (~100 bytes each).
@@ -381,7 +383,7 @@ class Binner(Operator):
         self._cti = CTI_NONE
         self._keys: list[str] = []
         self._key_ids: dict[str, int] = {}
-        self._slot_of: dict[tuple[int, int], int] = {}
+        #: slots below ``_hi`` not live, to be used again (:attr:`_live` marks the slots in use)
         self._free: list[int] = []
         self._hi = 0
         #: keys whose bins changed since the last :meth:`changed_keys`
@@ -446,7 +448,7 @@ class Binner(Operator):
     def open_bins(self) -> int:
         """Number of (key, bin) pairs holding state (not yet final)."""
         self._flush()
-        return len(self._slot_of)
+        return int(np.count_nonzero(self._live[: self._hi]))
 
     # ---- events ---------------------------------------------------------------------
 
@@ -664,34 +666,49 @@ class Binner(Operator):
             pairs, inverse = np.unique(np.stack([kid, k], axis=1), axis=0, return_inverse=True)
             u_kid, u_k = pairs[:, 0], pairs[:, 1]
         inverse = inverse.reshape(-1)
-        slot_of = self._slot_of
-        u_slots = []
-        new_pairs = []
-        for pair in zip(u_kid.tolist(), u_k.tolist()):
-            slot = slot_of.get(pair)
-            if slot is None:
-                new_pairs.append(pair)
-                slot = -len(new_pairs)
-            u_slots.append(slot)
-        if new_pairs:
-            need = len(new_pairs) - len(self._free)
-            if need > 0 and self._hi + need > self._cap:
-                self._grow(self._hi + need)
-            fresh = []
-            for pair in new_pairs:
-                if self._free:
-                    slot = self._free.pop()
-                else:
-                    slot = self._hi
-                    self._hi += 1
-                slot_of[pair] = slot
-                fresh.append(slot)
-            fresh_a = np.array(fresh, np.int64)
-            self._kid[fresh_a] = [p[0] for p in new_pairs]
-            self._k[fresh_a] = [p[1] for p in new_pairs]
-            self._live[fresh_a] = True
-            u_slots = [fresh[-s - 1] if s < 0 else s for s in u_slots]
-        return np.array(u_slots, np.int64), inverse
+        u_slots = self._find(u_kid, u_k)
+        new = np.flatnonzero(u_slots < 0)
+        if len(new):
+            free, n = self._free, len(new)
+            reuse = min(n, len(free))
+            fresh = np.empty(n, np.int64)
+            if reuse:
+                fresh[:reuse] = free[len(free) - reuse:][::-1]
+                del free[len(free) - reuse:]
+            if n > reuse:
+                self._grow(self._hi + n - reuse)
+                fresh[reuse:] = np.arange(self._hi, self._hi + n - reuse)
+                self._hi += n - reuse
+            self._kid[fresh] = u_kid[new]
+            self._k[fresh] = u_k[new]
+            self._live[fresh] = True
+            u_slots[new] = fresh
+        return u_slots, inverse
+
+    def _find(self, kid: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """The live slot of each (key id, bin index) pair (pairs distinct), −1 where none: the
+        live pairs and these sorted together, a live pair and an equal one adjacent (live
+        pairs are distinct too). Array work over the live slots instead of a dict of pairs,
+        which a restore would build for every open bin of a chunk however few a batch touches
+        (up to :data:`_FIND_BY_DICT` pairs in all, a dict of the live ones costs less)."""
+        found = np.full(len(kid), -1, np.int64)
+        live = np.flatnonzero(self._live[: self._hi])
+        if not len(live) or not len(kid):
+            return found
+        if len(live) + len(kid) <= _FIND_BY_DICT:
+            slot_of = dict(zip(zip(self._kid[live].tolist(), self._k[live].tolist()), live.tolist()))
+            return np.fromiter((slot_of.get(pair, -1) for pair in zip(kid.tolist(), k.tolist())), np.int64,
+                               len(kid))
+        live_k = self._k[live]
+        near = (live_k >= k.min()) & (live_k <= k.max())
+        live, live_k = live[near], live_k[near]
+        both_k = np.concatenate([live_k, k])
+        both_kid = np.concatenate([self._kid[live], kid])
+        order = np.lexsort((both_k, both_kid))  # (stable: a live pair before its equal)
+        same = np.flatnonzero((both_k[order[1:]] == both_k[order[:-1]])
+                              & (both_kid[order[1:]] == both_kid[order[:-1]]))
+        found[order[same + 1] - len(live)] = live[order[same]]
+        return found
 
     # ---- CTIs -----------------------------------------------------------------------
 
@@ -734,7 +751,7 @@ class Binner(Operator):
             self._iev[touched] = 0
         if len(final):
             self._drop_slots(final)
-            if len(self._keys) > max(_FORGET_KEYS_ABOVE, 2 * len(self._slot_of)):
+            if len(self._keys) > max(_FORGET_KEYS_ABOVE, 2 * self.open_bins):
                 self._forget_keys()
         return out
 
@@ -754,8 +771,8 @@ class Binner(Operator):
     def live_keys(self) -> set[str]:
         """Keys with an open bin."""
         self._flush()
-        keys = self._keys
-        return {keys[kid] for kid, _ in self._slot_of}
+        hi, keys = self._hi, self._keys
+        return set(map(keys.__getitem__, np.unique(self._kid[:hi][self._live[:hi]]).tolist()))
 
     def key_count(self) -> int:
         """(:meth:`Operator.key_count`)"""
@@ -771,7 +788,6 @@ class Binner(Operator):
         self._keys = [self._keys[i] for i in used.tolist()]
         self._key_ids = {key: i for i, key in enumerate(self._keys)}
         self._kid[live] = new_kid.reshape(-1)
-        self._slot_of = dict(zip(zip(self._kid[live].tolist(), self._k[live].tolist()), live.tolist()))
 
     def _records(self, emit: np.ndarray, kfin: int, cti: int) -> list[OutputBatch]:
         """Records of the sorted slots ``emit``: all incremental, then updated, then final."""
@@ -876,7 +892,6 @@ class Binner(Operator):
         part._cum[:, :n] = self._cum[:, slots]
         part._inc[:, :n] = self._inc[:, slots]
         part._live[:n] = True
-        part._slot_of = dict(zip(zip(part._kid[:n].tolist(), part._k[:n].tolist()), range(n)))
         return part
 
     # ---- deltas (a chunk stored as its last snapshot and the keys changed since) --------
@@ -920,15 +935,12 @@ class Binner(Operator):
         """Free ``slots`` (live): their bins leave the state."""
         if not len(slots):
             return
-        slot_of = self._slot_of
-        for pair in zip(self._kid[slots].tolist(), self._k[slots].tolist()):
-            del slot_of[pair]
         for arr in (self._live, self._rev, self._cev, self._cfrac, self._touched, self._iev, self._ifrac):
             arr[slots] = 0
         self._cum[:, slots] = 0.0
         self._inc[:, slots] = 0.0
         self._free.extend(slots.tolist())
-        if not slot_of:
+        if not self._live[: self._hi].any():
             self._free.clear()
             self._hi = 0
 
@@ -991,5 +1003,4 @@ class Binner(Operator):
             binner._ifrac[:n] = take("<f8", n)
             binner._inc[:, :n] = take("<f8", m * n).reshape(m, n)
         binner._live[:n] = True
-        binner._slot_of = dict(zip(zip(binner._kid[:n].tolist(), binner._k[:n].tolist()), range(n)))
         return binner
