@@ -778,7 +778,8 @@ class Binner(Operator):
         """(:meth:`Operator.key_count`)"""
         self._flush()
         hi = self._hi
-        return int(np.unique(self._kid[:hi][self._live[:hi]]).size)
+        kids = self._kid[:hi][self._live[:hi]]
+        return int(np.count_nonzero(np.bincount(kids))) if len(kids) else 0
 
     def _forget_keys(self) -> None:
         """Renumber the keys that still have open bins and forget the rest (keys come and go;
@@ -873,7 +874,9 @@ class Binner(Operator):
         used, inv = np.unique(self._kid[live], return_inverse=True)
         dest_of_key = np.array([where(self._keys[i]) for i in used.tolist()], np.int64)
         dest = dest_of_key[inv.reshape(-1)] if len(live) else np.zeros(0, np.int64)
-        return {int(d): self._part(live[dest == d]) for d in np.unique(dest_of_key).tolist()}
+        order = np.argsort(dest, kind="stable")  # (each part's slots ascending)
+        cut = np.flatnonzero(np.diff(dest[order])) + 1
+        return {int(dest[idx[0]]): self._part(live[idx]) for idx in np.split(order, cut) if len(idx)}
 
     def _part(self, slots: np.ndarray) -> "Binner":
         """A binner of the same settings and CTI holding exactly the live ``slots`` (ascending),
@@ -947,7 +950,7 @@ class Binner(Operator):
     def _note_changed(self, kids: np.ndarray) -> None:
         if len(kids):
             keys = self._keys
-            self._changed.update(map(keys.__getitem__, np.unique(kids).tolist()))
+            self._changed.update(map(keys.__getitem__, kids.tolist()))
 
     @classmethod
     def restore(cls, settings: BinSettings, data: bytes) -> "Binner":

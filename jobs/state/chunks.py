@@ -290,7 +290,7 @@ class KeyedState:
     def live_keys(self) -> int:
         """Distinct keys the operators keep state for: the stored totals, corrected by the chunks
         decoded in this call (chunks hold disjoint keys)."""
-        return self.stored_keys + sum(len(chunk.live_keys()) - chunk.stored[1]
+        return self.stored_keys + sum(self._key_counts(chunk)[1] - chunk.stored[1]
                                       for chunk in self.loaded.values())
 
     def keys(self) -> set[str]:
