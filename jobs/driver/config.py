@@ -759,7 +759,8 @@ class StateConfig(Strict):
         "a state chunk a micro-batch changed is stored as the state of the keys changed since it was last "
         "written whole (its delta), until that delta would pass this share of the whole chunk's bytes; then "
         "it is written whole again. Bytes written a batch follow the keys it changed, not the chunks it "
-        "touched (sparse keys: docs/performance.md#latency); 0 = always whole; may change between runs"))
+        "touched (sparse keys: docs/performance.md#latency); chunks under 4 KiB are always whole; "
+        "0 = always whole; may change between runs"))
 
     cache_chunks: int = Field(4096, ge=0, le=10_000_000, description=(
         "decoded state chunks each Python worker keeps between micro-batches (most recently used first), "
