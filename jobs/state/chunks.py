@@ -349,7 +349,7 @@ class KeyedState:
     def commit(self) -> None:
         """Split chunks if the keys outgrew them and write the chunks this call decoded back to
         the store (empty ones are removed). The chunks stay decoded: the runtime can go on.
-        Afterwards :attr:`stored_keys` is the group's live keys. Each chunk's key sets are built
+        Afterwards :attr:`stored_keys` is the group's live keys. Each chunk's keys are counted
         once: for the split's count and the chunk's entry alike."""
         sets = {c: self._key_counts(chunk) for c, chunk in self.loaded.items()}
         live = self.stored_keys + sum(keys - self.loaded[c].stored[1] for c, (_, keys) in sets.items())
@@ -501,7 +501,8 @@ def _pays(limit: float, base_bytes: int, base_ops: tuple, since: list[set], op_k
           keys: int) -> bool:
     """Whether a delta is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
     delta's bytes estimated from the base's (each operator's snapshot bytes × its share of keys
-    changed since) stay within ``limit``. A delta past its limit is built for nothing (a snapshot of
+    changed since) stay within ``limit``; never a delta of as many keys as the chunk (e.g. after
+    the TTL dropped most). A delta past its limit is built for nothing (a snapshot of
     its keys per operator, a pickle and a compression, then thrown away), which on small chunks with
     a fifth of their keys changing each batch cost more than the deltas saved."""
     if base_bytes < DELTA_FROM or sum(map(len, since)) + seen > keys:
