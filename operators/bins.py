@@ -770,16 +770,18 @@ class Binner(Operator):
 
     def live_keys(self) -> set[str]:
         """Keys with an open bin."""
-        self._flush()
-        hi, keys = self._hi, self._keys
-        return set(map(keys.__getitem__, np.unique(self._kid[:hi][self._live[:hi]]).tolist()))
+        return set(map(self._keys.__getitem__, np.unique(self._live_kids()).tolist()))
 
     def key_count(self) -> int:
         """(:meth:`Operator.key_count`)"""
+        kids = self._live_kids()
+        return int(np.count_nonzero(np.bincount(kids))) if len(kids) else 0
+
+    def _live_kids(self) -> np.ndarray:
+        """The key id of each open bin, the buffered events applied first."""
         self._flush()
         hi = self._hi
-        kids = self._kid[:hi][self._live[:hi]]
-        return int(np.count_nonzero(np.bincount(kids))) if len(kids) else 0
+        return self._kid[:hi][self._live[:hi]]
 
     def _forget_keys(self) -> None:
         """Renumber the keys that still have open bins and forget the rest (keys come and go;
