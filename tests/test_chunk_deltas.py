@@ -142,6 +142,43 @@ def test_the_bytes_a_batch_writes_follow_the_keys_it_changed(kind):
     assert sum(delta[steady]) < 0.25 * sum(whole[steady]), (sum(delta[steady]), sum(whole[steady]))  # 0.20, 0.14
 
 
+@pytest.mark.parametrize("kind", ["count", "match"])
+def test_a_delta_is_built_only_to_be_written_once_the_chunk_has_one(kind, monkeypatch):
+    """Every chunk touched every batch, its delta growing until it passes the share: with a delta
+    stored, the next one's bytes are foretold from it (bytes a key), so a compaction writes the chunk
+    whole without first building the delta it throws away (estimated from the base's bytes alone,
+    every compaction here built one first: a delta's bytes a key are more than the base's). Only a
+    chunk's first delta after a base is estimated from the base."""
+    rnd = random.Random(5)
+    keys = 6_000
+    batches = [{0: [Event(f"acct-{i}", 0, 0, {"i": i, "type": "a", "amount": 1.0, "event_time": 0}, 0, i, "s")
+                    for i in range(keys)]}]
+    for b in range(1, 40):  # 120 events a batch over three partitions at uneven rates, in time order each
+        batch: dict[int, list[Event]] = {0: [], 1: [], 2: []}
+        for j, t in enumerate(sorted(100 * b + rnd.randrange(100) for _ in range(120))):
+            p = rnd.choice((0, 0, 0, 1, 1, 2))
+            batch[p].append(Event(f"acct-{rnd.randrange(keys)}", t, t,
+                                  {"i": j, "type": "a", "amount": 1.0, "event_time": t}, p, 1_000 * b + j, "s"))
+        batches.append(batch)
+    cls = plan_for(kind, 0.2).operators[0].cls
+    built = []
+    real = cls.snapshot_keys
+    monkeypatch.setattr(cls, "snapshot_keys", lambda self, k: built.append(1) or real(self, k))
+    plan = dataclasses.replace(plan_for(kind, 0.2), chunk_keys=2048)
+    rt, compacted, thrown, deltas = GroupRuntime(plan), 0, 0, 0
+    for batch in batches:
+        rt.run_batch(GroupInput.of("s", batch, [0, 1, 2]))
+        had = set(rt.keyed.deltas)
+        built.clear()
+        header = rt.commit()
+        deltas += rt.counters.chunk_deltas
+        thrown += len(built) - rt.counters.chunk_deltas
+        compacted += len(had - set(rt.keyed.deltas))
+        rt = GroupRuntime(plan, header=header, chunks=rt.chunks)  # (read back cold: the estimate too)
+    assert deltas > 60 and compacted > 10
+    assert thrown <= compacted // 4, (thrown, compacted, deltas)
+
+
 def test_the_whole_state_is_read_at_once_only_when_the_cold_chunks_are_most_of_its_bytes():
     """KeyedState.read_ahead: 16 chunks of about 1,000 bytes; 8 of them cold is half the chunks'
     bytes (read at once), unless the time layer's parts hold as many bytes again; 7 are too few."""

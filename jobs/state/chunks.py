@@ -51,6 +51,10 @@ DELTA_FORMAT = 1
 #: the delta's own costs, a second entry to write and read and a snapshot per operator, outweigh
 #: what it saves)
 DELTA_FROM = 4096
+#: a delta's bytes a key against its base's, for a chunk's first delta after its base (measured:
+#: 1.4–4×, the most for small deltas: a delta lists its keys again and has fewer neighbours to
+#: compress against)
+DELTA_PER_KEY = 2.0
 #: the fewest reads of chunks a call must need before :meth:`KeyedState.read_ahead` reads every
 #: entry at once (below it, the reads cost less than the pass)
 READ_ALL_FROM = 8
@@ -390,10 +394,11 @@ class KeyedState:
         tallies = [op.tallies() for op in chunk.ops]
         since, blob = chunk.since, None
         if since is not None and None not in changes and self.delta_share:
+            last = (self.deltas.get(c, 0), sum(map(len, since)) + len(chunk.seen_since))
             since = [s | changed for s, changed in zip(since, changes)]
             base_bytes, base_ops = chunk.base
             limit = self.delta_share * base_bytes * _spread(c, base_bytes)
-            if _pays(limit, base_bytes, base_ops, since, op_keys, len(chunk.seen_since), keys):
+            if _pays(limit, base_bytes, base_ops, since, op_keys, len(chunk.seen_since), keys, last):
                 snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, since)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, [sorted(s) for s in since],
@@ -498,18 +503,23 @@ class KeyedState:
 
 
 def _pays(limit: float, base_bytes: int, base_ops: tuple, since: list[set], op_keys: list[int], seen: int,
-          keys: int) -> bool:
+          keys: int, last: tuple[int, int] = (0, 0)) -> bool:
     """Whether a delta is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
-    delta's bytes estimated from the base's (each operator's snapshot bytes × its share of keys
-    changed since) stay within ``limit``; never a delta of as many keys as the chunk (e.g. after
-    the TTL dropped most). A delta past its limit is built for nothing (a snapshot of
-    its keys per operator, a pickle and a compression, then thrown away), which on small chunks with
-    a fifth of their keys changing each batch cost more than the deltas saved."""
-    if base_bytes < DELTA_FROM or sum(map(len, since)) + seen > keys:
+    delta's bytes stay within ``limit`` — estimated from the chunk's stored delta when it has one
+    (``last``: its bytes and keys; a delta holds every key changed since the base, so it grows
+    by about its bytes a key), else from the base's (each operator's snapshot bytes × its share of
+    keys changed since × :data:`DELTA_PER_KEY`); never a delta of as many keys as the chunk (e.g.
+    after the TTL dropped most). A delta past its limit is built for nothing (a snapshot of its
+    keys per operator, a pickle and a compression, then thrown away)."""
+    changed = sum(map(len, since)) + seen
+    if base_bytes < DELTA_FROM or changed > keys:
         return False
+    last_bytes, last_keys = last
+    if last_bytes and last_keys:
+        return last_bytes * changed / last_keys <= limit
     whole = sum(base_ops) or 1
     estimate = sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, since, op_keys))
-    return base_bytes * estimate / whole <= limit
+    return DELTA_PER_KEY * base_bytes * estimate / whole <= limit
 
 
 def _spread(c: int, base_bytes: int) -> float:
