@@ -3,6 +3,7 @@ without a cluster): what every key group receives each micro-batch — its packs
 rows of every partition read and the batch's control row — and what it must do with them."""
 
 import json
+import random
 
 import pytest
 
@@ -206,6 +207,65 @@ def test_a_batch_that_touches_most_chunks_reads_the_state_at_once_and_computes_w
     assert got[2] == got[3]  # the replay
     uppers = [r["upper"] for _, r in got[4]]
     assert len(uppers) == 240 and set(uppers) == {7, 8}  # each account's 7th and 8th events (window 10)
+
+
+def sparse_two_partitions(b: int, accounts: int = 400) -> pd.DataFrame:
+    """Batch ``b``: ~15 events on partition 0 and ~5 on partition 1 (behind it by up to 3 s, out of
+    order by pairs), accounts drawn at random from ``accounts`` (a few keys of every chunk); batch 0:
+    every account once, on partition 0."""
+    rnd = random.Random(b)
+    t0 = T0 + b * 10_000
+    if b == 0:  # every account once
+        fast = [tx(i, t0 - 5000 + i * 10, f"acct-{i:03d}") for i in range(accounts)]
+        return pd.DataFrame([pack("tx", 0, 0, fast), frontier("tx", 0, fast[-1]["event_time"]), control("tx", [0])])
+    fast = [tx(b * 1000 + i, t0 + i * 150, f"acct-{rnd.randrange(accounts):03d}") for i in range(rnd.randint(12, 18))]
+    slow = [tx(b * 1000 + 500 + i, t0 - 3000 + i * 500 + (200 if i % 2 == 0 else -200),
+               f"acct-{rnd.randrange(accounts):03d}") for i in range(rnd.randint(3, 6))]
+    return pd.DataFrame([pack("tx", 0, b * 100, fast), pack("tx", 1, b * 100, slow),
+                         frontier("tx", 0, max(r["event_time"] for r in fast)),
+                         frontier("tx", 1, max(r["event_time"] for r in slow)), control("tx", [0, 1])])
+
+
+def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_reads_the_store(monkeypatch):
+    """The stateful stage's two Python workers swap the key group every batch (Spark hands a task
+    the worker idle longest): each finds its own chunks one commit behind the store and absorbs
+    the delta the other wrote, instead of reading and decoding them (the chunks it wrote whole are
+    read). Results per batch are those of a worker that keeps nothing decoded, through a replay on
+    either worker after the store rolled back (a worker's chunks from the rolled-back commit must
+    never be used)."""
+    from ctiflow.jobs.datapath import adapter
+    from ctiflow.jobs.state import chunks as chunk_module
+    from ctiflow.jobs.state.warm import WarmChunks
+
+    monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (chunks of 32 small keys: deltas from the first base)
+    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": 32, "delta_share": 1.0}}
+    workers = [WarmChunks(), WarmChunks()]
+    t, topics = make_tester(spec)
+    ref, _ = make_tester({**spec, "state": {**spec["state"], "cache_chunks": 0}})
+    # batch, worker; "back": the store rolls back to before the previous batch, which is replayed
+    plan = [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1), ("back", 0), (6, 1), (7, 0), ("back", 1), (8, 0),
+            (9, 1)]
+    got, caught, cached, loaded, saved = [], [], [], [], None
+    for b, w in plan:
+        if b == "back":
+            roll_back(t, 5, saved)
+            b = last
+        else:
+            expected = results(ref.testInPandas(5, sparse_two_partitions(b)), topics)
+            saved, last = snapshot(t, 5), b
+        monkeypatch.setattr(adapter, "WARM", workers[w])
+        frame = t.testInPandas(5, sparse_two_partitions(b))
+        m = metrics_of(frame)
+        assert results(frame, topics) == expected, (b, w)
+        caught.append(m.get("chunks_caught_up", 0))
+        cached.append(m.get("chunks_cached", 0))
+        loaded.append(m["chunks_loaded"])
+    assert caught[:2] == [0, 0] and all(c > 0 for c in caught[2:6])  # taking turns: every batch from the third
+    assert all(c <= n for c, n in zip(cached, loaded)) and all(c >= u for c, u in zip(cached, caught))
+    # a replay on the worker that committed the state it reads: its chunks as they are; the other
+    # worker next holds chunks of the rolled-back commit only, and reads the store
+    assert cached[6] > 0 and caught[6] == 0 and cached[7] == 0 and caught[8] > 0
+    assert cached[9] > 0 and caught[9] == 0 and cached[10] == 0 and caught[11] > 0
 
 
 def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(monkeypatch):

@@ -90,6 +90,8 @@ TABLE: tuple[Counter, ...] = (
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written "
             "back"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
+    Counter("chunks_caught_up", C, "of those cached, one commit behind and brought up to date with the delta "
+            "the worker that ran the group last wrote"),
     Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
             "written whole)"),
     Counter("state_read_all", C, "key groups that read their whole state at once (most of it to read, "
@@ -228,6 +230,7 @@ class Counters:
     state_written: int = 0
     chunks_loaded: int = 0
     chunks_cached: int = 0
+    chunks_caught_up: int = 0
     chunk_deltas: int = 0
     state_read_all: int = 0
     state_us: int = 0

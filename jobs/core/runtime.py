@@ -228,13 +228,12 @@ class GroupRuntime:
     needs them.
 
     ``data``: a whole :meth:`snapshot` (tests, tools); ``header`` + ``chunks``: the Spark layout.
-    ``warm``: decoded chunks known to equal their bytes in ``chunks`` (the worker's cache,
-    :class:`ctiflow.jobs.state.warm.WarmChunks`), taken over (``keyed.still_warm()`` after :meth:`commit`).
-    ``batched``: see :class:`Router`; ``read_all``: :meth:`KeyedState.read_ahead`."""
+    ``warm``, ``read_token``, ``behind``: the worker's cache (:class:`ctiflow.jobs.state.warm.WarmChunks`,
+    :class:`KeyedState`). ``batched``: see :class:`Router`; ``read_all``: :meth:`KeyedState.read_ahead`."""
 
     def __init__(self, plan: Plan, data: bytes | None = None, *, header: bytes | None = None, chunks=None,
                  warm: dict[int, Chunk] | None = None, batched: bool = False, reports_shared: bool = True,
-                 read_all=None):
+                 read_all=None, read_token: bytes | None = None, behind=None):
         if plan.reference is None and len(plan.streams) != 1:
             raise ValueError("several input streams need a reference join (ctiflow.jobs.driver.config "
                              "refuses it)")
@@ -271,7 +270,8 @@ class GroupRuntime:
         self.keyed = KeyedState(plan.operators, self.chunks, self.counters, key_groups=plan.key_groups,
                                 chunk_keys=plan.chunk_keys, ttl=plan.ttl, grows=grows, warm=warm,
                                 index=h.keyed, prepare=self.shared.prepare if self.shared else None,
-                                delta_share=plan.delta_share, read_all=read_all)
+                                delta_share=plan.delta_share, read_all=read_all, read_token=read_token,
+                                behind=behind)
         with restoring("the key group's time layer"):
             self.layer, self.parts = time_layer(plan, self.chunks, h.layer)
         if plan.reference is None:

@@ -153,7 +153,8 @@ class OperatorProcessor(StatefulProcessor):
         expanding = time.perf_counter() - started
         chunks = self.group.chunks
         runtime = GroupRuntime(self.plan, header=header, chunks=chunks, warm=WARM.take(stored), batched=True,
-                               read_all=chunks.read_all)
+                               read_all=chunks.read_all, read_token=WARM.token(stored),
+                               behind=WARM.take_token)
         runtime.counters.state_us += int(expanding * 1e6)
         return stored, runtime
 

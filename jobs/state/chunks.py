@@ -132,7 +132,8 @@ class KeyedState:
     def __init__(self, specs: Sequence[Any], store: MutableMapping, counters, *, key_groups: int,
                  chunk_keys: int, ttl: int | None, grows: bool, warm: dict | None = None,
                  index: tuple | None = None, prepare=None, delta_share: float = 0.0,
-                 read_all: Callable[[], None] | None = None) -> None:
+                 read_all: Callable[[], None] | None = None, read_token: bytes | None = None,
+                 behind: Callable[[bytes], dict] | None = None) -> None:
         self.specs = specs
         #: has ``store`` read every entry at once (:meth:`read_ahead`); None: a store without it
         self.read_all = read_all
@@ -145,6 +146,15 @@ class KeyedState:
         self.delta_share = delta_share
         self.warm: dict[int, Chunk] = {} if warm is None else warm
         self.loaded: dict[int, Chunk] = {}
+        #: the worker's token of the state this call read (:class:`~ctiflow.jobs.state.warm.WarmChunks`),
+        #: kept in the header it commits (:meth:`index`) so that a worker one commit behind can catch up
+        self.read_token = read_token
+        #: decoded chunks one commit behind the store, and what that commit wrote (:meth:`_behind`)
+        self.behind: dict[int, Chunk] = {}
+        #: the chunks the header's commit wrote as a delta, and whole or removed
+        self.last_wrote: tuple[set[int], set[int]] = (set(), set())
+        #: what this call's last :meth:`commit` read and wrote: (``read_token``, as :attr:`last_wrote`)
+        self.committed: tuple = (None, set(), set())
         if index is None:
             self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
             self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
@@ -154,7 +164,12 @@ class KeyedState:
             self.deltas: dict[int, int] = {}  # chunk → its delta's bytes (chunks that have one)
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                             self.op_tallies), self.deltas = index
+                                             self.op_tallies), self.deltas, *last = index
+        if last and last[0][0] is not None and not self.warm and behind is not None:
+            self.behind = behind(last[0][0])
+            if self.behind:
+                self.last_wrote = (set(np.frombuffer(last[0][1], np.int64).tolist()),
+                                   set(np.frombuffer(last[0][2], np.int64).tolist()))
 
     def report(self, counters, names: list[str]) -> None:
         """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
@@ -165,9 +180,12 @@ class KeyedState:
 
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals, the
-        deltas' sizes."""
+        deltas' sizes, and the worker's token of the state the last commit read with the chunks it
+        wrote as a delta and those it wrote whole or removed (headers before it have no such part)."""
+        token, *wrote = self.committed
+        delta, whole = (np.array(sorted(s), np.int64).tobytes() for s in wrote)
         return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                                     self.op_tallies), self.deltas
+                                                     self.op_tallies), self.deltas, (token, delta, whole)
 
     @property
     def count(self) -> int:
@@ -186,13 +204,16 @@ class KeyedState:
         if got is not None:
             return got
         got = self.warm.pop(c, None)
+        started = time.perf_counter()
+        if got is None and c in self.behind:
+            got = self._caught_up(c, self.behind.pop(c))
         if got is not None:
             self._prepare(got.ops)
             self.loaded[c] = got
             self.counters.chunks_loaded += 1
             self.counters.chunks_cached += 1
+            self.counters.state_us += int((time.perf_counter() - started) * 1e6)
             return got
-        started = time.perf_counter()
         if blob is None and self.stored_bytes:  # none stored (e.g. stateless operators): no store read
             blob = self.store.get(c)
         got = (Chunk([spec.build() for spec in self.specs], {}, CTI_NONE) if blob is None
@@ -225,6 +246,24 @@ class KeyedState:
         if c not in self.deltas:
             return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(base[1], op_keys, tallies))), base,
                          [set() for _ in ops] if self._tracks(ops) else None)
+        return self._absorbed(c, ops, last_seen, base)
+
+    def _caught_up(self, c: int, chunk: Chunk) -> Chunk | None:
+        """Chunk ``c`` as this worker committed it one commit ago (:attr:`behind`), brought up to the
+        store: as it is if the last commit did not write it, with the delta that commit wrote
+        absorbed (the delta holds every key changed since the base, which that commit read as this
+        worker left it), None if that commit wrote it whole or removed it (then it is read)."""
+        delta, whole = self.last_wrote
+        if c in whole:
+            return None
+        if c not in delta:
+            return chunk
+        self.counters.chunks_caught_up += 1
+        return self._absorbed(c, chunk.ops, chunk.last_seen, chunk.base)
+
+    def _absorbed(self, c: int, ops: list, last_seen: dict, base: tuple) -> Chunk:
+        """Chunk ``c``'s base state (its operators ``ops``, ``last_seen``; ``base``: its bytes, per
+        operator) with its delta in the store absorbed."""
         delta = self.store.get(DELTA_KEYS + c)
         if delta is None:
             raise StateError(f"state chunk {c}: its delta is missing from the state store; {STATE_FIX}")
@@ -240,7 +279,7 @@ class KeyedState:
                 last_seen.pop(key, None)
             else:
                 last_seen[key] = t
-        return Chunk(ops, last_seen, cti, (len(blob) + len(delta), keys,
+        return Chunk(ops, last_seen, cti, (base[0] + len(delta), keys,
                                            tuple(zip((b + len(d) for b, d in zip(base[1], blobs)), op_keys,
                                                      tallies))), base, since, set(seen))
 
@@ -261,7 +300,8 @@ class KeyedState:
         read_all = self.read_all
         if read_all is None or not self.stored_bytes:
             return
-        cold = [c for c in touch if c not in self.loaded and c not in self.warm]
+        cold = [c for c in touch if c not in self.loaded and c not in self.warm
+                and (c not in self.behind or c in self.last_wrote[1])]
         reads = len(cold) + sum(c in self.deltas for c in cold)
         fetched = len(cold) * self.stored_bytes // max(1, self.count)  # (chunks' mean size)
         if reads >= READ_ALL_FROM and 2 * fetched >= self.stored_bytes + other_bytes:
@@ -359,6 +399,8 @@ class KeyedState:
         live = self.stored_keys + sum(keys - self.loaded[c].stored[1] for c, (_, keys) in sets.items())
         for c in self.grow(live):
             sets[c] = self._key_counts(self.loaded[c])
+        # (a second commit of this call read what the first wrote, whose token only the store's writer knows)
+        self.committed, self.read_token = (self.read_token, set(), set()), None
         for c, chunk in sorted(self.loaded.items()):
             op_keys, keys = sets[c]
             old_bytes, old_keys, old_ops = chunk.stored
@@ -370,8 +412,10 @@ class KeyedState:
                 self.due.pop(c, None)
                 size, ops = 0, ()
                 chunk.base, chunk.since, chunk.seen_since = (0, ()), None, set()
+                self.committed[2].add(c)
             else:
                 size, ops = self._write(c, chunk, changes, op_keys, keys)
+                self.committed[1 if c in self.deltas else 2].add(c)
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due

@@ -17,9 +17,13 @@ class WarmChunks:
     the very state this worker committed — the store's chunks are those decoded objects' bytes —
     so it uses them instead of reading and decoding them. Any other header (a replayed batch
     restores the previous version; another worker ran the group since; another query) matches no
-    entry. An entry is taken out when used: a call that fails after mutating chunks leaves
-    nothing behind, and its retry reads the store. At most ``limit`` chunks are kept in the
-    process, least recently used go first: memory follows the limit, not the live keys."""
+    entry — but a header whose commit read this worker's state (the pool's other worker ran the
+    group once since: Spark hands a task the worker idle longest, so two tasks swap their
+    workers) names that state's token, and then the chunks that commit did not rewrite whole are
+    used, with the delta it wrote absorbed (:meth:`take_token`). An entry is taken out when used:
+    a call that fails after mutating chunks leaves nothing behind, and its retry reads the store.
+    At most ``limit`` chunks are kept in the process, least recently used go first: memory follows
+    the limit, not the live keys."""
 
     TOKEN_BYTES = 16
 
@@ -28,9 +32,22 @@ class WarmChunks:
 
     def take(self, header: bytes | None) -> dict:
         """The decoded chunks committed with ``header`` (an empty dict if none are)."""
-        if header is None or len(header) <= self.TOKEN_BYTES:
-            return {}
-        return self.entries.pop(header[-self.TOKEN_BYTES:], {})
+        token = self.token(header)
+        return {} if token is None else self.take_token(token)
+
+    def take_token(self, token: bytes) -> dict:
+        """The decoded chunks filed under ``token`` (an empty dict if none are). A header names the
+        token of the state its commit read (:class:`ctiflow.jobs.state.chunks.KeyedState`): the worker
+        that committed that state takes its chunks by it, one commit behind the store, and brings
+        them up to date with what the commit after wrote (the other worker of a pool ran it)."""
+        return self.entries.pop(token, {})
+
+    @classmethod
+    def token(cls, header: bytes | None) -> bytes | None:
+        """The token a stored header ends with (None: a header of none, or no header)."""
+        if header is None or len(header) <= cls.TOKEN_BYTES:
+            return None
+        return header[-cls.TOKEN_BYTES:]
 
     def put(self, header: bytes, chunks: dict, limit: int) -> bytes:
         """File ``chunks`` (least recently used first) under a new token; → the header to store."""
