@@ -55,6 +55,7 @@ def _scale(o: Options) -> None:
         _call("state_scale", "main")(o.out)
     if not o.cti_delay:
         _call("state_scale", "sparse_main")(o.out, record_figures=o.record)
+        _call("state_scale", "spark_sparse_main")(o.out, per_batch=o.trigger or 200_000, record_figures=o.record)
     if not o.sparse:
         _call("state_scale", "delay_main")(o.out, record_figures=o.record)
 

@@ -62,6 +62,7 @@ class Row:
     restart_s: float       # to the first completed batch after a restart
     chunks: float = 0.0    # Spark: mean chunks used (read or taken from the worker's cache) and written per batch
     cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (ctiflow.jobs.state.warm.WarmChunks)
+    caught: float = 0.0    # Spark: of those, mean one commit behind, caught up with the other worker's delta
 
     @property
     def rate(self) -> float:
@@ -374,19 +375,21 @@ def _spark_row(spark, bootstrap: str, home: str, kind: str, live: int, measured:
               statistics.mean(r.get("state_written", 0) for r in recs) if recs else 0.0,
               recs[-1].get("state_bytes", 0) if recs else 0, f.peak_rss_mb, summary.first_batch_seconds or 0.0,
               chunks=statistics.mean(r.get("chunks_loaded", 0) for r in recs) if recs else 0.0,
-              cached=statistics.mean(r.get("chunks_cached", 0) for r in recs) if recs else 0.0)
+              cached=statistics.mean(r.get("chunks_cached", 0) for r in recs) if recs else 0.0,
+              caught=statistics.mean(r.get("chunks_caught_up", 0) for r in recs) if recs else 0.0)
     kafka.delete_topics(bootstrap, [topic, *cfg.result_topics()])
     spark.stop()
     return row
 
 
-def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: int, seed: int = 7) -> None:
-    """``measured`` events after the live keys, over ``active`` of them (amounts at random)."""
+def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: int | None, seed: int = 7) -> None:
+    """``measured`` events after the live keys, over ``active`` of them (None: uniformly over every
+    live key; amounts at random)."""
     from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.avro.serde import AvroSerializer
 
     rng = random.Random(seed)
-    hot = rng.sample(range(live), min(active, live))
+    hot = range(live) if active is None else rng.sample(range(live), min(active, live))
     records = ({"id": str(i), "account": f"k{hot[rng.randrange(len(hot))]:08d}", "event_time": T0 + 1 + i,
                 "type": "purchase", "amount": float(rng.randrange(2000)), "currency": "EUR", "country": "DE",
                 "merchant": None} for i in range(live, live + measured))
@@ -395,14 +398,16 @@ def _produce_more(bootstrap: str, topic: str, live: int, measured: int, active: 
 
 
 def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
-               measured_batches: int = 5, active: int = 2_000, kinds=("count", "match", "bins"),
-               conf: dict | None = None, tag: str = "", uncached=("bins",), record_figures: bool = False) -> list[Row]:
+               measured_batches: int = 5, active: int | None = 2_000, kinds=("count", "match", "bins"),
+               conf: dict | None = None, tag: str = "", uncached=("bins",), record_figures: bool = False,
+               state: dict | None = None) -> list[Row]:
     """Each row: a job builds ``live`` keys (one event each), stops, and is restarted (a new Spark
-    session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys.
-    ``conf``: SQL confs set on every session (e.g. RocksDB changelog checkpointing). ``uncached``:
-    operators also run at the smallest and largest size with ``state.cache_chunks: 0`` (every
-    touched chunk read from the state store and decoded, as without the worker's cache).
-    ``record_figures``: write the ``scale`` row of bench/figures.yaml (needs count, match and bins)."""
+    session) on ``measured_batches`` batches of ``per_batch`` events over ``active`` of its keys
+    (None: uniformly over every live key). ``conf``: SQL confs set on every session (e.g. RocksDB
+    changelog checkpointing); ``state``: the jobs' ``state`` settings. ``uncached``: operators also
+    run at the smallest and largest size with ``state.cache_chunks: 0`` (every touched chunk read
+    from the state store and decoded, as without the worker's cache). ``record_figures``: write the
+    ``scale`` row of bench/figures.yaml (needs count, match and bins)."""
     from ctiflow.bench.spark_jobs import bench_stack
 
     out = out or Console(width=200)
@@ -415,18 +420,28 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
         for kind in kinds:
             for live in sizes:
                 rows.append(_spark_row(spark_session(), bootstrap, home, kind, live, per_batch * measured_batches,
-                                       active, per_batch, conf, tag))
+                                       active, per_batch, conf, tag, state))
                 out.print(f"  {kind} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
             if kind in uncached:
                 for live in sorted({min(sizes), max(sizes)}):
                     rows.append(_spark_row(spark_session(), bootstrap, home, kind, live, per_batch * measured_batches,
-                                           active, per_batch, conf, f"{tag}-uncached", {"cache_chunks": 0}))
+                                           active, per_batch, conf, f"{tag}-uncached",
+                                           {**(state or {}), "cache_chunks": 0}))
                     out.print(f"  {rows[-1].operator} at {live:,} live keys: {rows[-1].rate:,.0f} events/s")
-    table = Table(title=f"ctiflow bench scale (Spark, end to end): {per_batch:,} events a micro-batch over {active:,} "
-                        "active keys after a restart (baseline: identity operator at 10k keys, same run)")
+    table = _spark_table(rows, per_batch, active)
+    out.print(table)
+    if record_figures:
+        record_scale(rows, table)
+    return rows
+
+
+def _spark_table(rows: list[Row], per_batch: int, active: int | None) -> Table:
+    over = "every live key" if active is None else f"{active:,} active keys"
+    table = Table(title=f"ctiflow bench scale (Spark, end to end): {per_batch:,} events a micro-batch over {over} "
+                        "after a restart (baseline: identity operator at 10k keys, same run)")
     for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
-                "state ms/batch", "state share", "chunks/batch", "cached/batch", "written/batch", "state bytes",
-                "peak PSS MB", "restart s"):
+                "state ms/batch", "state share", "chunks/batch", "cached/batch", "caught up/batch", "written/batch",
+                "state bytes", "peak PSS MB", "restart s"):
         table.add_column(col, justify="left" if col == "operator" else "right")
     base = rows[0].rate
     first: dict[str, float] = {}
@@ -434,12 +449,37 @@ def spark_main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_
         first.setdefault(r.operator, r.rate)
         table.add_row(r.operator, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator]:.2f}×",
                       f"{r.rate / base:.2f}×", f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}",
-                      f"{100 * r.state_share:.0f} %", f"{r.chunks:,.0f}", f"{r.cached:,.0f}", f"{r.written / 1024:,.0f} KiB",
+                      f"{100 * r.state_share:.0f} %", f"{r.chunks:,.0f}", f"{r.cached:,.0f}", f"{r.caught:,.0f}",
+                      f"{r.written / 1024:,.0f} KiB",
                       f"{r.state_bytes / 2**20:,.1f} MiB", f"{r.peak_rss_mb:,.0f}", f"{r.restart_s:,.1f}")
-    out.print(table)
+    return table
+
+
+def spark_sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
+                      chunk_keys: int = 2048, record_figures: bool = False) -> list[Row]:
+    """Sparse keys end to end: :func:`spark_main` with every batch's events spread uniformly over
+    every live key, at ``state.chunk_keys`` = ``chunk_keys`` (what the setting's description advises
+    for sparse keys). ``record_figures``: write the ``scale-sparse-spark`` row of bench/figures.yaml."""
+    rows = spark_main(out, sizes, per_batch, active=None, uncached=(), state={"chunk_keys": chunk_keys})
     if record_figures:
-        record_scale(rows, table)
+        record_sparse_spark(rows, _spark_table(rows, per_batch, None))
     return rows
+
+
+def record_sparse_spark(rows: list[Row], table: Table) -> None:
+    """The ``scale-sparse-spark`` row of bench/figures.yaml: per operator its rate at the fewest
+    keys and its ratio at each larger size (target ≥ 0.8× at every one); the identity's rate."""
+    from ctiflow.bench.figures import record, rows_of, thousands, verdict
+
+    values, ratios = {"identity": thousands(rows[0].rate)}, []
+    for kind in ("count", "match", "bins"):
+        base, *more = sorted((r for r in rows if r.operator.split(",")[0] == kind), key=lambda r: r.live_keys)
+        values[f"{kind}_rate"] = thousands(base.rate)
+        for name, r in zip(("1m", "3m"), more):
+            values[f"{kind}_{name}"] = f"{r.rate / base.rate:.2f}"
+            ratios.append(r.rate / base.rate)
+    values["met"] = verdict(bool(ratios) and min(ratios) >= 0.8)
+    record("scale-sparse-spark", values, table=rows_of(table))
 
 
 def record_scale(rows: list[Row], table: Table) -> None:

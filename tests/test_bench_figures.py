@@ -137,6 +137,21 @@ def test_scale_rows(data):
     assert (d["ratio"], d["met"], d["buffered_lo"], d["buffered_hi"]) == ("1.30", "**missed**", "18k", "1.2M")
 
 
+def test_sparse_spark_row(data):
+    from ctiflow.bench.state_scale import Row, record_sparse_spark
+
+    def row(kind, live, seconds):
+        return Row(kind, live, 1_000_000, seconds, 1.0, 2.0, 10.0, 0.1, 1.0, 1, 2000.0, 10.0)
+
+    rows = [row("identity", 10_000, 5.0)] + [
+        row(f"{k}, chunk_keys 2048", live, base * f) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
+        for live, f in ((3_000_000, 1.6 if k == "bins" else 1.2), (10_000, 1.0), (1_000_000, 1.1))]
+    record_sparse_spark(rows, _table(("operator",), ("count",)))
+    v = _rows(data, ["scale-sparse-spark"])["scale-sparse-spark"]["values"]
+    assert (v["identity"], v["count_rate"], v["count_1m"], v["count_3m"]) == ("200.0k", "100.0k", "0.91", "0.83")
+    assert (v["bins_rate"], v["bins_3m"], v["met"]) == ("250.0k", "0.62", "**missed**")
+
+
 def test_soak_row(data):
     from ctiflow.bench.soak import record_soak
 
