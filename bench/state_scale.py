@@ -202,20 +202,23 @@ def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000)
     return [r for _, r in rows]
 
 
-def record_sparse(rows: list[Row], table: Table) -> None:
-    """The ``scale-sparse`` row of bench/figures.yaml: per operator its rate at the fewest keys and
-    its ratio at each larger size (target ≥ 0.8× at every one)."""
-    from ctiflow.bench.figures import record, rows_of, verdict
+def record_sparse(rows: list[Row], table: Table, row_id: str = "scale-sparse") -> None:
+    """A sparse-keys row of bench/figures.yaml — ``scale-sparse`` (one process) or ``scale-sparse-spark``
+    (end to end, its first row the identity's): per operator its rate at the fewest keys and its
+    ratio at each larger size (target ≥ 0.8× at every one)."""
+    from ctiflow.bench.figures import record, rows_of, thousands, verdict
 
     values, ratios = {}, []
+    if rows[0].operator == "identity":
+        values["identity"] = thousands(rows[0].rate)
     for kind in ("count", "match", "bins"):
-        base, *more = [r for r in rows if r.operator == kind]  # (in the order of ``sizes``)
-        values[f"{kind}_rate"] = f"{base.rate / 1e3:,.1f}k"
+        base, *more = sorted((r for r in rows if r.operator.split(",")[0] == kind), key=lambda r: r.live_keys)
+        values[f"{kind}_rate"] = thousands(base.rate)
         for name, r in zip(("1m", "3m"), more):
             values[f"{kind}_{name}"] = f"{r.rate / base.rate:.2f}"
             ratios.append(r.rate / base.rate)
     values["met"] = verdict(bool(ratios) and min(ratios) >= 0.8)
-    record("scale-sparse", values, table=rows_of(table))
+    record(row_id, values, table=rows_of(table))
 
 
 # -- the CTI delay: a batch's cost against how much the reorder buffer holds ---------------------------
@@ -462,24 +465,8 @@ def spark_sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_00
     for sparse keys). ``record_figures``: write the ``scale-sparse-spark`` row of bench/figures.yaml."""
     rows = spark_main(out, sizes, per_batch, active=None, uncached=(), state={"chunk_keys": chunk_keys})
     if record_figures:
-        record_sparse_spark(rows, _spark_table(rows, per_batch, None))
+        record_sparse(rows, _spark_table(rows, per_batch, None), "scale-sparse-spark")
     return rows
-
-
-def record_sparse_spark(rows: list[Row], table: Table) -> None:
-    """The ``scale-sparse-spark`` row of bench/figures.yaml: per operator its rate at the fewest
-    keys and its ratio at each larger size (target ≥ 0.8× at every one); the identity's rate."""
-    from ctiflow.bench.figures import record, rows_of, thousands, verdict
-
-    values, ratios = {"identity": thousands(rows[0].rate)}, []
-    for kind in ("count", "match", "bins"):
-        base, *more = sorted((r for r in rows if r.operator.split(",")[0] == kind), key=lambda r: r.live_keys)
-        values[f"{kind}_rate"] = thousands(base.rate)
-        for name, r in zip(("1m", "3m"), more):
-            values[f"{kind}_{name}"] = f"{r.rate / base.rate:.2f}"
-            ratios.append(r.rate / base.rate)
-    values["met"] = verdict(bool(ratios) and min(ratios) >= 0.8)
-    record("scale-sparse-spark", values, table=rows_of(table))
 
 
 def record_scale(rows: list[Row], table: Table) -> None:

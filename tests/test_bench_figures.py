@@ -138,7 +138,7 @@ def test_scale_rows(data):
 
 
 def test_sparse_spark_row(data):
-    from ctiflow.bench.state_scale import Row, record_sparse_spark
+    from ctiflow.bench.state_scale import Row, record_sparse
 
     def row(kind, live, seconds):
         return Row(kind, live, 1_000_000, seconds, 1.0, 2.0, 10.0, 0.1, 1.0, 1, 2000.0, 10.0)
@@ -146,10 +146,14 @@ def test_sparse_spark_row(data):
     rows = [row("identity", 10_000, 5.0)] + [
         row(f"{k}, chunk_keys 2048", live, base * f) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
         for live, f in ((3_000_000, 1.6 if k == "bins" else 1.2), (10_000, 1.0), (1_000_000, 1.1))]
-    record_sparse_spark(rows, _table(("operator",), ("count",)))
+    record_sparse(rows, _table(("operator",), ("count",)), "scale-sparse-spark")
     v = _rows(data, ["scale-sparse-spark"])["scale-sparse-spark"]["values"]
     assert (v["identity"], v["count_rate"], v["count_1m"], v["count_3m"]) == ("200.0k", "100.0k", "0.91", "0.83")
     assert (v["bins_rate"], v["bins_3m"], v["met"]) == ("250.0k", "0.62", "**missed**")
+    record_sparse([row(k, live, base) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
+                   for live in (10_000, 1_000_000, 3_000_000)], _table(("operator",), ("count",)))  # one process
+    v = _rows(data, ["scale-sparse"])["scale-sparse"]["values"]
+    assert (v["count_rate"], v["match_1m"], v["bins_3m"], v["met"]) == ("100.0k", "1.00", "1.00", "met")
 
 
 def test_soak_row(data):
