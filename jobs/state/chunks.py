@@ -164,12 +164,12 @@ class KeyedState:
             self.deltas: dict[int, int] = {}  # chunk → its delta's bytes (chunks that have one)
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                             self.op_tallies), self.deltas, *last = index
-        if last and last[0][0] is not None and not self.warm and behind is not None:
-            self.behind = behind(last[0][0])
+                                             self.op_tallies), self.deltas, (token, delta, whole) = index
+        if token is not None and not self.warm and behind is not None:
+            self.behind = behind(token)
             if self.behind:
-                self.last_wrote = (set(np.frombuffer(last[0][1], np.int64).tolist()),
-                                   set(np.frombuffer(last[0][2], np.int64).tolist()))
+                self.last_wrote = (set(np.frombuffer(delta, np.int64).tolist()),
+                                   set(np.frombuffer(whole, np.int64).tolist()))
 
     def report(self, counters, names: list[str]) -> None:
         """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
@@ -180,8 +180,8 @@ class KeyedState:
 
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals, the
-        deltas' sizes, and the worker's token of the state the last commit read with the chunks it
-        wrote as a delta and those it wrote whole or removed (headers before it have no such part)."""
+        deltas' sizes, and the last commit: the worker's token of the state it read, the chunks it
+        wrote as a delta, those it wrote whole or removed (int64 bytes each)."""
         token, *wrote = self.committed
         delta, whole = (np.array(sorted(s), np.int64).tobytes() for s in wrote)
         return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,

@@ -23,8 +23,10 @@ group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *ind
                           shared])``: no number in the bytes; the shared states there only when
                           the plan has side inputs; the chunks' index without its tallies
                           (before 2026-11-28) or its per-operator totals (before 2026-11-27)
-group header, 3           ``("header", 3, …)`` as format 4, the chunks' index without deltas
+group header, 3           ``("header", 3, …)`` as format 5, the chunks' index without deltas
                           (until 2026-11-29)
+group header, 4           ``("header", 4, …)`` as format 5, the chunks' index without the last
+                          commit's read token and written chunks (until 2026-12-01)
 state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
                           no number in the bytes
 ========================  ==================================================================
@@ -169,12 +171,13 @@ _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
 
 
 def header_fields(got: tuple, with_shared: bool) -> tuple:
-    """A header of format 2 or 3 (the table above) as the fields of today's
+    """A header of format 2, 3 or 4 (the table above) as the fields of today's
     :class:`~ctiflow.jobs.state.header.GroupHeader`, in its order (``with_shared``: the plan has
-    side inputs, so a header of format 2 ends with their states). Their chunks have no deltas."""
-    if got[0] == "header":  # format 3: the chunks' index without deltas
+    side inputs, so a header of format 2 ends with their states). Their chunks have no deltas
+    (before 4), and their last commit names no state it read (no worker catches up from them)."""
+    if got[0] == "header":  # format 3: the chunks' index without deltas; 4: without the last commit's
         *fields, index, operators, shared = got[2:]
-        return (*fields, (*index, {}), operators, shared)
+        return (*fields, (*index, {}, NO_COMMIT) if got[1] == 3 else (*index, NO_COMMIT), operators, shared)
     layer, join, enriched, ended, clocks, ops_cti, *index, operators = got
     shared = None
     if with_shared:
@@ -183,8 +186,13 @@ def header_fields(got: tuple, with_shared: bool) -> tuple:
     n = len(operators)
     totals = per_operator[0] if per_operator else [[0, 0] for _ in range(n)]
     tallies = per_operator[1] if len(per_operator) > 1 else [{} for _ in range(n)]
-    index = (due, level_split, (keys, size, totals, tallies), {})
+    index = (due, level_split, (keys, size, totals, tallies), {}, NO_COMMIT)
     return layer, join, enriched, ended, clocks, ops_cti, index, operators, shared
+
+
+#: the chunks' index's last commit when a header does not name one: ``(read token, chunks written as a
+#: delta, written whole)`` (:meth:`ctiflow.jobs.state.chunks.KeyedState.index`)
+NO_COMMIT = (None, b"", b"")
 
 
 def chunk_fields(got: tuple) -> tuple:
