@@ -149,7 +149,7 @@ class KeyedState:
         #: the worker's token of the state this call read (:class:`~ctiflow.jobs.state.warm.WarmChunks`),
         #: kept in the header it commits (:meth:`index`) so that a worker one commit behind can catch up
         self.read_token = read_token
-        #: decoded chunks one commit behind the store, and what that commit wrote (:meth:`_behind`)
+        #: decoded chunks one commit behind the store (:meth:`_caught_up`)
         self.behind: dict[int, Chunk] = {}
         #: the chunks the header's commit wrote as a delta, and whole or removed
         self.last_wrote: tuple[set[int], set[int]] = (set(), set())
