@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ctiflow.jobs.datapath import kafka
@@ -29,9 +30,32 @@ def job(stack, tmp_path: Path, **spec) -> JobConfig:
 
 
 def run(cfg: JobConfig, spark, **kwargs):
+    """``pipeline.run`` until the end; a query that failed because a Python worker died fails the
+    test with what Spark's log says about its workers and daemons (the log is the session's file,
+    gone with a CI run's checkout)."""
     from ctiflow.jobs.driver import pipeline
 
-    return pipeline.run(cfg, until_end=kwargs.pop("until_end", True), spark=spark, **kwargs)
+    try:
+        return pipeline.run(cfg, until_end=kwargs.pop("until_end", True), spark=spark, **kwargs)
+    except Exception as exc:
+        if "exited unexpectedly" not in str(exc):
+            raise
+        raise AssertionError(f"a Python worker died: {str(exc)[:3000]}\n--- Spark's log on its Python "
+                             f"workers ---\n{python_worker_lines(spark)}") from exc
+
+
+#: Spark's log lines that tell why a Python worker ended: warnings and errors (Spark's restart of a
+#: daemon among them), Python tracebacks and faulthandler dumps the JVM copied from the workers.
+WORKER_LINES = re.compile(r" (WARN|ERROR) |Traceback|Fatal Python|Thread 0x|Current thread|File \"|Error:|Python daemon")
+
+
+def python_worker_lines(spark, last: int = 80) -> str:
+    path = spark.sparkContext._jvm.java.lang.System.getProperty("ctiflow.spark.log")
+    if not path or not Path(path).exists():
+        return f"(no Spark log: {path})"
+    lines = [line for line in Path(path).read_text(errors="replace").splitlines()
+             if WORKER_LINES.search(line) and "Python daemon module in PySpark is set to" not in line]
+    return "\n".join(lines[-last:]) or f"(nothing about Python workers in {path})"
 
 
 def read(stack, topic: str, store=None) -> list[dict]:

@@ -115,3 +115,28 @@ def test_a_job_with_one_key_group_meets_the_same_python_worker_every_micro_batch
     later = batches[2:]  # (the first ones build the chunks)
     assert sum(b["chunks_loaded"] for b in later) > 4 * len(later)
     assert [b.get("chunks_cached", 0) for b in later] == [b["chunks_loaded"] for b in later]
+
+
+def test_a_worker_ended_by_sighup_leaves_its_python_stack_in_the_tasks_error(spark):
+    """PySpark's daemon ends its workers with SIGHUP when it shuts down (Spark restarts a daemon
+    that does not hand it a worker in time); faulthandler covers fatal signals only, so such a task
+    failed with "crashed:" and nothing after it. ``spark_daemon.stack_on_hangup`` has the worker
+    dump its stack first: the error names the function the worker was in."""
+    def hung_up_in_the_middle_of_a_task(batches):  # (nested: cloudpickle ships it by value)
+        import os
+        import signal
+
+        for batch in batches:
+            os.kill(os.getpid(), signal.SIGHUP)
+            yield batch
+
+    frame = spark.range(4, numPartitions=1).mapInPandas(hung_up_in_the_middle_of_a_task, "id long")
+    with pytest.raises(Exception) as failed:  # the JVM's SparkException, as py4j hands it over
+        frame.collect()
+    message = str(failed.value)
+    assert "exited unexpectedly (crashed)" in message, message[:2000]
+    assert "hung_up_in_the_middle_of_a_task" in message, message[:2000]
+    # and what a failed job test shows of Spark's log (integration_tests.harness.run)
+    from integration_tests.harness import python_worker_lines
+
+    assert "hung_up_in_the_middle_of_a_task" in python_worker_lines(spark)

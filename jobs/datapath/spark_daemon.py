@@ -9,11 +9,19 @@ collector from writing to them. Measured: docs/changelog.md#memory.
 ``ctiflow.jobs.driver.pipeline.spark_session`` sets ``spark.python.daemon.module`` to this module.
 
 Contract: nothing here starts a thread or opens a client (a fork copies neither); a job's own
-state is built in the forked worker, as before."""
+state is built in the forked worker, as before.
+
+A worker also leaves its Python stack in Spark's faulthandler file when SIGHUP or SIGTERM ends it
+(:func:`stack_on_hangup`), which ``spark.python.worker.faulthandler.enabled`` covers only for fatal
+signals: the task's error then shows where the worker was, where it would say "crashed" and nothing
+more."""
 
 from __future__ import annotations
 
+import faulthandler
+import functools
 import gc
+import signal
 
 
 def preload() -> None:
@@ -29,6 +37,41 @@ def preload() -> None:
     import ctiflow.jobs.datapath.source.reader  # noqa: F401 - the source's readers (decoders, Kafka clients)
 
 
+HANGUPS = (signal.SIGHUP, signal.SIGTERM)
+
+
+def stack_on_hangup(main):
+    """PySpark's worker ``main`` that first has SIGHUP and SIGTERM dump every thread's Python stack
+    into the worker's faulthandler file (open from the fork for the worker's life, read by the JVM
+    when the worker's socket ends) and then end the worker as before (``chain``: the default action).
+
+    Why: PySpark's daemon ends its workers with SIGHUP when it shuts down — on the JVM's SIGTERM,
+    which Spark also sends when it restarts a daemon that did not hand it a new worker in time — and
+    such a worker leaves an empty file, so the task fails with "Python worker exited unexpectedly
+    (crashed)" and no stack. A dump without a "Fatal Python error" line above it is such an ending.
+    Registered for each task and unregistered after it: the daemon's worker loop resets both
+    signals before each."""
+
+    @functools.wraps(main)
+    def wrapped(infile, outfile):
+        from pyspark.util import _faulthandler_helper  # the file PySpark's daemon opened at the fork
+
+        log = getattr(_faulthandler_helper, "_log_file", None)
+        if log is None:
+            return main(infile, outfile)
+        for sig in HANGUPS:
+            faulthandler.register(sig, file=log, all_threads=True, chain=True)
+        try:
+            return main(infile, outfile)
+        finally:
+            # (faulthandler registers a signal once: the next task's reset of the signal would leave
+            # it thinking its handler is still there)
+            for sig in HANGUPS:
+                faulthandler.unregister(sig)
+
+    return wrapped
+
+
 if __name__ == "__main__":
     from pyspark import daemon
 
@@ -36,5 +79,8 @@ if __name__ == "__main__":
         preload()
     except ImportError:  # e.g. an environment archive of another Python (ctiflow submit): the
         pass             # daemon still serves, and the task that needs the module reports it
+    import pyspark.worker
+
+    pyspark.worker.main = stack_on_hangup(pyspark.worker.main)
     gc.freeze()
     daemon.manager()
