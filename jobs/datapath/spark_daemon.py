@@ -14,7 +14,8 @@ state is built in the forked worker, as before.
 A worker also leaves its Python stack in Spark's faulthandler file when SIGHUP or SIGTERM ends it
 (:func:`stack_on_hangup`), which ``spark.python.worker.faulthandler.enabled`` covers only for fatal
 signals: the task's error then shows where the worker was, where it would say "crashed" and nothing
-more."""
+more. And the daemon's kill of a worker by pid reaches only a worker it forked that still runs
+(:class:`OwnWorkersOnly`), never a process that took the pid of a worker gone before."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import faulthandler
 import functools
 import gc
 import signal
+import sys
 
 
 def preload() -> None:
@@ -72,6 +74,56 @@ def stack_on_hangup(main):
     return wrapped
 
 
+def started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``); None if no such
+    process (or no ``/proc``: then every pid compares equal, and kills pass as PySpark sends them)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[19].decode()  # field 22 of the line; fields[0] is field 3 (after "pid (comm)")
+
+
+class OwnWorkersOnly:
+    """The ``os`` module as PySpark's daemon sees it, but for ``kill`` of a pid: sent only to a
+    worker this daemon forked that still runs (the pid and its start time as at the fork).
+
+    Why: the JVM asks the daemon to kill a worker by its pid (``PythonWorkerFactory.stopWorker``)
+    also when the worker is already gone — a worker found dead in the idle queue is "discarded"
+    that way — and PySpark's daemon sends SIGKILL to whatever process has that pid by then. Pids
+    wrap at ``/proc/sys/kernel/pid_max`` (32,768 here: minutes of a busy test run), so the kill can
+    land on another task's worker, which then fails with "Python worker exited unexpectedly
+    (crashed)" and an empty stack. A kill refused is said on the daemon's stderr (Spark's log).
+    The process-group signal of the daemon's shutdown (pid 0) passes as it is."""
+
+    #: Forked pids kept before those whose process is gone are dropped.
+    PRUNE_AT = 4096
+
+    def __init__(self, real) -> None:
+        self._os = real
+        self._forked: dict[int, str | None] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self._os, name)
+
+    def fork(self) -> int:
+        pid = self._os.fork()
+        if pid > 0:
+            if len(self._forked) >= self.PRUNE_AT:
+                self._forked = {p: t for p, t in self._forked.items() if started(p) == t}
+            self._forked[pid] = started(pid)
+        return pid
+
+    def kill(self, pid: int, sig: int) -> None:
+        if pid > 0 and (pid not in self._forked or started(pid) != self._forked[pid]):
+            print(f"ctiflow's Python daemon: signal {sig} for pid {pid} not sent: no worker this daemon "
+                  "forked runs with that pid (it ended; the pid may belong to another process now)",
+                  file=sys.stderr, flush=True)
+            return
+        self._os.kill(pid, sig)
+
+
 if __name__ == "__main__":
     from pyspark import daemon
 
@@ -82,5 +134,6 @@ if __name__ == "__main__":
     import pyspark.worker
 
     pyspark.worker.main = stack_on_hangup(pyspark.worker.main)
+    daemon.os = OwnWorkersOnly(daemon.os)
     gc.freeze()
     daemon.manager()
