@@ -92,7 +92,7 @@ class OwnWorkersOnly:
     Why: the JVM asks the daemon to kill a worker by its pid (``PythonWorkerFactory.stopWorker``)
     also when the worker is already gone — a worker found dead in the idle queue is "discarded"
     that way — and PySpark's daemon sends SIGKILL to whatever process has that pid by then. Pids
-    wrap at ``/proc/sys/kernel/pid_max`` (32,768 here: minutes of a busy test run), so the kill can
+    wrap at ``/proc/sys/kernel/pid_max`` (often 32,768: minutes on a busy machine), so the kill can
     land on another task's worker, which then fails with "Python worker exited unexpectedly
     (crashed)" and an empty stack. A kill refused is said on the daemon's stderr (Spark's log).
     The process-group signal of the daemon's shutdown (pid 0) passes as it is."""
