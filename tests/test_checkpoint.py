@@ -22,6 +22,19 @@ def group_labels(groups, partitions, path=None):
     return _group_labels(groups, partitions, None if path is None else cp(path))
 
 
+def test_the_jvm_a_tool_starts_for_a_checkpoint_logs_where_a_session_on_it_would(tmp_path):
+    """A tool reads a checkpoint before any session (``CheckpointDir.of`` without a ``SparkConf``);
+    the session a job then starts runs on that JVM, whose logging was fixed at its start. It logs
+    to ctiflow's file like a session's (a CI run found Spark's log missing after such a start)."""
+    from ctiflow.jobs.driver.jvm import gateway, spark_log_path
+
+    cp(tmp_path / "cp")
+    jvm = gateway().jvm
+    named = jvm.java.lang.System.getProperty("ctiflow.spark.log")
+    assert named and Path(named).parent == spark_log_path().parent, named
+    assert str(jvm.java.lang.System.getProperty("log4j2.configurationFile")).endswith("spark-log4j2.properties")
+
+
 class Lines:
     """A progress log's records in memory (the Kafka topic's reader is tested against a broker)."""
 

@@ -82,7 +82,7 @@ def test_the_installed_benchmarks_find_the_figures_they_record_into(installed, t
 def test_the_installed_package_finds_its_files_and_checks_a_job(installed, tmp_path):
     probe = run_installed(installed, "-c", "import ctiflow, ctiflow.jobs.avro.serde, ctiflow.jobs.driver.pipeline, ctiflow.jobs.ops.demo; "
                           "print(ctiflow.__file__); print(ctiflow.jobs.avro.serde.SCHEMA_DIR); print(ctiflow.jobs.ops.demo.EXAMPLES); "
-                          "print(ctiflow.jobs.driver.pipeline.SPARK_LOG4J2.is_file())", cwd=tmp_path)
+                          "print(ctiflow.jobs.driver.jvm.SPARK_LOG4J2.is_file())", cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     module, schemas, examples, log4j = probe.stdout.split()
     for path in (module, schemas, examples):

@@ -14,6 +14,15 @@ from pathlib import Path
 _GATEWAY: list = []
 _LOCK = threading.Lock()
 
+#: Spark's own logging: to one file per driver (:func:`spark_log_path`), no console output.
+SPARK_LOG4J2 = Path(__file__).resolve().parent / "spark-log4j2.properties"
+
+
+def driver_java_options(log: Path) -> str:
+    """The driver JVM's ``spark.driver.extraJavaOptions`` that send Spark's log to ``log`` — the same
+    whoever starts the JVM: a session, a tool's own gateway (:func:`gateway`), spark-submit."""
+    return f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}"
+
 
 def spark_log_path() -> Path:
     """Where this process's Spark log goes: ``$CTIFLOW_HOME/logs/spark-<pid>.log``, or
@@ -118,11 +127,13 @@ def gateway(conf=None):
 
 
 def _started_with(conf):
-    """``conf`` without what :func:`launch_settings_of` holds back (a new ``SparkConf``)."""
-    if conf is None:
-        return None
+    """``conf`` without what :func:`launch_settings_of` holds back (a new ``SparkConf``); without
+    ``conf``, the driver's logging alone (a session started on this JVM later logs to the same file)."""
     from pyspark import SparkConf
 
+    if conf is None:
+        return SparkConf(loadDefaults=False).set("spark.driver.extraJavaOptions",
+                                                 driver_java_options(spark_log_path()))
     return SparkConf(loadDefaults=False).setAll(launch_settings_of(conf.getAll())[0])
 
 

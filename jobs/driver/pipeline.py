@@ -46,17 +46,14 @@ from ctiflow.jobs.driver.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, 
                                             ProgressLog, group_labels, read_counters, replay_through,
                                             reset_uncommitted_checkpoint, start_offsets, state_layout,
                                             stateful_tasks)
-from ctiflow.jobs.driver.jvm import gateway, java_environment, launcher_settings, spark_log_path
+from ctiflow.jobs.driver.jvm import (driver_java_options, gateway, java_environment, launcher_settings,
+                                     spark_log_path)
 from ctiflow.jobs.driver.masters import check_master
 from ctiflow.jobs.driver.progress import RunSummary
 from ctiflow.jobs.core.plan import Plan
 from ctiflow.jobs.driver.metrics import start as start_metrics
 from ctiflow.operators.errors import ConfigError
 from ctiflow.operators.time import CTI_NONE
-
-
-#: Spark's logging configuration for the driver (everything to one file, see spark_log_path).
-SPARK_LOG4J2 = Path(__file__).resolve().parent / "spark-log4j2.properties"
 
 
 def executor_credentials(cfg: JobConfig) -> dict[str, str]:
@@ -89,7 +86,7 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         # Spark's own log to a file (jobs/spark-log4j2.properties), no progress bars:
         # the console shows ctiflow's progress lines only.
         "spark.driver.extraJavaOptions":
-            f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} -Dctiflow.spark.log={log}",
+            driver_java_options(log),
         "spark.ui.showConsoleProgress": "false",
         "spark.master": spark_cfg.master if spark_cfg else "local[2]",
         "spark.app.name": app,

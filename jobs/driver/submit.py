@@ -232,8 +232,7 @@ def launch_settings(cfg: JobConfig, deploy_mode: str) -> dict[str, str]:
     """Settings that act only when the driver's JVM starts, so spark-submit must have them (the
     entry point sets the rest on the session): the driver's memory and the job's ``spark.conf``
     always; in client mode also the driver's logging to ctiflow's file and its Python."""
-    from ctiflow.jobs.driver.jvm import spark_log_path
-    from ctiflow.jobs.driver.pipeline import SPARK_LOG4J2
+    from ctiflow.jobs.driver.jvm import driver_java_options, spark_log_path
 
     found = {"spark.driver.memory": "2g", "spark.app.name": f"ctiflow {cfg.job}",
              "spark.executorEnv.PYTHONPATH": ARCHIVE_LINK, "spark.pyspark.python": "python3"}
@@ -244,8 +243,7 @@ def launch_settings(cfg: JobConfig, deploy_mode: str) -> dict[str, str]:
     if deploy_mode == "client":
         os.environ.setdefault("CTIFLOW_SPARK_LOG", str(spark_log_path()))  # the driver's log: one file
         found["spark.pyspark.driver.python"] = sys.executable
-        found["spark.driver.extraJavaOptions"] = (f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J2} "
-                                                  f"-Dctiflow.spark.log={spark_log_path()}")
+        found["spark.driver.extraJavaOptions"] = driver_java_options(spark_log_path())
     return {**found, **cfg.spark.conf}
 
 
