@@ -128,7 +128,7 @@ def _timed(run: Callable[[], int]) -> tuple[int, float, float]:
 
 def measure(bootstrap: str, topic: str, rounds: int = 5) -> list[dict]:
     """The rows of the table (see the module docstring), each a median over ``rounds``."""
-    from ctiflow.jobs.datapath.source.reader import KafkaStreamReader, OffsetRange
+    from ctiflow.jobs.datapath.source.reader import KafkaStreamReader, OffsetRange, ReadTask
 
     ends = _ranges(bootstrap, topic)
     ceiling = _Ceiling(bootstrap, topic)
@@ -139,7 +139,7 @@ def measure(bootstrap: str, topic: str, rounds: int = 5) -> list[dict]:
         def run() -> int:
             reader = KafkaStreamReader(_options(bootstrap, topic, client))
             for p, end in ends.items():
-                for _ in reader.read(OffsetRange(p, 0, end)):
+                for _ in reader.read(ReadTask([OffsetRange(p, 0, end)])):
                     pass  # rows are packs of records: the messages read are the ranges' lengths
             reader.stop()
             return sum(ends.values())

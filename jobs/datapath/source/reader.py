@@ -4,12 +4,13 @@ Spark's own Kafka connector needs jars from Maven Central; this one needs only p
 in PySpark's terms:
 
 * driver: ``initialOffset`` / ``latestOffset`` / ``partitions`` plan per-partition offset
-  ranges (the offsets are ``{"<partition>": next_offset}``); ``maxOffsetsPerTrigger`` caps a
+  ranges (the offsets are ``{"<partition>": next_offset}``), gathered into read tasks of at least
+  :data:`TASK_RECORDS` records (:func:`read_tasks`); ``maxOffsetsPerTrigger`` caps a
   micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
   partition is probed past tansu's lagging high watermark
   (:func:`ctiflow.jobs.datapath.kafka.true_end_offsets`, all partitions in one probe), and offsets never
   go backwards.
-* executors: ``read`` fetches one range, decodes each fetch's Avro in bulk and strictly
+* executors: ``read`` fetches a task's ranges, decodes each fetch's Avro in bulk and strictly
   (:mod:`ctiflow.jobs.avro.decode`, per writer schema) and yields Arrow record batches
   (:data:`ctiflow.jobs.core.rows.INPUT_SCHEMA`): one row per key group whose ``meta_pack`` holds its
   records as Arrow columns, ``meta_``-prefixed metadata beside. A record that cannot be decoded or validated
@@ -23,7 +24,7 @@ how far *every* partition has got, not only the partitions its keys came from, s
 
 * each offset range read also yields one *frontier* row per key group (``meta_control =
   "frontier"``, ``meta_partition``, ``meta_start`` = the range's largest start);
-* each micro-batch's first offset range (or, with nothing to read, a task of its own) also
+* each micro-batch's first read task (with nothing to read, a task of its own) also
   yields one *control* row per key group with
   ``meta_control = {"partitions": [...], "idle": [...], "flush": bool}``: the topic's
   partitions, those idle as planned by the driver, and whether this batch reaches the end of a
@@ -101,22 +102,57 @@ def _spread(start: dict, ends: dict, budget: int) -> dict:
     return {**start, **{p: start.get(p, 0) + t for p, t in take.items()}}
 
 
-class OffsetRange(InputPartition):
-    """Records ``[start, end)`` of one Kafka partition; ``control``: the micro-batch's control
-    rows, yielded first by the task that reads this range (the first range of a batch carries
-    them, so they cost no task of their own: Spark's per-task cost for a Python reader is
-    tens of milliseconds)."""
+class OffsetRange:
+    """Records ``[start, end)`` of one Kafka partition."""
 
-    def __init__(self, partition: int, start: int, end: int, control: "BatchControl | None" = None):
-        self.partition, self.start, self.end, self.control = partition, start, end, control
+    def __init__(self, partition: int, start: int, end: int):
+        self.partition, self.start, self.end = partition, start, end
+
+    @property
+    def records(self) -> int:
+        return self.end - self.start
 
 
-class BatchControl(InputPartition):
-    """The micro-batch's control rows: the topic's partitions, the idle ones, the flush flag (a
-    task of its own only when the batch reads no records: :class:`OffsetRange` carries it)."""
+class BatchControl:
+    """The micro-batch's control rows: the topic's partitions, the idle ones, the flush flag."""
 
     def __init__(self, partitions: list[int], idle: list[int], flush: bool):
         self.partitions, self.idle, self.flush = partitions, idle, flush
+
+
+#: Records a read task takes before a batch's ranges are spread over more tasks. Spark's own cost of
+#: a task of a Python reader — the hand-off to a Python worker, the pickled reader, the Arrow round
+#: trip — is ≈ 60 ms here, what reading and decoding ≈ 3,000 records costs (≈ 20 µs each): a batch
+#: of a few hundred records a partition read one task a partition (3 partitions on 2 cores: two
+#: waves, ≈ 150 ms of a 350 ms batch at a 250 ms trigger) where one task does it in one
+#: (``bench latency``, docs/performance.md#latency). A batch of more records gets as many tasks as
+#: it fills, up to one a partition, as Spark's Kafka source plans.
+TASK_RECORDS = 4096
+
+
+class ReadTask(InputPartition):
+    """One task of a micro-batch's read: its ``ranges``, read one after another, and — in the
+    batch's first task only — its ``control`` rows (a task of its own only when the batch reads no
+    records)."""
+
+    def __init__(self, ranges: list[OffsetRange], control: BatchControl | None = None):
+        self.ranges, self.control = ranges, control
+
+
+def read_tasks(ranges: list[OffsetRange], control: BatchControl, task_records: int = TASK_RECORDS) -> list[ReadTask]:
+    """``ranges`` gathered into ``ceil(records / task_records)`` tasks (at least one, at most one a
+    range), each range to the task with the fewest records so far, largest range first; the first
+    task carries ``control``. Deterministic in the ranges: a replayed batch reads the same tasks."""
+    total = sum(r.records for r in ranges)
+    tasks: list[list[OffsetRange]] = [[] for _ in range(max(1, min(len(ranges), -(-total // task_records))))]
+    loads = [0] * len(tasks)
+    for r in sorted(ranges, key=lambda r: (-r.records, r.partition)):
+        i = loads.index(min(loads))
+        tasks[i].append(r)
+        loads[i] += r.records
+    out = [ReadTask(sorted(t, key=lambda r: r.partition)) for t in tasks]
+    out[0].control = control
+    return out
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -256,17 +292,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _flushes(self) -> bool:
         return self.target is not None and self.options.flush_at_end
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: dict, end: dict) -> list[ReadTask]:
         data_start = _data(start)
         ranges = [OffsetRange(int(p), data_start.get(p, 0), e)
                   for p, e in sorted(_data(end).items(), key=lambda x: int(x[0])) if e > data_start.get(p, 0)]
         flush = bool(end.get("flushed") and not start.get("flushed"))
         every = sorted({int(p) for p in _data(end)} | set(self._parts()))
-        control = BatchControl(every, [int(p) for p in end.get("idle", ())], flush)
-        if not ranges:
-            return [control]
-        ranges[0].control = control
-        return ranges
+        return read_tasks(ranges, BatchControl(every, [int(p) for p in end.get("idle", ())], flush))
 
     def reportLatestOffset(self):
         return None
@@ -286,32 +318,36 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     #: What turns a fetch into rows (a benchmark's baseline reads typed rows with its own).
     decoder_class = RecordDecoder
 
-    def read(self, partition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: ReadTask) -> Iterator[pa.RecordBatch]:
         decoder = self.decoder_class(self.options, self.arrow)
         # Frontier and control rows go with packs (a baseline's typed rows have none).
         control = "meta_pack" in self.arrow.names
-        batch_control = partition if isinstance(partition, BatchControl) else partition.control
-        if batch_control is not None and control:
-            yield decoder.control_rows(batch_control.partitions, batch_control.idle, batch_control.flush)
-        if isinstance(partition, BatchControl):
+        if partition.control is not None and control:
+            c = partition.control
+            yield decoder.control_rows(c.partitions, c.idle, c.flush)
+        if not partition.ranges:
             return
         cons = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-source"})
         try:
-            fetches = read_range(cons, self.topic, partition.partition, partition.start, partition.end,
-                                 raw=True)
-            while True:
-                # The cyclic collector is paused while a fetch's messages live: 10k Message objects
-                # a consume each set off collections that scan the worker's every object (measured:
-                # consuming alone 0.78 → 0.43 µs of CPU a message, `ctiflow bench source`); they hold
-                # no cycles and are freed by reference counting before it resumes.
-                with cyclic_gc_paused():
-                    msgs = next(fetches, None)
-                    if msgs is None:
-                        break
-                    batch = decoder.batch(msgs)
-                    del msgs
-                yield batch
+            for r in partition.ranges:
+                yield from self._read_range(cons, decoder, r)
+                if control and decoder.frontier is not None:
+                    yield decoder.frontier_rows(r.partition)
+                decoder.frontier = None  # (each range's own)
         finally:
             cons.close()
-        if control and decoder.frontier is not None:
-            yield decoder.frontier_rows(partition.partition)
+
+    def _read_range(self, cons, decoder, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+        fetches = read_range(cons, self.topic, r.partition, r.start, r.end, raw=True)
+        while True:
+            # The cyclic collector is paused while a fetch's messages live: 10k Message objects
+            # a consume each set off collections that scan the worker's every object (measured:
+            # consuming alone 0.78 → 0.43 µs of CPU a message, `ctiflow bench source`); they hold
+            # no cycles and are freed by reference counting before it resumes.
+            with cyclic_gc_paused():
+                msgs = next(fetches, None)
+                if msgs is None:
+                    break
+                batch = decoder.batch(msgs)
+                del msgs
+            yield batch
