@@ -139,7 +139,8 @@ class ReadTask(InputPartition):
         self.ranges, self.control = ranges, control
 
 
-def read_tasks(ranges: list[OffsetRange], control: BatchControl, task_records: int = TASK_RECORDS) -> list[ReadTask]:
+def read_tasks(ranges: list[OffsetRange], control: BatchControl,
+               task_records: int = TASK_RECORDS) -> list[ReadTask]:
     """``ranges`` gathered into ``ceil(records / task_records)`` tasks (at least one, at most one a
     range), each range to the task with the fewest records so far, largest range first; the first
     task carries ``control``. Deterministic in the ranges: a replayed batch reads the same tasks."""
