@@ -25,11 +25,12 @@ class Options:
     minutes: float | None = None
     cti_delay: bool = False
     sparse: bool = False
+    runs: int | None = None
 
     @property
     def record(self) -> bool:
         """A run at the defaults records its figures."""
-        return self.events is None and self.trigger is None
+        return self.events is None and self.trigger is None and self.runs is None
 
 
 def _call(module: str, function: str) -> Callable:
@@ -92,7 +93,8 @@ REGISTRY: tuple[Benchmark, ...] = (
     Benchmark("peers", "ctiflow against plain Spark jobs of the same results",
               lambda o: _call("peers", "main")(o.out, events=o.events, trigger=o.trigger, record_figures=o.record)),
     Benchmark("latency", "produce → result record at a short trigger, with Spark's floors",
-              lambda o: _call("latency", "main")(o.out, record_figures=o.record)),
+              lambda o: _call("latency", "main")(o.out, record_figures=o.record,
+                                                 **({} if o.runs is None else {"runs": o.runs}))),
     Benchmark("soak", "a long run against its oracle (--minutes, 30 by default)", _soak, in_all=False),
 )
 BENCHMARKS = {b.name: b for b in REGISTRY}
@@ -103,10 +105,10 @@ LONG_BENCHES = tuple(b.name for b in REGISTRY if not b.in_all)
 
 def run_benchmarks(which: str, events: int | None = None, out: Console | None = None,
                    trigger: int | None = None, minutes: float | None = None, cti_delay: bool = False,
-                   sparse: bool = False) -> None:
+                   sparse: bool = False, runs: int | None = None) -> None:
     """Run ``which`` (a name of :data:`REGISTRY`, or ``all``)."""
     if which != "all" and which not in BENCHMARKS:
         raise SystemExit(f'Invalid benchmark "{which}". Valid choices are: all, {", ".join(BENCHMARKS)}.')
-    options = Options(out or Console(width=200), events, trigger, minutes, cti_delay, sparse)
+    options = Options(out or Console(width=200), events, trigger, minutes, cti_delay, sparse, runs)
     for name in BENCHES if which == "all" else (which,):
         BENCHMARKS[name].run(options)

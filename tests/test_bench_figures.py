@@ -196,8 +196,9 @@ def test_match_rows(data):
     assert h["flink"] == "200 rows in 5 s (ours 0.10 s), 1,800 not done"
 
 
-def _latency_rows(trigger, floor_p99, job_p99):
-    base = {"trigger": trigger, "sent": 1000, "measured": 900, "p50": 100.0, "batch_p50": 200.0, "batch_p99": 300.0}
+def _latency_rows(trigger, floor_p99, job_p99, run=0):
+    base = {"trigger": trigger, "sent": 1000, "measured": 900, "p50": 100.0, "p95": 150.0, "batch_p50": 200.0,
+            "batch_p99": 300.0, "run": run}
     return [{**base, "query": "stateless pass-through (the floor)", "kind": "floor", "p99": floor_p99},
             {**base, "query": "stateful pass-through", "kind": "stateful", "p99": floor_p99 * 1.6, "batch_p50": 320.0},
             {**base, "query": "transactions job: counts", "kind": "counts", "p99": job_p99},
@@ -224,6 +225,27 @@ def test_latency_row(data):
     assert all(r["state written MB"] == "" for r in row["table"] if r["trigger"] != "250ms")  # no stages measured
     assert (v["stateful_250"], v["python_250"], v["state_250"], v["written_250"], v["cached_250"]) == (
         "321", "213", "118", "21.96", "50%")
+
+
+def test_the_latency_row_is_the_last_runs_with_each_runs_p99_and_the_goal_judged_in_every_run(data):
+    from ctiflow.bench.latency import _record
+
+    def run(n, job_250):  # the stateful plumbing's p99 at 250 ms: 500 × 1.6 = 800 ms
+        return (_latency_rows("100ms", 400.0, 600.0, n) + _latency_rows("250ms", 500.0, job_250, n)
+                + _latency_rows("1s", 1000.0, 1200.0, n))
+
+    # 700 ms: ≤ 850 and ≤ 1.5 × 800 · 900 ms: over 850 · 650 ms
+    _record(run(0, 700.0) + run(1, 900.0) + run(2, 650.0), [])
+    row = _rows(data, ["latency"])["latency"]
+    v = row["values"]
+    assert v["p99_250"] == "0.65" and v["p99_250_runs"] == "0.70 / 0.90 / 0.65"
+    assert v["plumbing_250_runs"] == "0.80 / 0.80 / 0.80" and v["job_plumbing_250_runs"] == "0.88 / 1.12 / 0.81"
+    assert (v["met_250"], v["met_runs_250"], v["runs"]) == ("**missed**", "2 of 3", "3")
+    at_250 = [r for r in row["table"] if r["trigger"] == "250ms"]
+    assert len(row["table"]) == 12 and [r["p99 ms"] for r in at_250] == ["500", "800", "650", "640"]
+    assert at_250[2]["p99 ms, each run"] == "700 / 900 / 650" and at_250[2]["p95 ms"] == "150"
+    _record(run(0, 700.0) + run(1, 640.0), [])
+    assert _rows(data, ["latency"])["latency"]["values"]["met_250"] == "met"
 
 
 def test_latency_row_waits_for_every_trigger(data):

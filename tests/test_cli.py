@@ -53,6 +53,12 @@ def test_the_scale_tables_are_options_of_scale_alone_and_one_at_a_time(args):
     assert result.exit_code == 2 and "of the scale benchmark" in said, result.output
 
 
+def test_runs_is_an_option_of_the_latency_benchmark_alone():
+    result = runner.invoke(app, ["bench", "scale", "--runs", "2"])
+    said = re.sub(r"[│╭╮╰╯─\s]+", " ", result.output)
+    assert result.exit_code == 2 and "of the latency benchmark" in said, result.output
+
+
 def _refused(tmp_path, job_yaml: str) -> str:
     """``ctiflow run`` on this job file: it must fail (before Spark); the error's message."""
     path = tmp_path / "job.yaml"

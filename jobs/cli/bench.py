@@ -39,7 +39,10 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
                                   "at a fixed rate, in one process)")] = False,
           sparse: Annotated[bool, typer.Option(
               "--sparse", help="scale: only the table of events spread over every key (10k to 3M keys, in "
-                               "one process)")] = False):
+                               "one process)")] = False,
+          runs: Annotated[Optional[int], typer.Option(
+              min=1, help="latency: how many times the whole protocol runs (default 3: its goal is judged in "
+                          "each run; a run takes ≈ 13 minutes)")] = None):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same
     run."""
     benches = registry()
@@ -50,7 +53,10 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
         if given and which != "scale":
             raise typer.BadParameter(f"{name} is an option of the scale benchmark: ctiflow bench scale "
                                      f"{name}")
+    if runs is not None and which != "latency":
+        raise typer.BadParameter("--runs is an option of the latency benchmark: "
+                                 "ctiflow bench latency --runs N")
     if cti_delay and sparse:
         raise typer.BadParameter("--cti-delay and --sparse are two tables of the scale benchmark: give one")
     benches.run_benchmarks(which, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
-                           cti_delay=cti_delay, sparse=sparse)
+                           cti_delay=cti_delay, sparse=sparse, runs=runs)

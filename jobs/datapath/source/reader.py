@@ -50,7 +50,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from ctiflow.jobs.core import rows
 from ctiflow.jobs.core.alloc import cyclic_gc_paused
-from ctiflow.jobs.datapath.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
+from ctiflow.jobs.datapath.kafka import (PROBE, consumer, low_offset, read_range, topic_partitions,
+                                         true_end_offsets)
 from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 from ctiflow.jobs.datapath.source.options import SourceOptions
 from ctiflow.operators.errors import StackError
@@ -173,7 +174,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side -------------------------------------------------------------------
     def _cons(self):
         if self._consumer is None:
-            self._consumer = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-planner"})
+            self._consumer = consumer(self.options.bootstrap, self.client, **PROBE,
+                                      **{"group.id": "ctiflow-planner"})
         return self._consumer
 
     def _parts(self) -> list[int]:
