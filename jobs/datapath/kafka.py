@@ -193,12 +193,6 @@ def produce(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any] | st
 CONSUMER_DEFAULTS = {"group.id": "ctiflow-reader", "enable.auto.commit": False, "enable.partition.eof": True,
                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10, "session.timeout.ms": 6000,
                      "fetch.queue.backoff.ms": 10, "fetch.max.bytes": 1 << 20}
-#: For a consumer that asks what a partition holds now (its end, its tail: the source's planner every
-#: micro-batch, the sink's replay check every task): a fetch at the end is answered after 1 ms, not
-#: held for new records. Measured, 3 partitions under a steady 2,000 records/s: the end probe
-#: (:func:`true_end_offsets`) p50 19–22 → 9–11 ms, p90 30–32 → 14–19 ms. (0 is not "no wait" to
-#: librdkafka: no end-of-partition event came at all.)
-PROBE = {"fetch.wait.max.ms": 1}
 
 
 def consumer(bootstrap: str, client: dict[str, str] | None = None, **extra) -> Consumer:

@@ -387,7 +387,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 drop_producer(bootstrap, client)
             # (a consumer a task, not one kept by the worker: one that outlived a broker restart crashed its
             # worker)
-            cons = kafka.consumer(bootstrap, client, **kafka.PROBE, **{"group.id": "ctiflow-sink-recovery"})
+            cons = kafka.consumer(bootstrap, client, **{"group.id": "ctiflow-sink-recovery"})
             try:
                 through = self.options.replay_through
                 # planned before this run, or no marker can tell (the topic was created again)

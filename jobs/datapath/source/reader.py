@@ -4,9 +4,9 @@ Spark's own Kafka connector needs jars from Maven Central; this one needs only p
 in PySpark's terms:
 
 * driver: ``initialOffset`` / ``latestOffset`` / ``partitions`` plan per-partition offset
-  ranges (the offsets are ``{"<partition>": next_offset}``), gathered into read tasks of at least
-  :data:`TASK_RECORDS` records (:func:`read_tasks`); ``maxOffsetsPerTrigger`` caps a
-  micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
+  ranges (the offsets are ``{"<partition>": next_offset}``), gathered into a read task for each
+  :data:`TASK_RECORDS` records, up to one a partition (:func:`read_tasks`); ``maxOffsetsPerTrigger``
+  caps a micro-batch; ``prepareForTriggerAvailableNow`` fixes the end of a bounded run. The end of a
   partition is probed past tansu's lagging high watermark
   (:func:`ctiflow.jobs.datapath.kafka.true_end_offsets`, all partitions in one probe), and offsets never
   go backwards.
@@ -50,8 +50,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from ctiflow.jobs.core import rows
 from ctiflow.jobs.core.alloc import cyclic_gc_paused
-from ctiflow.jobs.datapath.kafka import (PROBE, consumer, low_offset, read_range, topic_partitions,
-                                         true_end_offsets)
+from ctiflow.jobs.datapath.kafka import consumer, low_offset, read_range, topic_partitions, true_end_offsets
 from ctiflow.jobs.datapath.source.decoder import RecordDecoder
 from ctiflow.jobs.datapath.source.options import SourceOptions
 from ctiflow.operators.errors import StackError
@@ -174,8 +173,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side -------------------------------------------------------------------
     def _cons(self):
         if self._consumer is None:
-            self._consumer = consumer(self.options.bootstrap, self.client, **PROBE,
-                                      **{"group.id": "ctiflow-planner"})
+            self._consumer = consumer(self.options.bootstrap, self.client, **{"group.id": "ctiflow-planner"})
         return self._consumer
 
     def _parts(self) -> list[int]:
