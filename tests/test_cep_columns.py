@@ -1,6 +1,7 @@
 """The match operator on columns (rows whose key is idle and on which the pattern's start
-cannot move are skipped) gives exactly what it gives event by event: the same records in
-the same order, the same refusals, the same state."""
+cannot move are skipped; rows on which no run of a packed key can move, before its due CTI)
+gives exactly what it gives event by event: the same records in the same order, the same
+refusals, the same state."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ PATTERNS = {
     "refusing condition": {"name": "f", "within_ms": 30, "stages": [
         {"name": "a", "where": "note > 1"},  # note is a string sometimes: refused per event
         {"name": "b", "contiguity": "followed_by", "where": "kind == 'b'"}]},
+    "relaxed pair": {"name": "p", "within_ms": 40, "stages": [
+        {"name": "a", "where": "kind == 'a'"},
+        {"name": "b", "contiguity": "followed_by", "where": "kind == 'b' and amount > 2"}]},
+    "any, then not followed by": {"name": "q", "within_ms": 50, "stages": [
+        {"name": "a", "where": "kind == 'a'"}, {"name": "b", "contiguity": "followed_by_any", "where": "kind == 'b'"},
+        {"name": "x", "negation": "not_followed_by", "where": "kind == 'c'"}]},
+    "times, relaxed": {"name": "t", "within_ms": 60, "skip": "skip_to_next", "stages": [
+        {"name": "a", "where": "kind == 'a' or amount == 9"},
+        {"name": "b", "contiguity": "followed_by", "where": "kind == 'b'", "quantifier": {"times": 2}}]},
     "iterative": {"name": "i", "within_ms": 30, "stages": [
         {"name": "a", "where": "kind == 'a'"},
         {"name": "b", "contiguity": "followed_by", "where": "amount > first('a').amount"}]},
@@ -81,11 +91,16 @@ def _by_columns(op, chunk):
             for i, r in op.process_columns(EventColumns.from_events(chunk))]
 
 
-@settings(max_examples=120, deadline=None)
-@given(st.sampled_from(sorted(PATTERNS)), streams())
-def test_columns_and_events_give_the_same_records_and_state(name, data):
+#: (max_partial_matches, max_buffered_events): a key past a cap has its next event refused
+CAPS = [(None, None), (2, None), (None, 3), (3, 4)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(PATTERNS)), streams(), st.sampled_from(CAPS))
+def test_columns_and_events_give_the_same_records_and_state(name, data, caps):
     events, cuts = data
-    s = MatchSettings(pattern=PATTERNS[name], emit_timed_out=True)
+    s = MatchSettings(pattern=PATTERNS[name], emit_timed_out=True, max_partial_matches=caps[0],
+                      max_buffered_events=caps[1])
     by_columns, by_event = MatchOperator(s), MatchOperator(s)
     bounds = [0, *cuts, len(events)]
     for lo, hi in zip(bounds, bounds[1:]):
@@ -128,3 +143,57 @@ def test_patterns_without_a_column_form_process_every_row():
     assert MatchOperator(MatchSettings(pattern={"name": "t", "stages": [{"name": "a"}]}))._start_filter is None
     assert MatchOperator(MatchSettings(pattern={"name": "p", "stages": [
         {"name": "a", "where": "lower(kind) == 'a'"}]}))._start_filter is None  # a function: per event
+
+
+def _relaxed_pair(**caps) -> MatchSettings:
+    return MatchSettings(pattern=PATTERNS["relaxed pair"], **caps)
+
+
+def _restored_with_a_run(s: MatchSettings, key: str = "k0", at: int = 1000) -> MatchOperator:
+    """An operator whose ``key`` has a run waiting for its second stage, packed (as restored)
+    after a CTI past its event (the buffer's counter of events at ``at`` is gone: its due CTI
+    is the run's window)."""
+    op = MatchOperator(s)
+    op.process(Event(key, at, at, {"kind": "a", "amount": 1.0, "note": None}, 0, 0, "s"))
+    op.advance_to(at + 1)
+    return MatchOperator.restore(s, op.snapshot())
+
+
+def _others(t0: int, n: int, key: str = "k0") -> list[Event]:
+    return [Event(key, t, t, {"kind": "d", "amount": 5.0, "note": None}, 0, t, "s") for t in range(t0, t0 + n)]
+
+
+def test_rows_no_run_of_a_packed_key_can_move_on_are_skipped_until_its_window_closes(monkeypatch):
+    s = _relaxed_pair()
+    assert MatchOperator(s)._inert_filter is not None
+    op = _restored_with_a_run(s)
+    events = _others(1001, 50)  # the run's window (within 40 ms) closes at 1040
+    took = op.rows_to_take(EventColumns.from_events(events))
+    assert list(took) == list(range(39, 50))  # from the row at 1040 on: the timeout, then the key as it is
+    by_event = _restored_with_a_run(s)
+    assert _by_columns(op, events) == _per_event(by_event, events)
+    assert _state(op) == _state(by_event)
+
+
+def test_a_run_that_can_move_takes_the_row_and_every_later_one_of_its_key():
+    op = _restored_with_a_run(_relaxed_pair())
+    events = _others(1001, 10)
+    events[4] = Event("k0", 1005, 1005, {"kind": "b", "amount": 5.0, "note": None}, 0, 1005, "s")  # completes the run
+    assert list(op.rows_to_take(EventColumns.from_events(events))) == list(range(4, 10))
+
+
+@pytest.mark.parametrize("caps", [{"max_partial_matches": 1}, {"max_buffered_events": 0}])
+def test_a_packed_key_past_a_cap_takes_every_row_so_each_is_refused(caps):
+    s = _relaxed_pair(**caps)
+    op = _restored_with_a_run(s)
+    events = _others(1001, 3)
+    assert list(op.rows_to_take(EventColumns.from_events(events))) == [0, 1, 2]
+    got = _by_columns(op, events)
+    assert [i for i, r in got if isinstance(r, str)] == [0, 1, 2]
+    assert got == _per_event(_restored_with_a_run(s), events)
+
+
+def test_a_pattern_whose_runs_wait_strictly_has_no_inert_filter():
+    assert MatchOperator(MatchSettings(pattern=PATTERNS["strict"]))._inert_filter is None
+    # a looping stage's run moves to its waiting copy on any other event: not inert either
+    assert MatchOperator(MatchSettings(pattern=PATTERNS["relaxed one or more"]))._inert_filter is None

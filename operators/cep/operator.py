@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctiflow.operators import snapshots
-from ctiflow.operators.cep.nfa.compiler import (PROCEED, NfaPlan, can_produce_empty_matches, compile_pattern,
-                                    proceed_closure)
+from ctiflow.operators.cep.nfa.compiler import (IGNORE, PROCEED, NfaPlan, can_produce_empty_matches,
+                                                compile_pattern, proceed_closure)
 from ctiflow.operators.cep.declarative import pattern_from_dict, pattern_name
 from ctiflow.operators.cep.nfa.heap import BinaryHeap
 from ctiflow.operators.cep.nfa.nfa import (IdentifiedMatch, IdentifiedTimeout, MatchIds, Nfa, NfaState,
@@ -161,20 +161,21 @@ def longest_run_ms(settings: MatchSettings) -> int | None:
     return window if window > 0 else None
 
 
-def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any]:
-    """The NFA plan, label and start filter (:func:`start_filter`) of ``settings``, compiled
+def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any, Any]:
+    """The NFA plan, label, start filter (:func:`start_filter`) and inert filter
+    (:func:`inert_filter`) of ``settings``, compiled
     once per settings object: the runtime builds an operator per state chunk it loads, and
     compiling costs ≈ 0.1 ms. The plan is immutable (per-key state lives in
     :class:`NfaState`); a few dozen entries at most."""
     hit = _COMPILED.get(id(settings))
     if hit is not None and hit[0] is settings:
-        return hit[1], hit[2], hit[3]
+        return hit[1:]
     plan = compile_pattern(settings.pattern_object(), timeout_handling=settings.emit_timed_out)
     if len(_COMPILED) >= 4096:  # (rules: a plan per rule version)
         _COMPILED.clear()
-    skip = start_filter(plan) if settings.key_field is None else None
-    _COMPILED[id(settings)] = (settings, plan, settings.pattern_label(), skip)
-    return plan, _COMPILED[id(settings)][2], skip
+    skip, inert = (start_filter(plan), inert_filter(plan)) if settings.key_field is None else (None, None)
+    hit = _COMPILED[id(settings)] = (settings, plan, settings.pattern_label(), skip, inert)
+    return hit[1:]
 
 
 def start_filter(plan: NfaPlan):
@@ -185,7 +186,58 @@ def start_filter(plan: NfaPlan):
     dropped as idle at the next CTI. None (or None from the call) when some TAKE or IGNORE
     edge has no exact column form (:func:`ctiflow.operators.cep.conditions.condition_node`) or is always
     true. The edges' forms make one column-form tree, ``NOT e1 AND NOT e2 …``, evaluated as one."""
+    from ctiflow.operators.cep.expr.column_form import AllOf, evaluator
+
+    nodes = _start_nodes(plan)
+    return evaluator(AllOf(tuple(nodes))) if nodes else None
+
+
+def inert_filter(plan: NfaPlan):
+    """``inert(columns, n) → bool array``: the events that leave a key's runs as they are,
+    whatever states its runs are in — :func:`start_filter` 's idle events on which, besides,
+    every state a run can wait in (not a start, final or stop state) keeps its run unchanged: its
+    own IGNORE edge (a relaxed contiguity's wait) is true, and every TAKE edge and every IGNORE
+    edge to another state, of it and of the states its PROCEED edges reach, is false. On such an
+    event the NFA returns each run with its version, its buffer entry and its times (no TAKE
+    branch and no other IGNORE branch: ``_self_increase(0, 0)`` is 0), so only time passing can
+    change the key — nothing does while its due CTI is after the event
+    (:meth:`MatchOperator.rows_to_take`). None when :func:`start_filter` is, or some waiting
+    state has strict contiguity (no IGNORE edge of its own: its run ends on any other event),
+    more than one edge back to itself, or an edge without an exact column form."""
     from ctiflow.operators.cep.expr.column_form import AllOf, Not, evaluator
+    from ctiflow.operators.cep.conditions import TRUE, condition_node
+
+    nodes = _start_nodes(plan)
+    if not nodes:
+        return None
+    for state in plan.states.values():
+        if state.is_start or state.is_final or state.is_stop:
+            continue
+        own = [t for t in state.transitions if t.action is IGNORE and t.target.name == state.name]
+        if len(own) != 1:
+            return None
+        for reached in proceed_closure([state]):
+            for t in reached.transitions:
+                if t.action is PROCEED:
+                    continue
+                always = t.condition is None or t.condition is TRUE
+                node = None if always else condition_node(t.condition)
+                if t is own[0]:  # must hold: the run waits
+                    if not always:
+                        if node is None:
+                            return None
+                        nodes.append(node)
+                elif always or node is None or t.target.name == state.name:
+                    return None  # (an edge back to the state from a PROCEED target: not worth the case)
+                else:
+                    nodes.append(Not(node))
+    return evaluator(AllOf(tuple(nodes)))
+
+
+def _start_nodes(plan: NfaPlan) -> list | None:
+    """``NOT e`` for every TAKE and IGNORE edge ``e`` of the start state(s) and the states their
+    PROCEED edges reach (:func:`start_filter`); None when one has no exact column form."""
+    from ctiflow.operators.cep.expr.column_form import Not
     from ctiflow.operators.cep.conditions import TRUE, condition_node
 
     nodes = []
@@ -199,7 +251,7 @@ def start_filter(plan: NfaPlan):
             if node is None:
                 return None
             nodes.append(Not(node))
-    return evaluator(AllOf(tuple(nodes))) if nodes else None
+    return nodes
 
 
 def start_keys(plan: NfaPlan) -> tuple[tuple[str, frozenset], ...]:
@@ -256,7 +308,7 @@ class MatchOperator(Operator):
         if not isinstance(settings, MatchSettings):
             raise PatternError(f"MatchOperator needs MatchSettings, got {type(settings).__name__}")
         super().__init__(settings)
-        self.plan, self.name, self._start_filter = _compiled(settings)
+        self.plan, self.name, self._start_filter, self._inert_filter = _compiled(settings)
         self._has_windows = self.plan.has_windows
         self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
@@ -350,11 +402,17 @@ class MatchOperator(Operator):
         events = cols.events() if len(rows) == len(cols) else cols.take(np.asarray(rows, np.int64)).events()
         return process_rows(self._process_event, rows, events)
 
-    def rows_to_take(self, cols) -> "list[int] | range":
-        """The rows of ``cols`` that could change a key, ascending: a row whose key has nothing
-        in flight (no state before the call, and no earlier row of the call taken) and on which
-        the pattern's start cannot move (:func:`start_filter`, on whole columns) would leave the
-        key as it is, idle; once :meth:`close` d, only the rows of keys with runs in flight."""
+    def rows_to_take(self, cols, inert: bool = True) -> "list[int] | range":
+        """The rows of ``cols`` that could change a key, ascending. A row is left out when it
+        leaves its key as it is and no earlier row of the key in the call was taken (a taken
+        row decodes the key): the key has nothing in flight and the pattern's start cannot move
+        on the row (:func:`start_filter`, on whole columns); or, with ``inert``, the key's state is
+        still packed (not decoded since the last snapshot or restore), the row's time is before
+        its due CTI (no window of it closes, no match is held back, no cap is reached:
+        :meth:`_state_due`) and none of its runs can move on the row (:func:`inert_filter`; the
+        start's filter for a key with no run in flight). Once :meth:`close` d, only the rows of
+        keys with runs in flight. ``inert`` False: every row of a key with state is taken (the
+        caps counted over several operators, :class:`ctiflow.operators.cep.rules.RuledMatchOperator`)."""
         n = len(cols)
         if self.closed:
             codes, index = cols.key_codes()
@@ -364,13 +422,30 @@ class MatchOperator(Operator):
             and not self._composite else None
         if idle is None or not idle.any():
             return range(n)
-        # A row is taken unless it is idle and its key had nothing in flight: no state before
-        # the call, and no earlier row of the call taken (a non-idle row starts the key).
         codes, index = cols.key_codes()
-        first = np.full(len(index), n, np.int64)  # per key: its first non-idle row
-        moving = np.flatnonzero(~idle)
+        first = np.full(len(index), n, np.int64)  # per key: its first row taken
+        raw = self._raw
+        packed = raw.keys() & index.keys()
+        stays = idle  # per row: leaves its key as it is
+        if packed and inert:
+            at = np.fromiter((index[k] for k in packed), np.int64, len(packed))
+            rows = np.fromiter(map(raw.index.__getitem__, packed), np.int64, len(packed))
+            due = np.full(len(index), CTI_NONE, np.int64)
+            due[at] = raw.dues[rows]
+            busy = np.ones(len(index), np.bool_)  # runs in flight (or not counted)
+            busy[at] = raw.runs[rows] != 0
+            waits = self._inert_filter(cols.fields, n) if self._inert_filter is not None else None
+            can = ~busy[codes] if waits is None else ~busy[codes] | waits  # no run moves
+            quiet = due[codes] > cols.start  # nothing of the key falls due by the row's time
+            is_packed = np.zeros(len(index), np.bool_)
+            is_packed[at] = True
+            stays = idle & (~is_packed[codes] | (quiet & can))
+        else:
+            for key in packed:
+                first[index[key]] = -1
+        moving = np.flatnonzero(~stays)
         np.minimum.at(first, codes[moving], moving)
-        for key in self.keys_held() & index.keys():
+        for key in self._states.keys() & index.keys():
             first[index[key]] = -1
         return np.flatnonzero(np.arange(n) >= first[codes]).tolist()
 
@@ -564,16 +639,21 @@ class MatchOperator(Operator):
 
     def next_due(self) -> int:
         """The earliest CTI that times a run out (``within`` from its first event, or a stage's
-        window from its previous event), completes a held-back match, or leaves a key idle;
-        :data:`CTI_INFINITY` without windows and held matches (then only events change state)."""
+        window from its previous event), completes a held-back match, or leaves a key idle (at
+        once for a key past a cap: :meth:`_state_due`); :data:`CTI_INFINITY` without windows
+        and held matches (then only events change state)."""
         due = self._raw.next_due(CTI_INFINITY)
         for state in self._states.values():
             due = min(due, self._state_due(state))
         return due
 
     def _state_due(self, state: NfaState) -> int:
-        """:meth:`next_due` of one key's state."""
-        if state.completed_matches:
+        """:meth:`next_due` of one key's state: at once (:data:`CTI_NONE`) while it holds a match
+        back or has passed a cap (its next event is refused: :meth:`rows_to_take` skips none of
+        its rows)."""
+        runs, kept = self.settings.max_partial_matches, self.settings.max_buffered_events
+        if state.completed_matches or (runs is not None and len(state.partial_matches) > runs) or (
+                kept is not None and len(state.buffer.events) > kept):
             return CTI_NONE
         due = CTI_INFINITY
         counts = state.buffer.events_count

@@ -474,7 +474,7 @@ class RuledMatchOperator(Operator):
         takes: dict[int, list[int]] = {}  # part row → the feeds taking it, in feed order
         for f, (_, _, sub, rows) in enumerate(feeds):
             mine = part if rows is None else part.take(rows)
-            for j in sub.rows_to_take(mine):
+            for j in sub.rows_to_take(mine, inert=False):
                 takes.setdefault(j if rows is None else int(rows[j]), []).append(f)
         keys = part.key
         own: dict[str, list[tuple[int, int]]] = {}  # key → each feed's (runs, kept)
