@@ -88,10 +88,12 @@ TABLE: tuple[Counter, ...] = (
             "ctiflow_state_keys"),
     Counter("state_written", C, "bytes written to the state store (chunks used, and the header)"),
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written "
-            "back"),
+            "back unless unchanged"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
     Counter("chunks_caught_up", C, "of those cached, one commit behind and brought up to date with the delta "
             "the worker that ran the group last wrote"),
+    Counter("chunks_unchanged", C, "of those, not written back: no key of theirs changed (the store holds "
+            "them)"),
     Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
             "written whole)"),
     Counter("state_read_all", C, "key groups that read their whole state at once (most of it to read, "
@@ -231,6 +233,7 @@ class Counters:
     chunks_loaded: int = 0
     chunks_cached: int = 0
     chunks_caught_up: int = 0
+    chunks_unchanged: int = 0
     chunk_deltas: int = 0
     state_read_all: int = 0
     state_us: int = 0

@@ -414,8 +414,12 @@ class KeyedState:
                 chunk.base, chunk.since, chunk.seen_since = (0, ()), None, set()
                 self.committed[2].add(c)
             else:
-                size, ops = self._write(c, chunk, changes, op_keys, keys)
-                self.committed[1 if c in self.deltas else 2].add(c)
+                if self._unchanged(chunk, changes):  # the store holds it already (up to its CTI)
+                    size, ops = chunk.stored[0], chunk.stored[2]
+                    self.counters.chunks_unchanged += 1
+                else:
+                    size, ops = self._write(c, chunk, changes, op_keys, keys)
+                    self.committed[1 if c in self.deltas else 2].add(c)
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
@@ -430,6 +434,15 @@ class KeyedState:
                 _add(tally, new[2], 1)
                 _add(tally, old[2] if len(old) > 2 else {}, -1)
             chunk.stored = (size, keys, ops)
+
+    def _unchanged(self, chunk: Chunk, changes: list) -> bool:
+        """Whether a decoded chunk is as the store holds it, but for its CTI: it has a base and
+        its operators track their changes and changed no key in this call (with no key TTL,
+        whose clocks are not tracked a call). Such a chunk is not written: its stored CTI stays
+        behind, as an untouched chunk's does, and the next call that decodes it advances it
+        first (its operators' state is the same at either CTI, for nothing of it was due)."""
+        return (chunk.since is not None and chunk.base[0] > 0 and self.ttl is None
+                and all(changed is not None and not changed for changed in changes))
 
     def _write(self, c: int, chunk: Chunk, changes: list, op_keys: list[int], keys: int) -> tuple[int, tuple]:
         """Chunk ``c`` into the store: its delta, or whole (no base yet, an operator without
