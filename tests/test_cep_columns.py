@@ -44,6 +44,13 @@ PATTERNS = {
     "times, relaxed": {"name": "t", "within_ms": 60, "skip": "skip_to_next", "stages": [
         {"name": "a", "where": "kind == 'a' or amount == 9"},
         {"name": "b", "contiguity": "followed_by", "where": "kind == 'b'", "quantifier": {"times": 2}}]},
+    # a later operand reads the match, and fails on a note of "x": never evaluated where kind decides
+    "plain, then first()": {"name": "pf", "within_ms": 40, "stages": [
+        {"name": "a", "where": "kind == 'a'"},
+        {"name": "b", "contiguity": "followed_by", "where": "kind == 'b' and note > first('a').amount"}]},
+    "first(), then plain": {"name": "fp", "within_ms": 40, "stages": [
+        {"name": "a", "where": "kind == 'a'"},
+        {"name": "b", "contiguity": "followed_by", "where": "note > first('a').amount and kind == 'b'"}]},
     "iterative": {"name": "i", "within_ms": 30, "stages": [
         {"name": "a", "where": "kind == 'a'"},
         {"name": "b", "contiguity": "followed_by", "where": "amount > first('a').amount"}]},
@@ -191,6 +198,11 @@ def test_a_packed_key_past_a_cap_takes_every_row_so_each_is_refused(caps):
     got = _by_columns(op, events)
     assert [i for i, r in got if isinstance(r, str)] == [0, 1, 2]
     assert got == _per_event(_restored_with_a_run(s), events)
+
+
+def test_a_later_operand_that_reads_the_match_leaves_the_leading_ones_to_tell_an_event_inert():
+    assert MatchOperator(MatchSettings(pattern=PATTERNS["plain, then first()"]))._inert_filter is not None
+    assert MatchOperator(MatchSettings(pattern=PATTERNS["first(), then plain"]))._inert_filter is None
 
 
 def test_a_pattern_whose_runs_wait_strictly_has_no_inert_filter():

@@ -73,13 +73,15 @@ class SimpleCondition(Condition):
 
 class IterativeCondition(Condition):
     """Wraps ``predicate(event, ctx) -> bool``; ``ctx.get_events_for_pattern(name)`` gives the
-    events already matched by stage ``name`` in the partial match being extended."""
+    events already matched by stage ``name`` in the partial match being extended;
+    ``expression``: the compiled expression it evaluates, when it came from one (:func:`surely`)."""
 
-    __slots__ = ("predicate",)
+    __slots__ = ("predicate", "expression")
 
-    def __init__(self, predicate: Callable[[Any, MatchContext], Any]) -> None:
+    def __init__(self, predicate: Callable[[Any, MatchContext], Any], expression: Any = None) -> None:
         super().__init__(True)
         self.predicate = predicate
+        self.expression = expression
 
     def test(self, event: Any, ctx: MatchContext | None) -> bool:
         return bool(self.predicate(event, ctx))
@@ -274,3 +276,37 @@ def condition_node(condition: Condition | None) -> Node | None:
             return None
         return (AllOf if isinstance(condition, AndCondition) else AnyOf)((left, right))
     return None
+
+
+def surely(condition: Condition | None, truth: bool) -> Node | None:
+    """A column-form node true only on events where ``condition`` tests ``truth`` and its test
+    raises nothing (None: no such events are known). Exact where :func:`condition_node` is;
+    beyond it, ``and``/``or`` decide from their left side first, as their tests do (Flink's
+    ``RichAndCondition``; Python's ``and``): ``a and x`` is surely false where ``a`` (exact) is
+    false, whatever ``x`` (``first(...)``, a function) would do — it is never evaluated there."""
+    from ctiflow.operators.cep.expr.evaluate import column_form
+
+    exact = condition_node(condition)
+    if exact is not None:
+        return exact if truth else Not(exact)
+    if isinstance(condition, NotCondition):
+        return surely(condition.inner, not truth)
+    if isinstance(condition, (AndCondition, OrCondition)):
+        if isinstance(condition, AndCondition) != truth:  # and → false, or → true: the left side decides
+            left, right = condition_node(condition.left), surely(condition.right, truth)
+            if left is None:
+                return surely(condition.left, truth)
+            decides = left if truth else Not(left)
+            return decides if right is None else AnyOf((decides, right))
+        left, right = surely(condition.left, truth), surely(condition.right, truth)  # both sides decide
+        return None if left is None or right is None else AllOf((left, right))
+    tree = getattr(getattr(condition, "expression", None), "tree", None)
+    if tree is None or tree.kind != "py_logic" or (tree.value == "and") != (not truth):
+        return None
+    parts = []  # the leading operands with a column form: the first that decides ends the test
+    for arg in tree.args:
+        node = column_form(arg)
+        if node is None:
+            break
+        parts.append(node if truth else Not(node))
+    return AnyOf(tuple(parts)) if parts else None

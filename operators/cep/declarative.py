@@ -287,7 +287,7 @@ def stage_condition(text: Any, label: str, key: str) -> Condition:
     except ExpressionError as exc:
         raise PatternError(f"{label}: '{key}': {exc}") from None
     if expression.uses_match_context:
-        return IterativeCondition(lambda event, ctx: bool(expression(event, ctx)))
+        return IterativeCondition(lambda event, ctx: bool(expression(event, ctx)), expression)
     return SimpleCondition(lambda event: bool(expression(event)), expression)
 
 

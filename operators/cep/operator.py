@@ -181,11 +181,12 @@ def _compiled(settings: MatchSettings) -> tuple[NfaPlan, str, Any, Any]:
 def start_filter(plan: NfaPlan):
     """``idle(columns, n) → bool array``: the events on which a key with nothing in flight
     stays as it is — every TAKE and IGNORE edge of the start state(s) and of every state
-    reachable from them through PROCEED edges (whatever their conditions) is false,
+    reachable from them through PROCEED edges (whatever their conditions) is surely false,
     so the NFA would take nothing, fork nothing and change no version, and the key would be
     dropped as idle at the next CTI. None (or None from the call) when some TAKE or IGNORE
-    edge has no exact column form (:func:`ctiflow.operators.cep.conditions.condition_node`) or is always
-    true. The edges' forms make one column-form tree, ``NOT e1 AND NOT e2 …``, evaluated as one."""
+    edge is always true or has no column form that can tell it false
+    (:func:`ctiflow.operators.cep.conditions.surely`: exact, or the leading side of an ``and``).
+    The edges' forms make one column-form tree, ``NOT e1 AND NOT e2 …``, evaluated as one."""
     from ctiflow.operators.cep.expr.column_form import AllOf, evaluator
 
     nodes = _start_nodes(plan)
@@ -203,9 +204,10 @@ def inert_filter(plan: NfaPlan):
     change the key — nothing does while its due CTI is after the event
     (:meth:`MatchOperator.rows_to_take`). None when :func:`start_filter` is, or some waiting
     state has strict contiguity (no IGNORE edge of its own: its run ends on any other event),
-    more than one edge back to itself, or an edge without an exact column form."""
-    from ctiflow.operators.cep.expr.column_form import AllOf, Not, evaluator
-    from ctiflow.operators.cep.conditions import TRUE, condition_node
+    more than one edge back to itself, or an edge whose truth no column form can tell
+    (:func:`ctiflow.operators.cep.conditions.surely`)."""
+    from ctiflow.operators.cep.expr.column_form import AllOf, evaluator
+    from ctiflow.operators.cep.conditions import TRUE, surely
 
     nodes = _start_nodes(plan)
     if not nodes:
@@ -221,24 +223,24 @@ def inert_filter(plan: NfaPlan):
                 if t.action is PROCEED:
                     continue
                 always = t.condition is None or t.condition is TRUE
-                node = None if always else condition_node(t.condition)
                 if t is own[0]:  # must hold: the run waits
                     if not always:
+                        node = surely(t.condition, True)
                         if node is None:
                             return None
                         nodes.append(node)
-                elif always or node is None or t.target.name == state.name:
+                    continue
+                node = None if always or t.target.name == state.name else surely(t.condition, False)
+                if node is None:
                     return None  # (an edge back to the state from a PROCEED target: not worth the case)
-                else:
-                    nodes.append(Not(node))
+                nodes.append(node)
     return evaluator(AllOf(tuple(nodes)))
 
 
 def _start_nodes(plan: NfaPlan) -> list | None:
-    """``NOT e`` for every TAKE and IGNORE edge ``e`` of the start state(s) and the states their
-    PROCEED edges reach (:func:`start_filter`); None when one has no exact column form."""
-    from ctiflow.operators.cep.expr.column_form import Not
-    from ctiflow.operators.cep.conditions import TRUE, condition_node
+    """``e`` surely false, for every TAKE and IGNORE edge ``e`` of the start state(s) and the states
+    their PROCEED edges reach (:func:`start_filter`); None when one has no such form."""
+    from ctiflow.operators.cep.conditions import TRUE, surely
 
     nodes = []
     for state in proceed_closure(s for s in plan.states.values() if s.is_start):
@@ -247,10 +249,10 @@ def _start_nodes(plan: NfaPlan) -> list | None:
                 continue
             if t.condition is None or t.condition is TRUE:
                 return None
-            node = condition_node(t.condition)
+            node = surely(t.condition, False)
             if node is None:
                 return None
-            nodes.append(Not(node))
+            nodes.append(node)
     return nodes
 
 
