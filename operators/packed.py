@@ -109,6 +109,12 @@ class PackedStates:
         dues = self.dues if len(self.index) == len(self._keys) else self.dues[self._held()]
         return int(dues.min())
 
+    def all_due(self, due: int) -> "PackedStates":
+        """The held keys, each due at ``due``, as a new instance."""
+        packed = self.select(self._held())
+        packed.dues = np.full(len(packed), due, np.int64)
+        return packed
+
     def runs_total(self) -> tuple[int, list[str]]:
         """Runs in flight over the held keys that counted them, and the keys that did not."""
         rows = self._held()

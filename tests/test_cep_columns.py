@@ -79,10 +79,12 @@ def _state(op) -> dict:
 
 
 def _per_event(op, chunk):
+    """Each event into its key's NFA, none skipped (``process_event``: not through
+    :meth:`MatchOperator.rows_to_take`, whose skipping the columns' path is checked against)."""
     got = []
     for i, e in enumerate(chunk):
         try:
-            out = op.process(e)
+            out = op.process_event(e)
         except EventRejected as exc:  # what time passing emitted before the refusal comes first
             if exc.outputs:
                 got.append((i, [o.record for o in exc.outputs]))
@@ -209,3 +211,27 @@ def test_a_pattern_whose_runs_wait_strictly_has_no_inert_filter():
     assert MatchOperator(MatchSettings(pattern=PATTERNS["strict"]))._inert_filter is None
     # a looping stage's run moves to its waiting copy on any other event: not inert either
     assert MatchOperator(MatchSettings(pattern=PATTERNS["relaxed one or more"]))._inert_filter is None
+
+
+def test_a_snapshot_restored_under_other_caps_or_from_format_4_has_every_key_due_at_once():
+    """A key's due CTI says "at once" when it is past a cap (its events are then all taken and
+    refused) — of the caps it was packed under. Restored under other caps, or from format 4 (no
+    caps known), every key is due at once: the first events of a key now past a cap are refused
+    as one event at a time refuses them, not skipped."""
+    import pickle
+
+    from ctiflow.jobs.state import compat
+    from ctiflow.operators.events import CTI_NONE
+
+    packed_without = _restored_with_a_run(_relaxed_pair()).snapshot()
+    capped = _relaxed_pair(max_partial_matches=1)
+    version, fingerprint, plain, numbers, caps = pickle.loads(packed_without)
+    format_4 = pickle.dumps((4, fingerprint, plain, numbers))
+    for data in (packed_without, format_4):
+        op = compat.restored(lambda d: MatchOperator.restore(capped, d), data)
+        assert op._raw.dues.tolist() == [CTI_NONE]
+        events = _others(1001, 3)
+        got = _by_columns(op, events)
+        assert [i for i, r in got if isinstance(r, str)] == [0, 1, 2]
+    same = MatchOperator.restore(_relaxed_pair(), packed_without)  # the caps it was packed under
+    assert same._raw.dues.tolist() == [1040]

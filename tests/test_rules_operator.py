@@ -565,3 +565,39 @@ def test_a_restored_chunk_reports_its_keys_and_runs_before_its_versions_have_the
     restored = RuledMatchOperator.restore(settings, op.snapshot())
     assert restored.live_keys() == keys
     assert restored.tallies() == tallies
+
+
+def test_a_snapshot_of_format_2_its_versions_in_match_format_4_restores_through_compat():
+    """Before 2026-12-01 the ruled operator's snapshot (format 2) held its versions' snapshots in the
+    match operator's format 4: ``compat`` rewrites both, and the versions restore with every key
+    due at once (no caps were recorded), their runs going on as before."""
+    import pickle
+
+    from ctiflow.jobs.state import compat
+    from ctiflow.operators.cep.rules import SNAPSHOT_FORMAT
+    from ctiflow.operators.events import CTI_NONE
+    from ctiflow.operators.snapshots import EarlierFormat
+
+    settings = RuledMatchSettings(None, RulesSettings(OP))
+    book = RuleBook(settings.rules)
+    spec = json.dumps({"within_ms": 100, "stages": [{"name": "a", "where": "kind == 'a'"},
+                                                    {"name": "b", "contiguity": "followed_by", "where": "kind == 'b'"}]})
+    assert book.offer(Rule("r", OP, 1, 0, "put", spec), -1, compile_rule(False)).outcome == "applied"
+    op = RuledMatchOperator(settings)
+    op.use_shared(book)
+    op.process_columns(EventColumns.from_events([Event("k", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "k"})]))
+    op.advance_to(11)
+    fmt, at, subs = pickle.loads(op.snapshot())
+    assert fmt == SNAPSHOT_FORMAT == 3
+    earlier = pickle.dumps((2, at, {key: (pickle.dumps((4, *pickle.loads(sub)[1:4])), closed)  # (match format 4)
+                                    for key, (sub, closed) in subs.items()}))
+    with pytest.raises(EarlierFormat):
+        RuledMatchOperator.restore(settings, earlier)
+    with pytest.raises(EarlierFormat):
+        MatchOperator.restore(book.version(("r", 1)).settings, pickle.loads(earlier)[2][("r", 1)][0])
+    again = compat.restored(lambda d: RuledMatchOperator.restore(settings, d), earlier)
+    again.use_shared(book)
+    assert again.subs[("r", 1)]._raw.dues.tolist() == [CTI_NONE]
+    b = Event("k", 70, 70, {"t": 70, "kind": "b", "amount": 1, "key": "k"})
+    got = [o for _, r in again.process_columns(EventColumns.from_events([b])) for o in r]
+    assert [(o.record["rule_version"], o.record["first_time"], o.record["last_time"]) for o in got] == [(1, 10, 70)]

@@ -13,8 +13,10 @@ row time layer            ``(buffers, generators, own CTIs, pending, CTI)``: eac
 join output, row buffer   a row reorder buffer's snapshot (the enriched stream's)
 match operator, 2–3       ``(format, fingerprint, {key: (due, pickled state[, runs])}[, numbers])``:
                           each key's state apart (until 2026-11-29)
-ruled match operator, 1   ``(1, CTI, {version key: (match operator snapshot, closed)})``: its
-                          versions' snapshots in any match operator format
+match operator, 4         ``(4, fingerprint, packed keys, numbers)``: no caps (until 2026-12-01);
+                          these and 2–3 restore with every key due at once
+ruled match operator, 1–2 ``(format, CTI, {version key: (match operator snapshot, closed)})``:
+                          its versions' snapshots in earlier match operator formats (2: in 4)
 count operator, 1         header, keys, then every key's histogram in one run of integers (until
                           2026-11-29)
 rule book, 1              ``(1, timeline, counts)``: a book that keeps every version (before
@@ -112,18 +114,22 @@ def _dumps(value) -> bytes:
 
 
 def _match_operator(data: bytes) -> bytes:
-    """Formats 2–3 (each key's state pickled on its own; 3 added the runs in flight, and the
-    MATCH_NUMBER counts) as the current one (the keys packed in columns). Today's bytes pass."""
-    version, fingerprint, keyed, *numbers = snapshots.loads(data)
+    """Formats 2–4 (2–3: each key's state pickled on its own, 3 added the runs in flight and the
+    MATCH_NUMBER counts; 4: the keys packed in columns) as the current one, with no caps known:
+    the operator restores every key due at once (a key past a cap is due at once since format 5,
+    so that its events are all taken and refused). Today's bytes pass."""
+    version, fingerprint, keyed, *rest = snapshots.loads(data)
     if version == match.SNAPSHOT_FORMAT:
         return data
+    if version == 4:
+        return _dumps((match.SNAPSHOT_FORMAT, fingerprint, keyed, rest[0], None))
     packed = PackedStates.from_rows((key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN)
                                     for key, raw in keyed.items())
-    return _dumps((match.SNAPSHOT_FORMAT, fingerprint, packed.to_plain(), numbers[0] if numbers else {}))
+    return _dumps((match.SNAPSHOT_FORMAT, fingerprint, packed.to_plain(), rest[0] if rest else {}, None))
 
 
 def _ruled_match_operator(data: bytes) -> bytes:
-    """Format 1 (its versions' snapshots in any match operator format) as the current one."""
+    """Formats 1–2 (its versions' snapshots in earlier match operator formats) as the current one."""
     _, at, subs = snapshots.loads(data)
     return _dumps((rules.SNAPSHOT_FORMAT, at, {key: (_match_operator(sub), closed)
                                                for key, (sub, closed) in subs.items()}))

@@ -14,10 +14,11 @@ import numpy as np
 
 def match_state(snapshot: bytes) -> dict:
     """``{"version", "fingerprint", "keys": {key: (due CTI, unpickled state, runs in flight)},
-    "numbers"}`` of a :meth:`MatchOperator.snapshot` (version 4): the keys' order in the bytes
-    (the order the operator last packed them) is not part of the content, and each key's state is
-    unpickled (a state decoded and pickled again may share its strings differently)."""
-    version, fingerprint, plain, numbers = pickle.loads(snapshot)
+    "numbers"}`` of a :meth:`MatchOperator.snapshot` (version 5; its caps are settings, not
+    content): the keys' order in the bytes (the order the operator last packed them) is not part of
+    the content, and each key's state is unpickled (a state decoded and pickled again may share its
+    strings differently)."""
+    version, fingerprint, plain, numbers, _caps = pickle.loads(snapshot)
     held = {key: (due, pickle.loads(state), n) for key, (due, state, n) in packed_rows(plain).items()}
     return {"version": version, "fingerprint": fingerprint, "keys": held, "numbers": numbers}
 

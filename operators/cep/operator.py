@@ -51,13 +51,14 @@ from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 #: The snapshot's format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``):
-#: the keys in columns (:class:`~ctiflow.operators.packed.PackedStates`)
-SNAPSHOT_FORMAT = 4
+#: the keys in columns (:class:`~ctiflow.operators.packed.PackedStates`), and the caps their due
+#: CTIs were computed under (:meth:`MatchOperator._state_due`)
+SNAPSHOT_FORMAT = 5
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 
 
 def _read(data: bytes) -> tuple:
-    """``(format, fingerprint, packed keys, MATCH_NUMBER counts)`` of a snapshot in the current format."""
+    """``(format, fingerprint, packed keys, MATCH_NUMBER counts, caps)`` of a snapshot in the current format."""
     got = snapshots.loads(data)
     snapshots.check_format("match operator", got[0], SNAPSHOT_FORMAT)
     return got
@@ -552,8 +553,11 @@ class MatchOperator(Operator):
         every key it ever held: a batch costs what it touches, not what is live (measured over
         200k accounts: 756 ms a 1,000-event batch before, ``docs/performance.md#latency``)."""
         self._pack()
-        return pickle.dumps((SNAPSHOT_FORMAT, self._fingerprint(), self._raw.to_plain(), self._numbers),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((SNAPSHOT_FORMAT, self._fingerprint(), self._raw.to_plain(), self._numbers,
+                             self._caps()), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _caps(self) -> tuple[int | None, int | None]:
+        return self.settings.max_partial_matches, self.settings.max_buffered_events
 
     def _pack(self) -> None:
         """Every decoded key back to its bytes in :attr:`_raw`."""
@@ -596,13 +600,15 @@ class MatchOperator(Operator):
     @classmethod
     def restore(cls, settings: MatchSettings, data: bytes) -> "MatchOperator":
         operator = cls(settings)
-        version, fingerprint, keyed, numbers = _read(data)
+        version, fingerprint, keyed, numbers, caps = _read(data)
         if fingerprint != operator._fingerprint():
             raise PatternError(
                 f"the snapshot of pattern {operator.name!r} was taken with a different pattern "
                 "(its NFA states differ); start from empty state after changing a pattern"
             )
         operator._raw = PackedStates.from_plain(keyed)
+        if caps != operator._caps():  # (other caps, or none known): a key past a cap must be due at once
+            operator._raw = operator._raw.all_due(CTI_NONE)
         operator._numbers = numbers
         return operator
 
@@ -610,7 +616,7 @@ class MatchOperator(Operator):
     def snapshot_summary(data: bytes) -> tuple[set[str], int]:
         """The event keys a snapshot holds state for and the runs in flight it counted, read
         without restoring it (no settings needed: a ruled operator's versions waiting for theirs)."""
-        _, _, keyed, numbers = _read(data)
+        _, _, keyed, numbers, _ = _read(data)
         packed = PackedStates.from_plain(keyed)
         keys = set(packed) | set(numbers)
         return {_job_key(k) if _PART in k else k for k in keys}, packed.runs_total()[0]
