@@ -58,7 +58,8 @@ _PART = "\x00"  # between the key and the JSON of the further PARTITION BY value
 
 
 def _read(data: bytes) -> tuple:
-    """``(format, fingerprint, packed keys, MATCH_NUMBER counts, caps)`` of a snapshot in the current format."""
+    """``(format, fingerprint, packed keys, MATCH_NUMBER counts, caps)`` of a snapshot in the
+    current format."""
     got = snapshots.loads(data)
     snapshots.check_format("match operator", got[0], SNAPSHOT_FORMAT)
     return got
