@@ -27,6 +27,7 @@ never complete or time out and are dropped silently.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import pickle
@@ -314,7 +315,6 @@ class MatchOperator(Operator):
         super().__init__(settings)
         self.plan, self.name, self._start_filter, self._inert_filter = _compiled(settings)
         self._has_windows = self.plan.has_windows
-        self._nfa = Nfa(self.plan)
         self._states: dict[str, NfaState] = {}
         self._sql = settings.recognizer()
         #: MATCH_NUMBER() of the partition's last match, kept (and snapshotted) when a measure reads it
@@ -333,6 +333,12 @@ class MatchOperator(Operator):
         #: keys decoded, forgotten or numbered since :meth:`changed_keys` last said (the keys
         #: in :attr:`_states` are changed too)
         self._changed: set[str] = set()
+
+    @functools.cached_property
+    def _nfa(self) -> Nfa:
+        """The NFA over :attr:`plan`, built when first used (a restored chunk whose keys all stay
+        packed never is)."""
+        return Nfa(self.plan)
 
     # -- the Operator contract -------------------------------------------------------------------
     def _process_event(self, event: Event) -> list[Output]:
