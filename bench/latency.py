@@ -38,6 +38,8 @@ import zlib
 from rich.console import Console
 from rich.table import Table
 
+from ctiflow.bench import LATENCY_RUNS
+
 DELAY_MS = 1000
 TRIGGERS = ("100ms", "250ms", "1s")
 #: Transactions a second, for both queries. The demo's job sustains ≈ 9,600 a second on this
@@ -309,9 +311,8 @@ def _iso(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-#: Runs of the whole protocol in one benchmark: the goal is stated "in each of three runs", and a
-#: run's p99 moves by 0.1–0.2 s between runs on this machine (docs/changelog.md).
-RUNS = 3
+#: Runs of the whole protocol in one benchmark (:data:`ctiflow.bench.LATENCY_RUNS`)
+RUNS = LATENCY_RUNS
 
 
 def main(out: Console | None = None, *, seconds: float = 75.0, triggers: tuple[str, ...] = TRIGGERS,

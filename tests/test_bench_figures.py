@@ -274,3 +274,16 @@ def test_latency_stages_are_medians_of_the_measured_batches():
     assert got == {"stateful_ms": 200, "python_ms": 2.0, "state_ms": 1.0, "written_mb": 4.0,
                    "cached": pytest.approx((2 + 4 + 8) / 30)}  # over all measured batches, not a median
     assert _stages(progress_list[:1], counted, "2026-01-01T00:00:20.000Z") == {}
+
+
+def test_a_run_records_at_the_defaults_and_runs_typed_as_its_default_is_one():
+    """``ctiflow bench latency --runs 3`` is the default run (it records); any other count, an
+    ``--events`` or a ``--trigger`` is not."""
+    from rich.console import Console
+
+    from ctiflow.bench import Options
+
+    out = Console()
+    assert Options(out).record and Options(out, runs=3).record
+    assert not Options(out, runs=2).record and not Options(out, runs=4).record
+    assert not Options(out, events=10).record and not Options(out, trigger=5).record
