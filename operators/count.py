@@ -194,45 +194,22 @@ def _row(h: ExponentialHistogram) -> bytes:
 
 
 _STATE_MAGIC = b"CTCO"
-_STATE_VERSION = 2
-# magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, key-blob bytes
+_STATE_VERSION = 3
+# magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, the names' bytes
 _STATE_HEADER = struct.Struct("<4sBBqdqII")
 
 
-def _keys_of(data: bytes, nkeys: int, blob_len: int) -> tuple[list[str], int]:
-    """A count snapshot's keys (after its header: lengths, then UTF-8); → (keys, position after)."""
-    pos = _STATE_HEADER.size
-    lengths = array("I")
-    lengths.frombytes(data[pos : pos + 4 * nkeys])
-    if _BIG_ENDIAN:
-        lengths.byteswap()
-    pos += 4 * nkeys
-    raw = data[pos : pos + blob_len]
-    if len(lengths) != nkeys or len(raw) != blob_len or sum(lengths) != blob_len:
-        raise ValueError("count operator snapshot is truncated")
-    keys = []
-    at = 0
-    for n in lengths:
-        keys.append(raw[at : at + n].decode())
-        at += n
-    return keys, pos + blob_len
-
-
-def pack_state(by_time: bool, window: int, epsilon: float, clock: int, keys: list[str], dues: bytes,
-               offsets: bytes, rows: bytes, touched) -> bytes:
-    """A count operator snapshot of the current format from its parts: each key's due clock and
-    row offsets as little-endian int64 bytes, the rows' bytes, the touched keys (a subset of
-    ``keys``, in their order)."""
-    encoded = [k.encode() for k in keys]
-    lengths = array("I", map(len, encoded))
-    if _BIG_ENDIAN:
-        lengths.byteswap()
-    blob = b"".join(encoded)
-    index = {k: i for i, k in enumerate(keys)} if touched else {}
-    head = array("q", [len(touched), *(index[k] for k in touched)])
+def pack_state(by_time: bool, window: int, epsilon: float, clock: int, plain: tuple,
+               touched: np.ndarray) -> bytes:
+    """A count operator snapshot of the current format: the header, the keys' names (as
+    :meth:`PackedStates.to_plain` gives them: UCS-4, sorted, of one width), then little-endian
+    int64s — the touched keys' count and rows, each key's due clock, its row's offsets — then the
+    rows' bytes. ``touched``: the touched keys' rows in ``plain``, in their order."""
+    names, _width, dues, _runs, offsets, rows = plain
+    head = np.array([len(touched), *touched.tolist()], "<i8")
     header = _STATE_HEADER.pack(_STATE_MAGIC, _STATE_VERSION, int(by_time), window, float(epsilon), clock,
-                                len(keys), len(blob))
-    return b"".join((header, lengths.tobytes(), blob, _le(head).tobytes(), dues, offsets, rows))
+                                len(offsets) // 8 - 1, len(names))
+    return b"".join((header, names, head.tobytes(), dues, offsets, rows))
 
 
 class CountOperator(Operator):
@@ -303,6 +280,8 @@ class CountOperator(Operator):
         refused row (with ``emit: per_event``, also ``(row, outputs)`` per row), in row order.
         Record dicts are built only when a predicate or ``value_field`` reads them."""
         n = len(cols)
+        if self._per_key and len(self._rows):  # the packed keys of these rows found at once
+            self._rows.find(list(cols.key_codes()[1]))
         if self._per_event:
             return process_rows(self._process_event, range(n), cols.events())
         if self._value_field is None:
@@ -450,19 +429,20 @@ class CountOperator(Operator):
 
     def snapshot(self) -> bytes:
         """Every key as a row of :class:`~ctiflow.operators.packed.PackedStates` (its histogram's
-        integers, its due clock), in one buffer: header, key lengths, UTF-8 keys, then int64s
-        (the touched keys' rows, each row's due, the rows' offsets) and the rows' bytes."""
+        integers, its due clock), in one buffer (:func:`pack_state`)."""
         self._pack()
-        keys, dues, _runs, offsets, rows = self._rows.to_plain()
-        return pack_state(self._by_time, self._window, self._epsilon, self._clock, keys, dues, offsets, rows,
-                          self._touched)
+        packed = self._rows = self._rows.packed(())
+        touched = packed.find(list(self._touched))
+        if (touched < 0).any():
+            raise RuntimeError("count operator: a touched key has no state")  # (a bug: never stored)
+        return pack_state(self._by_time, self._window, self._epsilon, self._clock, packed.to_plain(), touched)
 
     @classmethod
     def restore(cls, settings: CountSettings, data: bytes) -> "CountOperator":
         op = cls(settings)
         if len(data) < _STATE_HEADER.size:
             raise ValueError("not a count operator snapshot (too short)")
-        magic, version, by_time, window, epsilon, clock, nkeys, blob_len = _STATE_HEADER.unpack_from(data)
+        magic, version, by_time, window, epsilon, clock, nkeys, names_len = _STATE_HEADER.unpack_from(data)
         if magic != _STATE_MAGIC:
             raise ValueError(f"not a count operator snapshot (magic {magic!r})")
         snapshots.check_format("count operator", version, _STATE_VERSION)
@@ -472,20 +452,24 @@ class CountOperator(Operator):
                 f"count state of {settings.name!r} was written with window_kind={kind}, window={window}, "
                 f"epsilon={epsilon}; restore it with those settings or start from an empty checkpoint"
             )
-        keys, pos = _keys_of(data, nkeys, blob_len)
+        pos = _STATE_HEADER.size
+        width = names_len // (4 * nkeys) if nkeys else 1
+        if 4 * width * nkeys != names_len or len(data) < pos + names_len + 8:
+            raise ValueError("count operator snapshot is truncated or malformed")
+        names = np.frombuffer(data, f"<U{width}", nkeys, pos) if nkeys else None
+        pos += names_len
         (ntouched,) = struct.unpack_from("<q", data, pos)
         if not 0 <= ntouched <= nkeys:
             raise ValueError("count operator snapshot is truncated or malformed")
         pos += 8
-        columns = np.frombuffer(data, "<i8", ntouched + 2 * nkeys + 1, pos)
-        touched, dues = columns[:ntouched], columns[ntouched:ntouched + nkeys]
-        offsets = columns[ntouched + nkeys:]
+        columns = np.frombuffer(data, "<i8", ntouched + 2 * nkeys + 1, pos).astype(np.int64, copy=False)
+        touched, dues, offsets = np.split(columns, [ntouched, ntouched + nkeys])
         rows = data[pos + 8 * len(columns):]
         if offsets[0] != 0 or offsets[-1] != len(rows) or (nkeys and np.diff(offsets).min() <= 0) \
                 or (ntouched and not (0 <= touched.min() and touched.max() < nkeys)):
             raise ValueError("count operator snapshot is truncated or malformed")
-        op._rows = PackedStates(keys, dues.astype(np.int64), None, offsets.astype(np.int64), rows)
-        op._touched = {keys[t]: None for t in touched.tolist()}
+        op._rows = PackedStates(names, dues, None, offsets, rows)
+        op._touched = dict.fromkeys(op._rows.keys_of(touched))
         op._clock = clock
         return op
 
@@ -531,9 +515,10 @@ class CountOperator(Operator):
 
     def forget_keys(self, keys) -> None:
         """Drop the keys' counts (the key TTL): a key's next event starts a new window."""
+        keys = list(keys)
+        self._rows.drop_many(keys)
         for key in keys:
             self._histograms.pop(key, None)
-            self._rows.drop(key)
             self._touched.pop(key, None)
             self._changed.add(key)
 
@@ -555,13 +540,11 @@ class CountOperator(Operator):
     def absorb(self, part: "CountOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
         histograms, raw = self._histograms, self._rows
-        for key in keys:
-            histograms.pop(key, None)
-            raw.drop(key)
         part._pack()
-        for key in part._rows:
+        gone = [*keys, *part._rows]
+        raw.drop_many(gone)
+        for key in gone:
             histograms.pop(key, None)
-            raw.drop(key)
         self._rows = raw.packed(part._rows.rows())
         self._touched = dict(part._touched)
         if part._clock > self._clock:

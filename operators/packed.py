@@ -2,111 +2,202 @@
 
 An operator decodes only the keys a micro-batch touches (an event, or a due CTI); every other key
 stays as its bytes (the match operator: a pickled NFA state; the count operator: a histogram's
-integers). :class:`PackedStates` holds those keys as columns — the keys, their due CTIs, a count
-per key its owner keeps (the match operator's runs in flight), one blob with offsets — so that
-restoring a chunk, snapshotting it and finding its due keys cost a few array operations a chunk
-instead of Python work a key (a dict of tuples was unpickled, scanned and pickled again whole every
-batch; ``docs/performance.md#latency``). Hand-written because no library keeps a keyed table of
-byte strings that can hand out one row, forget it, and be re-packed with new rows cheaply; numpy
-does the column work.
+integers). :class:`PackedStates` holds those keys as columns — the keys themselves as a
+fixed-width string column sorted by key, their due CTIs, a count per key its owner keeps (the
+match operator's runs in flight), the states as one blob with offsets — so that restoring a chunk,
+snapshotting it and finding its due keys cost a few array operations a chunk, and no key becomes a
+Python string until something asks for it: a restore is ``np.frombuffer`` of its columns; a
+micro-batch's keys are found all at once by binary search (:meth:`find`, NumPy's
+``searchsorted`` over the sorted column). Before, a restore unpickled every key into a list and a
+dict (≈ 0.13 ms of a 2,048-key match chunk's ≈ 0.25 ms, docs/performance.md, "Keyed state with
+sparse keys"). Hand-written because no library keeps a keyed table of byte strings that can hand
+out one row, forget it, and be re-packed with new rows cheaply; numpy does the column work.
 
-Invariants: ``index`` maps each key still held to its row, and ``alive`` is True exactly at those
-rows; a key taken (:meth:`take`) or dropped (:meth:`drop`) leaves the index but keeps its row (dead)
-until a re-pack drops it; rows are never changed in place (the arrays may be read-only views of a
-snapshot's bytes). :meth:`packed` appends new rows after the dead ones until the dead outnumber the
-held, so a call that touched a few keys of a large chunk costs those keys (and a copy of the bytes),
-not a dict and a list built anew for every key; a snapshot (:meth:`to_plain`) holds no dead rows.
+Invariants: :attr:`names` holds each row's key followed by :data:`END` (a fixed-width string
+drops trailing NULs; so no name ends in one, and two keys are two names); rows
+``[0, ordered)`` are sorted by name; the rows after them, appended since, are all in
+:attr:`_found`; ``alive`` is True exactly at the held keys' rows, one row per held key, ``held``
+counts them; :attr:`_found` maps keys to their alive rows for the keys looked up or appended (every
+held key once :attr:`_complete`); a key taken (:meth:`take`) or dropped (:meth:`drop`) keeps its
+row (dead) until a re-pack drops it; rows are never changed in place (the arrays may be read-only
+views of a snapshot's bytes). :meth:`packed` appends new rows after the dead ones until the dead
+outnumber the held, so a call that touched a few keys of a large chunk costs those keys; a
+re-pack (:meth:`select`) merges the appended rows into the sorted ones, and a snapshot
+(:meth:`to_plain`) holds no dead or unsorted row.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 #: ``runs`` of a key whose runs in flight were not counted (snapshots of version 2)
 RUNS_UNKNOWN = -1
+#: after every key in :attr:`PackedStates.names`
+END = "\x01"
+
+
+def names_of(keys: Sequence[str]) -> np.ndarray:
+    """``keys`` as :attr:`PackedStates.names` holds them: each followed by :data:`END`, a
+    fixed-width string column."""
+    return np.array([k + END for k in keys], dtype=str) if len(keys) else np.zeros(0, "<U1")
+
+
+def _joined(src: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """The byte ranges ``[starts, ends)`` of ``src``, in order, joined (a contiguous run at a time)."""
+    if not len(starts):
+        return b""
+    cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    view = memoryview(src)
+    return b"".join([view[a:b] for a, b in zip(starts[np.r_[0, cut]].tolist(),
+                                                ends[np.r_[cut - 1, len(ends) - 1]].tolist())])
 
 
 class PackedStates:
     """Keys → (due CTI, state bytes, runs in flight or another count), in columns (module docstring)."""
 
-    __slots__ = ("_keys", "dues", "runs", "offsets", "blob", "index", "alive")
+    __slots__ = ("names", "dues", "runs", "offsets", "blob", "alive", "held", "ordered", "_found",
+                 "_complete")
 
-    def __init__(self, keys: list[str] | None = None, dues: np.ndarray | None = None,
-                 runs: np.ndarray | None = None, offsets: np.ndarray | None = None,
-                 blob: bytes = b"") -> None:
-        self._keys: list[str] = [] if keys is None else keys
-        n = len(self._keys)
+    def __init__(self, names: np.ndarray | None = None, dues: np.ndarray | None = None,
+                 runs: np.ndarray | None = None, offsets: np.ndarray | None = None, blob: bytes = b"",
+                 ordered: int | None = None) -> None:
+        """``ordered``: rows sorted by name from the first (all of them: None)."""
+        self.names = np.zeros(0, "<U1") if names is None else names
+        n = len(self.names)
         self.dues = np.zeros(n, np.int64) if dues is None else dues
         self.runs = np.zeros(n, np.int64) if runs is None else runs
         self.offsets = np.zeros(n + 1, np.int64) if offsets is None else offsets
         self.blob = blob
-        self.index: dict[str, int] = dict(zip(self._keys, range(n)))
-        #: per row: its key is held (:attr:`index` names it)
+        if not (len(self.dues) == len(self.runs) == n == len(self.offsets) - 1) \
+                or self.offsets[-1] != len(blob):
+            raise ValueError("packed key states whose columns do not line up (truncated or damaged)")
+        #: per row: its key is held
         self.alive = np.ones(n, np.bool_)
+        self.held = n
+        self.ordered = n if ordered is None else ordered
+        self._found: dict[str, int] = {}  # key → row (module docstring)
+        self._complete = n == 0
+        if self.ordered < n:
+            tail = np.arange(self.ordered, n)
+            self._found.update(zip(self.keys_of(tail), tail.tolist()))
 
     # -- as a snapshot holds it --------------------------------------------------------------------
     def to_plain(self) -> tuple:
-        """The held keys as ``(keys, dues, runs, offsets, blob)`` of plain bytes (re-packed first
-        when keys were taken or dropped)."""
-        packed = self.packed(())
-        return (packed._keys, packed.dues.tobytes(), packed.runs.tobytes(), packed.offsets.tobytes(),
-                packed.blob)
+        """The held keys as ``(names, their width, dues, runs, offsets, blob)``: the names UCS-4
+        little-endian, sorted, each key followed by :data:`END`; the columns int64 (re-packed
+        first when keys were taken, dropped or appended)."""
+        p = self.packed(())
+        width = p.names.dtype.itemsize // 4
+        return (p.names.astype(f"<U{width}", copy=False).tobytes(), width, p.dues.tobytes(), p.runs.tobytes(),
+                p.offsets.tobytes(), bytes(p.blob))
 
     @classmethod
     def from_plain(cls, plain: tuple) -> "PackedStates":
-        keys, dues, runs, offsets, blob = plain
-        return cls(keys, np.frombuffer(dues, np.int64), np.frombuffer(runs, np.int64),
-                   np.frombuffer(offsets, np.int64), blob)
+        names, width, dues, runs, offsets, blob = plain
+        columns = (np.frombuffer(b, np.int64) for b in (dues, runs, offsets))
+        return cls(np.frombuffer(names, f"<U{width}"), *columns, blob)
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
         """From ``(key, due, pickled state, runs)`` rows (keys distinct)."""
-        return cls().packed(rows)
+        return cls().select(np.zeros(0, np.int64), rows)
 
     # -- the held keys ---------------------------------------------------------------------------
     def __contains__(self, key: object) -> bool:
-        return key in self.index
+        return isinstance(key, str) and self._row(key) >= 0
 
     def __len__(self) -> int:
-        return len(self.index)
+        return self.held
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.index)
+        return iter(list(self.keys()))
 
     def keys(self):
-        """The held keys, a set-like view."""
-        return self.index.keys()
+        """The held keys, a set-like view (every key made a string and indexed)."""
+        if not self._complete:
+            rows = self._held()
+            self._found = dict(zip(self.keys_of(rows), rows.tolist()))
+            self._complete = True
+        return self._found.keys()
+
+    def keys_of(self, rows: np.ndarray) -> list[str]:
+        """The keys of ``rows``, as strings."""
+        return [name[:-1] for name in self.names[rows].tolist()]
+
+    def find(self, keys: Sequence[str]) -> np.ndarray:
+        """Each of ``keys``' row, −1 for a key not held; the found ones are remembered (a later
+        :meth:`take`, :meth:`drop` or ``in`` of them is a dict lookup)."""
+        found = self._found
+        if self._complete or not self.held:
+            return np.fromiter(map(found.get, keys, [-1] * len(keys)), np.int64, len(keys))
+        got = np.full(len(keys), -1, np.int64)
+        m = self.ordered
+        if m:
+            probe = names_of(keys)
+            at = np.minimum(np.searchsorted(self.names[:m], probe), m - 1)
+            hit = np.flatnonzero((self.names[at] == probe) & self.alive[at])
+            got[hit] = at[hit]
+            found.update(zip(map(keys.__getitem__, hit.tolist()), at[hit].tolist()))
+        if m < len(self.names):  # the rows appended since the sort: in _found
+            for i in np.flatnonzero(got < 0).tolist():
+                got[i] = found.get(keys[i], -1)
+        return got
+
+    def _row(self, key: str) -> int:
+        """``key``'s row, −1 if not held."""
+        row = self._found.get(key)
+        if row is not None:
+            return row
+        return -1 if self._complete else int(self.find([key])[0])
 
     def take(self, key: str) -> bytes:
         """``key``'s pickled state; the key is no longer held (its caller holds it decoded)."""
-        i = self.index.pop(key)
-        self.alive[i] = False
+        i = self._row(key)
+        if i < 0:
+            raise KeyError(key)
+        self._forget(key, i)
         offsets = self.offsets
         return self.blob[offsets[i]:offsets[i + 1]]
 
     def drop(self, key: str) -> None:
         """Forget ``key`` if held."""
-        i = self.index.pop(key, None)
-        if i is not None:
-            self.alive[i] = False
+        i = self._row(key)
+        if i >= 0:
+            self._forget(key, i)
+
+    def drop_many(self, keys: Iterable[str]) -> None:
+        """Forget those of ``keys`` held (found all at once)."""
+        keys = list(keys)
+        for key, i in zip(keys, self.find(keys).tolist() if keys else ()):
+            if i >= 0 and self.alive[i]:  # (a key listed twice)
+                self._forget(key, i)
+
+    def _forget(self, key: str, i: int) -> None:
+        self._found.pop(key, None)
+        self.alive[i] = False
+        self.held -= 1
 
     def _held(self) -> np.ndarray:
         """The held keys' rows, ascending."""
-        if len(self.index) == len(self._keys):
-            return np.arange(len(self._keys))
+        if self.held == len(self.alive):
+            return np.arange(self.held)
         return np.flatnonzero(self.alive)
 
     def due_keys(self, cti: int) -> list[str]:
         """The held keys due at ``cti`` (due CTI ≤ ``cti``)."""
         rows = np.flatnonzero((self.dues <= cti) & self.alive)
-        return list(map(self._keys.__getitem__, rows.tolist())) if len(rows) else []
+        if not len(rows):
+            return []
+        keys = self.keys_of(rows)
+        self._found.update(zip(keys, rows.tolist()))
+        return keys
 
     def next_due(self, default: int) -> int:
         """The smallest due CTI of the held keys (``default`` when none is held)."""
-        if not self.index:
+        if not self.held:
             return default
-        dues = self.dues if len(self.index) == len(self._keys) else self.dues[self._held()]
+        dues = self.dues if self.held == len(self.alive) else self.dues[self._held()]
         return int(dues.min())
 
     def all_due(self, due: int) -> "PackedStates":
@@ -119,78 +210,85 @@ class PackedStates:
         """Runs in flight over the held keys that counted them, and the keys that did not."""
         rows = self._held()
         runs = self.runs[rows]
-        unknown = rows[runs == RUNS_UNKNOWN]
-        return int(runs[runs != RUNS_UNKNOWN].sum()), [self._keys[i] for i in unknown.tolist()]
+        return int(runs[runs != RUNS_UNKNOWN].sum()), self.keys_of(rows[runs == RUNS_UNKNOWN])
 
     def rows(self) -> Iterator[tuple[str, int, bytes, int]]:
         """The held keys as ``(key, due, pickled state, runs)`` rows (what :meth:`packed` takes)."""
-        keys, dues, runs, offsets, blob = self._keys, self.dues, self.runs, self.offsets, self.blob
-        for i in self._held().tolist():
-            yield keys[i], int(dues[i]), blob[offsets[i]:offsets[i + 1]], int(runs[i])
+        dues, runs, offsets, blob = self.dues, self.runs, self.offsets, self.blob
+        held = self._held()
+        for key, i in zip(self.keys_of(held), held.tolist()):
+            yield key, int(dues[i]), blob[offsets[i]:offsets[i + 1]], int(runs[i])
 
     def subset(self, keys: Iterable[str]) -> "PackedStates":
         """The held keys among ``keys``, as a new instance."""
-        index = self.index
-        rows = np.fromiter((index[k] for k in keys if k in index), np.int64)
-        rows.sort()
-        return self.select(rows)
+        keys = list(keys)
+        rows = self.find(keys) if keys else np.zeros(0, np.int64)
+        return self.select(np.unique(rows[rows >= 0]))
 
     # -- re-packing ------------------------------------------------------------------------------
     def packed(self, new: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
         """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held):
-        ``self`` when nothing was taken, dropped or added; ``self`` with the rows appended while
-        the dead rows are at most as many as the held ones (``self`` is then changed: callers
+        ``self`` when nothing was taken, dropped, appended or added; ``self`` with the rows appended
+        while the dead rows are at most as many as the held ones (``self`` is then changed: callers
         replace what they held by the result); else a new instance of the held rows and the new
-        ones, the held keys' bytes copied a contiguous run of rows at a time."""
+        ones, sorted (:meth:`select`)."""
         added = list(new)
-        held = len(self.index)
-        if not added and held == len(self._keys):
+        held, n = self.held, len(self.names)
+        if not added and held == n == self.ordered:
             return self
-        if 2 * held < len(self._keys) or not added:
+        if 2 * held < n or not added:
             return self.select(self._held(), added)
         new_keys, new_dues, blobs, new_runs = zip(*added)
-        n = len(self._keys)
-        self._keys.extend(new_keys)
-        self.index.update(zip(new_keys, range(n, n + len(new_keys))))
+        self.names = np.concatenate([self.names, names_of(new_keys)])
+        self._found.update(zip(new_keys, range(n, n + len(new_keys))))
         self.dues = np.concatenate([self.dues, np.array(new_dues, np.int64)])
         self.runs = np.concatenate([self.runs, np.array(new_runs, np.int64)])
         lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
         self.offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(lengths)])
         self.blob = b"".join((self.blob, *blobs))
         self.alive = np.concatenate([self.alive, np.ones(len(new_keys), np.bool_)])
+        self.held += len(new_keys)
         return self
 
     def select(self, rows: np.ndarray, new: Iterable[tuple[str, int, bytes, int]] = ()) -> "PackedStates":
-        """Rows ``rows`` (ascending) plus ``new`` rows, as a new instance."""
-        offsets = self.offsets
-        parts: list = []
-        lengths = [np.diff(offsets)[rows]] if len(rows) else []
-        if len(rows):
-            cut = np.flatnonzero(np.diff(rows) != 1) + 1
-            first = rows[np.r_[0, cut]]
-            last = rows[np.r_[cut - 1, len(rows) - 1]] + 1
-            view = memoryview(self.blob)
-            parts = [view[a:b] for a, b in zip(offsets[first].tolist(), offsets[last].tolist())]
-        keys = list(map(self._keys.__getitem__, rows.tolist()))
-        dues, runs = [self.dues[rows]], [self.runs[rows]]
+        """Rows ``rows`` (ascending) plus ``new`` rows, as a new instance sorted by name: the rows
+        appended since the last sort and the new ones sorted, then merged into the sorted ones
+        (their bytes copied a contiguous run of rows at a time)."""
+        rows = np.asarray(rows, np.int64)
+        m, offsets, blob = self.ordered, self.offsets, self.blob
+        base, tail = rows[rows < m], rows[rows >= m]
+        names, dues, runs = self.names[base], self.dues[base], self.runs[base]
+        starts, ends = offsets[base], offsets[base + 1]
         added = list(new)
-        if added:
-            new_keys, new_dues, blobs, new_runs = zip(*added)
-            keys.extend(new_keys)
-            parts.extend(blobs)
-            dues.append(np.array(new_dues, np.int64))
-            runs.append(np.array(new_runs, np.int64))
-            lengths.append(np.fromiter(map(len, blobs), np.int64, len(blobs)))
-        offsets = np.zeros(len(keys) + 1, np.int64)
-        if lengths:
-            np.cumsum(np.concatenate(lengths), out=offsets[1:])
-        return PackedStates(keys, np.concatenate(dues), np.concatenate(runs), offsets, b"".join(parts))
+        if len(tail) or added:
+            more = ([self.names[tail]], [self.dues[tail]], [self.runs[tail]], [offsets[tail]],
+                    [offsets[tail + 1]])
+            if added:
+                new_keys, new_dues, blobs, new_runs = zip(*added)
+                at = np.zeros(len(blobs) + 1, np.int64)
+                np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=at[1:])
+                at += len(blob)
+                blob = b"".join((blob, *blobs))
+                for column, values in zip(more, (names_of(new_keys), np.array(new_dues, np.int64),
+                                                 np.array(new_runs, np.int64), at[:-1], at[1:])):
+                    column.append(values)
+            more_names, more_dues, more_runs, more_starts, more_ends = (np.concatenate(c) for c in more)
+            order = np.argsort(more_names, kind="stable")
+            more_names = more_names[order]
+            where = np.searchsorted(names, more_names)
+            names = np.insert(names.astype(np.result_type(names, more_names), copy=False), where, more_names)
+            dues = np.insert(dues, where, more_dues[order])
+            runs = np.insert(runs, where, more_runs[order])
+            starts = np.insert(starts, where, more_starts[order])
+            ends = np.insert(ends, where, more_ends[order])
+        sizes = np.zeros(len(names) + 1, np.int64)
+        np.cumsum(ends - starts, out=sizes[1:])
+        return PackedStates(names, dues, runs, sizes, _joined(blob, starts, ends))
 
     def split(self, where) -> dict[int, "PackedStates"]:
         """The held keys split by ``where(key)``."""
         rows = self._held()
-        keys = self._keys
         parts: dict[int, list[int]] = {}
-        for i in rows.tolist():
-            parts.setdefault(where(keys[i]), []).append(i)
+        for key, i in zip(self.keys_of(rows), rows.tolist()):
+            parts.setdefault(where(key), []).append(i)
         return {d: self.select(np.asarray(r, np.int64)) for d, r in parts.items()}

@@ -217,16 +217,22 @@ def test_a_snapshot_restored_under_other_caps_or_from_format_4_has_every_key_due
     """A key's due CTI says "at once" when it is past a cap (its events are then all taken and
     refused) — of the caps it was packed under. Restored under other caps, or from format 4 (no
     caps known), every key is due at once: the first events of a key now past a cap are refused
-    as one event at a time refuses them, not skipped."""
+    as one event at a time refuses them, not skipped. Format 5 (the keys a list of strings) keeps
+    its caps, so its dues, through ``compat``."""
     import pickle
 
     from ctiflow.jobs.state import compat
+    from ctiflow.jobs.testing.snapshots import keys_as_list, match_state
     from ctiflow.operators.events import CTI_NONE
 
     packed_without = _restored_with_a_run(_relaxed_pair()).snapshot()
     capped = _relaxed_pair(max_partial_matches=1)
     version, fingerprint, plain, numbers, caps = pickle.loads(packed_without)
-    format_4 = pickle.dumps((4, fingerprint, plain, numbers))
+    assert version == 6
+    format_4 = pickle.dumps((4, fingerprint, keys_as_list(plain), numbers))
+    format_5 = pickle.dumps((5, fingerprint, keys_as_list(plain), numbers, caps))
+    five = compat.restored(lambda d: MatchOperator.restore(_relaxed_pair(), d), format_5)
+    assert five._raw.dues.tolist() == [1040] and match_state(five.snapshot()) == match_state(packed_without)
     for data in (packed_without, format_4):
         op = compat.restored(lambda d: MatchOperator.restore(capped, d), data)
         assert op._raw.dues.tolist() == [CTI_NONE]

@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 from ctiflow.jobs.testing.snapshots import packed_rows
 from ctiflow.operators.packed import RUNS_UNKNOWN, PackedStates
 
-KEYS = [f"acct-{i:03d}" for i in range(40)] + ["", "ü-key", "k\x00json"]
+#: keys of every width, a key that is another's prefix, keys that differ only by trailing NULs (a
+#: fixed-width string drops those) and non-ASCII ones
+KEYS = [f"acct-{i:03d}" for i in range(40)] + ["", "ü-key", "k\x00json", "k", "k\x00", "k\x00\x00", "acct",
+                                              "\x01"]
 
 rows = st.tuples(st.sampled_from(KEYS), st.integers(-2**62, 2**62), st.binary(max_size=40),
                  st.integers(RUNS_UNKNOWN, 5))
@@ -23,6 +26,8 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("pack"), st.lists(rows, max_size=8)),
     st.tuples(st.just("plain"), st.none()),
     st.tuples(st.just("split"), st.integers(1, 4)),
+    st.tuples(st.just("find"), st.lists(st.sampled_from(KEYS), max_size=6)),
+    st.tuples(st.just("drop_many"), st.lists(st.sampled_from(KEYS), max_size=6)),
 ), max_size=30)
 
 
@@ -54,6 +59,16 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
                     new.setdefault(key, (due, data, runs))
             packed = packed.packed((k, *v) for k, v in new.items())
             model.update(new)
+        elif op == "find":  # a row found is the key's: taking it gives the key's bytes
+            rows = packed.find(arg)
+            assert [r >= 0 for r in rows.tolist()] == [k in model for k in arg]
+            for key, row in zip(arg, rows.tolist()):
+                if row >= 0:
+                    assert packed.blob[packed.offsets[row]:packed.offsets[row + 1]] == model[key][1]
+        elif op == "drop_many":
+            packed.drop_many(arg)
+            for key in arg:
+                model.pop(key, None)
         elif op == "plain":
             packed = PackedStates.from_plain(pickle.loads(pickle.dumps(packed.to_plain())))
         else:  # split by a hash of the key, then put the parts back together
@@ -81,8 +96,10 @@ def test_a_few_keys_repacked_are_appended_and_a_snapshot_holds_no_dead_rows() ->
     for key in ("k1", "k2"):
         packed.take(key)
     again = packed.packed([("k1", 100, b"new", 1), ("z", 5, b"zz", 0)])
-    assert again is packed and len(again._keys) == 12  # appended: the two dead rows kept
-    keys, dues, runs, offsets, blob = again.to_plain()
+    assert again is packed and len(again.alive) == 12  # appended: the two dead rows kept
+    plain = again.to_plain()
+    _, _, dues, runs, offsets, blob = plain
+    keys = list(packed_rows(plain))
     assert sorted(keys) == sorted([f"k{i}" for i in range(10) if i != 2] + ["z"])
     assert _rows(again)["k1"] == (100, b"new", 1) and "k2" not in _rows(again)
     assert len(keys) == len(np.frombuffer(dues, np.int64)) == len(np.frombuffer(offsets, np.int64)) - 1
@@ -90,4 +107,20 @@ def test_a_few_keys_repacked_are_appended_and_a_snapshot_holds_no_dead_rows() ->
     for i in range(10):
         again.drop(f"k{i}")
     compacted = again.packed([("y", 1, b"y", 0)])
-    assert compacted is not again and sorted(compacted) == ["y", "z"] and len(compacted._keys) == 2
+    assert compacted is not again and sorted(compacted) == ["y", "z"] and len(compacted.alive) == 2
+
+
+def test_a_restore_makes_no_key_a_string_and_finds_keys_by_the_sorted_column() -> None:
+    """A restored instance has made no key a string until one is asked for; keys are found (all at
+    once, or one) by the sorted names, keys differing only by trailing NULs told apart; rows
+    appended since the sort are found too, and a re-pack merges them into the sorted column."""
+    packed = PackedStates.from_rows([("k", 1, b"a", 0), ("k\x00", 2, b"b", 0), ("z", 3, b"c", 0)])
+    restored = PackedStates.from_plain(packed.to_plain())
+    assert restored._found == {} and not restored._complete and restored.ordered == 3
+    assert restored.find(["k\x00", "k\x00\x00", "z", "k"]).tolist() == [0, -1, 2, 1]  # ("k\x00\x01" < "k\x01")
+    assert restored.take("k\x00") == b"b" and "k\x00" not in restored and "k" in restored
+    again = restored.packed([("k\x00", 9, b"new", 0), ("a", 0, b"first", 0)])
+    assert again is restored and again.ordered == 3 and len(again.alive) == 5
+    fresh = PackedStates.from_plain(restored.to_plain())  # (no dict: found by the column)
+    assert fresh.find(["a", "k\x00", "k", "z"]).tolist() == [0, 1, 2, 3]
+    assert fresh.take("k\x00") == b"new" and list(packed_rows(fresh.to_plain())) == ["a", "k", "z"]

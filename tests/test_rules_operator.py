@@ -574,6 +574,7 @@ def test_a_snapshot_of_format_2_its_versions_in_match_format_4_restores_through_
     import pickle
 
     from ctiflow.jobs.state import compat
+    from ctiflow.jobs.testing.snapshots import keys_as_list
     from ctiflow.operators.cep.rules import SNAPSHOT_FORMAT
     from ctiflow.operators.events import CTI_NONE
     from ctiflow.operators.snapshots import EarlierFormat
@@ -588,9 +589,13 @@ def test_a_snapshot_of_format_2_its_versions_in_match_format_4_restores_through_
     op.process_columns(EventColumns.from_events([Event("k", 10, 10, {"t": 10, "kind": "a", "amount": 1, "key": "k"})]))
     op.advance_to(11)
     fmt, at, subs = pickle.loads(op.snapshot())
-    assert fmt == SNAPSHOT_FORMAT == 3
-    earlier = pickle.dumps((2, at, {key: (pickle.dumps((4, *pickle.loads(sub)[1:4])), closed)  # (match format 4)
-                                    for key, (sub, closed) in subs.items()}))
+    assert fmt == SNAPSHOT_FORMAT == 4
+
+    def format_4(sub: bytes) -> bytes:  # (the match operator's format 4: the keys a list, no caps)
+        _, fingerprint, plain, numbers, _caps = pickle.loads(sub)
+        return pickle.dumps((4, fingerprint, keys_as_list(plain), numbers))
+
+    earlier = pickle.dumps((2, at, {key: (format_4(sub), closed) for key, (sub, closed) in subs.items()}))
     with pytest.raises(EarlierFormat):
         RuledMatchOperator.restore(settings, earlier)
     with pytest.raises(EarlierFormat):

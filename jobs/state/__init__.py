@@ -22,10 +22,10 @@ state chunk                    3       :mod:`ctiflow.jobs.state.chunks` (``CHUNK
 state chunk delta              1       :mod:`ctiflow.jobs.state.chunks` (``DELTA_FORMAT``)
 store layout (Spark state)     3       :mod:`ctiflow.jobs.state.store` (``STATE_LAYOUT``; 2 read)
 time layer                     3       ``ColumnTimeLayer`` (``operators/columns.py``)
-match operator snapshot        5       ``MatchOperator`` (``SNAPSHOT_FORMAT``)
-ruled match operator snapshot  3       ``RuledMatchOperator`` (``SNAPSHOT_FORMAT``)
+match operator snapshot        6       ``MatchOperator`` (``SNAPSHOT_FORMAT``)
+ruled match operator snapshot  4       ``RuledMatchOperator`` (``SNAPSHOT_FORMAT``)
 rule book                      2       ``RuleBook`` (``BOOK_FORMAT``)
-count operator snapshot        2       ``CountOperator`` (magic and version in its header)
+count operator snapshot        3       ``CountOperator`` (magic and version in its header)
 exponential histogram          1       ``ExponentialHistogram`` (magic and version)
 =============================  ======  ====================================================
 """

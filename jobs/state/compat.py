@@ -15,10 +15,15 @@ match operator, 2–3       ``(format, fingerprint, {key: (due, pickled state[, 
                           each key's state apart (until 2026-11-29)
 match operator, 4         ``(4, fingerprint, packed keys, numbers)``: no caps (until 2026-12-01);
                           these and 2–3 restore with every key due at once
-ruled match operator, 1–2 ``(format, CTI, {version key: (match operator snapshot, closed)})``:
-                          its versions' snapshots in earlier match operator formats (2: in 4)
+match operator, 5         ``(5, fingerprint, packed keys, numbers, caps)``: 4 and 5's packed keys
+                          hold the keys as a list of strings (until 2026-12-01)
+ruled match operator, 1–3 ``(format, CTI, {version key: (match operator snapshot, closed)})``:
+                          its versions' snapshots in earlier match operator formats (2: in 4,
+                          3: in 5)
 count operator, 1         header, keys, then every key's histogram in one run of integers (until
                           2026-11-29)
+count operator, 2         each key a row of its own; the keys as their lengths and UTF-8 (until
+                          2026-12-01)
 rule book, 1              ``(1, timeline, counts)``: a book that keeps every version (before
                           it could forget those no chunk holds)
 group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *index, operators[,
@@ -48,7 +53,7 @@ import numpy as np
 
 from ctiflow.operators import count, snapshots
 from ctiflow.operators.cep import operator as match, rules
-from ctiflow.operators.packed import RUNS_UNKNOWN, PackedStates
+from ctiflow.operators.packed import RUNS_UNKNOWN, PackedStates, names_of
 from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 from ctiflow.operators.time import CTI_NONE, AdvanceTimeSettings, Event
 
@@ -114,22 +119,26 @@ def _dumps(value) -> bytes:
 
 
 def _match_operator(data: bytes) -> bytes:
-    """Formats 2–4 (2–3: each key's state pickled on its own, 3 added the runs in flight and the
-    MATCH_NUMBER counts; 4: the keys packed in columns) as the current one, with no caps known:
-    the operator restores every key due at once (a key past a cap is due at once since format 5,
-    so that its events are all taken and refused). Today's bytes pass."""
+    """Formats 2–5 (2–3: each key's state pickled on its own, 3 added the runs in flight and the
+    MATCH_NUMBER counts; 4: the keys packed in columns, the keys themselves a list of strings;
+    5: with the caps) as the current one (the keys a sorted string column). Before 5
+    no caps are known: the operator restores every key due at once (a key past a cap is due at
+    once since format 5, so that its events are all taken and refused). Today's bytes pass."""
     version, fingerprint, keyed, *rest = snapshots.loads(data)
     if version == match.SNAPSHOT_FORMAT:
         return data
-    if version == 4:
-        return _dumps((match.SNAPSHOT_FORMAT, fingerprint, keyed, rest[0], None))
+    if version in (4, 5):
+        keys, *columns = keyed
+        dues, runs, offsets = (np.frombuffer(b, np.int64) for b in columns[:3])
+        keyed = PackedStates(names_of(keys), dues, runs, offsets, columns[3], ordered=0).to_plain()
+        return _dumps((match.SNAPSHOT_FORMAT, fingerprint, keyed, rest[0], rest[1] if version == 5 else None))
     packed = PackedStates.from_rows((key, raw[0], raw[1], raw[2] if len(raw) > 2 else RUNS_UNKNOWN)
                                     for key, raw in keyed.items())
     return _dumps((match.SNAPSHOT_FORMAT, fingerprint, packed.to_plain(), rest[0] if rest else {}, None))
 
 
 def _ruled_match_operator(data: bytes) -> bytes:
-    """Formats 1–2 (its versions' snapshots in earlier match operator formats) as the current one."""
+    """Formats 1–3 (its versions' snapshots in earlier match operator formats) as the current one."""
     _, at, subs = snapshots.loads(data)
     return _dumps((rules.SNAPSHOT_FORMAT, at, {key: (_match_operator(sub), closed)
                                                for key, (sub, closed) in subs.items()}))
@@ -141,34 +150,55 @@ def _rule_book(data: bytes) -> bytes:
     return _dumps((rules.BOOK_FORMAT, timeline, counts, False))
 
 
+def _count_keys(data: bytes, nkeys: int, blob_len: int) -> tuple[list[str], int]:
+    """A count snapshot's keys in formats 1–2 (after its header: their lengths as uint32, then
+    their UTF-8); → (keys, position after)."""
+    pos = count._STATE_HEADER.size
+    lengths = np.frombuffer(data, "<u4", nkeys, pos).tolist() if nkeys else []
+    pos += 4 * nkeys
+    raw = data[pos:pos + blob_len]
+    if len(raw) != blob_len or sum(lengths) != blob_len:
+        raise ValueError("count operator snapshot is truncated")
+    ends = np.cumsum(lengths).tolist()
+    return [raw[end - n:end].decode() for n, end in zip(lengths, ends)], pos + blob_len
+
+
 def _count_operator(data: bytes) -> bytes:
-    """Format 1 (every key's histogram in one run of integers, read whole) as the current one
-    (each key a row of its own, with the clock at which a CTI drops it: read a key at a time)."""
-    _, _, by_time, window, epsilon, clock, nkeys, blob_len = count._STATE_HEADER.unpack_from(data)
-    keys, pos = count._keys_of(data, nkeys, blob_len)
+    """Formats 1 (every key's histogram in one run of integers, read whole) and 2 (each key a row
+    of its own, with the clock at which a CTI drops it; the keys a list of lengths and UTF-8) as
+    the current one (the keys a sorted string column)."""
+    _, version, by_time, window, epsilon, clock, nkeys, blob_len = count._STATE_HEADER.unpack_from(data)
+    keys, pos = _count_keys(data, nkeys, blob_len)
     ints = np.frombuffer(data, "<i8", offset=pos)
     ntouched = int(ints[0])
-    touched = [keys[t] for t in ints[1:1 + ntouched].tolist()]
+    touched = ints[1:1 + ntouched].astype(np.int64)
     first = i = 1 + ntouched
-    starts, dues = [], []
-    for _ in keys:
-        now, levels = int(ints[i]), int(ints[i + 1])
-        sizes = ints[i + 2:i + 2 + levels].tolist()
-        at = i + 2 + levels
-        newest = None
-        for size in sizes:
-            at += size
-            if size:
-                newest = int(ints[at - 1]) if newest is None else max(newest, int(ints[at - 1]))
-        empty_at = now + 1 if newest is None else newest + window
-        starts.append(i)
-        dues.append(max(empty_at, now + 1) if by_time else count._NEVER)
-        i = at
-    if i != len(ints):
-        raise ValueError("count operator snapshot (format 1) has trailing data or is truncated")
-    offsets = np.array([*starts, i], np.int64) - first
-    return count.pack_state(bool(by_time), window, epsilon, clock, keys, np.array(dues, "<i8").tobytes(),
-                            (8 * offsets).astype("<i8").tobytes(), ints[first:i].tobytes(), touched)
+    if version == 2:
+        dues, offsets = ints[first:first + nkeys], ints[first + nkeys:first + 2 * nkeys + 1]
+        rows = data[pos + 8 * (first + 2 * nkeys + 1):]
+    else:
+        starts, due_list = [], []
+        for _ in keys:
+            now, levels = int(ints[i]), int(ints[i + 1])
+            sizes = ints[i + 2:i + 2 + levels].tolist()
+            at = i + 2 + levels
+            newest = None
+            for size in sizes:
+                at += size
+                if size:
+                    newest = int(ints[at - 1]) if newest is None else max(newest, int(ints[at - 1]))
+            empty_at = now + 1 if newest is None else newest + window
+            starts.append(i)
+            due_list.append(max(empty_at, now + 1) if by_time else count._NEVER)
+            i = at
+        if i != len(ints):
+            raise ValueError("count operator snapshot (format 1) has trailing data or is truncated")
+        dues, offsets, rows = np.array(due_list, np.int64), 8 * (np.array([*starts, i], np.int64) - first), \
+            ints[first:i].tobytes()
+    packed = PackedStates(names_of(keys), np.asarray(dues, np.int64), None, np.asarray(offsets, np.int64),
+                          rows, ordered=0).packed(())  # (sorted)
+    rows_touched = packed.find([keys[t] for t in touched.tolist()])
+    return count.pack_state(bool(by_time), window, epsilon, clock, packed.to_plain(), rows_touched)
 
 
 _UPGRADES: dict[str, Callable[[bytes], bytes]] = {

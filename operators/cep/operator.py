@@ -52,9 +52,10 @@ from ctiflow.operators.events import record_maker
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 #: The snapshot's format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``):
-#: the keys in columns (:class:`~ctiflow.operators.packed.PackedStates`), and the caps their due
-#: CTIs were computed under (:meth:`MatchOperator._state_due`)
-SNAPSHOT_FORMAT = 5
+#: the keys in columns (:class:`~ctiflow.operators.packed.PackedStates`, since 6 the keys
+#: themselves a sorted string column), and the caps their due CTIs were computed under
+#: (:meth:`MatchOperator._state_due`)
+SNAPSHOT_FORMAT = 6
 _PART = "\x00"  # between the key and the JSON of the further PARTITION BY values (which never hold it)
 
 
@@ -428,18 +429,20 @@ class MatchOperator(Operator):
             codes, index = cols.key_codes()
             live = [index[k] for k in self.keys_held() & index.keys()]
             return np.flatnonzero(np.isin(codes, live)).tolist()
+        raw, found = self._raw, None
+        if len(raw) and not self._composite:  # per key: its packed row or −1 (a row taken then finds it so)
+            codes, index = cols.key_codes()
+            found = raw.find(list(index))
         idle = self._start_filter(cols.fields, n) if self._start_filter is not None and cols.dicts is None \
             and not self._composite else None
         if idle is None or not idle.any():
             return range(n)
         codes, index = cols.key_codes()
         first = np.full(len(index), n, np.int64)  # per key: its first row taken
-        raw = self._raw
-        packed = raw.keys() & index.keys()
+        at = np.zeros(0, np.int64) if found is None else np.flatnonzero(found >= 0)
         stays = idle  # per row: leaves its key as it is
-        if packed and inert:
-            at = np.fromiter((index[k] for k in packed), np.int64, len(packed))
-            rows = np.fromiter(map(raw.index.__getitem__, packed), np.int64, len(packed))
+        if len(at) and inert:
+            rows = found[at]
             due = np.full(len(index), CTI_NONE, np.int64)
             due[at] = raw.dues[rows]
             busy = np.ones(len(index), np.bool_)  # runs in flight (or not counted)
@@ -451,8 +454,7 @@ class MatchOperator(Operator):
             is_packed[at] = True
             stays = idle & (~is_packed[codes] | (quiet & can))
         else:
-            for key in packed:
-                first[index[key]] = -1
+            first[at] = -1
         moving = np.flatnonzero(~stays)
         np.minimum.at(first, codes[moving], moving)
         for key in self._states.keys() & index.keys():
@@ -596,8 +598,9 @@ class MatchOperator(Operator):
     def absorb(self, part: "MatchOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
         raw, states, numbers = self._raw, self._states, self._numbers
+        keys = list(keys)
+        raw.drop_many(keys)
         for key in keys:
-            raw.drop(key)
             states.pop(key, None)
             numbers.pop(key, None)
         self._raw = raw.packed(part._raw.rows())
@@ -723,8 +726,8 @@ class MatchOperator(Operator):
         if self._composite:
             keys = set(keys)
             keys = [k for d in (*held, self._raw) for k in d if _job_key(k) in keys]
+        self._raw.drop_many(keys)
         for key in keys:
-            self._raw.drop(key)
             for d in held:
                 d.pop(key, None)
         self._changed.update(keys)

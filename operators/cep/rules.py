@@ -50,7 +50,7 @@ LATE_RULES = ("reject", "adjust")
 ACTIONS = ("put", "delete")
 #: The ruled match operator's snapshot format: its versions' snapshots in the match operator's
 #: current format (earlier ones are rewritten in it by ``ctiflow.jobs.state.compat``)
-SNAPSHOT_FORMAT = 3
+SNAPSHOT_FORMAT = 4
 #: The rule book's snapshot format: with whether the book may forget versions (:meth:`RuleBook.forget`)
 BOOK_FORMAT = 2
 #: The longest rule definition (UTF-8 bytes) a rules topic may carry; longer ones are refused before
