@@ -195,20 +195,21 @@ def _row(h: ExponentialHistogram) -> bytes:
 
 _STATE_MAGIC = b"CTCO"
 _STATE_VERSION = 3
-# magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, the names' bytes
+# magic, version, window kind (0 events, 1 time), window, epsilon, clock, keys, the names' width
+# in bytes (formats 1–2: the keys' UTF-8 bytes)
 _STATE_HEADER = struct.Struct("<4sBBqdqII")
 
 
 def pack_state(by_time: bool, window: int, epsilon: float, clock: int, plain: tuple,
                touched: np.ndarray) -> bytes:
     """A count operator snapshot of the current format: the header, the keys' names (as
-    :meth:`PackedStates.to_plain` gives them: UCS-4, sorted, of one width), then little-endian
+    :meth:`PackedStates.to_plain` gives them: UTF-8, sorted, of one width), then little-endian
     int64s — the touched keys' count and rows, each key's due clock, its row's offsets — then the
     rows' bytes. ``touched``: the touched keys' rows in ``plain``, in their order."""
-    names, _width, dues, _runs, offsets, rows = plain
+    names, width, dues, _runs, offsets, rows = plain
     head = np.array([len(touched), *touched.tolist()], "<i8")
     header = _STATE_HEADER.pack(_STATE_MAGIC, _STATE_VERSION, int(by_time), window, float(epsilon), clock,
-                                len(offsets) // 8 - 1, len(names))
+                                len(offsets) // 8 - 1, width)
     return b"".join((header, names, head.tobytes(), dues, offsets, rows))
 
 
@@ -442,7 +443,7 @@ class CountOperator(Operator):
         op = cls(settings)
         if len(data) < _STATE_HEADER.size:
             raise ValueError("not a count operator snapshot (too short)")
-        magic, version, by_time, window, epsilon, clock, nkeys, names_len = _STATE_HEADER.unpack_from(data)
+        magic, version, by_time, window, epsilon, clock, nkeys, width = _STATE_HEADER.unpack_from(data)
         if magic != _STATE_MAGIC:
             raise ValueError(f"not a count operator snapshot (magic {magic!r})")
         snapshots.check_format("count operator", version, _STATE_VERSION)
@@ -453,10 +454,10 @@ class CountOperator(Operator):
                 f"epsilon={epsilon}; restore it with those settings or start from an empty checkpoint"
             )
         pos = _STATE_HEADER.size
-        width = names_len // (4 * nkeys) if nkeys else 1
-        if 4 * width * nkeys != names_len or len(data) < pos + names_len + 8:
+        names_len = width * nkeys
+        if not width or len(data) < pos + names_len + 8:
             raise ValueError("count operator snapshot is truncated or malformed")
-        names = np.frombuffer(data, f"<U{width}", nkeys, pos) if nkeys else None
+        names = np.frombuffer(data, f"S{width}", nkeys, pos) if nkeys else None
         pos += names_len
         (ntouched,) = struct.unpack_from("<q", data, pos)
         if not 0 <= ntouched <= nkeys:

@@ -3,7 +3,7 @@
 An operator decodes only the keys a micro-batch touches (an event, or a due CTI); every other key
 stays as its bytes (the match operator: a pickled NFA state; the count operator: a histogram's
 integers). :class:`PackedStates` holds those keys as columns — the keys themselves as a
-fixed-width string column sorted by key, their due CTIs, a count per key its owner keeps (the
+fixed-width UTF-8 column sorted by key, their due CTIs, a count per key its owner keeps (the
 match operator's runs in flight), the states as one blob with offsets — so that restoring a chunk,
 snapshotting it and finding its due keys cost a few array operations a chunk, and no key becomes a
 Python string until something asks for it: a restore is ``np.frombuffer`` of its columns; a
@@ -13,17 +13,18 @@ dict (≈ 0.13 ms of a 2,048-key match chunk's ≈ 0.25 ms, docs/performance.md,
 sparse keys"). Hand-written because no library keeps a keyed table of byte strings that can hand
 out one row, forget it, and be re-packed with new rows cheaply; numpy does the column work.
 
-Invariants: :attr:`names` holds each row's key followed by :data:`END` (a fixed-width string
-drops trailing NULs; so no name ends in one, and two keys are two names); rows
-``[0, ordered)`` are sorted by name; the rows after them, appended since, are all in
-:attr:`_found`; ``alive`` is True exactly at the held keys' rows, one row per held key, ``held``
-counts them; :attr:`_found` maps keys to their alive rows for the keys looked up or appended (every
-held key once :attr:`_complete`); a key taken (:meth:`take`) or dropped (:meth:`drop`) keeps its
-row (dead) until a re-pack drops it; rows are never changed in place (the arrays may be read-only
-views of a snapshot's bytes). :meth:`packed` appends new rows after the dead ones until the dead
-outnumber the held, so a call that touched a few keys of a large chunk costs those keys; a
-re-pack (:meth:`select`) merges the appended rows into the sorted ones, and a snapshot
-(:meth:`to_plain`) holds no dead or unsorted row.
+Invariants: :attr:`names` holds each row's key, UTF-8, followed by :data:`END` (a fixed-width
+bytes column drops trailing NULs; so no name ends in one, and two keys are two names), as wide as
+the longest; rows ``[0, ordered)`` are sorted by name; the rows after them, appended since, are
+all in :attr:`_found`; ``alive`` is True exactly at the held keys' rows, one row per held key,
+``held`` counts them; :attr:`_found` maps keys to their alive rows for the keys looked up or
+appended (every held key once :attr:`_complete`), and keys looked up and not held to −1; a key
+taken (:meth:`take`) or dropped (:meth:`drop`) keeps its row (dead) until a re-pack drops it;
+rows are never changed in place (the arrays may be read-only views of a snapshot's bytes).
+:meth:`packed` appends new rows after the dead ones until the dead outnumber the held, so a call
+that touched a few keys of a large chunk costs those keys; a re-pack (:meth:`select`) merges the
+appended rows into the sorted ones, and a snapshot (:meth:`to_plain`) holds no dead or unsorted
+row.
 """
 from __future__ import annotations
 
@@ -34,13 +35,13 @@ import numpy as np
 #: ``runs`` of a key whose runs in flight were not counted (snapshots of version 2)
 RUNS_UNKNOWN = -1
 #: after every key in :attr:`PackedStates.names`
-END = "\x01"
+END = b"\x01"
 
 
 def names_of(keys: Sequence[str]) -> np.ndarray:
-    """``keys`` as :attr:`PackedStates.names` holds them: each followed by :data:`END`, a
-    fixed-width string column."""
-    return np.array([k + END for k in keys], dtype=str) if len(keys) else np.zeros(0, "<U1")
+    """``keys`` as :attr:`PackedStates.names` holds them: each UTF-8 followed by :data:`END`, a
+    fixed-width bytes column."""
+    return np.array([k.encode() + END for k in keys], dtype=bytes) if len(keys) else np.zeros(0, "S1")
 
 
 def _joined(src: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
@@ -63,7 +64,7 @@ class PackedStates:
                  runs: np.ndarray | None = None, offsets: np.ndarray | None = None, blob: bytes = b"",
                  ordered: int | None = None) -> None:
         """``ordered``: rows sorted by name from the first (all of them: None)."""
-        self.names = np.zeros(0, "<U1") if names is None else names
+        self.names = np.zeros(0, "S1") if names is None else names
         n = len(self.names)
         self.dues = np.zeros(n, np.int64) if dues is None else dues
         self.runs = np.zeros(n, np.int64) if runs is None else runs
@@ -84,19 +85,18 @@ class PackedStates:
 
     # -- as a snapshot holds it --------------------------------------------------------------------
     def to_plain(self) -> tuple:
-        """The held keys as ``(names, their width, dues, runs, offsets, blob)``: the names UCS-4
-        little-endian, sorted, each key followed by :data:`END`; the columns int64 (re-packed
-        first when keys were taken, dropped or appended)."""
+        """The held keys as ``(names, their width, dues, runs, offsets, blob)``: the names sorted,
+        each key's UTF-8 followed by :data:`END` and NULs to the width; the columns int64
+        (re-packed first when keys were taken, dropped or appended)."""
         p = self.packed(())
-        width = p.names.dtype.itemsize // 4
-        return (p.names.astype(f"<U{width}", copy=False).tobytes(), width, p.dues.tobytes(), p.runs.tobytes(),
+        return (p.names.tobytes(), p.names.dtype.itemsize, p.dues.tobytes(), p.runs.tobytes(),
                 p.offsets.tobytes(), bytes(p.blob))
 
     @classmethod
     def from_plain(cls, plain: tuple) -> "PackedStates":
         names, width, dues, runs, offsets, blob = plain
         columns = (np.frombuffer(b, np.int64) for b in (dues, runs, offsets))
-        return cls(np.frombuffer(names, f"<U{width}"), *columns, blob)
+        return cls(np.frombuffer(names, f"S{width}"), *columns, blob)
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
@@ -123,10 +123,10 @@ class PackedStates:
 
     def keys_of(self, rows: np.ndarray) -> list[str]:
         """The keys of ``rows``, as strings."""
-        return [name[:-1] for name in self.names[rows].tolist()]
+        return [name[:-1].decode() for name in self.names[rows].tolist()]
 
     def find(self, keys: Sequence[str]) -> np.ndarray:
-        """Each of ``keys``' row, −1 for a key not held; the found ones are remembered (a later
+        """Each of ``keys``' row, −1 for a key not held; the answers are remembered (a later
         :meth:`take`, :meth:`drop` or ``in`` of them is a dict lookup)."""
         found = self._found
         if self._complete or not self.held:
@@ -139,9 +139,11 @@ class PackedStates:
             hit = np.flatnonzero((self.names[at] == probe) & self.alive[at])
             got[hit] = at[hit]
             found.update(zip(map(keys.__getitem__, hit.tolist()), at[hit].tolist()))
+        miss = np.flatnonzero(got < 0).tolist()
         if m < len(self.names):  # the rows appended since the sort: in _found
-            for i in np.flatnonzero(got < 0).tolist():
+            for i in miss:
                 got[i] = found.get(keys[i], -1)
+        found.update((keys[i], -1) for i in miss if got[i] < 0)  # (asked again: a dict lookup too)
         return got
 
     def _row(self, key: str) -> int:

@@ -248,3 +248,67 @@ def test_a_chunk_whose_keys_changed_only_their_ttl_clock_is_written():
         header = rt.commit()
         matches += [o.record for topic, o, _ in got.outputs if topic == "m"]
     assert [(m["first_time"], m["last_time"]) for m in matches] == [(0, 6_000)]
+
+
+def _count_format_2(data: bytes) -> bytes:
+    """A count snapshot of today's format (3) written as format 2 did (until 2026-12-01), by hand:
+    the keys as uint32 lengths and UTF-8 instead of a column of names."""
+    import struct
+
+    import numpy as np
+
+    head = struct.Struct("<4sBBqdqII")
+    magic, version, by_time, window, epsilon, clock, nkeys, width = head.unpack_from(data)
+    if version != 3:  # (rewritten already: a delta no batch since has written)
+        return data
+    pos = head.size
+    names = data[pos:pos + width * nkeys]
+    encoded = [names[i:i + width].rstrip(b"\x00")[:-1] for i in range(0, len(names), width)]
+    rest = data[pos + width * nkeys:]
+    return b"".join((head.pack(magic, 2, by_time, window, epsilon, clock, nkeys, sum(map(len, encoded))),
+                     np.array(list(map(len, encoded)), "<u4").tobytes(), *encoded, rest))
+
+
+def _match_format_5(data: bytes) -> bytes:
+    """A match snapshot of today's format (6) as format 5 (until 2026-12-01): the keys a list."""
+    import pickle
+
+    from ctiflow.jobs.testing.snapshots import keys_as_list
+
+    version, fingerprint, plain, numbers, caps = pickle.loads(data)
+    if version != 6:  # (rewritten already)
+        return data
+    return pickle.dumps((5, fingerprint, keys_as_list(plain), numbers, caps))
+
+
+@pytest.mark.parametrize("kind", ["count", "match, relaxed", "count and match"])
+def test_deltas_an_earlier_version_wrote_are_read_through_compat(kind):
+    """A checkpoint written by the version before 2026-12-01 holds chunk deltas whose operator
+    snapshots are in its formats (match 5, count 2): every delta in the store rewritten so after
+    each batch, the group read back from it gives the uninterrupted results."""
+    import pickle
+
+    from ctiflow.jobs.state.codec import compressed, expanded
+    from ctiflow.operators import snapshots
+
+    older = {"c": _count_format_2, "ab": _match_format_5, "abb": _match_format_5}
+    batches = sparse_batches(3, batches=60)
+    reference, _, _, _ = run(plan_for(kind, 0.0), batches, restore=False)
+    plan = plan_for(kind, 1.0)
+    names = [spec.name for spec in plan.operators]
+    rt, got, rewritten = GroupRuntime(plan), [], 0
+    for b, batch in enumerate(batches):
+        out = rt.run_batch(GroupInput.of("s", batch, [0, 1, 2], flush=b == len(batches) - 1))
+        per_key: dict[tuple, list] = {}
+        for topic, o, key in out.outputs:
+            per_key.setdefault((topic, key), []).append(o.record)
+        got.append(per_key)
+        header = rt.commit()
+        for c, stored in list(rt.chunks.items()):
+            if DELTA_KEYS <= c < PART_KEYS:
+                kind_, version, cti, since, blobs, *rest = snapshots.loads(expanded(stored))
+                blobs = [older[name](blob) for name, blob in zip(names, blobs)]
+                rt.chunks[c] = compressed(pickle.dumps((kind_, version, cti, since, blobs, *rest)))
+                rewritten += 1
+        rt = GroupRuntime(plan, header=header, chunks=rt.chunks)
+    assert rewritten > 30 and got == reference

@@ -273,7 +273,7 @@ class KeyedState:
         since = [set(s) for s in since]
         for spec, op, part, changed in zip(self.specs, ops, blobs, since):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
-                op.absorb(spec.build(part), changed)
+                op.absorb(compat.restored(spec.build, part), changed)  # (a delta an earlier version wrote)
         for key, t in seen.items():
             if t is None:
                 last_seen.pop(key, None)

@@ -25,15 +25,14 @@ def match_state(snapshot: bytes) -> dict:
 
 def packed_rows(plain: tuple) -> dict:
     """``{key: (due CTI, pickled state, runs in flight)}`` of a ``PackedStates.to_plain()`` tuple
-    ``(names, their width, dues, runs, offsets, blob)``, read by hand (the names UCS-4
-    little-endian, each key followed by ``"\\x01"``, sorted and distinct; the columns aligned)."""
+    ``(names, their width, dues, runs, offsets, blob)``, read by hand (each name a key's UTF-8
+    followed by ``b"\\x01"`` and NULs to the width, sorted and distinct; the columns aligned)."""
     names, width, dues, runs, offsets, blob = plain
     dues, runs, offsets = (np.frombuffer(b, np.int64).tolist() for b in (dues, runs, offsets))
-    text = names.decode("utf-32-le")
-    names = [text[i:i + width].rstrip("\x00") for i in range(0, len(text), width)]
-    assert all(name.endswith("\x01") for name in names) and names == sorted(set(names))
-    keys = [name[:-1] for name in names]
-    assert len(keys) == len(dues) == len(runs) == len(offsets) - 1 and len(text) == width * len(keys)
+    names = [names[i:i + width].rstrip(b"\x00") for i in range(0, len(names), width)]
+    assert all(name.endswith(b"\x01") for name in names) and names == sorted(set(names))
+    keys = [name[:-1].decode() for name in names]
+    assert len(keys) == len(dues) == len(runs) == len(offsets) - 1
     return {k: (d, blob[a:b], r) for k, d, r, a, b in zip(keys, dues, runs, offsets, offsets[1:])}
 
 
