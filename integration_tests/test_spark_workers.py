@@ -140,3 +140,105 @@ def test_a_worker_ended_by_sighup_leaves_its_python_stack_in_the_tasks_error(spa
     from integration_tests.harness import python_worker_lines
 
     assert "hung_up_in_the_middle_of_a_task" in python_worker_lines(spark)
+
+
+def test_a_job_whose_python_workers_are_killed_while_it_runs_writes_each_result_once(stack, spark, tmp_path):
+    """Three times while a job runs (batches back to back over three partitions at uneven rates, a
+    count per key and a passthrough), the Python workers that are busy (used CPU in the last 0.1 s)
+    are sent SIGKILL, whatever they are doing: reading the source, running the operators, writing. The tasks that
+    lose their worker run again (the default master gives a task four attempts) and the sink's
+    markers skip what a failed attempt wrote. Oracles: every input once in the passthrough topic;
+    every count estimate once, its bounds holding the exact count of the input; Spark's log names each killed
+    worker as not killed by its daemon, and at least one task was lost and run again."""
+    import re
+    import threading
+    import time
+    from collections import Counter
+    from pathlib import Path
+
+    import psutil
+
+    from ctiflow.jobs.datapath import kafka
+    from ctiflow.jobs.testing import oracle
+    from integration_tests.harness import job, produce, read, run
+    from integration_tests.test_own_topics import T0, tx
+
+    rates = {0: 1_000, 1: 2_500, 2: 10_000}  # ms between events: 600, 240 and 60 events, in time order
+    events = [tx(len(rates) * 1000 * p + i, f"acct-{p}-{i % 3}", T0 + i * step)
+              for p, step in rates.items() for i in range(600_000 // step)]
+    src, out, counts = stack.topic("kill-in"), stack.topic("kill-out"), stack.topic("kill-counts")
+    kafka.create_topics(stack.bootstrap, {src: 3})
+    produce(stack.bootstrap, src, "transaction", events, "account",
+            partition_of=lambda i, rec: int(rec["account"].split("-")[1]))
+    cfg = job(stack, tmp_path, job=stack.topic("kill"),
+              sources=[{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
+                        "time_field": "event_time", "partitions": 3, "max_offsets_per_trigger": 40,
+                        "cti": {"delay": "30s"}}],
+              operators=[{"kind": "passthrough", "output": out},
+                         {"kind": "count", "name": "per_account_1m", "window": {"time": "1m"}, "per_key": True,
+                          "output": counts}],
+              spark={"trigger": "0s"},
+              outputs={"late": stack.topic("kill-late"), "dead_letter": stack.topic("kill-dlq")})
+    log = Path(spark.sparkContext._jvm.java.lang.System.getProperty("ctiflow.spark.log"))
+    before = log.read_text(errors="replace")
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def workers() -> list:  # the daemons' children (the JVM's command line names the module too)
+        forks = [p for p in psutil.process_iter(["cmdline"])
+                 if (p.info["cmdline"] or [])[1:3] == ["-m", "ctiflow.jobs.datapath.spark_daemon"]]
+        pids = {p.pid for p in forks}
+        return [c for d in forks if d.ppid() not in pids for c in d.children()]
+
+    def busy() -> list:  # the workers that used CPU time in the last 0.1 s: in a task
+        seen = {}
+        for worker in workers():
+            try:
+                seen[worker] = sum(worker.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.1)
+        running = []
+        for worker, used in seen.items():
+            try:
+                if sum(worker.cpu_times()[:2]) > used:
+                    running.append(worker)
+            except psutil.NoSuchProcess:
+                pass
+        return running
+
+    def kill_three_times() -> None:  # (three: a task that loses each time still has a fourth attempt)
+        rounds = 0
+        while rounds < 3 and not stop.wait(2.0 if rounds else 1.0):
+            while not stop.is_set() and not (running := busy()):
+                pass
+            for worker in running:
+                try:
+                    worker.kill()
+                    killed.append(worker.pid)
+                except psutil.NoSuchProcess:
+                    pass
+            rounds += 1
+
+    killer = threading.Thread(target=kill_three_times, daemon=True)
+    killer.start()
+    try:
+        run(cfg, spark)
+    finally:
+        stop.set()
+        killer.join()
+
+    got = Counter(r["id"] for r in read(stack, out))
+    assert got == Counter(e["id"] for e in events)  # nothing lost, nothing twice
+    estimates = read(stack, counts)
+    assert estimates and len({(r["key"], r["time"]) for r in estimates}) == len(estimates)  # none twice
+    exact = oracle.exact_counts(cfg, estimates, lambda topic: read(stack, topic))
+    for r in estimates:
+        (at, count), = [e for e in exact[(r["counter"], r["key"])] if e[0] == r["time"]]
+        assert r["lower"] <= count <= r["upper"], (r, count)
+    assert read(stack, cfg.late_topic) == [] and read(stack, cfg.dead_letter_topic) == []
+    after = log.read_text(errors="replace")[len(before):]
+    assert killed
+    named = set(map(int, re.findall(r"worker (\d+) ended by signal SIGKILL \(not sent by this daemon\)", after)))
+    assert named and named <= set(killed), (named, killed)
+    assert re.search(r"Lost task .* Python worker exited unexpectedly", after), "no task was hit"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from ctiflow.jobs.datapath.spark_daemon import OwnWorkersOnly, started
@@ -79,3 +80,43 @@ def test_records_of_ended_workers_are_dropped_once_there_are_many(monkeypatch):
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+DAEMON = """
+import os, signal, sys, time
+from ctiflow.jobs.datapath.spark_daemon import OwnWorkersOnly, ReapingSignals
+
+guard = OwnWorkersOnly(os)
+signals = ReapingSignals(signal, guard.reap)
+signals.signal(signal.SIGCHLD, signal.SIG_IGN)  # as PySpark's daemon asks: the reaper instead
+
+def worker(end):
+    pid = guard.fork()
+    if pid == 0:
+        signals.signal(signal.SIGCHLD, signal.SIG_DFL)
+        end()
+        time.sleep(60)
+        os._exit(0)
+    return pid
+
+worker(lambda: os._exit(0))                         # ended as asked: not reported
+worker(lambda: os._exit(3))
+worker(lambda: (signal.signal(signal.SIGPIPE, signal.SIG_DFL), os.kill(os.getpid(), signal.SIGPIPE)))
+worker(lambda: os.kill(os.getpid(), signal.SIGKILL))  # e.g. the kernel's OOM killer
+guard.kill(worker(lambda: None), signal.SIGKILL)    # the JVM's request: not reported
+time.sleep(1.0)
+print("left", sorted(guard._forked), flush=True)
+"""
+
+
+def test_the_daemon_says_how_each_worker_ended_that_did_not_end_as_asked():
+    """The daemon's SIGCHLD handler (``ReapingSignals`` in place of PySpark's ``SIG_IGN``): a worker
+    ended by a signal faulthandler does not catch, or by a non-zero exit code, is named on the
+    daemon's stderr; an exit code 0 and a SIGKILL the daemon sent are not; every worker is collected."""
+    done = subprocess.run([sys.executable, "-c", DAEMON], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = [line.split(": worker ", 1)[1].split(" ", 1)[1] for line in done.stderr.splitlines()
+            if line.startswith("ctiflow's Python daemon: worker ")]
+    assert sorted(said) == ["ended by signal SIGKILL (not sent by this daemon)", "ended by signal SIGPIPE",
+                            "ended with exit code 3"], done.stderr
+    assert done.stdout.strip() == "left []"  # no zombie, no record of an ended worker

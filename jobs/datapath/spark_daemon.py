@@ -15,10 +15,13 @@ A worker also leaves its Python stack in Spark's faulthandler file when SIGHUP o
 (:func:`stack_on_hangup`), which ``spark.python.worker.faulthandler.enabled`` covers only for fatal
 signals: the task's error then shows where the worker was, where it would say "crashed" and nothing
 more. And the daemon's kill of a worker by pid reaches only a worker it forked that still runs
-(:class:`OwnWorkersOnly`), never a process that took the pid of a worker gone before."""
+(:class:`OwnWorkersOnly`), never a process that took the pid of a worker gone before; and a worker
+that ends by a signal faulthandler does not catch (SIGKILL, SIGPIPE) or by a non-zero exit code is
+named on the daemon's stderr, in Spark's log (:meth:`OwnWorkersOnly.reap`, :class:`ReapingSignals`)."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import gc
@@ -85,6 +88,16 @@ def started(pid: int) -> str | None:
     return fields[19].decode()  # field 22 of the line; fields[0] is field 3 (after "pid (comm)")
 
 
+@contextlib.contextmanager
+def _children_unseen():
+    """SIGCHLD held back (delivered when the block ends)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 class OwnWorkersOnly:
     """The ``os`` module as PySpark's daemon sees it, but for ``kill`` of a pid: sent only to a
     worker this daemon forked that still runs (the pid and its start time as at the fork).
@@ -103,16 +116,51 @@ class OwnWorkersOnly:
     def __init__(self, real) -> None:
         self._os = real
         self._forked: dict[int, str | None] = {}
+        self._stopped: set[int] = set()  # workers this daemon sent SIGKILL at the JVM's request
+        self._ending_all = False  # the daemon's shutdown signalled its process group
+
+    def reap(self, _signum=None, _frame=None) -> None:
+        """Collect every ended worker (the SIGCHLD handler in place of PySpark's ``SIG_IGN``) and
+        say on the daemon's stderr (Spark's log) how each ended that did not end as asked: by a
+        signal or a non-zero exit code — the one trace of a worker whose task failed "crashed"
+        with an empty faulthandler file (SIGKILL, SIGPIPE and other signals faulthandler does
+        not catch). A SIGKILL the JVM asked for and the shutdown's SIGHUP are not reported."""
+        with _children_unseen():  # (not re-entered: one line a worker)
+            self._reap()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = self._os.waitpid(-1, self._os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            stopped = pid in self._stopped
+            self._stopped.discard(pid)
+            self._forked.pop(pid, None)
+            if self._os.WIFSIGNALED(status):
+                sig = self._os.WTERMSIG(status)
+                if (sig == signal.SIGKILL and stopped) or (sig == signal.SIGHUP and self._ending_all):
+                    continue
+                how = f"by signal {signal.Signals(sig).name}" + (
+                    " (not sent by this daemon)" if sig == signal.SIGKILL else "")
+            elif self._os.WIFEXITED(status) and self._os.WEXITSTATUS(status):
+                how = f"with exit code {self._os.WEXITSTATUS(status)}"
+            else:
+                continue
+            print(f"ctiflow's Python daemon: worker {pid} ended {how}", file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str):
         return getattr(self._os, name)
 
     def fork(self) -> int:
-        pid = self._os.fork()
-        if pid > 0:
-            if len(self._forked) >= self.PRUNE_AT:
-                self._forked = {p: t for p, t in self._forked.items() if started(p) == t}
-            self._forked[pid] = started(pid)
+        with _children_unseen():  # (a worker that ends at once is collected after its record)
+            pid = self._os.fork()
+            if pid > 0:
+                if len(self._forked) >= self.PRUNE_AT:
+                    self._forked = {p: t for p, t in self._forked.items() if started(p) == t}
+                self._forked[pid] = started(pid)
         return pid
 
     def kill(self, pid: int, sig: int) -> None:
@@ -121,7 +169,28 @@ class OwnWorkersOnly:
                   "forked runs with that pid (it ended; the pid may belong to another process now)",
                   file=sys.stderr, flush=True)
             return
+        if pid == 0:
+            self._ending_all = True
+        elif sig == signal.SIGKILL:
+            self._stopped.add(pid)
         self._os.kill(pid, sig)
+
+
+class ReapingSignals:
+    """The ``signal`` module as PySpark's daemon sees it, but for the daemon's ``SIG_IGN`` of
+    SIGCHLD (which has the kernel collect ended workers unseen): ``reap`` is the handler instead."""
+
+    def __init__(self, real, reap) -> None:
+        self._signal = real
+        self._reap = reap
+
+    def __getattr__(self, name: str):
+        return getattr(self._signal, name)
+
+    def signal(self, signum, handler):
+        if signum == self._signal.SIGCHLD and handler == self._signal.SIG_IGN:
+            handler = self._reap
+        return self._signal.signal(signum, handler)
 
 
 if __name__ == "__main__":
@@ -135,5 +204,6 @@ if __name__ == "__main__":
 
     pyspark.worker.main = stack_on_hangup(pyspark.worker.main)
     daemon.os = OwnWorkersOnly(daemon.os)
+    daemon.signal = ReapingSignals(daemon.signal, daemon.os.reap)
     gc.freeze()
     daemon.manager()

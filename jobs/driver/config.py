@@ -703,11 +703,23 @@ class Reference(Strict):
     output: str | None = Field(None, description="topic of the enriched stream (optional)")
 
 
+#: The default master: two cores, and four attempts per task like a cluster's default
+#: (``spark.task.maxFailures``; Spark's ``local[N]`` gives a task one). Why: a Python worker can
+#: crash outside ctiflow's code — librdkafka dereferences a null topic name when a Fetch response
+#: names a topic id the client does not know and carries a new leader (the embedded broker answers
+#: so for a topic deleted and created again); the task's retry reads the markers its failed
+#: attempt left and writes nothing twice. The crash is named in Spark's log
+#: (:mod:`ctiflow.jobs.datapath.spark_daemon`).
+LOCAL_MASTER = "local[2,4]"
+
+
 class Spark(Strict):
     """Where and how the job runs in Spark."""
 
-    master: str = Field("local[2]", description="local[N], or spark://host:7077 for a cluster",
-                        **env("CTIFLOW_SPARK_MASTER"))
+    master: str = Field(LOCAL_MASTER, description=(
+        "local[N,F] (N cores; F attempts a task gets, as a cluster's spark.task.maxFailures, 4: a task "
+        "whose Python worker crashed runs again and the sink's markers keep its records exactly once; "
+        "local[N] gives one), or spark://host:7077 for a cluster"), **env("CTIFLOW_SPARK_MASTER"))
     shuffle_partitions: int | None = Field(None, ge=1, le=10000, description=(
         "tasks of the stateful stage: size it to the cluster's cores for the job (fixed for a checkpoint); "
         "default: 2, or 1 when an operator sees every key (the job then has one key group, and a second "

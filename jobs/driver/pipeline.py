@@ -37,7 +37,7 @@ import traceback
 from pathlib import Path
 
 from ctiflow.jobs.driver.planner import plan_job
-from ctiflow.jobs.driver.config import JobConfig, duration_ms
+from ctiflow.jobs.driver.config import LOCAL_MASTER, JobConfig, duration_ms
 from ctiflow.jobs.avro.serde import REGISTRY_SECRETS_ENV, SCHEMA_PATH_ENV
 from ctiflow.jobs.datapath.kafka import (CLIENT_SECRETS_ENV, create_topics, public_client, publish_schemas,
                                          topic_partitions, wait_for_broker)
@@ -88,7 +88,7 @@ def spark_options(cfg: JobConfig | None, log: Path, app: str = "ctiflow") -> dic
         "spark.driver.extraJavaOptions":
             driver_java_options(log),
         "spark.ui.showConsoleProgress": "false",
-        "spark.master": spark_cfg.master if spark_cfg else "local[2]",
+        "spark.master": spark_cfg.master if spark_cfg else LOCAL_MASTER,
         "spark.app.name": app,
         "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions if cfg else 2),
         "spark.ui.enabled": "false",
