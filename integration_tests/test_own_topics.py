@@ -178,6 +178,22 @@ def tx(i: int, account: str, t: int) -> dict:
             "currency": "EUR", "country": "DE", "merchant": None}
 
 
+def uneven_input(stack, name: str) -> tuple[list[dict], str]:
+    """Transactions over ten minutes in a new three-partition topic ``name``: one event a second in
+    partition 0, one every 2.5 s in 1, one every 10 s in 2 (600, 240 and 60), each in time order
+    (nothing late); → the events and the topic."""
+    from integration_tests.harness import produce
+
+    rates = {0: 1_000, 1: 2_500, 2: 10_000}  # ms between events
+    events = [tx(len(rates) * 1000 * p + i, f"acct-{p}-{i % 3}", T0 + i * step)
+              for p, step in rates.items() for i in range(600_000 // step)]
+    src = stack.topic(name)
+    kafka.create_topics(stack.bootstrap, {src: 3})
+    produce(stack.bootstrap, src, "transaction", events, "account",
+            partition_of=lambda i, rec: int(rec["account"].split("-")[1]))
+    return events, src
+
+
 @pytest.mark.spark
 def test_a_job_whose_progress_and_marker_topics_are_corrupted_and_deleted_writes_each_result_once(
         stack, spark, tmp_path, caplog):
@@ -188,16 +204,11 @@ def test_a_job_whose_progress_and_marker_topics_are_corrupted_and_deleted_writes
     query with a batch that is not a number); after batch 3, both topics deleted; after batch 6,
     garbage in both again, at the first batch that finds both created again. The oracle is the
     input: every transaction id exactly once in the result topic, nothing late or dead-lettered."""
-    from integration_tests.harness import job, produce, read, run
+    from integration_tests.harness import job, read, run
 
     caplog.set_level(logging.WARNING, "ctiflow.own_topics")
-    rates = {0: 1_000, 1: 2_500, 2: 10_000}  # ms between events: 600, 240 and 60 events
-    events = [tx(len(rates) * 1000 * p + i, f"acct-{p}-{i % 3}", T0 + i * step)
-              for p, step in rates.items() for i in range(600_000 // step)]
-    src, out = stack.topic("own-in"), stack.topic("own-out")
-    kafka.create_topics(stack.bootstrap, {src: 3})
-    produce(stack.bootstrap, src, "transaction", events, "account",
-            partition_of=lambda i, rec: int(rec["account"].split("-")[1]))
+    events, src = uneven_input(stack, "own-in")
+    out = stack.topic("own-out")
     cfg = job(stack, tmp_path, job=stack.topic("own"),
               sources=[{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
                         "time_field": "event_time", "partitions": 3, "max_offsets_per_trigger": 50,

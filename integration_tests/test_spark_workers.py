@@ -158,18 +158,12 @@ def test_a_job_whose_python_workers_are_killed_while_it_runs_writes_each_result_
 
     import psutil
 
-    from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.testing import oracle
-    from integration_tests.harness import job, produce, read, run
-    from integration_tests.test_own_topics import T0, tx
+    from integration_tests.harness import job, read, run
+    from integration_tests.test_own_topics import uneven_input
 
-    rates = {0: 1_000, 1: 2_500, 2: 10_000}  # ms between events: 600, 240 and 60 events, in time order
-    events = [tx(len(rates) * 1000 * p + i, f"acct-{p}-{i % 3}", T0 + i * step)
-              for p, step in rates.items() for i in range(600_000 // step)]
-    src, out, counts = stack.topic("kill-in"), stack.topic("kill-out"), stack.topic("kill-counts")
-    kafka.create_topics(stack.bootstrap, {src: 3})
-    produce(stack.bootstrap, src, "transaction", events, "account",
-            partition_of=lambda i, rec: int(rec["account"].split("-")[1]))
+    events, src = uneven_input(stack, "kill-in")
+    out, counts = stack.topic("kill-out"), stack.topic("kill-counts")
     cfg = job(stack, tmp_path, job=stack.topic("kill"),
               sources=[{"name": "tx", "topic": src, "schema": "transaction", "key_field": "account",
                         "time_field": "event_time", "partitions": 3, "max_offsets_per_trigger": 40,
