@@ -92,6 +92,7 @@ def test_the_metrics_endpoint_reports_what_the_job_did(stack, spark, tmp_path):
     for topic in outs.values():
         assert value("ctiflow_records_written_total", topic=topic) == len(read(stack, topic)), topic
     assert value("ctiflow_batches_total") == summary.batches
+    assert value("ctiflow_task_attempts_failed_total") == sum(p.get("failedTaskAttempts", 0) for p in summary.progress)
     assert value("ctiflow_batch_duration_seconds_count") == summary.batches
     assert value("ctiflow_last_batch_duration_seconds", stage="triggerExecution") > 0
     assert value("ctiflow_state_keys", operator="per_account") is not None

@@ -149,7 +149,8 @@ def test_a_job_whose_python_workers_are_killed_while_it_runs_writes_each_result_
     lose their worker run again (the default master gives a task four attempts) and the sink's
     markers skip what a failed attempt wrote. Oracles: every input once in the passthrough topic;
     every count estimate once, its bounds holding the exact count of the input; Spark's log names each killed
-    worker as not killed by its daemon, and at least one task was lost and run again."""
+    worker as not killed by its daemon, at least one task was lost and run again, and the batches'
+    progress counts every failed attempt."""
     import re
     import threading
     import time
@@ -217,7 +218,7 @@ def test_a_job_whose_python_workers_are_killed_while_it_runs_writes_each_result_
     killer = threading.Thread(target=kill_three_times, daemon=True)
     killer.start()
     try:
-        run(cfg, spark)
+        summary = run(cfg, spark)
     finally:
         stop.set()
         killer.join()
@@ -236,3 +237,7 @@ def test_a_job_whose_python_workers_are_killed_while_it_runs_writes_each_result_
     named = set(map(int, re.findall(r"worker (\d+) ended by signal SIGKILL \(not sent by this daemon\)", after)))
     assert named and named <= set(killed), (named, killed)
     assert re.search(r"Lost task .* Python worker exited unexpectedly", after), "no task was hit"
+    # the driver learned of each failed attempt (Spark logs one "Lost task" line an attempt): the
+    # batches' progress, failedTaskAttempts from Spark's status tracker
+    lost = len(re.findall(r"Lost task \d+\.\d+ in stage", after))
+    assert sum(p.get("failedTaskAttempts", 0) for p in summary.progress) == lost

@@ -32,3 +32,15 @@ def test_the_printer_prints_each_batch_and_each_late_warning_once():
     show(batch({"0": 100}, {"0": 200}), {"received": 200, **late})
     lines = console.export_text().splitlines()
     assert [line[:12] for line in lines] == ["  batch    5", "  warning: s", "  batch    5"]
+
+
+def test_a_batch_whose_task_attempts_failed_is_warned_about_with_where_to_look():
+    """``failedTaskAttempts``: the driver's count of the batch's failed task attempts (Spark ran
+    each again): a warning line after the batch's, none for a batch without."""
+    console = Console(record=True, width=400)
+    show = printer(console)
+    show(batch({"0": 0}, {"0": 100}), {"received": 100})
+    show({**batch({"0": 100}, {"0": 200}), "failedTaskAttempts": 2}, {"received": 200})
+    lines = console.export_text().splitlines()
+    assert [line[:10] for line in lines] == ["batch    5", "batch    5", "warning: b"]
+    assert "batch 5: 2 task attempt(s) failed and ran again" in lines[2] and "Spark's log" in lines[2]

@@ -123,6 +123,8 @@ DRIVER_METRICS: dict[str, str] = {
     "ctiflow_partition_offsets_behind": "records not read yet: the partition's end offset − the offset "
                                         "after the last batch",
     "ctiflow_batches_total": "micro-batches this process completed",
+    "ctiflow_task_attempts_failed_total": "task attempts of this process's micro-batches that failed and "
+                                          "ran again (a Python worker that died: Spark's log says why)",
     "ctiflow_batch_duration_seconds": "a micro-batch's whole duration (Spark's triggerExecution)",
     "ctiflow_last_batch_duration_seconds": "the last micro-batch's stages (Spark's durationMs: "
                                            "triggerExecution is the whole)",

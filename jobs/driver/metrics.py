@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from ctiflow.jobs.core import counters
 from ctiflow.jobs.driver.config import JobConfig
 from ctiflow.operators.errors import ConfigError
-from ctiflow.jobs.driver.progress import records_read
+from ctiflow.jobs.driver.progress import FAILED_ATTEMPTS, records_read
 from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 
 #: Batch duration buckets (seconds): micro-batches take 0.1 s to minutes.
@@ -67,6 +67,7 @@ class JobMetrics:
         self.progress: dict | None = None
         self.behind: dict[tuple[str, int], int] = {}
         self.batches = 0
+        self.failed_attempts = 0
         self.last_batch_at: float | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         self.batch_seconds = Histogram("ctiflow_batch_duration_seconds",
@@ -84,6 +85,7 @@ class JobMetrics:
             self.progress, self.counters = progress, dict(counters)
             self.behind.update(behind)
             self.batches += 1
+            self.failed_attempts += progress.get(FAILED_ATTEMPTS, 0)
             self.last_batch_at = self.clock()
         self.batch_seconds.labels(self.job).observe(
             progress.get("durationMs", {}).get("triggerExecution", 0) / 1000)
@@ -141,7 +143,7 @@ class JobMetrics:
 
         with self._lock:
             c, progress, behind = dict(self.counters), self.progress, dict(self.behind)
-            batches, last_at = self.batches, self.last_batch_at
+            batches, last_at, failed = self.batches, self.last_batch_at, self.failed_attempts
         job, now = self.job, self.clock()
         yield InfoMetricFamily("ctiflow", counters.DRIVER_METRICS["ctiflow"],
                                value={"job": job, "version": _version()})
@@ -159,6 +161,10 @@ class JobMetrics:
         count = CounterMetricFamily("ctiflow_batches_total", driver["ctiflow_batches_total"], labels=["job"])
         count.add_metric([job], batches)
         yield count
+        retried = CounterMetricFamily("ctiflow_task_attempts_failed_total",
+                                      driver["ctiflow_task_attempts_failed_total"], labels=["job"])
+        retried.add_metric([job], failed)
+        yield retried
         parts = GaugeMetricFamily("ctiflow_last_batch_duration_seconds",
                                   driver["ctiflow_last_batch_duration_seconds"], labels=["job", "stage"])
         records = GaugeMetricFamily("ctiflow_last_batch_records", driver["ctiflow_last_batch_records"],

@@ -49,7 +49,7 @@ from ctiflow.jobs.driver.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, 
 from ctiflow.jobs.driver.jvm import (driver_java_options, gateway, java_environment, launcher_settings,
                                      spark_log_path)
 from ctiflow.jobs.driver.masters import check_master
-from ctiflow.jobs.driver.progress import RunSummary
+from ctiflow.jobs.driver.progress import FAILED_ATTEMPTS, RunSummary
 from ctiflow.jobs.core.plan import Plan
 from ctiflow.jobs.driver.metrics import start as start_metrics
 from ctiflow.operators.errors import ConfigError
@@ -406,7 +406,7 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
             metrics.close()
         raise
     started = time.monotonic()
-    collect = _Progress(query, entered, counters_now, metrics, on_progress)
+    collect = _Progress(spark, query, entered, counters_now, metrics, on_progress)
     batches = collect.batches
 
     with _signals_stop_gracefully() as signals:
@@ -438,17 +438,54 @@ def run(cfg: JobConfig, *, until_end: bool, spark=None, on_progress=None, timeou
                       signals[0] if signals else None, collect.first_batch)
 
 
+class FailedAttempts:
+    """Task attempts that failed in this query's Spark jobs, from Spark's status tracker: a task
+    whose Python worker died (a crash in a native library, the OOM killer) runs again and the batch
+    succeeds, and this is how the driver learns of it. A call → the failed attempts of the query's
+    jobs (its run id is their job group) that ended since the last call; each stage is counted
+    once (a job lists the stages it skipped too). The jobs remembered are those Spark still
+    keeps; the stages, the latest :data:`STAGES_KEPT` (stage ids grow)."""
+
+    STAGES_KEPT = 10_000
+
+    def __init__(self, spark, query) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.group = str(query.runId)
+        self.jobs: set[int] = set()
+        self.stages: set[int] = set()
+
+    def __call__(self) -> int:
+        failed, kept = 0, set()
+        for job in self.tracker.getJobIdsForGroup(self.group):
+            if job in self.jobs:
+                kept.add(job)
+                continue
+            info = self.tracker.getJobInfo(job)
+            if info is None or info.status == "RUNNING":
+                continue
+            kept.add(job)
+            for stage in set(info.stageIds) - self.stages:
+                self.stages.add(stage)
+                got = self.tracker.getStageInfo(stage)
+                failed += got.numFailedTasks if got is not None else 0
+        self.jobs = kept
+        if len(self.stages) > self.STAGES_KEPT:
+            self.stages = set(sorted(self.stages)[-self.STAGES_KEPT // 2:])
+        return failed
+
+
 class _Progress:
     """Polled after every wait on the query: each completed micro-batch's progress, once
     (``batches``: id → progress; idle triggers repeat an id, the first is kept), handed with
     the job's counters to the metrics and ``on_progress``; ``first_batch``: seconds from
     ``entered`` to the first (recovery time on a restart; polled every 0.5 s)."""
 
-    def __init__(self, query, entered: float, counters_now, metrics, on_progress) -> None:
+    def __init__(self, spark, query, entered: float, counters_now, metrics, on_progress) -> None:
         self.query, self.entered, self.counters_now = query, entered, counters_now
         self.metrics, self.on_progress = metrics, on_progress
         self.batches: dict[int, dict] = {}
         self.first_batch: float | None = None
+        self.failed_attempts = FailedAttempts(spark, query)
 
     def __call__(self) -> None:
         # Idle triggers report the last batch again, without ``addBatch``: not a batch. The last
@@ -466,6 +503,8 @@ class _Progress:
                      if p["batchId"] not in batches and "addBatch" in p["durationMs"]]
         for p in fresh:
             batches.setdefault(p["batchId"], p)
+        if fresh:
+            fresh[-1][FAILED_ATTEMPTS] = self.failed_attempts()
         if fresh and self.first_batch is None:
             self.first_batch = time.monotonic() - self.entered
         if fresh and (self.on_progress or self.metrics):

@@ -24,6 +24,22 @@ class RunSummary:
     first_batch_seconds: float | None = None
 
 
+#: The key ctiflow adds to a micro-batch's progress (Spark's JSON has none like it): task attempts
+#: of the query's Spark jobs that ended since the batch before and failed — Spark ran each again
+#: (:class:`ctiflow.jobs.driver.pipeline.FailedAttempts`).
+FAILED_ATTEMPTS = "failedTaskAttempts"
+
+
+def failed_attempts_warning(progress: dict) -> str | None:
+    """A warning for a micro-batch some of whose task attempts failed (None if none did)."""
+    n = progress.get(FAILED_ATTEMPTS, 0)
+    if not n:
+        return None
+    return (f"warning: batch {progress['batchId']}: {n} task attempt(s) failed and ran again (a Python "
+            f"worker that died, or an error Spark retried); the results stay exactly once. Spark's log "
+            f"says why (\"ctiflow's Python daemon: worker … ended by signal …\", \"Lost task\")")
+
+
 def records_read(progress: dict) -> int | None:
     """Kafka records a micro-batch read, from its source offsets (``numInputRows`` counts
     Spark rows, and the operator pipeline's rows are packs of records); ``None`` for a query's
@@ -100,12 +116,14 @@ def late_warnings(counters: dict, already: set[str]) -> list[str]:
 
 def printer(console, indent: str = "") -> Callable[[dict, dict], None]:
     """An ``on_progress`` callback for :func:`ctiflow.jobs.driver.pipeline.run`: prints each micro-batch's
-    :func:`progress_line` and, once each, its :func:`late_warnings` (in yellow) to ``console``
+    :func:`progress_line` and, once each, its :func:`late_warnings` and a batch's
+    :func:`failed_attempts_warning` (in yellow) to ``console``
     (a :class:`rich.console.Console`), every line after ``indent``."""
     warned: set[str] = set()
 
     def show(progress: dict, counters: dict) -> None:
         console.print(indent + progress_line(progress, counters), soft_wrap=True, highlight=False)
-        for warning in late_warnings(counters, warned):
+        failed = failed_attempts_warning(progress)
+        for warning in [*late_warnings(counters, warned), *([failed] if failed else [])]:
             console.print(f"{indent}[yellow]{warning}[/yellow]", soft_wrap=True, highlight=False)
     return show
