@@ -238,6 +238,6 @@ def test_a_job_whose_python_workers_are_killed_while_it_runs_writes_each_result_
     assert named and named <= set(killed), (named, killed)
     assert re.search(r"Lost task .* Python worker exited unexpectedly", after), "no task was hit"
     # the driver learned of each failed attempt (Spark logs one "Lost task" line an attempt): the
-    # batches' progress, failedTaskAttempts from Spark's status tracker
+    # batches' progress, failedTaskAttempts from Spark's count per executor
     lost = len(re.findall(r"Lost task \d+\.\d+ in stage", after))
     assert sum(p.get("failedTaskAttempts", 0) for p in summary.progress) == lost
