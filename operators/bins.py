@@ -46,6 +46,7 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import Any, Iterable, NamedTuple
 
 import numpy as np
@@ -53,6 +54,7 @@ import numpy as np
 from ctiflow.operators.errors import ConfigError, EventRejected, invalid_choice
 from ctiflow.operators.events import MapColumn, OutputBatch
 from ctiflow.operators.operator import Operator, Output, Traits
+from ctiflow.operators.packed import END, names_of
 from ctiflow.operators.time import (
     CTI_INFINITY,
     CTI_NONE,
@@ -92,7 +94,9 @@ _FORGET_KEYS_ABOVE = 1024
 #: At most this many (event, bin) contributions are materialised at once (~100 bytes each).
 _MAX_CONTRIBUTIONS = 1 << 20
 
-_SNAPSHOT_MAGIC = b"CTIFLOW-BINS\x02"
+_SNAPSHOT_MAGIC = b"CTIFLOW-BINS\x03"
+#: snapshots of version 2 (before 2026-12-01): the keys a JSON list in the header
+_SNAPSHOT_MAGIC_2 = b"CTIFLOW-BINS\x02"
 
 #: Reason of the late record of an ADJUSTed event: its share of bins already emitted final.
 REASON_FINAL_BINS = "adjust: share of final bins"
@@ -334,6 +338,85 @@ def _expand(s: np.ndarray, e: np.ndarray, k0: np.ndarray, nb: np.ndarray, bin_si
     return rows, k, num / den
 
 
+class _Keys:
+    """A binner's key ids and keys: the keys of the snapshot it was restored from as a sorted
+    UTF-8 column (:func:`ctiflow.operators.packed.names_of`; ids ``0 … n−1`` in that order, found
+    by binary search), the keys added since in a list (ids from ``n``); ``ids`` remembers the id
+    of every key looked up or added. A restore thereby makes no key a string (with sparse keys a
+    micro-batch restores every chunk and touches a few of its keys). Once a lookup asks for more
+    than an eighth of the column's keys, every key of it becomes a string in ``ids`` (one pass,
+    what a restore cost before; later lookups are dict lookups)."""
+
+    __slots__ = ("names", "added", "ids", "complete")
+
+    def __init__(self, names: np.ndarray | None = None, added: list[str] | None = None) -> None:
+        self.names = np.zeros(0, "S1") if names is None else names
+        self.added: list[str] = added or []
+        n = len(self.names)
+        self.ids: dict[str, int] = dict(zip(self.added, range(n, n + len(self.added))))
+        #: every key of ``names`` in ``ids``
+        self.complete = n == 0
+
+    def __len__(self) -> int:
+        return len(self.names) + len(self.added)
+
+    def find(self, keys: list[str]) -> np.ndarray:
+        """Each key's id, −1 for a key not held."""
+        ids = self.ids
+        got = np.fromiter(map(ids.get, keys, repeat(-1)), np.int64, len(keys))
+        if self.complete or not len(got) or got.min() >= 0:
+            return got
+        m = len(self.names)
+        new = list(dict.fromkeys(keys[i] for i in np.flatnonzero(got < 0).tolist()))
+        if 8 * len(new) > m:
+            ids.update(zip(self.keys_of(np.arange(m)), range(m)))
+            self.complete = True
+        else:
+            probe = names_of(new)
+            at = np.minimum(np.searchsorted(self.names, probe), m - 1)
+            hit = np.flatnonzero(self.names[at] == probe)
+            ids.update(zip(map(new.__getitem__, hit.tolist()), at[hit].tolist()))
+        return np.fromiter(map(ids.get, keys, repeat(-1)), np.int64, len(keys))
+
+    def ids_of(self, keys: list[str]) -> np.ndarray:
+        """Each key's id, keys not held added (in order of first appearance)."""
+        got = self.find(keys)
+        if len(got) and got.min() < 0:
+            ids, added, base = self.ids, self.added, len(self.names)
+            for k in dict.fromkeys(k for k, i in zip(keys, got.tolist()) if i < 0):
+                ids[k] = base + len(added)
+                added.append(k)
+            got = np.fromiter(map(ids.__getitem__, keys), np.int64, len(keys))
+        return got
+
+    def keys_of(self, kids) -> list[str]:
+        """The keys of ids ``kids``."""
+        kids = np.asarray(kids, np.int64)
+        m, added = len(self.names), self.added
+        if not added or not len(kids) or kids.max() < m:
+            return [name[:-1].decode() for name in self.names[kids].tolist()]
+        got = np.empty(len(kids), object)
+        low = kids < m
+        got[low] = [name[:-1].decode() for name in self.names[kids[low]].tolist()]
+        got[~low] = [added[i] for i in (kids[~low] - m).tolist()]
+        return got.tolist()
+
+    def sorted_of(self, used: np.ndarray) -> tuple["_Keys", np.ndarray]:
+        """A table of the keys of ids ``used`` (ascending, distinct), sorted; → it and each used
+        id's new id (in ``used``'s order)."""
+        m = len(self.names)
+        old = used[used < m]
+        names = self.names[old]
+        if len(old) < len(used):  # (the sorted ones stay sorted: the added ones merged in)
+            more = names_of(self.keys_of(used[len(old):]))
+            names = np.concatenate([names.astype(np.result_type(names, more), copy=False), more])
+            order = np.argsort(names, kind="stable")
+            new_id = np.empty(len(used), np.int64)
+            new_id[order] = np.arange(len(used))
+            return _Keys(names[order]), new_id
+        return _Keys(names), np.arange(len(used))
+
+
 class Binner(Operator):
     """Prorates the events of many keys into bins (:class:`ctiflow.operators.operator.Operator`).
 
@@ -381,13 +464,13 @@ class Binner(Operator):
         #: events at least this long may exceed max_bins_per_event and get the exact check
         self._span_check = settings.bin_size * (settings.max_bins_per_event - 1)
         self._cti = CTI_NONE
-        self._keys: list[str] = []
-        self._key_ids: dict[str, int] = {}
+        self._keys = _Keys()
         #: slots below ``_hi`` not live, to be used again (:attr:`_live` marks the slots in use)
         self._free: list[int] = []
         self._hi = 0
-        #: keys whose bins changed since the last :meth:`changed_keys`
+        #: keys whose bins changed since the last :meth:`changed_keys`: these, and the ids noted since
         self._changed: set[str] = set()
+        self._changed_ids: list[np.ndarray] = []
         self._alloc(64)
         self._clear_buffer()
 
@@ -433,11 +516,7 @@ class Binner(Operator):
         self._b_cut: dict[int, int] = {}
 
     def _key_id(self, key: str) -> int:
-        kid = self._key_ids.get(key)
-        if kid is None:
-            kid = self._key_ids[key] = len(self._keys)
-            self._keys.append(key)
-        return kid
+        return int(self._keys.ids_of([key])[0])
 
     @property
     def cti(self) -> int:
@@ -487,18 +566,12 @@ class Binner(Operator):
         if cols.adjusted is not None:
             fast &= ~cols.adjusted
         values = self._measure_values(cols, fast)
-        key_ids = self._key_ids
-        key_id = self._key_id
         keys = cols.key.tolist()
         out: list[tuple[int, Any]] = []
         lo = 0
         for i in np.flatnonzero(~fast).tolist() + [n]:
             if i > lo:  # keys get their ids in the order process() would give them
-                run = keys[lo:i]
-                for k in dict.fromkeys(run):  # the run's keys in order of first appearance
-                    if k not in key_ids:
-                        key_id(k)
-                kid = np.fromiter(map(key_ids.__getitem__, run), np.int64, len(run))
+                kid = self._keys.ids_of(keys[lo:i])
                 self._seal()
                 self._b_parts.append((s[lo:i], e[lo:i], kid, values[lo:i], None))
             if i < n:
@@ -736,7 +809,7 @@ class Binner(Operator):
         if len(emit):  # (final only, touched bins that stay open: nothing to order)
             kids = self._kid[emit]
             uniq_kids, inv = np.unique(kids, return_inverse=True)
-            names = [self._keys[i] for i in uniq_kids.tolist()]
+            names = self._keys.keys_of(uniq_kids)
             rank = np.empty(len(names), np.int64)
             rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
             emit = emit[np.lexsort((self._k[emit], rank[inv.reshape(-1)]))]
@@ -770,7 +843,7 @@ class Binner(Operator):
 
     def live_keys(self) -> set[str]:
         """Keys with an open bin."""
-        return set(map(self._keys.__getitem__, np.unique(self._live_kids()).tolist()))
+        return set(self._keys.keys_of(np.unique(self._live_kids())))
 
     def key_count(self) -> int:
         """(:meth:`Operator.key_count`)"""
@@ -786,11 +859,11 @@ class Binner(Operator):
     def _forget_keys(self) -> None:
         """Renumber the keys that still have open bins and forget the rest (keys come and go;
         the key table must not grow without bound). Called with an empty buffer."""
+        self._changed_by_name()
         live = np.flatnonzero(self._live[: self._hi])
         used, new_kid = np.unique(self._kid[live], return_inverse=True)
-        self._keys = [self._keys[i] for i in used.tolist()]
-        self._key_ids = {key: i for i, key in enumerate(self._keys)}
-        self._kid[live] = new_kid.reshape(-1)
+        self._keys, ids = self._keys.sorted_of(used)
+        self._kid[live] = ids[new_kid.reshape(-1)]
 
     def _records(self, emit: np.ndarray, kfin: int, cti: int) -> list[OutputBatch]:
         """Records of the sorted slots ``emit``: all incremental, then updated, then final."""
@@ -815,7 +888,6 @@ class Binner(Operator):
         if len(sel) == 0:
             return []
         B, o = self.settings.bin_size, self.settings.origin
-        keys = self._keys
         k = self._k[sel]
         if max(abs(int(k.min())), abs(int(k.max()))) * B + abs(o) + B < 2**62:
             bin_starts = k * B + o
@@ -824,7 +896,7 @@ class Binner(Operator):
             bin_starts = [x * B + o for x in k.tolist()]
             bin_ends = [x + B for x in bin_starts]
         return [OutputBatch(role, {
-            "binner": self.settings.name, "key": [keys[kid] for kid in self._kid[sel].tolist()],
+            "binner": self.settings.name, "key": self._keys.keys_of(self._kid[sel]),
             "bin_start": bin_starts, "bin_end": bin_ends,
             "measures": MapColumn(self.settings.measures, measures), "fraction_sum": fraction,
             "events": events, "revision": self._rev[sel], "final": k <= kfin, "cti": cti,
@@ -836,9 +908,10 @@ class Binner(Operator):
         """Compact bytes of the whole state (open bins, pending increments, CTI).
 
         Layout: magic, 4-byte header length, JSON header (settings that give the state its
-        meaning, CTI, keys), then little-endian column arrays of the live slots — about 56
-        bytes per open bin with two measures; the increments since the last CTI (touched
-        flags, incremental sums) only when there are any, i.e. not right after ``advance_to``.
+        meaning, CTI, counts), the keys as a sorted UTF-8 column (:class:`_Keys`; a slot's key id
+        is its row), then little-endian column arrays of the live slots in key order — about 56 bytes per
+        open bin with two measures; the increments since the last CTI (touched flags,
+        incremental sums) only when there are any, i.e. not right after ``advance_to``.
         """
         self._flush()
         live = np.flatnonzero(self._live[: self._hi])
@@ -846,7 +919,11 @@ class Binner(Operator):
         present = np.zeros(len(self._keys), np.bool_)  # key ids are < len(_keys): no sort needed
         present[kids] = True
         used = np.flatnonzero(present)
-        kid = (np.cumsum(present) - 1)[kids]  # each slot's key id among the used ones, in id order
+        keys, ids = self._keys.sorted_of(used)
+        kid = ids[(np.cumsum(present) - 1)[kids]]  # each slot's key id among the used ones, sorted
+        if len(kid) > 1 and (kid[1:] < kid[:-1]).any():  # slots in key order: the ids compress to little
+            order = np.argsort(kid, kind="stable")
+            live, kid = live[order], kid[order]
         pending = bool(self._touched[live].any())
         header = {
             "bin_size": self.settings.bin_size,
@@ -855,7 +932,8 @@ class Binner(Operator):
             "cti": self._cti,
             "slots": len(live),
             "pending": pending,
-            "keys": [self._keys[i] for i in used.tolist()],
+            "keys": len(used),
+            "width": keys.names.dtype.itemsize,
         }
         head = json.dumps(header, separators=(",", ":")).encode()
         arrays = [kid.reshape(-1), self._k[live], self._rev[live], self._cev[live], self._cfrac[live],
@@ -863,7 +941,7 @@ class Binner(Operator):
         if pending:
             arrays += [self._touched[live].astype(np.uint8), self._iev[live], self._ifrac[live],
                        self._inc[:, live]]
-        parts = [_SNAPSHOT_MAGIC, struct.pack("<I", len(head)), head]
+        parts = [_SNAPSHOT_MAGIC, struct.pack("<I", len(head)), head, keys.names.tobytes()]
         parts += [np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes() for a in arrays]
         return b"".join(parts)
 
@@ -874,7 +952,7 @@ class Binner(Operator):
         self._flush()
         live = np.flatnonzero(self._live[: self._hi])
         used, inv = np.unique(self._kid[live], return_inverse=True)
-        dest_of_key = np.array([where(self._keys[i]) for i in used.tolist()], np.int64)
+        dest_of_key = np.array([where(k) for k in self._keys.keys_of(used)], np.int64)
         dest = dest_of_key[inv.reshape(-1)] if len(live) else np.zeros(0, np.int64)
         order = np.argsort(dest, kind="stable")  # (each part's slots ascending)
         cut = np.flatnonzero(np.diff(dest[order])) + 1
@@ -886,12 +964,11 @@ class Binner(Operator):
         part = Binner(self.settings)
         part._cti = self._cti
         used, inv = np.unique(self._kid[slots], return_inverse=True)
-        part._keys = [self._keys[i] for i in used.tolist()]
-        part._key_ids = dict(zip(part._keys, range(len(part._keys))))
+        part._keys, ids = self._keys.sorted_of(used)
         n = len(slots)
         part._grow(max(n, 1))
         part._hi = n
-        part._kid[:n] = inv.reshape(-1)
+        part._kid[:n] = ids[inv.reshape(-1)]
         for name in ("_k", "_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
             getattr(part, name)[:n] = getattr(self, name)[slots]
         part._cum[:, :n] = self._cum[:, slots]
@@ -905,6 +982,7 @@ class Binner(Operator):
         """(:meth:`Operator.changed_keys`): keys whose bins took a contribution, were emitted
         (the touched flags and increments a CTI resets) or became final."""
         self._flush()
+        self._changed_by_name()
         changed, self._changed = self._changed, set()
         return changed
 
@@ -917,10 +995,11 @@ class Binner(Operator):
         """(:meth:`Operator.absorb`)"""
         self._flush()
         part._flush()
-        self._drop_slots(self._slots_of_keys({*keys, *part._keys}))
+        theirs = part._keys.keys_of(np.arange(len(part._keys)))
+        self._drop_slots(self._slots_of_keys({*keys, *theirs}))
         rows = np.flatnonzero(part._live[: part._hi])
         if len(rows):
-            kid = np.array([self._key_id(name) for name in part._keys], np.int64)[part._kid[rows]]
+            kid = self._keys.ids_of(theirs)[part._kid[rows]]
             u_slots, inverse = self._slots(kid, part._k[rows])
             slots = u_slots[inverse]
             for name in ("_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
@@ -931,8 +1010,8 @@ class Binner(Operator):
 
     def _slots_of_keys(self, keys) -> np.ndarray:
         """The live slots of ``keys``, ascending."""
-        ids = self._key_ids
-        kids = np.fromiter((ids[k] for k in keys if k in ids), np.int64)
+        kids = self._keys.find(list(keys))
+        kids = kids[kids >= 0]
         live = np.flatnonzero(self._live[: self._hi])
         return live[np.isin(self._kid[live], kids)] if len(kids) else live[:0]
 
@@ -951,8 +1030,14 @@ class Binner(Operator):
 
     def _note_changed(self, kids: np.ndarray) -> None:
         if len(kids):
-            keys = self._keys
-            self._changed.update(map(keys.__getitem__, kids.tolist()))
+            self._changed_ids.append(kids)
+
+    def _changed_by_name(self) -> None:
+        """The key ids noted changed into :attr:`_changed` as keys (before ids are renumbered)."""
+        if self._changed_ids:
+            kids = np.unique(np.concatenate(self._changed_ids))
+            self._changed_ids = []
+            self._changed.update(self._keys.keys_of(kids))
 
     @classmethod
     def restore(cls, settings: BinSettings, data: bytes) -> "Binner":
@@ -963,7 +1048,8 @@ class Binner(Operator):
         ``policy`` may change (switch ``incremental`` on at a CTI boundary: the increments
         pending in a snapshot are those the old settings tracked).
         """
-        if not data.startswith(_SNAPSHOT_MAGIC):
+        version = 3 if data.startswith(_SNAPSHOT_MAGIC) else 2 if data.startswith(_SNAPSHOT_MAGIC_2) else None
+        if version is None:
             raise ValueError("not a binner snapshot (bad magic bytes)")
         pos = len(_SNAPSHOT_MAGIC)
         (hlen,) = struct.unpack_from("<I", data, pos)
@@ -981,11 +1067,18 @@ class Binner(Operator):
         binner = cls(settings)
         n, m = header["slots"], binner._m
         binner._cti = header["cti"]
-        keys = header["keys"]  # distinct (the snapshot lists each used key id's key once)
-        binner._keys = keys
-        binner._key_ids = dict(zip(keys, range(len(keys))))
-        if len(binner._key_ids) != len(keys):
-            raise ValueError("not a binner snapshot (a key listed twice)")
+        if version == 2:  # the keys a list in the header, ids in its order
+            keys = header["keys"]
+            binner._keys = _Keys(added=keys)
+            if len(binner._keys.ids) != len(keys):
+                raise ValueError("not a binner snapshot (a key listed twice)")
+        else:  # distinct and sorted: each used key id's key once, in order
+            count, width = header["keys"], header["width"]
+            names = np.frombuffer(data, f"S{width}", count, pos)
+            pos += names.nbytes
+            if count > 1 and not (names[1:] > names[:-1]).all():
+                raise ValueError("not a binner snapshot (its keys are not sorted, or a key is listed twice)")
+            binner._keys = _Keys(names)
 
         def take(dtype: str, count: int) -> np.ndarray:
             nonlocal pos

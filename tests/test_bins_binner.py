@@ -420,23 +420,88 @@ def test_keys_without_open_bins_are_forgotten_and_open_ones_kept():
     assert [r["bin_start"] for r in stay] == list(range(480, 1000, 60))
 
 
-def test_a_snapshot_listing_a_key_twice_is_refused():
-    """The key table is rebuilt in one step from the snapshot's list, which must be distinct."""
+def test_a_snapshot_listing_a_key_twice_or_out_of_order_is_refused():
+    """The snapshot's keys are one sorted column (ids are rows, found by binary search): a key
+    listed twice or the column out of order would find wrong bins, so the restore refuses it."""
     import struct
 
     from ctiflow.operators.bins import _SNAPSHOT_MAGIC as MAGIC
 
     b = binner()
-    b.process(flow("x", 0, 200, bytes_=7))
     b.process(flow("y", 10, 20, bytes_=3))
+    b.process(flow("x", 0, 200, bytes_=7))
     data = b.snapshot()
     (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
     at = len(MAGIC) + 4
     header = json.loads(data[at: at + hlen])
-    assert header["keys"] == ["x", "y"]
-    header["keys"] = ["x", "x"]
-    head = json.dumps(header, separators=(",", ":")).encode()
-    tampered = MAGIC + struct.pack("<I", len(head)) + head + data[at + hlen:]
-    with pytest.raises(ValueError, match="listed twice"):
-        Binner.restore(b.settings, tampered)
+    assert (header["keys"], header["width"]) == (2, 2)
+    names = at + hlen
+    assert data[names: names + 4] == b"x\x01y\x01"  # (sorted, though y came first)
+    for wrong in (b"x\x01x\x01", b"y\x01x\x01"):
+        tampered = data[:names] + wrong + data[names + 4:]
+        with pytest.raises(ValueError, match="listed twice"):
+            Binner.restore(b.settings, tampered)
     assert outputs_of(Binner.restore(b.settings, data).advance_to(CTI_INFINITY)) == outputs_of(b.advance_to(CTI_INFINITY))
+
+
+def test_a_snapshot_of_version_2_restores_and_goes_on_as_that_version_did():
+    """``tests/data/state/bins-v2-2026-12-01.pkl.gz``, written by 8d5a0a4 (the keys a JSON list;
+    ``record_bins_v2.py`` beside it): restored here, the same events give the records that version
+    gave, and a snapshot taken here (version 3) restores to the same records too."""
+    import gzip
+    import pickle
+
+    with gzip.open(Path(__file__).parent / "data" / "state" / "bins-v2-2026-12-01.pkl.gz") as f:
+        recorded = pickle.load(f)
+    assert recorded["snapshot"].startswith(b"CTIFLOW-BINS\x02")
+    events = [flow(key, s, e, bytes_=fields["bytes"], packets=fields["packets"], offset=off)
+              for key, s, e, fields, off in recorded["after"]]
+
+    def run(b):
+        got = []
+        for j, e in enumerate(events):
+            b.process(e)
+            if j % 5 == 4:
+                got.append([(o.role, o.record) for o in outputs_of(b.advance_to(e.start))])
+        got.append([(o.role, o.record) for o in outputs_of(b.advance_to(CTI_INFINITY))])
+        return got
+
+    settings = binner().settings
+    assert run(Binner.restore(settings, recorded["snapshot"])) == recorded["outputs"]
+    again = Binner.restore(settings, Binner.restore(settings, recorded["snapshot"]).snapshot())
+    assert run(again) == recorded["outputs"]
+
+
+def test_the_key_table_finds_adds_and_sorts_keys_as_a_dict_would():
+    """``_Keys`` (a snapshot's keys as a sorted UTF-8 column, keys added since in a list) against a
+    dict: lookups of a few keys (binary search) and of many (the column made strings once), keys
+    added, the ids' keys, and a sorted table of a subset naming the same keys."""
+    import random
+
+    import numpy as np
+
+    from ctiflow.operators.bins import _Keys
+    from ctiflow.operators.packed import names_of
+
+    rng = random.Random(11)
+    alphabet = "ab0ÄЖ日\x00🙂"
+    pool = sorted({"".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 8))) for _ in range(3_000)})
+    for asked in (5, 100, 2_000):  # (≤ and > an eighth of the column)
+        held = sorted(rng.sample(pool, 1_000))
+        table = _Keys(np.sort(names_of(held)))
+        column_order = lambda k: k.encode() + b"\x01"  # noqa: E731 (each key followed by END, as names_of)
+        oracle = {k: i for i, k in enumerate(sorted(held, key=column_order))}
+        probe = [rng.choice(pool) for _ in range(asked)]
+        assert table.find(probe).tolist() == [oracle.get(k, -1) for k in probe]
+        got = table.ids_of(probe).tolist()
+        for k in probe:
+            oracle.setdefault(k, len(oracle))
+        assert got == [oracle[k] for k in probe]
+        assert len(table) == len(oracle)
+        ids = np.array(rng.sample(range(len(oracle)), 300))
+        by_id = {i: k for k, i in oracle.items()}
+        assert table.keys_of(ids) == [by_id[i] for i in ids.tolist()]
+        used = np.unique(ids)
+        part, new_id = table.sorted_of(used)
+        assert part.keys_of(new_id) == [by_id[i] for i in used.tolist()]
+        assert part.keys_of(np.arange(len(part))) == sorted((by_id[i] for i in used.tolist()), key=column_order)

@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctiflow.jobs.datapath.kafka import crc32_column
+from ctiflow.jobs.state.keyhash import crc32_column
 
 
 @settings(max_examples=300, deadline=None)

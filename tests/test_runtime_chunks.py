@@ -106,3 +106,29 @@ def test_a_bin_is_final_when_the_cti_passes_its_end_though_its_key_sees_no_more_
     assert [o for _, o, _ in out] == [] and where(rt, "k") not in rt.keyed.loaded
     out, rt = batch(rt, [ev(other, T0 + MIN + 30, 2)], T0 + MIN + 31)
     assert sorted(o.record["key"] for _, o, _ in out) == sorted(["k", other])  # both first-minute bins are final
+
+
+def test_the_chunks_of_a_batch_s_keys_at_once_are_each_key_s_chunk():
+    """:meth:`KeyedState.addresses` (a CRC-32 column, then linear hashing in arrays) names the
+    chunk :meth:`KeyedState.address` names for each key (``zlib.crc32`` a key), at every level
+    and split of the linear hashing, for key groups of 1 and 7, keys of any length and script."""
+    import random
+    import zlib
+
+    from ctiflow.jobs.state.chunks import KeyedState
+
+    rng = random.Random(5)
+    alphabet = "ab0_-ÄöЖ日本\x00🙂"
+    keys = ["", *(("".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30)))) for _ in range(3_000))]
+    for groups in (1, 7):
+        state = KeyedState([], {}, None, key_groups=groups, chunk_keys=1, ttl=None, grows=True)
+        for count in (1, 2, 3, 5, 8, 13, 100, 1_000, 4_097):
+            state.level = count.bit_length() - 1
+            state.split = count - (1 << state.level)
+            want = []
+            for key in keys:  # (linear hashing as its definition states it)
+                h = zlib.crc32(key.encode()) // groups
+                c = h % (1 << state.level)
+                want.append(h % (2 << state.level) if c < state.split else c)
+            assert state.addresses(keys).tolist() == want == [state.address(k) for k in keys]
+            assert max(want) < count

@@ -427,9 +427,9 @@ class GroupRuntime:
         elif keyed.count == 1:
             of, events_in = [0] * len(keys), {0}
         else:
-            of_key = {k: keyed.address(k) for k in set(keys)}
-            of = list(map(of_key.__getitem__, keys))
-            events_in = set(of_key.values()) if self._by_event_key else set()
+            of_array = keyed.addresses(keys)
+            of = of_array.tolist()
+            events_in = set(np.unique(of_array).tolist()) if self._by_event_key else set()
         if keys:
             events_in.update(keyed.address(k) for k in homes.values())
         touch = keyed.touched(events_in, cti)

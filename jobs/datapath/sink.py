@@ -52,6 +52,7 @@ from ctiflow.jobs.core.alloc import cyclic_gc_paused
 from ctiflow.jobs.datapath.kafka import low_offset, read_range, true_end_offset
 from ctiflow.jobs.core import counters
 from ctiflow.jobs.datapath.own_topics import ForeignRecord, marker_record
+from ctiflow.jobs.state.keyhash import crc32_column
 from ctiflow.operators.errors import StackError
 
 H_QUERY, H_BATCH, H_TASK, H_SEQ = "ctiflow.query", "ctiflow.batch", "ctiflow.task", "ctiflow.seq"
@@ -144,8 +145,8 @@ def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
 
 def partitions_for(keys: pa.Array, values: pa.Array, partitions: int) -> list[int]:
     """:func:`partition_for` of every record of a pack: the keys hashed as one column
-    (:func:`ctiflow.jobs.datapath.kafka.crc32_column`), a record without a key by its value."""
-    crc = kafka.crc32_column(keys)
+    (:func:`ctiflow.jobs.state.keyhash.crc32_column`), a record without a key by its value."""
+    crc = crc32_column(keys)
     unkeyed = np.flatnonzero(np.asarray(pc.fill_null(pc.binary_length(keys), 0)) == 0)
     if len(unkeyed):
         raw = values.take(pa.array(unkeyed)).to_pylist()

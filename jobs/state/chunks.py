@@ -35,9 +35,11 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.codec import compressed, expanded
+from ctiflow.jobs.state.keyhash import crc32_column
 from ctiflow.jobs.state.parts import DELTA_KEYS, is_chunk
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
@@ -197,6 +199,16 @@ class KeyedState:
         h = chunk_hash(key, self.key_groups)
         c = h & ((1 << self.level) - 1)
         return h & ((2 << self.level) - 1) if c < self.split else c
+
+    def addresses(self, keys) -> np.ndarray:
+        """Each key's chunk (:meth:`address`), all at once: ``keys`` an Arrow string column or
+        anything ``pa.array`` makes one of (a micro-batch's keys; with sparse keys nearly each a
+        key of its own, and :meth:`address` a key took ≈ 0.3 ms a thousand)."""
+        if not isinstance(keys, (pa.Array, pa.ChunkedArray)):
+            keys = pa.array(keys, pa.string())
+        h = crc32_column(keys).astype(np.int64) // self.key_groups
+        c = h & ((1 << self.level) - 1)
+        return np.where(c < self.split, h & ((2 << self.level) - 1), c)
 
     def chunk(self, c: int, blob: bytes | None = None) -> Chunk:
         """Chunk ``c``, decoded from the store on first use in this call (or new and empty)."""

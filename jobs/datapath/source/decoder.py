@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from ctiflow.jobs.core import rows
 from ctiflow.jobs.avro.decode import ColumnDecoder, arrow_type, compile_schema
 from ctiflow.jobs.avro.serde import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, AvroDeserializer, registry_client
-from ctiflow.jobs.datapath.kafka import crc32_column, message_offsets
+from ctiflow.jobs.datapath.kafka import message_offsets
+from ctiflow.jobs.state.keyhash import crc32_column
 from ctiflow.jobs.datapath.source.options import SourceOptions
 from ctiflow.operators.errors import DecodeError
 from ctiflow.operators.events import CTI_INFINITY
@@ -264,7 +265,7 @@ class RecordDecoder:
     # -- rows ----------------------------------------------------------------------------
     def _group_of(self, keys: pa.Array) -> np.ndarray:
         """Each key's group label: ``crc32(key) mod G`` per distinct key of the fetch, computed
-        on the Arrow string column (:func:`ctiflow.jobs.datapath.kafka.crc32_column`, no Python step per
+        on the Arrow string column (:func:`ctiflow.jobs.state.keyhash.crc32_column`, no Python step per
         key)."""
         encoded = pc.dictionary_encode(keys)
         per_key = self._labels[crc32_column(encoded.dictionary) % self.groups]
