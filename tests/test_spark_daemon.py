@@ -99,24 +99,33 @@ def worker(end):
         os._exit(0)
     return pid
 
-worker(lambda: os._exit(0))                         # ended as asked: not reported
+quiet = worker(lambda: os._exit(0))                 # ended as asked: not reported
 worker(lambda: os._exit(3))
 worker(lambda: (signal.signal(signal.SIGPIPE, signal.SIG_DFL), os.kill(os.getpid(), signal.SIGPIPE)))
 worker(lambda: os.kill(os.getpid(), signal.SIGKILL))  # e.g. the kernel's OOM killer
 guard.kill(worker(lambda: None), signal.SIGKILL)    # the JVM's request: not reported
 time.sleep(1.0)
+guard.kill(quiet, signal.SIGKILL)                   # the JVM found it dead: nothing to say
+guard.kill(999_999_999, signal.SIGKILL)             # never forked: refused, and said
 print("left", sorted(guard._forked), flush=True)
+print("quiet", quiet, flush=True)
 """
 
 
 def test_the_daemon_says_how_each_worker_ended_that_did_not_end_as_asked():
     """The daemon's SIGCHLD handler (``ReapingSignals`` in place of PySpark's ``SIG_IGN``): a worker
     ended by a signal faulthandler does not catch, or by a non-zero exit code, is named on the
-    daemon's stderr; an exit code 0 and a SIGKILL the daemon sent are not; every worker is collected."""
+    daemon's stderr; an exit code 0 and a SIGKILL the daemon sent are not; every worker is collected.
+    The JVM's kill of a worker the reaper collected is dropped without a word (its end was said, or
+    was as asked); of a pid the daemon never forked, refused and said."""
     done = subprocess.run([sys.executable, "-c", DAEMON], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     said = [line.split(": worker ", 1)[1].split(" ", 1)[1] for line in done.stderr.splitlines()
             if line.startswith("ctiflow's Python daemon: worker ")]
     assert sorted(said) == ["ended by signal SIGKILL (not sent by this daemon)", "ended by signal SIGPIPE",
                             "ended with exit code 3"], done.stderr
-    assert done.stdout.strip() == "left []"  # no zombie, no record of an ended worker
+    left, quiet = done.stdout.splitlines()
+    assert left == "left []"  # no zombie, no record of an ended worker
+    quiet = int(quiet.split()[1])
+    assert f"pid {quiet} not sent" not in done.stderr
+    assert "pid 999999999 not sent" in done.stderr

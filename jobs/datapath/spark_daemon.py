@@ -107,16 +107,18 @@ class OwnWorkersOnly:
     that way — and PySpark's daemon sends SIGKILL to whatever process has that pid by then. Pids
     wrap at ``/proc/sys/kernel/pid_max`` (often 32,768: minutes on a busy machine), so the kill can
     land on another task's worker, which then fails with "Python worker exited unexpectedly
-    (crashed)" and an empty stack. A kill refused is said on the daemon's stderr (Spark's log).
-    The process-group signal of the daemon's shutdown (pid 0) passes as it is."""
+    (crashed)" and an empty stack. A kill refused is said on the daemon's stderr (Spark's log),
+    but for a worker the reaper collected (its end is said there if it was not as asked). The
+    process-group signal of the daemon's shutdown (pid 0) passes as it is."""
 
-    #: Forked pids kept before those whose process is gone are dropped.
+    #: Forked pids kept before those whose process is gone are dropped; ended ones kept at most.
     PRUNE_AT = 4096
 
     def __init__(self, real) -> None:
         self._os = real
         self._forked: dict[int, str | None] = {}
         self._stopped: set[int] = set()  # workers this daemon sent SIGKILL at the JVM's request
+        self._ended: dict[int, None] = {}  # workers the reaper collected, oldest first
         self._ending_all = False  # the daemon's shutdown signalled its process group
 
     def reap(self, _signum=None, _frame=None) -> None:
@@ -138,7 +140,10 @@ class OwnWorkersOnly:
                 return
             stopped = pid in self._stopped
             self._stopped.discard(pid)
-            self._forked.pop(pid, None)
+            if self._forked.pop(pid, False) is not False:
+                self._ended[pid] = None
+                if len(self._ended) > self.PRUNE_AT:
+                    del self._ended[next(iter(self._ended))]
             if self._os.WIFSIGNALED(status):
                 sig = self._os.WTERMSIG(status)
                 if (sig == signal.SIGKILL and stopped) or (sig == signal.SIGHUP and self._ending_all):
@@ -158,6 +163,7 @@ class OwnWorkersOnly:
         with _children_unseen():  # (a worker that ends at once is collected after its record)
             pid = self._os.fork()
             if pid > 0:
+                self._ended.pop(pid, None)
                 if len(self._forked) >= self.PRUNE_AT:
                     self._forked = {p: t for p, t in self._forked.items() if started(p) == t}
                 self._forked[pid] = started(pid)
@@ -165,6 +171,8 @@ class OwnWorkersOnly:
 
     def kill(self, pid: int, sig: int) -> None:
         if pid > 0 and (pid not in self._forked or started(pid) != self._forked[pid]):
+            if pid in self._ended and pid not in self._forked:  # (found dead by the JVM: said or fine)
+                return
             print(f"ctiflow's Python daemon: signal {sig} for pid {pid} not sent: no worker this daemon "
                   "forked runs with that pid (it ended; the pid may belong to another process now)",
                   file=sys.stderr, flush=True)
