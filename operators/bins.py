@@ -54,7 +54,7 @@ import numpy as np
 from ctiflow.operators.errors import ConfigError, EventRejected, invalid_choice
 from ctiflow.operators.events import MapColumn, OutputBatch
 from ctiflow.operators.operator import Operator, Output, Traits
-from ctiflow.operators.packed import END, names_of
+from ctiflow.operators.packed import names_of, rows_in
 from ctiflow.operators.time import (
     CTI_INFINITY,
     CTI_NONE,
@@ -372,9 +372,8 @@ class _Keys:
             ids.update(zip(self.keys_of(np.arange(m)), range(m)))
             self.complete = True
         else:
-            probe = names_of(new)
-            at = np.minimum(np.searchsorted(self.names, probe), m - 1)
-            hit = np.flatnonzero(self.names[at] == probe)
+            at = rows_in(self.names, new)
+            hit = np.flatnonzero(at >= 0)
             ids.update(zip(map(new.__getitem__, hit.tolist()), at[hit].tolist()))
         return np.fromiter(map(ids.get, keys, repeat(-1)), np.int64, len(keys))
 

@@ -44,6 +44,17 @@ def names_of(keys: Sequence[str]) -> np.ndarray:
     return np.array([k.encode() + END for k in keys], dtype=bytes) if len(keys) else np.zeros(0, "S1")
 
 
+def rows_in(names: np.ndarray, keys: Sequence[str]) -> np.ndarray:
+    """Each of ``keys``' row in ``names`` (a :func:`names_of` column sorted by name), −1 for a key
+    not in it: one binary search of the column for all of them."""
+    m = len(names)
+    if not m or not len(keys):
+        return np.full(len(keys), -1, np.int64)
+    probe = names_of(keys)
+    at = np.minimum(np.searchsorted(names, probe), m - 1)
+    return np.where(names[at] == probe, at, -1)
+
+
 def _joined(src: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
     """The byte ranges ``[starts, ends)`` of ``src``, in order, joined (a contiguous run at a time)."""
     if not len(starts):
@@ -134,9 +145,9 @@ class PackedStates:
         got = np.full(len(keys), -1, np.int64)
         m = self.ordered
         if m:
-            probe = names_of(keys)
-            at = np.minimum(np.searchsorted(self.names[:m], probe), m - 1)
-            hit = np.flatnonzero((self.names[at] == probe) & self.alive[at])
+            at = rows_in(self.names[:m], keys)
+            hit = np.flatnonzero(at >= 0)
+            hit = hit[self.alive[at[hit]]]
             got[hit] = at[hit]
             found.update(zip(map(keys.__getitem__, hit.tolist()), at[hit].tolist()))
         miss = np.flatnonzero(got < 0).tolist()
