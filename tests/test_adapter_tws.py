@@ -3,14 +3,12 @@ without a cluster): what every key group receives each micro-batch — its packs
 rows of every partition read and the batch's control row — and what it must do with them."""
 
 import json
-import pickle
 import random
 
 import pytest
 
 pytest.importorskip("pyspark")
 
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.streaming import TwsTester  # noqa: E402
@@ -211,19 +209,18 @@ def test_a_batch_that_touches_most_chunks_reads_the_state_at_once_and_computes_w
     assert len(uppers) == 240 and set(uppers) == {7, 8}  # each account's 7th and 8th events (window 10)
 
 
-def sparse_two_partitions(b: int, accounts: int = 400, scale: int = 1) -> pd.DataFrame:
-    """Batch ``b``: ~15 × ``scale`` events on partition 0 and ~5 × ``scale`` on partition 1 (behind it
-    by up to 3 s, out of order by pairs), accounts drawn at random from ``accounts`` (a few keys of
-    every chunk); batch 0: every account once, on partition 0."""
+def sparse_two_partitions(b: int, accounts: int = 400) -> pd.DataFrame:
+    """Batch ``b``: ~15 events on partition 0 and ~5 on partition 1 (behind it by up to 3 s, out of
+    order by pairs), accounts drawn at random from ``accounts`` (a few keys of every chunk); batch 0:
+    every account once, on partition 0."""
     rnd = random.Random(b)
     t0 = T0 + b * 10_000
     if b == 0:  # every account once
         fast = [tx(i, t0 - 5000 + i * 10, f"acct-{i:03d}") for i in range(accounts)]
         return pd.DataFrame([pack("tx", 0, 0, fast), frontier("tx", 0, fast[-1]["event_time"]), control("tx", [0])])
-    fast = [tx(b * 1000 + i, t0 + i * 150 // scale, f"acct-{rnd.randrange(accounts):03d}")
-            for i in range(rnd.randint(12 * scale, 18 * scale))]
-    slow = [tx(b * 1000 + 500 + i, t0 - 3000 + i * 500 // scale + (200 if i % 2 == 0 else -200),
-               f"acct-{rnd.randrange(accounts):03d}") for i in range(rnd.randint(3 * scale, 6 * scale))]
+    fast = [tx(b * 1000 + i, t0 + i * 150, f"acct-{rnd.randrange(accounts):03d}") for i in range(rnd.randint(12, 18))]
+    slow = [tx(b * 1000 + 500 + i, t0 - 3000 + i * 500 + (200 if i % 2 == 0 else -200),
+               f"acct-{rnd.randrange(accounts):03d}") for i in range(rnd.randint(3, 6))]
     return pd.DataFrame([pack("tx", 0, b * 100, fast), pack("tx", 1, b * 100, slow),
                          frontier("tx", 0, max(r["event_time"] for r in fast)),
                          frontier("tx", 1, max(r["event_time"] for r in slow)), control("tx", [0, 1])])
@@ -269,80 +266,6 @@ def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_
     # worker next holds chunks of the rolled-back commit only, and reads the store
     assert cached[6] > 0 and caught[6] == 0 and cached[7] == 0 and caught[8] > 0
     assert cached[9] > 0 and caught[9] == 0 and cached[10] == 0 and caught[11] > 0
-
-
-def delta_entries(t: TwsTester, key) -> tuple[set[int], set[int], set[int], set[int]]:
-    """(the chunks with an entry in the delta range, those the header says have a delta, those it
-    says have a catch-up, those its last commit wrote whole or removed)."""
-    from ctiflow.jobs.state.codec import expanded
-    from ctiflow.jobs.state.parts import DELTA_KEYS, PART_KEYS
-    from ctiflow.jobs.state.store import HEADER_IN_PARTS
-
-    value, parts = stored_header(t, key, STATE_LAYOUT)
-    got = pickle.loads(expanded(b"".join(parts) if value.startswith(HEADER_IN_PARTS) else value))
-    _due, _level, _totals, deltas, (_token, _delta, whole, caught) = got[8]
-    stored = {k[0] - DELTA_KEYS for k in t.peekMapState("state", key) if DELTA_KEYS <= k[0] < PART_KEYS}
-    return stored, set(deltas), set(np.frombuffer(caught, np.int64).tolist()), set(np.frombuffer(whole, np.int64).tolist())
-
-
-@pytest.mark.parametrize("ttl", [None, "70s"])
-def test_two_workers_taking_turns_catch_up_with_the_chunks_the_other_compacted(monkeypatch, ttl):
-    """ctiflow.jobs.state.chunks.KeyedState._write: with a small ``delta_share`` chunks are written
-    whole every batch or two; a commit that read a worker's state writes, beside each chunk it wrote
-    whole for its delta's size, the keys it changed (a catch-up), and the other worker, one commit
-    behind, absorbs it instead of reading the chunk — with sparse keys (a batch touches every chunk,
-    a few of its keys) and once the keys' chunks are split (batch 1) no chunk is read from the store. Results per batch are those of a worker that keeps nothing decoded
-    (``ttl``: keys expire between batches, so the catch-up carries key clocks and dropped keys), also
-    through a replay after the store rolled back; after every batch the store's delta entries are
-    exactly the header's deltas and catch-ups (none left by an earlier commit)."""
-    from ctiflow.jobs.datapath import adapter
-    from ctiflow.jobs.state import chunks as chunk_module
-    from ctiflow.jobs.state.warm import WarmChunks
-
-    monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (chunks of 32 small keys: deltas from the first base)
-    state = {"chunk_keys": 64, "delta_share": 0.08, **({} if ttl is None else {"ttl": ttl})}
-    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": state}
-    workers = [WarmChunks(), WarmChunks()]
-    t, topics = make_tester(spec)
-    ref, _ = make_tester({**spec, "state": {**state, "cache_chunks": 0}})
-    plan = [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1), ("back", 0), (6, 1), (7, 0), (8, 1)]
-
-    def batch(b: int) -> pd.DataFrame:  # (~100 events over 640 accounts: every chunk, a few of its keys)
-        return sparse_two_partitions(b, 640, 5)
-
-    cold, caught, written, expired, bare = [], [], [], [], []
-    for b, w in plan:
-        if b == "back":
-            roll_back(t, 5, saved)
-            b = last
-        else:
-            expected = results(ref.testInPandas(5, batch(b)), topics)
-            saved, last = snapshot(t, 5), b
-        monkeypatch.setattr(adapter, "WARM", workers[w])
-        frame = t.testInPandas(5, batch(b))
-        m = metrics_of(frame)
-        assert results(frame, topics) == expected, (b, w)
-        cold.append(m["chunks_loaded"] - m.get("chunks_cached", 0))
-        caught.append(m.get("chunks_caught_up", 0))
-        written.append(m.get("chunk_catch_ups", 0))
-        expired.append(m.get("expired_keys", 0))
-        stored, deltas, catch_ups, whole = delta_entries(t, 5)
-        assert stored == deltas | catch_ups and not deltas & catch_ups and catch_ups <= whole, (b, w)
-        bare.append(len(whole - catch_ups))  # (written whole without a catch-up: split, or most keys changed)
-    assert written[0] == 0 and all(n > 0 for n in written[1:])  # (batch 0: no state read, no worker behind)
-    assert all(n > 0 for n in caught[2:6])
-    # the replay (batch 5 again, on the worker that ran batch 4): the rolled-back store is its own
-    # commit, its chunks are used as they are; the other worker holds chunks of the rolled-back
-    # commit only and reads the store; then turns again, caught up
-    assert caught[6] == 0 and cold[6] == 0 and cold[7] > 0 and all(n > 0 for n in caught[8:])
-    # a worker behind reads only the chunks the commit before wrote whole without a catch-up: with
-    # no TTL none once batch 1 split the chunks (batch 2 reads the new ones, which its worker never
-    # held); with it, after the TTL dropped most keys of a chunk
-    assert all(cold[i] <= bare[i - 1] for i in (3, 4, 5, 8, 9))
-    if ttl is None:
-        assert bare[2:] == [0] * 8 and cold[3:6] == [0, 0, 0] and cold[8:] == [0, 0] and not any(expired)
-    else:
-        assert expired[8] > 0 and bare[8] > 0 and cold[9] > 0  # (the TTL's 70 s passed for most keys)
 
 
 def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(monkeypatch):
@@ -502,7 +425,7 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     assert stored.startswith(ZSTD_MARK)
     header = expanded(stored)
     got = pickle.loads(header)  # a whole pickled header came back
-    assert got[:2] == ("header", 6)
+    assert got[:2] == ("header", 5)
     (index, _sizes), join, enriched, ended, clocks, ops_cti, keyed, operators, _shared = got[2:]
     assert keyed[3] == {}  # no chunk has a delta after one batch
     rest = (join, enriched, ended, clocks, ops_cti, *keyed[:3], operators)  # as the positional header format 2

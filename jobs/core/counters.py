@@ -96,8 +96,6 @@ TABLE: tuple[Counter, ...] = (
             "them)"),
     Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
             "written whole)"),
-    Counter("chunk_catch_ups", C, "of those written whole, with the keys the batch changed beside them, for "
-            "the worker one commit behind (its catch-up)"),
     Counter("state_read_all", C, "key groups that read their whole state at once (most of it to read, "
             "little from the worker's cache)"),
     Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",),
@@ -239,7 +237,6 @@ class Counters:
     chunks_caught_up: int = 0
     chunks_unchanged: int = 0
     chunk_deltas: int = 0
-    chunk_catch_ups: int = 0
     state_read_all: int = 0
     state_us: int = 0
     python_us: int = 0

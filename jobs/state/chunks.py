@@ -12,11 +12,9 @@ changed per operator, snapshots of those keys, last seen of the keys whose clock
 keys per operator, tallies per operator)``; once the delta would pass ``state.delta_share`` of the
 base's bytes (times a factor in [0.5, 1.5) per chunk and base, so that chunks whose deltas grow
 alike are not all compacted in one batch), the chunk is written whole again and its delta removed
-(compaction) — with, in the delta's entry, the state of the keys that batch changed (its
-*catch-up*, ``("caught", DELTA_FORMAT, …, new base's sizes)``), which a read of the chunk ignores
-and a worker one commit behind absorbs instead of reading the new base (:meth:`KeyedState._write`).
-Both entries commit with the micro-batch's state version, so a replayed batch reads the pair it
-wrote or the pair before it, never a mix. Chunks are addressed by linear hashing of the key
+(compaction). Both
+entries commit with the micro-batch's state version, so a replayed batch reads the pair it wrote
+or the pair before it, never a mix. Chunks are addressed by linear hashing of the key
 (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
 descendants are split (``partition`` of each operator), so a chunk never holds many more keys than
 that, however many keys are live. A micro-batch decodes and re-encodes only the chunks it has events
@@ -155,14 +153,10 @@ class KeyedState:
         self.read_token = read_token
         #: decoded chunks one commit behind the store (:meth:`_caught_up`)
         self.behind: dict[int, Chunk] = {}
-        #: the chunks the header's commit wrote as a delta, whole or removed, and (of those written
-        #: whole) with their catch-up beside them
-        self.last_wrote: tuple[set[int], set[int], set[int]] = (set(), set(), set())
-        #: what this call's last :meth:`commit` read and wrote: (``read_token``, the chunks it wrote
-        #: as a delta, whole or removed)
+        #: the chunks the header's commit wrote as a delta, and whole or removed
+        self.last_wrote: tuple[set[int], set[int]] = (set(), set())
+        #: what this call's last :meth:`commit` read and wrote: (``read_token``, as :attr:`last_wrote`)
         self.committed: tuple = (None, set(), set())
-        #: the chunks whose catch-up (:meth:`_write`) the store holds: those the last commit wrote one for
-        self.caught: set[int] = set()
         if index is None:
             self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
             self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
@@ -172,12 +166,12 @@ class KeyedState:
             self.deltas: dict[int, int] = {}  # chunk → its delta's bytes (chunks that have one)
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                             self.op_tallies), self.deltas, (token, *wrote) = index
-        delta, whole, self.caught = (set(np.frombuffer(w, np.int64).tolist()) for w in wrote)
+                                             self.op_tallies), self.deltas, (token, delta, whole) = index
         if token is not None and not self.warm and behind is not None:
             self.behind = behind(token)
             if self.behind:
-                self.last_wrote = (delta, whole, self.caught)
+                self.last_wrote = (set(np.frombuffer(delta, np.int64).tolist()),
+                                   set(np.frombuffer(whole, np.int64).tolist()))
 
     def report(self, counters, names: list[str]) -> None:
         """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
@@ -189,11 +183,11 @@ class KeyedState:
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals, the
         deltas' sizes, and the last commit: the worker's token of the state it read, the chunks it
-        wrote as a delta, those it wrote whole or removed, those with a catch-up (int64 bytes each)."""
+        wrote as a delta, those it wrote whole or removed (int64 bytes each)."""
         token, *wrote = self.committed
-        delta, whole, caught = (np.array(sorted(s), np.int64).tobytes() for s in (*wrote, self.caught))
-        totals = (self.stored_keys, self.stored_bytes, self.op_totals, self.op_tallies)
-        return self.due, (self.level, self.split), totals, self.deltas, (token, delta, whole, caught)
+        delta, whole = (np.array(sorted(s), np.int64).tobytes() for s in wrote)
+        return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
+                                                     self.op_tallies), self.deltas, (token, delta, whole)
 
     @property
     def count(self) -> int:
@@ -270,12 +264,8 @@ class KeyedState:
         """Chunk ``c`` as this worker committed it one commit ago (:attr:`behind`), brought up to the
         store: as it is if the last commit did not write it, with the delta that commit wrote
         absorbed (the delta holds every key changed since the base, which that commit read as this
-        worker left it), or its catch-up if it wrote it whole with one; None if it wrote it whole
-        without or removed it (then it is read)."""
-        delta, whole, caught = self.last_wrote
-        if c in caught:
-            self.counters.chunks_caught_up += 1
-            return self._absorbed(c, chunk.ops, chunk.last_seen, chunk.base, catch_up=True)
+        worker left it), None if that commit wrote it whole or removed it (then it is read)."""
+        delta, whole = self.last_wrote
         if c in whole:
             return None
         if c not in delta:
@@ -283,20 +273,15 @@ class KeyedState:
         self.counters.chunks_caught_up += 1
         return self._absorbed(c, chunk.ops, chunk.last_seen, chunk.base)
 
-    def _absorbed(self, c: int, ops: list, last_seen: dict, base: tuple, catch_up: bool = False) -> Chunk:
+    def _absorbed(self, c: int, ops: list, last_seen: dict, base: tuple) -> Chunk:
         """Chunk ``c``'s base state (its operators ``ops``, ``last_seen``; ``base``: its bytes, per
-        operator) with its delta in the store absorbed; ``catch_up``: its state one commit ago with
-        the catch-up that commit wrote beside its new base absorbed (:meth:`_write`) — the base's."""
+        operator) with its delta in the store absorbed."""
         delta = self.store.get(DELTA_KEYS + c)
-        what = "catch-up" if catch_up else "delta"
         if delta is None:
-            raise StateError(f"state chunk {c}: its {what} is missing from the state store; {STATE_FIX}")
-        with restoring(f"the {what} of state chunk {c}"):
-            kind, version, cti, since, blobs, seen, keys, op_keys, tallies, *new_base = snapshots.loads(
-                expanded(delta))
-            snapshots.check_format(f"state chunk {what}", version, DELTA_FORMAT)
-            if kind != ("caught" if catch_up else "delta"):
-                raise StateError(f"state chunk {c}: a {kind!r} entry where its {what} belongs (a bug)")
+            raise StateError(f"state chunk {c}: its delta is missing from the state store; {STATE_FIX}")
+        with restoring(f"the delta of state chunk {c}"):
+            kind, version, cti, since, blobs, seen, keys, op_keys, tallies = snapshots.loads(expanded(delta))
+            snapshots.check_format("state chunk delta", version, DELTA_FORMAT)
         since = [set(s) for s in since]
         for spec, op, part, changed in zip(self.specs, ops, blobs, since):
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
@@ -306,10 +291,6 @@ class KeyedState:
                 last_seen.pop(key, None)
             else:
                 last_seen[key] = t
-        if catch_up:  # (now its new base's, with nothing changed since)
-            (size, sizes), = new_base
-            stored = (size, keys, tuple(zip(sizes, op_keys, tallies)))
-            return Chunk(ops, last_seen, cti, stored, (size, sizes), [set() for _ in ops])
         return Chunk(ops, last_seen, cti, (base[0] + len(delta), keys,
                                            tuple(zip((b + len(d) for b, d in zip(base[1], blobs)), op_keys,
                                                      tallies))), base, since, set(seen))
@@ -331,9 +312,8 @@ class KeyedState:
         read_all = self.read_all
         if read_all is None or not self.stored_bytes:
             return
-        _, whole, caught = self.last_wrote
         cold = [c for c in touch if c not in self.loaded and c not in self.warm
-                and (c not in self.behind or (c in whole and c not in caught))]
+                and (c not in self.behind or c in self.last_wrote[1])]
         reads = len(cold) + sum(c in self.deltas for c in cold)
         fetched = len(cold) * self.stored_bytes // max(1, self.count)  # (chunks' mean size)
         if reads >= READ_ALL_FROM and 2 * fetched >= self.stored_bytes + other_bytes:
@@ -433,7 +413,6 @@ class KeyedState:
             sets[c] = self._key_counts(self.loaded[c])
         # (a second commit of this call read what the first wrote, whose token only the store's writer knows)
         self.committed, self.read_token = (self.read_token, set(), set()), None
-        had_caught, self.caught = self.caught, set()
         for c, chunk in sorted(self.loaded.items()):
             op_keys, keys = sets[c]
             old_bytes, old_keys, old_ops = chunk.stored
@@ -467,8 +446,6 @@ class KeyedState:
                 _add(tally, new[2], 1)
                 _add(tally, old[2] if len(old) > 2 else {}, -1)
             chunk.stored = (size, keys, ops)
-        for c in had_caught - self.caught - self.deltas.keys():  # (catch-ups for one commit only)
-            del self.store[DELTA_KEYS + c]
 
     def _unchanged(self, chunk: Chunk, changes: list) -> bool:
         """Whether a decoded chunk is as the store holds it, but for its CTI: it has a base and
@@ -482,18 +459,9 @@ class KeyedState:
     def _write(self, c: int, chunk: Chunk, changes: list, op_keys: list[int], keys: int) -> tuple[int, tuple]:
         """Chunk ``c`` into the store: its delta, or whole (no base yet, an operator without
         deltas, a split, or the delta past ``delta_share`` of the base's bytes); → its bytes in
-        the store and per operator (bytes, keys, tallies). A chunk written whole for its delta's
-        size, by a commit that read a worker's state (``committed``'s token), gets a *catch-up*
-        in its delta's entry: the state of the keys this commit changed, which brings that
-        worker's chunk, one commit behind, to the new base (:meth:`_caught_up`; with sparse keys
-        the stateful stage's tasks swap workers and chunks are compacted every batch or two). A
-        read of the chunk ignores it (it is in no :attr:`deltas`); the next commit replaces or
-        removes it. Not for a chunk with more than half its keys changed (then reading it costs
-        about as much)."""
+        the store and per operator (bytes, keys, tallies)."""
         tallies = [op.tallies() for op in chunk.ops]
         since, blob = chunk.since, None
-        catch_up = (since is not None and None not in changes and self.delta_share and chunk.base[0]
-                    and self.committed[0] is not None)
         if since is not None and None not in changes and self.delta_share:
             last = (self.deltas.get(c, 0), sum(map(len, since)) + len(chunk.seen_since))
             since = [s | changed for s, changed in zip(since, changes)]
@@ -516,21 +484,9 @@ class KeyedState:
         blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
                                         keys, op_keys, tallies), protocol=5))
         self.store[c] = blob
+        self._drop_delta(c)
         self.counters.state_written += len(blob)
         chunk.base = (len(blob), tuple(map(len, snaps)))
-        if catch_up and 2 * (len(changes[0]) if len(changes) == 1 and not chunk.seen_since
-                             else len(chunk.seen_since.union(*changes))) <= keys:
-            self.deltas.pop(c, None)
-            seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
-            part = compressed(pickle.dumps(("caught", DELTA_FORMAT, chunk.cti, [sorted(s) for s in changes],
-                                            [op.snapshot_keys(s) for op, s in zip(chunk.ops, changes)], seen,
-                                            keys, op_keys, tallies, chunk.base), protocol=5))
-            self.store[DELTA_KEYS + c] = part
-            self.caught.add(c)
-            self.counters.state_written += len(part)
-            self.counters.chunk_catch_ups += 1
-        else:
-            self._drop_delta(c)
         chunk.since = None if None in changes else [set() for _ in changes]
         chunk.seen_since = set()
         return len(blob), tuple((len(b), k, t) for b, k, t in zip(snaps, op_keys, tallies))
@@ -608,12 +564,9 @@ class KeyedState:
 
     def still_warm(self) -> dict[int, Chunk]:
         """After :meth:`commit`: every decoded chunk that equals its bytes in the store — the
-        chunks of ``warm`` or :attr:`behind` this call did not use (of those behind, the ones the
-        commit it read did not write), then the chunks it committed (emptied chunks, removed from
-        the store, are left out), least recently used first."""
-        delta, whole, _ = self.last_wrote
-        current = {c: chunk for c, chunk in self.behind.items() if c not in delta and c not in whole}
-        current.update(self.warm)
+        chunks of ``warm`` this call did not use, then the chunks it committed (emptied chunks,
+        removed from the store, are left out), least recently used first."""
+        current = dict(self.warm)
         current.update((c, chunk) for c, chunk in self.loaded.items() if chunk.stored[1])
         return current
 

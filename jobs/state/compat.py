@@ -34,8 +34,6 @@ group header, 3           ``("header", 3, …)`` as format 5, the chunks' index 
                           (until 2026-11-29)
 group header, 4           ``("header", 4, …)`` as format 5, the chunks' index without the last
                           commit's read token and written chunks (until 2026-12-01)
-group header, 5           ``("header", 5, …)`` as format 6, the last commit without the chunks
-                          that have a catch-up (until 2026-12-01)
 state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
                           no number in the bytes
 ========================  ==================================================================
@@ -209,16 +207,12 @@ _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
 
 
 def header_fields(got: tuple, with_shared: bool) -> tuple:
-    """A header of format 2 to 5 (the table above) as the fields of today's
+    """A header of format 2, 3 or 4 (the table above) as the fields of today's
     :class:`~ctiflow.jobs.state.header.GroupHeader`, in its order (``with_shared``: the plan has
     side inputs, so a header of format 2 ends with their states). Their chunks have no deltas
-    (before 4), their last commit names no state it read (before 5: no worker catches up from
-    them) and no chunk has a catch-up (before 6)."""
+    (before 4), and their last commit names no state it read (no worker catches up from them)."""
     if got[0] == "header":  # format 3: the chunks' index without deltas; 4: without the last commit's
         *fields, index, operators, shared = got[2:]
-        if got[1] == 5:  # (no chunk has a catch-up)
-            *index, last = index
-            return (*fields, (*index, (*last, b"")), operators, shared)
         return (*fields, (*index, {}, NO_COMMIT) if got[1] == 3 else (*index, NO_COMMIT), operators, shared)
     layer, join, enriched, ended, clocks, ops_cti, *index, operators = got
     shared = None
@@ -233,8 +227,8 @@ def header_fields(got: tuple, with_shared: bool) -> tuple:
 
 
 #: the chunks' index's last commit when a header does not name one: ``(read token, chunks written as a
-#: delta, written whole, with a catch-up)`` (:meth:`ctiflow.jobs.state.chunks.KeyedState.index`)
-NO_COMMIT = (None, b"", b"", b"")
+#: delta, written whole)`` (:meth:`ctiflow.jobs.state.chunks.KeyedState.index`)
+NO_COMMIT = (None, b"", b"")
 
 
 def chunk_fields(got: tuple) -> tuple:
