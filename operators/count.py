@@ -29,7 +29,7 @@ from array import array
 from dataclasses import dataclass
 from enum import Enum
 from itertools import count as naturals, repeat
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from ctiflow.operators.errors import ConfigError, CtiflowError, EventRejected, i
 from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _le
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Operator, Output, Traits, process_rows
-from ctiflow.operators.packed import PackedStates
+from ctiflow.operators.packed import NewRows, PackedStates
 from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
@@ -185,12 +185,18 @@ def _due(h: ExponentialHistogram, by_time: bool) -> int:
     return max(_empty_at(h), h.now + 1) if by_time else _NEVER
 
 
-def _row(h: ExponentialHistogram) -> bytes:
-    """A histogram's integers (``_dump``) as little-endian bytes: a key's row in
-    :class:`~ctiflow.operators.packed.PackedStates`."""
+def _rows_of(histograms: dict[str, ExponentialHistogram], by_time: bool) -> NewRows:
+    """Histograms as rows of :class:`~ctiflow.operators.packed.PackedStates`: each one's integers
+    (``_dump``), little-endian, in one buffer, and its due clock."""
     ints = array("q")
-    h._dump(ints)
-    return _le(ints).tobytes()
+    ends, dues = [], []
+    for h in histograms.values():
+        h._dump(ints)
+        ends.append(len(ints))
+        dues.append(_due(h, by_time))
+    lengths = np.diff(np.array(ends, np.int64), prepend=0) * 8
+    return NewRows(list(histograms), np.array(dues, np.int64), _le(ints).tobytes(), lengths,
+                   np.zeros(len(ends), np.int64))
 
 
 _STATE_MAGIC = b"CTCO"
@@ -281,8 +287,8 @@ class CountOperator(Operator):
         refused row (with ``emit: per_event``, also ``(row, outputs)`` per row), in row order.
         Record dicts are built only when a predicate or ``value_field`` reads them."""
         n = len(cols)
-        if self._per_key and len(self._rows):  # the packed keys of these rows found at once
-            self._rows.find(list(cols.key_codes()[1]))
+        if self._per_key and len(self._rows):  # the packed keys of these rows decoded at once
+            self._load_many(cols.key_codes()[1])
         if self._per_event:
             return process_rows(self._process_event, range(n), cols.events())
         if self._value_field is None:
@@ -416,16 +422,28 @@ class CountOperator(Operator):
         """``key``'s histogram, decoded from its bytes on first use since the last snapshot."""
         h = self._histograms.get(key)
         if h is None and key in self._rows:
-            ints = np.frombuffer(self._rows.take(key), "<i8").tolist()
-            h, _ = ExponentialHistogram._load(self._window, self._epsilon, ints, 0)
-            self._histograms[key] = h
+            self._load_many([key])
+            h = self._histograms[key]
         return h
+
+    def _load_many(self, keys: Sequence[str]) -> None:
+        """The histograms of those of ``keys`` (distinct) held as bytes, decoded at once: one
+        search and one copy of their rows, one list of their integers (with sparse keys nearly
+        every key of a batch is held as bytes; one by one a key cost ≈ 3 µs more)."""
+        histograms = self._histograms
+        taken, blob, ends = self._rows.take_many([key for key in keys if key not in histograms])
+        ints = np.frombuffer(blob, "<i8").tolist()
+        pos, load, window, epsilon = 0, ExponentialHistogram._load, self._window, self._epsilon
+        for key, end in zip(taken, (ends // 8).tolist()):
+            histograms[key], pos = load(window, epsilon, ints, pos)
+            if pos != end:
+                raise ValueError(f"count operator state: the row of key {key!r} is not one histogram "
+                                 "(damaged)")
 
     def _pack(self) -> None:
         """Every decoded key back to its bytes in :attr:`_rows`."""
-        by_time = self._by_time
-        self._rows = self._rows.packed([(key, _due(h, by_time), _row(h), 0)
-                                        for key, h in self._histograms.items()])
+        if self._histograms:
+            self._rows = self._rows.packed(_rows_of(self._histograms, self._by_time))
         self._histograms = {}
 
     def snapshot(self) -> bytes:

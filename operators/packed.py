@@ -29,6 +29,7 @@ row.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,6 +64,30 @@ def _joined(src: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
     view = memoryview(src)
     return b"".join([view[a:b] for a, b in zip(starts[np.r_[0, cut]].tolist(),
                                                 ends[np.r_[cut - 1, len(ends) - 1]].tolist())])
+
+
+class NewRows(NamedTuple):
+    """Rows for :meth:`PackedStates.packed` as columns: ``keys`` (not held), each one's due CTI,
+    state bytes (``blob``: every row's joined, ``lengths`` each one's) and runs (int64 arrays)."""
+
+    keys: list[str]
+    dues: np.ndarray
+    blob: bytes
+    lengths: np.ndarray
+    runs: np.ndarray
+
+    @classmethod
+    def of(cls, new: "Iterable[tuple[str, int, bytes, int]] | NewRows | None") -> "NewRows | None":
+        """``new`` as columns (rows ``(key, due, pickled state, runs)`` or columns already); None
+        for no rows."""
+        if new is None or isinstance(new, NewRows):
+            return new if new is not None and new.keys else None
+        rows = list(new)
+        if not rows:
+            return None
+        keys, dues, blobs, runs = zip(*rows)
+        return cls(list(keys), np.array(dues, np.int64), b"".join(blobs),
+                   np.fromiter(map(len, blobs), np.int64, len(blobs)), np.array(runs, np.int64))
 
 
 class PackedStates:
@@ -173,6 +198,24 @@ class PackedStates:
         offsets = self.offsets
         return self.blob[offsets[i]:offsets[i + 1]]
 
+    def take_many(self, keys: Sequence[str]) -> tuple[list[str], bytes, np.ndarray]:
+        """:meth:`take` of every held key among ``keys`` (distinct) at once: → those keys, in the
+        order of ``keys``, their states' bytes joined in that order (one search, one copy), and
+        where each one's ends in them."""
+        rows = self.find(keys) if keys else np.zeros(0, np.int64)
+        hit = np.flatnonzero(rows >= 0)
+        if not len(hit):
+            return [], b"", np.zeros(0, np.int64)
+        at = rows[hit]
+        taken = [keys[i] for i in hit.tolist()]
+        found = self._found
+        for key in taken:
+            found.pop(key, None)
+        self.alive[at] = False
+        self.held -= len(at)
+        starts, ends = self.offsets[at], self.offsets[at + 1]
+        return taken, _joined(self.blob, starts, ends), np.cumsum(ends - starts)
+
     def drop(self, key: str) -> None:
         """Forget ``key`` if held."""
         i = self._row(key)
@@ -239,51 +282,50 @@ class PackedStates:
         return self.select(np.unique(rows[rows >= 0]))
 
     # -- re-packing ------------------------------------------------------------------------------
-    def packed(self, new: Iterable[tuple[str, int, bytes, int]]) -> "PackedStates":
-        """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held):
-        ``self`` when nothing was taken, dropped, appended or added; ``self`` with the rows appended
-        while the dead rows are at most as many as the held ones (``self`` is then changed: callers
-        replace what they held by the result); else a new instance of the held rows and the new
-        ones, sorted (:meth:`select`)."""
-        added = list(new)
+    def packed(self, new: "Iterable[tuple[str, int, bytes, int]] | NewRows") -> "PackedStates":
+        """The held keys plus ``new`` rows ``(key, due, pickled state, runs)`` (keys not held; or
+        those rows as columns, :class:`NewRows`): ``self`` when nothing was taken, dropped,
+        appended or added; ``self`` with the rows appended while the dead rows are at most as many
+        as the held ones (``self`` is then changed: callers replace what they held by the result);
+        else a new instance of the held rows and the new ones, sorted (:meth:`select`)."""
+        added = NewRows.of(new)
         held, n = self.held, len(self.names)
-        if not added and held == n == self.ordered:
+        if added is None and held == n == self.ordered:
             return self
-        if 2 * held < n or not added:
+        if 2 * held < n or added is None:
             return self.select(self._held(), added)
-        new_keys, new_dues, blobs, new_runs = zip(*added)
-        self.names = np.concatenate([self.names, names_of(new_keys)])
-        self._found.update(zip(new_keys, range(n, n + len(new_keys))))
-        self.dues = np.concatenate([self.dues, np.array(new_dues, np.int64)])
-        self.runs = np.concatenate([self.runs, np.array(new_runs, np.int64)])
-        lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
-        self.offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(lengths)])
-        self.blob = b"".join((self.blob, *blobs))
-        self.alive = np.concatenate([self.alive, np.ones(len(new_keys), np.bool_)])
-        self.held += len(new_keys)
+        k = len(added.keys)
+        self.names = np.concatenate([self.names, names_of(added.keys)])
+        self._found.update(zip(added.keys, range(n, n + k)))
+        self.dues = np.concatenate([self.dues, added.dues])
+        self.runs = np.concatenate([self.runs, added.runs])
+        self.offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(added.lengths)])
+        self.blob = b"".join((self.blob, added.blob))
+        self.alive = np.concatenate([self.alive, np.ones(k, np.bool_)])
+        self.held += k
         return self
 
-    def select(self, rows: np.ndarray, new: Iterable[tuple[str, int, bytes, int]] = ()) -> "PackedStates":
-        """Rows ``rows`` (ascending) plus ``new`` rows, as a new instance sorted by name: the rows
-        appended since the last sort and the new ones sorted, then merged into the sorted ones
-        (their bytes copied a contiguous run of rows at a time)."""
+    def select(self, rows: np.ndarray, new: "Iterable[tuple[str, int, bytes, int]] | NewRows | None" = ()
+               ) -> "PackedStates":
+        """Rows ``rows`` (ascending) plus ``new`` rows (as :meth:`packed` takes them), as a new
+        instance sorted by name: the rows appended since the last sort and the new ones sorted,
+        then merged into the sorted ones (their bytes copied a contiguous run of rows at a time)."""
         rows = np.asarray(rows, np.int64)
         m, offsets, blob = self.ordered, self.offsets, self.blob
         base, tail = rows[rows < m], rows[rows >= m]
         names, dues, runs = self.names[base], self.dues[base], self.runs[base]
         starts, ends = offsets[base], offsets[base + 1]
-        added = list(new)
-        if len(tail) or added:
+        added = NewRows.of(new)
+        if len(tail) or added is not None:
             more = ([self.names[tail]], [self.dues[tail]], [self.runs[tail]], [offsets[tail]],
                     [offsets[tail + 1]])
-            if added:
-                new_keys, new_dues, blobs, new_runs = zip(*added)
-                at = np.zeros(len(blobs) + 1, np.int64)
-                np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=at[1:])
+            if added is not None:
+                at = np.zeros(len(added.keys) + 1, np.int64)
+                np.cumsum(added.lengths, out=at[1:])
                 at += len(blob)
-                blob = b"".join((blob, *blobs))
-                for column, values in zip(more, (names_of(new_keys), np.array(new_dues, np.int64),
-                                                 np.array(new_runs, np.int64), at[:-1], at[1:])):
+                blob = b"".join((blob, added.blob))
+                columns = (names_of(added.keys), added.dues, added.runs, at[:-1], at[1:])
+                for column, values in zip(more, columns):
                     column.append(values)
             more_names, more_dues, more_runs, more_starts, more_ends = (np.concatenate(c) for c in more)
             order = np.argsort(more_names, kind="stable")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctiflow.jobs.testing.snapshots import packed_rows
-from ctiflow.operators.packed import RUNS_UNKNOWN, PackedStates
+from ctiflow.operators.packed import RUNS_UNKNOWN, NewRows, PackedStates
 
 #: keys of every width, a key that is another's prefix, keys that differ only by trailing NULs (a
 #: fixed-width string drops those) and non-ASCII ones
@@ -28,6 +28,8 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("split"), st.integers(1, 4)),
     st.tuples(st.just("find"), st.lists(st.sampled_from(KEYS), max_size=6)),
     st.tuples(st.just("drop_many"), st.lists(st.sampled_from(KEYS), max_size=6)),
+    st.tuples(st.just("take_many"), st.lists(st.sampled_from(KEYS), max_size=6, unique=True)),
+    st.tuples(st.just("pack_columns"), st.lists(rows, max_size=8)),
 ), max_size=30)
 
 
@@ -52,13 +54,25 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
         elif op == "drop":
             packed.drop(arg)
             model.pop(arg, None)
-        elif op == "pack":
+        elif op in ("pack", "pack_columns"):
             new = {}
             for key, due, data, runs in arg:
                 if key not in model:
                     new.setdefault(key, (due, data, runs))
-            packed = packed.packed((k, *v) for k, v in new.items())
+            if op == "pack":
+                packed = packed.packed((k, *v) for k, v in new.items())
+            else:  # the same rows as columns, one buffer
+                values = list(new.values())
+                packed = packed.packed(NewRows(list(new), np.array([v[0] for v in values], np.int64),
+                                               b"".join(v[1] for v in values),
+                                               np.array([len(v[1]) for v in values], np.int64),
+                                               np.array([v[2] for v in values], np.int64)))
             model.update(new)
+        elif op == "take_many":  # the held ones, in the order asked, their bytes one after another
+            held = [k for k in arg if k in model]
+            taken, blob, ends = packed.take_many(arg)
+            assert taken == held and ends.tolist() == np.cumsum([len(model[k][1]) for k in held]).tolist()
+            assert blob == b"".join(model.pop(k)[1] for k in held)
         elif op == "find":  # a row found is the key's: taking it gives the key's bytes
             rows = packed.find(arg)
             assert [r >= 0 for r in rows.tolist()] == [k in model for k in arg]
