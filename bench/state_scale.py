@@ -85,10 +85,14 @@ def _event(key: str, t: int, i: int, rng: random.Random, amount: float | None = 
 
 def _batch(plan, store, header, events):
     """One micro-batch of one key group, as the adapter runs it (the CTI: one past the latest
-    event, ``cti.delay`` −1); → (header, seconds on state, written)."""
-    rt = GroupRuntime(plan, header=header, chunks=store)
-    rt.run_batch(GroupInput.of("tx", {0: events}, [0]))
-    header = rt.commit()
+    event, ``cti.delay`` −1; the cyclic garbage collector paused, :mod:`ctiflow.jobs.core.alloc`);
+    → (header, seconds on state, written)."""
+    from ctiflow.jobs.core.alloc import cyclic_gc_paused
+
+    with cyclic_gc_paused():
+        rt = GroupRuntime(plan, header=header, chunks=store)
+        rt.run_batch(GroupInput.of("tx", {0: events}, [0]))
+        header = rt.commit()
     c = rt.counters
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
 
