@@ -560,11 +560,12 @@ class CountOperator(Operator):
         """(:meth:`Operator.absorb`)"""
         histograms, raw = self._histograms, self._rows
         part._pack()
-        gone = [*keys, *part._rows]
+        new = part._rows.columns()
+        gone = [*keys, *new.keys]
         raw.drop_many(gone)
         for key in gone:
             histograms.pop(key, None)
-        self._rows = raw.packed(part._rows.rows())
+        self._rows = raw.packed(new)
         self._touched = dict(part._touched)
         if part._clock > self._clock:
             self._clock = part._clock

@@ -223,11 +223,17 @@ class PackedStates:
             self._forget(key, i)
 
     def drop_many(self, keys: Iterable[str]) -> None:
-        """Forget those of ``keys`` held (found all at once)."""
+        """Forget those of ``keys`` held (found and dropped all at once)."""
         keys = list(keys)
-        for key, i in zip(keys, self.find(keys).tolist() if keys else ()):
-            if i >= 0 and self.alive[i]:  # (a key listed twice)
-                self._forget(key, i)
+        if not keys:
+            return
+        rows = self.find(keys)
+        rows = np.unique(rows[rows >= 0])  # (a key listed twice)
+        self.alive[rows] = False
+        self.held -= len(rows)
+        found = self._found
+        for key in keys:
+            found.pop(key, None)
 
     def _forget(self, key: str, i: int) -> None:
         self._found.pop(key, None)
@@ -268,12 +274,10 @@ class PackedStates:
         runs = self.runs[rows]
         return int(runs[runs != RUNS_UNKNOWN].sum()), self.keys_of(rows[runs == RUNS_UNKNOWN])
 
-    def rows(self) -> Iterator[tuple[str, int, bytes, int]]:
-        """The held keys as ``(key, due, pickled state, runs)`` rows (what :meth:`packed` takes)."""
-        dues, runs, offsets, blob = self.dues, self.runs, self.offsets, self.blob
-        held = self._held()
-        for key, i in zip(self.keys_of(held), held.tolist()):
-            yield key, int(dues[i]), blob[offsets[i]:offsets[i + 1]], int(runs[i])
+    def columns(self) -> NewRows:
+        """The held keys as :class:`NewRows` (what :meth:`packed` takes), their rows copied at once."""
+        p = self.packed(())
+        return NewRows(p.keys_of(np.arange(len(p.names))), p.dues, bytes(p.blob), np.diff(p.offsets), p.runs)
 
     def subset(self, keys: Iterable[str]) -> "PackedStates":
         """The held keys among ``keys``, as a new instance."""

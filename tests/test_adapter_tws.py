@@ -425,7 +425,7 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     assert stored.startswith(ZSTD_MARK)
     header = expanded(stored)
     got = pickle.loads(header)  # a whole pickled header came back
-    assert got[:2] == ("header", 5)
+    assert got[:2] == ("header", 6)
     (index, _sizes), join, enriched, ended, clocks, ops_cti, keyed, operators, _shared = got[2:]
     assert keyed[3] == {}  # no chunk has a delta after one batch
     rest = (join, enriched, ended, clocks, ops_cti, *keyed[:3], operators)  # as the positional header format 2

@@ -1,6 +1,6 @@
 """Chunk deltas (``state.delta_share``): a chunk a micro-batch changed is stored as its last whole
-snapshot (its base) and the state of the keys changed since, compacted into a new base once those
-pass the share. Sparse keys over many micro-batches, the group restored from its store after every
+snapshot (its base) and a log of frames, each the state of the keys one batch changed, compacted
+into a new base once those pass the share. Sparse keys over many micro-batches, the group restored from its store after every
 one (so every chunk is read back as base + delta): the results per key are those of one
 uninterrupted run that never reads its store, deltas were written and compacted, and the bytes
 written follow the keys changed, not the chunks touched."""
@@ -15,7 +15,7 @@ from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.state import chunks
-from ctiflow.jobs.state.parts import DELTA_KEYS, PART_KEYS
+from ctiflow.jobs.state.parts import DELTA_KEYS, PART_KEYS, frame_entry
 from ctiflow.operators.time import Event
 
 OPERATORS = {
@@ -99,8 +99,8 @@ def run(plan, batches, restore: bool, rewrite=None) -> tuple[list[dict], list[in
         if rewrite is not None:
             rewrite(rt.chunks)
         if restore:
-            assert set(rt.keyed.deltas) == {c - DELTA_KEYS for c, _ in rt.chunks.items()
-                                            if DELTA_KEYS <= c < PART_KEYS}
+            assert {frame_entry(c, n) for c, frames in rt.keyed.deltas.items() for n in range(len(frames))} == {
+                c for c in rt.chunks if DELTA_KEYS <= c < PART_KEYS}  # (the header's frames; none left behind)
             rt = GroupRuntime(plan, header=header, chunks=rt.chunks)
     return results, written, deltas, compacted
 
@@ -127,8 +127,8 @@ def test_a_group_read_back_as_bases_and_deltas_after_every_batch_gives_the_unint
 def test_the_bytes_a_batch_writes_follow_the_keys_it_changed(kind):
     """20,000 keys with state in 10 chunks of about 2,048, then about 45 events a batch: every
     batch touches nearly every chunk. Whole chunks rewrite all of them each batch; deltas write
-    the keys changed since the chunk was last written whole, and compact it once they pass a fifth
-    of its bytes (the header and the time layer's parts are written either way)."""
+    a frame of the keys each batch changed, and compact the chunk once its frames pass a fifth of
+    its bytes (the header and the time layer's parts are written either way)."""
     keys, rnd = 20_000, random.Random(3)
 
     def batch(b: int, n: int, keyed) -> dict[int, list[Event]]:
@@ -158,6 +158,67 @@ def test_the_bytes_a_batch_writes_follow_the_keys_it_changed(kind):
     steady = slice(10, -1)  # (before the final flush)
     assert deltas > 300
     assert sum(delta[steady]) < 0.25 * sum(whole[steady]), (sum(delta[steady]), sum(whole[steady]))  # 0.20, 0.14
+
+
+class Writes(dict):
+    """A key group's store that notes the entries each commit writes and removes."""
+
+    def __init__(self):
+        super().__init__()
+        self.written, self.removed = set(), set()
+
+    def __setitem__(self, entry, blob):
+        self.written.add(entry)
+        super().__setitem__(entry, blob)
+
+    def __delitem__(self, entry):
+        self.removed.add(entry)
+        super().__delitem__(entry)
+
+
+def test_a_batch_writes_one_frame_of_the_keys_it_changed_and_no_frame_twice():
+    """One chunk of 600 keys, then batches of a few keys each, a second apart (each released by the
+    next batch's CTI, the keys counted from the events here): each commit adds one frame holding
+    exactly the keys it released, writes no earlier frame again and no base, until the chunk has
+    ``MAX_FRAMES`` frames: then it is written whole and every frame is removed, and frames start
+    again; the results are an uninterrupted run's that never reads its store."""
+    from ctiflow.jobs.state.codec import expanded
+    from ctiflow.jobs.state.parts import MAX_FRAMES
+    from ctiflow.operators import snapshots
+
+    rnd = random.Random(11)
+    batches = [{0: [Event(f"acct-{i}", 0, 0, {"i": i, "type": "a", "amount": 1.0, "event_time": 0}, 0, i, "s")
+                    for i in range(600)]}]
+    for b in range(1, MAX_FRAMES + 5):  # two partitions, a few keys each, out of order within the batch
+        batch: dict[int, list[Event]] = {0: [], 1: []}
+        for j in range(rnd.randint(3, 9)):
+            t = 1_000 * b + rnd.randrange(40)  # (within the delay: none released by its own batch's CTI)
+            batch[j % 2].append(Event(f"acct-{rnd.randrange(600)}", t, t, {"i": j, "type": "a", "amount": 1.0,
+                                                                        "event_time": t}, j % 2, 1_000 * b + j, "s"))
+        batches.append(batch)
+    plan = dataclasses.replace(plan_for("count", 100.0), chunk_keys=2048)
+    whole = GroupRuntime(dataclasses.replace(plan, delta_share=0.0))  # (never restored)
+    store, header = Writes(), None
+    for b, batch in enumerate(batches):
+        rt = GroupRuntime(plan, header=header, chunks=store)
+        got, expected = (g.run_batch(GroupInput.of("s", batch, [0, 1], flush=b == len(batches) - 1)).outputs
+                         for g in (rt, whole))
+        assert got == expected and got or b == 0
+        store.written.clear(), store.removed.clear()
+        header = rt.commit()
+        entries = {e for e in store.written if e < PART_KEYS}  # (not the time layer's parts)
+        removed = {e for e in store.removed if e < PART_KEYS}
+        if b == 0 or b == len(batches) - 1:  # nothing released yet; the flush (not checked)
+            assert entries == set() or b
+        elif b in (1, MAX_FRAMES + 2):  # the first base; the compaction after MAX_FRAMES frames
+            assert entries == {0}, (b, entries)
+            assert removed == ({frame_entry(0, n) for n in range(MAX_FRAMES)} if b > 1 else set())
+        else:
+            n = b - 2 if b <= MAX_FRAMES + 1 else b - MAX_FRAMES - 3
+            assert entries == {frame_entry(0, n)} and not removed, (b, entries)
+            kind, _, _, changed, *_ = snapshots.loads(expanded(store[frame_entry(0, n)]))
+            assert kind == "delta" and changed == [sorted({e.key for p in batches[b - 1].values() for e in p})]
+        whole.commit()
 
 
 @pytest.mark.parametrize("kind", ["count", "match"])

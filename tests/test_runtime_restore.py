@@ -3,8 +3,8 @@ restored after any micro-batch, with any number of key groups and any chunk size
 as keys arrive), gives the same results as one uninterrupted run in one group and one chunk that
 never snapshots (what the state store and a restart do to a job must not change its results, nor
 which keys share a chunk, when chunks split, or which chunks a batch leaves undecoded), nor
-whether a chunk is stored whole or as its base and the keys changed since (``delta_share``: 0
-always whole, 100 a delta until the keys changed outnumber the chunk's, 0.2 compacted often). The
+whether a chunk is stored whole or as its base and frames of the keys each batch changed
+(``delta_share``: 0 always whole, 100 frames until there are 32 of them, 0.2 compacted often). The
 reference run never restores, so it shares no state with the restored ones and never reads a delta."""
 
 import dataclasses

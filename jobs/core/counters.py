@@ -91,11 +91,10 @@ TABLE: tuple[Counter, ...] = (
             "back unless unchanged"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
     Counter("chunks_caught_up", C, "of those cached, one commit behind and brought up to date with the delta "
-            "the worker that ran the group last wrote"),
+            "frame the worker that ran the group last wrote"),
     Counter("chunks_unchanged", C, "of those, not written back: no key of theirs changed (the store holds "
             "them)"),
-    Counter("chunk_deltas", C, "of those, written as a delta (the keys changed since the chunk was last "
-            "written whole)"),
+    Counter("chunk_deltas", C, "of those, written as a delta frame (the keys the batch changed)"),
     Counter("state_read_all", C, "key groups that read their whole state at once (most of it to read, "
             "little from the worker's cache)"),
     Counter("rules_active", S, "rules with a version in effect at the CTI", ("operator",),

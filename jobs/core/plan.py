@@ -60,7 +60,7 @@ class Plan:
     key_groups: int = 1
     chunk_keys: int = 32
     #: ``state.delta_share``: a chunk is written whole once its delta would pass this share of its bytes
-    delta_share: float = 0.2
+    delta_share: float = 0.5
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
     cache_chunks: int = 4096
     #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes

@@ -6,15 +6,17 @@ chunks stored uncompressed by earlier versions read as they are), as ``("chunk",
 snapshots, last seen, keys, keys per operator, tallies per operator)`` (earlier formats:
 :func:`ctiflow.jobs.state.compat.chunk_fields`) — its *base*. When its operators track the keys
 they change (:meth:`ctiflow.operators.operator.Operator.changed_keys`), a micro-batch that touched
-a chunk writes only the state of the keys changed since its base, to a second entry
-(:data:`~ctiflow.jobs.state.parts.DELTA_KEYS` + its number): ``("delta", DELTA_FORMAT, cti, keys
-changed per operator, snapshots of those keys, last seen of the keys whose clock changed, keys,
-keys per operator, tallies per operator)``; once the delta would pass ``state.delta_share`` of the
-base's bytes (times a factor in [0.5, 1.5) per chunk and base, so that chunks whose deltas grow
-alike are not all compacted in one batch), the chunk is written whole again and its delta removed
-(compaction). Both
-entries commit with the micro-batch's state version, so a replayed batch reads the pair it wrote
-or the pair before it, never a mix. Chunks are addressed by linear hashing of the key
+a chunk writes only the state of the keys that commit changed, as the next *frame* of its delta (a
+log since its base; frame ``n`` is entry :func:`~ctiflow.jobs.state.parts.frame_entry` ``(c, n)``):
+``("delta", DELTA_FORMAT, cti, keys changed per operator, snapshots of those keys, last seen of the
+keys whose clock changed, keys, keys per operator, tallies per operator)``, read back by absorbing
+the frames in order (a delta before 2026-12-02 held every key changed since the base: one frame);
+once the frames would pass ``state.delta_share`` of the base's bytes (times a factor in [0.5, 1.5)
+per chunk and base, so that chunks whose deltas grow alike are not all compacted in one batch) or
+:data:`~ctiflow.jobs.state.parts.MAX_FRAMES` of them, the chunk is written whole again and its
+frames removed (compaction). The header lists each chunk's frames; every entry commits with the
+micro-batch's state version, so a replayed batch reads what it wrote or what was before it, never
+a mix. Chunks are addressed by linear hashing of the key
 (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
 descendants are split (``partition`` of each operator), so a chunk never holds many more keys than
 that, however many keys are live. A micro-batch decodes and re-encodes only the chunks it has events
@@ -32,7 +34,7 @@ import time
 import zlib
 from collections.abc import Callable, MutableMapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +42,7 @@ import pyarrow as pa
 from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.keyhash import crc32_column
-from ctiflow.jobs.state.parts import DELTA_KEYS, is_chunk
+from ctiflow.jobs.state.parts import FRAME_STRIDE, MAX_FRAMES, frame_entry, is_chunk
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
 from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
@@ -53,7 +55,7 @@ DELTA_FORMAT = 1
 #: the delta's own costs, a second entry to write and read and a snapshot per operator, outweigh
 #: what it saves)
 DELTA_FROM = 4096
-#: a delta's bytes a key against its base's, for a chunk's first delta after its base (measured:
+#: a delta's bytes a key against its base's, for a chunk's first frame after its base (measured:
 #: 1.4–4×, the most for small deltas: a delta lists its keys again and has fewer neighbours to
 #: compress against)
 DELTA_PER_KEY = 2.0
@@ -84,6 +86,26 @@ def chunk_hash(key: str, groups: int) -> int:
     return zlib.crc32(key.encode()) // groups
 
 
+class Log(NamedTuple):
+    """A chunk's delta as stored: its frames' bytes (in order), the keys they name, and each
+    operator's snapshot bytes in them (summed over the frames)."""
+
+    frames: tuple[int, ...]
+    keys: int
+    op_bytes: tuple[int, ...]
+
+    @classmethod
+    def empty(cls, operators: int) -> "Log":
+        return cls((), 0, (0,) * operators)
+
+    def add(self, size: int, keys: int, op_sizes) -> "Log":
+        return Log((*self.frames, size), self.keys + keys, tuple(map(sum, zip(self.op_bytes, op_sizes))))
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.frames)
+
+
 class Chunk:
     """The operators' state of the keys of one chunk of a key group (and their key-TTL clocks).
 
@@ -92,20 +114,20 @@ class Chunk:
     the group's operators are at) before it next sees events. ``stored``: its size in the store
     when it was read, ``(bytes, keys, per operator (bytes, keys))`` (base and delta; the header
     keeps the totals; the operators' part is ``()`` for a chunk not stored yet). ``base``: its
-    base's ``(bytes, per operator bytes)``; ``since``: per operator, the keys changed since the
-    base, or None when the next commit writes it whole (no base, an operator without deltas, a
-    split); ``seen_since``: keys whose ``last_seen`` changed since the base."""
+    base's ``(bytes, per operator bytes)``; ``log``: its delta's frames since the base
+    (:class:`Log`), or None when the next commit writes it whole (no base, an operator without
+    deltas, a split); ``seen_since``: keys whose ``last_seen`` changed since it was last written."""
 
-    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "since", "seen_since")
+    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "log", "seen_since")
 
     def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ()),
-                 base: tuple = (0, ()), since: list[set] | None = None, seen_since: set | None = None):
+                 base: tuple = (0, ()), log: Log | None = None, seen_since: set | None = None):
         self.ops = ops
         self.last_seen = last_seen
         self.cti = cti
         self.stored = stored
         self.base = base
-        self.since = since
+        self.log = log
         self.seen_since = set() if seen_since is None else seen_since
 
     def due(self, ttl: int | None) -> int:
@@ -163,7 +185,8 @@ class KeyedState:
             self.stored_keys = self.stored_bytes = 0  # totals over the stored chunks
             self.op_totals = [[0, 0] for _ in specs]  # per operator: [bytes, keys] over the stored chunks
             self.op_tallies: list[dict[str, int]] = [{} for _ in specs]  # per operator: its tallies, summed
-            self.deltas: dict[int, int] = {}  # chunk → its delta's bytes (chunks that have one)
+            #: chunk → its delta's frames' bytes (the chunks that have one)
+            self.deltas: dict[int, tuple[int, ...]] = {}
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
                                              self.op_tallies), self.deltas, (token, delta, whole) = index
@@ -255,45 +278,56 @@ class KeyedState:
             with restoring(f"operator {spec.name!r} ({spec.cls.__name__})"):
                 ops.append(compat.restored(spec.build, op_blob))
         base = (len(blob), tuple(map(len, blobs)))
+        log = Log.empty(len(ops)) if self._tracks(ops) else None
         if c not in self.deltas:
             return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(base[1], op_keys, tallies))), base,
-                         [set() for _ in ops] if self._tracks(ops) else None)
-        return self._absorbed(c, ops, last_seen, base)
+                         log)
+        return self._absorbed(c, Chunk(ops, last_seen, cti, base=base, log=log or Log.empty(len(ops))), 0)
 
     def _caught_up(self, c: int, chunk: Chunk) -> Chunk | None:
         """Chunk ``c`` as this worker committed it one commit ago (:attr:`behind`), brought up to the
-        store: as it is if the last commit did not write it, with the delta that commit wrote
-        absorbed (the delta holds every key changed since the base, which that commit read as this
-        worker left it), None if that commit wrote it whole or removed it (then it is read)."""
+        store: as it is if the last commit did not write it, with the frame that commit added to
+        its delta absorbed (that commit read it as this worker left it), None if that commit wrote
+        it whole or removed it (then it is read)."""
         delta, whole = self.last_wrote
         if c in whole:
             return None
         if c not in delta:
             return chunk
+        frames = len(self.deltas[c])
+        left = None if chunk.log is None else len(chunk.log.frames)
+        if left != frames - 1:
+            raise RuntimeError(f"state chunk {c}: the last commit added frame {frames - 1} to a delta this "
+                               f"worker left with {left} frames (a bug)")
         self.counters.chunks_caught_up += 1
-        return self._absorbed(c, chunk.ops, chunk.last_seen, chunk.base)
+        return self._absorbed(c, chunk, frames - 1)
 
-    def _absorbed(self, c: int, ops: list, last_seen: dict, base: tuple) -> Chunk:
-        """Chunk ``c``'s base state (its operators ``ops``, ``last_seen``; ``base``: its bytes, per
-        operator) with its delta in the store absorbed."""
-        delta = self.store.get(DELTA_KEYS + c)
-        if delta is None:
-            raise StateError(f"state chunk {c}: its delta is missing from the state store; {STATE_FIX}")
-        with restoring(f"the delta of state chunk {c}"):
-            kind, version, cti, since, blobs, seen, keys, op_keys, tallies = snapshots.loads(expanded(delta))
-            snapshots.check_format("state chunk delta", version, DELTA_FORMAT)
-        since = [set(s) for s in since]
-        for spec, op, part, changed in zip(self.specs, ops, blobs, since):
-            with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
-                op.absorb(compat.restored(spec.build, part), changed)  # (a delta an earlier version wrote)
-        for key, t in seen.items():
-            if t is None:
-                last_seen.pop(key, None)
-            else:
-                last_seen[key] = t
-        return Chunk(ops, last_seen, cti, (base[0] + len(delta), keys,
-                                           tuple(zip((b + len(d) for b, d in zip(base[1], blobs)), op_keys,
-                                                     tallies))), base, since, set(seen))
+    def _absorbed(self, c: int, chunk: Chunk, first: int) -> Chunk:
+        """``chunk`` (its base and frames before ``first`` absorbed, :attr:`Chunk.log` naming them)
+        with frames ``first`` on of its delta in the store absorbed, in order."""
+        ops, last_seen, log = chunk.ops, chunk.last_seen, chunk.log
+        for n in range(first, len(self.deltas[c])):
+            frame = self.store.get(frame_entry(c, n))
+            if frame is None:
+                raise StateError(f"state chunk {c}: frame {n} of its delta is missing from the state store; "
+                                 f"{STATE_FIX}")
+            with restoring(f"frame {n} of the delta of state chunk {c}"):
+                got = snapshots.loads(expanded(frame))
+                kind, version, cti, changed, blobs, seen, keys, op_keys, tallies = got
+                snapshots.check_format("state chunk delta", version, DELTA_FORMAT)
+            for spec, op, part, keys_of in zip(self.specs, ops, blobs, changed):
+                with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
+                    op.absorb(compat.restored(spec.build, part), set(keys_of))  # (compat: earlier formats)
+            for key, t in seen.items():
+                if t is None:
+                    last_seen.pop(key, None)
+                else:
+                    last_seen[key] = t
+            log = log.add(len(frame), sum(map(len, changed)) + len(seen), map(len, blobs))
+        base_bytes, base_ops = chunk.base
+        return Chunk(ops, last_seen, cti, (base_bytes + log.bytes, keys,
+                                           tuple(zip((b + d for b, d in zip(base_ops, log.op_bytes)), op_keys,
+                                                     tallies))), chunk.base, log)
 
     @staticmethod
     def _tracks(ops: list) -> bool:
@@ -314,7 +348,7 @@ class KeyedState:
             return
         cold = [c for c in touch if c not in self.loaded and c not in self.warm
                 and (c not in self.behind or c in self.last_wrote[1])]
-        reads = len(cold) + sum(c in self.deltas for c in cold)
+        reads = len(cold) + sum(len(self.deltas.get(c, ())) for c in cold)
         fetched = len(cold) * self.stored_bytes // max(1, self.count)  # (chunks' mean size)
         if reads >= READ_ALL_FROM and 2 * fetched >= self.stored_bytes + other_bytes:
             started = time.perf_counter()
@@ -399,7 +433,7 @@ class KeyedState:
                                            "(a bug)")
                 ops.append(op)
             self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()),
-                                   chunk.base if d == c else (0, ()))  # (written whole: since None)
+                                   chunk.base if d == c else (0, ()))  # (written whole: log None)
         return made
 
     def commit(self) -> None:
@@ -423,7 +457,7 @@ class KeyedState:
                 self._drop_delta(c)
                 self.due.pop(c, None)
                 size, ops = 0, ()
-                chunk.base, chunk.since, chunk.seen_since = (0, ()), None, set()
+                chunk.base, chunk.log, chunk.seen_since = (0, ()), None, set()
                 self.committed[2].add(c)
             else:
                 if self._unchanged(chunk, changes):  # the store holds it already (up to its CTI)
@@ -453,33 +487,34 @@ class KeyedState:
         whose clocks are not tracked a call). Such a chunk is not written: its stored CTI stays
         behind, as an untouched chunk's does, and the next call that decodes it advances it
         first (its operators' state is the same at either CTI, for nothing of it was due)."""
-        return (chunk.since is not None and chunk.base[0] > 0 and self.ttl is None
+        return (chunk.log is not None and chunk.base[0] > 0 and self.ttl is None
                 and all(changed is not None and not changed for changed in changes))
 
     def _write(self, c: int, chunk: Chunk, changes: list, op_keys: list[int], keys: int) -> tuple[int, tuple]:
-        """Chunk ``c`` into the store: its delta, or whole (no base yet, an operator without
-        deltas, a split, or the delta past ``delta_share`` of the base's bytes); → its bytes in
-        the store and per operator (bytes, keys, tallies)."""
+        """Chunk ``c`` into the store: the next frame of its delta (the keys this commit changed),
+        or whole (no base yet, an operator without deltas, a split, :data:`MAX_FRAMES` frames, or
+        the frames past ``delta_share`` of the base's bytes); → its bytes in the store and per
+        operator (bytes, keys, tallies)."""
         tallies = [op.tallies() for op in chunk.ops]
-        since, blob = chunk.since, None
-        if since is not None and None not in changes and self.delta_share:
-            last = (self.deltas.get(c, 0), sum(map(len, since)) + len(chunk.seen_since))
-            since = [s | changed for s, changed in zip(since, changes)]
+        log = chunk.log
+        if (log is not None and None not in changes and self.delta_share and c < FRAME_STRIDE
+                and len(log.frames) < MAX_FRAMES):
             base_bytes, base_ops = chunk.base
             limit = self.delta_share * base_bytes * _spread(c, base_bytes)
-            if _pays(limit, base_bytes, base_ops, since, op_keys, len(chunk.seen_since), keys, last):
-                snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, since)]
+            if _pays(limit, base_bytes, base_ops, changes, op_keys, len(chunk.seen_since), keys, log):
+                snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, changes)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
-                blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, [sorted(s) for s in since],
+                blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, list(map(sorted, changes)),
                                                 snaps, seen, keys, op_keys, tallies), protocol=5))
-            if blob is not None and len(blob) <= limit:
-                self.store[DELTA_KEYS + c] = blob
-                self.deltas[c] = len(blob)
-                self.counters.state_written += len(blob)
-                self.counters.chunk_deltas += 1
-                chunk.since = since
-                return base_bytes + len(blob), tuple((b + len(d), k, t) for b, d, k, t in
-                                                     zip(base_ops, snaps, op_keys, tallies))
+                if log.bytes + len(blob) <= limit:
+                    self.store[frame_entry(c, len(log.frames))] = blob
+                    chunk.log = log = log.add(len(blob), sum(map(len, changes)) + len(seen), map(len, snaps))
+                    self.deltas[c] = log.frames
+                    self.counters.state_written += len(blob)
+                    self.counters.chunk_deltas += 1
+                    chunk.seen_since = set()
+                    return base_bytes + log.bytes, tuple((b + d, k, t) for b, d, k, t in
+                                                         zip(base_ops, log.op_bytes, op_keys, tallies))
         snaps = [op.snapshot() for op in chunk.ops]
         blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
                                         keys, op_keys, tallies), protocol=5))
@@ -487,13 +522,15 @@ class KeyedState:
         self._drop_delta(c)
         self.counters.state_written += len(blob)
         chunk.base = (len(blob), tuple(map(len, snaps)))
-        chunk.since = None if None in changes else [set() for _ in changes]
+        chunk.log = None if None in changes else Log.empty(len(changes))
         chunk.seen_since = set()
         return len(blob), tuple((len(b), k, t) for b, k, t in zip(snaps, op_keys, tallies))
 
     def _drop_delta(self, c: int) -> None:
-        if self.deltas.pop(c, None) is not None:
-            del self.store[DELTA_KEYS + c]
+        """Chunk ``c``'s frames out of the store (a state call each: a chunk written whole has
+        no delta left behind)."""
+        for n in range(len(self.deltas.pop(c, ()))):
+            del self.store[frame_entry(c, n)]
 
     @staticmethod
     def _key_counts(chunk: Chunk) -> tuple[list[int], int]:
@@ -571,24 +608,22 @@ class KeyedState:
         return current
 
 
-def _pays(limit: float, base_bytes: int, base_ops: tuple, since: list[set], op_keys: list[int], seen: int,
-          keys: int, last: tuple[int, int] = (0, 0)) -> bool:
-    """Whether a delta is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
-    delta's bytes stay within ``limit`` — estimated from the chunk's stored delta when it has one
-    (``last``: its bytes and keys; a delta holds every key changed since the base, so it grows
-    by about its bytes a key), else from the base's (each operator's snapshot bytes × its share of
-    keys changed since × :data:`DELTA_PER_KEY`); never a delta of as many keys as the chunk (e.g.
-    after the TTL dropped most). A delta past its limit is built for nothing (a snapshot of its
-    keys per operator, a pickle and a compression, then thrown away)."""
-    changed = sum(map(len, since)) + seen
+def _pays(limit: float, base_bytes: int, base_ops: tuple, changes: list[set], op_keys: list[int], seen: int,
+          keys: int, log: Log) -> bool:
+    """Whether a frame is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
+    delta's bytes with the frame stay within ``limit`` — the frame's estimated from the chunk's
+    frames when it has some (their bytes a key), else from the base's (each operator's snapshot
+    bytes × its share of keys changed × :data:`DELTA_PER_KEY`); never a frame of as many keys as
+    the chunk (e.g. after the TTL dropped most). A frame past the limit is built for nothing (a
+    snapshot of its keys per operator, a pickle and a compression, then thrown away)."""
+    changed = sum(map(len, changes)) + seen
     if base_bytes < DELTA_FROM or changed > keys:
         return False
-    last_bytes, last_keys = last
-    if last_bytes and last_keys:
-        return last_bytes * changed / last_keys <= limit
+    if log.keys:
+        return log.bytes * (1 + changed / log.keys) <= limit
     whole = sum(base_ops) or 1
-    estimate = sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, since, op_keys))
-    return DELTA_PER_KEY * base_bytes * estimate / whole <= limit
+    estimate = sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, changes, op_keys))
+    return log.bytes + DELTA_PER_KEY * base_bytes * estimate / whole <= limit
 
 
 def _spread(c: int, base_bytes: int) -> float:

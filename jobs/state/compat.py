@@ -30,10 +30,12 @@ group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *ind
                           shared])``: no number in the bytes; the shared states there only when
                           the plan has side inputs; the chunks' index without its tallies
                           (before 2026-11-28) or its per-operator totals (before 2026-11-27)
-group header, 3           ``("header", 3, …)`` as format 5, the chunks' index without deltas
+group header, 3           ``("header", 3, …)`` as format 6, the chunks' index without deltas
                           (until 2026-11-29)
-group header, 4           ``("header", 4, …)`` as format 5, the chunks' index without the last
+group header, 4           ``("header", 4, …)`` as format 6, the chunks' index without the last
                           commit's read token and written chunks (until 2026-12-01)
+group header, 5           ``("header", 5, …)`` as format 6, each chunk's delta one entry (its
+                          bytes, not its frames' bytes; until 2026-12-02): its frame 0
 state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
                           no number in the bytes
 ========================  ==================================================================
@@ -207,12 +209,16 @@ _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
 
 
 def header_fields(got: tuple, with_shared: bool) -> tuple:
-    """A header of format 2, 3 or 4 (the table above) as the fields of today's
+    """A header of format 2–5 (the table above) as the fields of today's
     :class:`~ctiflow.jobs.state.header.GroupHeader`, in its order (``with_shared``: the plan has
     side inputs, so a header of format 2 ends with their states). Their chunks have no deltas
-    (before 4), and their last commit names no state it read (no worker catches up from them)."""
+    (before 4) or one frame each (5), and their last commit names no state it read (before 5: no
+    worker catches up from them)."""
     if got[0] == "header":  # format 3: the chunks' index without deltas; 4: without the last commit's
         *fields, index, operators, shared = got[2:]
+        if got[1] == 5:  # each chunk's delta as its bytes: its one frame
+            *index, deltas, commit = index
+            return (*fields, (*index, {c: (size,) for c, size in deltas.items()}, commit), operators, shared)
         return (*fields, (*index, {}, NO_COMMIT) if got[1] == 3 else (*index, NO_COMMIT), operators, shared)
     layer, join, enriched, ended, clocks, ops_cti, *index, operators = got
     shared = None

@@ -23,8 +23,21 @@ from ctiflow.operators.columns import ColumnTimeLayer, EventColumns
 #: :data:`DELTA_KEYS`, parts from here (Spark's key column is a 32-bit int; no key group has 2**29
 #: chunks).
 PART_KEYS = 1 << 30
-#: chunk ``c``'s delta (:mod:`ctiflow.jobs.state.chunks`) is entry ``DELTA_KEYS + c``
+#: chunk ``c``'s delta (:mod:`ctiflow.jobs.state.chunks`) is a log of frames, frame ``n`` entry
+#: :func:`frame_entry` ``(c, n)``: frame 0 is ``DELTA_KEYS + c`` (where a chunk's one delta was before
+#: 2026-12-02)
 DELTA_KEYS = 1 << 29
+#: frames of one chunk are this far apart: a chunk from here on keeps no delta (its frames would meet
+#: another chunk's; 2**24 chunks of a key group are more keys than any group holds)
+FRAME_STRIDE = 1 << 24
+#: the most frames a chunk's delta holds (frame entries stay below :data:`PART_KEYS`)
+MAX_FRAMES = 32
+
+
+def frame_entry(c: int, n: int) -> int:
+    """The entry number of frame ``n`` of chunk ``c``'s delta (``c`` below :data:`FRAME_STRIDE`,
+    ``n`` below :data:`MAX_FRAMES`)."""
+    return DELTA_KEYS + n * FRAME_STRIDE + c
 
 
 def is_chunk(entry: int) -> bool:

@@ -603,7 +603,7 @@ class MatchOperator(Operator):
         for key in keys:
             states.pop(key, None)
             numbers.pop(key, None)
-        self._raw = raw.packed(part._raw.rows())
+        self._raw = raw.packed(part._raw.columns())
         numbers.update(part._numbers)
         self.closed = part.closed
 
