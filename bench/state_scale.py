@@ -62,7 +62,7 @@ class Row:
     restart_s: float       # to the first completed batch after a restart
     chunks: float = 0.0    # Spark: mean chunks used (read or taken from the worker's cache) and written per batch
     cached: float = 0.0    # Spark: of those, mean taken decoded from the worker's cache (ctiflow.jobs.state.warm.WarmChunks)
-    caught: float = 0.0    # Spark: of those, mean one commit behind, caught up with the other worker's delta
+    caught: float = 0.0    # Spark: of those, mean some commits behind, caught up with the frames written since
 
     @property
     def rate(self) -> float:

@@ -268,6 +268,49 @@ def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_
     assert cached[9] > 0 and caught[9] == 0 and cached[10] == 0 and caught[11] > 0
 
 
+def test_three_workers_in_turn_catch_up_over_the_commits_since_theirs(monkeypatch):
+    """Three Python workers run the key group in turn (Spark's pool serves the source's stage too,
+    so a group's worker is often two or more commits behind): each finds its chunks in the header's
+    last commits and absorbs every frame written since, reading only the chunks a commit in between
+    wrote whole. Results per batch are those of a worker that keeps nothing decoded; a worker whose
+    commits fell out of the header's history (:data:`~ctiflow.jobs.state.chunks.HISTORY`) reads the
+    store, as does one after a rollback."""
+    from ctiflow.jobs.datapath import adapter
+    from ctiflow.jobs.state import chunks as chunk_module
+    from ctiflow.jobs.state.warm import WarmChunks
+
+    monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (chunks of 32 small keys: deltas from the first base,
+    monkeypatch.setattr(chunk_module, "_spread", lambda c, size: 1000.0)  # compacted at MAX_FRAMES only)
+    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": 32, "delta_share": 1.0}}
+    workers = [WarmChunks() for _ in range(6)]
+    t, topics = make_tester(spec)
+    ref, _ = make_tester({**spec, "state": {**spec["state"], "cache_chunks": 0}})
+    # worker 5 runs batch 0 and then only batch 10: its state is ten commits old
+    plan = [(0, 5), (1, 0), (2, 1), (3, 2), (4, 0), (5, 1), (6, 2), (7, 0), ("back", 1), (8, 2), (9, 0),
+            (10, 5), (11, 1)]
+    caught, cached = [], []
+    for b, w in plan:
+        if b == "back":
+            roll_back(t, 5, saved)
+            b = last
+        else:
+            expected = results(ref.testInPandas(5, sparse_two_partitions(b)), topics)
+            saved, last = snapshot(t, 5), b
+        monkeypatch.setattr(adapter, "WARM", workers[w])
+        frame = t.testInPandas(5, sparse_two_partitions(b))
+        m = metrics_of(frame)
+        assert results(frame, topics) == expected, (b, w)
+        caught.append(m.get("chunks_caught_up", 0))
+        cached.append(m.get("chunks_cached", 0))
+    assert caught[:4] == [0, 0, 0, 0] and all(c > 0 for c in caught[4:8])  # two commits behind, from batch 4
+    # the replay of batch 7 on worker 1: its state is from batch 5, behind the rolled-back store by one
+    # commit (batch 6); worker 2 next (batch 8) is behind by batch 7 as replayed, then worker 0 holds
+    # batch 7's first attempt only (never in a header): it reads the store
+    assert caught[8] > 0 and caught[9] > 0 and cached[10] == 0
+    assert cached[11] == 0  # worker 5: its commit is ten commits old, past the header's history
+    assert caught[12] > 0  # worker 1: three commits behind (the replay of batch 7, then 8, 9 and 10)
+
+
 def test_a_batch_that_fails_after_changing_chunks_leaves_nothing_decoded_behind(monkeypatch):
     from ctiflow.operators.count import CountOperator as Counter
     t, topics = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
@@ -425,7 +468,7 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     assert stored.startswith(ZSTD_MARK)
     header = expanded(stored)
     got = pickle.loads(header)  # a whole pickled header came back
-    assert got[:2] == ("header", 6)
+    assert got[:2] == ("header", 7)
     (index, _sizes), join, enriched, ended, clocks, ops_cti, keyed, operators, _shared = got[2:]
     assert keyed[3] == {}  # no chunk has a delta after one batch
     rest = (join, enriched, ended, clocks, ops_cti, *keyed[:3], operators)  # as the positional header format 2

@@ -90,8 +90,8 @@ TABLE: tuple[Counter, ...] = (
     Counter("chunks_loaded", C, "state chunks used (decoded, or taken from the worker's cache) and written "
             "back unless unchanged"),
     Counter("chunks_cached", C, "of those, taken decoded from the worker's cache"),
-    Counter("chunks_caught_up", C, "of those cached, one commit behind and brought up to date with the delta "
-            "frame the worker that ran the group last wrote"),
+    Counter("chunks_caught_up", C, "of those cached, some commits behind and brought up to date with the "
+            "delta frames the workers that ran the group since wrote"),
     Counter("chunks_unchanged", C, "of those, not written back: no key of theirs changed (the store holds "
             "them)"),
     Counter("chunk_deltas", C, "of those, written as a delta frame (the keys the batch changed)"),

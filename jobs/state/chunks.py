@@ -62,6 +62,9 @@ DELTA_PER_KEY = 2.0
 #: the fewest reads of chunks a call must need before :meth:`KeyedState.read_ahead` reads every
 #: entry at once (below it, the reads cost less than the pass)
 READ_ALL_FROM = 8
+#: the commits a header names what they wrote (newest first): a worker that holds the state one of
+#: them read catches up with what they all wrote (:meth:`KeyedState._caught_up`)
+HISTORY = 4
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
@@ -170,15 +173,15 @@ class KeyedState:
         self.delta_share = delta_share
         self.warm: dict[int, Chunk] = {} if warm is None else warm
         self.loaded: dict[int, Chunk] = {}
-        #: the worker's token of the state this call read (:class:`~ctiflow.jobs.state.warm.WarmChunks`),
-        #: kept in the header it commits (:meth:`index`) so that a worker one commit behind can catch up
-        self.read_token = read_token
-        #: decoded chunks one commit behind the store (:meth:`_caught_up`)
+        #: decoded chunks some commits behind the store (:meth:`_caught_up`)
         self.behind: dict[int, Chunk] = {}
-        #: the chunks the header's commit wrote as a delta, and whole or removed
+        #: the chunks the commits since :attr:`behind` wrote as a frame of their delta, and whole or removed
         self.last_wrote: tuple[set[int], set[int]] = (set(), set())
-        #: what this call's last :meth:`commit` read and wrote: (``read_token``, as :attr:`last_wrote`)
-        self.committed: tuple = (None, set(), set())
+        #: what this call's commits read and wrote: (the worker's token of the state the call read
+        #: (:class:`~ctiflow.jobs.state.warm.WarmChunks`), chunks written as a frame, whole or removed)
+        self.committed: tuple = (read_token, set(), set())
+        #: the commits before (:meth:`index`), newest first
+        self.history: tuple = ()
         if index is None:
             self.due: dict[int, int] = {}  # chunk → its due CTI (chunks that have one)
             self.level, self.split = 0, 0  # linear hashing: 2**level + split chunks
@@ -189,12 +192,23 @@ class KeyedState:
             self.deltas: dict[int, tuple[int, ...]] = {}
             return
         self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                             self.op_tallies), self.deltas, (token, delta, whole) = index
-        if token is not None and not self.warm and behind is not None:
-            self.behind = behind(token)
-            if self.behind:
-                self.last_wrote = (set(np.frombuffer(delta, np.int64).tolist()),
-                                   set(np.frombuffer(whole, np.int64).tolist()))
+                                             self.op_tallies), self.deltas, self.history = index
+        if behind is not None:
+            self._find_behind(behind)
+
+    def _find_behind(self, behind: Callable[[bytes], dict]) -> None:
+        """Take this worker's chunks of the states the last :data:`HISTORY` commits read (``behind``:
+        :meth:`~ctiflow.jobs.state.warm.WarmChunks.take_token`; all of them: older states are of no
+        use once the group moved on) and, unless the call has the current state (:attr:`warm`), keep
+        the newest as :attr:`behind`, with what the commits since wrote (:attr:`last_wrote`)."""
+        delta: set[int] = set()
+        whole: set[int] = set()
+        for token, wrote_delta, wrote_whole in self.history:
+            delta.update(np.frombuffer(wrote_delta, np.int64).tolist())
+            whole.update(np.frombuffer(wrote_whole, np.int64).tolist())
+            got = {} if token is None else behind(token)
+            if got and not self.warm and not self.behind:
+                self.behind, self.last_wrote = got, (delta - whole, set(whole))
 
     def report(self, counters, names: list[str]) -> None:
         """The stored chunks' totals into ``counters``: each operator's (bytes, keys), and its
@@ -205,12 +219,14 @@ class KeyedState:
 
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals, the
-        deltas' sizes, and the last commit: the worker's token of the state it read, the chunks it
-        wrote as a delta, those it wrote whole or removed (int64 bytes each)."""
+        deltas' frames' bytes, and the last :data:`HISTORY` commits, newest first: each the
+        worker's token of the state it read, the chunks it wrote as a frame, those it wrote whole
+        or removed (int64 bytes each)."""
         token, *wrote = self.committed
         delta, whole = (np.array(sorted(s), np.int64).tobytes() for s in wrote)
         return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                                     self.op_tallies), self.deltas, (token, delta, whole)
+                                                     self.op_tallies), self.deltas, \
+            ((token, delta, whole), *self.history)[:HISTORY]
 
     @property
     def count(self) -> int:
@@ -285,10 +301,10 @@ class KeyedState:
         return self._absorbed(c, Chunk(ops, last_seen, cti, base=base, log=log or Log.empty(len(ops))), 0)
 
     def _caught_up(self, c: int, chunk: Chunk) -> Chunk | None:
-        """Chunk ``c`` as this worker committed it one commit ago (:attr:`behind`), brought up to the
-        store: as it is if the last commit did not write it, with the frame that commit added to
-        its delta absorbed (that commit read it as this worker left it), None if that commit wrote
-        it whole or removed it (then it is read)."""
+        """Chunk ``c`` as this worker committed it some commits ago (:attr:`behind`), brought up to
+        the store: as it is if none of those commits wrote it, with the frames they added to its
+        delta absorbed (each read what the one before left: frames are only appended until the
+        chunk is written whole), None if one of them wrote it whole or removed it (then it is read)."""
         delta, whole = self.last_wrote
         if c in whole:
             return None
@@ -296,11 +312,11 @@ class KeyedState:
             return chunk
         frames = len(self.deltas[c])
         left = None if chunk.log is None else len(chunk.log.frames)
-        if left != frames - 1:
-            raise RuntimeError(f"state chunk {c}: the last commit added frame {frames - 1} to a delta this "
-                               f"worker left with {left} frames (a bug)")
+        if left is None or left >= frames:
+            raise RuntimeError(f"state chunk {c}: the commits since added frames to a delta of {frames} "
+                               f"frames, this worker left it with {left} (a bug)")
         self.counters.chunks_caught_up += 1
-        return self._absorbed(c, chunk, frames - 1)
+        return self._absorbed(c, chunk, left)
 
     def _absorbed(self, c: int, chunk: Chunk, first: int) -> Chunk:
         """``chunk`` (its base and frames before ``first`` absorbed, :attr:`Chunk.log` naming them)
@@ -445,8 +461,8 @@ class KeyedState:
         live = self.stored_keys + sum(keys - self.loaded[c].stored[1] for c, (_, keys) in sets.items())
         for c in self.grow(live):
             sets[c] = self._key_counts(self.loaded[c])
-        # (a second commit of this call read what the first wrote, whose token only the store's writer knows)
-        self.committed, self.read_token = (self.read_token, set(), set()), None
+        # (a second commit of this call adds to the first's: a worker that holds the state the call read
+        # catches up with both)
         for c, chunk in sorted(self.loaded.items()):
             op_keys, keys = sets[c]
             old_bytes, old_keys, old_ops = chunk.stored

@@ -17,10 +17,11 @@ class WarmChunks:
     the very state this worker committed — the store's chunks are those decoded objects' bytes —
     so it uses them instead of reading and decoding them. Any other header (a replayed batch
     restores the previous version; another worker ran the group since; another query) matches no
-    entry — but a header whose commit read this worker's state (the pool's other worker ran the
-    group once since: Spark hands a task the worker idle longest, so two tasks swap their
-    workers) names that state's token, and then the chunks that commit did not rewrite whole are
-    used, with the delta it wrote absorbed (:meth:`take_token`). An entry is taken out when used:
+    entry — but a header whose last commits include one that read this worker's state (other
+    workers ran the group since: Spark hands a task the worker idle longest, so two tasks swap
+    their workers, and the pool serves other stages too) names that state's token, and then the
+    chunks none of those commits rewrote whole are used, with the frames they wrote absorbed
+    (:meth:`take_token`). An entry is taken out when used:
     a call that fails after mutating chunks leaves nothing behind, and its retry reads the store.
     At most ``limit`` chunks are kept in the process, least recently used go first: memory follows
     the limit, not the live keys."""
@@ -37,9 +38,9 @@ class WarmChunks:
 
     def take_token(self, token: bytes) -> dict:
         """The decoded chunks filed under ``token`` (an empty dict if none are). A header names the
-        token of the state its commit read (:class:`ctiflow.jobs.state.chunks.KeyedState`): the worker
-        that committed that state takes its chunks by it, one commit behind the store, and brings
-        them up to date with what the commit after wrote (the other worker of a pool ran it)."""
+        tokens of the states its last commits read (:class:`ctiflow.jobs.state.chunks.KeyedState`): the
+        worker that committed one of them takes its chunks by it, some commits behind the store, and
+        brings them up to date with what the commits since wrote (other workers of the pool ran them)."""
         return self.entries.pop(token, {})
 
     @classmethod
