@@ -226,26 +226,22 @@ def sparse_two_partitions(b: int, accounts: int = 400) -> pd.DataFrame:
                          frontier("tx", 1, max(r["event_time"] for r in slow)), control("tx", [0, 1])])
 
 
-def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_reads_the_store(monkeypatch):
-    """The stateful stage's two Python workers swap the key group every batch (Spark hands a task
-    the worker idle longest): each finds its own chunks one commit behind the store and absorbs
-    the delta the other wrote, instead of reading and decoding them (the chunks it wrote whole are
-    read). Results per batch are those of a worker that keeps nothing decoded, through a replay on
-    either worker after the store rolled back (a worker's chunks from the rolled-back commit must
-    never be used)."""
+def take_turns(monkeypatch, plan: list, workers: int) -> tuple[list[int], list[int], list[int]]:
+    """Count per key over :func:`sparse_two_partitions`, run batch by batch as ``plan`` says: ``(batch,
+    worker)`` runs the batch with that worker's cache (:class:`~ctiflow.jobs.state.warm.WarmChunks`),
+    ``("back", worker)`` rolls the store back to before the previous batch and replays it there.
+    Every batch's results must be a worker's that keeps nothing decoded; → per step, the chunks
+    caught up, taken from the cache, and used."""
     from ctiflow.jobs.datapath import adapter
     from ctiflow.jobs.state import chunks as chunk_module
     from ctiflow.jobs.state.warm import WarmChunks
 
     monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (chunks of 32 small keys: deltas from the first base)
     spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": 32, "delta_share": 1.0}}
-    workers = [WarmChunks(), WarmChunks()]
+    caches = [WarmChunks() for _ in range(workers)]
     t, topics = make_tester(spec)
     ref, _ = make_tester({**spec, "state": {**spec["state"], "cache_chunks": 0}})
-    # batch, worker; "back": the store rolls back to before the previous batch, which is replayed
-    plan = [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1), ("back", 0), (6, 1), (7, 0), ("back", 1), (8, 0),
-            (9, 1)]
-    got, caught, cached, loaded, saved = [], [], [], [], None
+    caught, cached, loaded, saved = [], [], [], None
     for b, w in plan:
         if b == "back":
             roll_back(t, 5, saved)
@@ -253,13 +249,27 @@ def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_
         else:
             expected = results(ref.testInPandas(5, sparse_two_partitions(b)), topics)
             saved, last = snapshot(t, 5), b
-        monkeypatch.setattr(adapter, "WARM", workers[w])
+        monkeypatch.setattr(adapter, "WARM", caches[w])
         frame = t.testInPandas(5, sparse_two_partitions(b))
         m = metrics_of(frame)
         assert results(frame, topics) == expected, (b, w)
         caught.append(m.get("chunks_caught_up", 0))
         cached.append(m.get("chunks_cached", 0))
         loaded.append(m["chunks_loaded"])
+    return caught, cached, loaded
+
+
+def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_reads_the_store(monkeypatch):
+    """The stateful stage's two Python workers swap the key group every batch (Spark hands a task
+    the worker idle longest): each finds its own chunks one commit behind the store and absorbs
+    the delta the other wrote, instead of reading and decoding them (the chunks it wrote whole are
+    read). Results per batch are those of a worker that keeps nothing decoded, through a replay on
+    either worker after the store rolled back (a worker's chunks from the rolled-back commit must
+    never be used)."""
+    # batch, worker; "back": the store rolls back to before the previous batch, which is replayed
+    plan = [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1), ("back", 0), (6, 1), (7, 0), ("back", 1), (8, 0),
+            (9, 1)]
+    caught, cached, loaded = take_turns(monkeypatch, plan, 2)
     assert caught[:2] == [0, 0] and all(c > 0 for c in caught[2:6])  # taking turns: every batch from the third
     assert all(c <= n for c, n in zip(cached, loaded)) and all(c >= u for c, u in zip(cached, caught))
     # a replay on the worker that committed the state it reads: its chunks as they are; the other
@@ -275,39 +285,19 @@ def test_three_workers_in_turn_catch_up_over_the_commits_since_theirs(monkeypatc
     wrote whole. Results per batch are those of a worker that keeps nothing decoded; a worker whose
     commits fell out of the header's history (:data:`~ctiflow.jobs.state.chunks.HISTORY`) reads the
     store, as does one after a rollback."""
-    from ctiflow.jobs.datapath import adapter
     from ctiflow.jobs.state import chunks as chunk_module
-    from ctiflow.jobs.state.warm import WarmChunks
 
-    monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (chunks of 32 small keys: deltas from the first base,
-    monkeypatch.setattr(chunk_module, "_spread", lambda c, size: 1000.0)  # compacted at MAX_FRAMES only)
-    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": 32, "delta_share": 1.0}}
-    workers = [WarmChunks() for _ in range(6)]
-    t, topics = make_tester(spec)
-    ref, _ = make_tester({**spec, "state": {**spec["state"], "cache_chunks": 0}})
-    # worker 5 runs batch 0 and then only batch 10: its state is ten commits old
-    plan = [(0, 5), (1, 0), (2, 1), (3, 2), (4, 0), (5, 1), (6, 2), (7, 0), ("back", 1), (8, 2), (9, 0),
-            (10, 5), (11, 1)]
-    caught, cached = [], []
-    for b, w in plan:
-        if b == "back":
-            roll_back(t, 5, saved)
-            b = last
-        else:
-            expected = results(ref.testInPandas(5, sparse_two_partitions(b)), topics)
-            saved, last = snapshot(t, 5), b
-        monkeypatch.setattr(adapter, "WARM", workers[w])
-        frame = t.testInPandas(5, sparse_two_partitions(b))
-        m = metrics_of(frame)
-        assert results(frame, topics) == expected, (b, w)
-        caught.append(m.get("chunks_caught_up", 0))
-        cached.append(m.get("chunks_cached", 0))
+    monkeypatch.setattr(chunk_module, "_spread", lambda c, size: 1000.0)  # (compacted at MAX_FRAMES only)
+    # a fourth worker runs batch 0 and then only batch 10: its state is ten commits old
+    plan = [(0, 3), (1, 0), (2, 1), (3, 2), (4, 0), (5, 1), (6, 2), (7, 0), ("back", 1), (8, 2), (9, 0),
+            (10, 3), (11, 1)]
+    caught, cached, _ = take_turns(monkeypatch, plan, 4)
     assert caught[:4] == [0, 0, 0, 0] and all(c > 0 for c in caught[4:8])  # two commits behind, from batch 4
     # the replay of batch 7 on worker 1: its state is from batch 5, behind the rolled-back store by one
     # commit (batch 6); worker 2 next (batch 8) is behind by batch 7 as replayed, then worker 0 holds
     # batch 7's first attempt only (never in a header): it reads the store
     assert caught[8] > 0 and caught[9] > 0 and cached[10] == 0
-    assert cached[11] == 0  # worker 5: its commit is ten commits old, past the header's history
+    assert cached[11] == 0  # worker 3: its commit is ten commits old, past the header's history
     assert caught[12] > 0  # worker 1: three commits behind (the replay of batch 7, then 8, 9 and 10)
 
 
