@@ -473,12 +473,22 @@ def _spark_table(rows: list[Row], per_batch: int, active: int | None) -> Table:
     return table
 
 
+#: micro-batches a sparse-keys row measures after its restart: its rate is over the second half
+#: (:data:`ctiflow.bench.spark_jobs.WARM_UP`), 6 batches, after each of the two Python workers has
+#: had a turn at each key group. Until 2026-12-02 it was 5 (a rate over 3 batches), in which a
+#: worker's first turn at a group (its whole state read through Spark's state server) decided a row
+#: by luck: rows moved 0.1–0.3× between runs.
+SPARSE_MEASURED_BATCHES = 12
+
+
 def spark_sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
                       chunk_keys: int | None = None, record_figures: bool = False) -> list[Row]:
     """Sparse keys end to end: :func:`spark_main` with every batch's events spread uniformly over
     every live key, at ``state.chunk_keys`` = ``chunk_keys`` (what the setting's description advises
-    for sparse keys). ``record_figures``: write the ``scale-sparse-spark`` row of bench/figures.yaml."""
-    rows = spark_main(out, sizes, per_batch, active=None, uncached=(), state={"chunk_keys": chunk_keys or SPARSE_CHUNK_KEYS})
+    for sparse keys), :data:`SPARSE_MEASURED_BATCHES` batches a row. ``record_figures``: write the
+    ``scale-sparse-spark`` row of bench/figures.yaml."""
+    rows = spark_main(out, sizes, per_batch, measured_batches=SPARSE_MEASURED_BATCHES, active=None, uncached=(),
+                      state={"chunk_keys": chunk_keys or SPARSE_CHUNK_KEYS})
     if record_figures:
         record_sparse(rows, _spark_table(rows, per_batch, None), "scale-sparse-spark")
     return rows

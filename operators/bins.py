@@ -741,21 +741,25 @@ class Binner(Operator):
         u_slots = self._find(u_kid, u_k)
         new = np.flatnonzero(u_slots < 0)
         if len(new):
-            free, n = self._free, len(new)
-            reuse = min(n, len(free))
-            fresh = np.empty(n, np.int64)
-            if reuse:
-                fresh[:reuse] = free[len(free) - reuse:][::-1]
-                del free[len(free) - reuse:]
-            if n > reuse:
-                self._grow(self._hi + n - reuse)
-                fresh[reuse:] = np.arange(self._hi, self._hi + n - reuse)
-                self._hi += n - reuse
-            self._kid[fresh] = u_kid[new]
-            self._k[fresh] = u_k[new]
-            self._live[fresh] = True
-            u_slots[new] = fresh
+            u_slots[new] = self._new_slots(u_kid[new], u_k[new])
         return u_slots, inverse
+
+    def _new_slots(self, kid: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """A slot for each (key id, bin index) pair (distinct, none live), recycled or appended."""
+        free, n = self._free, len(kid)
+        reuse = min(n, len(free))
+        fresh = np.empty(n, np.int64)
+        if reuse:
+            fresh[:reuse] = free[len(free) - reuse:][::-1]
+            del free[len(free) - reuse:]
+        if n > reuse:
+            self._grow(self._hi + n - reuse)
+            fresh[reuse:] = np.arange(self._hi, self._hi + n - reuse)
+            self._hi += n - reuse
+        self._kid[fresh] = kid
+        self._k[fresh] = k
+        self._live[fresh] = True
+        return fresh
 
     def _find(self, kid: np.ndarray, k: np.ndarray) -> np.ndarray:
         """The live slot of each (key id, bin index) pair (pairs distinct), −1 where none: the
@@ -997,10 +1001,8 @@ class Binner(Operator):
         theirs = part._keys.keys_of(np.arange(len(part._keys)))
         self._drop_slots(self._slots_of_keys({*keys, *theirs}))
         rows = np.flatnonzero(part._live[: part._hi])
-        if len(rows):
-            kid = self._keys.ids_of(theirs)[part._kid[rows]]
-            u_slots, inverse = self._slots(kid, part._k[rows])
-            slots = u_slots[inverse]
+        if len(rows):  # (their keys' bins were all dropped: none is live, and theirs are distinct)
+            slots = self._new_slots(self._keys.ids_of(theirs)[part._kid[rows]], part._k[rows])
             for name in ("_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
                 getattr(self, name)[slots] = getattr(part, name)[rows]
             self._cum[:, slots] = part._cum[:, rows]

@@ -72,3 +72,22 @@ def test_truncated_bytes_and_a_changed_operator_list_are_state_errors():
                                          r"the job configures \[\('per_account', 'CountOperator'\), "
                                          r"\('per_minute', 'Binner'\)\]"):
         GroupRuntime(job(COUNT, BINS), data)
+
+
+@pytest.mark.parametrize("damage", ["a commit of two fields", "an index a field short", "chunk ids not int64s"])
+def test_a_header_whose_index_of_chunks_is_of_another_shape_is_a_state_error(damage):
+    plan = job(COUNT, BINS)
+    layout, header, chunks = pickle.loads(snapshot_with_events(plan))
+    got = list(pickle.loads(expanded(header)))
+    assert got[:2] == ["header", 7]
+    due, level_split, totals, deltas, history = got[8]
+    assert len(history) == 1 and len(history[0]) == 3  # (read token, chunks written as a frame, whole)
+    if damage == "a commit of two fields":
+        got[8] = (due, level_split, totals, deltas, (history[0][:2],))
+    elif damage == "an index a field short":
+        got[8] = (due, level_split, totals, deltas)
+    else:
+        got[8] = (due, level_split, totals, deltas, ((None, b"\x01\x02\x03", b""),))
+    damaged = pickle.dumps((layout, pickle.dumps(tuple(got), 5), chunks), 5)
+    with pytest.raises(StateError, match=r"index of its state chunks.*new spark.checkpoint"):
+        GroupRuntime(plan, damaged)

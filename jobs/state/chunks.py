@@ -191,21 +191,25 @@ class KeyedState:
             #: chunk → its delta's frames' bytes (the chunks that have one)
             self.deltas: dict[int, tuple[int, ...]] = {}
             return
-        self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                             self.op_tallies), self.deltas, self.history = index
+        with restoring("the key group's index of its state chunks (in its header)"):
+            self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
+                                                 self.op_tallies), self.deltas, self.history = index
+            commits = [(token, *(np.frombuffer(ids, np.int64).tolist() for ids in (delta, whole)))
+                       for token, delta, whole in self.history]
         if behind is not None:
-            self._find_behind(behind)
+            self._find_behind(behind, commits)
 
-    def _find_behind(self, behind: Callable[[bytes], dict]) -> None:
+    def _find_behind(self, behind: Callable[[bytes], dict], commits: list) -> None:
         """Take this worker's chunks of the states the last :data:`HISTORY` commits read (``behind``:
         :meth:`~ctiflow.jobs.state.warm.WarmChunks.take_token`; all of them: older states are of no
         use once the group moved on) and, unless the call has the current state (:attr:`warm`), keep
-        the newest as :attr:`behind`, with what the commits since wrote (:attr:`last_wrote`)."""
+        the newest as :attr:`behind`, with what the commits since wrote (:attr:`last_wrote`).
+        ``commits``: :attr:`history` read, each (token, chunks written as a frame, written whole)."""
         delta: set[int] = set()
         whole: set[int] = set()
-        for token, wrote_delta, wrote_whole in self.history:
-            delta.update(np.frombuffer(wrote_delta, np.int64).tolist())
-            whole.update(np.frombuffer(wrote_whole, np.int64).tolist())
+        for token, wrote_delta, wrote_whole in commits:
+            delta.update(wrote_delta)
+            whole.update(wrote_whole)
             got = {} if token is None else behind(token)
             if got and not self.warm and not self.behind:
                 self.behind, self.last_wrote = got, (delta - whole, set(whole))
