@@ -475,19 +475,25 @@ def _pair(p: Peer, attr: str, fmt: str) -> str:
     return f"{fmt.format(getattr(p.ours_alone, attr))} / {fmt.format(getattr(p.peer_alone, attr))}"
 
 
+def step(upper: float, lower: float) -> str:
+    """A stage's cost, the difference of two rungs (s per 100k events): "≈ 0" where the upper rung
+    measured below the lower one — two noisy rungs, not a stage that gains time."""
+    return f"{upper - lower:.2f}" if upper >= lower else "≈ 0"
+
+
 def where_time_goes(kind: str, ladder: Ladder, out: Console, parallel: int) -> None:
     """Stage costs as differences between rungs, in seconds per 100k events. State time is the
     key groups' task time divided by the ``parallel`` tasks that run at once (wall time, roughly)."""
     src, noop, peer, plumbing = (per_100k(f) for f in (ladder.source, ladder.native_noop, ladder.native, ladder.plumbing))
     out.print(f"{kind}, where the time goes (s per 100k events; differences of rungs over the same topic):")
-    out.print(f"  native: source decode {src:.2f} · shuffle + aggregation + state {noop - src:.2f} · "
-              f"pandas UDF Avro encode + Kafka sink {peer - noop:.2f}")
+    out.print(f"  native: source decode {src:.2f} · shuffle + aggregation + state {step(noop, src)} · "
+              f"pandas UDF Avro encode + Kafka sink {step(peer, noop)}")
     for f in ladder.ours:
         c = f.counters
         state, python = (c.get(k, 0) / 1e6 / max(1, c.get("received", 1)) * 1e5 / parallel
                          for k in ("state_us", "python_us"))
         out.print(f"  {f.name}: source decode + pack ≈ {src:.2f} · shuffle + Python worker (plumbing) "
-                  f"{plumbing - src:.2f} · operator, state, encode, Kafka sink {per_100k(f) - plumbing:.2f} "
+                  f"{step(plumbing, src)} · operator, state, encode, Kafka sink {step(per_100k(f), plumbing)} "
                   f"(task time ÷ {parallel} parallel tasks: the key groups' Python calls ≈ {python:.2f}, "
                   f"of which state ≈ {state:.2f})")
 
@@ -507,9 +513,9 @@ def record_peers(peers: list[Peer], ladders: dict[str, Ladder], table: Table) ->
     def stages(ladder: Ladder, ours: Figures) -> dict[str, str]:
         src, noop, native, plumbing, mine = (per_100k(f) for f in (ladder.source, ladder.native_noop, ladder.native,
                                                                    ladder.plumbing, ours))
-        return {"source": f"{src:.2f}", "plumbing": f"{plumbing - src:.2f}", "share": f"{100 * plumbing / mine:.0f} %",
-                "ours_s": f"{mine:.2f}", "rest": f"{mine - plumbing:.2f}", "peer_state": f"{noop - src:.2f}",
-                "peer_sink": f"{native - noop:.2f}", "peer_s": f"{native:.2f}"}
+        return {"source": f"{src:.2f}", "plumbing": step(plumbing, src), "share": f"{100 * plumbing / mine:.0f} %",
+                "ours_s": f"{mine:.2f}", "rest": step(mine, plumbing), "peer_state": step(noop, src),
+                "peer_sink": step(native, noop), "peer_s": f"{native:.2f}"}
 
     def gb(f: Figures | None) -> str:
         return f"{f.peak_rss_mb / 1e3:.2f}"
