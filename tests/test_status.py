@@ -196,3 +196,20 @@ def test_a_server_that_trickles_bytes_is_given_up_on_at_the_deadline():
         assert time.monotonic() - started < 10  # bounded (not the minutes the server would take)
         with pytest.raises(OSError, match="larger than"):
             fetch(base + "/metrics", timeout=30.0, limit=5)
+
+
+def test_failed_task_attempts_are_shown_when_some_failed():
+    samples = sample("fraud", p0=5)
+    calm = Console(width=160, record=True)
+    calm.print(render(jobs_of(samples, now=T + 10), 160, now=T + 10))
+    assert "failed task attempts 0" in calm.export_text()
+    samples[("ctiflow_task_attempts_failed_total", (("job", "fraud"),))] = 3
+    jobs = jobs_of(samples, now=T + 10)
+    assert jobs["fraud"].failed_attempts == 3
+    wide = Console(width=160, record=True)
+    wide.print(render(jobs, 160, now=T + 10))
+    assert "failed task attempts 3" in wide.export_text()
+    narrow = Console(width=80, record=True)
+    narrow.print(render(jobs, 80, now=T + 10))
+    assert narrow.export_text().strip().startswith("fraud: failed task attempts 3 CTI")  # (before the cut)
+

@@ -31,8 +31,8 @@ def status(configs: Annotated[Optional[list[Path]], typer.Argument(
     """A live view of the running jobs, from their metrics (or the compose stack's Prometheus).
 
     Per job and partition: CTI, event-time lag, records not read yet, input rate, late and
-    dead-letter counts, state size and the last micro-batch — redrawn every --interval seconds
-    (Ctrl-C stops), one line per job when the terminal is narrow."""
+    dead-letter counts, state size, the last micro-batch and failed task attempts — redrawn every
+    --interval seconds (Ctrl-C stops), one line per job when the terminal is narrow."""
     from rich.live import Live
 
     from ctiflow.jobs.ops.status import Watch, jobs_of, render

@@ -4,8 +4,8 @@ Where the figures come from: each job's own endpoint (``metrics.port``, :mod:`ct
 the embedded stack) or the compose stack's Prometheus (its HTTP API: the latest value of every
 ``ctiflow_*`` series). Either way the same samples are turned into one :class:`JobStatus` per
 job and drawn with rich: per partition the CTI, event-time lag, records not read yet, input rate,
-late and dead-letter counts; per job the state size and the last batch. Rates are the change
-between two reads divided by the time between them (the first read has none).
+late and dead-letter counts; per job the state size, the last batch and its failed task attempts.
+Rates are the change between two reads divided by the time between them (the first read has none).
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ class JobStatus:
     last_batch_at: float | None = None
     last_batch_seconds: float | None = None
     batches: float = 0
+    #: task attempts of its micro-batches that failed and ran again (a Python worker that died)
+    failed_attempts: float = 0
     rate: float | None = None  # input records/s since the previous read
     #: operator → its rules' figures (active, versions, scheduled, applied, adjusted, rejected)
     rules: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -138,7 +140,8 @@ _JOB_FIELDS = {counters.metric("cti"): ("cti", None),
                counters.metric("live_keys"): ("state_keys", ("operator", "")),
                "ctiflow_last_batch_timestamp_seconds": ("last_batch_at", None),
                "ctiflow_last_batch_duration_seconds": ("last_batch_seconds", ("stage", "triggerExecution")),
-               "ctiflow_batches_total": ("batches", None)}
+               "ctiflow_batches_total": ("batches", None),
+               "ctiflow_task_attempts_failed_total": ("failed_attempts", None)}
 
 
 #: rule series → the figure it is (labelled by operator)
@@ -239,7 +242,10 @@ def _rate(r: float | None) -> str:
 def one_line(j: JobStatus, now: float) -> str:
     """A job in one line (narrow terminals)."""
     since = None if j.last_batch_at is None else now - j.last_batch_at
-    return (f"{j.job}: CTI {format_cti(None if j.cti is None else int(j.cti * 1000))} lag {_duration(j.lag)} "
+    # (failed attempts first: a narrow terminal cuts the line's end)
+    failed = f"failed task attempts {_count(j.failed_attempts)} " if j.failed_attempts else ""
+    cti = format_cti(None if j.cti is None else int(j.cti * 1000))
+    return (f"{j.job}: {failed}CTI {cti} lag {_duration(j.lag)} "
             f"in {_rate(j.rate)} late {_count(sum(p.late for p in j.partitions))} "
             f"dead-letter {_count(j.dead_letter + j.refused)} state {_bytes(j.state_bytes)} "
             f"batch {_duration(since)} ago"
@@ -275,7 +281,8 @@ def render(jobs: dict[str, JobStatus], width: int, now: float | None = None, sou
                  f"lag {_duration(j.lag)}  written {_count(j.written)}  dead-letter {_count(j.dead_letter)}"
                  f" (refused {_count(j.refused)})  state {_bytes(j.state_bytes)}, {_count(j.state_keys)} "
                  f"keys  batches {_count(j.batches)}, last {_duration(j.last_batch_seconds)}, "
-                 f"{_duration(since)} ago")
+                 f"{_duration(since)} ago  failed task attempts "
+                 + (f"[yellow]{_count(j.failed_attempts)}[/]" if j.failed_attempts else "0"))
         t = Table(expand=False)
         for col in ("stream", "partition", "CTI", "lag", "behind", "in/s", "received", "late", "idle"):
             t.add_column(col, justify="left" if col in ("stream", "CTI") else "right")
