@@ -367,8 +367,8 @@ def test_prometheus_scrapes_the_jobs_and_spark_and_alerts_on_faults(compose_stac
         view = subprocess.run([sys.executable, "-m", "ctiflow.jobs.cli", "status", "--once"], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "COLUMNS": "90"})
         assert view.returncode == 0, view.stderr
-        line = next(row for row in view.stdout.splitlines() if row.startswith(f"{name}: CTI "))
-        assert "dead-letter 0" in line and "state " in line and "lag " in line, line
+        line = next(row for row in view.stdout.splitlines() if row.startswith(f"{name}: "))
+        assert "CTI " in line and "dead-letter 0" in line and "state " in line and "lag " in line, line
         assert "state -" not in line and " in -" not in line, line  # Prometheus's state series and input rate
         time.sleep(12)  # two more evaluations with every record counted and none dead-lettered
         assert not firing("CtiflowDeadLettersRising", job=name)

@@ -105,13 +105,17 @@ def test_the_metrics_endpoint_reports_what_the_job_did(stack, spark, tmp_path):
     second = scrapes[1]
     wide = views[200].splitlines()
     assert any(line.startswith("metrics ") or " metrics " in line for line in wide[:3]), views[200]
+    assert "failed task attempts" in views[200], views[200]
     for p in range(PARTITIONS):
         received = second[("ctiflow_records_received_total", (("job", "metrics"), ("partition", str(p)),
                                                              ("stream", "tx")))]
         row = next(line for line in wide if re.match(rf"[^a-z]*tx\s*[│|]\s*{p}\s", line))
         assert f"{received:,.0f}" in row, (row, received)
     narrow = views[80].strip().splitlines()
-    assert len(narrow) == 1 and narrow[0].startswith("metrics: CTI "), views[80]
+    failed = second.get(("ctiflow_task_attempts_failed_total", (("job", "metrics"),)))
+    assert failed is not None  # (0 in a run whose tasks all ran once: then the line says nothing of them)
+    lead = f"metrics: failed task attempts {failed:,.0f} CTI " if failed else "metrics: CTI "
+    assert len(narrow) == 1 and narrow[0].startswith(lead), views[80]
     dead = second[("ctiflow_records_dead_letter_total", (("job", "metrics"),))]
     assert f"dead-letter {dead:,.0f}" in narrow[0]
 
