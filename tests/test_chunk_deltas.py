@@ -258,6 +258,41 @@ def test_a_delta_is_built_only_to_be_written_once_the_chunk_has_one(kind, monkey
     assert thrown <= compacted // 4, (thrown, compacted, deltas)
 
 
+def test_a_first_frame_is_foretold_from_the_frames_the_call_built_before(monkeypatch):
+    """Keys built alike (one event each, in one batch) compress far better in a base than in a
+    frame (a frame's bytes a key ≈ 3× the base's), so the first estimate of a chunk's first frame,
+    from the base's bytes (:data:`~ctiflow.jobs.state.chunks.DELTA_PER_KEY`), is short; the call's
+    next chunks are foretold from the frames it built (a fixed part and bytes a key), so with every
+    chunk of 16 touched alike only the first ones build a frame they then throw away."""
+    rnd = random.Random(11)
+    keys = 32_768
+    build = {p: [Event(f"acct-{i}", i, i, {"i": i, "type": "a", "amount": 1.0, "event_time": i}, p, i, "s")
+                 for i in range(p, keys, 3)] for p in range(3)}
+    later: dict[int, list[Event]] = {0: [], 1: [], 2: []}
+    for j, t in enumerate(sorted(keys + rnd.randrange(5_000) for _ in range(5_000))):  # ≈ 14 % of the keys
+        later[rnd.choice((0, 0, 0, 1, 1, 2))].append(
+            Event(f"acct-{rnd.randrange(keys)}", t, t, {"i": j, "type": "a", "amount": 1.0, "event_time": t}, 0,
+                  keys + j, "s"))
+    monkeypatch.setitem(OPERATORS, "last 100", [{"kind": "count", "name": "c", "window": {"events": 100},
+                                                 "output": "c", "emit": "per_event"}])
+    plan = dataclasses.replace(plan_for("last 100", 0.5), chunk_keys=2048)
+    cls = plan.operators[0].cls
+    built = []
+    real = cls.snapshot_keys
+    monkeypatch.setattr(cls, "snapshot_keys", lambda self, k: built.append(1) or real(self, k))
+    rt = GroupRuntime(plan)
+    rt.run_batch(GroupInput.of("s", build, [0, 1, 2]))
+    header = rt.commit()
+    rt = GroupRuntime(plan, header=header, chunks=rt.chunks)
+    rt.run_batch(GroupInput.of("s", {p: sorted(e, key=lambda e: e.start) for p, e in later.items()}, [0, 1, 2]))
+    built.clear()
+    rt.commit()
+    touched, deltas = len(rt.keyed.loaded), rt.counters.chunk_deltas
+    thrown = len(built) - deltas
+    assert touched == 16 and thrown <= 2, (touched, len(built), deltas)
+    assert rt.keyed.frame_ratio > 1.5 * chunks.DELTA_PER_KEY  # (what the keys built alike cost a frame)
+
+
 def test_the_whole_state_is_read_at_once_only_when_the_cold_chunks_are_most_of_its_bytes():
     """KeyedState.read_ahead: 16 chunks of about 1,000 bytes; 8 of them cold is half the chunks'
     bytes (read at once), unless the time layer's parts hold as many bytes again; 7 are too few."""

@@ -55,10 +55,16 @@ DELTA_FORMAT = 1
 #: the delta's own costs, a second entry to write and read and a snapshot per operator, outweigh
 #: what it saves)
 DELTA_FROM = 4096
-#: a delta's bytes a key against its base's, for a chunk's first frame after its base (measured:
-#: 1.4–4×, the most for small deltas: a delta lists its keys again and has fewer neighbours to
-#: compress against)
+#: a delta's bytes a key against its base's, for a call's first frame after a base until the call
+#: has built one (measured: 1.4–6×, the most for small deltas and for keys built alike: a delta lists
+#: its keys again and has fewer neighbours to compress against); each frame built sets the next one's
+#: (:attr:`KeyedState.frame_ratio`)
 DELTA_PER_KEY = 2.0
+#: a frame's bytes that do not grow with its keys (the pickled tuple, each operator's snapshot
+#: header, the compression frame; measured 150–310 for count, match and bins, the fewest taken: a
+#: frame foretold too small is built and thrown away, one foretold too large is never built): the
+#: part of a first frame's estimate that is not a share of its base
+FRAME_FIXED = 128
 #: the fewest reads of chunks a call must need before :meth:`KeyedState.read_ahead` reads every
 #: entry at once (below it, the reads cost less than the pass)
 READ_ALL_FROM = 8
@@ -171,6 +177,9 @@ class KeyedState:
         self.counters = counters
         self.key_groups, self.chunk_keys, self.ttl, self.grows = key_groups, chunk_keys, ttl, grows
         self.delta_share = delta_share
+        #: a first frame's bytes a key against its base's, as the call's last frame built had them
+        #: (:data:`DELTA_PER_KEY` before one; :func:`_pays`)
+        self.frame_ratio = DELTA_PER_KEY
         self.warm: dict[int, Chunk] = {} if warm is None else warm
         self.loaded: dict[int, Chunk] = {}
         #: decoded chunks some commits behind the store (:meth:`_caught_up`)
@@ -521,11 +530,14 @@ class KeyedState:
                 and len(log.frames) < MAX_FRAMES):
             base_bytes, base_ops = chunk.base
             limit = self.delta_share * base_bytes * _spread(c, base_bytes)
-            if _pays(limit, base_bytes, base_ops, changes, op_keys, len(chunk.seen_since), keys, log):
+            share = _share(base_bytes, base_ops, changes, op_keys)
+            if _pays(limit, base_bytes, share, changes, len(chunk.seen_since), keys, log, self.frame_ratio):
                 snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, changes)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, list(map(sorted, changes)),
                                                 snaps, seen, keys, op_keys, tallies), protocol=5))
+                if len(blob) > 2 * FRAME_FIXED and share:  # (fewer bytes: mostly the fixed ones)
+                    self.frame_ratio = (len(blob) - FRAME_FIXED) / share
                 if log.bytes + len(blob) <= limit:
                     self.store[frame_entry(c, len(log.frames))] = blob
                     chunk.log = log = log.add(len(blob), sum(map(len, changes)) + len(seen), map(len, snaps))
@@ -628,22 +640,28 @@ class KeyedState:
         return current
 
 
-def _pays(limit: float, base_bytes: int, base_ops: tuple, changes: list[set], op_keys: list[int], seen: int,
-          keys: int, log: Log) -> bool:
+def _share(base_bytes: int, base_ops: tuple, changes: list[set], op_keys: list[int]) -> float:
+    """The base's bytes that the keys in ``changes`` hold: each operator's snapshot bytes × its
+    share of keys changed, as a share of the base's (compressed) bytes."""
+    whole = sum(base_ops) or 1
+    return base_bytes * sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, changes, op_keys)) / whole
+
+
+def _pays(limit: float, base_bytes: int, share: float, changes: list[set], seen: int, keys: int, log: Log,
+          ratio: float) -> bool:
     """Whether a frame is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
     delta's bytes with the frame stay within ``limit`` — the frame's estimated from the chunk's
-    frames when it has some (their bytes a key), else from the base's (each operator's snapshot
-    bytes × its share of keys changed × :data:`DELTA_PER_KEY`); never a frame of as many keys as
-    the chunk (e.g. after the TTL dropped most). A frame past the limit is built for nothing (a
-    snapshot of its keys per operator, a pickle and a compression, then thrown away)."""
+    frames when it has some (their bytes a key), else :data:`FRAME_FIXED` + ``ratio`` × the base's
+    bytes its keys hold (``share``, :func:`_share`; ``ratio``: as the call's last frame had it);
+    never a frame of as many keys as the chunk (e.g. after the TTL dropped most). A frame past the
+    limit is built for nothing (a snapshot of its keys per operator, a pickle and a compression,
+    then thrown away)."""
     changed = sum(map(len, changes)) + seen
     if base_bytes < DELTA_FROM or changed > keys:
         return False
     if log.keys:
         return log.bytes * (1 + changed / log.keys) <= limit
-    whole = sum(base_ops) or 1
-    estimate = sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, changes, op_keys))
-    return log.bytes + DELTA_PER_KEY * base_bytes * estimate / whole <= limit
+    return log.bytes + FRAME_FIXED + ratio * share <= limit
 
 
 def _spread(c: int, base_bytes: int) -> float:
