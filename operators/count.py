@@ -185,18 +185,20 @@ def _due(h: ExponentialHistogram, by_time: bool) -> int:
     return max(_empty_at(h), h.now + 1) if by_time else _NEVER
 
 
-def _rows_of(histograms: dict[str, ExponentialHistogram], by_time: bool) -> NewRows:
+def _rows_of(histograms: dict[str, ExponentialHistogram], by_time: bool, window: int) -> NewRows:
     """Histograms as rows of :class:`~ctiflow.operators.packed.PackedStates`: each one's integers
-    (``_dump``), little-endian, in one buffer, and its due clock."""
+    (``_dump``), little-endian, in one buffer, and its due clock (:func:`_due`, as columns)."""
     ints = array("q")
-    ends, dues = [], []
-    for h in histograms.values():
-        h._dump(ints)
-        ends.append(len(ints))
-        dues.append(_due(h, by_time))
-    lengths = np.diff(np.array(ends, np.int64), prepend=0) * 8
-    return NewRows(list(histograms), np.array(dues, np.int64), _le(ints).tobytes(), lengths,
-                   np.zeros(len(ends), np.int64))
+    ends, newest = ExponentialHistogram._dump_many(histograms.values(), ints)
+    ends = np.array(ends, np.int64)
+    if by_time:
+        nows = np.frombuffer(ints, np.int64)[ends - np.diff(ends, prepend=0)]  # (each one's first integer)
+        newest = np.array(newest, np.int64)
+        dues = np.maximum(np.where(newest == NO_TIME, nows + 1, newest + window), nows + 1)
+    else:
+        dues = np.full(len(ends), _NEVER, np.int64)
+    lengths = np.diff(ends, prepend=0) * 8
+    return NewRows(list(histograms), dues, _le(ints).tobytes(), lengths, np.zeros(len(ends), np.int64))
 
 
 _STATE_MAGIC = b"CTCO"
@@ -432,18 +434,17 @@ class CountOperator(Operator):
         every key of a batch is held as bytes; one by one a key cost ≈ 3 µs more)."""
         histograms = self._histograms
         taken, blob, ends = self._rows.take_many([key for key in keys if key not in histograms])
-        ints = np.frombuffer(blob, "<i8").tolist()
-        pos, load, window, epsilon = 0, ExponentialHistogram._load, self._window, self._epsilon
-        for key, end in zip(taken, (ends // 8).tolist()):
-            histograms[key], pos = load(window, epsilon, ints, pos)
-            if pos != end:
-                raise ValueError(f"count operator state: the row of key {key!r} is not one histogram "
-                                 "(damaged)")
+        ints, ends = np.frombuffer(blob, "<i8").tolist(), (ends // 8).tolist()
+        try:
+            loaded, _ = ExponentialHistogram._load_many(self._window, self._epsilon, ints, 0, ends)
+        except ValueError as exc:
+            raise ValueError(f"count operator state: {exc}") from None
+        histograms.update(zip(taken, loaded))
 
     def _pack(self) -> None:
         """Every decoded key back to its bytes in :attr:`_rows`."""
         if self._histograms:
-            self._rows = self._rows.packed(_rows_of(self._histograms, self._by_time))
+            self._rows = self._rows.packed(_rows_of(self._histograms, self._by_time, self._window))
         self._histograms = {}
 
     def snapshot(self) -> bytes:

@@ -61,7 +61,7 @@ from collections import deque
 from fractions import Fraction
 from functools import lru_cache
 from itertools import repeat
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -518,31 +518,84 @@ class ExponentialHistogram:
         for q in levels:
             ints.extend(q)
 
+    @staticmethod
+    def _dump_many(histograms: Iterable["ExponentialHistogram"], ints: array) -> tuple[list[int], list[int]]:
+        """``_dump`` of each of ``histograms`` in turn into ``ints`` (one loop, as :meth:`_load_many`);
+        → where each one's integers end, and its newest bucket's timestamp (``NO_TIME``: none)."""
+        ends, newest = [], []
+        append, extend = ints.append, ints.extend
+        for h in histograms:
+            levels = h._levels
+            append(h._now)
+            append(len(levels))
+            if len(levels) == 1:  # (most keys)
+                q = levels[0]
+                append(len(q))
+                extend(q)
+                newest.append(q[-1])
+            else:
+                extend(map(len, levels))
+                for q in levels:
+                    extend(q)
+                last = h.newest()
+                newest.append(NO_TIME if last is None else last)
+            ends.append(len(ints))
+        return ends, newest
+
     @classmethod
     def _load(cls, window: int, epsilon: float, ints: Sequence[int],
               pos: int) -> tuple["ExponentialHistogram", int]:
         """Read what ``_dump`` wrote at ``pos``; window and epsilon come from a header the
         caller validated. Returns the histogram and the position after it."""
-        h = cls.__new__(cls)
-        h._window, h._epsilon, h._cap, h._total = window, epsilon, buckets_per_size(epsilon), 0
+        (h,), pos = cls._load_many(window, epsilon, ints, pos, (None,))
+        return h, pos
+
+    @classmethod
+    def _load_many(cls, window: int, epsilon: float, ints: Sequence[int], pos: int,
+                   ends: Sequence[int | None]) -> tuple[list["ExponentialHistogram"], int]:
+        """The histograms ``_dump`` wrote one after the other from ``pos``, the i-th ending at
+        ``ends[i]`` (None: wherever it ends); one loop with its names bound once, for a sparse key's
+        histogram is a few integers and a call a key was most of its decode. → them and the
+        position after the last."""
+        cap, new, size_of_all = buckets_per_size(epsilon), cls.__new__, len(ints)
+        out = []
         try:
-            h._now = ints[pos]
-            nlevels = ints[pos + 1]
-            sizes = ints[pos + 2 : pos + 2 + nlevels]
-            pos += 2 + nlevels
-            levels = []
-            for size in sizes:
-                if not 0 <= size <= h._cap:
-                    raise ValueError(f"level of {size} buckets, more than the cap {h._cap}")
-                levels.append(deque(ints[pos : pos + size]))
-                pos += size
+            for end in ends:
+                h = new(cls)
+                h._window, h._epsilon, h._cap, h._now = window, epsilon, cap, ints[pos]
+                nlevels = ints[pos + 1]
+                if nlevels == 1:  # (most keys: one size of bucket)
+                    size = ints[pos + 2]
+                    if not 0 < size <= cap:
+                        raise ValueError(f"level of {size} buckets, more than the cap {cap}" if size > cap
+                                         else "exponential histogram snapshot is truncated or malformed")
+                    pos += 3
+                    h._levels = [deque(ints[pos:pos + size])]
+                    h._total = size
+                    pos += size
+                else:
+                    sizes = ints[pos + 2:pos + 2 + nlevels]
+                    if len(sizes) < nlevels:
+                        raise IndexError
+                    pos += 2 + nlevels
+                    levels, total = [], 0
+                    for j, size in enumerate(sizes):
+                        if not 0 <= size <= cap:
+                            raise ValueError(f"level of {size} buckets, more than the cap {cap}")
+                        levels.append(deque(ints[pos:pos + size]))
+                        total += size << j
+                        pos += size
+                    if levels and not levels[-1]:
+                        raise ValueError("exponential histogram snapshot is truncated or malformed")
+                    h._levels, h._total = levels, total
+                if pos > size_of_all:
+                    raise ValueError("exponential histogram snapshot is truncated or malformed")
+                if end is not None and pos != end:
+                    raise ValueError(f"row {len(out)} of {len(ends)} is not one histogram (damaged)")
+                out.append(h)
         except IndexError:
             raise ValueError("exponential histogram snapshot is truncated") from None
-        if pos > len(ints) or (levels and not levels[-1]):
-            raise ValueError("exponential histogram snapshot is truncated or malformed")
-        h._levels = levels
-        h._total = sum(len(q) << j for j, q in enumerate(levels))
-        return h, pos
+        return out, pos
 
 
 def _le(ints: array) -> array:

@@ -268,6 +268,26 @@ def test_restore_with_other_settings_is_a_config_error():
         CountOperator.restore(CountSettings(name="hot", window_kind="events", window=4, epsilon=0.1), op.snapshot())
 
 
+def test_a_state_whose_rows_do_not_end_where_its_histograms_do_is_refused_when_read():
+    """The keys' rows are decoded together, each checked to end where its histogram does: a row
+    boundary moved by one integer (the offsets still ascending) is damage, not a histogram."""
+    op = counting(window=100, epsilon=0.5, predicate=None)  # cap 2: key "b" gets two levels
+    for i, key in enumerate("aabbbbb"):
+        op.process(event(key, i))
+    data = bytearray(op.snapshot())
+    head = count_module._STATE_HEADER
+    _, _, _, _, _, _, nkeys, width = head.unpack_from(data)
+    at = head.size + width * nkeys + 8 + 8 * nkeys  # (no key touched since the last CTI: none listed)
+    offsets = [int.from_bytes(data[at + 8 * i:at + 8 * i + 8], "little") for i in range(nkeys + 1)]
+    assert nkeys == 2 and offsets[0] == 0 < offsets[1] - 8
+    restored = CountOperator.restore(op.settings, bytes(data))
+    assert [op.histogram(k).buckets() for k in "ab"] == [restored.histogram(k).buckets() for k in "ab"]
+    data[at + 8:at + 16] = (offsets[1] - 8).to_bytes(8, "little")
+    damaged = CountOperator.restore(op.settings, bytes(data))
+    with pytest.raises(ValueError, match="count operator state: row 0 of 2 is not one histogram"):
+        damaged.process_columns(EventColumns.from_events([event("a", 9), event("b", 9)]))
+
+
 def test_snapshot_of_many_keys_is_compact():
     op = counting(window=1000, epsilon=0.01)
     for i in range(20_000):
