@@ -192,9 +192,10 @@ def _rows_of(histograms: dict[str, ExponentialHistogram], by_time: bool, window:
     ends, newest = ExponentialHistogram._dump_many(histograms.values(), ints)
     ends = np.array(ends, np.int64)
     if by_time:
-        nows = np.frombuffer(ints, np.int64)[ends - np.diff(ends, prepend=0)]  # (each one's first integer)
-        newest = np.array(newest, np.int64)
-        dues = np.maximum(np.where(newest == NO_TIME, nows + 1, newest + window), nows + 1)
+        starts = ends - np.diff(ends, prepend=0)
+        held = np.frombuffer(ints, np.int64)
+        nows, empty = held[starts], held[starts + 1] == 0  # (a row: now, its number of levels, …)
+        dues = np.maximum(np.where(empty, nows + 1, np.array(newest, np.int64) + window), nows + 1)
     else:
         dues = np.full(len(ends), _NEVER, np.int64)
     lengths = np.diff(ends, prepend=0) * 8

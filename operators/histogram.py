@@ -521,7 +521,8 @@ class ExponentialHistogram:
     @staticmethod
     def _dump_many(histograms: Iterable["ExponentialHistogram"], ints: array) -> tuple[list[int], list[int]]:
         """``_dump`` of each of ``histograms`` in turn into ``ints`` (one loop, as :meth:`_load_many`);
-        → where each one's integers end, and its newest bucket's timestamp (``NO_TIME``: none)."""
+        → where each one's integers end, and its newest bucket's timestamp (``NO_TIME`` for one
+        without buckets: a timestamp too, tell them apart by its level count)."""
         ends, newest = [], []
         append, extend = ints.append, ints.extend
         for h in histograms:

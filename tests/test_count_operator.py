@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import ctiflow.operators.count as count_module
 from ctiflow.operators.columns import EventColumns
 from ctiflow.operators.count import GLOBAL_KEY, CountOperator, CountSettings
+from ctiflow.operators.histogram import NO_TIME
 from ctiflow.operators.errors import ConfigError, EventRejected
 from ctiflow.operators.operator import Operator, Output, outputs_of
 from ctiflow.operators.time import CTI_INFINITY, Event
@@ -189,6 +190,19 @@ def test_time_window_keys_whose_window_emptied_are_forgotten_at_a_cti():
     outputs_of(op.advance_to(12))
     assert op.keys == ["b"]
     assert op.process(event("a", 12, hot=True))[0].record["estimate"] == 1.0
+
+
+@pytest.mark.parametrize("first", [NO_TIME, 0])
+def test_a_packed_key_is_due_when_its_newest_bucket_leaves_the_window(first):
+    """Held as bytes (after a snapshot), a key is due once its newest bucket is a window old — also
+    a bucket at the earliest timestamp a histogram takes, which is the value "no bucket" has."""
+    op = counting(window_kind="time", window=10, predicate=None)
+    op.process(event("a", first))
+    op.process(event("b", first + 3))
+    restored = CountOperator.restore(op.settings, op.snapshot())
+    assert restored.next_due() == first + 11  # a's bucket out of the window at first + 10
+    outputs_of(restored.advance_to(first + 11))
+    assert restored.keys == ["b"] and restored.next_due() == first + 14
 
 
 def test_final_cti_emits_the_last_counts_and_drops_the_state():

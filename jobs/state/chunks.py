@@ -65,6 +65,9 @@ DELTA_PER_KEY = 2.0
 #: frame foretold too small is built and thrown away, one foretold too large is never built): the
 #: part of a first frame's estimate that is not a share of its base
 FRAME_FIXED = 128
+#: the most a learnt :attr:`KeyedState.frame_ratio` is taken as (measured at most ≈ 6): one odd frame
+#: cannot keep the chunks after it from building frames that would fit
+FRAME_RATIO_MOST = 16.0
 #: the fewest reads of chunks a call must need before :meth:`KeyedState.read_ahead` reads every
 #: entry at once (below it, the reads cost less than the pass)
 READ_ALL_FROM = 8
@@ -177,8 +180,8 @@ class KeyedState:
         self.counters = counters
         self.key_groups, self.chunk_keys, self.ttl, self.grows = key_groups, chunk_keys, ttl, grows
         self.delta_share = delta_share
-        #: a first frame's bytes a key against its base's, as the call's last frame built had them
-        #: (:data:`DELTA_PER_KEY` before one; :func:`_pays`)
+        #: a first frame's bytes a key against its base's, as the last frame this state built had them
+        #: (:data:`DELTA_PER_KEY` before one, at most :data:`FRAME_RATIO_MOST`; :func:`_pays`)
         self.frame_ratio = DELTA_PER_KEY
         self.warm: dict[int, Chunk] = {} if warm is None else warm
         self.loaded: dict[int, Chunk] = {}
@@ -530,14 +533,14 @@ class KeyedState:
                 and len(log.frames) < MAX_FRAMES):
             base_bytes, base_ops = chunk.base
             limit = self.delta_share * base_bytes * _spread(c, base_bytes)
-            share = _share(base_bytes, base_ops, changes, op_keys)
+            share = _share(base_bytes, base_ops, changes, op_keys, len(chunk.seen_since))
             if _pays(limit, base_bytes, share, changes, len(chunk.seen_since), keys, log, self.frame_ratio):
                 snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, changes)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, list(map(sorted, changes)),
                                                 snaps, seen, keys, op_keys, tallies), protocol=5))
                 if len(blob) > 2 * FRAME_FIXED and share:  # (fewer bytes: mostly the fixed ones)
-                    self.frame_ratio = (len(blob) - FRAME_FIXED) / share
+                    self.frame_ratio = min((len(blob) - FRAME_FIXED) / share, FRAME_RATIO_MOST)
                 if log.bytes + len(blob) <= limit:
                     self.store[frame_entry(c, len(log.frames))] = blob
                     chunk.log = log = log.add(len(blob), sum(map(len, changes)) + len(seen), map(len, snaps))
@@ -640,11 +643,14 @@ class KeyedState:
         return current
 
 
-def _share(base_bytes: int, base_ops: tuple, changes: list[set], op_keys: list[int]) -> float:
-    """The base's bytes that the keys in ``changes`` hold: each operator's snapshot bytes × its
-    share of keys changed, as a share of the base's (compressed) bytes."""
+def _share(base_bytes: int, base_ops: tuple, changes: list[set], op_keys: list[int], seen: int) -> float:
+    """The base's bytes that the keys in ``changes`` hold (each operator's snapshot bytes × its
+    share of keys changed, as a share of the base's compressed bytes), grown by the ``seen`` keys
+    whose TTL clocks a frame carries too (as many more keys changed)."""
     whole = sum(base_ops) or 1
-    return base_bytes * sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, changes, op_keys)) / whole
+    changed = sum(map(len, changes))
+    held = base_bytes * sum(b * len(s) / max(n, 1) for b, s, n in zip(base_ops, changes, op_keys)) / whole
+    return held * (changed + seen) / changed if changed else 0.0
 
 
 def _pays(limit: float, base_bytes: int, share: float, changes: list[set], seen: int, keys: int, log: Log,
