@@ -563,7 +563,7 @@ class CountOperator(Operator):
         histograms, raw = self._histograms, self._rows
         part._pack()
         new = part._rows.columns()
-        gone = [*keys, *new.keys]
+        gone = set(keys).union(new.keys)  # (its keys are mostly among ``keys``: each found once)
         raw.drop_many(gone)
         for key in gone:
             histograms.pop(key, None)
