@@ -994,6 +994,14 @@ class Binner(Operator):
         self._flush()
         return self._part(self._slots_of_keys(keys)).snapshot()
 
+    def held_keys(self, keys: list[str]) -> set[str]:
+        """(:meth:`Operator.held_keys`): keys with an open bin, their ids found at once."""
+        if not keys:
+            return set()
+        kids = self._keys.find(keys)
+        held = (kids >= 0) & np.isin(kids, self._live_kids())
+        return {key for key, h in zip(keys, held.tolist()) if h}
+
     def absorb(self, part: "Binner", keys) -> None:
         """(:meth:`Operator.absorb`)"""
         self._flush()

@@ -558,6 +558,12 @@ class CountOperator(Operator):
         part._touched = dict(self._touched)
         return part.snapshot()
 
+    def held_keys(self, keys: list[str]) -> set[str]:
+        """(:meth:`Operator.held_keys`): one search of the packed keys."""
+        rows = self._rows.find(keys) if keys else ()
+        histograms = self._histograms
+        return {key for key, row in zip(keys, rows.tolist() if keys else ()) if row >= 0 or key in histograms}
+
     def absorb(self, part: "CountOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
         histograms, raw = self._histograms, self._rows

@@ -207,9 +207,17 @@ class Operator(ABC):
         Asked only of an operator whose :meth:`changed_keys` is not None."""
         raise NotImplementedError(f"{type(self).__name__} keeps no deltas")
 
+    def held_keys(self, keys: list[str]) -> set[str]:
+        """Those of ``keys`` (the operator's own, as :meth:`changed_keys` names them) it holds state
+        for: a delta names the others, the keys it dropped, and :meth:`absorb` takes over these from
+        the delta's :meth:`snapshot_keys`. By default from :meth:`live_keys`."""
+        live = self.live_keys()
+        return {key for key in keys if key in live}
+
     def absorb(self, part: "Operator", keys: set[str]) -> None:
-        """The state of ``keys`` dropped, then every key ``part`` (a restored
-        :meth:`snapshot_keys`) holds taken over, and its operator-wide state (clocks) where later.
+        """The state of ``keys`` dropped (the keys a delta dropped; in a delta before 2026-12-02
+        every key it changed), then every key ``part`` (a restored :meth:`snapshot_keys`) holds
+        taken over in place of the key's state, and its operator-wide state (clocks) where later.
         Asked only of an operator whose :meth:`changed_keys` is not None."""
         raise NotImplementedError(f"{type(self).__name__} keeps no deltas")
 

@@ -194,7 +194,7 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
     rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
     delta_header, delta_entries = read_whole_state(rt.snapshot(), "")
     deltas = {c: blob for c, blob in delta_entries.items() if DELTA_KEYS <= c < PART_KEYS}
-    assert deltas and all(snapshots.loads(expanded(b))[:2] == ("delta", DELTA_FORMAT) == ("delta", 1)
+    assert deltas and all(snapshots.loads(expanded(b))[:2] == ("delta", DELTA_FORMAT) == ("delta", 2)
                           for b in deltas.values())
     later_header = pickle.dumps(("header", 8, *snapshots.loads(header)[2:]), protocol=5)
     with pytest.raises(StateError, match="key group header snapshot of format 8"):
@@ -218,10 +218,23 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
     outs = [GroupRuntime(p, header=h, chunks=dict(delta_entries)).run_batch(
         group_input(recorded["batches"][1], tuple(p.streams), True)).outputs for h in (delta_header, earlier, sixth)]
     assert outs[0] == outs[1] == outs[2] and outs[0]
+    # a frame of format 1 (until 2026-12-02): every key changed named, not only those dropped; the
+    # batch after it gives the same results
+    def first_format(blob: bytes) -> bytes:
+        _, _, cti, dropped, blobs, seen, keys, op_keys, tallies, _named = snapshots.loads(expanded(blob))
+        changed = [sorted({*gone, *spec.build(part).live_keys()})  # (a match without PARTITION BY: job keys)
+                   for spec, gone, part in zip(p.operators, dropped, blobs)]
+        assert any(changed) and changed != dropped
+        return compressed(pickle.dumps(("delta", 1, cti, changed, blobs, seen, keys, op_keys, tallies), protocol=5))
+
+    firsts = {c: first_format(b) for c, b in deltas.items()}
+    outs = [GroupRuntime(p, header=delta_header, chunks={**delta_entries, **frames}).run_batch(
+        group_input(recorded["batches"][1], tuple(p.streams), True)).outputs for frames in ({}, firsts)]
+    assert outs[0] == outs[1] and outs[0]
     d, delta = next(iter(deltas.items()))
-    later_delta = compressed(pickle.dumps(("delta", 2, *snapshots.loads(expanded(delta))[2:]), protocol=5))
+    later_delta = compressed(pickle.dumps(("delta", 3, *snapshots.loads(expanded(delta))[2:]), protocol=5))
     rt = GroupRuntime(p, header=delta_header, chunks={**delta_entries, d: later_delta})
-    with pytest.raises(StateError, match="state chunk delta snapshot of format 2"):
+    with pytest.raises(StateError, match="state chunk delta snapshot of format 3"):
         rt.run_batch(group_input(recorded["batches"][1], tuple(p.streams), True))
     c, blob = next(iter(chunks.items()))
     later_chunk = compressed(pickle.dumps(("chunk", 4, *snapshots.loads(expanded(blob))[2:]), protocol=5))

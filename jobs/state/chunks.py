@@ -8,9 +8,11 @@ snapshots, last seen, keys, keys per operator, tallies per operator)`` (earlier 
 they change (:meth:`ctiflow.operators.operator.Operator.changed_keys`), a micro-batch that touched
 a chunk writes only the state of the keys that commit changed, as the next *frame* of its delta (a
 log since its base; frame ``n`` is entry :func:`~ctiflow.jobs.state.parts.frame_entry` ``(c, n)``):
-``("delta", DELTA_FORMAT, cti, keys changed per operator, snapshots of those keys, last seen of the
-keys whose clock changed, keys, keys per operator, tallies per operator)``, read back by absorbing
-the frames in order (a delta before 2026-12-02 held every key changed since the base: one frame);
+``("delta", DELTA_FORMAT, cti, keys dropped per operator, snapshots of the keys changed, last seen of
+the keys whose clock changed, keys, keys per operator, tallies per operator, keys changed)``, read
+back by absorbing the frames in order (a key named once: the snapshots name the keys they hold, the
+frame those the batch dropped; format 1, until 2026-12-02, named every key changed a second time, a
+third of a frame's bytes; a delta before 2026-12-02 held every key changed since the base: one frame);
 once the frames would pass ``state.delta_share`` of the base's bytes (times a factor in [0.5, 1.5)
 per chunk and base, so that chunks whose deltas grow alike are not all compacted in one batch) or
 :data:`~ctiflow.jobs.state.parts.MAX_FRAMES` of them, the chunk is written whole again and its
@@ -50,7 +52,7 @@ from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
 _FIRST = itemgetter(0)
 #: A stored chunk's format and its delta's (the module docstring)
 CHUNK_FORMAT = 3
-DELTA_FORMAT = 1
+DELTA_FORMAT = 2
 #: the fewest bytes a chunk's base must have before its changes are written as a delta (below it
 #: the delta's own costs, a second entry to write and read and a snapshot per operator, outweigh
 #: what it saves)
@@ -345,9 +347,13 @@ class KeyedState:
                                  f"{STATE_FIX}")
             with restoring(f"frame {n} of the delta of state chunk {c}"):
                 got = snapshots.loads(expanded(frame))
-                kind, version, cti, changed, blobs, seen, keys, op_keys, tallies = got
-                snapshots.check_format("state chunk delta", version, DELTA_FORMAT)
-            for spec, op, part, keys_of in zip(self.specs, ops, blobs, changed):
+                if got[1] == 1:  # (format 1: every key changed named; their number from them)
+                    _, _, cti, dropped, blobs, seen, keys, op_keys, tallies = got
+                    named = sum(map(len, dropped)) + len(seen)
+                else:
+                    snapshots.check_format("state chunk delta", got[1], DELTA_FORMAT)
+                    _, _, cti, dropped, blobs, seen, keys, op_keys, tallies, named = got
+            for spec, op, part, keys_of in zip(self.specs, ops, blobs, dropped):
                 with restoring(f"operator {spec.name!r} ({spec.cls.__name__}), a delta"):
                     op.absorb(compat.restored(spec.build, part), set(keys_of))  # (compat: earlier formats)
             for key, t in seen.items():
@@ -355,7 +361,7 @@ class KeyedState:
                     last_seen.pop(key, None)
                 else:
                     last_seen[key] = t
-            log = log.add(len(frame), sum(map(len, changed)) + len(seen), map(len, blobs))
+            log = log.add(len(frame), named, map(len, blobs))
         base_bytes, base_ops = chunk.base
         return Chunk(ops, last_seen, cti, (base_bytes + log.bytes, keys,
                                            tuple(zip((b + d for b, d in zip(base_ops, log.op_bytes)), op_keys,
@@ -536,14 +542,16 @@ class KeyedState:
             share = _share(base_bytes, base_ops, changes, op_keys, len(chunk.seen_since))
             if _pays(limit, base_bytes, share, changes, len(chunk.seen_since), keys, log, self.frame_ratio):
                 snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, changes)]
+                dropped = [sorted(s.difference(op.held_keys(list(s)))) for op, s in zip(chunk.ops, changes)]
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
-                blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, list(map(sorted, changes)),
-                                                snaps, seen, keys, op_keys, tallies), protocol=5))
+                named = sum(map(len, changes)) + len(seen)
+                blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, dropped, snaps, seen, keys,
+                                                op_keys, tallies, named), protocol=5))
                 if len(blob) > 2 * FRAME_FIXED and share:  # (fewer bytes: mostly the fixed ones)
                     self.frame_ratio = min((len(blob) - FRAME_FIXED) / share, FRAME_RATIO_MOST)
                 if log.bytes + len(blob) <= limit:
                     self.store[frame_entry(c, len(log.frames))] = blob
-                    chunk.log = log = log.add(len(blob), sum(map(len, changes)) + len(seen), map(len, snaps))
+                    chunk.log = log = log.add(len(blob), named, map(len, snaps))
                     self.deltas[c] = log.frames
                     self.counters.state_written += len(blob)
                     self.counters.chunk_deltas += 1

@@ -595,15 +595,22 @@ class MatchOperator(Operator):
         part._numbers = {k: numbers[k] for k in keys if k in numbers}
         return part.snapshot()
 
+    def held_keys(self, keys: list[str]) -> set[str]:
+        """(:meth:`Operator.held_keys`): one search of the packed keys."""
+        rows = self._raw.find(keys).tolist() if keys else []
+        states, numbers = self._states, self._numbers
+        return {key for key, row in zip(keys, rows) if row >= 0 or key in states or key in numbers}
+
     def absorb(self, part: "MatchOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
         raw, states, numbers = self._raw, self._states, self._numbers
-        keys = list(keys)
-        raw.drop_many(keys)
-        for key in keys:
+        theirs = part._raw.columns()
+        gone = set(keys).union(theirs.keys)
+        raw.drop_many(gone)
+        for key in gone:
             states.pop(key, None)
             numbers.pop(key, None)
-        self._raw = raw.packed(part._raw.columns())
+        self._raw = raw.packed(theirs)
         numbers.update(part._numbers)
         self.closed = part.closed
 
