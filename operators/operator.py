@@ -20,9 +20,10 @@ Contract (what the runtime relies on):
   that behaves identically; it is called once per micro-batch per chunk the batch touched.
 * Outputs are plain dicts shaped like the Avro schema of their role (see ``schemas/``).
 * Deltas (optional, :meth:`Operator.changed_keys` not None): a chunk's state is stored as its last
-  whole snapshot and the state of the keys changed since (:meth:`Operator.snapshot_keys`); it is
-  read back as ``restore(base)`` then :meth:`Operator.absorb` of ``restore(delta)``, and must then
-  behave as the operator it was taken of.
+  whole snapshot and the state of the keys changed since (:meth:`Operator.snapshot_keys`), with
+  the changed keys it no longer holds (:meth:`Operator.held_keys`); it is read back as
+  ``restore(base)`` then :meth:`Operator.absorb` of ``restore(delta)`` and those keys, and must
+  then behave as the operator it was taken of.
 
 Row-minded operators (a pattern's NFA steps one event at a time) implement ``process_columns``
 with :func:`process_rows`; tests and tools feed single events with :meth:`Operator.process`.
