@@ -57,10 +57,10 @@ DELTA_FORMAT = 2
 #: the delta's own costs, a second entry to write and read and a snapshot per operator, outweigh
 #: what it saves)
 DELTA_FROM = 4096
-#: a delta's bytes a key against its base's, for a call's first frame after a base until the call
-#: has built one (measured: 1.4–6×, the most for small deltas and for keys built alike: a delta lists
-#: its keys again and has fewer neighbours to compress against); each frame built sets the next one's
-#: (:attr:`KeyedState.frame_ratio`)
+#: a delta's bytes a key against its base's, for a first frame after a base until the state has
+#: built one (measured 1.4–6× while a frame named its keys twice, ≈ 2–3× since: the most for small
+#: deltas and for keys built alike, a frame having fewer neighbours to compress against); each frame
+#: built sets the next one's (:attr:`KeyedState.frame_ratio`)
 DELTA_PER_KEY = 2.0
 #: a frame's bytes that do not grow with its keys (the pickled tuple, each operator's snapshot
 #: header, the compression frame; measured 150–310 for count, match and bins, the fewest taken: a
@@ -666,7 +666,7 @@ def _pays(limit: float, base_bytes: int, share: float, changes: list[set], seen:
     """Whether a frame is worth building: the base is at least :data:`DELTA_FROM` bytes, and the
     delta's bytes with the frame stay within ``limit`` — the frame's estimated from the chunk's
     frames when it has some (their bytes a key), else :data:`FRAME_FIXED` + ``ratio`` × the base's
-    bytes its keys hold (``share``, :func:`_share`; ``ratio``: as the call's last frame had it);
+    bytes its keys hold (``share``, :func:`_share`; ``ratio``: as the state's last frame had it);
     never a frame of as many keys as the chunk (e.g. after the TTL dropped most). A frame past the
     limit is built for nothing (a snapshot of its keys per operator, a pickle and a compression,
     then thrown away)."""
