@@ -480,3 +480,42 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
             before.updateValueState("header", 3, (header + b"t" * WarmChunks.TOKEN_BYTES,))
         assert [r["id"] for _, r in results(before.testInPandas(3, frames[1]), topics)] == expected[1], old
         assert before.peekValueState("header", 3)[0].startswith((ZSTD_MARK, HEADER_IN_PARTS))
+
+
+def test_a_calls_time_in_the_state_store_is_counted_and_is_part_of_its_python_time():
+    """``store_us``: the call's time in Spark's state store (here TwsTester's) — every call that
+    keeps state makes some, and it is a part of the call's own time (``python_us``)."""
+    t, _ = make_tester({"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": 32}})
+    for b in range(3):
+        m = metrics_of(t.testInPandas(7, count_batch(b * 20, 20, T0 + b * 1000)))
+        assert 0 < m["store_us"] <= m["python_us"], m
+
+
+def test_the_store_clock_times_each_call_and_an_iterators_fetches_not_the_work_between():
+    """A state variable's calls and the items its iterators fetch are timed; what the caller
+    does between two items is not."""
+    import time
+
+    from ctiflow.jobs.state.store import StoreClock
+
+    class Slow:
+        def getValue(self, key):
+            time.sleep(0.02)
+            return (key,)
+
+        def iterator(self):
+            for i in range(3):
+                time.sleep(0.01)
+                yield i
+
+    clock = StoreClock()
+    var = clock.timed(Slow(), ("iterator",))
+    assert var.getValue(5) == (5,)
+    first = clock.take()
+    assert first >= 20_000 and clock.us == 0
+    got = []
+    for item in var.iterator():
+        got.append(item)
+        time.sleep(0.05)  # the caller's work: not the store's
+    assert got == [0, 1, 2]
+    assert 30_000 <= clock.take() < 150_000

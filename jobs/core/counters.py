@@ -112,6 +112,8 @@ TABLE: tuple[Counter, ...] = (
     Counter("rule_partial_matches", G, "partial matches in flight per rule after the last batch (rule \"\": "
             "the operator's own pattern)", ("operator", "rule"), "ctiflow_rule_partial_matches"),
     Counter("state_us", C, "time spent decoding and encoding state, µs"),
+    Counter("store_us", C, "time in Spark's state store (the key groups' reads and writes through its state "
+            "server), µs"),
     Counter("python_us", C, "the key groups' calls in the Python workers, µs"),
 )
 
@@ -238,6 +240,7 @@ class Counters:
     chunk_deltas: int = 0
     state_read_all: int = 0
     state_us: int = 0
+    store_us: int = 0
     python_us: int = 0
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
     #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator →

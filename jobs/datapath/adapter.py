@@ -147,6 +147,7 @@ class OperatorProcessor(StatefulProcessor):
     def _load(self) -> tuple[bytes | None, GroupRuntime]:
         """→ the stored header value and the group's runtime, from the header's bytes
         (:meth:`GroupState.read`)."""
+        self.group.clock.take()  # (what a failed call before spent is not this call's)
         stored, header = self.group.read()  # (None, None) before the group's first batch
         started = time.perf_counter()
         header = expanded(header)
@@ -180,6 +181,7 @@ class OperatorProcessor(StatefulProcessor):
         each) in output order, then one metrics row: like the input, few rows for Spark to move.
         ``started``: the call's ``perf_counter`` at its start (→ ``python_us``)."""
         packs = self.results.packs(out, dead, counters)
+        counters.store_us = self.group.clock.take()
         if started is not None:
             counters.python_us = int((time.perf_counter() - started) * 1e6)
         yield rows.output_frame(packs.order, counters.metrics())

@@ -9,6 +9,7 @@ the header under :attr:`GroupState.HEADER` and its parts below it.
 from __future__ import annotations
 
 import struct
+import time
 
 #: How a key group's state is laid out in Spark's state store, the layout new checkpoints get
 #: (:class:`GroupState`); a checkpoint keeps the layout it was started with.
@@ -19,6 +20,58 @@ def _schemas():
     from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
     return StructType([StructField("chunk", IntegerType())]), StructType([StructField("blob", BinaryType())])
+
+
+class StoreClock:
+    """The µs a key group's calls spent in Spark's state store (each a round trip to the state
+    server, its iterators' fetches included) since :meth:`take`: a state variable goes through
+    :meth:`timed`. Why by hand: PySpark's state API has no such figure."""
+
+    def __init__(self) -> None:
+        self.us = 0
+
+    def take(self) -> int:
+        us, self.us = self.us, 0
+        return us
+
+    def timed(self, var, iterating: tuple[str, ...] = ()):
+        """``var`` with its calls timed; those named in ``iterating`` return iterators, timed as
+        they are iterated (``MapState.iterator``, ``ListState.get``)."""
+        return _Timed(var, self, iterating)
+
+    def add(self, started: float) -> None:
+        self.us += int((time.perf_counter() - started) * 1e6)
+
+
+class _Timed:
+    """``var`` (a state variable) with each call's time added to ``clock`` (:meth:`StoreClock.timed`)."""
+
+    def __init__(self, var, clock: StoreClock, iterating: tuple[str, ...]) -> None:
+        self._var, self._clock, self._iterating = var, clock, iterating
+
+    def __getattr__(self, name: str):
+        call, clock = getattr(self._var, name), self._clock
+
+        def timed(*args):
+            started = time.perf_counter()
+            got = call(*args)
+            clock.add(started)
+            return _timed_iter(got, clock) if name in self._iterating else got
+
+        return timed
+
+
+def _timed_iter(items, clock: StoreClock):
+    items = iter(items)
+    while True:
+        started = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            clock.add(started)
+            return
+        clock.add(started)
+        yield item
 
 
 class ChunkStore:
@@ -86,7 +139,9 @@ class GroupState:
     NAME = "state"
 
     def __init__(self, handle):
-        self.map = handle.getMapState(self.NAME, *_schemas())
+        #: the µs the calls spent in the state store (the adapter's ``store_us``)
+        self.clock = StoreClock()
+        self.map = self.clock.timed(handle.getMapState(self.NAME, *_schemas()), ("iterator",))
         self.chunks = ChunkStore(self.map)
 
     def read(self) -> tuple[bytes | None, bytes | None]:
@@ -131,9 +186,10 @@ class LegacyGroupState:
 
     def __init__(self, handle):
         key, value = _schemas()
-        self.value = handle.getValueState("header", value)
-        self.parts = handle.getListState("header_parts", value)
-        self.chunks = ChunkStore(handle.getMapState("chunks", key, value))
+        self.clock = StoreClock()
+        self.value = self.clock.timed(handle.getValueState("header", value))
+        self.parts = self.clock.timed(handle.getListState("header_parts", value), ("get",))
+        self.chunks = ChunkStore(self.clock.timed(handle.getMapState("chunks", key, value), ("iterator",)))
 
     def read(self) -> tuple[bytes | None, bytes | None]:
         """(:meth:`GroupState.read`)"""
