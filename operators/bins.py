@@ -1046,7 +1046,9 @@ class Binner(Operator):
         if self._changed_ids:
             kids = np.unique(np.concatenate(self._changed_ids))
             self._changed_ids = []
-            self._changed.update(self._keys.keys_of(kids))
+            names = self._keys.keys_of(kids)
+            self._changed.update(names)
+            self._keys.ids.update(zip(names, kids.tolist()))  # (a delta asks for them again: found at once)
 
     @classmethod
     def restore(cls, settings: BinSettings, data: bytes) -> "Binner":

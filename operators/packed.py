@@ -18,7 +18,7 @@ bytes column drops trailing NULs; so no name ends in one, and two keys are two n
 the longest; rows ``[0, ordered)`` are sorted by name; the rows after them, appended since, are
 all in :attr:`_found`; ``alive`` is True exactly at the held keys' rows, one row per held key,
 ``held`` counts them; :attr:`_found` maps keys to their alive rows for the keys looked up or
-appended (every held key once :attr:`_complete`), and keys looked up and not held to −1; a key
+appended (every held key once :attr:`_complete`), and, until then, keys looked up and not held to −1; a key
 taken (:meth:`take`) or dropped (:meth:`drop`) keeps its row (dead) until a re-pack drops it;
 rows are never changed in place (the arrays may be read-only views of a snapshot's bytes).
 :meth:`packed` appends new rows after the dead ones until the dead outnumber the held, so a call
@@ -29,6 +29,7 @@ row.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -37,6 +38,8 @@ import numpy as np
 RUNS_UNKNOWN = -1
 #: after every key in :attr:`PackedStates.names`
 END = b"\x01"
+#: :meth:`PackedStates.find`'s mark of a key it has no answer for yet (rows are ≥ 0, not held −1)
+_UNASKED = -2
 
 
 def names_of(keys: Sequence[str]) -> np.ndarray:
@@ -68,13 +71,16 @@ def _joined(src: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
 
 class NewRows(NamedTuple):
     """Rows for :meth:`PackedStates.packed` as columns: ``keys`` (not held), each one's due CTI,
-    state bytes (``blob``: every row's joined, ``lengths`` each one's) and runs (int64 arrays)."""
+    state bytes (``blob``: every row's joined, ``lengths`` each one's) and runs (int64 arrays);
+    ``names``: the keys as :func:`names_of` makes them, when the rows come from a column that
+    holds them so (:meth:`PackedStates.columns`: not encoded again)."""
 
     keys: list[str]
     dues: np.ndarray
     blob: bytes
     lengths: np.ndarray
     runs: np.ndarray
+    names: np.ndarray | None = None
 
     @classmethod
     def of(cls, new: "Iterable[tuple[str, int, bytes, int]] | NewRows | None") -> "NewRows | None":
@@ -88,6 +94,10 @@ class NewRows(NamedTuple):
         keys, dues, blobs, runs = zip(*rows)
         return cls(list(keys), np.array(dues, np.int64), b"".join(blobs),
                    np.fromiter(map(len, blobs), np.int64, len(blobs)), np.array(runs, np.int64))
+
+    def names_column(self) -> np.ndarray:
+        """The keys as :func:`names_of` makes them."""
+        return names_of(self.keys) if self.names is None else self.names
 
 
 class PackedStates:
@@ -163,23 +173,29 @@ class PackedStates:
 
     def find(self, keys: Sequence[str]) -> np.ndarray:
         """Each of ``keys``' row, −1 for a key not held; the answers are remembered (a later
-        :meth:`take`, :meth:`drop` or ``in`` of them is a dict lookup)."""
+        :meth:`find`, :meth:`take`, :meth:`drop` or ``in`` of them is a dict lookup: with sparse keys
+        a batch asks for the keys it changed several times — to snapshot them, whether still held).
+        Only the keys without an answer are searched for, in the sorted rows (the rows appended
+        since are all answered)."""
         found = self._found
-        if self._complete or not self.held:
-            return np.fromiter(map(found.get, keys, [-1] * len(keys)), np.int64, len(keys))
-        got = np.full(len(keys), -1, np.int64)
+        n = len(keys)
+        got = np.fromiter(map(found.get, keys, repeat(_UNASKED, n)), np.int64, n)
+        ask = np.flatnonzero(got == _UNASKED)
+        if not len(ask):
+            return got
         m = self.ordered
-        if m:
-            at = rows_in(self.names[:m], keys)
-            hit = np.flatnonzero(at >= 0)
-            hit = hit[self.alive[at[hit]]]
-            got[hit] = at[hit]
-            found.update(zip(map(keys.__getitem__, hit.tolist()), at[hit].tolist()))
-        miss = np.flatnonzero(got < 0).tolist()
-        if m < len(self.names):  # the rows appended since the sort: in _found
-            for i in miss:
-                got[i] = found.get(keys[i], -1)
-        found.update((keys[i], -1) for i in miss if got[i] < 0)  # (asked again: a dict lookup too)
+        if self._complete or not self.held or not m:
+            got[ask] = -1
+            if not self._complete:  # (complete: every key it holds is a held one, :meth:`keys`)
+                found.update(zip(map(keys.__getitem__, ask.tolist()), repeat(-1)))
+            return got
+        asked = [keys[i] for i in ask.tolist()]
+        at = rows_in(self.names[:m], asked)
+        hit = at >= 0
+        hit[hit] = self.alive[at[hit]]
+        at = np.where(hit, at, -1)
+        got[ask] = at
+        found.update(zip(asked, at.tolist()))
         return got
 
     def _row(self, key: str) -> int:
@@ -277,7 +293,8 @@ class PackedStates:
     def columns(self) -> NewRows:
         """The held keys as :class:`NewRows` (what :meth:`packed` takes), their rows copied at once."""
         p = self.packed(())
-        return NewRows(p.keys_of(np.arange(len(p.names))), p.dues, bytes(p.blob), np.diff(p.offsets), p.runs)
+        return NewRows(p.keys_of(np.arange(len(p.names))), p.dues, bytes(p.blob), np.diff(p.offsets), p.runs,
+                       p.names)
 
     def subset(self, keys: Iterable[str]) -> "PackedStates":
         """The held keys among ``keys``, as a new instance."""
@@ -299,7 +316,7 @@ class PackedStates:
         if 2 * held < n or added is None:
             return self.select(self._held(), added)
         k = len(added.keys)
-        self.names = np.concatenate([self.names, names_of(added.keys)])
+        self.names = np.concatenate([self.names, added.names_column()])
         self._found.update(zip(added.keys, range(n, n + k)))
         self.dues = np.concatenate([self.dues, added.dues])
         self.runs = np.concatenate([self.runs, added.runs])
@@ -328,7 +345,7 @@ class PackedStates:
                 np.cumsum(added.lengths, out=at[1:])
                 at += len(blob)
                 blob = b"".join((blob, added.blob))
-                columns = (names_of(added.keys), added.dues, added.runs, at[:-1], at[1:])
+                columns = (added.names_column(), added.dues, added.runs, at[:-1], at[1:])
                 for column, values in zip(more, columns):
                     column.append(values)
             more_names, more_dues, more_runs, more_starts, more_ends = (np.concatenate(c) for c in more)

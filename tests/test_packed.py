@@ -30,6 +30,7 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("drop_many"), st.lists(st.sampled_from(KEYS), max_size=6)),
     st.tuples(st.just("take_many"), st.lists(st.sampled_from(KEYS), max_size=6, unique=True)),
     st.tuples(st.just("pack_columns"), st.lists(rows, max_size=8)),
+    st.tuples(st.just("pack_other"), st.lists(rows, max_size=8)),
 ), max_size=30)
 
 
@@ -54,13 +55,16 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
         elif op == "drop":
             packed.drop(arg)
             model.pop(arg, None)
-        elif op in ("pack", "pack_columns"):
+        elif op in ("pack", "pack_columns", "pack_other"):
             new = {}
             for key, due, data, runs in arg:
                 if key not in model:
                     new.setdefault(key, (due, data, runs))
             if op == "pack":
                 packed = packed.packed((k, *v) for k, v in new.items())
+            elif op == "pack_other":  # another instance's rows, their names column passed through
+                packed = packed.packed(PackedStates.from_plain(
+                    PackedStates.from_rows((k, *v) for k, v in new.items()).to_plain()).columns())
             else:  # the same rows as columns, one buffer
                 values = list(new.values())
                 packed = packed.packed(NewRows(list(new), np.array([v[0] for v in values], np.int64),
@@ -138,3 +142,24 @@ def test_a_restore_makes_no_key_a_string_and_finds_keys_by_the_sorted_column() -
     fresh = PackedStates.from_plain(restored.to_plain())  # (no dict: found by the column)
     assert fresh.find(["a", "k\x00", "k", "z"]).tolist() == [0, 1, 2, 3]
     assert fresh.take("k\x00") == b"new" and list(packed_rows(fresh.to_plain())) == ["a", "k", "z"]
+
+
+def test_a_key_asked_for_once_is_not_searched_for_again(monkeypatch) -> None:
+    """With sparse keys a batch asks for the keys it changed several times (to snapshot them,
+    whether they are still held): only keys without an answer are searched for in the sorted
+    column, held or not, and the answers stay right after takes and appends."""
+    from ctiflow.operators import packed as packed_module
+
+    restored = PackedStates.from_plain(PackedStates.from_rows(
+        (f"k{i:03d}", i, bytes([i]), 0) for i in range(100)).to_plain())
+    searched: list[list[str]] = []
+    rows_in = packed_module.rows_in
+    monkeypatch.setattr(packed_module, "rows_in", lambda names, keys: searched.append(list(keys))
+                        or rows_in(names, keys))
+    assert restored.find(["k005", "nope", "k007"]).tolist() == [5, -1, 7]
+    assert restored.find(["k007", "k005", "nope", "k009"]).tolist() == [7, 5, -1, 9]
+    assert searched == [["k005", "nope", "k007"], ["k009"]]
+    assert restored.take("k005") == bytes([5])
+    restored = restored.packed([("nope", 1, b"n", 0)])
+    assert restored.find(["k005", "nope", "k007"]).tolist() == [-1, 100, 7]
+    assert searched[2:] == [["k005"]]  # (a key taken is forgotten: asked again, its dead row is found)
