@@ -54,7 +54,7 @@ import numpy as np
 from ctiflow.operators.errors import ConfigError, EventRejected, invalid_choice
 from ctiflow.operators.events import MapColumn, OutputBatch
 from ctiflow.operators.operator import Operator, Output, Traits
-from ctiflow.operators.packed import names_of, rows_in
+from ctiflow.operators.packed import names_of, rows_in, rows_of_names
 from ctiflow.operators.time import (
     CTI_INFINITY,
     CTI_NONE,
@@ -386,6 +386,18 @@ class _Keys:
                 ids[k] = base + len(added)
                 added.append(k)
             got = np.fromiter(map(ids.__getitem__, keys), np.int64, len(keys))
+        return got
+
+    def ids_of_table(self, other: "_Keys") -> np.ndarray:
+        """The id here of each of ``other``'s keys (in its id order), keys not here added: its
+        sorted names found in these by binary search, no key made a string but those not found
+        (keys added since this table's restore, or new here)."""
+        got = rows_of_names(self.names, other.names)
+        miss = np.flatnonzero(got < 0)
+        rest = other.keys_of(miss) + other.added
+        if rest:
+            got = np.concatenate([got[:len(other.names)], np.zeros(len(other.added), np.int64)])
+            got[np.r_[miss, np.arange(len(other.names), len(other))]] = self.ids_of(rest)
         return got
 
     def keys_of(self, kids) -> list[str]:
@@ -1006,11 +1018,14 @@ class Binner(Operator):
         """(:meth:`Operator.absorb`)"""
         self._flush()
         part._flush()
-        theirs = part._keys.keys_of(np.arange(len(part._keys)))
-        self._drop_slots(self._slots_of_keys({*keys, *theirs}))
+        theirs = self._keys.ids_of_table(part._keys)  # (the frame's keys found as names: none made a string)
+        listed = self._keys.find(list(keys)) if keys else theirs[:0]
+        drop = np.concatenate([theirs, listed[listed >= 0]])
+        live = np.flatnonzero(self._live[: self._hi])
+        self._drop_slots(live[np.isin(self._kid[live], drop)] if len(drop) else live[:0])
         rows = np.flatnonzero(part._live[: part._hi])
         if len(rows):  # (their keys' bins were all dropped: none is live, and theirs are distinct)
-            slots = self._new_slots(self._keys.ids_of(theirs)[part._kid[rows]], part._k[rows])
+            slots = self._new_slots(theirs[part._kid[rows]], part._k[rows])
             for name in ("_rev", "_cev", "_cfrac", "_touched", "_iev", "_ifrac"):
                 getattr(self, name)[slots] = getattr(part, name)[rows]
             self._cum[:, slots] = part._cum[:, rows]

@@ -51,10 +51,17 @@ def names_of(keys: Sequence[str]) -> np.ndarray:
 def rows_in(names: np.ndarray, keys: Sequence[str]) -> np.ndarray:
     """Each of ``keys``' row in ``names`` (a :func:`names_of` column sorted by name), −1 for a key
     not in it: one binary search of the column for all of them."""
-    m = len(names)
-    if not m or not len(keys):
+    if not len(names) or not len(keys):
         return np.full(len(keys), -1, np.int64)
-    probe = names_of(keys)
+    return rows_of_names(names, names_of(keys))
+
+
+def rows_of_names(names: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    """Each of ``probe``'s row in ``names`` (both :func:`names_of` columns, ``names`` sorted, of
+    any widths), −1 for a name not in it: :func:`rows_in` for keys that are names already."""
+    m = len(names)
+    if not m or not len(probe):
+        return np.full(len(probe), -1, np.int64)
     at = np.minimum(np.searchsorted(names, probe), m - 1)
     return np.where(names[at] == probe, at, -1)
 

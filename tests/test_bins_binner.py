@@ -505,3 +505,12 @@ def test_the_key_table_finds_adds_and_sorts_keys_as_a_dict_would():
         part, new_id = table.sorted_of(used)
         assert part.keys_of(new_id) == [by_id[i] for i in used.tolist()]
         assert part.keys_of(np.arange(len(part))) == sorted((by_id[i] for i in used.tolist()), key=column_order)
+        # another table's keys (a frame's: a sorted column and keys added since) found here by name,
+        # those not here added; keys of every width, some here only as added ones
+        sorted_part = set(rng.sample(pool, 200))
+        other = _Keys(np.sort(names_of(list(sorted_part))), [k for k in rng.sample(pool, 30) if k not in sorted_part])
+        theirs = other.keys_of(np.arange(len(other)))
+        got = table.ids_of_table(other).tolist()
+        for k in theirs:
+            oracle.setdefault(k, len(oracle))
+        assert got == [oracle[k] for k in theirs] and len(table) == len(oracle)
