@@ -6,8 +6,14 @@ from ctiflow.bench.state_scale import main
 
 
 def test_the_scale_bench_builds_its_live_keys_and_prints_a_row_each():
-    rows = main(Console(file=open("/dev/null", "w")), sizes=(500, 3000), per_batch=300, active=40, batches=3,
-                chunk_keys=8)
+    out = Console(file=open("/dev/null", "w"), width=400, record=True)
+    rows = main(out, sizes=(500, 3000), per_batch=300, active=40, batches=3, chunk_keys=8)
+    text = out.export_text()
+    header = [line for line in text.splitlines() if line.startswith("┃")]
+    cells = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(header) == 1 and len(cells) == len(rows)  # (one line each: no cell wrapped)
+    assert all(line.count("│") == header[0].count("┃") for line in cells)
+    assert all(name.strip() for name in header[0].strip("┃").split("┃"))  # a header for every cell
     assert [(r.operator, r.live_keys) for r in rows] == [
         ("identity", 0), ("count", 500), ("count", 3000), ("match", 500), ("match", 3000), ("bins", 500), ("bins", 3000)]
     assert all(r.events == 600 and r.written > 0 for r in rows[1:])

@@ -111,9 +111,10 @@ TABLE: tuple[Counter, ...] = (
             "ctiflow_rules_rejected"),
     Counter("rule_partial_matches", G, "partial matches in flight per rule after the last batch (rule \"\": "
             "the operator's own pattern)", ("operator", "rule"), "ctiflow_rule_partial_matches"),
-    Counter("state_us", C, "time spent decoding and encoding state, µs"),
+    Counter("state_us", C, "time spent on state: the chunks' reads, decoding, encoding and writes (their "
+            "state-store calls, store_us, within it; the header's not), µs"),
     Counter("store_us", C, "time in Spark's state store (the key groups' reads and writes through its state "
-            "server), µs"),
+            "server; the chunks' within state_us), µs"),
     Counter("python_us", C, "the key groups' calls in the Python workers, µs"),
 )
 

@@ -764,7 +764,7 @@ class StateConfig(Strict):
         "keyed state is stored in chunks of about this many keys (split as keys grow); a micro-batch reads "
         "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches. "
         "Smaller: less decoded per touched key, more state-store calls when a batch touches most keys; "
-        "sparse keys (a batch's events nearly all of different keys) want larger chunks, e.g. 8192 to 16384 "
+        "sparse keys (a batch's events nearly all of different keys) want larger chunks, e.g. 16384 to 65536 "
         "(docs/performance.md#keyed-state-with-sparse-keys-dev-bench-scale-sparse); may change between runs "
         "(chunks already stored keep their size until they split)"))
 
