@@ -38,8 +38,8 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
               "--cti-delay", help="scale: only the table of batch time against cti.delay (10 s to 10 minutes "
                                   "at a fixed rate, in one process)")] = False,
           sparse: Annotated[bool, typer.Option(
-              "--sparse", help="scale: only the table of events spread over every key (10k to 3M keys, in "
-                               "one process)")] = False,
+              "--sparse", help="scale: only the tables of events spread over every key (10k to 3M keys, in "
+                               "one process and end to end in Spark)")] = False,
           runs: Annotated[Optional[int], typer.Option(
               min=1, help="latency: how many times the whole protocol runs (default 3: its goal is judged in "
                           "each run; a run takes ≈ 13 minutes)")] = None):
