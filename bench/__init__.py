@@ -34,8 +34,9 @@ class Options:
 
     @property
     def record(self) -> bool:
-        """A run at the defaults records its figures (``--runs`` given as its default included)."""
-        return self.events is None and self.trigger is None and self.runs in (None, LATENCY_RUNS)
+        """A run at the defaults records its figures (``--runs`` given as latency's default included;
+        the sparse-keys table records the median of however many runs)."""
+        return self.events is None and self.trigger is None and (self.runs in (None, LATENCY_RUNS) or self.sparse)
 
 
 def _call(module: str, function: str) -> Callable:
@@ -61,7 +62,8 @@ def _scale(o: Options) -> None:
         _call("state_scale", "main")(o.out)
     if not o.cti_delay:
         _call("state_scale", "sparse_main")(o.out, record_figures=o.record)
-        _call("state_scale", "spark_sparse_main")(o.out, per_batch=o.trigger or 200_000, record_figures=o.record)
+        _call("state_scale", "spark_sparse_main")(o.out, per_batch=o.trigger or 200_000, record_figures=o.record,
+                                                  runs=o.runs or 1)
     if not o.sparse:
         _call("state_scale", "delay_main")(o.out, record_figures=o.record)
 

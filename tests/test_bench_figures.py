@@ -146,14 +146,45 @@ def test_sparse_spark_row(data):
     rows = [row("identity", 10_000, 5.0)] + [
         row(f"{k}, chunk_keys 2048", live, base * f) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
         for live, f in ((3_000_000, 1.6 if k == "bins" else 1.2), (10_000, 1.0), (1_000_000, 1.1))]
-    record_sparse(rows, _table(("operator",), ("count",)), "scale-sparse-spark")
+    record_sparse([rows], _table(("operator",), ("count",)), "scale-sparse-spark")
     v = _rows(data, ["scale-sparse-spark"])["scale-sparse-spark"]["values"]
     assert (v["identity"], v["count_rate"], v["count_1m"], v["count_3m"]) == ("200.0k", "100.0k", "0.91", "0.83")
     assert (v["bins_rate"], v["bins_3m"], v["met"]) == ("250.0k", "0.62", "**missed**")
-    record_sparse([row(k, live, base) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
-                   for live in (10_000, 1_000_000, 3_000_000)], _table(("operator",), ("count",)))  # one process
+    record_sparse([[row(k, live, base) for k, base in (("count", 10.0), ("match", 12.0), ("bins", 4.0))
+                    for live in (10_000, 1_000_000, 3_000_000)]], _table(("operator",), ("count",)))  # one process
     v = _rows(data, ["scale-sparse"])["scale-sparse"]["values"]
     assert (v["count_rate"], v["match_1m"], v["bins_3m"], v["met"]) == ("100.0k", "1.00", "1.00", "met")
+
+
+def test_sparse_rows_over_several_runs_record_each_ratios_median_and_meet_only_if_every_run_does(data):
+    """Three runs: a ratio recorded is the median of its three (each against its own run's 10k row),
+    the target met only if every run's every ratio is ≥ 0.8; the spread table shows each run."""
+    from rich.console import Console
+
+    from ctiflow.bench.state_scale import Row, record_sparse, spread_table
+
+    def run(identity_s, count, match, bins):  # seconds a million events take at 10k, 1M, 3M keys
+        def row(kind, live, seconds):
+            return Row(kind, live, 1_000_000, seconds, 1.0, 2.0, 10.0, 0.1, 1.0, 1, 2000.0, 10.0)
+        return [row("identity", 0, identity_s)] + [row(k, live, s) for k, times in
+                                                   (("count", count), ("match", match), ("bins", bins))
+                                                   for live, s in zip((3_000_000, 10_000, 1_000_000), times)]
+
+    every = [run(5.0, (12.5, 10.0, 11.0), (15.0, 12.0, 12.0), (5.0, 4.0, 4.0)),   # count 0.91 / 0.80
+             run(4.0, (10.0, 10.0, 10.0), (24.0, 12.0, 12.0), (4.0, 4.0, 4.0)),   # match 3M 0.50 here
+             run(6.0, (20.0, 16.0, 16.0), (12.0, 12.0, 12.0), (4.4, 4.0, 4.0))]
+    table = spread_table(every)
+    out = Console(file=open("/dev/null", "w"), width=300, record=True)
+    out.print(table)
+    text = out.export_text()
+    assert "0.50×" in text and "83,333 (1.00×)" in text  # (match at 3M in run 2; match at 10k in run 1)
+    record_sparse(every, table, "scale-sparse-spark")
+    v = _rows(data, ["scale-sparse-spark"])["scale-sparse-spark"]["values"]
+    assert v["identity"] == "200.0k"  # median of 200k, 250k, 166.7k
+    assert (v["count_rate"], v["count_1m"], v["count_3m"]) == ("100.0k", "1.00", "0.80")  # 0.91/1/1, 0.80/1/0.80
+    assert (v["match_1m"], v["match_3m"], v["bins_3m"], v["met"]) == ("1.00", "0.80", "0.91", "**missed**")
+    record_sparse([every[0], every[2]], table, "scale-sparse-spark")
+    assert _rows(data, ["scale-sparse-spark"])["scale-sparse-spark"]["values"]["met"] == "met"
 
 
 def test_soak_row(data):
@@ -287,3 +318,4 @@ def test_a_run_records_at_the_defaults_and_runs_typed_as_its_default_is_one():
     assert Options(out).record and Options(out, runs=3).record
     assert not Options(out, runs=2).record and not Options(out, runs=4).record
     assert not Options(out, events=10).record and not Options(out, trigger=5).record
+    assert Options(out, sparse=True, runs=2).record  # (the sparse-keys table records the median of its runs)
