@@ -37,9 +37,9 @@ from ctiflow.operators import snapshots
 from ctiflow.operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
 from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _le
 from ctiflow.operators.events import OutputBatch
-from ctiflow.operators.operator import Operator, Output, Traits, process_rows
+from ctiflow.operators.operator import Operator, Traits
 from ctiflow.operators.packed import NewRows, PackedStates
-from ctiflow.operators.time import CTI_INFINITY, CTI_NONE, Event
+from ctiflow.operators.time import CTI_INFINITY, CTI_NONE
 
 __all__ = ["Bucket", "CountOperator", "CountSettings", "ExponentialHistogram", "GLOBAL_KEY"]
 
@@ -261,39 +261,17 @@ class CountOperator(Operator):
 
     # -- the Operator contract ---------------------------------------------------------------
 
-    def _process_event(self, event: Event) -> list[Output]:
-        """One event (``emit: per_event``): its count record."""
-        key = event.key if self._per_key else GLOBAL_KEY
-        self._changed.add(key)
-        h = self._get(key)
-        if h is None:
-            h = self._histograms[key] = ExponentialHistogram(self._window, self._epsilon)
-        weight = self._weight(event.fields)
-        start = event.start
-        if self._by_time:
-            h.update(start, weight)
-        else:
-            h.update(h.now + 1 if h.now > 0 else 1, weight)
-        if start > self._clock:
-            self._clock = start
-        if self._per_event:
-            return [Output("count", self._record(key, h, start))]
-        last = self._touched.get(key)
-        if last is None or start > last:
-            self._touched[key] = start
-        return []
-
     def process_columns(self, cols) -> list[tuple[int, Any]]:
         """The rows of an :class:`ctiflow.operators.columns.EventColumns`, in application-time order:
         weights row by row (or as a column), then each key's histogram takes its rows in one
         ``update_many`` — the state of taking them one by one. → ``(row, EventRejected)`` per
-        refused row (with ``emit: per_event``, also ``(row, outputs)`` per row), in row order.
-        Record dicts are built only when a predicate or ``value_field`` reads them."""
+        refused row (with ``emit: per_event``, also one ``(row, OutputBatch)``: :meth:`_each`), in row
+        order. Record dicts are built only when a predicate or ``value_field`` reads them."""
         n = len(cols)
         if self._per_key and len(self._rows):  # the packed keys of these rows decoded at once
             self._load_many(cols.key_codes()[1])
         if self._per_event:
-            return process_rows(self._process_event, range(n), cols.events())
+            return self._each(cols)
         if self._value_field is None:
             if self._predicate is None:
                 return self._take_columns(cols.key, cols.start, None)
@@ -330,6 +308,62 @@ class CountOperator(Operator):
             clock = self._update_key(key, h, starts[rows], None if mask is None else mask[rows], clock)
         self._clock = clock
         return []
+
+    def _each(self, cols) -> list[tuple[int, Any]]:
+        """``emit: per_event``: the rows one by one into their keys' histograms, each row's count
+        record the state after it (at the event's start, the event included); every record in one
+        :class:`OutputBatch` in row order (at the last row taken). A row whose weight is refused
+        leaves the state unchanged (its key's histogram exists, as it would before its weight
+        were known)."""
+        n = len(cols)
+        refused: list[tuple[int, Any]] = []
+        weights = self._column_weights(cols, n)
+        if weights is False:
+            weights, weigh = [0] * n, self._weight
+            for j, fields in enumerate(cols.records()):
+                try:
+                    weights[j] = weigh(fields)
+                except EventRejected as exc:
+                    refused.append((j, exc))
+        skip = {j for j, _ in refused}
+        keys = cols.key.tolist() if self._per_key else [GLOBAL_KEY] * n
+        starts, by_time, histograms = cols.start.tolist(), self._by_time, self._histograms
+        taken: list[int] = []
+        summaries: list[tuple] = []
+        for j, key, start, w in zip(range(n), keys, starts, repeat(1) if weights is None else weights):
+            h = histograms.get(key) or self._get(key)
+            if h is None:
+                h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
+            if j in skip:
+                continue
+            h.update(start if by_time else h.now + 1 if h.now > 0 else 1, w)
+            summaries.append(h.summary())
+            taken.append(j)
+        self._changed.update(keys)
+        if not taken:
+            return refused
+        rows = np.array(taken, np.int64) if skip else slice(None)
+        clock = int(cols.start[rows].max())
+        if clock > self._clock:
+            self._clock = clock
+        estimate, lower, upper, seed_estimate, bucket_count = (np.array(c) for c in zip(*summaries))
+        batch = OutputBatch("count", {
+            "counter": self._name, "key": cols.key[rows] if self._per_key else GLOBAL_KEY,
+            "time": cols.start[rows], "window_kind": self._window_kind, "window": self._window,
+            "epsilon": self._epsilon, "estimate": estimate, "lower": lower, "upper": upper,
+            "seed_estimate": seed_estimate, "bucket_count": bucket_count, "exact": None}, len(taken))
+        return sorted([*refused, (taken[-1], batch)], key=lambda r: r[0])
+
+    def _column_weights(self, cols, n: int) -> list | None | bool:
+        """The rows' weights known without reading records: None (1 each: no predicate, no
+        ``value_field``), the predicate on whole columns where exact (0/1 each), or False: weigh
+        row by row."""
+        if self._value_field is not None:
+            return False
+        if self._predicate is None:
+            return None
+        mask = self._truth(cols.fields, n) if self._truth is not None else None
+        return False if mask is None else mask.tolist()
 
     def _update_key(self, key: str, h: ExponentialHistogram, starts, weights, clock: int) -> int:
         """One key's events (their starts, in application-time order, and weights) into its
@@ -639,23 +673,6 @@ class CountOperator(Operator):
             "window": self._window, "epsilon": self._epsilon, "estimate": estimate, "lower": lower,
             "upper": upper, "seed_estimate": seed_estimate, "bucket_count": bucket_count,
             "exact": None}, len(keys))]
-
-    def _record(self, key: str, h: ExponentialHistogram, time: int) -> dict[str, Any]:
-        estimate, lower, upper, seed_estimate, bucket_count = h.summary()
-        return {
-            "counter": self._name,
-            "key": key,
-            "time": time,
-            "window_kind": self._window_kind,
-            "window": self._window,
-            "epsilon": self._epsilon,
-            "estimate": estimate,
-            "lower": lower,
-            "upper": upper,
-            "seed_estimate": seed_estimate,
-            "bucket_count": bucket_count,
-            "exact": None,
-        }
 
 
 _BIG_ENDIAN = struct.pack("=q", 1) != struct.pack("<q", 1)

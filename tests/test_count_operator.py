@@ -375,3 +375,45 @@ def test_a_batch_gives_the_state_outputs_and_refusals_of_one_event_at_a_time(win
         assert outputs_of(one.advance_to(clock)) == outputs_of(many.advance_to(clock))
         assert one.snapshot() == many.snapshot()
     assert outputs_of(one.advance_to(CTI_INFINITY)) == outputs_of(many.advance_to(CTI_INFINITY))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    window_kind=st.sampled_from(["events", "time"]),
+    per_key=st.booleans(),
+    summed=st.booleans(),
+    batches=st.lists(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 30), st.booleans(),
+                                        st.sampled_from([0, 1, 3, -2, None, 2.0, "x"])), max_size=25), max_size=5),
+)
+def test_per_event_records_of_a_batch_keep_epsilon_in_row_order(window_kind, per_key, summed, batches):
+    """``emit: per_event`` with many rows a call (what the runtime does): one record per row taken,
+    in row order, each within the bounds of the exact count over its key's events so far (brute
+    force); a row whose value is no non-negative integer refused, its key's count unmoved by it."""
+    window, epsilon = 7, 0.2
+    op = CountOperator(CountSettings(name="c", window_kind=window_kind, window=window, epsilon=epsilon,
+                                     emit="per_event", per_key=per_key, predicate="hot",
+                                     value_field="v" if summed else None))
+    history: dict[str, list] = defaultdict(list)  # key → (time, sequence, weight) of its events taken
+    clock = 0
+    for batch in batches:
+        events, expected, refused = [], [], []
+        for j, (key, step, hot, v) in enumerate(batch):
+            clock += step % 4
+            events.append(event(key, clock, offset=j, hot=hot, v=v))
+            if hot and summed and v in (-2, "x"):
+                refused.append(j)
+                continue
+            weight = 0 if not hot else 1 if not summed else int(v or 0)
+            mine = history[key if per_key else "*"]
+            mine.append((clock, len(mine) + 1, weight))
+            exact = sum(w for t, s, w in mine if (t if window_kind == "time" else s)
+                        > (clock if window_kind == "time" else len(mine)) - window)
+            expected.append((key if per_key else "*", clock, exact))
+        got = op.process_columns(EventColumns.from_events(events)) if events else []
+        assert [j for j, r in got if isinstance(r, EventRejected)] == refused
+        records = outputs_of([r for _, r in got if not isinstance(r, EventRejected)])
+        assert [(o.record["key"], o.record["time"]) for o in records] == [(k, t) for k, t, _ in expected]
+        for o, (_, _, exact) in zip(records, expected):
+            assert o.record["lower"] <= exact <= o.record["upper"]
+            assert abs(o.record["estimate"] - exact) <= epsilon * exact
+        assert [j for j, _ in got] == sorted(j for j, _ in got)
