@@ -523,3 +523,16 @@ def test_the_store_clock_times_each_call_and_an_iterators_fetches_not_the_work_b
         ns[0] += 50_000  # the caller's work: not the store's
     assert got == [0, 1, 2]
     assert clock.take() == (3 * 1_500 + 0 + 1 + 2 + 700) // 1000  # 5,203 ns
+
+
+def test_a_global_per_event_count_keys_every_record_with_the_global_key():
+    """A per-event count without ``per_key`` emits its records as columns with one key shared by
+    all (``*``): each record is the count of the last 3 events, whichever account, in event order."""
+    t, topics = make_tester({"sources": [TX], "operators": [
+        {"kind": "count", "name": "last_3", "per_key": False, "window": {"events": 3}, "emit": "per_event",
+         "output": "c"}]})
+    frame = t.testInPandas(2, count_batch(0, 6, T0))
+    got = list(records(iter([pa.RecordBatch.from_pandas(frame, preserve_index=False)]), {}))
+    counts = [(k, AvroDeserializer(topics[topic])(v)) for topic, k, v in got if topic == "c"]
+    assert [(k, r["key"], r["time"], r["estimate"]) for k, r in counts] == [
+        (b"*", "*", T0 + 10 * i, float(min(i + 1, 3))) for i in range(6)]

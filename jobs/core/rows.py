@@ -633,6 +633,8 @@ class ResultEncoder:
                 if topic == late:
                     counters.late_records += o.n
                 keys = o.keys if o.keys is not None else o.columns.get("key")
+                if isinstance(keys, str):  # (one key shared by every record: a global count's)
+                    keys = pa.repeat(pa.scalar(keys, pa.string()), o.n)
                 if o.raw is not None:
                     values = self._as_they_came(topic, o.raw)
                     if values is not None:
