@@ -86,12 +86,13 @@ def _event(key: str, t: int, i: int, rng: random.Random, amount: float | None = 
 
 def _batch(plan, store, header, events):
     """One micro-batch of one key group, as the adapter runs it (the CTI: one past the latest
-    event, ``cti.delay`` −1; the cyclic garbage collector paused, :mod:`ctiflow.jobs.core.alloc`);
-    → (header, seconds on state, written)."""
+    event, ``cti.delay`` −1; the cyclic garbage collector paused, :mod:`ctiflow.jobs.core.alloc`;
+    an operator's result columns kept one batch, ``batched``, until 2026-12-04 one ``Output`` a
+    record); → (header, seconds on state, written)."""
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
 
     with cyclic_gc_paused():
-        rt = GroupRuntime(plan, header=header, chunks=store)
+        rt = GroupRuntime(plan, header=header, chunks=store, batched=True)
         rt.run_batch(GroupInput.of("tx", {0: events}, [0]))
         header = rt.commit()
     c = rt.counters
@@ -284,7 +285,7 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
         got = GroupInput.of("tx", {0: evs}, [0])
         with cyclic_gc_paused():
             started = time.perf_counter()
-            rt = GroupRuntime(plan, header=expanded(stored), chunks=store)
+            rt = GroupRuntime(plan, header=expanded(stored), chunks=store, batched=True)
             rt.run_batch(got)
             raw = rt.commit()
             stored = compressed(raw)
