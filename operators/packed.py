@@ -38,14 +38,28 @@ import numpy as np
 RUNS_UNKNOWN = -1
 #: after every key in :attr:`PackedStates.names`
 END = b"\x01"
+_END_TEXT = END.decode()
 #: :meth:`PackedStates.find`'s mark of a key it has no answer for yet (rows are ≥ 0, not held −1)
 _UNASKED = -2
 
 
 def names_of(keys: Sequence[str]) -> np.ndarray:
     """``keys`` as :attr:`PackedStates.names` holds them: each UTF-8 followed by :data:`END`, a
-    fixed-width bytes column."""
-    return np.array([k.encode() + END for k in keys], dtype=bytes) if len(keys) else np.zeros(0, "S1")
+    fixed-width bytes column. Keys of one length in bytes (ids such as ``acct-000123``: the usual
+    sparse keys) are joined and encoded once and the bytes viewed as the column (≈ 3× a bytes
+    object a key): it is theirs when the joined bytes hold :data:`END` exactly at the ends of
+    equal rows and nowhere else; any other keys one by one."""
+    n = len(keys)
+    if not n:
+        return np.zeros(0, "S1")
+    if len(keys[0]) == len(keys[n // 2]) == len(keys[-1]):  # (else not of one length)
+        joined = (_END_TEXT.join(keys) + _END_TEXT).encode()
+        width = len(keys[0].encode()) + 1
+        if len(joined) == n * width and joined.count(END) == n:
+            ends = np.frombuffer(joined, np.uint8)[width - 1::width]
+            if (ends == END[0]).all():
+                return np.frombuffer(joined, f"S{width}")
+    return np.array([k.encode() + END for k in keys], dtype=bytes)
 
 
 def rows_in(names: np.ndarray, keys: Sequence[str]) -> np.ndarray:

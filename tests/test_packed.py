@@ -169,3 +169,26 @@ def test_a_key_asked_for_once_is_not_searched_for_again(monkeypatch) -> None:
     restored = restored.packed([("nope", 1, b"n", 0)])
     assert restored.find(["k005", "nope", "k007"]).tolist() == [-1, 100, 7]
     assert searched[2:] == [["k005"]]  # (a key taken is forgotten: asked again, its dead row is found)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(KEYS), st.text(max_size=6),
+                          st.from_regex(r"acct-[0-9]{6}", fullmatch=True)), max_size=40))
+def test_names_are_each_key_in_utf8_followed_by_the_end_mark(keys) -> None:
+    """``names_of`` builds the column a key at a time's bytes would (the reference: each key encoded
+    with END appended): for keys of one length and ASCII (joined once) as for any others."""
+    from ctiflow.operators.packed import END, names_of
+
+    got = names_of(keys)
+    if not keys:
+        assert len(got) == 0
+        return
+    want = np.array([k.encode() + END for k in keys], dtype=bytes)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    same = [f"acct-{i:06d}" for i in range(7)]
+    assert names_of(same).tolist() == [k.encode() + END for k in same]
+    assert names_of(["ab", "üx"]).tolist() == ["ab".encode() + END, "üx".encode() + END]  # one length, not ASCII
+    # lengths that differ, summing to equal rows, END inside a key at a row's end (joined: END at
+    # every row's end, but not only there)
+    tricky = ["\x01", "", "\x01", "\x01\x01", "a"]
+    assert names_of(tricky).tolist() == [k.encode() + END for k in tricky]
