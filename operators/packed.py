@@ -46,8 +46,8 @@ _UNASKED = -2
 def names_of(keys: Sequence[str]) -> np.ndarray:
     """``keys`` as :attr:`PackedStates.names` holds them: each UTF-8 followed by :data:`END`, a
     fixed-width bytes column. Keys of one length in bytes (ids such as ``acct-000123``: the usual
-    sparse keys) are joined and encoded once and the bytes viewed as the column (≈ 3× a bytes
-    object a key): it is theirs when the joined bytes hold :data:`END` exactly at the ends of
+    sparse keys) are joined and encoded once and the bytes viewed as the column (no bytes object
+    a key): it is theirs when the joined bytes hold :data:`END` exactly at the ends of
     equal rows and nowhere else; any other keys one by one."""
     n = len(keys)
     if not n:

@@ -176,7 +176,7 @@ def test_a_key_asked_for_once_is_not_searched_for_again(monkeypatch) -> None:
                           st.from_regex(r"acct-[0-9]{6}", fullmatch=True)), max_size=40))
 def test_names_are_each_key_in_utf8_followed_by_the_end_mark(keys) -> None:
     """``names_of`` builds the column a key at a time's bytes would (the reference: each key encoded
-    with END appended): for keys of one length and ASCII (joined once) as for any others."""
+    with END appended): for keys of one length in bytes (joined once) as for any others."""
     from ctiflow.operators.packed import END, names_of
 
     got = names_of(keys)
@@ -185,6 +185,13 @@ def test_names_are_each_key_in_utf8_followed_by_the_end_mark(keys) -> None:
         return
     want = np.array([k.encode() + END for k in keys], dtype=bytes)
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def test_names_of_one_length_are_viewed_only_where_the_end_marks_cut_equal_rows() -> None:
+    """Keys of one length in bytes (joined once), of one length in characters but not in bytes, and
+    keys of several lengths whose joined bytes look like equal rows: each one's bytes and END."""
+    from ctiflow.operators.packed import END, names_of
+
     same = [f"acct-{i:06d}" for i in range(7)]
     assert names_of(same).tolist() == [k.encode() + END for k in same]
     assert names_of(["ab", "üx"]).tolist() == ["ab".encode() + END, "üx".encode() + END]  # one length, not ASCII
