@@ -35,7 +35,8 @@ import numpy as np
 
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import ConfigError, CtiflowError, EventRejected, invalid_choice
-from ctiflow.operators.histogram import NO_TIME, Bucket, ExponentialHistogram, _le
+from ctiflow.operators.histogram import (NO_TIME, TIME_LIMIT, Bucket, ExponentialHistogram, _le, appended,
+                                         buckets_per_size, one_level, ranges)
 from ctiflow.operators.events import OutputBatch
 from ctiflow.operators.operator import Operator, Traits
 from ctiflow.operators.packed import NewRows, PackedStates
@@ -175,6 +176,13 @@ def _empty_at(h: ExponentialHistogram) -> int:
     return h.now + 1 if newest is None else newest + h.window
 
 
+def _others(rows: np.ndarray, n: int) -> np.ndarray:
+    """The rows of ``range(n)`` not in ``rows``, ascending."""
+    keep = np.ones(n, np.bool_)
+    keep[rows] = False
+    return np.flatnonzero(keep)
+
+
 #: the due CTI of a key that no CTI drops (an event-count window)
 _NEVER = 1 << 62
 
@@ -264,24 +272,113 @@ class CountOperator(Operator):
     def process_columns(self, cols) -> list[tuple[int, Any]]:
         """The rows of an :class:`ctiflow.operators.columns.EventColumns`, in application-time order:
         weights row by row (or as a column), then each key's histogram takes its rows in one
-        ``update_many`` — the state of taking them one by one. → ``(row, EventRejected)`` per
-        refused row (with ``emit: per_event``, also one ``(row, OutputBatch)``: :meth:`_each`), in row
-        order. Record dicts are built only when a predicate or ``value_field`` reads them."""
+        ``update_many`` — the state of taking them one by one; the keys of one level of buckets
+        before and after as columns, never decoded (:meth:`_take_small`). → ``(row, EventRejected)``
+        per refused row (with ``emit: per_event``, also one ``(row, OutputBatch)``: :meth:`_each`), in
+        row order. Record dicts are built only when a predicate or ``value_field`` reads them."""
         n = len(cols)
-        if self._per_key and len(self._rows):  # the packed keys of these rows decoded at once
+        mask = self._column_weights(cols, n)
+        small = None
+        if self._per_key and mask is not False:
+            small = self._take_small(cols, mask)
+        elif self._per_key and len(self._rows):  # the packed keys of these rows decoded at once
             self._load_many(cols.key_codes()[1])
         if self._per_event:
-            return self._each(cols)
-        if self._value_field is None:
-            if self._predicate is None:
-                return self._take_columns(cols.key, cols.start, None)
-            if self._truth is not None:
-                mask = self._truth(cols.fields, n)  # the predicate on whole columns, where exact
-                if mask is not None:
-                    return self._take_columns(cols.key, cols.start, mask)
+            return self._each(cols, mask, small)
+        if mask is not False:
+            rest = slice(None) if small is None else _others(small[0], n)
+            return self._take_columns(cols.key[rest], cols.start[rest], None if mask is None else mask[rest])
         keys, starts = cols.key.tolist(), cols.start.tolist()
-        records = cols.records() if (self._predicate is not None or self._value_field is not None) else None
+        records = cols.records()
         return self._take(range(n), keys, starts, records)
+
+    def _take_small(self, cols, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the keys whose histogram is at most one level of buckets before and after
+        them, no bucket leaving the window (a sparse key's usual state: a few buckets), taken as
+        columns: each key's new buckets appended to its row of integers
+        (:func:`~ctiflow.operators.histogram.appended`), the key never decoded; the state equals
+        ``update`` of each row in turn. Every other key of the rows held as bytes is decoded
+        (:meth:`_load_many`) for the histograms to take its rows. ``mask``: the rows' weights as
+        booleans (None: 1 each). → the rows taken so, ascending, and each one's count after it
+        (exact with one level of buckets of one event)."""
+        codes, index = cols.key_codes()
+        keys, n = list(index), len(codes)
+        k, histograms, window = len(keys), self._histograms, self._window
+        free = [key not in histograms for key in keys] if histograms else None
+        asked = keys if free is None else [key for key, f in zip(keys, free) if f]
+        taken, blob, ends = self._rows.take_many(asked) if len(self._rows) else ([], b"", np.zeros(0, np.int64))
+        ints = np.frombuffer(blob, "<i8").astype(np.int64, copy=False)
+        lengths = np.diff(ends, prepend=0) // 8
+        starts = ends // 8 - lengths
+        held = one_level(ints, starts, lengths, buckets_per_size(self._epsilon))
+        # per key (by its code): its state as columns; a new key has no bucket and no time yet
+        at = np.fromiter(map(index.__getitem__, taken), np.int64, len(taken))
+        ok = np.ones(k, np.bool_) if free is None else np.array(free, np.bool_)
+        now, size, oldest, newest, begin = (np.full(k, v, np.int64) for v in (NO_TIME, 0, TIME_LIMIT, NO_TIME, 0))
+        for column, values in zip((ok, now, size, oldest, newest, begin), (*held, starts)):
+            column[at] = values
+        # per row, grouped by key (a key's rows in their order)
+        order = np.argsort(codes, kind="stable")
+        per_key = np.bincount(codes, minlength=k)
+        first = np.cumsum(per_key) - per_key
+        last = first + per_key - 1
+        grouped = codes[order]
+        if self._by_time:
+            times = cols.start[order].astype(np.int64)
+            back = np.flatnonzero((np.diff(times) < 0) & (grouped[1:] == grouped[:-1]))
+            ok[grouped[back + 1]] = False  # (a key's rows out of order: ``update`` refuses them)
+            ok &= (now <= times[first]) & (np.abs(times[last]) <= TIME_LIMIT) & (np.abs(times[first]) <= TIME_LIMIT)
+        else:  # a count-based window's timestamps: the key's sequence numbers
+            times = np.maximum(now, 0)[grouped] + (np.arange(n) - np.repeat(first, per_key)) + 1
+        w = np.ones(n, np.int64) if mask is None else mask[order].astype(np.int64)
+        counted = np.cumsum(w)
+        within = counted - np.repeat(counted[first] - w[first], per_key)  # buckets added up to a row
+        added = within[last]
+        adds = w > 0
+        add_codes, add_times = grouped[adds], times[adds]
+        if len(add_codes):
+            cut = np.flatnonzero(add_codes[1:] != add_codes[:-1])
+            lead, tail = np.r_[0, cut + 1], np.r_[cut, len(add_codes) - 1]
+            oldest[add_codes[lead]] = np.where(size[add_codes[lead]] > 0, oldest[add_codes[lead]],
+                                               add_times[lead])
+            newest[add_codes[tail]] = add_times[tail]
+        ok &= (size + added <= buckets_per_size(self._epsilon)) & (oldest > times[last] - window)
+        # the others decoded
+        hard = np.flatnonzero(~ok[at])
+        if len(hard) == len(taken):
+            self._decode(taken, ints, ends // 8)
+        elif len(hard):
+            self._decode([taken[i] for i in hard.tolist()], ints[ranges(starts[hard], lengths[hard])],
+                         np.cumsum(lengths[hard]))
+        simple = np.flatnonzero(ok)
+        self._changed.update(keys)
+        if not self._per_event:  # (first-touch order: every key of the rows, the others' as theirs will be)
+            touched = self._touched
+            for key, latest in zip(keys, cols.start[order[last]].tolist()):
+                seen = touched.get(key)
+                if seen is None or latest > seen:
+                    touched[key] = latest
+        if not len(simple):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        mine = ok[grouped]
+        state, lengths = appended(ints, begin[simple], size[simple], times[last][simple], added[simple],
+                                  times[mine & adds])
+        total = size[simple] + added[simple]
+        if self._by_time:
+            after = times[last][simple] + 1
+            dues = np.where(total > 0, np.maximum(newest[simple] + window, after), after)
+        else:
+            dues = np.full(len(simple), _NEVER, np.int64)
+        self._rows = self._rows.packed(NewRows([keys[i] for i in simple.tolist()], dues,
+                                               state.astype("<i8", copy=False).tobytes(), lengths * 8,
+                                               np.zeros(len(simple), np.int64)))
+        rows = order[mine]
+        clock = int(cols.start[rows].max())
+        if clock > self._clock:
+            self._clock = clock
+        counts = (size[grouped] + within)[mine]
+        ascending = np.argsort(rows)
+        return rows[ascending], counts[ascending]
 
     def _take_columns(self, keys: np.ndarray, starts: np.ndarray, mask: np.ndarray | None) -> list:
         """:meth:`_take` for rows whose weights are known as a column (``mask``; None: 1 each):
@@ -309,15 +406,17 @@ class CountOperator(Operator):
         self._clock = clock
         return []
 
-    def _each(self, cols) -> list[tuple[int, Any]]:
+    def _each(self, cols, weights: np.ndarray | None | bool,
+              small: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, Any]]:
         """``emit: per_event``: the rows one by one into their keys' histograms, each row's count
         record the state after it (at the event's start, the event included); every record in one
-        :class:`OutputBatch` in row order (at the last row taken). A row whose weight is refused
-        leaves the state unchanged (its key's histogram exists, as it would before its weight
-        were known)."""
+        :class:`OutputBatch` in row order (at the last row taken), with the rows :meth:`_take_small`
+        took (``small``: their rows and counts). ``weights``: as :meth:`_column_weights` gives them.
+        A row whose weight is refused leaves the state unchanged (its key's histogram exists, as it
+        would before its weight were known)."""
         n = len(cols)
         refused: list[tuple[int, Any]] = []
-        weights = self._column_weights(cols, n)
+        rows = list(range(n)) if small is None else _others(small[0], n).tolist()
         if weights is False:
             weights, weigh = [0] * n, self._weight
             for j, fields in enumerate(cols.records()):
@@ -325,12 +424,14 @@ class CountOperator(Operator):
                     weights[j] = weigh(fields)
                 except EventRejected as exc:
                     refused.append((j, exc))
+        elif weights is not None:
+            weights = weights[rows].tolist()
         skip = {j for j, _ in refused}
-        keys = cols.key.tolist() if self._per_key else [GLOBAL_KEY] * n
-        starts, by_time, histograms = cols.start.tolist(), self._by_time, self._histograms
+        keys = cols.key[rows].tolist() if self._per_key else [GLOBAL_KEY] * len(rows)
+        starts, by_time, histograms = cols.start[rows].tolist(), self._by_time, self._histograms
         taken: list[int] = []
         summaries: list[tuple] = []
-        for j, key, start, w in zip(range(n), keys, starts, repeat(1) if weights is None else weights):
+        for j, key, start, w in zip(rows, keys, starts, repeat(1) if weights is None else weights):
             h = histograms.get(key) or self._get(key)
             if h is None:
                 h = histograms[key] = ExponentialHistogram(self._window, self._epsilon)
@@ -340,30 +441,37 @@ class CountOperator(Operator):
             summaries.append(h.summary())
             taken.append(j)
         self._changed.update(keys)
-        if not taken:
+        columns = [np.array(c) for c in zip(*summaries)] if summaries else [np.zeros(0, float), *[np.zeros(0, np.int64)] * 4]
+        done = np.array(taken, np.int64)
+        if small is not None and len(small[0]):
+            done = np.concatenate((done, small[0]))
+            counts = small[1]
+            columns = [np.concatenate((c, counts.astype(c.dtype))) for c in columns]
+            order = np.argsort(done, kind="stable")
+            done, columns = done[order], [c[order] for c in columns]
+        if not len(done):
             return refused
-        rows = np.array(taken, np.int64) if skip else slice(None)
-        clock = int(cols.start[rows].max())
+        clock = int(cols.start[done].max())
         if clock > self._clock:
             self._clock = clock
-        estimate, lower, upper, seed_estimate, bucket_count = (np.array(c) for c in zip(*summaries))
+        estimate, lower, upper, seed_estimate, bucket_count = columns
         batch = OutputBatch("count", {
-            "counter": self._name, "key": cols.key[rows] if self._per_key else GLOBAL_KEY,
-            "time": cols.start[rows], "window_kind": self._window_kind, "window": self._window,
+            "counter": self._name, "key": cols.key[done] if self._per_key else GLOBAL_KEY,
+            "time": cols.start[done], "window_kind": self._window_kind, "window": self._window,
             "epsilon": self._epsilon, "estimate": estimate, "lower": lower, "upper": upper,
-            "seed_estimate": seed_estimate, "bucket_count": bucket_count, "exact": None}, len(taken))
-        return sorted([*refused, (taken[-1], batch)], key=lambda r: r[0])
+            "seed_estimate": seed_estimate, "bucket_count": bucket_count, "exact": None}, len(done))
+        return sorted([*refused, (int(done[-1]), batch)], key=lambda r: r[0])
 
-    def _column_weights(self, cols, n: int) -> list | None | bool:
+    def _column_weights(self, cols, n: int) -> np.ndarray | None | bool:
         """The rows' weights known without reading records: None (1 each: no predicate, no
-        ``value_field``), the predicate on whole columns where exact (0/1 each), or False: weigh
-        row by row."""
+        ``value_field``), the predicate on whole columns where exact (a boolean column), or False:
+        weigh row by row."""
         if self._value_field is not None:
             return False
         if self._predicate is None:
             return None
         mask = self._truth(cols.fields, n) if self._truth is not None else None
-        return False if mask is None else mask.tolist()
+        return False if mask is None else np.asarray(mask, np.bool_)
 
     def _update_key(self, key: str, h: ExponentialHistogram, starts, weights, clock: int) -> int:
         """One key's events (their starts, in application-time order, and weights) into its
@@ -469,12 +577,17 @@ class CountOperator(Operator):
         every key of a batch is held as bytes; one by one a key cost ≈ 3 µs more)."""
         histograms = self._histograms
         taken, blob, ends = self._rows.take_many([key for key in keys if key not in histograms])
-        ints, ends = np.frombuffer(blob, "<i8").tolist(), (ends // 8).tolist()
+        self._decode(taken, np.frombuffer(blob, "<i8"), ends // 8)
+
+    def _decode(self, keys: list[str], ints: np.ndarray, ends: np.ndarray) -> None:
+        """``keys``' histograms from their rows of integers (``_dump``'s, one after the other, each
+        ending at ``ends``), into :attr:`_histograms`."""
         try:
-            loaded, _ = ExponentialHistogram._load_many(self._window, self._epsilon, ints, 0, ends)
+            loaded, _ = ExponentialHistogram._load_many(self._window, self._epsilon, ints.tolist(), 0,
+                                                        ends.tolist())
         except ValueError as exc:
             raise ValueError(f"count operator state: {exc}") from None
-        histograms.update(zip(taken, loaded))
+        self._histograms.update(zip(keys, loaded))
 
     def _pack(self) -> None:
         """Every decoded key back to its bytes in :attr:`_rows`."""
@@ -657,6 +770,8 @@ class CountOperator(Operator):
             self._touched.clear()
             return []
         by_time, clock = self._by_time, self._clock
+        if len(self._rows):  # (the touched keys held as bytes decoded at once)
+            self._load_many(list(self._touched))
         keys, times, summaries = [], [], []
         for key, last in self._touched.items():
             time = at if at is not None else (last if last is not None else clock)

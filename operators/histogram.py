@@ -599,6 +599,74 @@ class ExponentialHistogram:
         return out, pos
 
 
+# -- histograms of one level of buckets, as columns ----------------------------------------------
+# A sparse key's histogram is a few buckets of one size: a new event appends a bucket and moves
+# ``now``, as long as the level stays within the cap and no bucket leaves the window. Many keys'
+# rows (``_dump``'s integers) are read and appended to that way with a few array operations, the
+# keys never becoming objects (count operator, ``CountOperator._take_small``).
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i], …, starts[i] + lengths[i] − 1`` of every i, in order."""
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
+
+
+class OneLevel(NamedTuple):
+    """``_dump`` rows read as columns (:func:`one_level`); a row with ``ok`` false is not one of
+    at most one level, or not well formed, and its other columns mean nothing."""
+
+    ok: np.ndarray      # the row holds one level of buckets or none
+    now: np.ndarray     # its ``now``
+    size: np.ndarray    # its buckets (0: none)
+    oldest: np.ndarray  # its oldest bucket's timestamp (``TIME_LIMIT`` without a bucket)
+    newest: np.ndarray  # its newest bucket's timestamp (``NO_TIME`` without a bucket)
+
+
+def one_level(ints: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cap: int) -> OneLevel:
+    """The rows ``ints[starts[i] : starts[i] + lengths[i]]`` (``_dump``'s integers: now, the number
+    of levels, each level's size, the timestamps) as :class:`OneLevel` columns."""
+    last = len(ints) - 1
+    if last < 0:
+        empty = np.zeros(0, np.int64)
+        return OneLevel(np.zeros(0, np.bool_), empty, empty, empty, empty)
+
+    def at(i: np.ndarray) -> np.ndarray:
+        return ints[np.clip(i, 0, last)]
+
+    levels = at(starts + 1)
+    size = np.where(levels == 1, at(starts + 2), 0)
+    ok = (lengths >= 2) & (((levels == 0) & (lengths == 2))
+                           | ((levels == 1) & (size > 0) & (size <= cap) & (lengths == 3 + size)))
+    size = np.where(ok, size, 0)
+    some = size > 0
+    return OneLevel(ok, at(starts), size, np.where(some, at(starts + 3), TIME_LIMIT),
+                    np.where(some, at(starts + lengths - 1), NO_TIME))
+
+
+def appended(ints: np.ndarray, starts: np.ndarray, size: np.ndarray, now: np.ndarray, added: np.ndarray,
+             times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of at most one level (``starts`` in ``ints``, ``size`` buckets each; a row without
+    buckets need not exist in ``ints``) with ``added[i]`` buckets of one event appended to row i
+    and its ``now`` set to ``now[i]``: ``times`` holds the new buckets' timestamps row after row,
+    oldest first. The caller has checked that ``update`` of each would neither carry (``size +
+    added`` ≤ cap) nor expire a bucket. → the new rows' integers, one after the other, and each
+    row's length."""
+    total = size + added
+    some = total > 0
+    lengths = np.where(some, 3 + total, 2)
+    at = np.cumsum(lengths) - lengths
+    out = np.empty(int(lengths.sum()), np.int64)
+    out[at] = now
+    out[at + 1] = some
+    out[at[some] + 2] = total[some]
+    out[ranges(at + 3, size)] = ints[ranges(starts + 3, size)]
+    out[ranges(at + 3 + size, added)] = times
+    return out, lengths
+
+
 def _le(ints: array) -> array:
     """``ints`` in little-endian byte order (snapshots are portable)."""
     if _BIG_ENDIAN:
