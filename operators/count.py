@@ -306,7 +306,8 @@ class CountOperator(Operator):
         k, histograms, window = len(keys), self._histograms, self._window
         free = [key not in histograms for key in keys] if histograms else None
         asked = keys if free is None else [key for key, f in zip(keys, free) if f]
-        taken, blob, ends = self._rows.take_many(asked) if len(self._rows) else ([], b"", np.zeros(0, np.int64))
+        taken, blob, ends = ([], b"", np.zeros(0, np.int64)) if not len(self._rows) else \
+            self._rows.take_many(asked)
         ints = np.frombuffer(blob, "<i8").astype(np.int64, copy=False)
         lengths = np.diff(ends, prepend=0) // 8
         starts = ends // 8 - lengths
@@ -314,7 +315,8 @@ class CountOperator(Operator):
         # per key (by its code): its state as columns; a new key has no bucket and no time yet
         at = np.fromiter(map(index.__getitem__, taken), np.int64, len(taken))
         ok = np.ones(k, np.bool_) if free is None else np.array(free, np.bool_)
-        now, size, oldest, newest, begin = (np.full(k, v, np.int64) for v in (NO_TIME, 0, TIME_LIMIT, NO_TIME, 0))
+        now, size, oldest, newest, begin = (np.full(k, v, np.int64)
+                                            for v in (NO_TIME, 0, TIME_LIMIT, NO_TIME, 0))
         for column, values in zip((ok, now, size, oldest, newest, begin), (*held, starts)):
             column[at] = values
         # per row, grouped by key (a key's rows in their order)
@@ -327,7 +329,8 @@ class CountOperator(Operator):
             times = cols.start[order].astype(np.int64)
             back = np.flatnonzero((np.diff(times) < 0) & (grouped[1:] == grouped[:-1]))
             ok[grouped[back + 1]] = False  # (a key's rows out of order: ``update`` refuses them)
-            ok &= (now <= times[first]) & (np.abs(times[last]) <= TIME_LIMIT) & (np.abs(times[first]) <= TIME_LIMIT)
+            ok &= (now <= times[first]) & (np.abs(times[last]) <= TIME_LIMIT) \
+                & (np.abs(times[first]) <= TIME_LIMIT)
         else:  # a count-based window's timestamps: the key's sequence numbers
             times = np.maximum(now, 0)[grouped] + (np.arange(n) - np.repeat(first, per_key)) + 1
         w = np.ones(n, np.int64) if mask is None else mask[order].astype(np.int64)
@@ -441,7 +444,8 @@ class CountOperator(Operator):
             summaries.append(h.summary())
             taken.append(j)
         self._changed.update(keys)
-        columns = [np.array(c) for c in zip(*summaries)] if summaries else [np.zeros(0, float), *[np.zeros(0, np.int64)] * 4]
+        columns = [np.array(c) for c in zip(*summaries)] if summaries else \
+            [np.zeros(0, float), *[np.zeros(0, np.int64)] * 4]
         done = np.array(taken, np.int64)
         if small is not None and len(small[0]):
             done = np.concatenate((done, small[0]))
