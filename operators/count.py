@@ -769,29 +769,71 @@ class CountOperator(Operator):
 
     def _emit_touched(self, at: int | None) -> list[OutputBatch]:
         """A record per touched key (first-touch order) at ``at``; ``None`` (the final CTI): at
-        the key's latest start."""
+        the key's latest start. A key held as a row of one level of buckets is counted in its row
+        (:meth:`_count_small`); any other is decoded (all at once) and its histogram asked."""
         if self._per_event or not self._touched:
             self._touched.clear()
             return []
-        by_time, clock = self._by_time, self._clock
-        if len(self._rows):  # (the touched keys held as bytes decoded at once)
-            self._load_many(list(self._touched))
-        keys, times, summaries = [], [], []
-        for key, last in self._touched.items():
-            time = at if at is not None else (last if last is not None else clock)
-            h = self._get(key)
+        by_time, clock, touched = self._by_time, self._clock, self._touched
+        keys = list(touched)
+        times = [at if at is not None else (last if last is not None else clock) for last in touched.values()]
+        touched.clear()
+        counts = np.full(len(keys), -1, np.int64)
+        if self._per_key and len(self._rows):
+            counts = self._count_small(keys, np.array(times, np.int64))
+        rest = np.flatnonzero(counts < 0).tolist()
+        if len(self._rows) and rest:  # (the others held as bytes decoded at once)
+            self._load_many([keys[i] for i in rest])
+        columns = [counts.astype(float), counts, counts.copy(), counts.copy(), counts.copy()]
+        for i in rest:
+            h, time = self._get(keys[i]), times[i]
             if by_time and time > h.now:
                 h.advance(time)
-            keys.append(key)
-            times.append(time)
-            summaries.append(h.summary())
-        self._touched.clear()
-        estimate, lower, upper, seed_estimate, bucket_count = (list(c) for c in zip(*summaries))
+            for column, value in zip(columns, h.summary()):
+                column[i] = value
+        estimate, lower, upper, seed_estimate, bucket_count = columns
         return [OutputBatch("count", {
             "counter": self._name, "key": keys, "time": times, "window_kind": self._window_kind,
             "window": self._window, "epsilon": self._epsilon, "estimate": estimate, "lower": lower,
             "upper": upper, "seed_estimate": seed_estimate, "bucket_count": bucket_count,
             "exact": None}, len(keys))]
+
+    def _count_small(self, keys: list[str], times: np.ndarray) -> np.ndarray:
+        """The counts at ``times`` of those of ``keys`` held as a row of at most one level of
+        buckets (:func:`~ctiflow.operators.histogram.one_level`), −1 for the others: the row's
+        buckets, for a time window those after ``time − window``, the row then moved to ``time``
+        with the others dropped, as ``advance`` does (the state of its histogram counted so)."""
+        rows, window = self._rows, self._window
+        at = rows.find(keys)
+        counts = np.full(len(keys), -1, np.int64)
+        mine = np.flatnonzero(at >= 0)
+        if not len(mine):
+            return counts
+        ints = np.frombuffer(rows.blob, "<i8").astype(np.int64, copy=False)
+        offsets = rows.offsets
+        starts, lengths = offsets[at[mine]] // 8, (offsets[at[mine] + 1] - offsets[at[mine]]) // 8
+        held = one_level(ints, starts, lengths, buckets_per_size(self._epsilon))
+        size = held.size
+        if not self._by_time:  # (a count-based window moves with events only)
+            counts[mine[held.ok]] = size[held.ok]
+            return counts
+        times = times[mine]
+        stamps = ints[ranges(starts + 3, size)]
+        kept = np.bincount(np.repeat(np.arange(len(mine)), size), minlength=len(mine),
+                           weights=stamps > np.repeat(times - window, size)).astype(np.int64)
+        move = held.ok & (times > held.now)
+        counts[mine[held.ok]] = np.where(move, kept, size)[held.ok]
+        moved = np.flatnonzero(move)
+        if len(moved):
+            names = [keys[i] for i in mine[moved].tolist()]
+            rows.take_many(names)
+            left, when = kept[moved], times[moved]
+            state, lengths = appended(ints, starts[moved] + size[moved] - left, left, when,
+                                      np.zeros(len(moved), np.int64), np.zeros(0, np.int64))
+            dues = np.where(left > 0, np.maximum(held.newest[moved] + window, when + 1), when + 1)
+            self._rows = rows.packed(NewRows(names, dues, state.astype("<i8", copy=False).tobytes(),
+                                             lengths * 8, np.zeros(len(moved), np.int64)))
+        return counts
 
 
 _BIG_ENDIAN = struct.pack("=q", 1) != struct.pack("<q", 1)

@@ -421,13 +421,17 @@ def test_per_event_records_of_a_batch_keep_epsilon_in_row_order(window_kind, per
 
 
 class _Decoding(CountOperator):
-    """The reference for :meth:`CountOperator._take_small`: every key of a batch decoded into its
-    histogram object, which takes the key's rows (``update_many``, equal to ``update`` one by one)."""
+    """The reference for :meth:`CountOperator._take_small` and :meth:`CountOperator._count_small`:
+    every key of a batch or a CTI decoded into its histogram object, which takes the key's rows
+    (``update_many``, equal to ``update`` one by one) and counts it."""
 
     def _take_small(self, cols, mask):
         if len(self._rows):
             self._load_many(cols.key_codes()[1])
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+    def _count_small(self, keys, times):
+        return np.full(len(keys), -1, np.int64)
 
 
 def _content(spec: CountSettings, data: bytes) -> tuple:
