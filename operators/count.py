@@ -826,7 +826,7 @@ class CountOperator(Operator):
         moved = np.flatnonzero(move)
         if len(moved):
             names = [keys[i] for i in mine[moved].tolist()]
-            rows.take_many(names)
+            rows.drop_many(names)
             left, when = kept[moved], times[moved]
             state, lengths = appended(ints, starts[moved] + size[moved] - left, left, when,
                                       np.zeros(len(moved), np.int64), np.zeros(0, np.int64))
