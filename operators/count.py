@@ -458,12 +458,8 @@ class CountOperator(Operator):
         clock = int(cols.start[done].max())
         if clock > self._clock:
             self._clock = clock
-        estimate, lower, upper, seed_estimate, bucket_count = columns
-        batch = OutputBatch("count", {
-            "counter": self._name, "key": cols.key[done] if self._per_key else GLOBAL_KEY,
-            "time": cols.start[done], "window_kind": self._window_kind, "window": self._window,
-            "epsilon": self._epsilon, "estimate": estimate, "lower": lower, "upper": upper,
-            "seed_estimate": seed_estimate, "bucket_count": bucket_count, "exact": None}, len(done))
+        keys = cols.key[done] if self._per_key else GLOBAL_KEY
+        batch = self._records(keys, cols.start[done], columns, len(done))
         return sorted([*refused, (int(done[-1]), batch)], key=lambda r: r[0])
 
     def _column_weights(self, cols, n: int) -> np.ndarray | None | bool:
@@ -791,12 +787,18 @@ class CountOperator(Operator):
                 h.advance(time)
             for column, value in zip(columns, h.summary()):
                 column[i] = value
+        return [self._records(keys, times, columns, len(keys))]
+
+    def _records(self, keys, times, columns, n: int) -> OutputBatch:
+        """``n`` count records (``schemas/count.avsc``) of ``keys`` (a column, or one key for all)
+        at ``times``; ``columns``: the summaries' columns (estimate, lower, upper, seed estimate,
+        bucket count)."""
         estimate, lower, upper, seed_estimate, bucket_count = columns
-        return [OutputBatch("count", {
+        return OutputBatch("count", {
             "counter": self._name, "key": keys, "time": times, "window_kind": self._window_kind,
             "window": self._window, "epsilon": self._epsilon, "estimate": estimate, "lower": lower,
             "upper": upper, "seed_estimate": seed_estimate, "bucket_count": bucket_count,
-            "exact": None}, len(keys))]
+            "exact": None}, n)
 
     def _count_small(self, keys: list[str], times: np.ndarray) -> np.ndarray:
         """The counts at ``times`` of those of ``keys`` held as a row of at most one level of
