@@ -47,6 +47,7 @@ import numbers
 import struct
 from dataclasses import dataclass, replace
 from itertools import repeat
+from collections.abc import Collection, Iterator
 from typing import Any, Iterable, NamedTuple
 
 import numpy as np
@@ -426,6 +427,27 @@ class _Keys:
             new_id[order] = np.arange(len(used))
             return _Keys(names[order]), new_id
         return _Keys(names), np.arange(len(used))
+
+
+class _Changed(Collection):
+    """A binner's changed keys (:meth:`Binner.changed_keys`): ids into its key table ``table``
+    (distinct), and keys it no longer holds by name (``gone``, sorted). The runtime counts them and
+    hands them back to :meth:`Binner.delta`; iterating (or ``in``) makes the keys strings."""
+
+    __slots__ = ("table", "ids", "gone")
+
+    def __init__(self, table: _Keys, ids: np.ndarray, gone: list[str]) -> None:
+        self.table, self.ids, self.gone = table, ids, gone
+
+    def __len__(self) -> int:
+        return len(self.ids) + len(self.gone)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.table.keys_of(self.ids)
+        yield from self.gone
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.gone or key in self.table.keys_of(self.ids)
 
 
 class Binner(Operator):
@@ -993,26 +1015,37 @@ class Binner(Operator):
 
     # ---- deltas (a chunk stored as its last snapshot and the keys changed since) --------
 
-    def changed_keys(self) -> set[str]:
-        """(:meth:`Operator.changed_keys`): keys whose bins took a contribution, were emitted
-        (the touched flags and increments a CTI resets) or became final."""
+    def changed_keys(self) -> "_Changed":
+        """(:meth:`Operator.changed_keys`): keys whose bins took a contribution, were emitted (the
+        touched flags and increments a CTI resets) or became final — as ids into the key table
+        (no key made a string: with sparse keys a commit changes thousands of a chunk's keys), and
+        by name those noted before the table was renumbered that it no longer holds."""
         self._flush()
-        self._changed_by_name()
-        changed, self._changed = self._changed, set()
-        return changed
+        kids = np.unique(np.concatenate(self._changed_ids)) if self._changed_ids else np.zeros(0, np.int64)
+        gone = sorted(self._changed)
+        if gone:  # (noted before a renumbering: those still held by their new ids)
+            found = self._keys.find(gone)
+            kids = np.union1d(kids, found[found >= 0])
+            gone = [key for key, kid in zip(gone, found.tolist()) if kid < 0]
+        self._changed_ids, self._changed = [], set()
+        return _Changed(self._keys, kids, gone)
 
-    def snapshot_keys(self, keys) -> bytes:
-        """(:meth:`Operator.snapshot_keys`): the open bins of ``keys``, and the CTI."""
+    def delta(self, keys) -> tuple[bytes, list[str]]:
+        """(:meth:`Operator.delta`): the open bins of ``keys`` and the CTI, found by key id."""
         self._flush()
-        return self._part(self._slots_of_keys(keys)).snapshot()
-
-    def held_keys(self, keys: list[str]) -> set[str]:
-        """(:meth:`Operator.held_keys`): keys with an open bin, their ids found at once."""
-        if not keys:
-            return set()
-        kids = self._keys.find(keys)
-        held = (kids >= 0) & np.isin(kids, self._live_kids())
-        return {key for key, h in zip(keys, held.tolist()) if h}
+        if not isinstance(keys, _Changed):  # (keys by name)
+            names = list(keys)
+            kids = self._keys.find(names)
+            keys = _Changed(self._keys, np.unique(kids[kids >= 0]),
+                            sorted(key for key, kid in zip(names, kids.tolist()) if kid < 0))
+        elif keys.table is not self._keys:
+            raise RuntimeError("Binner.delta: the key ids of changed_keys were renumbered since (a bug)")
+        live = np.flatnonzero(self._live[: self._hi])
+        asked = np.zeros(len(self._keys), np.bool_)
+        asked[keys.ids] = True
+        slots = live[asked[self._kid[live]]]
+        asked[self._kid[slots]] = False  # (those left: asked, no open bin)
+        return self._part(slots).snapshot(), sorted(self._keys.keys_of(np.flatnonzero(asked)) + keys.gone)
 
     def absorb(self, part: "Binner", keys) -> None:
         """(:meth:`Operator.absorb`)"""
@@ -1031,13 +1064,6 @@ class Binner(Operator):
             self._cum[:, slots] = part._cum[:, rows]
             self._inc[:, slots] = part._inc[:, rows]
         self._cti = max(self._cti, part._cti)
-
-    def _slots_of_keys(self, keys) -> np.ndarray:
-        """The live slots of ``keys``, ascending."""
-        kids = self._keys.find(list(keys))
-        kids = kids[kids >= 0]
-        live = np.flatnonzero(self._live[: self._hi])
-        return live[np.isin(self._kid[live], kids)] if len(kids) else live[:0]
 
     def _drop_slots(self, slots: np.ndarray) -> None:
         """Free ``slots`` (live): their bins leave the state."""
@@ -1059,11 +1085,8 @@ class Binner(Operator):
     def _changed_by_name(self) -> None:
         """The key ids noted changed into :attr:`_changed` as keys (before ids are renumbered)."""
         if self._changed_ids:
-            kids = np.unique(np.concatenate(self._changed_ids))
+            self._changed.update(self._keys.keys_of(np.unique(np.concatenate(self._changed_ids))))
             self._changed_ids = []
-            names = self._keys.keys_of(kids)
-            self._changed.update(names)
-            self._keys.ids.update(zip(names, kids.tolist()))  # (a delta asks for them again: found at once)
 
     @classmethod
     def restore(cls, settings: BinSettings, data: bytes) -> "Binner":

@@ -695,21 +695,19 @@ class CountOperator(Operator):
         changed, self._changed = self._changed, set()
         return changed
 
-    def snapshot_keys(self, keys) -> bytes:
-        """(:meth:`Operator.snapshot_keys`): the touched keys always in, so their order survives
-        :meth:`absorb`."""
+    def delta(self, keys) -> tuple[bytes, list[str]]:
+        """(:meth:`Operator.delta`): the touched keys always in, so their order survives
+        :meth:`absorb`; the keys dropped found in one search of the packed keys."""
         self._pack()
         part = CountOperator(self.settings)
         part._clock = self._clock
         part._rows = self._rows.subset(sorted({*keys, *self._touched}))
         part._touched = dict(self._touched)
-        return part.snapshot()
-
-    def held_keys(self, keys: list[str]) -> set[str]:
-        """(:meth:`Operator.held_keys`): one search of the packed keys."""
-        rows = self._rows.find(keys) if keys else ()
+        keys = list(keys)
+        rows = self._rows.find(keys).tolist() if keys else []
         histograms = self._histograms
-        return {key for key, row in zip(keys, rows.tolist() if keys else ()) if row >= 0 or key in histograms}
+        return part.snapshot(), sorted(key for key, row in zip(keys, rows)
+                                       if row < 0 and key not in histograms)
 
     def absorb(self, part: "CountOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""

@@ -20,10 +20,10 @@ Contract (what the runtime relies on):
   that behaves identically; it is called once per micro-batch per chunk the batch touched.
 * Outputs are plain dicts shaped like the Avro schema of their role (see ``schemas/``).
 * Deltas (optional, :meth:`Operator.changed_keys` not None): a chunk's state is stored as its last
-  whole snapshot and the state of the keys changed since (:meth:`Operator.snapshot_keys`), with
-  the changed keys it no longer holds (:meth:`Operator.held_keys`); it is read back as
-  ``restore(base)`` then :meth:`Operator.absorb` of ``restore(delta)`` and those keys, and must
-  then behave as the operator it was taken of.
+  whole snapshot and, a frame a commit, the state of the keys that commit changed with those of
+  them it no longer holds (:meth:`Operator.delta`); it is read back as ``restore(base)`` then
+  :meth:`Operator.absorb` of ``restore(frame)`` and those keys, frame by frame, and must then
+  behave as the operator it was taken of.
 
 Row-minded operators (a pattern's NFA steps one event at a time) implement ``process_columns``
 with :func:`process_rows`; tests and tools feed single events with :meth:`Operator.process`.
@@ -32,7 +32,7 @@ with :func:`process_rows`; tests and tools feed single events with :meth:`Operat
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -194,30 +194,27 @@ class Operator(ABC):
         Called only when its traits say it ``partitions``."""
         raise NotImplementedError(f"{type(self).__name__} does not partition its keys")
 
-    def changed_keys(self) -> set[str] | None:
+    def changed_keys(self) -> Collection[str] | None:
         """The keys whose state may have changed since the last call (or since it was built or
         restored) — by events, CTIs and :meth:`forget_keys`, dropped keys included — in the
-        operator's own terms (what :meth:`snapshot_keys` and :meth:`absorb` take); a change no
-        later call can observe (a lazily applied expiry) need not count. None (the default): not
-        tracked, so the runtime stores the whole :meth:`snapshot` of a chunk it touched."""
+        operator's own terms (what :meth:`delta` and :meth:`absorb` take), each once: a collection
+        the runtime only counts (``len``) and hands to :meth:`delta` (an operator may answer with
+        its own form of them, e.g. ids into its key table); a change no later call can observe (a
+        lazily applied expiry) need not count. None (the default): not tracked, so the runtime
+        stores the whole :meth:`snapshot` of a chunk it touched."""
         return None
 
-    def snapshot_keys(self, keys: set[str]) -> bytes:
-        """A :meth:`snapshot` (``restore`` reads it) of the operator-wide state and the state of
-        ``keys`` (at least: an operator may add keys it needs to stay exact) — a chunk's delta.
-        Asked only of an operator whose :meth:`changed_keys` is not None."""
+    def delta(self, keys: Collection[str]) -> tuple[bytes, list[str]]:
+        """A chunk's frame: a :meth:`snapshot` (``restore`` reads it) of the operator-wide state and
+        the state of ``keys`` (at least: an operator may add keys it needs to stay exact), and
+        those of ``keys`` it holds no state for (the keys it dropped), sorted. ``keys``: what
+        :meth:`changed_keys` returned, asked before anything else changes the operator (or any
+        keys by name: tests). Asked only of an operator whose :meth:`changed_keys` is not None."""
         raise NotImplementedError(f"{type(self).__name__} keeps no deltas")
-
-    def held_keys(self, keys: list[str]) -> set[str]:
-        """Those of ``keys`` (the operator's own, as :meth:`changed_keys` names them) it holds state
-        for: a delta names the others, the keys it dropped, and :meth:`absorb` takes over these from
-        the delta's :meth:`snapshot_keys`. By default from :meth:`live_keys`."""
-        live = self.live_keys()
-        return {key for key in keys if key in live}
 
     def absorb(self, part: "Operator", keys: set[str]) -> None:
         """The state of ``keys`` dropped (the keys a delta dropped; in a delta before 2026-12-02
-        every key it changed), then every key ``part`` (a restored :meth:`snapshot_keys`) holds
+        every key it changed), then every key ``part`` (a restored :meth:`delta`'s snapshot) holds
         taken over in place of the key's state, and its operator-wide state (clocks) where later.
         Asked only of an operator whose :meth:`changed_keys` is not None."""
         raise NotImplementedError(f"{type(self).__name__} keeps no deltas")

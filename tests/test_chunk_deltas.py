@@ -244,8 +244,8 @@ def test_a_delta_is_built_only_to_be_written_once_the_chunk_has_one(kind, monkey
         batches.append(batch)
     cls = plan_for(kind, 0.2).operators[0].cls
     built = []
-    real = cls.snapshot_keys
-    monkeypatch.setattr(cls, "snapshot_keys", lambda self, k: built.append(1) or real(self, k))
+    real = cls.delta
+    monkeypatch.setattr(cls, "delta", lambda self, k: built.append(1) or real(self, k))
     plan = dataclasses.replace(plan_for(kind, 0.2), chunk_keys=2048)
     rt, compacted, thrown, deltas = GroupRuntime(plan), 0, 0, 0
     for batch in batches:
@@ -283,8 +283,8 @@ def test_a_first_frame_is_foretold_from_the_frames_the_call_built_before(monkeyp
     plan = dataclasses.replace(plan_for("last 100", 0.5), chunk_keys=2048)
     cls = plan.operators[0].cls
     built = []
-    real = cls.snapshot_keys
-    monkeypatch.setattr(cls, "snapshot_keys", lambda self, k: built.append(1) or real(self, k))
+    real = cls.delta
+    monkeypatch.setattr(cls, "delta", lambda self, k: built.append(1) or real(self, k))
 
     def frames() -> tuple[int, int, int, float]:
         """→ chunks the second batch touched, frames built, frames written, the call's last ratio."""

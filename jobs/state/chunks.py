@@ -541,8 +541,7 @@ class KeyedState:
             limit = self.delta_share * base_bytes * _spread(c, base_bytes)
             share = _share(base_bytes, base_ops, changes, op_keys, len(chunk.seen_since))
             if _pays(limit, base_bytes, share, changes, len(chunk.seen_since), keys, log, self.frame_ratio):
-                snaps = [op.snapshot_keys(s) for op, s in zip(chunk.ops, changes)]
-                dropped = [sorted(s.difference(op.held_keys(list(s)))) for op, s in zip(chunk.ops, changes)]
+                snaps, dropped = map(list, zip(*[op.delta(s) for op, s in zip(chunk.ops, changes)]))
                 seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
                 named = sum(map(len, changes)) + len(seen)
                 blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, dropped, snaps, seen, keys,

@@ -584,22 +584,20 @@ class MatchOperator(Operator):
         self._changed = set()
         return changed
 
-    def snapshot_keys(self, keys) -> bytes:
-        """(:meth:`Operator.snapshot_keys`) Every decoded key goes back to its bytes, as in
-        :meth:`snapshot`."""
+    def delta(self, keys) -> tuple[bytes, list[str]]:
+        """(:meth:`Operator.delta`) Every decoded key goes back to its bytes, as in :meth:`snapshot`;
+        the keys dropped found in one search of the packed keys."""
         self._pack()
         part = MatchOperator(self.settings)
         part.closed = self.closed
         part._raw = self._raw.subset(keys)
         numbers = self._numbers
         part._numbers = {k: numbers[k] for k in keys if k in numbers}
-        return part.snapshot()
-
-    def held_keys(self, keys: list[str]) -> set[str]:
-        """(:meth:`Operator.held_keys`): one search of the packed keys."""
+        keys = list(keys)
         rows = self._raw.find(keys).tolist() if keys else []
-        states, numbers = self._states, self._numbers
-        return {key for key, row in zip(keys, rows) if row >= 0 or key in states or key in numbers}
+        states = self._states
+        return part.snapshot(), sorted(key for key, row in zip(keys, rows)
+                                       if row < 0 and key not in states and key not in numbers)
 
     def absorb(self, part: "MatchOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
