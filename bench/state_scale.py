@@ -27,7 +27,7 @@ from rich.table import Table
 
 from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import parse
-from ctiflow.jobs.core.rows import GroupInput
+from ctiflow.jobs.core.rows import Control, GroupInput, pack_events, unpack_columns
 from ctiflow.jobs.core.runtime import GroupRuntime
 from ctiflow.operators.time import Event
 
@@ -84,25 +84,56 @@ def _event(key: str, t: int, i: int, rng: random.Random, amount: float | None = 
     return Event(key, t, t, {"account": key, "amount": amount, "country": "DE", "type": "purchase"}, 0, i, "tx")
 
 
-def _batch(plan, store, header, events):
-    """One micro-batch of one key group, as the adapter runs it (the CTI: one past the latest
-    event, ``cti.delay`` −1; the cyclic garbage collector paused, :mod:`ctiflow.jobs.core.alloc`;
-    an operator's result columns kept one batch, ``batched``, until 2026-12-04 one ``Output`` a
-    record); → (header, seconds on state, written)."""
+def _shipped(events: list[Event]) -> tuple[bytes, int]:
+    """``events`` as the source ships them to a key group: one pack (typed Arrow columns,
+    :func:`~ctiflow.jobs.core.rows.pack_events`), and the largest start read (its frontier)."""
+    pack = pack_events([(e.key, e.start, e.end, e.fields, e.offset, None) for e in events])
+    return pack, max(e.start for e in events)
+
+
+def _batch(plan, store, header, shipped: tuple[bytes, int], worker=None):
+    """One micro-batch of one key group, as the adapter runs it: on what the source shipped
+    (:func:`_shipped`; until 2026-12-04 columns built from ``Event`` objects, every field an object
+    column, each measure checked value by value, which the job does not do), the CTI one past the
+    latest event (``cti.delay`` −1), the cyclic garbage collector paused
+    (:mod:`ctiflow.jobs.core.alloc`), an operator's result columns kept one batch (``batched``;
+    until 2026-12-04 one ``Output`` a record). ``worker``: the
+    :class:`~ctiflow.jobs.state.warm.WarmChunks` of the Python worker that runs it (the header as
+    the adapter stores it: compressed, the worker's token after it); None: every chunk the batch
+    touches read from ``store`` and restored. → (header, seconds on state, written, state bytes,
+    live keys)."""
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
+    from ctiflow.jobs.state.codec import compressed, expanded
 
     with cyclic_gc_paused():
-        rt = GroupRuntime(plan, header=header, chunks=store, batched=True)
-        rt.run_batch(GroupInput.of("tx", {0: events}, [0]))
+        if worker is None:
+            rt = GroupRuntime(plan, header=header, chunks=store, batched=True)
+        else:
+            rt = GroupRuntime(plan, header=expanded(header), chunks=store, warm=worker.take(header), batched=True,
+                              read_token=worker.token(header), behind=worker.take_token)
+        pack, top = shipped
+        rt.run_batch(GroupInput([unpack_columns(pack, "tx", 0)], [("tx", 0, top)],
+                                [("tx", Control([0], [], False))], []))
         header = rt.commit()
+        if worker is not None:
+            started = time.perf_counter()
+            header = worker.put(compressed(header), rt.keyed.still_warm(), plan.cache_chunks)
+            rt.counters.state_us += int((time.perf_counter() - started) * 1e6)
     c = rt.counters
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
 
 
 def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int, seed: int = 7,
-            delta_share: float | None = None) -> Row:
-    """``active`` None: the measured events spread uniformly over every live key (sparse keys)."""
+            delta_share: float | None = None, workers: int = 0) -> Row:
+    """``active`` None: the measured events spread uniformly over every live key (sparse keys).
+    ``workers``: Python workers that take the batches in turn, each keeping the chunks it
+    committed decoded (:class:`~ctiflow.jobs.state.warm.WarmChunks`; as Spark's two tasks swap
+    their workers), the first ``workers`` batches not measured (each worker's first turn); 0:
+    every batch restores the chunks it touches from the store, the first not measured."""
+    from ctiflow.jobs.state.warm import WarmChunks
+
     plan = _plan(kind, chunk_keys, delta_share)
+    pool = [WarmChunks() for _ in range(workers)]
     rng = random.Random(seed)
     store: dict = {}
     header = None
@@ -116,7 +147,7 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
             evs.append(_event(f"k{k:08d}", t, i, rng, 1999.0))
             i += 1
             t += 1
-        header, *_ = _batch(plan, store, header, evs)
+        header, *_ = _batch(plan, store, header, _shipped(evs), pool[0] if pool else None)
     gc.collect()
     base_t = t + 10
     active_keys = [f"k{k:08d}" for k in (range(live) if active is None else rng.sample(range(live), min(active, live)))]
@@ -131,11 +162,14 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
             base_t += 1
             evs.append(_event(rng.choice(active_keys), base_t, i, rng))
             i += 1
+        shipped = _shipped(evs)
         start = time.perf_counter()
-        header, st, wr, state_bytes, live_now = _batch(plan, store, header, evs)
+        header, st, wr, state_bytes, live_now = _batch(plan, store, header, shipped,
+                                                       pool[b % workers] if pool else None)
         took = time.perf_counter() - start
         if b == 0:
             restart_ms = took * 1000  # the first batch after a restart: header decoded, only touched chunks read
+        if b < max(workers, 1):
             continue
         times.append(took)
         state.append(st)

@@ -46,7 +46,6 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass, replace
-from itertools import repeat
 from collections.abc import Collection, Iterator
 from typing import Any, Iterable, NamedTuple
 
@@ -341,52 +340,46 @@ def _expand(s: np.ndarray, e: np.ndarray, k0: np.ndarray, nb: np.ndarray, bin_si
 
 class _Keys:
     """A binner's key ids and keys: the keys of the snapshot it was restored from as a sorted
-    UTF-8 column (:func:`ctiflow.operators.packed.names_of`; ids ``0 … n−1`` in that order, found
-    by binary search), the keys added since in a list (ids from ``n``); ``ids`` remembers the id
-    of every key looked up or added. A restore thereby makes no key a string (with sparse keys a
-    micro-batch restores every chunk and touches a few of its keys). Once a lookup asks for more
-    than an eighth of the column's keys, every key of it becomes a string in ``ids`` (one pass,
-    what a restore cost before; later lookups are dict lookups)."""
+    UTF-8 column (:func:`ctiflow.operators.packed.names_of`; ids ``0 … n−1`` in that order), the
+    keys added since in a list (ids from ``n``) and ``ids``, a dict of them. A lookup is one
+    binary search of the column for all its keys (:func:`~ctiflow.operators.packed.rows_in`),
+    then ``ids`` for those not in it: no key of the column becomes a string until one is asked
+    for by id (:meth:`keys_of`). Until 2026-12-04 ``ids`` also remembered every key looked up,
+    and a lookup of more than an eighth of the column made every key of it a string — with sparse
+    keys, every chunk a worker read from the store (10–25 ms a 65,536-key chunk)."""
 
-    __slots__ = ("names", "added", "ids", "complete")
+    __slots__ = ("names", "added", "ids")
 
     def __init__(self, names: np.ndarray | None = None, added: list[str] | None = None) -> None:
         self.names = np.zeros(0, "S1") if names is None else names
         self.added: list[str] = added or []
         n = len(self.names)
         self.ids: dict[str, int] = dict(zip(self.added, range(n, n + len(self.added))))
-        #: every key of ``names`` in ``ids``
-        self.complete = n == 0
 
     def __len__(self) -> int:
         return len(self.names) + len(self.added)
 
     def find(self, keys: list[str]) -> np.ndarray:
         """Each key's id, −1 for a key not held."""
-        ids = self.ids
-        got = np.fromiter(map(ids.get, keys, repeat(-1)), np.int64, len(keys))
-        if self.complete or not len(got) or got.min() >= 0:
-            return got
-        m = len(self.names)
-        new = list(dict.fromkeys(keys[i] for i in np.flatnonzero(got < 0).tolist()))
-        if 8 * len(new) > m:
-            ids.update(zip(self.keys_of(np.arange(m)), range(m)))
-            self.complete = True
-        else:
-            at = rows_in(self.names, new)
-            hit = np.flatnonzero(at >= 0)
-            ids.update(zip(map(new.__getitem__, hit.tolist()), at[hit].tolist()))
-        return np.fromiter(map(ids.get, keys, repeat(-1)), np.int64, len(keys))
+        got = rows_in(self.names, keys)
+        if self.ids:
+            miss = np.flatnonzero(got < 0)
+            if len(miss):
+                ids = self.ids
+                got[miss] = np.fromiter((ids.get(keys[i], -1) for i in miss.tolist()), np.int64, len(miss))
+        return got
 
     def ids_of(self, keys: list[str]) -> np.ndarray:
         """Each key's id, keys not held added (in order of first appearance)."""
         got = self.find(keys)
-        if len(got) and got.min() < 0:
+        miss = np.flatnonzero(got < 0)
+        if len(miss):
             ids, added, base = self.ids, self.added, len(self.names)
-            for k in dict.fromkeys(k for k, i in zip(keys, got.tolist()) if i < 0):
+            new = [keys[i] for i in miss.tolist()]
+            for k in dict.fromkeys(new):
                 ids[k] = base + len(added)
                 added.append(k)
-            got = np.fromiter(map(ids.__getitem__, keys), np.int64, len(keys))
+            got[miss] = np.fromiter(map(ids.__getitem__, new), np.int64, len(new))
         return got
 
     def ids_of_table(self, other: "_Keys") -> np.ndarray:
@@ -797,14 +790,18 @@ class Binner(Operator):
 
     def _find(self, kid: np.ndarray, k: np.ndarray) -> np.ndarray:
         """The live slot of each (key id, bin index) pair (pairs distinct), −1 where none: the
-        live pairs and these sorted together, a live pair and an equal one adjacent (live
-        pairs are distinct too). Array work over the live slots instead of a dict of pairs,
-        which a restore would build for every open bin of a chunk however few a batch touches
-        (up to :data:`_FIND_BY_DICT` pairs in all, a dict of the live ones costs less)."""
+        live pairs of the keys asked (with sparse keys a few of a chunk's) and these sorted
+        together, a live pair and an equal one adjacent (live pairs are distinct too). Array work
+        over the live slots instead of a dict of pairs, which a restore would build for every open
+        bin of a chunk however few a batch touches (up to :data:`_FIND_BY_DICT` pairs in all, a
+        dict of the live ones costs less)."""
         found = np.full(len(kid), -1, np.int64)
         live = np.flatnonzero(self._live[: self._hi])
         if not len(live) or not len(kid):
             return found
+        asked = np.zeros(len(self._keys), np.bool_)
+        asked[kid] = True
+        live = live[asked[self._kid[live]]]
         if len(live) + len(kid) <= _FIND_BY_DICT:
             slot_of = dict(zip(zip(self._kid[live].tolist(), self._k[live].tolist()), live.tolist()))
             return np.fromiter((slot_of.get(pair, -1) for pair in zip(kid.tolist(), k.tolist())), np.int64,
