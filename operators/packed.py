@@ -90,6 +90,21 @@ def _joined(src: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
                                                 ends[np.r_[cut - 1, len(ends) - 1]].tolist())])
 
 
+def _extended(blob: bytes | bytearray, more: bytes) -> bytearray:
+    """``blob`` with ``more`` after it: a ``bytearray`` appended to in place (a warm chunk's rows
+    appended to every micro-batch copy what they add, not the chunk's every state: with sparse keys
+    a 65,536-key match chunk's states are megabytes, copied twice a batch until 2026-12-04); a
+    ``bytes`` blob (a restore's) copied into one once. Where a NumPy view of it is alive (it cannot
+    grow then), a new one."""
+    if type(blob) is not bytearray:
+        blob = bytearray(blob)
+    try:
+        blob += more
+    except BufferError:
+        blob = blob + more
+    return blob
+
+
 class NewRows(NamedTuple):
     """Rows for :meth:`PackedStates.packed` as columns: ``keys`` (not held), each one's due CTI,
     state bytes (``blob``: every row's joined, ``lengths`` each one's) and runs (int64 arrays);
@@ -233,7 +248,7 @@ class PackedStates:
             raise KeyError(key)
         self._forget(key, i)
         offsets = self.offsets
-        return self.blob[offsets[i]:offsets[i + 1]]
+        return bytes(self.blob[offsets[i]:offsets[i + 1]])
 
     def take_many(self, keys: Sequence[str]) -> tuple[list[str], bytes, np.ndarray]:
         """:meth:`take` of every held key among ``keys`` (distinct) at once: → those keys, in the
@@ -342,7 +357,7 @@ class PackedStates:
         self.dues = np.concatenate([self.dues, added.dues])
         self.runs = np.concatenate([self.runs, added.runs])
         self.offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(added.lengths)])
-        self.blob = b"".join((self.blob, added.blob))
+        self.blob = _extended(self.blob, added.blob)
         self.alive = np.concatenate([self.alive, np.ones(k, np.bool_)])
         self.held += k
         return self

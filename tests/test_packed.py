@@ -32,6 +32,7 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("pack_columns"), st.lists(rows, max_size=8)),
     st.tuples(st.just("pack_other"), st.lists(rows, max_size=8)),
     st.tuples(st.just("keys"), st.none()),
+    st.tuples(st.just("view"), st.none()),
 ), max_size=30)
 
 
@@ -47,8 +48,12 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
     for key, due, data, runs in first:
         model.setdefault(key, (due, data, runs))
     packed = PackedStates.from_rows((k, *v) for k, v in model.items())
+    views = []  # (a NumPy view of the blob as it was, a copy of its bytes)
     for op, arg in script:
-        if op == "take":
+        if op == "view":  # kept alive over the later steps (a count reads rows so): never changed
+            view = np.frombuffer(packed.blob, np.uint8)
+            views.append((view, view.tobytes()))
+        elif op == "take":
             if arg in model:
                 assert packed.take(arg) == model.pop(arg)[1]
             else:
@@ -110,6 +115,7 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
         known, unknown = packed.runs_total()
         assert known == sum(v[2] for v in model.values() if v[2] != RUNS_UNKNOWN)
         assert sorted(unknown) == sorted(k for k, v in model.items() if v[2] == RUNS_UNKNOWN)
+        assert all(view.tobytes() == was for view, was in views)
 
 
 def test_a_few_keys_repacked_are_appended_and_a_snapshot_holds_no_dead_rows() -> None:

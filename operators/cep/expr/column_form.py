@@ -202,7 +202,8 @@ def _python_compare(op: str, left: Operand, right: Operand, cols, n):
     if lv.dtype == object:
         if op in ORDERINGS or isinstance(rv, float):
             raise NotVectorizable("object column")
-        return np.fromiter((a == rv if op == "==" else a != rv for a in lv.tolist()), np.bool_, count=len(lv))
+        got = np.equal(lv, rv) if op == "==" else np.not_equal(lv, rv)  # (each pair as Python compares it)
+        return got.astype(np.bool_, copy=False)
     if lv.dtype.type not in _NUMERIC:
         raise NotVectorizable(str(lv.dtype))
     if rv is None or isinstance(rv, str):
