@@ -101,7 +101,7 @@ def _batch(plan, store, header, shipped: tuple[bytes, int], worker=None):
     :class:`~ctiflow.jobs.state.warm.WarmChunks` of the Python worker that runs it (the header as
     the adapter stores it: compressed, the worker's token after it); None: every chunk the batch
     touches read from ``store`` and restored. → (header, seconds on state, written, state bytes,
-    live keys)."""
+    live keys, chunks used, of those taken from the worker's cache)."""
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
     from ctiflow.jobs.state.codec import compressed, expanded
 
@@ -120,7 +120,7 @@ def _batch(plan, store, header, shipped: tuple[bytes, int], worker=None):
             header = worker.put(compressed(header), rt.keyed.still_warm(), plan.cache_chunks)
             rt.counters.state_us += int((time.perf_counter() - started) * 1e6)
     c = rt.counters
-    return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys()
+    return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys(), c.chunks_loaded, c.chunks_cached
 
 
 def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int, seed: int = 7,
@@ -156,6 +156,7 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
     peak = 0
     me = psutil.Process()
     restart_ms = 0.0
+    chunks: list[tuple[int, int]] = []
     for b in range(batches):
         evs = []
         for _ in range(per_batch):
@@ -164,8 +165,8 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
             i += 1
         shipped = _shipped(evs)
         start = time.perf_counter()
-        header, st, wr, state_bytes, live_now = _batch(plan, store, header, shipped,
-                                                       pool[b % workers] if pool else None)
+        header, st, wr, state_bytes, live_now, used, cached = _batch(plan, store, header, shipped,
+                                                                     pool[b % workers] if pool else None)
         took = time.perf_counter() - start
         if b == 0:
             restart_ms = took * 1000  # the first batch after a restart: header decoded, only touched chunks read
@@ -174,12 +175,14 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
         times.append(took)
         state.append(st)
         written.append(wr)
+        chunks.append((used, cached))
         peak = max(peak, me.memory_info().rss)
     ordered = sorted(times)
     return Row(kind, live_now, per_batch * len(times), sum(times), statistics.median(ordered) * 1000,
                ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
                statistics.mean(state) * 1000, sum(state) / sum(times), statistics.mean(written), state_bytes,
-               peak / 2**20, restart_ms / 1000)
+               peak / 2**20, restart_ms / 1000, chunks=statistics.mean(u for u, _ in chunks),
+               cached=statistics.mean(c for _, c in chunks))
 
 
 def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
@@ -215,14 +218,17 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
 SPARSE_CHUNK_KEYS = 65_536
 
 
-def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
-                batches: int = 6, chunk_keys: int | None = None, shares=(None,),
+def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 100_000,
+                batches: int = 6, chunk_keys: int | None = None, shares=(None,), workers: int = 2,
                 record_figures: bool = False) -> list[Row]:
-    """Sparse keys: the same ``per_batch`` events a batch spread uniformly over every live key (each
-    event nearly always a key of its own, every chunk touched), for count, match and bins, in one
-    process, with chunks written as deltas (``state.delta_share`` None: the default; ``shares``
-    may add 0.0, chunks written whole). Baseline: each operator and share at its fewest keys.
-    ``record_figures``: write the ``scale-sparse`` row of bench/figures.yaml."""
+    """Sparse keys: the same ``per_batch`` events a batch (one key group's share of the end-to-end
+    rows' 200,000) spread uniformly over every live key (each event nearly always a key of its own,
+    every chunk touched), for count, match and bins, in one process, with chunks written as deltas
+    (``state.delta_share`` None: the default; ``shares`` may add 0.0, chunks written whole),
+    ``batches`` measured after each of ``workers`` Python workers had a turn (:func:`measure`:
+    they take the batches in turn, each keeping the chunks it committed decoded, as in Spark).
+    Baseline: each operator and share at its fewest keys. ``record_figures``: write the
+    ``scale-sparse`` row of bench/figures.yaml."""
     from ctiflow.jobs.driver.config import StateConfig
 
     out = out or Console(width=200)
@@ -232,11 +238,13 @@ def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000)
         for share in shares:
             label = f"delta_share {StateConfig().delta_share if share is None else share}"
             for live in sizes:
-                rows.append((label, measure(kind, live, per_batch, None, batches, chunk_keys, delta_share=share)))
+                rows.append((label, measure(kind, live, per_batch, None, batches + max(workers, 1), chunk_keys,
+                                            delta_share=share, workers=workers)))
                 gc.collect()
                 out.print(f"  {kind}, {label}, {live:,} keys: {rows[-1][1].rate:,.0f} events/s")
     table = Table(title=f"ctiflow bench scale, sparse keys: one key group, {per_batch:,} events a batch spread over "
-                        f"every live key, state.chunk_keys = {chunk_keys} (baseline: the row's own fewest keys)")
+                        f"every live key, state.chunk_keys = {chunk_keys}, {workers} workers in turn "
+                        "(baseline: the row's own fewest keys)")
     for col in ("operator", "state", "live keys", "events/s", "vs own 10k", "p50 batch ms", "p99 batch ms",
                 "state ms/batch", "state share", "written/batch", "state bytes"):
         table.add_column(col, justify="left" if col in ("operator", "state") else "right")
