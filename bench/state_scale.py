@@ -246,14 +246,15 @@ def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000)
                         f"every live key, state.chunk_keys = {chunk_keys}, {workers} workers in turn "
                         "(baseline: the row's own fewest keys)")
     for col in ("operator", "state", "live keys", "events/s", "vs own 10k", "p50 batch ms", "p99 batch ms",
-                "state ms/batch", "state share", "written/batch", "state bytes"):
+                "state ms/batch", "state share", "chunks/batch", "cached/batch", "written/batch", "state bytes"):
         table.add_column(col, justify="left" if col in ("operator", "state") else "right")
     first: dict[tuple, float] = {}
     for label, r in rows:
         first.setdefault((r.operator, label), r.rate)
         table.add_row(r.operator, label, f"{r.live_keys:,}", f"{r.rate:,.0f}", f"{r.rate / first[r.operator, label]:.2f}×",
                       f"{r.p50_ms:,.0f}", f"{r.p99_ms:,.0f}", f"{r.state_ms:,.0f}", f"{100 * r.state_share:.0f} %",
-                      f"{r.written / 1024:,.0f} KiB", f"{r.state_bytes / 2**20:,.1f} MiB")
+                      f"{r.chunks:,.1f}", f"{r.cached:,.1f}", f"{r.written / 1024:,.0f} KiB",
+                      f"{r.state_bytes / 2**20:,.1f} MiB")
     out.print(table)
     if record_figures:
         record_sparse([[r for label, r in rows if label == rows[0][0]]], table)
