@@ -1027,15 +1027,10 @@ class Binner(Operator):
         self._changed_ids, self._changed = [], set()
         return _Changed(self._keys, kids, gone)
 
-    def delta(self, keys) -> tuple[bytes, list[str]]:
+    def delta(self, keys: _Changed) -> tuple[bytes, list[str]]:
         """(:meth:`Operator.delta`): the open bins of ``keys`` and the CTI, found by key id."""
         self._flush()
-        if not isinstance(keys, _Changed):  # (keys by name)
-            names = list(keys)
-            kids = self._keys.find(names)
-            keys = _Changed(self._keys, np.unique(kids[kids >= 0]),
-                            sorted(key for key, kid in zip(names, kids.tolist()) if kid < 0))
-        elif keys.table is not self._keys:
+        if keys.table is not self._keys:
             raise RuntimeError("Binner.delta: the key ids of changed_keys were renumbered since (a bug)")
         live = np.flatnonzero(self._live[: self._hi])
         asked = np.zeros(len(self._keys), np.bool_)

@@ -697,17 +697,13 @@ class CountOperator(Operator):
 
     def delta(self, keys) -> tuple[bytes, list[str]]:
         """(:meth:`Operator.delta`): the touched keys always in, so their order survives
-        :meth:`absorb`; the keys dropped found in one search of the packed keys."""
+        :meth:`absorb`."""
         self._pack()
         part = CountOperator(self.settings)
         part._clock = self._clock
         part._rows = self._rows.subset(sorted({*keys, *self._touched}))
         part._touched = dict(self._touched)
-        keys = list(keys)
-        rows = self._rows.find(keys).tolist() if keys else []
-        histograms = self._histograms
-        return part.snapshot(), sorted(key for key, row in zip(keys, rows)
-                                       if row < 0 and key not in histograms)
+        return part.snapshot(), self._rows.absent(keys, self._histograms)
 
     def absorb(self, part: "CountOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""

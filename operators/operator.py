@@ -208,8 +208,8 @@ class Operator(ABC):
         """A chunk's frame: a :meth:`snapshot` (``restore`` reads it) of the operator-wide state and
         the state of ``keys`` (at least: an operator may add keys it needs to stay exact), and
         those of ``keys`` it holds no state for (the keys it dropped), sorted. ``keys``: what
-        :meth:`changed_keys` returned, asked before anything else changes the operator (or any
-        keys by name: tests). Asked only of an operator whose :meth:`changed_keys` is not None."""
+        :meth:`changed_keys` returned, asked before anything else changes the operator. Asked
+        only of an operator whose :meth:`changed_keys` is not None."""
         raise NotImplementedError(f"{type(self).__name__} keeps no deltas")
 
     def absorb(self, part: "Operator", keys: set[str]) -> None:

@@ -28,7 +28,7 @@ row.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from itertools import repeat
 from typing import NamedTuple
 
@@ -331,6 +331,16 @@ class PackedStates:
         p = self.packed(())
         return NewRows(p.keys_of(np.arange(len(p.names))), p.dues, bytes(p.blob), np.diff(p.offsets), p.runs,
                        p.names)
+
+    def absent(self, keys: Iterable[str], *decoded: Container[str]) -> list[str]:
+        """Those of ``keys`` neither held here nor in any of ``decoded`` (the owner's keys it holds
+        decoded), sorted, found in one search: the keys a frame of them names dropped."""
+        keys = list(keys)
+        rows = self.find(keys).tolist() if keys else []
+        gone = [key for key, row in zip(keys, rows) if row < 0]
+        for held in decoded:
+            gone = [key for key in gone if key not in held]
+        return sorted(gone)
 
     def subset(self, keys: Iterable[str]) -> "PackedStates":
         """The held keys among ``keys``, as a new instance."""

@@ -585,19 +585,14 @@ class MatchOperator(Operator):
         return changed
 
     def delta(self, keys) -> tuple[bytes, list[str]]:
-        """(:meth:`Operator.delta`) Every decoded key goes back to its bytes, as in :meth:`snapshot`;
-        the keys dropped found in one search of the packed keys."""
+        """(:meth:`Operator.delta`) Every decoded key goes back to its bytes, as in :meth:`snapshot`."""
         self._pack()
         part = MatchOperator(self.settings)
         part.closed = self.closed
         part._raw = self._raw.subset(keys)
         numbers = self._numbers
         part._numbers = {k: numbers[k] for k in keys if k in numbers}
-        keys = list(keys)
-        rows = self._raw.find(keys).tolist() if keys else []
-        states = self._states
-        return part.snapshot(), sorted(key for key, row in zip(keys, rows)
-                                       if row < 0 and key not in states and key not in numbers)
+        return part.snapshot(), self._raw.absent(keys, self._states, numbers)
 
     def absorb(self, part: "MatchOperator", keys) -> None:
         """(:meth:`Operator.absorb`)"""
