@@ -33,6 +33,7 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("pack_other"), st.lists(rows, max_size=8)),
     st.tuples(st.just("keys"), st.none()),
     st.tuples(st.just("view"), st.none()),
+    st.tuples(st.just("absent"), st.lists(st.sampled_from(KEYS), max_size=6, unique=True)),
 ), max_size=30)
 
 
@@ -53,6 +54,9 @@ def test_packed_states_hold_what_a_dict_holds(first, script, cti) -> None:
         if op == "view":  # kept alive over the later steps (a count reads rows so): never changed
             view = np.frombuffer(packed.blob, np.uint8)
             views.append((view, view.tobytes()))
+        elif op == "absent":  # neither held nor among the owner's decoded keys (here: every other key of KEYS)
+            decoded = set(KEYS[::2])
+            assert packed.absent(arg, decoded) == sorted(k for k in arg if k not in model and k not in decoded)
         elif op == "take":
             if arg in model:
                 assert packed.take(arg) == model.pop(arg)[1]
