@@ -28,7 +28,7 @@ from rich.table import Table
 from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.core.rows import Control, GroupInput, pack_events, unpack_columns
-from ctiflow.jobs.core.runtime import GroupRuntime
+from ctiflow.jobs.core.runtime import GroupRuntime, open_group, seal_group
 from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -98,27 +98,26 @@ def _batch(plan, store, header, shipped: tuple[bytes, int], worker=None):
     latest event (``cti.delay`` −1), the cyclic garbage collector paused
     (:mod:`ctiflow.jobs.core.alloc`), an operator's result columns kept one batch (``batched``;
     until 2026-12-04 one ``Output`` a record). ``worker``: the
-    :class:`~ctiflow.jobs.state.warm.WarmChunks` of the Python worker that runs it (the header as
-    the adapter stores it: compressed, the worker's token after it); None: every chunk the batch
-    touches read from ``store`` and restored. → (header, seconds on state, written, state bytes,
+    :class:`~ctiflow.jobs.state.warm.WarmChunks` of the Python worker that runs it, the group opened
+    and stored as the adapter does (:func:`~ctiflow.jobs.core.runtime.open_group`,
+    :func:`~ctiflow.jobs.core.runtime.seal_group`);
+    None: every chunk the batch touches read from ``store`` and restored. → (header, seconds on state, written, state bytes,
     live keys, chunks used, of those taken from the worker's cache)."""
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
-    from ctiflow.jobs.state.codec import compressed, expanded
 
     with cyclic_gc_paused():
         if worker is None:
             rt = GroupRuntime(plan, header=header, chunks=store, batched=True)
         else:
-            rt = GroupRuntime(plan, header=expanded(header), chunks=store, warm=worker.take(header), batched=True,
-                              read_token=worker.token(header), behind=worker.take_token)
+            rt = open_group(plan, header, header, store, worker)
         pack, top = shipped
         rt.run_batch(GroupInput([unpack_columns(pack, "tx", 0)], [("tx", 0, top)],
                                 [("tx", Control([0], [], False))], []))
-        header = rt.commit()
-        if worker is not None:
-            started = time.perf_counter()
-            header = worker.put(compressed(header), rt.keyed.still_warm(), plan.cache_chunks)
-            rt.counters.state_us += int((time.perf_counter() - started) * 1e6)
+        if worker is None:
+            header = rt.commit()
+        else:
+            header, seal = seal_group(rt, worker)
+            header = seal(header)
     c = rt.counters
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys(), c.chunks_loaded, c.chunks_cached
 
@@ -304,7 +303,7 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
     compressed as the adapter stores it, with the cyclic GC paused as the adapter runs a key group.
     Events arrive up to 2 s out of order."""
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
-    from ctiflow.jobs.state.codec import compressed, expanded
+    from ctiflow.jobs.state.warm import WarmChunks
 
     plan = replace(plan_job(parse({
         "job": "delay", "kafka": {"bootstrap_servers": "x:1"},
@@ -317,6 +316,7 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
     fill = -(-delay_s // batch_s) + 1
     store: dict = {}
     stored = None
+    cold = WarmChunks()  # a worker that never keeps a chunk decoded (nothing is sealed in it)
     times, written, headers = [], [], []
     i = 0
     for b in range(fill + batches):
@@ -328,16 +328,15 @@ def measure_delay(delay_s: int, rate: int = 2_000, batch_s: int = 5, batches: in
         got = GroupInput.of("tx", {0: evs}, [0])
         with cyclic_gc_paused():
             started = time.perf_counter()
-            rt = GroupRuntime(plan, header=expanded(stored), chunks=store, batched=True)
+            rt = open_group(plan, stored, stored, store, cold)
             rt.run_batch(got)
-            raw = rt.commit()
-            stored = compressed(raw)
+            stored, _ = seal_group(rt, cold)
             took = time.perf_counter() - started
         if b >= fill:
             times.append(took)
-            written.append(rt.counters.state_written - len(raw) + len(stored))
+            written.append(rt.counters.state_written)
             headers.append(len(stored))
-    state_bytes = rt.counters.state_bytes - len(raw) + len(stored)
+    state_bytes = rt.counters.state_bytes
     buffered = rt.layer.buffered()
     ordered = sorted(times)
     return DelayRow(delay_s, buffered, statistics.median(ordered) * 1000,

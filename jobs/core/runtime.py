@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from operator import attrgetter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from ctiflow.jobs.core.counters import Counters
 from ctiflow.jobs.core.plan import OperatorSpec, Plan
 from ctiflow.jobs.state.chunks import STATE_FIX, Chunk, KeyedState, restoring
 from ctiflow.jobs.state import compat
+from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.header import GroupHeader, read_whole_state, whole_state
 from ctiflow.jobs.state.parts import StoredParts
 from ctiflow.operators.columns import ColumnBuffer, ColumnTimeLayer, EventColumns, merged_events
@@ -465,6 +467,38 @@ class GroupRuntime:
                                                      of if by_key else [], cti)
         self.ops_cti = cti
         self.counters.outputs += sum(len(o) if type(o) is OutputBatch else 1 for _, o, _ in out[before:])
+
+
+def open_group(plan: Plan, stored: bytes | None, header: bytes | None, chunks, worker,
+               read_all=None) -> GroupRuntime:
+    """A key group's runtime as a Python worker opens it from Spark's state store: ``header`` the
+    stored header (:func:`~ctiflow.jobs.state.codec.compressed`), ``stored`` the header's stored
+    value (it ends with the token of the commit that wrote it), ``worker`` the worker's
+    :class:`~ctiflow.jobs.state.warm.WarmChunks` (the chunks it kept decoded). The adapter and the
+    benchmarks open a group only so; :func:`seal_group` is the other half."""
+    started = time.perf_counter()
+    raw = expanded(header)
+    expanding = time.perf_counter() - started
+    runtime = GroupRuntime(plan, header=raw, chunks=chunks, warm=worker.take(stored), batched=True,
+                           read_all=read_all, read_token=worker.token(stored), behind=worker.take_token)
+    runtime.counters.state_us += int(expanding * 1e6)
+    return runtime
+
+
+def seal_group(runtime: GroupRuntime, worker) -> tuple[bytes, Callable[[bytes], bytes]]:
+    """:meth:`GroupRuntime.commit` as a worker stores it (:func:`open_group`): → (the header to
+    store, :func:`~ctiflow.jobs.state.codec.compressed`; ``seal(value)`` → the header's stored value,
+    the chunks still decoded filed in ``worker`` under the token it ends with). Counted as stored:
+    the compressed header."""
+    raw = runtime.commit()
+    started = time.perf_counter()
+    header = compressed(raw)
+    counters = runtime.counters
+    counters.state_us += int((time.perf_counter() - started) * 1e6)
+    counters.state_written += len(header) - len(raw)
+    counters.state_bytes += len(header) - len(raw)
+    warm, limit = runtime.keyed.still_warm(), runtime.plan.cache_chunks
+    return header, lambda value: worker.put(value, warm, limit)
 
 
 def _buffer_state(buffer: ColumnBuffer) -> tuple:

@@ -51,9 +51,8 @@ from ctiflow.jobs.core import rows
 from ctiflow.jobs.core.alloc import cyclic_gc_paused
 from ctiflow.jobs.core.counters import Counters
 from ctiflow.jobs.core.plan import Plan
-from ctiflow.jobs.core.runtime import GroupRuntime
+from ctiflow.jobs.core.runtime import GroupRuntime, open_group, seal_group
 from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
-from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
 from ctiflow.jobs.state.warm import WARM
 
@@ -146,33 +145,18 @@ class OperatorProcessor(StatefulProcessor):
     # -- internals -------------------------------------------------------------------
     def _load(self) -> tuple[bytes | None, GroupRuntime]:
         """→ the stored header value and the group's runtime, from the header's bytes
-        (:meth:`GroupState.read`)."""
+        (:meth:`GroupState.read`, :func:`~ctiflow.jobs.core.runtime.open_group`)."""
         self.group.clock.take()  # (what a failed call before spent is not this call's)
         stored, header = self.group.read()  # (None, None) before the group's first batch
-        started = time.perf_counter()
-        header = expanded(header)
-        expanding = time.perf_counter() - started
         chunks = self.group.chunks
-        runtime = GroupRuntime(self.plan, header=header, chunks=chunks, warm=WARM.take(stored), batched=True,
-                               read_all=chunks.read_all, read_token=WARM.token(stored),
-                               behind=WARM.take_token)
-        runtime.counters.state_us += int(expanding * 1e6)
-        return stored, runtime
+        return stored, open_group(self.plan, stored, header, chunks, WARM, read_all=chunks.read_all)
 
     def _store(self, stored: bytes | None, runtime: GroupRuntime) -> None:
-        """Commit ``runtime``; the header is stored :func:`compressed`. One of more than
+        """Commit ``runtime`` (:func:`~ctiflow.jobs.core.runtime.seal_group`). A header of more than
         :data:`ctiflow.jobs.core.rows.PACK_BYTES` (a long reorder buffer) is stored in parts of that size
         (:meth:`GroupState.write`): one large value is several G1 "humongous" copies in the state
         server's JVM each write and read (measured: docs/changelog.md#memory)."""
-        raw = runtime.commit()
-        started = time.perf_counter()
-        header = compressed(raw)
-        counters = runtime.counters  # what the store holds: the compressed header
-        counters.state_us += int((time.perf_counter() - started) * 1e6)
-        counters.state_written += len(header) - len(raw)
-        counters.state_bytes += len(header) - len(raw)
-        warm = runtime.keyed.still_warm()
-        self.group.write(stored, header, lambda value: WARM.put(value, warm, self.plan.cache_chunks))
+        self.group.write(stored, *seal_group(runtime, WARM))
 
     def _encode(self, out: list, dead: list, counters: Counters,
                 started: float | None = None) -> Iterator[pd.DataFrame]:
