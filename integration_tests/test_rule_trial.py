@@ -192,6 +192,7 @@ def test_rules_test_on_the_command_line_prints_the_table_and_writes_the_records(
     from pathlib import Path
 
     _, rules_topic, job_spec = small_job(stack, "trial-cli", 5, 600, tmp_path)
+    produce(stack.bootstrap, rules_topic, "transaction", transactions(1)[:1], "account")  # a foreign record first
     produce(stack.bootstrap, rules_topic, "rule",
             [rule_record(Rule("big", "fraud", 1, T0, "put", definition("pattern", 3000)))], "rule_id")
     job_file, rule_file, records = tmp_path / "job.yaml", tmp_path / "big.yaml", tmp_path / "trial.jsonl"
@@ -202,6 +203,8 @@ def test_rules_test_on_the_command_line_prints_the_table_and_writes_the_records(
                            "--to", str(at(0.25)), "--out", str(records), "--show", "2"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
+    # the rules topic read once for the candidate's version and what it is compared with: warned of once
+    assert done.stderr.count(f"{rules_topic} partition 0 offset 0: not a rule record, skipped") == 1
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     matches = [r for r in lines if r["diff"] in ("added", "unchanged")]
     assert matches and {r["rule_id"] for r in matches} == {"big"} and {r["rule_version"] for r in matches} == {2}

@@ -30,7 +30,7 @@ from functools import cached_property
 
 from ctiflow.jobs.driver.config import JobConfig, MatchOp
 from ctiflow.jobs.driver.rules import (_operator, _warn, check_rule, effective_ms, iso_time, produce_rule,
-                                       judge, read_rules)
+                                       Written, judge, read_written)
 from ctiflow.operators.cep.rules import Rule
 from ctiflow.operators.errors import ConfigError
 
@@ -135,16 +135,17 @@ def _minus(these: list[dict], those: list[dict]) -> list[dict]:
 
 
 def against_rules(job: JobConfig, op: MatchOp, rule_id: str, against: str | None, start: int, end: int,
-                  warn: Callable[[str], None] = _warn) -> tuple[list[Rule], str | None]:
+                  written: list[Written], warn: Callable[[str], None] = _warn) -> tuple[list[Rule], str | None]:
     """The versions the comparison runs over [start, end) → ``(rules, label)``: ``current`` — the
     rule's versions in the job's rules topic as the job applied them, or will (:func:`judge`:
     refused ones left out, adjusted ones at the time they took effect), the one in
     effect at ``start`` put again at ``start``, those taking effect before ``end`` at their times —;
     ``ID@VERSION`` — that version put at ``start``; ``none`` — none. A deletion at ``end`` closes
-    each (runs in flight drain). A :class:`ConfigError` names what is not there."""
+    each (runs in flight drain). ``written``: the rules topic's records (:func:`read_written`). A
+    :class:`ConfigError` names what is not there."""
     if against in (None, "none"):
         return [], None
-    accepted = [j.in_effect for j in judge(job, op, warn)[1] if j.effective is not None]
+    accepted = [j.in_effect for j in judge(job, op, warn, written)[1] if j.effective is not None]
     if against == "current":
         mine = [r for r in accepted if r.rule_id == rule_id]
         before = [r for r in mine if r.effective_time <= start]
@@ -170,11 +171,12 @@ def against_rules(job: JobConfig, op: MatchOp, rule_id: str, against: str | None
 
 
 def candidate_rules(job: JobConfig, op: MatchOp, definition: str, rule_id: str, start: int, end: int,
-                    warn: Callable[[str], None] = _warn) -> list[Rule]:
-    """The candidate as ``rules put`` would write it (the topic's last version of ``rule_id`` + 1),
-    effective at ``start``, and its deletion at ``end``; refused before anything runs if the job
-    would refuse it (:func:`check_rule`, the job's reason)."""
-    version = max((r.version for r in read_rules(job, op, warn) if r.rule_id == rule_id), default=0) + 1
+                    written: list[Written]) -> list[Rule]:
+    """The candidate as ``rules put`` would write it (the last version of ``rule_id`` in
+    ``written``, the rules topic's records, + 1), effective at ``start``, and its deletion at
+    ``end``; refused before anything runs if the job would refuse it (:func:`check_rule`, the job's
+    reason)."""
+    version = max((w.rule.version for w in written if w.rule.rule_id == rule_id), default=0) + 1
     rule = Rule(rule_id, op.name, version, start, "put", definition)
     check_rule(job, rule)
     return [rule, Rule(rule_id, op.name, version + 1, end, "delete")]
@@ -320,8 +322,9 @@ def try_rule(job: JobConfig, definition: str, *, start: str | int, end: str | in
     t0, t1 = effective_ms(start, "--from"), effective_ms(end, "--to")
     if t0 >= t1:
         raise ConfigError(f"--from {iso_time(t0)} is not before --to {iso_time(t1)}: give a range [from, to)")
-    candidate = candidate_rules(job, op, definition, rule_id, t0, t1, warn)
-    others, label = against_rules(job, op, rule_id, against, t0, t1, warn)
+    written = read_written(job, op, warn)  # (read once: a record that does not decode is warned of once)
+    candidate = candidate_rules(job, op, definition, rule_id, t0, t1, written)
+    others, label = against_rules(job, op, rule_id, against, t0, t1, written, warn)
     compile = rule_compiler(op, job)
     spans = [longest_run_ms(compile(r)) for r in [*candidate, *others] if r.action == "put"]
     horizon = None if None in spans else t1 + max(spans)

@@ -116,14 +116,16 @@ def _records(job: JobConfig, topic: str, schema: str, needle: str,
                      f"({exc})")
 
 
-def judge(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn) -> tuple[RuleBook, list[Judged]]:
+def judge(job: JobConfig, op: MatchOp, warn: Callable[[str], None] = _warn,
+          written: list[Written] | None = None) -> tuple[RuleBook, list[Judged]]:
     """The operator's rules topic record by record with what the job did with each
     (:func:`job_verdicts`), those it has not read yet judged as it will judge them, CTIs aside →
-    the book they make (the job's own decisions first, in topic order) and the records judged."""
+    the book they make (the job's own decisions first, in topic order) and the records judged.
+    ``written``: the topic's records as :func:`read_written` read them (None: read here)."""
     verdicts = job_verdicts(job, op, warn)
     book, compile = new_book(job, op)
     out = []
-    for w in read_written(job, op, warn):
+    for w in read_written(job, op, warn) if written is None else written:
         at = (w.partition, w.offset)
         if verdicts is not None and w.offset < verdicts.read.get(w.partition, 0):
             if at in verdicts.refused:
