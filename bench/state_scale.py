@@ -28,7 +28,7 @@ from rich.table import Table
 from ctiflow.jobs.driver.planner import plan_job
 from ctiflow.jobs.driver.config import parse
 from ctiflow.jobs.core.rows import Control, GroupInput, pack_events, unpack_columns
-from ctiflow.jobs.core.runtime import GroupRuntime, open_group, seal_group
+from ctiflow.jobs.core.runtime import open_group, seal_group
 from ctiflow.operators.time import Event
 
 T0 = 1_767_225_600_000
@@ -97,27 +97,23 @@ def _batch(plan, store, header, shipped: tuple[bytes, int], worker=None):
     column, each measure checked value by value, which the job does not do), the CTI one past the
     latest event (``cti.delay`` −1), the cyclic garbage collector paused
     (:mod:`ctiflow.jobs.core.alloc`), an operator's result columns kept one batch (``batched``;
-    until 2026-12-04 one ``Output`` a record). ``worker``: the
-    :class:`~ctiflow.jobs.state.warm.WarmChunks` of the Python worker that runs it, the group opened
-    and stored as the adapter does (:func:`~ctiflow.jobs.core.runtime.open_group`,
-    :func:`~ctiflow.jobs.core.runtime.seal_group`);
-    None: every chunk the batch touches read from ``store`` and restored. → (header, seconds on state, written, state bytes,
-    live keys, chunks used, of those taken from the worker's cache)."""
+    until 2026-12-04 one ``Output`` a record), the group opened and stored as the adapter does
+    (:func:`~ctiflow.jobs.core.runtime.open_group`, :func:`~ctiflow.jobs.core.runtime.seal_group`).
+    ``worker``: the :class:`~ctiflow.jobs.state.warm.WarmChunks` of the Python worker that runs it;
+    None: one that keeps nothing, so every chunk the batch touches is read from ``store`` and
+    restored. → (header, seconds on state, written, state bytes, live keys, chunks used, of those
+    taken from the worker's cache)."""
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
+    from ctiflow.jobs.state.warm import WarmChunks
 
+    worker = WarmChunks() if worker is None else worker
     with cyclic_gc_paused():
-        if worker is None:
-            rt = GroupRuntime(plan, header=header, chunks=store, batched=True)
-        else:
-            rt = open_group(plan, header, header, store, worker)
+        rt = open_group(plan, header, header, store, worker)
         pack, top = shipped
         rt.run_batch(GroupInput([unpack_columns(pack, "tx", 0)], [("tx", 0, top)],
                                 [("tx", Control([0], [], False))], []))
-        if worker is None:
-            header = rt.commit()
-        else:
-            header, seal = seal_group(rt, worker)
-            header = seal(header)
+        header, seal = seal_group(rt, worker)
+        header = seal(header)
     c = rt.counters
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys(), c.chunks_loaded, c.chunks_cached
 

@@ -248,7 +248,7 @@ class PackedStates:
             raise KeyError(key)
         self._forget(key, i)
         offsets = self.offsets
-        return bytes(memoryview(self.blob)[offsets[i]:offsets[i + 1]])  # (one copy: a bytearray's slice is one)
+        return bytes(memoryview(self.blob)[offsets[i]:offsets[i + 1]])  # (a bytearray's slice: a copy)
 
     def take_many(self, keys: Sequence[str]) -> tuple[list[str], bytes, np.ndarray]:
         """:meth:`take` of every held key among ``keys`` (distinct) at once: → those keys, in the

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np

@@ -135,7 +135,8 @@ def _minus(these: list[dict], those: list[dict]) -> list[dict]:
 
 
 def against_rules(job: JobConfig, op: MatchOp, rule_id: str, against: str | None, start: int, end: int,
-                  written: list[Written], warn: Callable[[str], None] = _warn) -> tuple[list[Rule], str | None]:
+                  written: list[Written],
+                  warn: Callable[[str], None] = _warn) -> tuple[list[Rule], str | None]:
     """The versions the comparison runs over [start, end) → ``(rules, label)``: ``current`` — the
     rule's versions in the job's rules topic as the job applied them, or will (:func:`judge`:
     refused ones left out, adjusted ones at the time they took effect), the one in
