@@ -211,17 +211,26 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
 #: match 0.38 → 0.78×, bins 0.62 → 0.69× — a key group's chunks 4× fewer: fewer state calls and
 #: per-chunk rounds, the same work a key)
 SPARSE_CHUNK_KEYS = 65_536
+#: ``state.delta_share`` of the sparse-keys tables: what the setting's description advises for sparse
+#: keys (a batch changes a few per cent of every chunk's keys, a frame ≈ 13 % of a bins chunk's base at
+#: 3M keys): a chunk is written whole every 8–23 batches, not every 2–6 as at the default 0.5, and the
+#: worker that ran its group a few batches ago absorbs the frames since instead of reading it whole
+#: (2026-12-04, end to end at 3M keys, one run each: bins 0.68 → 0.92× of its 10k rate, store bytes
+#: written 5.2 → 3.0 MiB a batch; the state stored 18.7 → 24.8 MiB)
+SPARSE_DELTA_SHARE = 2.0
 
 
 def sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 100_000,
-                batches: int = 6, chunk_keys: int | None = None, shares=(None,), workers: int = 2,
+                batches: int = 24, chunk_keys: int | None = None, shares=(SPARSE_DELTA_SHARE,), workers: int = 2,
                 record_figures: bool = False) -> list[Row]:
     """Sparse keys: the same ``per_batch`` events a batch (one key group's share of the end-to-end
     rows' 200,000) spread uniformly over every live key (each event nearly always a key of its own,
     every chunk touched), for count, match and bins, in one process, with chunks written as deltas
-    (``state.delta_share`` None: the default; ``shares`` may add 0.0, chunks written whole),
-    ``batches`` measured after each of ``workers`` Python workers had a turn (:func:`measure`:
-    they take the batches in turn, each keeping the chunks it committed decoded, as in Spark).
+    (``state.delta_share`` each of ``shares``, :data:`SPARSE_DELTA_SHARE` unless told; None: the
+    default; 0.0: chunks written whole), ``batches`` measured after each of ``workers`` Python
+    workers had a turn (:func:`measure`: they take the batches in turn, each keeping the chunks it
+    committed decoded, as in Spark; 24, so that every chunk is written whole at least once in them,
+    as it is every 8–23 batches).
     Baseline: each operator and share at its fewest keys. ``record_figures``: write the
     ``scale-sparse`` row of bench/figures.yaml."""
     from ctiflow.jobs.driver.config import StateConfig
@@ -530,14 +539,16 @@ SPARSE_MEASURED_BATCHES = 12
 def spark_sparse_main(out: Console | None = None, sizes=(10_000, 1_000_000, 3_000_000), per_batch: int = 200_000,
                       chunk_keys: int | None = None, record_figures: bool = False, runs: int = 1) -> list[Row]:
     """Sparse keys end to end: :func:`spark_main` with every batch's events spread uniformly over
-    every live key, at ``state.chunk_keys`` = ``chunk_keys`` (what the setting's description advises
-    for sparse keys), :data:`SPARSE_MEASURED_BATCHES` batches a row. ``runs``: the whole table that
+    every live key, at ``state.chunk_keys`` = ``chunk_keys`` and ``state.delta_share``
+    :data:`SPARSE_DELTA_SHARE` (what the settings' descriptions advise for sparse keys),
+    :data:`SPARSE_MEASURED_BATCHES` batches a row. ``runs``: the whole table that
     many times, then each row's ratio over the runs (:func:`spread_table`: a row moves by ±0.15×
     between runs here). ``record_figures``: write the ``scale-sparse-spark`` row of
     bench/figures.yaml (:func:`record_sparse`). → every run's rows, one run after another."""
     out = out or Console(width=200)
     every = [spark_main(out, sizes, per_batch, measured_batches=SPARSE_MEASURED_BATCHES, active=None, uncached=(),
-                        state={"chunk_keys": chunk_keys or SPARSE_CHUNK_KEYS}) for _ in range(runs)]
+                        state={"chunk_keys": chunk_keys or SPARSE_CHUNK_KEYS, "delta_share": SPARSE_DELTA_SHARE})
+             for _ in range(runs)]
     table = spread_table(every) if runs > 1 else _spark_table(every[0], per_batch, None)
     if runs > 1:
         out.print(table)

@@ -1045,9 +1045,11 @@ class Binner(Operator):
         part._flush()
         theirs = self._keys.ids_of_table(part._keys)  # (the frame's keys found as names: none made a string)
         listed = self._keys.find(list(keys)) if keys else theirs[:0]
-        drop = np.concatenate([theirs, listed[listed >= 0]])
+        drop = np.zeros(len(self._keys), np.bool_)  # (a mask by key id: one pass, no sort)
+        drop[theirs] = True
+        drop[listed[listed >= 0]] = True
         live = np.flatnonzero(self._live[: self._hi])
-        self._drop_slots(live[np.isin(self._kid[live], drop)] if len(drop) else live[:0])
+        self._drop_slots(live[drop[self._kid[live]]])
         rows = np.flatnonzero(part._live[: part._hi])
         if len(rows):  # (their keys' bins were all dropped: none is live, and theirs are distinct)
             slots = self._new_slots(theirs[part._kid[rows]], part._k[rows])

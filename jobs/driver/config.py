@@ -768,14 +768,17 @@ class StateConfig(Strict):
         "(docs/performance.md#keyed-state-with-sparse-keys-dev-bench-scale-sparse); may change between runs "
         "(chunks already stored keep their size until they split)"))
 
-    delta_share: float = Field(0.5, ge=0, le=1, description=(
+    delta_share: float = Field(0.5, ge=0, le=4, description=(
         "a state chunk a micro-batch changed is stored as the state of the keys that batch changed (a frame "
         "of its delta, after those of the batches since it was last written whole), until the frames would "
         "pass this share of the whole chunk's bytes (or number 32); then it is written whole again. Bytes "
         "written a batch follow the keys it changed, not the chunks it touched (sparse keys: "
         "docs/performance.md#latency); a larger share writes chunks whole less often and makes a chunk read "
-        "from the store absorb more frames; chunks under 4 KiB are always whole; 0 = always whole; may "
-        "change between runs"))
+        "from the store absorb more frames. Sparse keys (each batch changes a few per cent of every "
+        "chunk's keys) want 1 to 2: a chunk written whole makes the Python worker that ran its key group a "
+        "few batches ago read it whole, where a frame is absorbed "
+        "(docs/performance.md#keyed-state-with-sparse-keys-dev-bench-scale-sparse); chunks under 4 KiB are "
+        "always whole; 0 = always whole; may change between runs"))
 
     cache_chunks: int = Field(4096, ge=0, le=10_000_000, description=(
         "decoded state chunks each Python worker keeps between micro-batches (most recently used first), "

@@ -75,7 +75,7 @@ FRAME_RATIO_MOST = 16.0
 READ_ALL_FROM = 8
 #: the commits a header names what they wrote (newest first): a worker that holds the state one of
 #: them read catches up with what they all wrote (:meth:`KeyedState._caught_up`)
-HISTORY = 4
+HISTORY = 8
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
              "run the job with a new spark.checkpoint (it reprocesses its topics from startingOffsets), "
