@@ -74,7 +74,9 @@ FRAME_RATIO_MOST = 16.0
 #: entry at once (below it, the reads cost less than the pass)
 READ_ALL_FROM = 8
 #: the commits a header names what they wrote (newest first): a worker that holds the state one of
-#: them read catches up with what they all wrote (:meth:`KeyedState._caught_up`)
+#: them read catches up with what they all wrote (:meth:`KeyedState._caught_up`). 8 (4 until
+#: 2026-12-04): two tasks on two Python workers keep a group on one worker for k batches in a row
+#: about once in 2^k gaps, and at 4 the other worker then read every chunk whole
 HISTORY = 8
 
 STATE_FIX = ("the checkpoint was written by another version or configuration of this job, or is damaged; "
