@@ -420,3 +420,15 @@ def test_a_group_that_is_not_a_list_of_stages_is_one_error(group):
     assert cfg.warnings() == []  # no traceback while looking for a within either
     errors = config_errors(cfg)
     assert len(errors) == 1 and "stage 'b': 'group' must be a non-empty list of stages" in errors[0]
+
+
+def test_state_delta_share_takes_the_sparse_keys_advice_and_refuses_past_four():
+    """``state.delta_share`` up to 4 (the sparse-keys advice is 1 to 2, the bench runs at 2); past
+    it, one error naming the field before anything runs."""
+    raw = copy.deepcopy(TRANSACTIONS)
+    raw["state"] = {**raw.get("state", {}), "delta_share": 2}
+    assert parse(raw).state.delta_share == 2.0
+    raw["state"]["delta_share"] = 5
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert "delta_share" in str(err.value) and "4" in str(err.value)
