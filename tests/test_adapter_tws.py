@@ -226,20 +226,18 @@ def sparse_two_partitions(b: int, accounts: int = 400) -> pd.DataFrame:
                          frontier("tx", 1, max(r["event_time"] for r in slow)), control("tx", [0, 1])])
 
 
-def take_turns(monkeypatch, plan: list, workers: int, delta_share: float = 1.0, whole: list | None = None,
-               chunk_keys: int = 32, accounts: int = 400) -> tuple[list[int], list[int], list[int]]:
+def take_turns(monkeypatch, plan: list, workers: int) -> tuple[list[int], list[int], list[int]]:
     """Count per key over :func:`sparse_two_partitions`, run batch by batch as ``plan`` says: ``(batch,
     worker)`` runs the batch with that worker's cache (:class:`~ctiflow.jobs.state.warm.WarmChunks`),
     ``("back", worker)`` rolls the store back to before the previous batch and replays it there.
     Every batch's results must be a worker's that keeps nothing decoded; → per step, the chunks
-    caught up, taken from the cache, and used (and into ``whole``, the chunks written whole)."""
+    caught up, taken from the cache, and used."""
     from ctiflow.jobs.datapath import adapter
     from ctiflow.jobs.state import chunks as chunk_module
     from ctiflow.jobs.state.warm import WarmChunks
 
     monkeypatch.setattr(chunk_module, "DELTA_FROM", 0)  # (chunks of 32 small keys: deltas from the first base)
-    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": chunk_keys,
-                                                                   "delta_share": delta_share}}
+    spec = {"sources": [TX], "operators": COUNT_PER_KEY, "state": {"chunk_keys": 32, "delta_share": 1.0}}
     caches = [WarmChunks() for _ in range(workers)]
     t, topics = make_tester(spec)
     ref, _ = make_tester({**spec, "state": {**spec["state"], "cache_chunks": 0}})
@@ -249,17 +247,15 @@ def take_turns(monkeypatch, plan: list, workers: int, delta_share: float = 1.0, 
             roll_back(t, 5, saved)
             b = last
         else:
-            expected = results(ref.testInPandas(5, sparse_two_partitions(b, accounts)), topics)
+            expected = results(ref.testInPandas(5, sparse_two_partitions(b)), topics)
             saved, last = snapshot(t, 5), b
         monkeypatch.setattr(adapter, "WARM", caches[w])
-        frame = t.testInPandas(5, sparse_two_partitions(b, accounts))
+        frame = t.testInPandas(5, sparse_two_partitions(b))
         m = metrics_of(frame)
         assert results(frame, topics) == expected, (b, w)
         caught.append(m.get("chunks_caught_up", 0))
         cached.append(m.get("chunks_cached", 0))
         loaded.append(m["chunks_loaded"])
-        if whole is not None:
-            whole.append(m["chunks_loaded"] - m.get("chunks_unchanged", 0) - m.get("chunk_deltas", 0))
     return caught, cached, loaded
 
 
@@ -280,27 +276,6 @@ def test_two_workers_taking_turns_catch_up_with_each_others_deltas_and_a_replay_
     # worker next holds chunks of the rolled-back commit only, and reads the store
     assert cached[6] > 0 and caught[6] == 0 and cached[7] == 0 and caught[8] > 0
     assert cached[9] > 0 and caught[9] == 0 and cached[10] == 0 and caught[11] > 0
-
-
-def test_workers_taking_turns_catch_up_across_the_chunks_the_others_wrote_whole(monkeypatch):
-    """At a small ``delta_share`` (four chunks of 500 keys, a few changed a batch) every chunk is
-    written whole every few batches by whichever worker runs the group: the frames of the base
-    before stay (kept), the last that commit's own, so a worker some commits behind absorbs them
-    and the new base's frames — it reads no chunk; until 2026-12-04 it read every chunk the others
-    had written whole (here 0–2 of 4 a batch from the cache). It reads a chunk written whole twice
-    since its turn (one generation is kept), and after a rollback (a replay). Results per batch
-    are those of a worker that keeps nothing decoded."""
-    plan = [(0, 0), (1, 1), (2, 0), (3, 1), (4, 2), (5, 0), (6, 1), (7, 0), (8, 2), ("back", 0), (9, 1), (10, 0),
-            (11, 2), (12, 1)]
-    whole: list[int] = []
-    caught, cached, loaded = take_turns(monkeypatch, plan, 3, delta_share=0.25, whole=whole, chunk_keys=512,
-                                        accounts=2000)
-    assert loaded[2:] == [4] * 12 and all(whole[2:])  # (every batch writes some chunk whole)
-    # batches 5, 6, 7, 9 and 10 and 12 on a worker one to three commits behind; batch 3 and 4 on a
-    # worker's first turn; 8 and 11 on worker 2, behind by 3 (a chunk written whole twice) and after
-    # the rollback of its batch 8
-    assert [caught[i] for i in (5, 6, 7, 10, 11, 13)] == [4] * 6 and all(cached[i] == 4 for i in (5, 6, 7, 10, 11, 13))
-    assert cached[3] == cached[4] == cached[12] == 0 and caught[8] < 4
 
 
 def test_three_workers_in_turn_catch_up_over_the_commits_since_theirs(monkeypatch):
@@ -483,7 +458,7 @@ def test_the_stored_header_is_compressed_and_a_header_stored_uncompressed_still_
     assert stored.startswith(ZSTD_MARK)
     header = expanded(stored)
     got = pickle.loads(header)  # a whole pickled header came back
-    assert got[:2] == ("header", 8)
+    assert got[:2] == ("header", 7)
     (index, _sizes), join, enriched, ended, clocks, ops_cti, keyed, operators, _shared = got[2:]
     assert keyed[3] == {}  # no chunk has a delta after one batch
     rest = (join, enriched, ended, clocks, ops_cti, *keyed[:3], operators)  # as the positional header format 2

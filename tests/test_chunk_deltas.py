@@ -98,11 +98,9 @@ def run(plan, batches, restore: bool, rewrite=None) -> tuple[list[dict], list[in
         UNCHANGED[plan.delta_share] = UNCHANGED.get(plan.delta_share, 0) + rt.counters.chunks_unchanged
         if rewrite is not None:
             rewrite(rt.chunks)
-        if restore:  # the header's frames, of each chunk's generation and those kept of the one before: none left behind
-            gens = rt.keyed.gens
-            frames = {frame_entry(c, n, gens.get(c, (0,))[0]) for c, f in rt.keyed.deltas.items() for n in range(len(f))}
-            kept = {frame_entry(c, n, gen - 1) for c, (gen, k, _) in gens.items() for n in range(len(k))}
-            assert not frames & kept and frames | kept == {c for c in rt.chunks if DELTA_KEYS <= c < PART_KEYS}
+        if restore:
+            assert {frame_entry(c, n) for c, frames in rt.keyed.deltas.items() for n in range(len(frames))} == {
+                c for c in rt.chunks if DELTA_KEYS <= c < PART_KEYS}  # (the header's frames; none left behind)
             rt = GroupRuntime(plan, header=header, chunks=rt.chunks)
     return results, written, deltas, compacted
 
@@ -182,10 +180,8 @@ def test_a_batch_writes_one_frame_of_the_keys_it_changed_and_no_frame_twice():
     """One chunk of 600 keys, then batches of a few keys each, a second apart (each released by the
     next batch's CTI, the keys counted from the events here): each commit adds one frame holding
     exactly the keys it released (named once: by its snapshot), writes no earlier frame again and no base, until the chunk has
-    ``MAX_FRAMES`` frames: then it is written whole with that commit's frame after the others,
-    none removed (kept for a worker that holds the base before), and frames start again in the
-    other half of the chunk's frame entries (its base's next generation); the results are an
-    uninterrupted run's that never reads its store."""
+    ``MAX_FRAMES`` frames: then it is written whole and every frame is removed, and frames start
+    again; the results are an uninterrupted run's that never reads its store."""
     from ctiflow.jobs.state.codec import expanded
     from ctiflow.jobs.state.parts import MAX_FRAMES
     from ctiflow.operators import snapshots
@@ -214,16 +210,13 @@ def test_a_batch_writes_one_frame_of_the_keys_it_changed_and_no_frame_twice():
         removed = {e for e in store.removed if e < PART_KEYS}
         if b == 0 or b == len(batches) - 1:  # nothing released yet; the flush (not checked)
             assert entries == set() or b
-        elif b == 1:  # the first base (generation 0)
-            assert entries == {0} and not removed, (b, entries)
-        elif b == MAX_FRAMES + 2:  # the compaction after MAX_FRAMES frames: and the frame of its changes
-            assert entries == {0, frame_entry(0, MAX_FRAMES, 0)} and not removed, (b, entries)
-            assert rt.keyed.gens[0][:2] == (1, tuple(len(store[frame_entry(0, n, 0)]) for n in range(MAX_FRAMES + 1)))
+        elif b in (1, MAX_FRAMES + 2):  # the first base; the compaction after MAX_FRAMES frames
+            assert entries == {0}, (b, entries)
+            assert removed == ({frame_entry(0, n) for n in range(MAX_FRAMES)} if b > 1 else set())
         else:
-            n, gen = (b - 2, 0) if b <= MAX_FRAMES + 1 else (b - MAX_FRAMES - 3, 1)
-            assert entries == {frame_entry(0, n, gen)} and not removed, (b, entries)
-            assert frame_entry(0, n, gen) == frame_entry(0, n + 16 * (gen % 2))  # (the generations' halves)
-            kind, _, _, dropped, (snap,), *_, named = snapshots.loads(expanded(store[frame_entry(0, n, gen)]))
+            n = b - 2 if b <= MAX_FRAMES + 1 else b - MAX_FRAMES - 3
+            assert entries == {frame_entry(0, n)} and not removed, (b, entries)
+            kind, _, _, dropped, (snap,), *_, named = snapshots.loads(expanded(store[frame_entry(0, n)]))
             released = sorted({e.key for p in batches[b - 1].values() for e in p})
             # (a key named once: the snapshot holds the keys changed, none was dropped)
             assert kind == "delta" and dropped == [[]] and named == len(released)
@@ -261,10 +254,8 @@ def test_a_delta_is_built_only_to_be_written_once_the_chunk_has_one(kind, monkey
         built.clear()
         header = rt.commit()
         deltas += rt.counters.chunk_deltas
-        gone = had - set(rt.keyed.deltas)
-        bridged = sum(1 for c in gone if rt.keyed.gens[c][1])  # (written whole with this commit's frame)
-        thrown += len(built) - rt.counters.chunk_deltas - bridged
-        compacted += len(gone)
+        thrown += len(built) - rt.counters.chunk_deltas
+        compacted += len(had - set(rt.keyed.deltas))
         rt = GroupRuntime(plan, header=header, chunks=rt.chunks)  # (read back cold: the estimate too)
     assert deltas > 60 and compacted > 10
     assert thrown <= compacted // 4, (thrown, compacted, deltas)
@@ -295,10 +286,8 @@ def test_a_first_frame_is_foretold_from_the_frames_the_call_built_before(monkeyp
     real = cls.delta
     monkeypatch.setattr(cls, "delta", lambda self, k: built.append(1) or real(self, k))
 
-    def frames() -> tuple[int, int, int, int, float]:
-        """→ chunks the second batch touched, frames built, those of them written after a base the
-        chunk was written whole with (for a worker that holds the base before), frames written,
-        the call's last ratio."""
+    def frames() -> tuple[int, int, int, float]:
+        """→ chunks the second batch touched, frames built, frames written, the call's last ratio."""
         rt = GroupRuntime(plan)
         rt.run_batch(GroupInput.of("s", build, [0, 1, 2]))
         header = rt.commit()
@@ -306,15 +295,14 @@ def test_a_first_frame_is_foretold_from_the_frames_the_call_built_before(monkeyp
         rt.run_batch(GroupInput.of("s", {p: sorted(e, key=lambda e: e.start) for p, e in later.items()}, [0, 1, 2]))
         built.clear()
         rt.commit()
-        bridged = sum(1 for _, kept, _ in rt.keyed.gens.values() if kept)
-        return len(rt.keyed.loaded), len(built), bridged, rt.counters.chunk_deltas, rt.keyed.frame_ratio
+        return len(rt.keyed.loaded), len(built), rt.counters.chunk_deltas, rt.keyed.frame_ratio
 
-    touched, made, bridged, deltas, ratio = frames()
+    touched, made, deltas, ratio = frames()
     with monkeypatch.context() as every:  # every chunk builds its frame: those that fit are written
         every.setattr(chunks, "_pays", lambda *args: True)
-        _, made_all, _, fit, _ = frames()
+        _, made_all, fit, _ = frames()
     assert touched == made_all == 16 and 4 <= fit <= 12  # (the setup: frames near the limits)
-    assert made - bridged - deltas <= 2 and deltas >= fit - 2, (made, bridged, deltas, fit)
+    assert made - deltas <= 2 and deltas >= fit - 2, (made, deltas, fit)
     assert ratio > 3 * chunks.DELTA_PER_KEY  # (what the keys built alike cost a frame)
 
 

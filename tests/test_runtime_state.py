@@ -79,15 +79,15 @@ def test_a_header_whose_index_of_chunks_is_of_another_shape_is_a_state_error(dam
     plan = job(COUNT, BINS)
     layout, header, chunks = pickle.loads(snapshot_with_events(plan))
     got = list(pickle.loads(expanded(header)))
-    assert got[:2] == ["header", 8]
-    due, level_split, totals, deltas, history, gens = got[8]
+    assert got[:2] == ["header", 7]
+    due, level_split, totals, deltas, history = got[8]
     assert len(history) == 1 and len(history[0]) == 3  # (read token, chunks written as a frame, whole)
     if damage == "a commit of two fields":
-        got[8] = (due, level_split, totals, deltas, (history[0][:2],), gens)
+        got[8] = (due, level_split, totals, deltas, (history[0][:2],))
     elif damage == "an index a field short":
-        got[8] = (due, level_split, totals, deltas, history)
+        got[8] = (due, level_split, totals, deltas)
     else:
-        got[8] = (due, level_split, totals, deltas, ((None, b"\x01\x02\x03", b""),), gens)
+        got[8] = (due, level_split, totals, deltas, ((None, b"\x01\x02\x03", b""),))
     damaged = pickle.dumps((layout, pickle.dumps(tuple(got), 5), chunks), 5)
     with pytest.raises(StateError, match=r"index of its state chunks.*new spark.checkpoint"):
         GroupRuntime(plan, damaged)

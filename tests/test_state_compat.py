@@ -185,7 +185,7 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
     rt = GroupRuntime(p, recorded["snapshot"])
     rt.run_batch(group_input(recorded["batches"][0], tuple(p.streams), False))
     header, entries = read_whole_state(rt.snapshot(), "")
-    assert snapshots.loads(header)[:2] == ("header", HEADER_FORMAT) == ("header", 8)
+    assert snapshots.loads(header)[:2] == ("header", HEADER_FORMAT) == ("header", 7)
     chunks = {c: blob for c, blob in entries.items() if is_chunk(c)}
     assert chunks and all(snapshots.loads(expanded(b))[:2] == ("chunk", CHUNK_FORMAT) == ("chunk", 3)
                           for b in chunks.values())
@@ -196,13 +196,13 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
     deltas = {c: blob for c, blob in delta_entries.items() if DELTA_KEYS <= c < PART_KEYS}
     assert deltas and all(snapshots.loads(expanded(b))[:2] == ("delta", DELTA_FORMAT) == ("delta", 2)
                           for b in deltas.values())
-    later_header = pickle.dumps(("header", 9, *snapshots.loads(header)[2:]), protocol=5)
-    with pytest.raises(StateError, match="key group header snapshot of format 9"):
+    later_header = pickle.dumps(("header", 8, *snapshots.loads(header)[2:]), protocol=5)
+    with pytest.raises(StateError, match="key group header snapshot of format 8"):
         GroupRuntime(p, header=later_header, chunks=dict(entries))
     # format 4 (2026-11-29 → 12-01): the chunks' index without the last commit; read, and the
     # batch after it gives the results it gives after today's header
     *fields, index, operators, shared = snapshots.loads(header)[2:]
-    assert len(index) == 6 and len(index[4]) == 1 and index[4][0][0] is None  # (one commit; no worker's token)
+    assert len(index) == 5 and len(index[4]) == 1 and index[4][0][0] is None  # (one commit; no worker's token)
     earlier = pickle.dumps(("header", 4, *fields, index[:4], operators, shared), protocol=5)
     outs = [GroupRuntime(p, header=h, chunks=dict(entries)).run_batch(
         group_input(recorded["batches"][1], tuple(p.streams), True)).outputs for h in (header, earlier)]
@@ -215,14 +215,9 @@ def test_the_header_and_the_chunks_carry_their_format_and_a_later_one_is_refused
                             operators, shared), protocol=5)
     # format 6 (2026-12-02): the last commit only, not a list of the last few
     sixth = pickle.dumps(("header", 6, *fields, (*index[:4], index[4][0]), operators, shared), protocol=5)
-    # format 7 (2026-12-02 → 12-04): no generations, every chunk's frames from its first entry on (the
-    # recorded chunks were written as deltas only: of generation 0)
-    assert index[5] == {}
-    seventh = pickle.dumps(("header", 7, *fields, index[:5], operators, shared), protocol=5)
     outs = [GroupRuntime(p, header=h, chunks=dict(delta_entries)).run_batch(
-        group_input(recorded["batches"][1], tuple(p.streams), True)).outputs
-        for h in (delta_header, earlier, sixth, seventh)]
-    assert outs[0] == outs[1] == outs[2] == outs[3] and outs[0]
+        group_input(recorded["batches"][1], tuple(p.streams), True)).outputs for h in (delta_header, earlier, sixth)]
+    assert outs[0] == outs[1] == outs[2] and outs[0]
     # a frame of format 1 (until 2026-12-02): every key changed named, not only those dropped; the
     # batch after it gives the same results
     def first_format(blob: bytes) -> bytes:

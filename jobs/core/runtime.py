@@ -297,7 +297,7 @@ class GroupRuntime:
         header = GroupHeader((self.layer.index(), self.parts.sizes), *reference, self.ended,
                              self.clocks.snapshot(), self.ops_cti, keyed.index(), self.plan.operator_names,
                              shared).to_bytes()
-        counters.state_bytes = len(header) + keyed.stored_bytes + keyed.kept_bytes + self.parts.bytes
+        counters.state_bytes = len(header) + keyed.stored_bytes + self.parts.bytes
         keyed.report(counters, [spec.name for spec in self.plan.operators])
         counters.state_written += len(header)
         counters.state_us += int((time.perf_counter() - started) * 1e6)

@@ -18,17 +18,7 @@ per chunk and base, so that chunks whose deltas grow alike are not all compacted
 :data:`~ctiflow.jobs.state.parts.MAX_FRAMES` of them, the chunk is written whole again and its
 frames removed (compaction). The header lists each chunk's frames; every entry commits with the
 micro-batch's state version, so a replayed batch reads what it wrote or what was before it, never
-a mix. *Generations*: a Python worker keeps the chunks it committed decoded, and one that held a
-chunk some commits ago absorbs the frames written since instead of reading it
-(:meth:`KeyedState._caught_up`). So that this holds across a compaction, the commit that writes a
-chunk with a delta whole (its frame costing at most half the base) also writes its own frame after
-the delta's and keeps those frames (:attr:`KeyedState.gens`): the new base is of the next
-generation, its frames in the other half of the chunk's frame entries
-(:func:`~ctiflow.jobs.state.parts.frame_entry`), and the kept ones are removed once its delta has
-:data:`HISTORY` frames (no worker holds the base before then) or at its next compaction. Until
-2026-12-04 a worker read every chunk the other had written whole since its turn (with two workers
-swapping groups about every other batch, most of the cold reads of sparse keys). Chunks are
-addressed by linear hashing of the key
+a mix. Chunks are addressed by linear hashing of the key
 (:meth:`KeyedState.address`): when the group's keys outgrow its chunks, the chunks with new
 descendants are split (``partition`` of each operator), so a chunk never holds many more keys than
 that, however many keys are live. A micro-batch decodes and re-encodes only the chunks it has events
@@ -54,7 +44,7 @@ import pyarrow as pa
 from ctiflow.jobs.state import compat
 from ctiflow.jobs.state.codec import compressed, expanded
 from ctiflow.jobs.state.keyhash import crc32_column
-from ctiflow.jobs.state.parts import FRAME_STRIDE, GEN_SLOTS, MAX_FRAMES, frame_entry, is_chunk
+from ctiflow.jobs.state.parts import FRAME_STRIDE, MAX_FRAMES, frame_entry, is_chunk
 from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
 from ctiflow.operators.events import CTI_INFINITY, CTI_NONE
@@ -142,14 +132,12 @@ class Chunk:
     keeps the totals; the operators' part is ``()`` for a chunk not stored yet). ``base``: its
     base's ``(bytes, per operator bytes)``; ``log``: its delta's frames since the base
     (:class:`Log`), or None when the next commit writes it whole (no base, an operator without
-    deltas, a split); ``seen_since``: keys whose ``last_seen`` changed since it was last written;
-    ``gen``: its base's generation (:attr:`KeyedState.gens`)."""
+    deltas, a split); ``seen_since``: keys whose ``last_seen`` changed since it was last written."""
 
-    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "log", "seen_since", "gen")
+    __slots__ = ("ops", "last_seen", "cti", "stored", "base", "log", "seen_since")
 
     def __init__(self, ops: list, last_seen: dict[str, int], cti: int, stored: tuple = (0, 0, ()),
-                 base: tuple = (0, ()), log: Log | None = None, seen_since: set | None = None, gen: int = 0):
-        self.gen = gen
+                 base: tuple = (0, ()), log: Log | None = None, seen_since: set | None = None):
         self.ops = ops
         self.last_seen = last_seen
         self.cti = cti
@@ -218,15 +206,10 @@ class KeyedState:
             self.op_tallies: list[dict[str, int]] = [{} for _ in specs]  # per operator: its tallies, summed
             #: chunk → its delta's frames' bytes (the chunks that have one)
             self.deltas: dict[int, tuple[int, ...]] = {}
-            #: chunk → its base's generation, the bytes of the frames kept of the generation before (the
-            #: last one the frame of the commit that wrote this base) and, with some, this base's (bytes,
-            #: per operator bytes) (module docstring, "generations"; a chunk not named: generation 0)
-            self.gens: dict[int, tuple[int, tuple[int, ...], tuple | None]] = {}
             return
         with restoring("the key group's index of its state chunks (in its header)"):
             self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
-                                                 self.op_tallies), self.deltas, self.history, \
-                self.gens = index
+                                                 self.op_tallies), self.deltas, self.history = index
             commits = [(token, *(np.frombuffer(ids, np.int64).tolist() for ids in (delta, whole)))
                        for token, delta, whole in self.history]
         if behind is not None:
@@ -256,20 +239,14 @@ class KeyedState:
 
     def index(self) -> tuple:
         """What the header keeps: due CTIs, the linear hashing's level and split, the totals, the
-        deltas' frames' bytes, the last :data:`HISTORY` commits, newest first — each the
-        worker's token of the state it read, the chunks it wrote as a frame (or whole, keeping
-        the frames before), those it wrote whole otherwise or removed (int64 bytes each) — and
-        the chunks' generations (:attr:`gens`)."""
+        deltas' frames' bytes, and the last :data:`HISTORY` commits, newest first: each the
+        worker's token of the state it read, the chunks it wrote as a frame, those it wrote whole
+        or removed (int64 bytes each)."""
         token, *wrote = self.committed
         delta, whole = (np.array(sorted(s), np.int64).tobytes() for s in wrote)
         return self.due, (self.level, self.split), (self.stored_keys, self.stored_bytes, self.op_totals,
                                                      self.op_tallies), self.deltas, \
-            ((token, delta, whole), *self.history)[:HISTORY], self.gens
-
-    @property
-    def kept_bytes(self) -> int:
-        """The bytes of the frames kept of the generations before (:attr:`gens`)."""
-        return sum(sum(kept) for _, kept, _ in self.gens.values())
+            ((token, delta, whole), *self.history)[:HISTORY]
 
     @property
     def count(self) -> int:
@@ -338,51 +315,35 @@ class KeyedState:
                 ops.append(compat.restored(spec.build, op_blob))
         base = (len(blob), tuple(map(len, blobs)))
         log = Log.empty(len(ops)) if self._tracks(ops) else None
-        gen = self.gens.get(c, (0,))[0]
         if c not in self.deltas:
             return Chunk(ops, last_seen, cti, (len(blob), keys, tuple(zip(base[1], op_keys, tallies))), base,
-                         log, gen=gen)
-        chunk = Chunk(ops, last_seen, cti, base=base, log=log or Log.empty(len(ops)), gen=gen)
-        return self._absorbed(c, chunk, 0)
+                         log)
+        return self._absorbed(c, Chunk(ops, last_seen, cti, base=base, log=log or Log.empty(len(ops))), 0)
 
     def _caught_up(self, c: int, chunk: Chunk) -> Chunk | None:
         """Chunk ``c`` as this worker committed it some commits ago (:attr:`behind`), brought up to
         the store: as it is if none of those commits wrote it, with the frames they added to its
         delta absorbed (each read what the one before left: frames are only appended until the
-        chunk is written whole), across a write whole by the frames kept of the generation it
-        held (the last one that commit's: then it is that base); None if one of them wrote it
-        whole otherwise or removed it, or the frames it needs are gone (then it is read)."""
+        chunk is written whole), None if one of them wrote it whole or removed it (then it is read)."""
         delta, whole = self.last_wrote
         if c in whole:
             return None
         if c not in delta:
             return chunk
-        gen, kept, base = self.gens.get(c, (0, (), None))
+        frames = len(self.deltas[c])
         left = None if chunk.log is None else len(chunk.log.frames)
-        frames = len(self.deltas.get(c, ()))
-        if left is not None and chunk.gen == gen - 1 and kept:
-            if left >= len(kept):
-                raise RuntimeError(f"state chunk {c}: {len(kept)} frames kept of its generation {gen - 1}, "
-                                   f"this worker left it with {left} (a bug)")
-            chunk = self._absorbed(c, chunk, left, len(kept))
-            chunk.base, chunk.log, chunk.gen, left = base, Log.empty(len(chunk.ops)), gen, 0
-            chunk.stored = (base[0], chunk.stored[1],
-                            tuple((b, *op[1:]) for b, op in zip(base[1], chunk.stored[2])))
-        elif chunk.gen != gen:
-            return None
-        elif left is None or left >= frames:
+        if left is None or left >= frames:
             raise RuntimeError(f"state chunk {c}: the commits since added frames to a delta of {frames} "
                                f"frames, this worker left it with {left} (a bug)")
         self.counters.chunks_caught_up += 1
-        return self._absorbed(c, chunk, left) if left < frames else chunk
+        return self._absorbed(c, chunk, left)
 
-    def _absorbed(self, c: int, chunk: Chunk, first: int, upto: int | None = None) -> Chunk:
+    def _absorbed(self, c: int, chunk: Chunk, first: int) -> Chunk:
         """``chunk`` (its base and frames before ``first`` absorbed, :attr:`Chunk.log` naming them)
-        with frames ``first`` up to ``upto`` (default: its delta's last) of its generation in the
-        store absorbed, in order."""
+        with frames ``first`` on of its delta in the store absorbed, in order."""
         ops, last_seen, log = chunk.ops, chunk.last_seen, chunk.log
-        for n in range(first, len(self.deltas[c]) if upto is None else upto):
-            frame = self.store.get(frame_entry(c, n, chunk.gen))
+        for n in range(first, len(self.deltas[c])):
+            frame = self.store.get(frame_entry(c, n))
             if frame is None:
                 raise StateError(f"state chunk {c}: frame {n} of its delta is missing from the state store; "
                                  f"{STATE_FIX}")
@@ -406,7 +367,7 @@ class KeyedState:
         base_bytes, base_ops = chunk.base
         return Chunk(ops, last_seen, cti, (base_bytes + log.bytes, keys,
                                            tuple(zip((b + d for b, d in zip(base_ops, log.op_bytes)), op_keys,
-                                                     tallies))), chunk.base, log, gen=chunk.gen)
+                                                     tallies))), chunk.base, log)
 
     @staticmethod
     def _tracks(ops: list) -> bool:
@@ -512,8 +473,7 @@ class KeyedState:
                                            "(a bug)")
                 ops.append(op)
             self.loaded[d] = Chunk(ops, seen.get(d, {}), chunk.cti, chunk.stored if d == c else (0, 0, ()),
-                                   chunk.base if d == c else (0, ()),  # (written whole: log None)
-                                   gen=self.gens.get(d, (0,))[0])
+                                   chunk.base if d == c else (0, ()))  # (written whole: log None)
         return made
 
     def commit(self) -> None:
@@ -535,11 +495,9 @@ class KeyedState:
                 if chunk.base[0]:
                     del self.store[c]
                 self._drop_delta(c)
-                self._drop_kept(c)
-                self.gens.pop(c, None)
                 self.due.pop(c, None)
                 size, ops = 0, ()
-                chunk.base, chunk.log, chunk.seen_since, chunk.gen = (0, ()), None, set(), 0
+                chunk.base, chunk.log, chunk.seen_since = (0, ()), None, set()
                 self.committed[2].add(c)
             else:
                 if self._unchanged(chunk, changes):  # the store holds it already (up to its CTI)
@@ -547,7 +505,7 @@ class KeyedState:
                     self.counters.chunks_unchanged += 1
                 else:
                     size, ops = self._write(c, chunk, changes, op_keys, keys)
-                    self.committed[1 if c in self.deltas or self.gens.get(c, (0, ()))[1] else 2].add(c)
+                    self.committed[1 if c in self.deltas else 2].add(c)
                 due = chunk.due(self.ttl)
                 if due < CTI_INFINITY:
                     self.due[c] = due
@@ -575,84 +533,48 @@ class KeyedState:
     def _write(self, c: int, chunk: Chunk, changes: list, op_keys: list[int], keys: int) -> tuple[int, tuple]:
         """Chunk ``c`` into the store: the next frame of its delta (the keys this commit changed),
         or whole (no base yet, an operator without deltas, a split, :data:`MAX_FRAMES` frames, or
-        the frames past ``delta_share`` of the base's bytes) — then, when it had a delta and the
-        frame of this commit costs at most half its base, with that frame after its delta's and
-        those frames kept (:attr:`gens`); → its bytes in the store and per operator (bytes, keys,
-        tallies)."""
+        the frames past ``delta_share`` of the base's bytes); → its bytes in the store and per
+        operator (bytes, keys, tallies)."""
         tallies = [op.tallies() for op in chunk.ops]
-        log, frame = chunk.log, None
-        if log is not None and None not in changes and self.delta_share and c < FRAME_STRIDE:
+        log = chunk.log
+        if (log is not None and None not in changes and self.delta_share and c < FRAME_STRIDE
+                and len(log.frames) < MAX_FRAMES):
             base_bytes, base_ops = chunk.base
             limit = self.delta_share * base_bytes * _spread(c, base_bytes)
             share = _share(base_bytes, base_ops, changes, op_keys, len(chunk.seen_since))
-            seen = len(chunk.seen_since)
-            if len(log.frames) < MAX_FRAMES and _pays(limit, base_bytes, share, changes, seen, keys, log,
-                                                      self.frame_ratio):
-                frame = self._frame(chunk, changes, keys, op_keys, tallies)
-                if len(frame[0]) > 2 * FRAME_FIXED and share:  # (fewer bytes: mostly the fixed ones)
-                    self.frame_ratio = min((len(frame[0]) - FRAME_FIXED) / share, FRAME_RATIO_MOST)
-                if log.bytes + len(frame[0]) <= limit:
-                    self._put_frame(c, chunk, frame)
-                    if len(chunk.log.frames) >= HISTORY:  # (no worker can need the generation before)
-                        self._drop_kept(c)
-                    return base_bytes + chunk.log.bytes, tuple(
-                        (b + d, k, t) for b, d, k, t in zip(base_ops, chunk.log.op_bytes, op_keys, tallies))
-            elif len(log.frames) < GEN_SLOTS and base_bytes >= DELTA_FROM:
-                changed = sum(map(len, changes)) + seen
-                like = log.bytes * changed / log.keys if log.keys else FRAME_FIXED + self.frame_ratio * share
-                if changed < keys and like <= base_bytes / 2:
-                    frame = self._frame(chunk, changes, keys, op_keys, tallies)
+            if _pays(limit, base_bytes, share, changes, len(chunk.seen_since), keys, log, self.frame_ratio):
+                snaps, dropped = map(list, zip(*[op.delta(s) for op, s in zip(chunk.ops, changes)]))
+                seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
+                named = sum(map(len, changes)) + len(seen)
+                blob = compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, dropped, snaps, seen, keys,
+                                                op_keys, tallies, named), protocol=5))
+                if len(blob) > 2 * FRAME_FIXED and share:  # (fewer bytes: mostly the fixed ones)
+                    self.frame_ratio = min((len(blob) - FRAME_FIXED) / share, FRAME_RATIO_MOST)
+                if log.bytes + len(blob) <= limit:
+                    self.store[frame_entry(c, len(log.frames))] = blob
+                    chunk.log = log = log.add(len(blob), named, map(len, snaps))
+                    self.deltas[c] = log.frames
+                    self.counters.state_written += len(blob)
+                    self.counters.chunk_deltas += 1
+                    chunk.seen_since = set()
+                    return base_bytes + log.bytes, tuple((b + d, k, t) for b, d, k, t in
+                                                         zip(base_ops, log.op_bytes, op_keys, tallies))
         snaps = [op.snapshot() for op in chunk.ops]
         blob = compressed(pickle.dumps(("chunk", CHUNK_FORMAT, chunk.cti, snaps, chunk.last_seen,
                                         keys, op_keys, tallies), protocol=5))
         self.store[c] = blob
+        self._drop_delta(c)
         self.counters.state_written += len(blob)
-        self._drop_kept(c)
-        if frame is not None and len(frame[0]) <= chunk.base[0] / 2 and len(log.frames) < GEN_SLOTS:
-            self._put_frame(c, chunk, frame, delta=False)  # (after the delta: the kept frames' last)
-            chunk.gen += 1
-            self.gens[c] = (chunk.gen, self.deltas.pop(c), (len(blob), tuple(map(len, snaps))))
-        else:  # (the same generation: no frame of it is kept)
-            self._drop_delta(c)
         chunk.base = (len(blob), tuple(map(len, snaps)))
         chunk.log = None if None in changes else Log.empty(len(changes))
         chunk.seen_since = set()
         return len(blob), tuple((len(b), k, t) for b, k, t in zip(snaps, op_keys, tallies))
 
-    def _frame(self, chunk: Chunk, changes: list, keys: int, op_keys: list[int], tallies: list) -> tuple:
-        """The frame of the keys ``changes`` names and those whose TTL clock changed:
-        ``(bytes, keys named, each operator's snapshot)``."""
-        snaps, dropped = map(list, zip(*[op.delta(s) for op, s in zip(chunk.ops, changes)]))
-        seen = {k: chunk.last_seen.get(k) for k in chunk.seen_since}
-        named = sum(map(len, changes)) + len(seen)
-        return compressed(pickle.dumps(("delta", DELTA_FORMAT, chunk.cti, dropped, snaps, seen, keys, op_keys,
-                                        tallies, named), protocol=5)), named, snaps
-
-    def _put_frame(self, c: int, chunk: Chunk, frame: tuple, delta: bool = True) -> None:
-        """``frame`` (:meth:`_frame`) into the store after chunk ``c``'s delta (``delta``: counted
-        as a chunk written as a delta; not the frame of a commit that writes it whole)."""
-        blob, named, snaps = frame
-        self.store[frame_entry(c, len(chunk.log.frames), chunk.gen)] = blob
-        chunk.log = chunk.log.add(len(blob), named, map(len, snaps))
-        self.deltas[c] = chunk.log.frames
-        self.counters.state_written += len(blob)
-        self.counters.chunk_deltas += delta
-        chunk.seen_since = set()
-
     def _drop_delta(self, c: int) -> None:
         """Chunk ``c``'s frames out of the store (a state call each: a chunk written whole has
-        no delta left behind but the frames kept, :attr:`gens`)."""
-        gen = self.gens.get(c, (0,))[0]
+        no delta left behind)."""
         for n in range(len(self.deltas.pop(c, ()))):
-            del self.store[frame_entry(c, n, gen)]
-
-    def _drop_kept(self, c: int) -> None:
-        """The frames kept of chunk ``c``'s generation before out of the store."""
-        gen, kept, _ = self.gens.get(c, (0, (), None))
-        if kept:
-            for n in range(len(kept)):
-                del self.store[frame_entry(c, n, gen - 1)]
-            self.gens[c] = (gen, (), None)
+            del self.store[frame_entry(c, n)]
 
     @staticmethod
     def _key_counts(chunk: Chunk) -> tuple[list[int], int]:

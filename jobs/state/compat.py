@@ -30,17 +30,15 @@ group header, 2           ``(layer, join, enriched, ended, clocks, ops_cti, *ind
                           shared])``: no number in the bytes; the shared states there only when
                           the plan has side inputs; the chunks' index without its tallies
                           (before 2026-11-28) or its per-operator totals (before 2026-11-27)
-group header, 3           ``("header", 3, …)`` as format 8, the chunks' index without deltas
+group header, 3           ``("header", 3, …)`` as format 7, the chunks' index without deltas
                           (until 2026-11-29)
-group header, 4           ``("header", 4, …)`` as format 8, the chunks' index without the last
+group header, 4           ``("header", 4, …)`` as format 7, the chunks' index without the last
                           commits' read tokens and written chunks (until 2026-12-01)
-group header, 5           ``("header", 5, …)`` as format 8, each chunk's delta one entry (its
+group header, 5           ``("header", 5, …)`` as format 7, each chunk's delta one entry (its
                           bytes, not its frames' bytes; until 2026-12-02): its frame 0; the last
                           commit only
-group header, 6           ``("header", 6, …)`` as format 8, the last commit only, not the last
+group header, 6           ``("header", 6, …)`` as format 7, the last commit only, not the last
                           few (until 2026-12-02)
-group header, 7           ``("header", 7, …)`` as format 8, the chunks' index without their
-                          generations (until 2026-12-04): every chunk of generation 0
 state chunk, 1–2          ``(cti, snapshots, last seen, keys[, keys per operator[, tallies]])``:
                           no number in the bytes
 ========================  ==================================================================
@@ -214,22 +212,19 @@ _UPGRADES: dict[str, Callable[[bytes], bytes]] = {
 
 
 def header_fields(got: tuple, with_shared: bool) -> tuple:
-    """A header of format 2–7 (the table above) as the fields of today's
+    """A header of format 2–6 (the table above) as the fields of today's
     :class:`~ctiflow.jobs.state.header.GroupHeader`, in its order (``with_shared``: the plan has
     side inputs, so a header of format 2 ends with their states). Their chunks have no deltas
     (before 4) or one frame each (5); they name the last commit only (5, 6) or none (before 5:
     no worker catches up from them)."""
     if got[0] == "header":  # format 3: the chunks' index without deltas; 4: without the last commit's
         *fields, index, operators, shared = got[2:]
-        if got[1] == 7:  # every chunk of generation 0 (its frames from the first entry on)
-            return (*fields, (*index, {}), operators, shared)
         if got[1] in (5, 6):
             *index, deltas, commit = index
             if got[1] == 5:  # each chunk's delta as its bytes: its one frame
                 deltas = {c: (size,) for c, size in deltas.items()}
-            return (*fields, (*index, deltas, (commit,), {}), operators, shared)
-        return (*fields, (*index, {}, NO_COMMITS, {}) if got[1] == 3 else (*index, NO_COMMITS, {}), operators,
-                shared)
+            return (*fields, (*index, deltas, (commit,)), operators, shared)
+        return (*fields, (*index, {}, NO_COMMITS) if got[1] == 3 else (*index, NO_COMMITS), operators, shared)
     layer, join, enriched, ended, clocks, ops_cti, *index, operators = got
     shared = None
     if with_shared:
@@ -238,7 +233,7 @@ def header_fields(got: tuple, with_shared: bool) -> tuple:
     n = len(operators)
     totals = per_operator[0] if per_operator else [[0, 0] for _ in range(n)]
     tallies = per_operator[1] if len(per_operator) > 1 else [{} for _ in range(n)]
-    index = (due, level_split, (keys, size, totals, tallies), {}, NO_COMMITS, {})
+    index = (due, level_split, (keys, size, totals, tallies), {}, NO_COMMITS)
     return layer, join, enriched, ended, clocks, ops_cti, index, operators, shared
 
 

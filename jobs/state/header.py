@@ -2,13 +2,13 @@
 declared record, written and read here only; and the whole state of a group in one blob (tests,
 tools). Spark's state store keeps the header's bytes (:mod:`ctiflow.jobs.state.store`).
 
-Format ``HEADER_FORMAT`` (8, from 2026-12-04): a pickled tuple ``("header", 8, layer, join,
+Format ``HEADER_FORMAT`` (7, from 2026-12-02): a pickled tuple ``("header", 7, layer, join,
 enriched, ended, clocks, ops_cti, keyed, operators, shared)`` — ``keyed`` the chunks' index
-(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`, with the bytes of each chunk's delta frames,
-what the last few commits read and wrote, and each chunk's generation), ``shared`` None without
-side inputs. Formats 7 (no generations), 6 (the last commit only), 5 (one delta a chunk: its
-bytes), 4 (no last commit) and 3 (no deltas either) and the positional headers before them (format
-2, no number in the bytes, their index spread and grown over time) are read by
+(:meth:`ctiflow.jobs.state.chunks.KeyedState.index`, with the bytes of each chunk's delta frames and
+what the last few commits read and wrote), ``shared`` None without side inputs. Formats 6 (the
+last commit only), 5 (one delta a chunk: its bytes), 4 (no last commit) and 3 (no deltas either)
+and the positional headers before them (format 2, no number in the bytes, their index spread and
+grown over time) are read by
 :func:`ctiflow.jobs.state.compat.header_fields`.
 """
 
@@ -23,7 +23,7 @@ from ctiflow.operators import snapshots
 from ctiflow.operators.errors import StateError
 
 #: the header's format (module docstring)
-HEADER_FORMAT = 8
+HEADER_FORMAT = 7
 #: the whole-state blob's layout: ``(WHOLE_LAYOUT, header bytes, {entry: bytes})``
 WHOLE_LAYOUT = 2
 

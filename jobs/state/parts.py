@@ -30,22 +30,14 @@ DELTA_KEYS = 1 << 29
 #: frames of one chunk are this far apart: a chunk from here on keeps no delta (its frames would meet
 #: another chunk's; 2**24 chunks of a key group are more keys than any group holds)
 FRAME_STRIDE = 1 << 24
-#: a chunk's frame entries: 32 a chunk (they stay below :data:`PART_KEYS`), in two halves of
-#: :data:`GEN_SLOTS`, one a generation of its base by the generation's parity: when a chunk is
-#: written whole, the frames of the base before stay, in the other half, until a worker that held
-#: that base can no longer need them (:mod:`ctiflow.jobs.state.chunks`, "generations")
-FRAME_SLOTS = 32
-GEN_SLOTS = FRAME_SLOTS // 2
-#: the most frames a chunk's delta holds: one slot of its half left for the frame of the commit
-#: that writes it whole (32 in one half until 2026-12-04; such deltas are read as they are)
-MAX_FRAMES = GEN_SLOTS - 1
+#: the most frames a chunk's delta holds (frame entries stay below :data:`PART_KEYS`)
+MAX_FRAMES = 32
 
 
-def frame_entry(c: int, n: int, gen: int = 0) -> int:
-    """The entry number of frame ``n`` of chunk ``c``'s delta on its base of generation ``gen``
-    (``c`` below :data:`FRAME_STRIDE`; ``n`` below :data:`GEN_SLOTS`, or below
-    :data:`FRAME_SLOTS` in generation 0: deltas written before generations)."""
-    return DELTA_KEYS + ((gen & 1) * GEN_SLOTS + n) * FRAME_STRIDE + c
+def frame_entry(c: int, n: int) -> int:
+    """The entry number of frame ``n`` of chunk ``c``'s delta (``c`` below :data:`FRAME_STRIDE`,
+    ``n`` below :data:`MAX_FRAMES`)."""
+    return DELTA_KEYS + n * FRAME_STRIDE + c
 
 
 def is_chunk(entry: int) -> bool:
