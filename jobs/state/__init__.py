@@ -19,7 +19,7 @@ stored thing                   format  written and read by
 =============================  ======  ====================================================
 key group header               7       :mod:`ctiflow.jobs.state.header` (``HEADER_FORMAT``)
 state chunk                    3       :mod:`ctiflow.jobs.state.chunks` (``CHUNK_FORMAT``)
-state chunk delta              1       :mod:`ctiflow.jobs.state.chunks` (``DELTA_FORMAT``)
+state chunk delta              2       :mod:`ctiflow.jobs.state.chunks` (``DELTA_FORMAT``)
 store layout (Spark state)     3       :mod:`ctiflow.jobs.state.store` (``STATE_LAYOUT``; 2 read)
 time layer                     3       ``ColumnTimeLayer`` (``operators/columns.py``)
 match operator snapshot        6       ``MatchOperator`` (``SNAPSHOT_FORMAT``)
