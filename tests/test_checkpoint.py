@@ -165,6 +165,16 @@ def test_a_folder_ctiflow_did_not_make_is_never_cleaned_and_is_refused_as_a_chec
     only_ours.mkdir()
     (only_ours / "ctiflow-start-tx.json").write_text("{}")  # a run killed before its key groups were written
     check_checkpoint_dir(cp(only_ours))
+    # a run killed while Spark wrote its metadata (seen in the SIGKILL test: refused, the job could not restart)
+    killed = tmp_path / "killed-at-start"
+    killed.mkdir()
+    uuid = "12465bf9-ab8f-4543-9026-bbf36a95dde2"
+    (killed / f".metadata.{uuid}.tmp").write_text('{"id"')
+    (killed / f"..metadata.{uuid}.tmp.crc").write_bytes(b"crc")
+    check_checkpoint_dir(cp(killed))
+    (killed / ".notes.tmp").write_text("x")  # (anything else is still not Spark's)
+    with pytest.raises(ConfigError, match=r"it holds \.notes\.tmp\)"):
+        check_checkpoint_dir(cp(killed))
     check_checkpoint_dir(cp(tmp_path / "new"))  # a new directory is fine
     with pytest.raises(ConfigError, match="is a file"):
         check_checkpoint_dir(cp(tmp_path / "state" / "thesis.tex"))

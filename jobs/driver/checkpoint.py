@@ -13,6 +13,7 @@ Every file is written whole or not at all (``CheckpointFileManager.createAtomic`
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -372,6 +373,9 @@ class CounterReader:
 
 #: What a checkpoint directory ctiflow runs in may hold: Spark's entries and ctiflow's (``ctiflow-*``).
 CHECKPOINT_ENTRIES = frozenset({"offsets", "commits", "metadata", "sources", "state", ".metadata.crc"})
+#: Spark's ``metadata`` half-written: its checkpoint file manager writes ``.metadata.<uuid>.tmp`` (and
+#: Hadoop's local file system a ``.crc`` of it) and renames it, so a run killed between the two leaves it
+_METADATA_TMP = re.compile(r"\.\.?metadata\.[0-9a-f-]{36}\.tmp(\.crc)?")
 
 
 def check_checkpoint_dir(checkpoint: CheckpointDir) -> None:
@@ -383,7 +387,7 @@ def check_checkpoint_dir(checkpoint: CheckpointDir) -> None:
     if not checkpoint.is_dir():
         raise ConfigError(f"spark.checkpoint: {checkpoint} is a file, not a directory; give a new or empty "
                           "directory")
-    entries = set(checkpoint.names())
+    entries = {n for n in checkpoint.names() if not _METADATA_TMP.fullmatch(n)}
     foreign = sorted(n for n in entries
                      if n not in CHECKPOINT_ENTRIES and not n.startswith(("ctiflow-", ".ctiflow-")))
     spark_like = entries & (CHECKPOINT_ENTRIES - {"metadata", ".metadata.crc"})
