@@ -258,7 +258,11 @@ def stateful_workers(spark, tasks: int):
     context's environment while the function is defined becomes part of its environment, so the
     stateful stage's workers form a pool of ``tasks`` workers, as many as its tasks at once: with
     one task a batch (one key group: :attr:`JobConfig.shuffle_partitions`) the group meets the same
-    worker every batch. (Two queries of one task in one session at once would share two workers.)
+    worker every batch. With more, a task gets the worker released first of those idle, in the order
+    the tasks reach the pool, which the JVM's work before it decides: two groups on two cores swap
+    workers about every other batch
+    (docs/changelog.md#which-python-worker-runs-a-key-group-measured-2026-12-04-sixty-third-session).
+    (Two queries of one task in one session at once would share two workers.)
     By hand: Spark has no setting for it."""
     env = spark.sparkContext.environment
     env[WORKER_POOL] = f"stateful-{tasks}"
