@@ -22,14 +22,15 @@ def test_the_scale_bench_builds_its_live_keys_and_prints_a_row_each():
 def test_the_sparse_table_spreads_each_batch_over_every_key_and_its_workers_keep_chunks_decoded():
     """Two workers in turn (as Spark's tasks swap them): every batch touches every chunk (sparse
     keys), and after each worker's first turn it takes chunks from its cache, caught up with the
-    other's frames (not those the other wrote whole: a chunk of fewer than 4 KiB always is)."""
+    other's frames (not those the other wrote whole: a chunk of fewer than 4 KiB stored always is;
+    2,000 keys' counts are about 5 KiB)."""
     out = Console(file=open("/dev/null", "w"), width=400, record=True)
-    rows = sparse_main(out, sizes=(500, 6000), per_batch=400, batches=3, chunk_keys=1024)
+    rows = sparse_main(out, sizes=(500, 12000), per_batch=400, batches=3, chunk_keys=2048)
     assert [(r.operator, r.live_keys) for r in rows] == [
-        ("count", 500), ("count", 6000), ("match", 500), ("match", 6000), ("bins", 500), ("bins", 6000)]
+        ("count", 500), ("count", 12000), ("match", 500), ("match", 12000), ("bins", 500), ("bins", 12000)]
     for r in rows:
-        assert r.events == 1200 and r.written > 0 and r.chunks == -(-r.live_keys // 1024)
-    assert all(r.cached > 0 for r in rows if r.live_keys == 6000)
+        assert r.events == 1200 and r.written > 0 and r.chunks == -(-r.live_keys // 2048)
+    assert all(r.cached > 0 for r in rows if r.live_keys == 12000)
 
 
 def test_the_cti_delay_table_holds_what_each_delay_holds_back_and_stores_the_buffer_apart():
