@@ -18,7 +18,7 @@ format only, and :mod:`~ctiflow.jobs.state.compat` rewrites or reads the earlier
 stored thing                   format  written and read by
 =============================  ======  ====================================================
 key group header               7       :mod:`ctiflow.jobs.state.header` (``HEADER_FORMAT``)
-a stored value, compressed      zsh8    :mod:`ctiflow.jobs.state.codec` (``SHUFFLED_MARK``; ``ZSTD_MARK``)
+a stored value, compressed     zsh8    :mod:`ctiflow.jobs.state.codec` (``SHUFFLED_MARK``; ``ZSTD_MARK``)
 state chunk                    3       :mod:`ctiflow.jobs.state.chunks` (``CHUNK_FORMAT``)
 state chunk delta              2       :mod:`ctiflow.jobs.state.chunks` (``DELTA_FORMAT``)
 store layout (Spark state)     3       :mod:`ctiflow.jobs.state.store` (``STATE_LAYOUT``; 2 read)
