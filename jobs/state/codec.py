@@ -73,12 +73,15 @@ def expanded(stored: bytes | None) -> bytes | None:
 
 
 def _shuffled(value: bytes) -> bytes:
-    whole = len(value) - len(value) % SHUFFLE_WIDTH
-    rows = np.frombuffer(value, np.uint8, whole).reshape(-1, SHUFFLE_WIDTH)
-    return rows.T.tobytes() + value[whole:]
+    return _transposed(value, (-1, SHUFFLE_WIDTH))
 
 
 def _unshuffled(value: bytes) -> bytes:
+    return _transposed(value, (SHUFFLE_WIDTH, -1))
+
+
+def _transposed(value: bytes, shape: tuple[int, int]) -> bytes:
+    """``value``'s whole rows of :data:`SHUFFLE_WIDTH` bytes read as ``shape`` and transposed, the
+    bytes past them as they are (a shuffle and its inverse differ only in ``shape``)."""
     whole = len(value) - len(value) % SHUFFLE_WIDTH
-    columns = np.frombuffer(value, np.uint8, whole).reshape(SHUFFLE_WIDTH, -1)
-    return columns.T.tobytes() + value[whole:]
+    return np.frombuffer(value, np.uint8, whole).reshape(shape).T.tobytes() + value[whole:]
