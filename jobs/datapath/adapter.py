@@ -52,6 +52,7 @@ from ctiflow.jobs.core.alloc import cyclic_gc_paused
 from ctiflow.jobs.core.counters import Counters
 from ctiflow.jobs.core.plan import Plan
 from ctiflow.jobs.core.runtime import GroupRuntime, open_group, seal_group
+from ctiflow.jobs.datapath import group_host
 from ctiflow.jobs.avro.serde import AvroSerializer, registry_client
 from ctiflow.jobs.state.store import LAYOUTS, STATE_LAYOUT
 from ctiflow.jobs.state.warm import WARM
@@ -100,8 +101,19 @@ class OperatorProcessor(StatefulProcessor):
         #: refused (every group judges them alike: :mod:`ctiflow.jobs.core.broadcast`)
         self.reporting_group = min(labels[0]) if labels else 0
 
+    #: what the processor is before ``init``: all Spark pickles, and all a key group's host receives
+    FIELDS = ("plan", "state_layout", "topic_schemas", "framing", "registry", "sources", "reporting_group")
+
+    def __getstate__(self) -> dict:
+        return {name: vars(self)[name] for name in self.FIELDS}
+
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
+        #: where the key groups' calls run: their hosts (:mod:`~ctiflow.jobs.datapath.group_host`),
+        #: this processor as they receive it; None: here
+        self.hosted = group_host.shipped(self) if group_host.SERVER is not None else None
+        if self.hosted is not None:
+            handle = group_host.RecordingHandle(handle)  # (a host's state calls reach its variables)
         self.handle = handle
         self.group = LAYOUTS[self.state_layout](handle)
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
@@ -119,8 +131,12 @@ class OperatorProcessor(StatefulProcessor):
     # -- the two entry points --------------------------------------------------------
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         try:
-            with cyclic_gc_paused():  # (see ctiflow.jobs.core.alloc) the batch's output is one small frame
-                out = list(self._batch(rows, key[0] == self.reporting_group))
+            group, reports = key[0], key[0] == self.reporting_group
+            if self.hosted is not None:
+                out = group_host.run(group_host.SERVER, *self.hosted, group, list(rows), reports, self.handle)
+            else:
+                with cyclic_gc_paused():  # (see ctiflow.jobs.core.alloc) the output is one small frame
+                    out = list(self._batch(rows, reports))
             yield from out
         except Exception as exc:
             # A bug (data faults were dead-lettered already): the micro-batch fails, and says where.

@@ -214,4 +214,10 @@ if __name__ == "__main__":
     daemon.os = OwnWorkersOnly(daemon.os)
     daemon.signal = ReapingSignals(daemon.signal, daemon.os.reap)
     gc.freeze()
+    try:
+        from ctiflow.jobs.datapath import group_host
+    except ImportError:  # (as preload's)
+        pass
+    else:
+        group_host.start()  # (before any worker: they inherit the server's address and key)
     daemon.manager()

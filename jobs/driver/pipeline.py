@@ -263,7 +263,10 @@ def stateful_workers(spark, tasks: int):
     workers about every other batch
     (docs/changelog.md#which-python-worker-runs-a-key-group-measured-2026-12-04-sixty-third-session).
     (Two queries of one task in one session at once would share two workers.)
-    By hand: Spark has no setting for it."""
+    Since 2026-12-05 a key group's decoded chunks live in its host
+    (:mod:`ctiflow.jobs.datapath.group_host`), whichever worker forwards its call, so the pool no
+    longer decides the cache; it keeps the stateful stage's workers apart from the other stages'
+    (a follow-up may drop it). By hand: Spark has no setting for it."""
     env = spark.sparkContext.environment
     env[WORKER_POOL] = f"stateful-{tasks}"
     try:

@@ -1,0 +1,408 @@
+"""Key-group hosts: each key group's calls run in one long-lived process of the executor that keeps
+the group's decoded state between micro-batches, whichever Python worker Spark hands the task.
+
+Why: Spark hands a task the Python worker idle longest, so a group's worker changes from batch to
+batch (two tasks swap their workers, and the pool serves the source's stages too). A worker's
+decoded chunks (:class:`ctiflow.jobs.state.warm.WarmChunks`) then lag the store: it reads the
+frames the other worker wrote and absorbs them, and reads whole the chunks the other compacted —
+measured end to end with sparse keys (bins, 3M keys): 767–1,059 ms of state a batch after a
+swap against 248–402 without one. Here the work goes to the state instead: the worker sends the
+group's rows to the group's host and serves the host's state calls (Spark's state server talks
+only to the worker), the host runs :meth:`OperatorProcessor._batch` — the same code a worker ran —
+and sends back the output frames.
+
+Processes: ctiflow's daemon (:mod:`ctiflow.jobs.datapath.spark_daemon`) starts a host server
+(:func:`start`) before it forks any worker: a child with no thread, so it can fork. Workers —
+forked from the daemon afterwards — inherit :data:`SERVER` (the server's directory and a random
+key; no environment variable, no file holds the key). A worker connects to the host of
+``(processor, group)`` at ``<dir>/<digest>-<group>``; when there is none, it asks the server, which
+forks one (the listening socket made before the fork). Every connection is authenticated with the
+key (:func:`multiprocessing.connection.deliver_challenge`): the directory is the user's own (0700)
+and the key proves the peer is one of this daemon's processes. A host serves one connection at a
+time (one micro-batch) and ends when idle :data:`HOST_IDLE_S` or when the server ends; the server
+ends with the daemon (its pidfd), its hosts and directory with it. Hosts are the daemon's
+grandchildren: what counts an executor's Python processes (``bench``'s peak memory) counts them.
+
+Contract: nothing here changes what a batch computes — a host's cache is proven current by the
+header's token exactly as a worker's (a replayed batch, another query or another process that
+ran the group since: the host reads the store). A bug in the host fails the task with the host's
+traceback; a host that dies (killed, out of memory) fails the task, and its retry gets a new host.
+Without ctiflow's daemon (``spark.python.use.daemon`` false, or a processor called in-process)
+:data:`SERVER` is None and the worker runs the batch itself.
+
+Why by hand: Spark has no executor-side process that outlives a task but its Python daemon, and no
+task-to-worker affinity; the wire format is :mod:`multiprocessing.connection`'s (pickles, lengths,
+HMAC challenge)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+
+#: A host with no call for this long ends (its decoded state goes with it; the next call's host
+#: reads the store): bounds the processes a daemon keeps for queries that stopped.
+HOST_IDLE_S = 300.0
+#: How long a worker waits for a host to accept before it asks the server again.
+CONNECT_TIMEOUT_S = 30.0
+#: How often a worker that cannot connect asks the server for the host (again).
+ASK_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where this daemon's host server listens, and the key its processes share."""
+
+    directory: str
+    key: bytes
+
+    @property
+    def address(self) -> str:
+        return os.path.join(self.directory, "server")
+
+    def host_address(self, digest: str, group) -> str:
+        return os.path.join(self.directory, f"{digest}-{group}")
+
+
+#: This daemon's host server (set in the daemon before it forks workers; None: no server, the
+#: worker runs its batches itself)
+SERVER: Server | None = None
+
+
+class GroupHostError(RuntimeError):
+    """A key group's host failed its call (a bug: the host's traceback follows) or died."""
+
+
+# -- the worker's side --------------------------------------------------------------------------
+
+def run(server: Server, digest: str, shipped: bytes, group, frames: list, reports: bool, handle) -> list:
+    """The output frames of key group ``group``'s call, run in its host: ``frames`` (the call's
+    input) and ``shipped`` (the processor as pickled before ``init``) sent, the host's state calls
+    made on ``handle`` (:class:`RecordingHandle`, the worker's) until it answers."""
+    conn = _connect(server, digest, group)
+    try:
+        conn.send(("batch", shipped, group, frames, reports))
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError) as exc:
+                raise GroupHostError(f"the host of key group {group!r} ended during the call ({exc!r}); "
+                                     "the task is retried with a new host") from None
+            if msg[0] == "call":
+                _, var, method, args = msg
+                try:
+                    got = getattr(handle.var(var), method)(*args)
+                    if method in ITERATING:
+                        got = list(got)
+                except Exception as exc:  # Spark's state call failed: the host raises it in the call
+                    conn.send(("error", exc))
+                    continue
+                conn.send(("ok", got))
+            elif msg[0] == "done":
+                return msg[1]
+            else:
+                raise GroupHostError(f"key group {group!r} failed in its host:\n{msg[1]}")
+    finally:
+        conn.close()
+
+
+#: State-variable methods that return iterators: their items are sent as a list
+ITERATING = ("iterator", "get", "keys", "values")
+
+
+class RecordingHandle:
+    """The worker's ``StatefulProcessorHandle`` with the state variables it made kept by their
+    getter and arguments, so that a host's call on "the map state named X" reaches the very
+    variable the worker's ``init`` made (Spark registers a variable per task: asking again
+    would register it again)."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.made: dict = {}
+
+    def __getattr__(self, name: str):
+        getter = getattr(self.handle, name)
+        if not name.startswith("get") or not callable(getter):
+            return getter
+
+        def made(*args):  # (by the variable's name, its first argument: unique in a processor)
+            var = self.made.get((name, args[0]))
+            if var is None:
+                var = self.made[name, args[0]] = getter(*args)
+            return var
+        return made
+
+    def var(self, key):
+        getter, args = key
+        return getattr(self, getter)(*args)
+
+
+def _connect(server: Server, digest: str, group) -> Connection:
+    address = server.host_address(digest, group)
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    asked = 0.0
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(address)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            now = time.monotonic()
+            if now > deadline:
+                raise GroupHostError(f"no host for key group {group!r} at {address} after "
+                                     f"{CONNECT_TIMEOUT_S:.0f} s (ctiflow's host server: {server.address})")
+            if now - asked > ASK_EVERY_S:  # (again later: a host that just ended may not be reaped yet)
+                _ask(server, digest, group)
+                asked = now
+            else:
+                time.sleep(0.01)
+            continue
+        conn = Connection(sock.detach())
+        try:
+            answer_challenge(conn, server.key)
+            deliver_challenge(conn, server.key)
+        except (EOFError, OSError):  # the host ended as it accepted (idle): ask for another
+            conn.close()
+            asked = 0.0
+            continue
+        return conn
+
+
+def _ask(server: Server, digest: str, group) -> None:
+    """Have the server start the host of ``(digest, group)`` (a no-op if it runs)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(server.address)
+    except OSError as exc:
+        sock.close()
+        raise GroupHostError(f"ctiflow's host server at {server.address} does not answer ({exc!r}): the "
+                             "Python daemon that started it has ended") from None
+    conn = Connection(sock.detach())
+    try:
+        answer_challenge(conn, server.key)
+        deliver_challenge(conn, server.key)
+        conn.send(("host", digest, str(group)))
+        conn.recv()
+    finally:
+        conn.close()
+
+
+# -- the host's side ----------------------------------------------------------------------------
+
+class _Link:
+    """The connection of the call a host serves (one at a time)."""
+
+    conn: Connection | None = None
+
+    def call(self, var, method: str, args: tuple):
+        self.conn.send(("call", var, method, args))
+        kind, got = self.conn.recv()
+        if kind == "error":
+            raise got
+        return got
+
+
+class _ProxyVar:
+    """A state variable of the worker's, each call made there (:func:`run`)."""
+
+    def __init__(self, link: _Link, var) -> None:
+        self._link, self._var = link, var
+
+    def __getattr__(self, method: str):
+        link, var = self._link, self._var
+
+        def call(*args):
+            got = link.call(var, method, args)
+            return iter(got) if method in ITERATING else got
+        return call
+
+
+class _ProxyHandle:
+    """A ``StatefulProcessorHandle`` whose state variables are the worker's (:class:`_ProxyVar`)."""
+
+    def __init__(self, link: _Link) -> None:
+        self._link = link
+
+    def __getattr__(self, name: str):
+        if not name.startswith("get"):
+            raise AttributeError(f"a key group's host has no {name!r} of Spark's handle")
+        return lambda *args: _ProxyVar(self._link, (name, args))
+
+
+def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
+    """A host's life: one call at a time on ``listener``; ends when idle :data:`HOST_IDLE_S` or
+    when its server has ended."""
+    from pyspark import cloudpickle
+
+    from ctiflow.jobs.core.alloc import cyclic_gc_paused
+
+    link, processor, idle_since = _Link(), None, time.monotonic()
+    while True:
+        ready, _, _ = select.select([listener], [], [], 1.0)
+        if not ready:
+            if os.getppid() != server_pid or time.monotonic() - idle_since > HOST_IDLE_S:
+                return
+            continue
+        sock, _ = listener.accept()
+        conn = Connection(sock.detach())
+        try:
+            deliver_challenge(conn, key)
+            answer_challenge(conn, key)
+            _, shipped, group, frames, reports = conn.recv()
+        except (EOFError, OSError, AuthenticationError):  # (a peer without the key: refused)
+            conn.close()
+            continue
+        link.conn = conn
+        try:
+            if processor is None:
+                processor = cloudpickle.loads(shipped)
+                processor.init(_ProxyHandle(link))
+            with cyclic_gc_paused():
+                out = list(processor._batch(frames, reports))
+            conn.send(("done", out))
+        except (EOFError, OSError):
+            pass  # the worker is gone (its task killed): what the call took from the cache is gone too
+        except Exception:
+            try:
+                conn.send(("failed", traceback.format_exc()))
+            except OSError:
+                pass
+        finally:
+            link.conn = None
+            conn.close()
+            idle_since = time.monotonic()
+
+
+def _serve(server: Server, listener: socket.socket, daemon_pid: int) -> None:
+    """The host server's life: start hosts on request; end with the daemon, its hosts with it."""
+    hosts: dict[str, int] = {}
+    watch = os.pidfd_open(daemon_pid)
+    try:
+        while True:
+            ready, _, _ = select.select([listener, watch], [], [], 5.0)
+            _reap(hosts)
+            if watch in ready:
+                return
+            if listener not in ready:
+                continue
+            sock, _ = listener.accept()
+            conn = Connection(sock.detach())
+            try:
+                deliver_challenge(conn, server.key)
+                answer_challenge(conn, server.key)
+                _, digest, group = conn.recv()
+                name = f"{digest}-{group}"
+                if name not in hosts:
+                    hosts[name] = _fork_host(server, name)
+                conn.send("ok")
+            except (EOFError, OSError, AuthenticationError):
+                pass
+            finally:
+                conn.close()
+    finally:
+        for pid in hosts.values():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(server.directory, ignore_errors=True)
+
+
+def _reap(hosts: dict[str, int]) -> None:
+    """Forget the hosts that ended (their socket files removed: the next call starts another)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        for name, p in list(hosts.items()):
+            if p == pid:
+                del hosts[name]
+
+
+def _fork_host(server: Server, name: str) -> int:
+    address = os.path.join(server.directory, name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)  # (a host that ended left it)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(8)
+    server_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            _host(listener, server.key, server_pid)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+            os._exit(code)
+    listener.close()
+    return pid
+
+
+def start() -> Server | None:
+    """Start this daemon's host server (call it before the daemon forks a worker: the server
+    forks the hosts, and the workers inherit :data:`SERVER`) → it, or None where processes
+    cannot be forked so (then workers run their batches themselves)."""
+    global SERVER
+    if not hasattr(os, "pidfd_open") or not hasattr(os, "fork"):
+        return None
+    server = Server(tempfile.mkdtemp(prefix="ctiflow-hosts-"), os.urandom(32))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(server.address)
+    listener.listen(64)
+    daemon_pid = os.getpid()
+    if os.fork() == 0:  # (the daemon's child; it ends with the daemon: _serve watches it)
+        code = 0
+        try:
+            os.setpgid(0, 0)  # (a terminal's Ctrl-C is the job's driver's to handle, not ours)
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, _exit_cleanly)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 0)  # (the daemon's stdin is the JVM's pipe, its stdout too)
+            os.dup2(2, 1)
+            _serve(server, listener, daemon_pid)
+        except SystemExit:
+            pass
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    listener.close()
+    SERVER = server
+    return server
+
+
+def _exit_cleanly(signum, _frame):
+    raise SystemExit(0)  # (the server's cleanup runs: its hosts ended, its directory removed)
+
+
+def shipped(processor) -> tuple[str, bytes]:
+    """``processor`` as a host receives it (pickled as Spark pickles it, before ``init``) and its
+    digest (a host serves one processor: another plan is another host)."""
+    import hashlib
+
+    from pyspark import cloudpickle
+
+    data = cloudpickle.dumps(processor)
+    return hashlib.sha256(data).hexdigest()[:24], data
+
+

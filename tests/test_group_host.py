@@ -1,0 +1,204 @@
+"""Key-group hosts (``ctiflow.jobs.datapath.group_host``), as ctiflow's daemon runs them: a fresh
+Python process starts the host server and then calls, as a worker does, into the hosts with a
+processor that counts in a state variable of the worker's. Checked from outside: which process
+served each call (its pid), what the worker's variable holds (counted here, independently), how
+a bug, a host that dies, a wrong key, an idle host and the daemon's end come out.
+
+Spark's state handle is a dict here (the calls' path through the proxy is what is under test);
+the data path through Spark with hosts is what every end-to-end test runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+SCENARIO = textwrap.dedent("""
+    import json, os, signal, sys, time
+    from ctiflow.jobs.datapath import group_host
+
+    class Counting:
+        "A processor: counts each frame's words in the worker's map state; its own calls in the host."
+        def init(self, handle):
+            self.var, self.calls = handle.getMapState("state", "key schema", "value schema"), 0
+
+        def _batch(self, frames, reports):
+            self.calls += 1
+            for word in frames:
+                if word == "boom":
+                    raise ValueError("a bug in the call")
+                if word == "die":
+                    os._exit(3)
+                got = self.var.getValue((word,))
+                self.var.updateValue((word,), ((got[0] if got else 0) + 1,))
+            return [{"pid": os.getpid(), "calls": self.calls, "reports": reports,
+                     "entries": sorted((k[0], v[0]) for k, v in self.var.iterator())}]
+
+    class DictMap:
+        def __init__(self):
+            self.d = {}
+        def getValue(self, k):
+            return self.d.get(k)
+        def updateValue(self, k, v):
+            self.d[k] = v
+        def removeKey(self, k):
+            self.d.pop(k, None)
+        def iterator(self):
+            return iter(list(self.d.items()))
+
+    class Handle:
+        def __init__(self):
+            self.maps = {}
+        def getMapState(self, name, *schemas):
+            return self.maps.setdefault(name, DictMap())
+
+    group_host.HOST_IDLE_S = float(sys.argv[1])
+    server = group_host.start()
+    worker = group_host.RecordingHandle(Handle())
+    mine = worker.getMapState("state", "key schema", "value schema")  # (as a worker's init)
+    digest, shipped = group_host.shipped(Counting())
+
+    def call(group, frames, reports=True):
+        try:
+            out = group_host.run(server, digest, shipped, group, frames, reports, worker)[0]
+        except group_host.GroupHostError as exc:
+            out = {"error": str(exc)}
+        out["worker"] = sorted((k[0], v[0]) for k, v in mine.d.items())
+        print(json.dumps(out), flush=True)
+        return out
+
+    for line in sys.stdin:
+        step = json.loads(line)
+        if step[0] == "call":
+            call(*step[1:])
+        elif step[0] == "kill":
+            os.kill(step[1], signal.SIGKILL)
+            print(json.dumps({"killed": step[1]}), flush=True)
+        elif step[0] == "wrong key":
+            other = group_host.Server(server.directory, os.urandom(32))
+            try:
+                group_host.run(other, digest, shipped, step[1], [], True, worker)
+                print(json.dumps({"auth": "passed"}), flush=True)
+            except Exception as exc:
+                print(json.dumps({"auth": type(exc).__name__}), flush=True)
+        elif step[0] == "where":
+            print(json.dumps({"dir": server.directory}), flush=True)
+""")
+
+
+class Daemon:
+    """The scenario's process: one JSON step a line in, one JSON answer a line out."""
+
+    def __init__(self, tmp_path, idle_s: float = 300.0) -> None:
+        script = tmp_path / "scenario.py"
+        script.write_text(SCENARIO)
+        self.proc = subprocess.Popen([sys.executable, str(script), str(idle_s)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def step(self, *step) -> dict:
+        self.proc.stdin.write(json.dumps(step) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the scenario process ended (exit code {self.proc.wait()})"
+        return json.loads(line)
+
+    def end(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_group_calls_run_in_one_host_that_keeps_its_objects_and_uses_the_workers_state(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        first = d.step("call", 0, ["a", "b", "a"])
+        second = d.step("call", 0, ["b"], False)
+        other = d.step("call", 1, ["c"])
+    finally:
+        d.end()
+    assert first["pid"] == second["pid"] != os.getpid()
+    assert (first["calls"], second["calls"]) == (1, 2)  # the host's processor object lived on
+    assert second["reports"] is False
+    # the counts are in the worker's variable, and the host read them back through it
+    assert first["worker"] == first["entries"] == [["a", 2], ["b", 1]]
+    assert second["worker"] == second["entries"] == [["a", 2], ["b", 2]]
+    assert other["pid"] not in (first["pid"], os.getpid()) and other["calls"] == 1  # a group's own host
+
+
+def test_a_bug_in_the_host_fails_the_call_with_its_traceback_and_the_host_serves_on(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        before = d.step("call", 0, ["a"])
+        failed = d.step("call", 0, ["a", "boom"])
+        after = d.step("call", 0, ["b"])
+    finally:
+        d.end()
+    assert "ValueError: a bug in the call" in failed["error"] and "Traceback" in failed["error"]
+    assert failed["worker"] == [["a", 2]]  # (what the call did before the bug: the task's retry
+    assert after["pid"] == before["pid"] and after["calls"] == 3  # replays from Spark's state)
+
+
+def test_a_host_that_dies_fails_its_call_and_the_next_call_gets_a_new_host(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        before = d.step("call", 0, ["a"])
+        died = d.step("call", 0, ["die"])
+        after = d.step("call", 0, ["a"])
+        d.step("kill", after["pid"])  # killed between calls (out of memory, an operator's kill)
+        assert _gone(after["pid"])
+        again = d.step("call", 0, ["a"])
+    finally:
+        d.end()
+    assert "ended during the call" in died["error"]
+    assert after["pid"] != before["pid"] and after["calls"] == 1
+    assert again["pid"] not in (before["pid"], after["pid"]) and again["calls"] == 1
+    assert again["worker"] == [["a", 3]]  # the state is the worker's (Spark's): nothing lost
+
+
+def test_a_peer_without_the_key_is_refused_and_the_host_serves_on(tmp_path):
+    d = Daemon(tmp_path)
+    try:
+        before = d.step("call", 0, ["a"])
+        refused = d.step("wrong key", 0)
+        after = d.step("call", 0, ["a"])
+    finally:
+        d.end()
+    assert refused == {"auth": "AuthenticationError"}
+    assert after["pid"] == before["pid"] and after["calls"] == 2
+
+
+def test_an_idle_host_ends_and_the_next_call_starts_another(tmp_path):
+    d = Daemon(tmp_path, idle_s=0.5)
+    try:
+        before = d.step("call", 0, ["a"])
+        assert _gone(before["pid"])
+        after = d.step("call", 0, ["a"])
+    finally:
+        d.end()
+    assert after["pid"] != before["pid"] and after["calls"] == 1 and after["worker"] == [["a", 2]]
+
+
+def test_the_server_and_its_hosts_end_with_the_daemon_and_leave_no_directory(tmp_path):
+    d = Daemon(tmp_path)
+    hosts = [d.step("call", g, ["a"])["pid"] for g in (0, 1)]
+    where = d.step("where")["dir"]
+    assert os.stat(where).st_mode & 0o777 == 0o700  # (the user's own: only the key's holders connect)
+    d.end()
+    assert all(_gone(pid) for pid in hosts)
+    deadline = time.monotonic() + 10
+    while os.path.exists(where) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(where)
