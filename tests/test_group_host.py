@@ -24,6 +24,8 @@ SCENARIO = textwrap.dedent("""
         "A processor: counts each frame's words in the worker's map state; its own calls in the host."
         def init(self, handle):
             self.var, self.calls = handle.getMapState("state", "key schema", "value schema"), 0
+            self.total = handle.getValueState("total", "value schema")  # (get: a row, not an iterator)
+            self.log = handle.getListState("log", "value schema")       # (get: an iterator)
 
         def _batch(self, frames, reports):
             self.calls += 1
@@ -34,8 +36,12 @@ SCENARIO = textwrap.dedent("""
                     os._exit(3)
                 got = self.var.getValue((word,))
                 self.var.updateValue((word,), ((got[0] if got else 0) + 1,))
+            total = self.total.get()
+            self.total.update(((total[0] if total else 0) + len(frames),))
+            self.log.put([*self.log.get(), (len(frames),)])
             return [{"pid": os.getpid(), "calls": self.calls, "reports": reports,
-                     "entries": sorted((k[0], v[0]) for k, v in self.var.iterator())}]
+                     "entries": sorted((k[0], v[0]) for k, v in self.var.iterator()),
+                     "total": self.total.get()[0], "log": [n for (n,) in self.log.get()]}]
 
     class DictMap:
         def __init__(self):
@@ -49,11 +55,36 @@ SCENARIO = textwrap.dedent("""
         def iterator(self):
             return iter(list(self.d.items()))
 
+    class Value:
+        def __init__(self):
+            self.row = None
+        def get(self):
+            return self.row
+        def update(self, row):
+            self.row = row
+
+    class Listed:
+        def __init__(self):
+            self.rows = []
+        def get(self):
+            return iter(list(self.rows))
+        def put(self, rows):
+            self.rows = list(rows)
+
     class Handle:
         def __init__(self):
-            self.maps = {}
+            self.made = {}
+        def _var(self, kind, name):
+            if (kind, name) in self.made:
+                raise AssertionError(f"{kind} {name!r} made twice (Spark would register it again)")
+            var = self.made[kind, name] = {"map": DictMap, "value": Value, "list": Listed}[kind]()
+            return var
         def getMapState(self, name, *schemas):
-            return self.maps.setdefault(name, DictMap())
+            return self._var("map", name)
+        def getValueState(self, name, *schemas):
+            return self._var("value", name)
+        def getListState(self, name, *schemas):
+            return self._var("list", name)
 
     group_host.HOST_IDLE_S = float(sys.argv[1])
     server = group_host.start()
@@ -136,6 +167,9 @@ def test_a_group_calls_run_in_one_host_that_keeps_its_objects_and_uses_the_worke
     assert first["worker"] == first["entries"] == [["a", 2], ["b", 1]]
     assert second["worker"] == second["entries"] == [["a", 2], ["b", 2]]
     assert other["pid"] not in (first["pid"], os.getpid()) and other["calls"] == 1  # a group's own host
+    # a value state's get is a row, a list state's an iterator: both as the worker's variables answer
+    assert (first["total"], second["total"], other["total"]) == (3, 4, 5)
+    assert (first["log"], second["log"], other["log"]) == ([3], [3, 1], [3, 1, 1])
 
 
 def test_a_bug_in_the_host_fails_the_call_with_its_traceback_and_the_host_serves_on(tmp_path):

@@ -45,6 +45,7 @@ import socket
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
@@ -92,31 +93,31 @@ def run(server: Server, digest: str, shipped: bytes, group, frames: list, report
     try:
         conn.send(("batch", shipped, group, frames, reports))
         while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError) as exc:
-                raise GroupHostError(f"the host of key group {group!r} ended during the call ({exc!r}); "
-                                     "the task is retried with a new host") from None
+            msg = conn.recv()
             if msg[0] == "call":
                 _, var, method, args = msg
                 try:
                     got = getattr(handle.var(var), method)(*args)
-                    if method in ITERATING:
-                        got = list(got)
-                except Exception as exc:  # Spark's state call failed: the host raises it in the call
-                    conn.send(("error", exc))
-                    continue
-                conn.send(("ok", got))
+                    reply = ("iter", list(got)) if isinstance(got, Iterator) else ("ok", got)
+                except Exception as exc:  # Spark's state call failed: the host raises it in its call
+                    reply = ("error", exc)
+                _send_reply(conn, reply)
             elif msg[0] == "done":
                 return msg[1]
             else:
                 raise GroupHostError(f"key group {group!r} failed in its host:\n{msg[1]}")
+    except (EOFError, OSError) as exc:
+        raise GroupHostError(f"the host of key group {group!r} ended during the call ({exc!r}); the task "
+                             "is retried with a new host") from None
     finally:
         conn.close()
 
 
-#: State-variable methods that return iterators: their items are sent as a list
-ITERATING = ("iterator", "get", "keys", "values")
+def _send_reply(conn: Connection, reply: tuple) -> None:
+    try:
+        conn.send(reply)
+    except (TypeError, AttributeError, ValueError) as exc:  # (pickling) an error Spark raised, as text
+        conn.send(("error", RuntimeError(f"{reply[1]!r} (not picklable: {exc})")))
 
 
 class RecordingHandle:
@@ -208,7 +209,7 @@ class _Link:
         kind, got = self.conn.recv()
         if kind == "error":
             raise got
-        return got
+        return iter(got) if kind == "iter" else got  # (an iterator's items come as a list)
 
 
 class _ProxyVar:
@@ -219,11 +220,7 @@ class _ProxyVar:
 
     def __getattr__(self, method: str):
         link, var = self._link, self._var
-
-        def call(*args):
-            got = link.call(var, method, args)
-            return iter(got) if method in ITERATING else got
-        return call
+        return lambda *args: link.call(var, method, args)
 
 
 class _ProxyHandle:
