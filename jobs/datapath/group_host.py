@@ -359,7 +359,9 @@ def start() -> Server | None:
     forks the hosts, and the workers inherit :data:`SERVER`) → it, or None where processes
     cannot be forked so (then workers run their batches themselves)."""
     global SERVER
-    if not hasattr(os, "pidfd_open") or not hasattr(os, "fork"):
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # (Linux ≥ 5.3, and a container's seccomp lets it)
+    except (AttributeError, OSError):
         return None
     server = Server(tempfile.mkdtemp(prefix="ctiflow-hosts-"), os.urandom(32))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
