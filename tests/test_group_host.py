@@ -236,3 +236,27 @@ def test_the_server_and_its_hosts_end_with_the_daemon_and_leave_no_directory(tmp
     while os.path.exists(where) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(where)
+
+
+def _plan(operators: list[dict], state: dict | None = None):
+    from ctiflow.jobs.driver.config import parse
+    from ctiflow.jobs.driver.planner import plan_job
+
+    raw = {"job": "p", "kafka": {"bootstrap_servers": "x:1"},
+           "sources": [{"name": "tx", "topic": "t", "schema": "transaction", "key_field": "account",
+                        "time_field": "event_time"}],
+           "operators": operators}
+    return plan_job(parse({**raw, **({"state": state} if state else {})}, "p"))
+
+
+PASS = {"kind": "passthrough", "output": "out"}
+
+
+def test_a_plan_is_hosted_only_where_a_group_keeps_state_under_keys():
+    """Hosts keep chunks decoded; a plan whose groups keep none (every operator stateless, no key
+    TTL) gains nothing from one — its calls' rows would travel to the host and back for nothing."""
+    assert not _plan([PASS]).keeps_keys
+    assert _plan([PASS], {"ttl": "7d"}).keeps_keys  # (the TTL's last-seen times live under keys)
+    assert _plan([{"kind": "count", "name": "c", "window": {"events": 10}, "output": "n"}]).keeps_keys
+    assert _plan([PASS, {"kind": "count", "name": "c", "window": {"events": 10}, "per_key": False,
+                         "output": "n"}]).keeps_keys  # (a global count: under one key, still a chunk's)

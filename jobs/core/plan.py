@@ -85,6 +85,13 @@ class Plan:
         return [(spec.name, spec.cls.__name__) for spec in self.operators]
 
     @property
+    def keeps_keys(self) -> bool:
+        """Whether a group keeps state under its events' keys (an operator's, or the key TTL's): the
+        chunks a process keeps decoded between micro-batches (:mod:`~ctiflow.jobs.state.warm`);
+        without, a group's state is its header alone, read whole every micro-batch."""
+        return self.ttl is not None or any(op.traits.state != "none" for op in self.operators)
+
+    @property
     def handles_adjust(self) -> bool:
         return all(op.traits.handles_adjust for op in self.operators)
 

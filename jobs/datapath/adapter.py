@@ -110,8 +110,10 @@ class OperatorProcessor(StatefulProcessor):
     # -- lifecycle -------------------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
         #: where the key groups' calls run: their hosts (:mod:`~ctiflow.jobs.datapath.group_host`),
-        #: this processor as they receive it; None: here
-        self.hosted = group_host.shipped(self) if group_host.SERVER is not None else None
+        #: this processor as they receive it; None: here (no host server, or no keyed state for a
+        #: host to keep decoded: the call's rows would travel there and back for nothing)
+        hosts = group_host.SERVER is not None and self.plan.keeps_keys
+        self.hosted = group_host.shipped(self) if hosts else None
         if self.hosted is not None:
             handle = group_host.RecordingHandle(handle)  # (a host's state calls reach its variables)
         self.handle = handle

@@ -18,17 +18,21 @@ key; no environment variable, no file holds the key). A worker connects to the h
 ``(processor, group)`` at ``<dir>/<digest>-<group>``; when there is none, it asks the server, which
 forks one (the listening socket made before the fork). Every connection is authenticated with the
 key (:func:`multiprocessing.connection.deliver_challenge`): the directory is the user's own (0700)
-and the key proves the peer is one of this daemon's processes. A host serves one connection at a
-time (one micro-batch) and ends when idle :data:`HOST_IDLE_S` or when the server ends; the server
+and the key proves the peer is one of this daemon's processes. A worker keeps its connection to
+a host for its next call (a connect and its challenges cost a few round trips a call otherwise). A
+host serves one call at a time, whichever worker's connection it comes on, and ends when idle
+:data:`HOST_IDLE_S` or when the server ends; the server
 ends with the daemon (its pidfd), its hosts and directory with it. Hosts are the daemon's
 grandchildren: what counts an executor's Python processes (``bench``'s peak memory) counts them.
 
 Contract: nothing here changes what a batch computes — a host's cache is proven current by the
 header's token exactly as a worker's (a replayed batch, another query or another process that
 ran the group since: the host reads the store). A bug in the host fails the task with the host's
-traceback; a host that dies (killed, out of memory) fails the task, and its retry gets a new host.
-Without ctiflow's daemon (``spark.python.use.daemon`` false, or a processor called in-process)
-:data:`SERVER` is None and the worker runs the batch itself.
+traceback; a host that dies (killed, out of memory) during a call fails the task, and its retry
+gets a new host (one that ended between calls: the call goes to a new host). Without ctiflow's
+daemon (``spark.python.use.daemon`` false, or a processor called in-process) :data:`SERVER` is None
+and the worker runs the batch itself; a job whose groups keep nothing under keys
+(:attr:`~ctiflow.jobs.core.plan.Plan.keeps_keys`) runs it there too.
 
 Why by hand: Spark has no executor-side process that outlives a task but its Python daemon, and no
 task-to-worker affinity; the wire format is :mod:`multiprocessing.connection`'s (pickles, lengths,
@@ -85,16 +89,27 @@ class GroupHostError(RuntimeError):
 
 # -- the worker's side --------------------------------------------------------------------------
 
+#: this worker's connections to hosts, (server, digest, group) → connection: a worker keeps one to each
+#: host it called, for its next call (one connection carries a worker's calls to a host)
+_LINKS: dict = {}
+
+
 def run(server: Server, digest: str, shipped: bytes, group, frames: list, reports: bool, handle) -> list:
     """The output frames of key group ``group``'s call, run in its host: ``frames`` (the call's
-    input) and ``shipped`` (the processor as pickled before ``init``) sent, the host's state calls
-    made on ``handle`` (:class:`RecordingHandle`, the worker's) until it answers."""
-    conn = _connect(server, digest, group)
+    input) and, on a new connection, ``shipped`` (the processor as pickled before ``init``) sent,
+    the host's state calls made on ``handle`` (:class:`RecordingHandle`, the worker's) until it
+    answers. A kept connection whose host ended before the call reached the state (idle, killed)
+    is replaced once: nothing of the call ran."""
+    conn = _LINKS.pop((server, digest, group), None)
+    kept = conn is not None
+    conn = conn or _connect(server, digest, group)
+    called = False
     try:
-        conn.send(("batch", shipped, group, frames, reports))
+        conn.send(("batch", None if kept else shipped, group, frames, reports))
         while True:
             msg = conn.recv()
             if msg[0] == "call":
+                called = True
                 _, var, method, args = msg
                 try:
                     got = getattr(handle.var(var), method)(*args)
@@ -103,14 +118,20 @@ def run(server: Server, digest: str, shipped: bytes, group, frames: list, report
                     reply = ("error", exc)
                 _send_reply(conn, reply)
             elif msg[0] == "done":
+                _LINKS[server, digest, group], conn = conn, None
                 return msg[1]
             else:
                 raise GroupHostError(f"key group {group!r} failed in its host:\n{msg[1]}")
     except (EOFError, OSError) as exc:
+        if kept and not called:
+            conn.close()
+            conn = None
+            return run(server, digest, shipped, group, frames, reports, handle)
         raise GroupHostError(f"the host of key group {group!r} ended during the call ({exc!r}); the task "
                              "is retried with a new host") from None
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 def _send_reply(conn: Connection, reply: tuple) -> None:
@@ -199,14 +220,21 @@ def _ask(server: Server, digest: str, group) -> None:
 
 # -- the host's side ----------------------------------------------------------------------------
 
+class _WorkerGone(Exception):
+    """The worker of the call a host serves ended (its task killed, the worker gone)."""
+
+
 class _Link:
     """The connection of the call a host serves (one at a time)."""
 
     conn: Connection | None = None
 
     def call(self, var, method: str, args: tuple):
-        self.conn.send(("call", var, method, args))
-        kind, got = self.conn.recv()
+        try:
+            self.conn.send(("call", var, method, args))
+            kind, got = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise _WorkerGone() from exc
         if kind == "error":
             raise got
         return iter(got) if kind == "iter" else got  # (an iterator's items come as a list)
@@ -236,47 +264,58 @@ class _ProxyHandle:
 
 
 def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
-    """A host's life: one call at a time on ``listener``; ends when idle :data:`HOST_IDLE_S` or
-    when its server has ended."""
-    from pyspark import cloudpickle
-
-    from ctiflow.jobs.core.alloc import cyclic_gc_paused
-
-    link, processor, idle_since = _Link(), None, time.monotonic()
+    """A host's life: the calls of the workers connected to ``listener``, one at a time; ends when
+    idle :data:`HOST_IDLE_S` or when its server has ended."""
+    link, processor, idle_since, conns = _Link(), None, time.monotonic(), []
     while True:
-        ready, _, _ = select.select([listener], [], [], 1.0)
+        ready, _, _ = select.select([listener, *conns], [], [], 1.0)
         if not ready:
             if os.getppid() != server_pid or time.monotonic() - idle_since > HOST_IDLE_S:
                 return
             continue
-        sock, _ = listener.accept()
-        conn = Connection(sock.detach())
-        try:
-            deliver_challenge(conn, key)
-            answer_challenge(conn, key)
-            _, shipped, group, frames, reports = conn.recv()
-        except (EOFError, OSError, AuthenticationError):  # (a peer without the key: refused)
-            conn.close()
-            continue
-        link.conn = conn
-        try:
-            if processor is None:
-                processor = cloudpickle.loads(shipped)
-                processor.init(_ProxyHandle(link))
-            with cyclic_gc_paused():
-                out = list(processor._batch(frames, reports))
-            conn.send(("done", out))
-        except (EOFError, OSError):
-            pass  # the worker is gone (its task killed): what the call took from the cache is gone too
-        except Exception:
+        for conn in ready:
+            if conn is listener:
+                sock, _ = listener.accept()
+                conn = Connection(sock.detach())
+                try:
+                    deliver_challenge(conn, key)
+                    answer_challenge(conn, key)
+                    conns.append(conn)
+                except (EOFError, OSError, AuthenticationError):  # (a peer without the key: refused)
+                    conn.close()
+                continue
+            link.conn = conn
             try:
-                conn.send(("failed", traceback.format_exc()))
-            except OSError:
-                pass
-        finally:
-            link.conn = None
-            conn.close()
-            idle_since = time.monotonic()
+                _, shipped, group, frames, reports = conn.recv()
+                processor = _call(conn, link, processor, shipped, frames, reports)
+            except (EOFError, OSError, _WorkerGone):  # the worker is gone (its task killed, the worker
+                conns.remove(conn)                     # ended): what a call took from the cache is gone too
+                conn.close()
+            finally:
+                link.conn = None
+                idle_since = time.monotonic()
+
+
+def _call(conn: Connection, link: _Link, processor, shipped: bytes | None, frames: list, reports: bool):
+    """One call of a worker's: its output sent, or the traceback of the bug that failed it → the
+    host's processor (unpickled from ``shipped`` on the host's first call)."""
+    from pyspark import cloudpickle
+
+    from ctiflow.jobs.core.alloc import cyclic_gc_paused
+
+    try:
+        if processor is None:
+            processor = cloudpickle.loads(shipped)
+            processor.init(_ProxyHandle(link))
+        with cyclic_gc_paused():
+            out = list(processor._batch(frames, reports))
+    except _WorkerGone:
+        raise
+    except Exception:
+        conn.send(("failed", traceback.format_exc()))
+    else:
+        conn.send(("done", out))
+    return processor
 
 
 def _serve(server: Server, listener: socket.socket, daemon_pid: int) -> None:
