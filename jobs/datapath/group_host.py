@@ -304,9 +304,10 @@ def _call(conn: Connection, link: _Link, processor, shipped: bytes | None, frame
     from ctiflow.jobs.core.alloc import cyclic_gc_paused
 
     try:
-        if processor is None:
-            processor = cloudpickle.loads(shipped)
-            processor.init(_ProxyHandle(link))
+        if processor is None:  # (kept only once its init succeeded)
+            loaded = cloudpickle.loads(shipped)
+            loaded.init(_ProxyHandle(link))
+            processor = loaded
         with cyclic_gc_paused():
             out = list(processor._batch(frames, reports))
     except _WorkerGone:
