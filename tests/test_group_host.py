@@ -26,6 +26,7 @@ SCENARIO = textwrap.dedent("""
             self.var, self.calls = handle.getMapState("state", "key schema", "value schema"), 0
             self.total = handle.getValueState("total", "value schema")  # (get: a row, not an iterator)
             self.log = handle.getListState("log", "value schema")       # (get: an iterator)
+            self.send_writes = group_host.writes_sender(handle)
 
         def _batch(self, frames, reports):
             self.calls += 1
@@ -34,6 +35,13 @@ SCENARIO = textwrap.dedent("""
                     raise ValueError("a bug in the call")
                 if word == "die":
                     os._exit(3)
+                if word == "sync":
+                    self.send_writes()
+                    continue
+                if word.startswith("fill:"):  # (writes only: n keys of their own)
+                    for i in range(int(word[5:])):
+                        self.var.updateValue((f"fill{i}",), (i,))
+                    continue
                 got = self.var.getValue((word,))
                 self.var.updateValue((word,), ((got[0] if got else 0) + 1,))
             total = self.total.get()
@@ -92,12 +100,21 @@ SCENARIO = textwrap.dedent("""
     mine = worker.getMapState("state", "key schema", "value schema")  # (as a worker's init)
     digest, shipped = group_host.shipped(Counting())
 
+    received = [0]  # (the messages this worker received: patched after the server forked)
+    recv = group_host.Connection.recv
+    def counted(conn):
+        received[0] += 1
+        return recv(conn)
+    group_host.Connection.recv = counted
+
     def call(group, frames, reports=True):
+        before = received[0]
         try:
             out = group_host.run(server, digest, shipped, group, frames, reports, worker)[0]
         except group_host.GroupHostError as exc:
             out = {"error": str(exc)}
         out["worker"] = sorted((k[0], v[0]) for k, v in mine.d.items())
+        out["messages"] = received[0] - before
         print(json.dumps(out), flush=True)
         return out
 
@@ -181,8 +198,8 @@ def test_a_bug_in_the_host_fails_the_call_with_its_traceback_and_the_host_serves
     finally:
         d.end()
     assert "ValueError: a bug in the call" in failed["error"] and "Traceback" in failed["error"]
-    assert failed["worker"] == [["a", 2]]  # (what the call did before the bug: the task's retry
-    assert after["pid"] == before["pid"] and after["calls"] == 3  # replays from Spark's state)
+    assert failed["worker"] == [["a", 1]]  # (its write of "a", queued, dropped: Spark drops a failed
+    assert after["pid"] == before["pid"] and after["calls"] == 3  # task's state changes all the same)
 
 
 def test_a_host_that_dies_fails_its_call_and_the_next_call_gets_a_new_host(tmp_path):
@@ -200,6 +217,27 @@ def test_a_host_that_dies_fails_its_call_and_the_next_call_gets_a_new_host(tmp_p
     assert after["pid"] != before["pid"] and after["calls"] == 1
     assert again["pid"] not in (before["pid"], after["pid"]) and again["calls"] == 1
     assert again["worker"] == [["a", 3]]  # the state is the worker's (Spark's): nothing lost
+
+
+def test_a_hosts_writes_reach_the_worker_in_order_a_message_for_all_made_between_two_reads(tmp_path):
+    """Spark's state calls that return nothing travel with the host's next read, its answer or
+    its explicit send: a round trip for many writes, and every read sees the writes before it."""
+    d = Daemon(tmp_path)
+    try:
+        d.step("call", 0, ["a"])  # (the connection is made and kept: its messages not counted below)
+        one = d.step("call", 0, ["fill:1"])
+        many = d.step("call", 0, ["fill:300"])
+        sent = d.step("call", 0, ["x", "sync", "die"])  # written, sent, then the host dies
+        queued = d.step("call", 0, ["y", "die"])  # written, still queued when the host dies
+        after = d.step("call", 0, ["a"])
+    finally:
+        d.end()
+    assert many["messages"] == one["messages"]  # (300 writes: no message more than 1)
+    assert [k for k, _ in many["entries"]] == sorted(["a", *(f"fill{i}" for i in range(300))])
+    assert many["worker"] == many["entries"] and dict(many["worker"])["fill299"] == 299
+    assert "ended during the call" in sent["error"] and "ended during the call" in queued["error"]
+    assert dict(queued["worker"]).get("x") == 1 and "y" not in dict(queued["worker"])
+    assert after["entries"] == after["worker"] and dict(after["worker"])["a"] == 2
 
 
 def test_a_peer_without_the_key_is_refused_and_the_host_serves_on(tmp_path):

@@ -117,6 +117,8 @@ class OperatorProcessor(StatefulProcessor):
         if self.hosted is not None:
             handle = group_host.RecordingHandle(handle)  # (a host's state calls reach its variables)
         self.handle = handle
+        #: sends a host's queued state writes to the store (:func:`group_host.writes_sender`)
+        self.send_writes = group_host.writes_sender(handle)
         self.group = LAYOUTS[self.state_layout](handle)
         reg = registry_client(self.registry["url"], self.registry.get("config")) if self.registry else None
         store = self.plan.schema_store()  # an executor's store has only the files: the derived ones besides
@@ -175,6 +177,9 @@ class OperatorProcessor(StatefulProcessor):
         (:meth:`GroupState.write`): one large value is several G1 "humongous" copies in the state
         server's JVM each write and read (measured: docs/changelog.md#memory)."""
         self.group.write(stored, *seal_group(runtime, WARM))
+        started = self.group.clock.now()
+        self.send_writes()  # (in a host: the call's writes, queued, reach the store inside its store_us)
+        self.group.clock.add(started)
 
     def _encode(self, out: list, dead: list, counters: Counters,
                 started: float | None = None) -> Iterator[pd.DataFrame]:

@@ -98,8 +98,9 @@ def run(server: Server, digest: str, shipped: bytes, group, frames: list, report
     """The output frames of key group ``group``'s call, run in its host: ``frames`` (the call's
     input) and, on a new connection, ``shipped`` (the processor as pickled before ``init``) sent,
     the host's state calls made on ``handle`` (:class:`RecordingHandle`, the worker's) until it
-    answers. A kept connection whose host ended before the call reached the state (idle, killed)
-    is replaced once: nothing of the call ran."""
+    answers — each message's queued writes first, in order (:class:`_Link`). A kept connection
+    whose host ended before the call reached the state (idle, killed) is replaced once: nothing
+    of the call ran."""
     conn = _LINKS.pop((server, digest, group), None)
     kept = conn is not None
     conn = conn or _connect(server, digest, group)
@@ -110,16 +111,14 @@ def run(server: Server, digest: str, shipped: bytes, group, frames: list, report
             msg = conn.recv()
             if msg[0] == "call":
                 called = True
-                _, var, method, args = msg
-                try:
-                    got = getattr(handle.var(var), method)(*args)
-                    reply = ("iter", list(got)) if isinstance(got, Iterator) else ("ok", got)
-                except Exception as exc:  # Spark's state call failed: the host raises it in its call
-                    reply = ("error", exc)
-                _send_reply(conn, reply)
+                _send_reply(conn, _made(handle, *msg[1:]))
             elif msg[0] == "done":
+                _, writes, out = msg
+                kind, got = _made(handle, writes, None)
+                if kind == "error":  # (Spark's state call failed: the task fails on it)
+                    raise got
                 _LINKS[server, digest, group], conn = conn, None
-                return msg[1]
+                return out
             else:
                 raise GroupHostError(f"key group {group!r} failed in its host:\n{msg[1]}")
     except (EOFError, OSError) as exc:
@@ -132,6 +131,21 @@ def run(server: Server, digest: str, shipped: bytes, group, frames: list, report
     finally:
         if conn is not None:
             conn.close()
+
+
+def _made(handle, writes: list, call: tuple | None) -> tuple:
+    """``writes`` made on the worker's variables in order, then ``call`` (None: none) → the reply:
+    ``("ok", value)``, ``("iter", items)`` or ``("error", what Spark raised)``."""
+    try:
+        for var, method, args in writes:
+            getattr(handle.var(var), method)(*args)
+        if call is None:
+            return "ok", None
+        var, method, args = call
+        got = getattr(handle.var(var), method)(*args)
+        return ("iter", list(got)) if isinstance(got, Iterator) else ("ok", got)
+    except Exception as exc:  # Spark's state call failed: the host raises it in its call
+        return "error", exc
 
 
 def _send_reply(conn: Connection, reply: tuple) -> None:
@@ -224,14 +238,44 @@ class _WorkerGone(Exception):
     """The worker of the call a host serves ended (its task killed, the worker gone)."""
 
 
-class _Link:
-    """The connection of the call a host serves (one at a time)."""
+#: The state calls that return nothing (Spark's ``MapState``, ``ValueState`` and ``ListState``):
+#: a host queues them and sends them with its next call that returns something, with
+#: :meth:`_Link.send_writes` or with its answer — a round trip for every few reads, not one a write.
+WRITES = frozenset({"updateValue", "removeKey", "update", "put", "appendValue", "appendList", "clear"})
 
-    conn: Connection | None = None
+
+class _Link:
+    """The connection of the call a host serves (one at a time), and the writes it queued. A
+    write's arguments are sent as they are when it is sent (bytes and tuples: not changed after);
+    the worker makes the queued writes in order before the call they come with, so a read sees
+    every write made before it. Writes still queued when a call fails are dropped: the task fails,
+    and Spark keeps none of its state changes."""
+
+    def __init__(self) -> None:
+        self.conn: Connection | None = None
+        self.writes: list = []
+
+    def start(self, conn: Connection | None) -> None:
+        self.conn, self.writes = conn, []
 
     def call(self, var, method: str, args: tuple):
+        if method in WRITES:
+            self.writes.append((var, method, args))
+            return None
+        return self._sent((var, method, args))
+
+    def send_writes(self) -> None:
+        """Have the worker make the queued writes now (one round trip), not with the answer."""
+        if self.writes:
+            self._sent(None)
+
+    def take_writes(self) -> list:
+        writes, self.writes = self.writes, []
+        return writes
+
+    def _sent(self, call: tuple | None):
         try:
-            self.conn.send(("call", var, method, args))
+            self.conn.send(("call", self.take_writes(), call))
             kind, got = self.conn.recv()
         except (EOFError, OSError) as exc:
             raise _WorkerGone() from exc
@@ -241,7 +285,7 @@ class _Link:
 
 
 class _ProxyVar:
-    """A state variable of the worker's, each call made there (:func:`run`)."""
+    """A state variable of the worker's, each call made there (:func:`run`; writes queued: :class:`_Link`)."""
 
     def __init__(self, link: _Link, var) -> None:
         self._link, self._var = link, var
@@ -261,6 +305,16 @@ class _ProxyHandle:
         if not name.startswith("get"):
             raise AttributeError(f"a key group's host has no {name!r} of Spark's handle")
         return lambda *args: _ProxyVar(self._link, (name, args))
+
+
+def writes_sender(handle):
+    """What sends the writes a call queued to the store now (:meth:`_Link.send_writes`) when
+    ``handle`` is a host's; a no-op for Spark's own handle (its writes reached the store as made)."""
+    return handle._link.send_writes if isinstance(handle, _ProxyHandle) else _no_writes
+
+
+def _no_writes() -> None:
+    pass
 
 
 def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
@@ -284,7 +338,7 @@ def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
                 except (EOFError, OSError, AuthenticationError):  # (a peer without the key: refused)
                     conn.close()
                 continue
-            link.conn = conn
+            link.start(conn)
             try:
                 _, shipped, group, frames, reports = conn.recv()
                 processor = _call(conn, link, processor, shipped, frames, reports)
@@ -292,7 +346,7 @@ def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
                 conns.remove(conn)                     # ended): what a call took from the cache is gone too
                 conn.close()
             finally:
-                link.conn = None
+                link.start(None)
                 idle_since = time.monotonic()
 
 
@@ -315,7 +369,7 @@ def _call(conn: Connection, link: _Link, processor, shipped: bytes | None, frame
     except Exception:
         conn.send(("failed", traceback.format_exc()))
     else:
-        conn.send(("done", out))
+        conn.send(("done", link.take_writes(), out))
     return processor
 
 
