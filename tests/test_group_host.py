@@ -99,6 +99,9 @@ SCENARIO = textwrap.dedent("""
     worker = group_host.RecordingHandle(Handle())
     mine = worker.getMapState("state", "key schema", "value schema")  # (as a worker's init)
     digest, shipped = group_host.shipped(Counting())
+    other = Counting()
+    other.plan = "another"  # (another query's processor: another digest)
+    processors = {"one": (digest, shipped), "other": group_host.shipped(other)}
 
     received = [0]  # (the messages this worker received: patched after the server forked)
     recv = group_host.Connection.recv
@@ -107,10 +110,10 @@ SCENARIO = textwrap.dedent("""
         return recv(conn)
     group_host.Connection.recv = counted
 
-    def call(group, frames, reports=True):
+    def call(group, frames, reports=True, processor="one"):
         before = received[0]
         try:
-            out = group_host.run(server, digest, shipped, group, frames, reports, worker)[0]
+            out = group_host.run(server, *processors[processor], group, frames, reports, worker)[0]
         except group_host.GroupHostError as exc:
             out = {"error": str(exc)}
         out["worker"] = sorted((k[0], v[0]) for k, v in mine.d.items())
@@ -238,6 +241,28 @@ def test_a_hosts_writes_reach_the_worker_in_order_a_message_for_all_made_between
     assert "ended during the call" in sent["error"] and "ended during the call" in queued["error"]
     assert dict(queued["worker"]).get("x") == 1 and "y" not in dict(queued["worker"])
     assert after["entries"] == after["worker"] and dict(after["worker"])["a"] == 2
+
+
+def test_a_host_superseded_by_another_processors_ends_once_its_query_stopped_not_while_it_runs(tmp_path):
+    """Another processor's host for the same group (the session's next query, a job restarted
+    with another plan) has the first one end soon after its calls stop; while they keep coming
+    (two queries side by side) it serves on."""
+    d = Daemon(tmp_path)
+    try:
+        one = [d.step("call", 0, ["a"], True, "one") for _ in range(3)]
+        beside = []
+        for _ in range(4):  # (side by side: calls of each within a fraction of a second)
+            beside += [d.step("call", 0, ["b"], True, "other"), d.step("call", 0, ["a"], True, "one")]
+        stopped = beside[-1]["pid"]
+        assert _gone(stopped, within=10.0)  # its calls stopped: gone within 3 gaps + 1 s, not 300 s
+        again = d.step("call", 0, ["a"], True, "one")
+    finally:
+        d.end()
+    first, second = {o["pid"] for o in one}, {o["pid"] for o in beside[1::2]}
+    assert len(first) == 1 and first == second  # the first host served on beside the other
+    assert {o["pid"] for o in beside[::2]}.isdisjoint(first)
+    assert again["pid"] not in first and again["calls"] == 1
+    assert dict(again["worker"])["a"] == 8  # (its state: the worker's, nothing lost)
 
 
 def test_a_peer_without_the_key_is_refused_and_the_host_serves_on(tmp_path):

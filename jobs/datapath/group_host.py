@@ -21,9 +21,10 @@ key (:func:`multiprocessing.connection.deliver_challenge`): the directory is the
 and the key proves the peer is one of this daemon's processes. A worker keeps its connection to
 a host for its next call (a connect and its challenges cost a few round trips a call otherwise). A
 host serves one call at a time, whichever worker's connection it comes on, and ends when idle
-:data:`HOST_IDLE_S` or when the server ends; the server
-ends with the daemon (its pidfd), its hosts and directory with it. Hosts are the daemon's
-grandchildren: what counts an executor's Python processes (``bench``'s peak memory) counts them.
+:data:`HOST_IDLE_S`, soon after its query stopped once another processor's host serves its group
+(:data:`SUPERSEDED_GAPS`), or when the server ends; the server ends with the daemon (its pidfd),
+its hosts and directory with it. Hosts are the daemon's grandchildren: what counts an executor's
+Python processes (``bench``'s peak memory) counts them.
 
 Contract: nothing here changes what a batch computes — a host's cache is proven current by the
 header's token exactly as a worker's (a replayed batch, another query or another process that
@@ -57,6 +58,11 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 #: A host with no call for this long ends (its decoded state goes with it; the next call's host
 #: reads the store): bounds the processes a daemon keeps for queries that stopped.
 HOST_IDLE_S = 300.0
+#: A host whose key group another processor's host now serves (the next query of a session, a job
+#: restarted with another plan) ends once idle this many times the gap between its last two calls
+#: (+ 1 s): soon after its query stopped, not while a query it serves runs beside the other (its
+#: calls keep coming within that gap).
+SUPERSEDED_GAPS = 3.0
 #: How long a worker waits for a host to accept before it asks the server again.
 CONNECT_TIMEOUT_S = 30.0
 #: How often a worker that cannot connect asks the server for the host (again).
@@ -319,12 +325,18 @@ def _no_writes() -> None:
 
 def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
     """A host's life: the calls of the workers connected to ``listener``, one at a time; ends when
-    idle :data:`HOST_IDLE_S` or when its server has ended."""
-    link, processor, idle_since, conns = _Link(), None, time.monotonic(), []
+    idle :data:`HOST_IDLE_S`, when superseded (SIGUSR1 from the server) and idle
+    :data:`SUPERSEDED_GAPS` times its last gap between calls, or when its server has ended."""
+    link, processor, conns, superseded = _Link(), None, [], []
+    idle_since, started, gap = time.monotonic(), None, 0.0
+    signal.signal(signal.SIGUSR1, lambda *_: superseded.append(True))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # (blocked in the server: see _serve)
     while True:
         ready, _, _ = select.select([listener, *conns], [], [], 1.0)
         if not ready:
-            if os.getppid() != server_pid or time.monotonic() - idle_since > HOST_IDLE_S:
+            idle = time.monotonic() - idle_since
+            limit = min(HOST_IDLE_S, SUPERSEDED_GAPS * gap + 1.0) if superseded else HOST_IDLE_S
+            if os.getppid() != server_pid or idle > limit:
                 return
             continue
         for conn in ready:
@@ -339,6 +351,8 @@ def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
                     conn.close()
                 continue
             link.start(conn)
+            now = time.monotonic()
+            gap, started = (now - started if started is not None else gap), now
             try:
                 _, shipped, group, frames, reports = conn.recv()
                 processor = _call(conn, link, processor, shipped, frames, reports)
@@ -347,6 +361,7 @@ def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
                 conn.close()
             finally:
                 link.start(None)
+                frames = None  # (the call's input is not kept while idle)
                 idle_since = time.monotonic()
 
 
@@ -374,8 +389,12 @@ def _call(conn: Connection, link: _Link, processor, shipped: bytes | None, frame
 
 
 def _serve(server: Server, listener: socket.socket, daemon_pid: int) -> None:
-    """The host server's life: start hosts on request; end with the daemon, its hosts with it."""
-    hosts: dict[str, int] = {}
+    """The host server's life: start hosts on request (a new processor's host for a key group
+    supersedes the others' hosts of that group: SIGUSR1, see :data:`SUPERSEDED_GAPS`); end with the
+    daemon, its hosts with it. SIGUSR1 stays blocked here, so a host forked from here gets it only
+    once its handler is set (:func:`_host`)."""
+    hosts: dict[tuple[str, str], int] = {}
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     watch = os.pidfd_open(daemon_pid)
     try:
         while True:
@@ -391,9 +410,11 @@ def _serve(server: Server, listener: socket.socket, daemon_pid: int) -> None:
                 deliver_challenge(conn, server.key)
                 answer_challenge(conn, server.key)
                 _, digest, group = conn.recv()
-                name = f"{digest}-{group}"
-                if name not in hosts:
-                    hosts[name] = _fork_host(server, name)
+                if (digest, group) not in hosts:
+                    for (other, g), pid in hosts.items():
+                        if g == group and other != digest:
+                            _signal(pid, signal.SIGUSR1)
+                    hosts[digest, group] = _fork_host(server, f"{digest}-{group}")
                 conn.send("ok")
             except (EOFError, OSError, AuthenticationError):
                 pass
@@ -401,14 +422,16 @@ def _serve(server: Server, listener: socket.socket, daemon_pid: int) -> None:
                 conn.close()
     finally:
         for pid in hosts.values():
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            _signal(pid, signal.SIGTERM)
         shutil.rmtree(server.directory, ignore_errors=True)
 
 
-def _reap(hosts: dict[str, int]) -> None:
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # (ended: reaped at the next round)
+        os.kill(pid, sig)
+
+
+def _reap(hosts: dict) -> None:
     """Forget the hosts that ended (their socket files removed: the next call starts another)."""
     while True:
         try:
