@@ -332,13 +332,11 @@ def forwarded(spark, bootstrap: str, spec: dict, topic: str, forward: bool = Tru
     frame of Spark's stateful plumbing alone, for a sink to start."""
     from ctiflow.jobs.datapath.adapter import OUTPUT_SCHEMA
     from ctiflow.jobs.core.rows import INPUT_COLUMNS
-    from ctiflow.jobs.driver.pipeline import stateful_workers
 
     spark.conf.set("spark.sql.shuffle.partitions", str(PLUMBING_PARTITIONS))  # (a job run before may have set it)
     df = _source(spark, bootstrap, spec, "packed").select("meta_group", *INPUT_COLUMNS)
-    with stateful_workers(spark, PLUMBING_PARTITIONS):  # (as a job's stateful stage)
-        return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,
-                                                                   "Append", "None")
+    return df.groupBy("meta_group").transformWithStateInPandas(_Forward.make(forward, topic), OUTPUT_SCHEMA,
+                                                               "Append", "None")
 
 
 def plumbing_ceiling(spark, bootstrap: str, spec: dict, home: str, forward: bool = True,

@@ -29,42 +29,15 @@ def test_python_workers_fork_from_the_daemon_with_ctiflows_modules_imported(spar
 
 
 
-def test_functions_defined_for_the_stateful_stage_run_in_python_workers_of_their_own(spark):
-    """``pipeline.stateful_workers``: a function defined within it runs in workers whose environment
-    names the pool, none of which runs a function defined outside it (Spark pools idle workers by
-    their function's environment); outside it, the session's environment is as it was."""
-    from ctiflow.jobs.driver.pipeline import WORKER_POOL, stateful_workers
-
-    def probe(batches):  # (nested: cloudpickle ships it by value)
-        import os
-
-        import pandas as pd
-
-        for batch in batches:
-            yield pd.DataFrame({"pid": [os.getpid()] * len(batch), "pool": [os.environ.get("CTIFLOW_WORKER_POOL", "")] * len(batch)})
-
-    def run(frame) -> list:
-        return frame.collect()
-
-    schema = "pid long, pool string"
-    before = dict(spark.sparkContext.environment)
-    plain = spark.range(16, numPartitions=4).mapInPandas(probe, schema)
-    with stateful_workers(spark, 4):
-        own = spark.range(16, numPartitions=4).mapInPandas(probe, schema)
-    assert dict(spark.sparkContext.environment) == before and WORKER_POOL not in before
-    for _ in range(3):  # interleaved: each takes idle workers the other released, were the pool shared
-        mine, theirs = run(own), run(plain)
-        assert {r["pool"] for r in mine} == {"stateful-4"} and {r["pool"] for r in theirs} == {""}
-        assert not {r["pid"] for r in mine} & {r["pid"] for r in theirs}
-
-def test_a_job_with_one_key_group_meets_the_same_python_worker_every_micro_batch(stack, spark, tmp_path):
-    """A global count gives the job one key group, so its stateful stage is one task (the default
-    ``spark.shuffle_partitions``), whose Python workers are a pool of their own: while records
-    arrive (three partitions at uneven rates, a 250 ms trigger), every chunk the group uses after
-    its first micro-batches comes decoded from that worker's cache, none is read back from the
-    state store. (With two tasks, the empty one's worker takes the group's as often as not: 13 of
-    28 batches missed the cache in one run; the latency job's runs sharing the source's and the
-    sink's workers missed it in 45 to 100 %: docs/performance.md#latency.)"""
+def test_a_jobs_key_groups_find_their_chunks_decoded_every_micro_batch_whichever_worker_runs_them(
+        stack, spark, tmp_path):
+    """A count per key over four key groups in the stateful stage's two tasks (the default
+    ``spark.shuffle_partitions``): while records arrive (three partitions at uneven rates, a 250 ms
+    trigger), every chunk the groups use after their first micro-batches comes decoded from their
+    hosts' caches, none is read back from the state store, though Spark hands each task whichever
+    of the stage's Python workers was idle longest (first in, first out). (Before the hosts, a task found its chunks in its worker's cache in 15 of 28 batches
+    with a pool of the stateful stage's own workers, in none to half of them sharing the
+    source's and the sink's: docs/performance.md#latency.)"""
     import threading
     import time
 
@@ -76,18 +49,16 @@ def test_a_job_with_one_key_group_meets_the_same_python_worker_every_micro_batch
     from integration_tests.harness import job
 
     records = workload.transactions(16_000, accounts=60, seed=8, disorder_ms=1500)
-    src = stack.topic("pool-in")
+    src = stack.topic("cache-in")
     kafka.create_topics(stack.bootstrap, {src: 3})
-    cfg = job(stack, tmp_path, job="pool", sources=[{
+    cfg = job(stack, tmp_path, job="cache", sources=[{
         "name": "tx", "topic": src, "schema": "transaction", "key_field": "account", "time_field": "event_time",
         "partitions": 3, "cti": {"delay": "5s", "idle_timeout": "1h"}}],
-        operators=[{"kind": "count", "name": "all_1m", "window": {"time": "1m"}, "per_key": False,
-                    "output": stack.topic("pool-counts")},
-                   {"kind": "count", "name": "per_account_1m", "window": {"time": "1m"}, "per_key": True,
-                    "output": stack.topic("pool-counts")}],
+        operators=[{"kind": "count", "name": "per_account_1m", "window": {"time": "1m"}, "per_key": True,
+                    "output": stack.topic("cache-counts")}],
         state={"chunk_keys": 8}, spark={"trigger": "250ms"},
-        outputs={"late": stack.topic("pool-late"), "dead_letter": stack.topic("pool-dlq")})
-    assert cfg.key_groups == 1 and cfg.shuffle_partitions == 1
+        outputs={"late": stack.topic("cache-late"), "dead_letter": stack.topic("cache-dlq")})
+    assert cfg.key_groups == 4 and cfg.shuffle_partitions == 2
     serializer, stop = AvroSerializer("transaction"), threading.Event()
 
     def steady():  # 500 records a second, 2 : 1 : 2 over the partitions, until the job stops

@@ -391,13 +391,3 @@ def test_the_counter_reader_reads_only_what_was_added_and_sums_as_read_counters(
                                 "cti": 1000 * batch - rng.randint(0, 500), "state_bytes": rng.randint(100, 999)})
             assert reader() == read_counters(log), batch
     assert reader.offset == len(log.records)
-
-
-def test_the_stateful_stages_tasks_are_the_checkpoints_once_it_has_them(tmp_path):
-    """A restarted query runs as many stateful tasks as its checkpoint was started with (Spark
-    keeps them), whatever the job's default is now; a new checkpoint runs the job's."""
-    from ctiflow.jobs.driver.checkpoint import stateful_tasks
-
-    assert stateful_tasks(cp(tmp_path), 1) == 1  # a new checkpoint
-    group_labels(1, 2, tmp_path)  # started with 2 partitions
-    assert stateful_tasks(cp(tmp_path), 1) == 2

@@ -201,12 +201,6 @@ def state_layout(checkpoint: CheckpointDir) -> int:
     return _saved_groups(checkpoint).get("state_layout", STATE_LAYOUT)
 
 
-def stateful_tasks(checkpoint: CheckpointDir, partitions: int) -> int:
-    """The stateful stage's tasks of the checkpoint's query (after :func:`group_labels`): the
-    partitions it was started with (Spark keeps a checkpoint's), ``partitions`` for a new one."""
-    return _saved_groups(checkpoint).get("partitions", partitions)
-
-
 def _saved_groups(checkpoint: CheckpointDir) -> dict:
     """What :func:`group_labels` kept with the checkpoint (empty for a new one)."""
     return json.loads(checkpoint.read_text(GROUPS)) if checkpoint.exists(GROUPS) else {}

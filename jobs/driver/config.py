@@ -991,8 +991,7 @@ class JobConfig(Strict):
     @property
     def shuffle_partitions(self) -> int:
         """The stateful stage's tasks: ``spark.shuffle_partitions``, by default 2, or 1 for a job
-        with one key group. One task also means one Python worker for the group, so the decoded
-        state it keeps between micro-batches is used every batch (``docs/performance.md#latency``)."""
+        with one key group (a second task would only be idle)."""
         if self.spark.shuffle_partitions is not None:
             return self.spark.shuffle_partitions
         return 1 if self.global_operator else 2

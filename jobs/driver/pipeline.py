@@ -44,8 +44,7 @@ from ctiflow.jobs.datapath.kafka import (CLIENT_SECRETS_ENV, create_topics, publ
 from ctiflow.jobs.datapath.own_topics import stack_error_in
 from ctiflow.jobs.driver.checkpoint import (FILE_SYSTEM_MANAGER, MANAGER_CLASS, CheckpointDir, CounterReader,
                                             ProgressLog, group_labels, read_counters, replay_through,
-                                            reset_uncommitted_checkpoint, start_offsets, state_layout,
-                                            stateful_tasks)
+                                            reset_uncommitted_checkpoint, start_offsets, state_layout)
 from ctiflow.jobs.driver.jvm import (driver_java_options, gateway, java_environment, launcher_settings,
                                      spark_log_path)
 from ctiflow.jobs.driver.masters import check_master
@@ -239,42 +238,6 @@ def source_options(cfg: JobConfig, src, flush: bool, labels: list[int] | None = 
         keep_values=cfg.passes_records, pack_fields=cfg.reads_fields)
 
 
-#: The variable that marks the stateful stage's Python function (:func:`stateful_workers`)
-WORKER_POOL = "CTIFLOW_WORKER_POOL"
-
-
-@contextlib.contextmanager
-def stateful_workers(spark, tasks: int):
-    """Python functions defined within run in Python workers of their own on each executor,
-    shared only with stateful stages of as many ``tasks``.
-
-    Spark keeps idle Python workers in a pool per Python, module and environment variables of
-    the function, and hands a task the worker idle longest (first in, first out). Sharing the
-    source's readers and the sink's writers' pool, a key group's task got whichever worker another
-    stage had released last; and in a pool of more workers than the stage has tasks, a task a batch
-    takes them in turn. Either way the group's decoded chunks (:mod:`ctiflow.jobs.state.warm`) were
-    in the worker's cache in none to half of the batches, and every chunk a batch touched was read
-    and decoded again (the latency job's p99: docs/performance.md#latency). A variable in the
-    context's environment while the function is defined becomes part of its environment, so the
-    stateful stage's workers form a pool of ``tasks`` workers, as many as its tasks at once: with
-    one task a batch (one key group: :attr:`JobConfig.shuffle_partitions`) the group meets the same
-    worker every batch. With more, a task gets the worker released first of those idle, in the order
-    the tasks reach the pool, which the JVM's work before it decides: two groups on two cores swap
-    workers about every other batch
-    (docs/changelog.md#which-python-worker-runs-a-key-group-measured-2026-12-04-sixty-third-session).
-    (Two queries of one task in one session at once would share two workers.)
-    Since 2026-12-05 a key group's decoded chunks live in its host
-    (:mod:`ctiflow.jobs.datapath.group_host`), whichever worker forwards its call, so the pool no
-    longer decides the cache; it keeps the stateful stage's workers apart from the other stages'
-    (a follow-up may drop it). By hand: Spark has no setting for it."""
-    env = spark.sparkContext.environment
-    env[WORKER_POOL] = f"stateful-{tasks}"
-    try:
-        yield
-    finally:
-        env.pop(WORKER_POOL, None)
-
-
 def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None = None,
                 checkpoint: CheckpointDir | None = None):
     """The job's streaming query (not started yet: returns the DataStreamWriter)."""
@@ -308,8 +271,7 @@ def build_query(spark, cfg: JobConfig, *, until_end: bool, progress: str | None 
                                    else None),
                                   sources=options, state_layout=state_layout(checkpoint))
     df = df.select("meta_group", *INPUT_COLUMNS)
-    with stateful_workers(spark, stateful_tasks(checkpoint, partitions)):
-        out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
+    out = df.groupBy("meta_group").transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "None")
     sink = SinkOptions(bootstrap=cfg.kafka.bootstrap_servers, client=public_client(cfg.kafka.client),
                        topics=tuple(sorted(cfg.result_topics())), markers=cfg.marker_topic,
                        replay_through=replay_through(checkpoint), progress=progress)
