@@ -94,7 +94,7 @@ SCENARIO = textwrap.dedent("""
         def getListState(self, name, *schemas):
             return self._var("list", name)
 
-    group_host.HOST_IDLE_S = float(sys.argv[1])
+    group_host.HOST_IDLE_S, group_host.CHECK_EVERY_S = float(sys.argv[1]), float(sys.argv[2])
     server = group_host.start()
     worker = group_host.RecordingHandle(Handle())
     mine = worker.getMapState("state", "key schema", "value schema")  # (as a worker's init)
@@ -143,10 +143,11 @@ SCENARIO = textwrap.dedent("""
 class Daemon:
     """The scenario's process: one JSON step a line in, one JSON answer a line out."""
 
-    def __init__(self, tmp_path, idle_s: float = 300.0) -> None:
+    def __init__(self, tmp_path, idle_s: float = 300.0, check_every_s: float = 1.0) -> None:
         script = tmp_path / "scenario.py"
         script.write_text(SCENARIO)
-        self.proc = subprocess.Popen([sys.executable, str(script), str(idle_s)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(script), str(idle_s), str(check_every_s)],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
     def step(self, *step) -> dict:
@@ -263,6 +264,22 @@ def test_a_host_superseded_by_another_processors_ends_once_its_query_stopped_not
     assert {o["pid"] for o in beside[::2]}.isdisjoint(first)
     assert again["pid"] not in first and again["calls"] == 1
     assert dict(again["worker"])["a"] == 8  # (its state: the worker's, nothing lost)
+
+
+def test_a_host_idle_past_its_limit_ends_as_soon_as_another_processors_host_starts(tmp_path):
+    """The signal that supersedes a host wakes it: one idle past 3 gaps + 1 s (its query stopped
+    a while ago) ends as the next query's host starts, not at its next periodic check (here a
+    minute away), so the two queries' hosts do not hold memory side by side."""
+    d = Daemon(tmp_path, check_every_s=60.0)
+    try:
+        one = [d.step("call", 0, ["a"], True, "one") for _ in range(3)]
+        time.sleep(1.5)  # (3 × a gap of milliseconds + 1 s: past it)
+        assert not _gone(one[-1]["pid"], within=0.2)  # (idle, not superseded: it waits)
+        other = d.step("call", 0, ["b"], True, "other")
+        assert _gone(one[-1]["pid"], within=10.0)
+    finally:
+        d.end()
+    assert len({o["pid"] for o in one}) == 1 and other["pid"] != one[-1]["pid"]
 
 
 def test_a_peer_without_the_key_is_refused_and_the_host_serves_on(tmp_path):

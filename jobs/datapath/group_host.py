@@ -63,6 +63,9 @@ HOST_IDLE_S = 300.0
 #: (+ 1 s): soon after its query stopped, not while a query it serves runs beside the other (its
 #: calls keep coming within that gap).
 SUPERSEDED_GAPS = 3.0
+#: How often an idle host checks its idle limit and that its server lives; SIGUSR1 (superseded)
+#: wakes it at once, so a host idle past its limit then ends as another query's host starts.
+CHECK_EVERY_S = 1.0
 #: How long a worker waits for a host to accept before it asks the server again.
 CONNECT_TIMEOUT_S = 30.0
 #: How often a worker that cannot connect asks the server for the host (again).
@@ -325,14 +328,20 @@ def _no_writes() -> None:
 
 def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
     """A host's life: the calls of the workers connected to ``listener``, one at a time; ends when
-    idle :data:`HOST_IDLE_S`, when superseded (SIGUSR1 from the server) and idle
+    idle :data:`HOST_IDLE_S`, when superseded (SIGUSR1 from the server, which wakes it) and idle
     :data:`SUPERSEDED_GAPS` times its last gap between calls, or when its server has ended."""
     link, processor, conns, superseded = _Link(), None, [], []
     idle_since, started, gap = time.monotonic(), None, 0.0
+    signalled, wakeup = socket.socketpair()  # (a signal's byte ends the select: the check runs at once)
+    wakeup.setblocking(False)
+    signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)
     signal.signal(signal.SIGUSR1, lambda *_: superseded.append(True))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # (blocked in the server: see _serve)
     while True:
-        ready, _, _ = select.select([listener, *conns], [], [], 1.0)
+        ready, _, _ = select.select([listener, signalled, *conns], [], [], CHECK_EVERY_S)
+        if signalled in ready:
+            signalled.recv(64)
+            ready.remove(signalled)
         if not ready:
             idle = time.monotonic() - idle_since
             limit = min(HOST_IDLE_S, SUPERSEDED_GAPS * gap + 1.0) if superseded else HOST_IDLE_S
