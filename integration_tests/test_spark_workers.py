@@ -35,9 +35,10 @@ def test_a_jobs_key_groups_find_their_chunks_decoded_every_micro_batch_whichever
     ``spark.shuffle_partitions``): while records arrive (three partitions at uneven rates, a 250 ms
     trigger), every chunk the groups use after their first micro-batches comes decoded from their
     hosts' caches, none is read back from the state store, though Spark hands each task whichever
-    of the stage's Python workers was idle longest (first in, first out). (Before the hosts, a task found its chunks in its worker's cache in 15 of 28 batches
-    with a pool of the stateful stage's own workers, in none to half of them sharing the
-    source's and the sink's: docs/performance.md#latency.)"""
+    of the stage's Python workers was idle longest (first in, first out). (Before the hosts, a task
+    found its chunks in its worker's cache in 15 of 28 batches with a pool of the stateful stage's
+    own workers, in none to half of them sharing the source's and the sink's:
+    docs/performance.md#latency.)"""
     import threading
     import time
 
