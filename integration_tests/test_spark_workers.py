@@ -87,6 +87,7 @@ def test_a_jobs_key_groups_find_their_chunks_decoded_every_micro_batch_whichever
     later = batches[2:]  # (the first ones build the chunks)
     assert sum(b["chunks_loaded"] for b in later) > 4 * len(later)
     assert [b.get("chunks_cached", 0) for b in later] == [b["chunks_loaded"] for b in later]
+    assert all(b.get("forward_us", 0) > 0 for b in batches), [b.get("forward_us") for b in batches]
 
 
 def test_a_worker_ended_by_sighup_leaves_its_python_stack_in_the_tasks_error(spark):

@@ -491,6 +491,20 @@ def test_a_calls_time_in_the_state_store_is_counted_and_is_part_of_its_python_ti
         assert 0 < m["store_us"] <= m["python_us"], m
 
 
+def test_a_hosted_calls_wait_beyond_its_hosts_python_time_is_counted_as_forwarding():
+    """``forward_us``: none where the worker runs the call itself (here: no host server); for a call
+    its host ran, the worker's time for the call beyond the host's ``python_us``, in the metrics row the
+    sink reads — every other counter as the host reported it."""
+    from ctiflow.jobs.datapath.adapter import _count_forwarding
+
+    t, _ = make_tester({"sources": [TX], "operators": COUNT_PER_KEY})
+    frame = t.testInPandas(7, count_batch(0, 20, T0))
+    ran = metrics_of(frame)
+    assert ran["python_us"] > 0 and ran["forward_us"] == 0, ran
+    _count_forwarding(frame, ran["python_us"] + 1234)
+    assert metrics_of(frame) == {**ran, "forward_us": 1234}
+
+
 def test_the_store_clock_times_each_call_and_an_iterators_fetches_not_the_work_between():
     """A state variable's calls and the items its iterators fetch are timed; what the caller
     does between two items is not; keyword arguments and plain attributes pass through. (A clock

@@ -115,7 +115,9 @@ TABLE: tuple[Counter, ...] = (
             "state-store calls, store_us, within it; the header's not), µs"),
     Counter("store_us", C, "time in Spark's state store (the key groups' reads and writes through its state "
             "server; the chunks' within state_us), µs"),
-    Counter("python_us", C, "the key groups' calls in the Python workers, µs"),
+    Counter("python_us", C, "the key groups' calls in the Python workers (a hosted call's in its host), µs"),
+    Counter("forward_us", C, "of the key groups' calls run in their hosts, the worker's wait beyond the "
+            "host's python_us: the call's rows to the host and its results back, µs"),
 )
 
 #: Families the driver exposes from what only it knows (Spark's progress, the broker's end
@@ -243,6 +245,7 @@ class Counters:
     state_us: int = 0
     store_us: int = 0
     python_us: int = 0
+    forward_us: int = 0  # (set by the worker that forwarded the call: ctiflow.jobs.datapath.adapter)
     by_partition: dict = field(default_factory=dict)  # (stream, partition) → [received, late]
     #: gauges after the call: (stream, partition) → (its CTI: frontier − delay, idle 0/1); operator →
     #: (bytes, keys)

@@ -84,6 +84,15 @@ def _field_decoder(options: dict[str, str]):
     return decode
 
 
+def _count_forwarding(frame: pd.DataFrame, call_us: int) -> None:
+    """A hosted call's output ``frame`` (:func:`~ctiflow.jobs.core.rows.output_frame`: its metrics row
+    last) with ``forward_us``: the worker's ``call_us`` beyond the host's ``python_us``."""
+    at = (len(frame) - 1, frame.columns.get_loc("value"))
+    metrics = json.loads(frame.iat[at])
+    metrics["forward_us"] = max(0, call_us - metrics["python_us"])
+    frame.iat[at] = json.dumps(metrics).encode()
+
+
 class OperatorProcessor(StatefulProcessor):
     def __init__(self, plan: Plan, topic_schemas: dict[str, str], framing: str, registry: dict | None,
                  sources: dict[str, dict[str, str]] | None = None, state_layout: int = STATE_LAYOUT):
@@ -137,7 +146,9 @@ class OperatorProcessor(StatefulProcessor):
         try:
             group, reports = key[0], key[0] == self.reporting_group
             if self.hosted is not None:
+                started = time.perf_counter()
                 out = group_host.run(group_host.SERVER, *self.hosted, group, list(rows), reports, self.handle)
+                _count_forwarding(out[-1], int((time.perf_counter() - started) * 1e6))
             else:
                 with cyclic_gc_paused():  # (see ctiflow.jobs.core.alloc) the output is one small frame
                     out = list(self._batch(rows, reports))
