@@ -98,7 +98,8 @@ REGISTRY: tuple[Benchmark, ...] = (
     Benchmark("scale", "keyed state as keys grow; --sparse: events spread over every key; --cti-delay: batch "
                        "time against cti.delay", _scale),
     Benchmark("peers", "ctiflow against plain Spark jobs of the same results",
-              lambda o: _call("peers", "main")(o.out, events=o.events, trigger=o.trigger, record_figures=o.record)),
+              lambda o: _call("peers", "main")(o.out, events=o.events, trigger=o.trigger, record_figures=o.record,
+                                               **({} if o.runs is None else {"runs": o.runs}))),
     Benchmark("latency", "produce → result record at a short trigger, with Spark's floors",
               lambda o: _call("latency", "main")(o.out, record_figures=o.record,
                                                  **({} if o.runs is None else {"runs": o.runs}))),

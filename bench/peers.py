@@ -36,6 +36,8 @@ import io
 import json
 import os
 import shutil
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd  # noqa: F401 - the pandas UDF's type hints are resolved in this module
@@ -46,6 +48,10 @@ from ctiflow.bench.spark_jobs import Figures, PeakMemory, bench_stack, figures, 
 
 BIN = 60_000
 HOUR = 3_600_000
+#: rounds of the comparison in the shared session (``ctiflow bench peers --runs``): each ratio recorded
+#: is the median of its rounds' ratios, with their spread. One round's ratio moved ±10 % between
+#: recordings here (count 2.45–3.33×, bins all three 1.04–1.14×).
+ROUNDS = 3
 PEER_TOPIC_PARTITIONS = 3
 #: count: a transaction is interesting above this amount (about the median: ≈ 180 per account
 #: and hour, so the histogram's ε matters; rarer events would be counted exactly).
@@ -311,14 +317,44 @@ class Peer:
     error_max: float | None = None  # count: the largest relative error among them
     ours_alone: Figures | None = None  # each side again in a process of its own (:func:`alone`): memory
     peer_alone: Figures | None = None
+    ratios: tuple[float, ...] = ()  # each round's ratio (:func:`paired`); ``ours``/``peer`` are the median round's
 
     @property
     def ratio(self) -> float:
+        """The median of the rounds' ratios (one round: ours over the peer)."""
+        if self.ratios:
+            return statistics.median(self.ratios)
         return self.ours.rate / self.peer.rate if self.peer.rate else 0.0
+
+    @property
+    def spread(self) -> str:
+        """The rounds' least and most ratio (``1.04–1.09``), or the one ratio."""
+        low, high = (min(self.ratios), max(self.ratios)) if self.ratios else (self.ratio, self.ratio)
+        return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f}"
 
     @property
     def met(self) -> bool:
         return self.ratio >= self.target
+
+
+def rounds(n: int, sides: dict[str, Callable[[str], Figures]]) -> dict[str, list[Figures]]:
+    """Each side (called with a tag for its names and topics: ``""`` in the first round, ``-r2``…
+    after) once a round, ``n`` rounds, the order reversed every other round (A B C, C B A, A B C):
+    a shared machine's drift over the minutes a comparison takes falls on every side alike, and a
+    ratio is taken within a round, between queries minutes apart at most."""
+    got: dict[str, list[Figures]] = {name: [] for name in sides}
+    for i in range(n):
+        for name in (sides if i % 2 == 0 else reversed(list(sides))):
+            got[name].append(sides[name](f"-r{i + 1}" if i else ""))
+    return got
+
+
+def paired(what: str, ours: list[Figures], peer: list[Figures], target: float, **kw) -> Peer:
+    """A comparison over rounds: each round's ratio kept, the figures shown those of the round whose
+    ratio is the median (with an even number of rounds, the lower middle one)."""
+    ratios = tuple(o.rate / p.rate if p.rate else 0.0 for o, p in zip(ours, peer, strict=True))
+    mid = sorted(range(len(ratios)), key=ratios.__getitem__)[(len(ratios) - 1) // 2]
+    return Peer(what, ours[mid], peer[mid], target, ratios=ratios, **kw)
 
 
 def records_in(bootstrap: str, topics) -> int:
@@ -357,7 +393,7 @@ class Ladder:
 
 
 def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: Console,
-               rate_per_s: float = 200.0) -> tuple[list[Peer], Ladder]:
+               rate_per_s: float = 200.0, n_rounds: int = 1) -> tuple[list[Peer], Ladder]:
     topic = "peers-flows"
     produce(bootstrap, topic, "flow", _flows(events, rate_per_s), "device")
     spec = flow_spec(topic, limit)
@@ -366,22 +402,26 @@ def bench_bins(spark, bootstrap: str, home: str, events: int, limit: int, out: C
             lambda tag: run_job(spark, bins_job(spec, {"final": f"peers-bins{tag}"}), bootstrap, home, f"bins{tag}", True))
     floor = source_noop(spark, bootstrap, spec, home, "bins-source")
     noop = run_native(native, "append", home, "Spark SQL explode + window agg (append) → noop [floor]")
-    peer = run_native(native, "append", home, "Spark SQL explode + window agg (append) → Kafka (pandas UDF Avro)",
-                      bootstrap, "peers-bins-native")
     plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="bins-plumbing", without_broker=True)
-    final = run_job(spark, bins_job(spec, FINAL), bootstrap, home, "ctiflow bins, final only → Kafka", True)
-    three = run_job(spark, bins_job(spec, THREE), bootstrap, home,
-                    "ctiflow bins, incremental+updated+final → Kafka", True)
+    got = rounds(n_rounds, {
+        "peer": lambda tag: run_native(native, "append", home, "Spark SQL explode + window agg (append) → Kafka "
+                                       f"(pandas UDF Avro){tag}", bootstrap, f"peers-bins-native{tag}"),
+        "final": lambda tag: run_job(spark, bins_job(spec, {k: v + tag for k, v in FINAL.items()}), bootstrap, home,
+                                     f"ctiflow bins, final only → Kafka{tag}", True),
+        "three": lambda tag: run_job(spark, bins_job(spec, {k: v + tag for k, v in THREE.items()}), bootstrap, home,
+                                     f"ctiflow bins, incremental+updated+final → Kafka{tag}", True)})
     native_out = records_in(bootstrap, ["peers-bins-native"])
     peer_alone = alone("bins-peer", bootstrap, spec)
-    return ([Peer("bins, final only", final, peer, 1.5, ours_records=records_in(bootstrap, FINAL.values()),
-                  peer_records=native_out, ours_alone=alone("bins-final", bootstrap, spec), peer_alone=peer_alone),
-             Peer("bins, all three outputs", three, peer, 1.2, ours_records=records_in(bootstrap, THREE.values()),
-                  peer_records=native_out, ours_alone=alone("bins-three", bootstrap, spec), peer_alone=peer_alone)],
-            Ladder(floor, noop, peer, plumbing, [final, three]))
+    final = paired("bins, final only", got["final"], got["peer"], 1.5, ours_records=records_in(bootstrap, FINAL.values()),
+                   peer_records=native_out, ours_alone=alone("bins-final", bootstrap, spec), peer_alone=peer_alone)
+    three = paired("bins, all three outputs", got["three"], got["peer"], 1.2,
+                   ours_records=records_in(bootstrap, THREE.values()), peer_records=native_out,
+                   ours_alone=alone("bins-three", bootstrap, spec), peer_alone=peer_alone)
+    return [final, three], Ladder(floor, noop, final.peer, plumbing, [final.ours, three.ours])
 
 
-def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: Console) -> tuple[list[Peer], Ladder]:
+def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: Console,
+                n_rounds: int = 1) -> tuple[list[Peer], Ladder]:
     from ctiflow.jobs.datapath import kafka
     from ctiflow.jobs.driver.config import parse
     from ctiflow.jobs.testing import oracle
@@ -395,10 +435,12 @@ def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: 
             lambda tag: run_job(spark, count_job(spec, result + tag), bootstrap, home, f"count{tag}", True))
     floor = source_noop(spark, bootstrap, spec, home, "count-source")
     noop = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → noop [floor]")
-    peer = run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → Kafka (pandas UDF Avro)",
-                      bootstrap, "peers-count-native")
     plumbing = plumbing_ceiling(spark, bootstrap, spec, home, forward=False, name="count-plumbing", without_broker=True)
-    ours = run_job(spark, job, bootstrap, home, "ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka", True)
+    got = rounds(n_rounds, {
+        "peer": lambda tag: run_native(native, "update", home, "Spark exact sliding window (1 h, 1 min; update) → "
+                                       f"Kafka (pandas UDF Avro){tag}", bootstrap, f"peers-count-native{tag}"),
+        "ours": lambda tag: run_job(spark, count_job(spec, result + tag), bootstrap, home,
+                                    f"ctiflow count per key, last hour, ε = 1 %, per CTI → Kafka{tag}", True)})
     # The error ours actually had: every count record against the exact count at its time.
     cfg = parse({**job, "kafka": {"bootstrap_servers": bootstrap}})
     records = [r for r in kafka.read_topic(bootstrap, result) if "_undecodable" not in r]
@@ -412,11 +454,11 @@ def bench_count(spark, bootstrap: str, home: str, events: int, limit: int, out: 
         err = abs(r["estimate"] - n) / n if n else (0.0 if r["estimate"] == 0 else float("inf"))
         worst, checked = max(worst, err), checked + 1
     note = f"error vs exact: max {worst:.2%} over {checked:,} count records (ε = 1 %)"
-    return ([Peer("count per key, last hour", ours, peer, 2.0, note, checked > 0 and worst <= 0.01,
-                  ours_records=checked, peer_records=records_in(bootstrap, ["peers-count-native"]),
-                  checked=checked, error_max=worst, ours_alone=alone("count", bootstrap, spec),
-                  peer_alone=alone("count-peer", bootstrap, spec))],
-            Ladder(floor, noop, peer, plumbing, [ours]))
+    count = paired("count per key, last hour", got["ours"], got["peer"], 2.0, note=note,
+                   error_ok=checked > 0 and worst <= 0.01, ours_records=checked,
+                   peer_records=records_in(bootstrap, ["peers-count-native"]), checked=checked, error_max=worst,
+                   ours_alone=alone("count", bootstrap, spec), peer_alone=alone("count-peer", bootstrap, spec))
+    return [count], Ladder(floor, noop, count.peer, plumbing, [count.ours])
 
 
 def bench_match(events: int, out: Console) -> list[tuple[str, float, float | None, str]]:
@@ -454,13 +496,14 @@ def print_ladder(title: str, rungs: list[Figures], out: Console) -> None:
 
 def peers_table(title: str, peers: list[Peer], out: Console) -> Table:
     t = Table(title=title)
-    for col in ("result", "ours events/s", "peer events/s", "ratio", "target", "met", "ours p50/p99 ms",
+    for col in ("result", "ours events/s", "peer events/s", "ratio", "rounds' ratios", "target", "met", "ours p50/p99 ms",
                 "peer p50/p99 ms", "each alone: ours / peer events/s", "each alone: ours / peer peak PSS MB",
                 "records out ours / peer", "note"):
         t.add_column(col, justify="left" if col in ("result", "note") else "right")
     for p in peers:
         met = p.met and p.error_ok
-        t.add_row(p.what, f"{p.ours.rate:,.0f}", f"{p.peer.rate:,.0f}", f"{p.ratio:.2f}×", f"≥ {p.target:.1f}×",
+        t.add_row(p.what, f"{p.ours.rate:,.0f}", f"{p.peer.rate:,.0f}", f"{p.ratio:.2f}×",
+                  " · ".join(f"{r:.2f}" for r in p.ratios) or "-", f"≥ {p.target:.1f}×",
                   "yes" if met else "NO", f"{p.ours.p50_ms:,.0f} / {p.ours.p99_ms:,.0f}",
                   f"{p.peer.p50_ms:,.0f} / {p.peer.p99_ms:,.0f}", _pair(p, "rate", "{:,.0f}"),
                   _pair(p, "peak_rss_mb", "{:,.0f}"),
@@ -508,6 +551,7 @@ def record_peers(peers: list[Peer], ladders: dict[str, Ladder], table: Table) ->
 
     def pair(p: Peer) -> dict[str, str]:
         return {"ours": thousands(p.ours.rate), "peer": thousands(p.peer.rate), "ratio": f"{p.ratio:.2f}",
+                "spread": p.spread, "rounds": str(max(1, len(p.ratios))),
                 "alone": f"{p.ours_alone.rate / p.peer_alone.rate:.2f}", "met": verdict(p.met and p.error_ok)}
 
     def stages(ladder: Ladder, ours: Figures) -> dict[str, str]:
@@ -577,22 +621,25 @@ def record_costs(bootstrap: str | None, events: int, out: Console) -> None:
 
 
 def main(out: Console | None = None, *, events: int | None = None, trigger: int | None = None,
-         which: tuple[str, ...] = ("bins", "count", "costs", "match"), record_figures: bool = False) -> list[Peer]:
-    """``record_figures``: write the ``peers-*`` rows of bench/figures.yaml (a run at the rows' defaults)."""
+         which: tuple[str, ...] = ("bins", "count", "costs", "match"), record_figures: bool = False,
+         runs: int = ROUNDS) -> list[Peer]:
+    """``runs``: rounds of each comparison in the shared session (:func:`rounds`), each ratio their
+    median. ``record_figures``: write the ``peers-*`` rows of bench/figures.yaml (a run at the rows'
+    defaults)."""
     out = out or Console(width=200)
     peers: list[Peer] = []
     ladders: dict[str, Ladder] = {}
     if {"bins", "count", "costs"} & set(which):
         with bench_stack() as (bootstrap, spark, home):
             # 30 micro-batches, the last 15 measured (ctiflow.bench.spark_jobs.WARM_UP), after a round of both
-            # sides unmeasured (warm_up): the JIT's warm-up left out
+            # sides unmeasured (warm_up): the JIT's warm-up left out; then ``runs`` measured rounds
             n, limit = events or 3_000_000, trigger or BATCH
             for kind, run, title in (
                     ("bins", bench_bins, f"bins: {n:,} flows, 1,000 devices, 3 partitions, 1-minute bins"),
                     ("count", bench_count, f"count: {n:,} transactions, 1,000 accounts, 3 partitions")):
                 if kind not in which:
                     continue
-                got, rungs = run(spark, bootstrap, home, n, limit, out)
+                got, rungs = run(spark, bootstrap, home, n, limit, out, n_rounds=runs)
                 ladders[kind] = rungs
                 print_ladder(f"{title}, {limit:,} a micro-batch", rungs.rungs(), out)
                 peers += got

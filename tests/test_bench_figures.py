@@ -88,7 +88,7 @@ def test_adapter_row(data):
 
 
 def test_peers_rows(data):
-    from ctiflow.bench.peers import Ladder, Peer, record_peers
+    from ctiflow.bench.peers import Ladder, Peer, paired, record_peers
 
     f = _figures
     # seconds per 100k events: source 0.40, plumbing 0.50, ours 0.75; the peer's noop 0.60, native 0.80
@@ -96,8 +96,10 @@ def test_peers_rows(data):
                   f("plumb", 100_000, 0.50), [])
     count = Ladder(f("src", 100_000, 0.42), f("noop", 100_000, 1.0), f("native", 100_000, 1.8),
                    f("plumb", 100_000, 0.49), [])
-    final = Peer("bins, final only", f("ours", 100_000, 0.75), bins.native, 1.5,
-                 ours_alone=f("a", 1, 1.0, mb=2400.0), peer_alone=f("b", 1, 1.1, mb=3000.0))
+    # three rounds: ratios 1.00, 0.80/0.75 and 1.20 — the median round is the second
+    final = paired("bins, final only", [f("r1", 100_000, 0.80), f("ours", 100_000, 0.75), f("r3", 100_000, 0.60)],
+                   [f("p1", 100_000, 0.80), bins.native, f("p3", 100_000, 0.72)], 1.5,
+                   ours_alone=f("a", 1, 1.0, mb=2400.0), peer_alone=f("b", 1, 1.1, mb=3000.0))
     three = Peer("bins, all three outputs", f("ours3", 100_000, 0.85), bins.native, 1.2,
                  ours_alone=f("a", 1, 1.0, mb=3300.0), peer_alone=f("b", 1, 1.1, mb=3000.0))
     cnt = Peer("count per key, last hour", f("ours", 100_000, 0.70), count.native, 2.0, checked=30_000,
@@ -106,11 +108,13 @@ def test_peers_rows(data):
     rows = _rows(data, ["peers-bins-final", "peers-bins-all", "peers-count", "peers-memory"])
     b = rows["peers-bins-final"]["values"]
     assert (b["ratio"], b["alone"], b["met"]) == (f"{0.80 / 0.75:.2f}", "1.10", "**missed**")
+    assert (b["spread"], b["rounds"]) == ("1.00–1.20", "3")
     assert (b["source"], b["plumbing"], b["ours_s"], b["rest"], b["share"]) == ("0.40", "0.10", "0.75", "0.25", "67 %")
     assert (b["peer_state"], b["peer_sink"], b["peer_s"]) == ("0.20", "0.20", "0.80")
     assert (b["need"], b["need_rest"]) == (f"{0.80 / 1.5:.2f}", f"{0.80 / 1.5 - 0.50:.2f}")
     c = rows["peers-count"]["values"]
     assert (c["ratio"], c["met"], c["error"], c["checked"]) == (f"{1.8 / 0.7:.2f}", "met", "0.99%", "30,000")
+    assert (c["spread"], c["rounds"]) == (f"{1.8 / 0.7:.2f}", "1")  # one round: its own ratio
     m = rows["peers-memory"]["values"]
     assert (m["final"], m["three"], m["peer_bins"], m["final_d"], m["three_d"]) == ("2.40", "3.30", "3.00", "−20 %",
                                                                                       "+10 %")
@@ -319,3 +323,19 @@ def test_a_run_records_at_the_defaults_and_runs_typed_as_its_default_is_one():
     assert not Options(out, runs=2).record and not Options(out, runs=4).record
     assert not Options(out, events=10).record and not Options(out, trigger=5).record
     assert Options(out, sparse=True, runs=2).record  # (the sparse-keys table records the median of its runs)
+
+
+def test_peers_rounds_alternate_the_sides_order_and_tag_every_round_after_the_first():
+    from ctiflow.bench.peers import rounds
+
+    calls = []
+
+    def side(name):
+        def run(tag):
+            calls.append(name + tag)
+            return _figures(name + tag, 100_000, 1.0)
+        return run
+
+    got = rounds(3, {"peer": side("peer"), "final": side("final"), "three": side("three")})
+    assert calls == ["peer", "final", "three", "three-r2", "final-r2", "peer-r2", "peer-r3", "final-r3", "three-r3"]
+    assert [f.name for f in got["final"]] == ["final", "final-r2", "final-r3"]

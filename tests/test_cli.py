@@ -54,11 +54,12 @@ def test_the_scale_tables_are_options_of_scale_alone_and_one_at_a_time(args):
 
 
 @pytest.mark.parametrize("args", [["scale", "--runs", "2"], ["scale", "--cti-delay", "--runs", "2"],
-                                  ["peers", "--runs", "2"]])
-def test_runs_is_an_option_of_the_latency_benchmark_and_the_sparse_keys_table_alone(args):
+                                  ["adapter", "--runs", "2"]])
+def test_runs_is_an_option_of_the_latency_and_peers_benchmarks_and_the_sparse_keys_table_alone(args):
     result = runner.invoke(app, ["bench", *args])
     said = re.sub(r"[│╭╮╰╯─\s]+", " ", result.output)
-    assert result.exit_code == 2 and "of the latency benchmark and of the sparse-keys table" in said, result.output
+    assert result.exit_code == 2 and "of the latency and peers benchmarks and of the sparse-keys table" in said, \
+        result.output
 
 
 def _refused(tmp_path, job_yaml: str) -> str:

@@ -44,7 +44,8 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
               min=1, help="latency: how many times the whole protocol runs (default 3: its goal is judged "
                           "in each run; a run takes ≈ 13 minutes); scale --sparse: how many times the "
                           "end-to-end table runs (default 1; ≈ 20 minutes a run): each ratio's spread, the "
-                          "median recorded")] = None):
+                          "median recorded; peers: rounds of each comparison, ours and the peer's queries "
+                          "alternating (default 3): each ratio the median of its rounds")] = None):
     """Benchmarks: print figures (events/s, latency percentiles, memory) against a baseline in the same
     run."""
     benches = registry()
@@ -55,9 +56,10 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
         if given and which != "scale":
             raise typer.BadParameter(f"{name} is an option of the scale benchmark: ctiflow bench scale "
                                      f"{name}")
-    if runs is not None and which != "latency" and not (which == "scale" and sparse):
-        raise typer.BadParameter("--runs is an option of the latency benchmark and of the sparse-keys table: "
-                                 "ctiflow bench latency --runs N, ctiflow bench scale --sparse --runs N")
+    if runs is not None and which not in ("latency", "peers") and not (which == "scale" and sparse):
+        raise typer.BadParameter("--runs is an option of the latency and peers benchmarks and of the sparse-keys "
+                                 "table: ctiflow bench latency --runs N, ctiflow bench peers --runs N, "
+                                 "ctiflow bench scale --sparse --runs N")
     if cti_delay and sparse:
         raise typer.BadParameter("--cti-delay and --sparse are two tables of the scale benchmark: give one")
     benches.run_benchmarks(which, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
