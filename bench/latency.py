@@ -273,8 +273,9 @@ def _run(spark, bootstrap: str, home: str, kind: str, trigger: str, seconds: flo
 
 def _stages(progress: list[dict], counted: dict[int, dict], since: str) -> dict:
     """Where a job's micro-batch goes, medians over the measured batches: Spark's stateful operator
-    (``allUpdatesTimeMs``), the key groups' Python calls within it (``python_us``) and their state
-    decode/encode (``state_us``), the state written (``state_written``); and over all of them the
+    (``allUpdatesTimeMs``), the key groups' Python calls within it (``python_us``), a hosted call's
+    wait beyond its host's Python time (``forward_us``), the calls' state decode/encode
+    (``state_us``), the state written (``state_written``); and over all of them the
     share of the state chunks used that came decoded from the worker's cache (``chunks_cached`` /
     ``chunks_loaded``)."""
     rows = []
@@ -283,24 +284,26 @@ def _stages(progress: list[dict], counted: dict[int, dict], since: str) -> dict:
         if got is None or p["timestamp"] < since or not p["numInputRows"] or not p.get("stateOperators"):
             continue
         rows.append({"stateful_ms": p["stateOperators"][0].get("allUpdatesTimeMs", 0),
-                     "python_ms": got.get("python_us", 0) / 1000, "state_ms": got.get("state_us", 0) / 1000,
+                     "python_ms": got.get("python_us", 0) / 1000, "forward_ms": got.get("forward_us", 0) / 1000,
+                     "state_ms": got.get("state_us", 0) / 1000,
                      "written_mb": got.get("state_written", 0) / 1e6,
                      "cached": got.get("chunks_cached", 0), "loaded": got.get("chunks_loaded", 0)})
     if not rows:
         return {}
     return {**{name: _percentile([r[name] for r in rows], 50) for name in
-               ("stateful_ms", "python_ms", "state_ms", "written_mb")},
+               ("stateful_ms", "python_ms", "forward_ms", "state_ms", "written_mb")},
             "cached": sum(r["cached"] for r in rows) / max(1, sum(r["loaded"] for r in rows))}
 
 
 #: the stage columns (:func:`_stages`), as printed
-WHERE = ("stateful operator ms", "Python ms", "state ms", "state written MB", "chunks from the cache")
+WHERE = ("stateful operator ms", "Python ms", "forwarding ms", "state ms", "state written MB", "chunks from the cache")
 
 
 def _where(at: dict) -> dict[str, str]:
     """A job run's stages (:func:`_stages`) as the cells of :data:`WHERE` — the one formatting of
     them, for the printed table and the recorded one."""
-    return dict(zip(WHERE, (f"{at['stateful_ms']:,.0f}", f"{at['python_ms']:,.0f}", f"{at['state_ms']:,.0f}",
+    return dict(zip(WHERE, (f"{at['stateful_ms']:,.0f}", f"{at['python_ms']:,.0f}", f"{at['forward_ms']:,.0f}",
+                            f"{at['state_ms']:,.0f}",
                             f"{at['written_mb']:,.2f}", f"{at['cached']:.0%}")))
 
 
@@ -424,16 +427,17 @@ def _record(rows: list[dict], stages: list[dict]) -> None:
     values["met_runs_250"] = f"{sum(met)} of {len(runs)}"
     at = next((r for r in stages if r["trigger"] == "250ms" and r.get("run", 0) == last and "stateful_ms" in r), None)
     if at is not None:
-        values.update(zip(("stateful_250", "python_250", "state_250", "written_250", "cached_250"),
+        values.update(zip(("stateful_250", "python_250", "forward_250", "state_250", "written_250", "cached_250"),
                           _where(at).values()))
     by_trigger = {r["trigger"]: r for r in stages if "stateful_ms" in r and r.get("run", 0) == last}
 
     def where(r: dict) -> dict:
         at = by_trigger.get(r["trigger"])
         if at is None or r["kind"] in FLOORS:
-            return dict.fromkeys(("stateful / Python / state ms", "state written MB", "chunks from the cache"), "")
+            return dict.fromkeys(("stateful / Python / forwarding / state ms", "state written MB",
+                                  "chunks from the cache"), "")
         cells = _where(at)
-        return {"stateful / Python / state ms": " / ".join(cells[c] for c in WHERE[:3]),
+        return {"stateful / Python / forwarding / state ms": " / ".join(cells[c] for c in WHERE[:4]),
                 "state written MB": cells["state written MB"], "chunks from the cache": cells["chunks from the cache"]}
 
     def p99_each(r: dict) -> str:

@@ -245,8 +245,8 @@ def test_latency_row(data):
 
     rows = (_latency_rows("100ms", 400.0, 1600.0) + _latency_rows("250ms", 500.0, 2000.0)
             + _latency_rows("1s", 1000.0, 2500.0))
-    stages = [{"trigger": "250ms", "stateful_ms": 321.4, "python_ms": 212.6, "state_ms": 118.2, "written_mb": 21.96,
-               "cached": 0.5}]
+    stages = [{"trigger": "250ms", "stateful_ms": 321.4, "python_ms": 212.6, "forward_ms": 24.4, "state_ms": 118.2,
+               "written_mb": 21.96, "cached": 0.5}]
     _record(rows, stages)
     row = _rows(data, ["latency"])["latency"]
     v = row["values"]
@@ -256,10 +256,11 @@ def test_latency_row(data):
     at_250 = [r for r in row["table"] if r["trigger"] == "250ms"]
     assert [r["state written MB"] for r in at_250] == ["", "", "21.96", "21.96"]  # the floors have no stages
     assert [r["p99 / the floor's"] for r in at_250] == ["1.00×", "1.60×", "4.00×", "3.98×"]
-    assert at_250[2]["stateful / Python / state ms"] == "321 / 213 / 118" and at_250[2]["chunks from the cache"] == "50%"
+    assert at_250[2]["stateful / Python / forwarding / state ms"] == "321 / 213 / 24 / 118"
+    assert at_250[2]["chunks from the cache"] == "50%"
     assert all(r["state written MB"] == "" for r in row["table"] if r["trigger"] != "250ms")  # no stages measured
-    assert (v["stateful_250"], v["python_250"], v["state_250"], v["written_250"], v["cached_250"]) == (
-        "321", "213", "118", "21.96", "50%")
+    assert (v["stateful_250"], v["python_250"], v["forward_250"], v["state_250"], v["written_250"], v["cached_250"]) == (
+        "321", "213", "24", "118", "21.96", "50%")
 
 
 def test_the_latency_row_is_the_last_runs_with_each_runs_p99_and_the_goal_judged_in_every_run(data):
@@ -303,10 +304,10 @@ def test_latency_stages_are_medians_of_the_measured_batches():
                      progress(2, "2026-01-01T00:00:31.000Z", updates=300),
                      progress(3, "2026-01-01T00:00:32.000Z", rows=0, updates=9999),  # an idle batch
                      progress(4, "2026-01-01T00:00:33.000Z", updates=200)]
-    counted = {b: {"python_us": 1000 * b, "state_us": 500 * b, "state_written": 2_000_000 * b,
+    counted = {b: {"python_us": 1000 * b, "forward_us": 100 * b, "state_us": 500 * b, "state_written": 2_000_000 * b,
                    "chunks_loaded": 10, "chunks_cached": 2 * b} for b in range(5)}
     got = _stages(progress_list, counted, "2026-01-01T00:00:20.000Z")
-    assert got == {"stateful_ms": 200, "python_ms": 2.0, "state_ms": 1.0, "written_mb": 4.0,
+    assert got == {"stateful_ms": 200, "python_ms": 2.0, "forward_ms": 0.2, "state_ms": 1.0, "written_mb": 4.0,
                    "cached": pytest.approx((2 + 4 + 8) / 30)}  # over all measured batches, not a median
     assert _stages(progress_list[:1], counted, "2026-01-01T00:00:20.000Z") == {}
 
