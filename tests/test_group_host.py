@@ -17,8 +17,13 @@ import textwrap
 import time
 
 SCENARIO = textwrap.dedent("""
-    import json, os, signal, sys, time
+    import hashlib, json, os, signal, sys, time
+    import pandas as pd
     from ctiflow.jobs.datapath import group_host
+
+    def payload(n):
+        "n bytes, the same for the same n (a pack of rows)"
+        return (hashlib.sha256(str(n).encode()).digest() * (n // 32 + 1))[:n]
 
     class Counting:
         "A processor: counts each frame's words in the worker's map state; its own calls in the host."
@@ -29,8 +34,11 @@ SCENARIO = textwrap.dedent("""
             self.send_writes = group_host.writes_sender(handle)
 
         def _batch(self, frames, reports):
+            "frames: words and packs (bytes); → one frame: what the call saw, as JSON, and the first pack reversed"
             self.calls += 1
-            for word in frames:
+            words = [w for f in frames for w in f["word"] if w is not None]
+            packs = [p for f in frames for p in f["pack"] if p is not None]
+            for word in words:
                 if word == "boom":
                     raise ValueError("a bug in the call")
                 if word == "die":
@@ -45,11 +53,13 @@ SCENARIO = textwrap.dedent("""
                 got = self.var.getValue((word,))
                 self.var.updateValue((word,), ((got[0] if got else 0) + 1,))
             total = self.total.get()
-            self.total.update(((total[0] if total else 0) + len(frames),))
-            self.log.put([*self.log.get(), (len(frames),)])
-            return [{"pid": os.getpid(), "calls": self.calls, "reports": reports,
-                     "entries": sorted((k[0], v[0]) for k, v in self.var.iterator()),
-                     "total": self.total.get()[0], "log": [n for (n,) in self.log.get()]}]
+            self.total.update(((total[0] if total else 0) + len(words),))
+            self.log.put([*self.log.get(), (len(words),)])
+            seen = {"pid": os.getpid(), "calls": self.calls, "reports": reports,
+                    "entries": sorted((k[0], v[0]) for k, v in self.var.iterator()),
+                    "total": self.total.get()[0], "log": [n for (n,) in self.log.get()],
+                    "packs": [[len(p), hashlib.sha256(p).hexdigest(), type(p).__name__] for p in packs]}
+            return [pd.DataFrame({"seen": [json.dumps(seen)], "back": [bytes(packs[0])[::-1] if packs else None]})]
 
     class DictMap:
         def __init__(self):
@@ -104,16 +114,22 @@ SCENARIO = textwrap.dedent("""
     processors = {"one": (digest, shipped), "other": group_host.shipped(other)}
 
     received = [0]  # (the messages this worker received: patched after the server forked)
-    recv = group_host.Connection.recv
+    recv = group_host._recv
     def counted(conn):
         received[0] += 1
         return recv(conn)
-    group_host.Connection.recv = counted
+    group_host._recv = counted
 
-    def call(group, frames, reports=True, processor="one"):
+    def call(group, words, reports=True, processor="one", packs=()):
+        "a call of words, and packs of these sizes, in two frames as Spark hands them"
+        frames = [pd.DataFrame({"word": words, "pack": [None] * len(words)}),
+                  pd.DataFrame({"word": [None] * len(packs), "pack": [payload(n) for n in packs]})]
         before = received[0]
         try:
-            out = group_host.run(server, *processors[processor], group, frames, reports, worker)[0]
+            got = group_host.run(server, *processors[processor], group, frames, reports, worker)[0]
+            out = json.loads(got["seen"][0])
+            back = got["back"][0]
+            out["back"] = None if back is None else [len(back), hashlib.sha256(back).hexdigest(), type(back).__name__]
         except group_host.GroupHostError as exc:
             out = {"error": str(exc)}
         out["worker"] = sorted((k[0], v[0]) for k, v in mine.d.items())
@@ -221,6 +237,28 @@ def test_a_host_that_dies_fails_its_call_and_the_next_call_gets_a_new_host(tmp_p
     assert after["pid"] != before["pid"] and after["calls"] == 1
     assert again["pid"] not in (before["pid"], after["pid"]) and again["calls"] == 1
     assert again["worker"] == [["a", 3]]  # the state is the worker's (Spark's): nothing lost
+
+
+def test_a_calls_packs_of_many_megabytes_reach_the_host_and_come_back_whole_the_large_out_of_band(tmp_path):
+    """A pack of 64 KiB or more travels beside the message's pickle, read into a buffer of its
+    own (the host sees a read-only view of it, not ``bytes``); a smaller one inside the pickle."""
+    import hashlib
+
+    def digest(n: int, reverse: bool = False) -> str:  # (the scenario's payload, made here again)
+        data = (hashlib.sha256(str(n).encode()).digest() * (n // 32 + 1))[:n]
+        return hashlib.sha256(data[::-1] if reverse else data).hexdigest()
+
+    sizes = [7_000_003, 65_536, 65_535, 1]
+    d = Daemon(tmp_path)
+    try:
+        first = d.step("call", 0, ["a"], True, "one", sizes)
+        again = d.step("call", 0, ["a"], True, "one", sizes[::-1])
+    finally:
+        d.end()
+    assert first["packs"] == [[n, digest(n), "memoryview" if n >= 65_536 else "bytes"] for n in sizes]
+    assert first["back"] == [7_000_003, digest(7_000_003, reverse=True), "memoryview"]
+    assert again["packs"] == first["packs"][::-1] and again["back"] == [1, digest(1, reverse=True), "bytes"]
+    assert again["pid"] == first["pid"] and again["worker"] == [["a", 2]]
 
 
 def test_a_hosts_writes_reach_the_worker_in_order_a_message_for_all_made_between_two_reads(tmp_path):

@@ -36,17 +36,19 @@ and the worker runs the batch itself; a job whose groups keep nothing under keys
 (:attr:`~ctiflow.jobs.core.plan.Plan.keeps_keys`) runs it there too.
 
 Why by hand: Spark has no executor-side process that outlives a task but its Python daemon, and no
-task-to-worker affinity; the wire format is :mod:`multiprocessing.connection`'s (pickles, lengths,
-HMAC challenge)."""
+task-to-worker affinity; the wire is :mod:`multiprocessing.connection`'s (lengths, HMAC challenge),
+its messages pickles of protocol 5 whose large bytes travel out of band (:func:`_send`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import select
 import shutil
 import signal
 import socket
+import struct
 import tempfile
 import time
 import traceback
@@ -70,6 +72,9 @@ CHECK_EVERY_S = 1.0
 CONNECT_TIMEOUT_S = 30.0
 #: How often a worker that cannot connect asks the server for the host (again).
 ASK_EVERY_S = 0.5
+#: A bytes value of a call's frames at least this long (a pack of rows or of results) travels beside
+#: the message's pickle, not in it (:func:`_send`).
+OUT_OF_BAND_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -115,9 +120,9 @@ def run(server: Server, digest: str, shipped: bytes, group, frames: list, report
     conn = conn or _connect(server, digest, group)
     called = False
     try:
-        conn.send(("batch", None if kept else shipped, group, frames, reports))
+        _send(conn, ("batch", None if kept else shipped, group, out_of_band(frames), reports))
         while True:
-            msg = conn.recv()
+            msg = _recv(conn)
             if msg[0] == "call":
                 called = True
                 _send_reply(conn, _made(handle, *msg[1:]))
@@ -159,9 +164,63 @@ def _made(handle, writes: list, call: tuple | None) -> tuple:
 
 def _send_reply(conn: Connection, reply: tuple) -> None:
     try:
-        conn.send(reply)
-    except (TypeError, AttributeError, ValueError) as exc:  # (pickling) an error Spark raised, as text
-        conn.send(("error", RuntimeError(f"{reply[1]!r} (not picklable: {exc})")))
+        _send(conn, reply)
+    except (TypeError, AttributeError, ValueError, pickle.PicklingError) as exc:  # (Spark's error, as text)
+        _send(conn, ("error", RuntimeError(f"{reply[1]!r} (not picklable: {exc})")))
+
+
+# -- the wire between a worker and a host --------------------------------------------------------
+
+def out_of_band(frames: list) -> list:
+    """``frames`` with each bytes value of at least :data:`OUT_OF_BAND_BYTES` as a
+    :class:`pickle.PickleBuffer` of it, which :func:`_send` sends out of band; the other side's
+    frames hold a ``bytearray`` there (what a pack is read from: any buffer)."""
+    out = []
+    for frame in frames:
+        columns = {}
+        for name, dtype in frame.dtypes.items():
+            values = frame[name].to_numpy() if dtype == object else ()
+            large = [i for i, v in enumerate(values) if type(v) is bytes and len(v) >= OUT_OF_BAND_BYTES]
+            if large:
+                column = columns[name] = values.copy()
+                for i in large:  # (one at a time: numpy reads a buffer in a list as an array)
+                    column[i] = pickle.PickleBuffer(values[i])
+        out.append(frame.assign(**columns) if columns else frame)
+    return out
+
+
+def _send(conn: Connection, message) -> None:
+    """``message`` pickled (protocol 5), its :class:`pickle.PickleBuffer` s out of band: the sizes,
+    the pickle, then each buffer written straight from its memory (:func:`_recv` reads each into a
+    ``bytearray`` of its own). Why by hand: :class:`~multiprocessing.connection.Connection` pickles
+    with protocol 4, copying a call's ≈ 5 MB of packs into the pickle, and reads it through a
+    ``BytesIO`` that copies it again; the host then copied it into new ``bytes``."""
+    buffers: list = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    conn.send_bytes(struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)))
+    conn.send_bytes(data)
+    fd = conn.fileno()
+    for raw in raws:
+        while raw:
+            raw = raw[os.write(fd, raw):]
+
+
+def _recv(conn: Connection):
+    """The message :func:`_send` sent (EOFError: the other side ended)."""
+    sizes = conn.recv_bytes()
+    data = conn.recv_bytes()
+    fd, buffers = conn.fileno(), []
+    for (size,) in struct.iter_unpack("<Q", sizes):
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
+            n = os.readv(fd, [view[got:]])
+            if n == 0:
+                raise EOFError("the connection ended within a message")
+            got += n
+        buffers.append(buffer)
+    return pickle.loads(data, buffers=buffers)
 
 
 class RecordingHandle:
@@ -284,8 +343,8 @@ class _Link:
 
     def _sent(self, call: tuple | None):
         try:
-            self.conn.send(("call", self.take_writes(), call))
-            kind, got = self.conn.recv()
+            _send(self.conn, ("call", self.take_writes(), call))
+            kind, got = _recv(self.conn)
         except (EOFError, OSError) as exc:
             raise _WorkerGone() from exc
         if kind == "error":
@@ -363,7 +422,7 @@ def _host(listener: socket.socket, key: bytes, server_pid: int) -> None:
             now = time.monotonic()
             gap, started = (now - started if started is not None else gap), now
             try:
-                _, shipped, group, frames, reports = conn.recv()
+                _, shipped, group, frames, reports = _recv(conn)
                 processor = _call(conn, link, processor, shipped, frames, reports)
             except (EOFError, OSError, _WorkerGone):  # the worker is gone (its task killed, the worker
                 conns.remove(conn)                     # ended): what a call took from the cache is gone too
@@ -391,9 +450,9 @@ def _call(conn: Connection, link: _Link, processor, shipped: bytes | None, frame
     except _WorkerGone:
         raise
     except Exception:
-        conn.send(("failed", traceback.format_exc()))
+        _send(conn, ("failed", traceback.format_exc()))
     else:
-        conn.send(("done", link.take_writes(), out))
+        _send(conn, ("done", link.take_writes(), out_of_band(out)))
     return processor
 
 
