@@ -518,6 +518,11 @@ def _pair(p: Peer, attr: str, fmt: str) -> str:
     return f"{fmt.format(getattr(p.ours_alone, attr))} / {fmt.format(getattr(p.peer_alone, attr))}"
 
 
+def rounds_said(n: int) -> str:
+    """How a recorded ratio was taken, for its row's text."""
+    return f"the median of {n} rounds, the sides' order reversed each round" if n > 1 else "one round"
+
+
 def step(upper: float, lower: float) -> str:
     """A stage's cost, the difference of two rungs (s per 100k events): "≈ 0" where the upper rung
     measured below the lower one — two noisy rungs, not a stage that gains time."""
@@ -551,7 +556,7 @@ def record_peers(peers: list[Peer], ladders: dict[str, Ladder], table: Table) ->
 
     def pair(p: Peer) -> dict[str, str]:
         return {"ours": thousands(p.ours.rate), "peer": thousands(p.peer.rate), "ratio": f"{p.ratio:.2f}",
-                "spread": p.spread, "rounds": str(max(1, len(p.ratios))),
+                "spread": p.spread, "rounds": rounds_said(len(p.ratios)),
                 "alone": f"{p.ours_alone.rate / p.peer_alone.rate:.2f}", "met": verdict(p.met and p.error_ok)}
 
     def stages(ladder: Ladder, ours: Figures) -> dict[str, str]:

@@ -108,13 +108,13 @@ def test_peers_rows(data):
     rows = _rows(data, ["peers-bins-final", "peers-bins-all", "peers-count", "peers-memory"])
     b = rows["peers-bins-final"]["values"]
     assert (b["ratio"], b["alone"], b["met"]) == (f"{0.80 / 0.75:.2f}", "1.10", "**missed**")
-    assert (b["spread"], b["rounds"]) == ("1.00–1.20", "3")
+    assert (b["spread"], b["rounds"]) == ("1.00–1.20", "the median of 3 rounds, the sides' order reversed each round")
     assert (b["source"], b["plumbing"], b["ours_s"], b["rest"], b["share"]) == ("0.40", "0.10", "0.75", "0.25", "67 %")
     assert (b["peer_state"], b["peer_sink"], b["peer_s"]) == ("0.20", "0.20", "0.80")
     assert (b["need"], b["need_rest"]) == (f"{0.80 / 1.5:.2f}", f"{0.80 / 1.5 - 0.50:.2f}")
     c = rows["peers-count"]["values"]
     assert (c["ratio"], c["met"], c["error"], c["checked"]) == (f"{1.8 / 0.7:.2f}", "met", "0.99%", "30,000")
-    assert (c["spread"], c["rounds"]) == (f"{1.8 / 0.7:.2f}", "1")  # one round: its own ratio
+    assert (c["spread"], c["rounds"]) == (f"{1.8 / 0.7:.2f}", "one round")  # one round: its own ratio
     m = rows["peers-memory"]["values"]
     assert (m["final"], m["three"], m["peer_bins"], m["final_d"], m["three_d"]) == ("2.40", "3.30", "3.00", "−20 %",
                                                                                       "+10 %")

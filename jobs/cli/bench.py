@@ -57,9 +57,9 @@ def bench(which: Annotated[str, typer.Argument(help="the benchmark to run (adapt
             raise typer.BadParameter(f"{name} is an option of the scale benchmark: ctiflow bench scale "
                                      f"{name}")
     if runs is not None and which not in ("latency", "peers") and not (which == "scale" and sparse):
-        raise typer.BadParameter("--runs is an option of the latency and peers benchmarks and of the sparse-keys "
-                                 "table: ctiflow bench latency --runs N, ctiflow bench peers --runs N, "
-                                 "ctiflow bench scale --sparse --runs N")
+        raise typer.BadParameter("--runs is an option of the latency and peers benchmarks and of the "
+                                 "sparse-keys table: ctiflow bench latency --runs N, ctiflow bench peers "
+                                 "--runs N, ctiflow bench scale --sparse --runs N")
     if cti_delay and sparse:
         raise typer.BadParameter("--cti-delay and --sparse are two tables of the scale benchmark: give one")
     benches.run_benchmarks(which, events=events, out=Console(width=200), trigger=trigger, minutes=minutes,
