@@ -174,7 +174,8 @@ def _send_reply(conn: Connection, reply: tuple) -> None:
 def out_of_band(frames: list) -> list:
     """``frames`` with each bytes value of at least :data:`OUT_OF_BAND_BYTES` as a
     :class:`pickle.PickleBuffer` of it, which :func:`_send` sends out of band; the other side's
-    frames hold a ``bytearray`` there (what a pack is read from: any buffer)."""
+    frames hold a read-only ``memoryview`` there (a pack is read from any buffer, and Spark takes
+    one for a binary value)."""
     out = []
     for frame in frames:
         columns = {}
