@@ -112,6 +112,13 @@ def test_peers_rows(data):
     assert (b["source"], b["plumbing"], b["ours_s"], b["rest"], b["share"]) == ("0.40", "0.10", "0.75", "0.25", "67 %")
     assert (b["peer_state"], b["peer_sink"], b["peer_s"]) == ("0.20", "0.20", "0.80")
     assert (b["need"], b["need_rest"]) == (f"{0.80 / 1.5:.2f}", f"{0.80 / 1.5 - 0.50:.2f}")
+    assert b["need_said"].startswith(f"i.e. the operator, state, encode and produce at {0.80 / 1.5 - 0.50:.2f} s")
+    # a peer fast enough that the source and plumbing alone (0.50) take longer than 1.5× allows (0.70 / 1.5)
+    record_peers([paired("bins, final only", [f("ours", 100_000, 0.75)], [f("fast", 100_000, 0.70)], 1.5,
+                         ours_alone=final.ours_alone, peer_alone=final.peer_alone), three, cnt],
+                 {"bins": bins, "count": count}, _table(("result",), ("bins",)))
+    b = _rows(data, ["peers-bins-final"])["peers-bins-final"]["values"]
+    assert b["need_said"] == "less than the source and the plumbing alone take (0.50): out of reach for any operator"
     c = rows["peers-count"]["values"]
     assert (c["ratio"], c["met"], c["error"], c["checked"]) == (f"{1.8 / 0.7:.2f}", "met", "0.99%", "30,000")
     assert (c["spread"], c["rounds"]) == (f"{1.8 / 0.7:.2f}", "one round")  # one round: its own ratio
