@@ -169,7 +169,7 @@ def _send_reply(conn: Connection, reply: tuple) -> None:
         _send(conn, ("error", RuntimeError(f"{reply[1]!r} (not picklable: {exc})")))
 
 
-# -- the wire between a worker and a host --------------------------------------------------------
+# -- the wire between a worker and a host or the host server -----------------------------------
 
 def out_of_band(frames: list) -> list:
     """``frames`` with each bytes value of at least :data:`OUT_OF_BAND_BYTES` as a
@@ -295,8 +295,8 @@ def _ask(server: Server, digest: str, group) -> None:
     try:
         answer_challenge(conn, server.key)
         deliver_challenge(conn, server.key)
-        conn.send(("host", digest, str(group)))
-        conn.recv()
+        _send(conn, ("host", digest, str(group)))
+        _recv(conn)
     finally:
         conn.close()
 
@@ -478,13 +478,13 @@ def _serve(server: Server, listener: socket.socket, daemon_pid: int) -> None:
             try:
                 deliver_challenge(conn, server.key)
                 answer_challenge(conn, server.key)
-                _, digest, group = conn.recv()
+                _, digest, group = _recv(conn)
                 if (digest, group) not in hosts:
                     for (other, g), pid in hosts.items():
                         if g == group and other != digest:
                             _signal(pid, signal.SIGUSR1)
                     hosts[digest, group] = _fork_host(server, f"{digest}-{group}")
-                conn.send("ok")
+                _send(conn, "ok")
             except (EOFError, OSError, AuthenticationError):
                 pass
             finally:
