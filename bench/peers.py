@@ -578,8 +578,7 @@ def record_peers(peers: list[Peer], ladders: dict[str, Ladder], table: Table) ->
     said = (f"i.e. the operator, state, encode and produce at {need - below:.2f} s: out of reach for a Python operator"
             if need > below else f"less than the source and the plumbing alone take ({below:.2f}): out of reach for any "
             "operator")
-    record("peers-bins-final", {**pair(final), **bins, "need": f"{need:.2f}", "need_rest": f"{need - below:.2f}",
-                                "need_said": said}, table=rows_of(table))
+    record("peers-bins-final", {**pair(final), **bins, "need": f"{need:.2f}", "need_said": said}, table=rows_of(table))
     record("peers-bins-all", pair(three))
     record("peers-count", {**pair(count), **stages(ladders["count"], count.ours),
                            "error": f"{count.error_max:.2%}", "checked": f"{count.checked:,}"})
