@@ -17,8 +17,9 @@ import textwrap
 import time
 
 SCENARIO = textwrap.dedent("""
-    import hashlib, json, os, signal, sys, time
+    import gc, hashlib, json, os, signal, sys, time
     import pandas as pd
+    import pyarrow as pa
     from ctiflow.jobs.datapath import group_host
 
     def payload(n):
@@ -130,6 +131,12 @@ SCENARIO = textwrap.dedent("""
             out = json.loads(got["seen"][0])
             back = got["back"][0]
             out["back"] = None if back is None else [len(back), hashlib.sha256(back).hexdigest(), type(back).__name__]
+            views = sum(type(o) is memoryview for o in gc.get_objects())
+            for _ in range(3):  # (the output as PySpark hands it to Spark: an Arrow binary column)
+                pa.Array.from_pandas(got["back"], type=pa.binary())
+            del got, back
+            gc.collect()
+            out["views_left"] = sum(type(o) is memoryview for o in gc.get_objects()) - views
         except group_host.GroupHostError as exc:
             out = {"error": str(exc)}
         out["worker"] = sorted((k[0], v[0]) for k, v in mine.d.items())
@@ -241,7 +248,9 @@ def test_a_host_that_dies_fails_its_call_and_the_next_call_gets_a_new_host(tmp_p
 
 def test_a_calls_packs_of_many_megabytes_reach_the_host_and_come_back_whole_the_large_out_of_band(tmp_path):
     """A pack of 64 KiB or more travels beside the message's pickle, read into a buffer of its
-    own (the host sees a read-only view of it, not ``bytes``); a smaller one inside the pickle."""
+    own (the other side sees that ``bytearray``, not ``bytes``); a smaller one inside the pickle. The
+    output, converted to Arrow as PySpark hands it to Spark, leaves nothing behind in the worker
+    (a read-only view did: pyarrow keeps a view of each it converts, a call's output never freed)."""
     import hashlib
 
     def digest(n: int, reverse: bool = False) -> str:  # (the scenario's payload, made here again)
@@ -255,8 +264,9 @@ def test_a_calls_packs_of_many_megabytes_reach_the_host_and_come_back_whole_the_
         again = d.step("call", 0, ["a"], True, "one", sizes[::-1])
     finally:
         d.end()
-    assert first["packs"] == [[n, digest(n), "memoryview" if n >= 65_536 else "bytes"] for n in sizes]
-    assert first["back"] == [7_000_003, digest(7_000_003, reverse=True), "memoryview"]
+    assert first["views_left"] == 0 and again["views_left"] == 0
+    assert first["packs"] == [[n, digest(n), "bytearray" if n >= 65_536 else "bytes"] for n in sizes]
+    assert first["back"] == [7_000_003, digest(7_000_003, reverse=True), "bytearray"]
     assert again["packs"] == first["packs"][::-1] and again["back"] == [1, digest(1, reverse=True), "bytes"]
     assert again["pid"] == first["pid"] and again["worker"] == [["a", 2]]
 
