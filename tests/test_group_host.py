@@ -248,9 +248,10 @@ def test_a_host_that_dies_fails_its_call_and_the_next_call_gets_a_new_host(tmp_p
 
 def test_a_calls_packs_of_many_megabytes_reach_the_host_and_come_back_whole_the_large_out_of_band(tmp_path):
     """A pack of 64 KiB or more travels beside the message's pickle, read into a buffer of its
-    own (the other side sees that ``bytearray``, not ``bytes``); a smaller one inside the pickle. The
-    output, converted to Arrow as PySpark hands it to Spark, leaves nothing behind in the worker
-    (a read-only view did: pyarrow keeps a view of each it converts, a call's output never freed)."""
+    own (the host sees a read-only view of it, the worker the ``bytearray`` itself); a smaller one
+    inside the pickle. The output, converted to Arrow as PySpark hands it to Spark, leaves nothing
+    behind in the worker (a read-only view did: pyarrow keeps a view of each it converts, a call's
+    output never freed)."""
     import hashlib
 
     def digest(n: int, reverse: bool = False) -> str:  # (the scenario's payload, made here again)
@@ -265,7 +266,7 @@ def test_a_calls_packs_of_many_megabytes_reach_the_host_and_come_back_whole_the_
     finally:
         d.end()
     assert first["views_left"] == 0 and again["views_left"] == 0
-    assert first["packs"] == [[n, digest(n), "bytearray" if n >= 65_536 else "bytes"] for n in sizes]
+    assert first["packs"] == [[n, digest(n), "memoryview" if n >= 65_536 else "bytes"] for n in sizes]
     assert first["back"] == [7_000_003, digest(7_000_003, reverse=True), "bytearray"]
     assert again["packs"] == first["packs"][::-1] and again["back"] == [1, digest(1, reverse=True), "bytes"]
     assert again["pid"] == first["pid"] and again["worker"] == [["a", 2]]

@@ -171,10 +171,13 @@ def _send_reply(conn: Connection, reply: tuple) -> None:
 
 # -- the wire between a worker and a host or the host server -----------------------------------
 
-def out_of_band(frames: list) -> list:
+def out_of_band(frames: list, to_spark: bool = False) -> list:
     """``frames`` with each bytes value of at least :data:`OUT_OF_BAND_BYTES` wrapped to travel out of
-    band (:class:`_Beside`, sent by :func:`_send`); the other side's frames hold a ``bytearray`` there
-    (a pack is read from any buffer, and Spark takes one for a binary value)."""
+    band (sent by :func:`_send`): the other side's frames hold a read-only ``memoryview`` there (a pack
+    is read from any buffer) or, ``to_spark`` (a call's output, which the worker hands to Spark), the
+    ``bytearray`` it was read into (:class:`_Beside`). (A host's input as a ``bytearray`` measured
+    ≈ 30 MB more heap a host than as views in ``bench peers``' bins, 2026-12-06; not found why.)"""
+    wrap = _Beside if to_spark else pickle.PickleBuffer
     out = []
     for frame in frames:
         columns = {}
@@ -183,8 +186,8 @@ def out_of_band(frames: list) -> list:
             large = [i for i, v in enumerate(values) if type(v) is bytes and len(v) >= OUT_OF_BAND_BYTES]
             if large:
                 column = columns[name] = values.copy()
-                for i in large:
-                    column[i] = _Beside(values[i])
+                for i in large:  # (one at a time: numpy reads a buffer in a list as an array)
+                    column[i] = wrap(values[i])
         out.append(frame.assign(**columns) if columns else frame)
     return out
 
@@ -193,8 +196,8 @@ class _Beside:
     """A bytes value that travels beside its message's pickle (:func:`_send`) and is received as the
     ``bytearray`` :func:`_recv` read it into, not as the read-only ``memoryview`` pickle makes of such a
     buffer: pyarrow (26) converting a ``memoryview`` to a binary value keeps a view of it that is
-    never freed — a hosted call's output packs, ≈ 2 MB a call, stayed in the worker (its heap grew
-    ≈ 2.7 MB/s in ``bench peers``, measured 2026-12-06)."""
+    never freed — a hosted call's output packs, ≈ 2 MB a call, stayed in the worker that handed them
+    to Spark (its heap grew ≈ 2.7 MB/s in ``bench peers``, measured 2026-12-06)."""
 
     __slots__ = ("buffer",)
 
@@ -472,7 +475,7 @@ def _call(conn: Connection, link: _Link, processor, shipped: bytes | None, frame
     except Exception:
         _send(conn, ("failed", traceback.format_exc()))
     else:
-        _send(conn, ("done", link.take_writes(), out_of_band(out)))
+        _send(conn, ("done", link.take_writes(), out_of_band(out, to_spark=True)))
     return processor
 
 
