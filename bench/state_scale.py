@@ -70,8 +70,9 @@ class Row:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-def _plan(kind: str, chunk_keys: int, delta_share: float | None = None):
-    state = {"chunk_keys": chunk_keys, **({} if delta_share is None else {"delta_share": delta_share})}
+def _plan(kind: str, chunk_keys: int | None, delta_share: float | None = None):
+    """``kind``'s job as one key group; ``chunk_keys``/``delta_share`` None: the settings' defaults."""
+    state = {k: v for k, v in (("chunk_keys", chunk_keys), ("delta_share", delta_share)) if v is not None}
     p = plan_job(parse({"job": "scale", "kafka": {"bootstrap_servers": "x:1"},
                          "sources": [{"name": "tx", "topic": "tx", "schema": "transaction", "key_field": "account",
                                       "time_field": "event_time", "measures": ["amount"], "cti": {"delay": -1}}],
@@ -118,7 +119,7 @@ def _batch(plan, store, header, shipped: tuple[bytes, int], worker=None):
     return header, c.state_us / 1e6, c.state_written, c.state_bytes, rt.live_keys(), c.chunks_loaded, c.chunks_cached
 
 
-def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int, seed: int = 7,
+def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chunk_keys: int | None, seed: int = 7,
             delta_share: float | None = None, workers: int = 0) -> Row:
     """``active`` None: the measured events spread uniformly over every live key (sparse keys).
     ``workers``: Python workers that take the batches in turn, each keeping the chunks it
@@ -181,7 +182,8 @@ def measure(kind: str, live: int, per_batch: int, active: int, batches: int, chu
 
 
 def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_000), per_batch: int = 20_000,
-         active: int = 2_000, batches: int = 6, chunk_keys: int = 32) -> list[Row]:
+         active: int = 2_000, batches: int = 6, chunk_keys: int | None = None) -> list[Row]:
+    """The one-process table at ``state.chunk_keys`` = ``chunk_keys`` (None: the setting's default)."""
     out = out or Console(width=200)
     rows = [measure("identity", 10_000, per_batch, active, batches, chunk_keys)]
     for kind in ("count", "match", "bins"):
@@ -189,7 +191,8 @@ def main(out: Console | None = None, sizes=(10_000, 100_000, 1_000_000, 3_000_00
             rows.append(measure(kind, live, per_batch, active, batches, chunk_keys))
             gc.collect()
     table = Table(title=f"ctiflow bench scale: one key group, {per_batch:,} events a batch over {active:,} active keys, "
-                        f"state.chunk_keys = {chunk_keys} (baseline: identity operator at 10k keys)")
+                        f"state.chunk_keys = {_plan('identity', chunk_keys).chunk_keys} "
+                        "(baseline: identity operator at 10k keys)")
     for col in ("operator", "live keys", "events/s", "vs own 10k", "vs identity", "p50 batch ms", "p99 batch ms",
                 "state ms/batch", "state share", "written/batch", "state bytes", "peak RSS MB", "restart ms"):
         table.add_column(col, justify="left" if col == "operator" else "right")

@@ -327,8 +327,8 @@ def test_the_whole_state_is_read_at_once_only_when_the_cold_chunks_are_most_of_i
 
 
 def test_a_chunk_smaller_than_the_threshold_is_always_written_whole(monkeypatch):
-    """Chunks of 32 keys (the default ``state.chunk_keys``) stay below ``DELTA_FROM`` bytes: even a
-    ``delta_share`` every delta fits under writes them whole, with the same results; the same
+    """Chunks of 32 keys (the default ``state.chunk_keys`` until 2026-12-06) stay below ``DELTA_FROM``
+    bytes: even a ``delta_share`` every delta fits under writes them whole, with the same results; the same
     group with the threshold at 0 writes deltas (so the first half is not vacuous)."""
     batches = sparse_batches(3, batches=40)
     small = dataclasses.replace(plan_for("count", 1.0), chunk_keys=32)

@@ -58,7 +58,7 @@ class Plan:
     #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunk_keys``:
     #: each group's keyed state is kept in chunks of about that many keys
     key_groups: int = 1
-    chunk_keys: int = 32
+    chunk_keys: int = 8192
     #: ``state.delta_share``: a chunk is written whole once its delta would pass this share of its bytes
     delta_share: float = 0.5
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches

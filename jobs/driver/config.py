@@ -760,11 +760,13 @@ class StateConfig(Strict):
         "'7d'); its next event starts afresh. The only bound on event-count windows (window.events) and on "
         "patterns without within_ms; time windows, finished bins and idle patterns are dropped without it"))
 
-    chunk_keys: int = Field(32, ge=1, le=1_000_000, description=(
+    chunk_keys: int = Field(8192, ge=1, le=1_000_000, description=(
         "keyed state is stored in chunks of about this many keys (split as keys grow); a micro-batch reads "
-        "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches. "
-        "Smaller: less decoded per touched key, more state-store calls when a batch touches most keys; "
-        "sparse keys (a batch's events nearly all of different keys) want larger chunks, e.g. 16384 to 65536 "
+        "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches, "
+        "and writes of a chunk only the keys it changed (its delta). Each touched chunk costs a state-store "
+        "call and a round of each operator, so larger chunks are cheaper while chunks stay decoded between "
+        "batches; smaller ones read less after a restart, when a chunk is read whole for any of its keys. "
+        "Sparse keys (a batch's events nearly all of different keys) want 16384 to 65536 "
         "(docs/performance.md#keyed-state-with-sparse-keys-dev-bench-scale-sparse); may change between runs "
         "(chunks already stored keep their size until they split)"))
 
