@@ -765,8 +765,8 @@ class StateConfig(Strict):
         "and writes only the chunks it has events for or whose next window, bin or timeout its CTI reaches, "
         "and writes of a chunk only the keys it changed (its delta). Each touched chunk costs a state-store "
         "call and a round of each operator, so larger chunks are cheaper while chunks stay decoded between "
-        "batches (state.cache_chunks); smaller ones read less after a restart, when a chunk is read whole for "
-        "any of its keys, and keep fewer quiet keys decoded in memory where few of many keys are active. "
+        "batches (state.cache_chunks); smaller ones read less after a restart, when a chunk is read whole "
+        "for any of its keys, and keep fewer quiet keys decoded in memory where few of many keys are active. "
         "Sparse keys (a batch's events nearly all of different keys) want 16384 to 65536 "
         "(docs/performance.md#keyed-state-with-sparse-keys-dev-bench-scale-sparse); may change between runs "
         "(chunks already stored keep their size until they split)"))
