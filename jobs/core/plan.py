@@ -37,7 +37,8 @@ class OperatorSpec:
 class Plan:
     """Everything a key group needs, derived once on the driver from the job's configuration
     (:func:`ctiflow.jobs.driver.planner.plan_job`) and read by every executor: plain picklable values.
-    (Defaults are the configuration's, for plans built by hand in tests and tools.)"""
+    The settings have no defaults here: theirs are the configuration's (:mod:`ctiflow.jobs.driver.config`),
+    and a test or tool that wants others replaces them in a planned job's plan."""
 
     streams: dict[str, AdvanceTimeSettings]
     fast: str
@@ -57,12 +58,12 @@ class Plan:
     ttl: int | None = None
     #: ``spark.key_groups`` (the group is ``crc32(key) mod key_groups``) and ``state.chunk_keys``:
     #: each group's keyed state is kept in chunks of about that many keys
-    key_groups: int = 1
-    chunk_keys: int = 8192
+    key_groups: int = field(kw_only=True)
+    chunk_keys: int = field(kw_only=True)
     #: ``state.delta_share``: a chunk is written whole once its delta would pass this share of its bytes
-    delta_share: float = 0.5
+    delta_share: float = field(kw_only=True)
     #: ``state.cache_chunks``: decoded chunks a Python worker keeps between micro-batches
-    cache_chunks: int = 4096
+    cache_chunks: int = field(kw_only=True)
     #: record schemas the operators derive (name → Avro JSON): a process that encodes or decodes
     #: their topics uses :meth:`schema_store`
     schemas: dict[str, str] = field(default_factory=dict)
