@@ -787,8 +787,9 @@ class StateConfig(Strict):
         "decoded state chunks each Python worker keeps between micro-batches (most recently used first), "
         "used instead of reading and decoding them again while the state store holds exactly what that "
         "worker committed (a token in the key group's header proves it; a replayed batch or another worker "
-        "reads the store). Memory: about this many chunks' decoded state per worker; 0 = none; "
-        "may change between runs"))
+        "reads the store). Memory: up to this many chunks' decoded state per worker, each of up to about "
+        "state.chunk_keys keys, the quiet keys of a touched chunk included (lower it where keys are many "
+        "and a worker's memory is tight); 0 = none; may change between runs"))
 
     _t = field_validator("ttl", mode="before")(lambda v: None if v is None else duration_ms(v))
 
